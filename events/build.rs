@@ -1,0 +1,12 @@
+//! Compiles `schemas/` with protox (pure Rust), so no system `protoc` is needed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let schemas = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas");
+    let proto = schemas.join("fairshare/v1/fairshare.proto");
+    println!("cargo:rerun-if-changed={}", proto.display());
+    let descriptors = protox::compile([&proto], [&schemas])?;
+    prost_build::Config::new()
+        .bytes(["."])
+        .compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! Encoding and decoding of everything on the wire, with errors that name what was wrong.
+//!
+//! Services decode every message they take from NATS through these functions, so a malformed
+//! message is reported the same way everywhere and never panics.
+
+use prost::Message;
+
+use crate::pb;
+
+/// Why bytes taken from NATS are not a usable message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The message had no bytes at all.
+    #[error("empty message: expected a protobuf-encoded {expected}")]
+    Empty {
+        /// The message type that was expected.
+        expected: &'static str,
+    },
+    /// The bytes are not valid protobuf for the expected type.
+    #[error("malformed {expected}: {detail}")]
+    Malformed {
+        /// The message type that was expected.
+        expected: &'static str,
+        /// What prost found wrong (wire type, truncation, invalid UTF-8, ...).
+        detail: String,
+    },
+    /// An event decoded but carries no body this version knows: either the body is missing or
+    /// it was written by a newer schema version.
+    #[error("event has no body this version understands (missing, or written by a newer schema)")]
+    UnknownBody,
+}
+
+/// Encodes any contract message to bytes.
+pub fn encode<M: Message>(message: &M) -> bytes::Bytes {
+    bytes::Bytes::from(message.encode_to_vec())
+}
+
+fn decode<M: Message + Default>(bytes: &[u8], expected: &'static str) -> Result<M, DecodeError> {
+    if bytes.is_empty() {
+        return Err(DecodeError::Empty { expected });
+    }
+    M::decode(bytes).map_err(|e| DecodeError::Malformed {
+        expected,
+        detail: e.to_string(),
+    })
+}
+
+/// Decodes one log entry; an event without a known body is an error, not a silent no-op.
+pub fn decode_event(bytes: &[u8]) -> Result<pb::Event, DecodeError> {
+    let event: pb::Event = decode(bytes, "fairshare.v1.Event")?;
+    if event.body.is_none() {
+        return Err(DecodeError::UnknownBody);
+    }
+    Ok(event)
+}
+
+/// Decodes a submit request (request/reply or intake).
+pub fn decode_submit_request(bytes: &[u8]) -> Result<pb::SubmitRequest, DecodeError> {
+    decode(bytes, "fairshare.v1.SubmitRequest")
+}
+
+/// Decodes a submit reply.
+pub fn decode_submit_reply(bytes: &[u8]) -> Result<pb::SubmitReply, DecodeError> {
+    decode(bytes, "fairshare.v1.SubmitReply")
+}
+
+/// Decodes a cancel request.
+pub fn decode_cancel_request(bytes: &[u8]) -> Result<pb::CancelRequest, DecodeError> {
+    decode(bytes, "fairshare.v1.CancelRequest")
+}
+
+/// Decodes a cancel reply.
+pub fn decode_cancel_reply(bytes: &[u8]) -> Result<pb::CancelReply, DecodeError> {
+    decode(bytes, "fairshare.v1.CancelReply")
+}
+
+/// A short, stable name for an event's kind, for logs, `tail` output and filters.
+pub fn event_kind(event: &pb::Event) -> &'static str {
+    use pb::event::Body;
+    match &event.body {
+        None => "unknown",
+        Some(Body::JobSubmitted(_)) => "job_submitted",
+        Some(Body::JobRejected(_)) => "job_rejected",
+        Some(Body::JobCancelled(_)) => "job_cancelled",
+        Some(Body::JobPlaced(_)) => "job_placed",
+        Some(Body::JobStarted(_)) => "job_started",
+        Some(Body::JobFinished(_)) => "job_finished",
+        Some(Body::JobFailed(_)) => "job_failed",
+        Some(Body::PreemptionOrdered(_)) => "preemption_ordered",
+        Some(Body::JobPreempted(_)) => "job_preempted",
+        Some(Body::JobRequeued(_)) => "job_requeued",
+        Some(Body::BudgetTreeSet(_)) => "budget_tree_set",
+        Some(Body::NodeRegistered(_)) => "node_registered",
+        Some(Body::NodeCordoned(_)) => "node_cordoned",
+        Some(Body::NodeUncordoned(_)) => "node_uncordoned",
+        Some(Body::NodeDrained(_)) => "node_drained",
+        Some(Body::MaintenanceScheduled(_)) => "maintenance_scheduled",
+        Some(Body::NodeRemoved(_)) => "node_removed",
+        Some(Body::UsageSnapshot(_)) => "usage_snapshot",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_bytes_are_named_empty() {
+        assert_eq!(
+            decode_event(&[]),
+            Err(DecodeError::Empty {
+                expected: "fairshare.v1.Event"
+            })
+        );
+    }
+
+    #[test]
+    fn garbage_is_malformed_with_detail() {
+        // 0xff is field 31 with wire type 7, which does not exist.
+        let err = decode_submit_request(&[0xff, 0xff, 0xff]).unwrap_err();
+        match err {
+            DecodeError::Malformed { expected, detail } => {
+                assert_eq!(expected, "fairshare.v1.SubmitRequest");
+                assert!(!detail.is_empty());
+            }
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn truncated_message_is_malformed() {
+        let bytes = encode(&pb::SubmitRequest {
+            idempotency_key: "k".repeat(40),
+            spec: None,
+        });
+        let err = decode_submit_request(&bytes[..10]).unwrap_err();
+        assert!(matches!(err, DecodeError::Malformed { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn event_without_body_is_rejected() {
+        let bytes = encode(&pb::Event {
+            at_ms: 5,
+            body: None,
+        });
+        assert_eq!(decode_event(&bytes), Err(DecodeError::UnknownBody));
+    }
+
+    #[test]
+    fn round_trip_keeps_every_field() {
+        let event = pb::Event {
+            at_ms: 42,
+            body: Some(pb::event::Body::JobSubmitted(pb::JobSubmitted {
+                job_id: "0190".into(),
+                idempotency_key: "key".into(),
+                spec: Some(pb::JobSpec {
+                    cluster: "alpha".into(),
+                    allocation: "a/b".into(),
+                    gpus: 16,
+                    nodes: 2,
+                    min_runtime_s: 900,
+                    payload: bytes::Bytes::from_static(b"run"),
+                    ..Default::default()
+                }),
+                shape: Some(pb::Shape {
+                    nodes: 2,
+                    gpus_per_node: 8,
+                }),
+            })),
+        };
+        let decoded = decode_event(&encode(&event)).unwrap();
+        assert_eq!(decoded, event);
+        assert_eq!(event_kind(&decoded), "job_submitted");
+    }
+}

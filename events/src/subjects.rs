@@ -1,0 +1,130 @@
+//! The subject scheme.
+//!
+//! ```text
+//! fairshare.api.submit                         request/reply: SubmitRequest -> SubmitReply
+//! fairshare.api.cancel                         request/reply: CancelRequest -> CancelReply
+//! fairshare.intake.<cluster>                   FAIRSHARE_INTAKE: SubmitRequest, durable intake
+//! fairshare.events.<cluster>.job.<job_id>      FAIRSHARE_EVENTS: every event of one job
+//! fairshare.events.<cluster>.rejected          FAIRSHARE_EVENTS: intake submissions rejected
+//! fairshare.events.<cluster>.policy            FAIRSHARE_EVENTS: budget tree set
+//! fairshare.events.<cluster>.node.<node>       FAIRSHARE_EVENTS: node registered/cordoned/...
+//! fairshare.events.<cluster>.maintenance       FAIRSHARE_EVENTS: maintenance scheduled
+//! fairshare.events.<cluster>.usage             FAIRSHARE_EVENTS: usage snapshots
+//! ```
+//!
+//! Cluster and node names are single subject tokens, so they are restricted to
+//! `[A-Za-z0-9][A-Za-z0-9_-]*` (see [`is_valid_token`]). Job ids are UUIDs, which qualify.
+//! Intake rejections whose cluster name is not a valid token go to
+//! `fairshare.events._.rejected`; `_` can never be a cluster name.
+
+/// Request/reply subject for submissions.
+pub const SUBMIT_API: &str = "fairshare.api.submit";
+/// Request/reply subject for cancellations.
+pub const CANCEL_API: &str = "fairshare.api.cancel";
+/// Queue group the submission service instances share, so each request is answered once.
+pub const SUBMISSION_QUEUE_GROUP: &str = "fairshare-submission";
+
+/// Prefix of every subject in the events stream.
+pub const EVENTS_PREFIX: &str = "fairshare.events";
+/// Prefix of every subject in the intake stream.
+pub const INTAKE_PREFIX: &str = "fairshare.intake";
+/// Stand-in cluster token for rejections whose cluster name cannot be a subject token.
+pub const INVALID_CLUSTER_TOKEN: &str = "_";
+
+/// Longest cluster or node name accepted.
+pub const MAX_TOKEN_LEN: usize = 64;
+
+/// Whether `name` can be a cluster or node name (one subject token, no wildcards or dots).
+pub fn is_valid_token(name: &str) -> bool {
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphanumeric() => {}
+        _ => return false,
+    }
+    name.len() <= MAX_TOKEN_LEN && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Every event of one job, in order.
+pub fn job(cluster: &str, job_id: &str) -> String {
+    format!("{EVENTS_PREFIX}.{cluster}.job.{job_id}")
+}
+
+/// Rejected intake submissions of a cluster (or of an invalid cluster name).
+pub fn rejected(cluster: &str) -> String {
+    let token = if is_valid_token(cluster) {
+        cluster
+    } else {
+        INVALID_CLUSTER_TOKEN
+    };
+    format!("{EVENTS_PREFIX}.{token}.rejected")
+}
+
+/// Budget tree changes of a cluster.
+pub fn policy(cluster: &str) -> String {
+    format!("{EVENTS_PREFIX}.{cluster}.policy")
+}
+
+/// Inventory events of one node.
+pub fn node(cluster: &str, node: &str) -> String {
+    format!("{EVENTS_PREFIX}.{cluster}.node.{node}")
+}
+
+/// Maintenance windows of a cluster.
+pub fn maintenance(cluster: &str) -> String {
+    format!("{EVENTS_PREFIX}.{cluster}.maintenance")
+}
+
+/// Usage snapshots of a cluster.
+pub fn usage(cluster: &str) -> String {
+    format!("{EVENTS_PREFIX}.{cluster}.usage")
+}
+
+/// Every event of a cluster: the filter one cluster's decision instance consumes.
+pub fn cluster_events(cluster: &str) -> String {
+    format!("{EVENTS_PREFIX}.{cluster}.>")
+}
+
+/// Durable intake of a cluster's submissions.
+pub fn intake(cluster: &str) -> String {
+    format!("{INTAKE_PREFIX}.{cluster}")
+}
+
+/// The cluster token of an intake subject, if it is one.
+pub fn cluster_of_intake(subject: &str) -> Option<&str> {
+    subject
+        .strip_prefix(INTAKE_PREFIX)?
+        .strip_prefix('.')
+        .filter(|rest| !rest.contains('.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens() {
+        assert!(is_valid_token("alpha"));
+        assert!(is_valid_token("gpu-007_a"));
+        assert!(!is_valid_token(""));
+        assert!(!is_valid_token("_"));
+        assert!(!is_valid_token("-a"));
+        assert!(!is_valid_token("a.b"));
+        assert!(!is_valid_token("a*"));
+        assert!(!is_valid_token("a>"));
+        assert!(!is_valid_token("a b"));
+        assert!(!is_valid_token(&"a".repeat(MAX_TOKEN_LEN + 1)));
+    }
+
+    #[test]
+    fn rejected_with_bad_cluster_uses_placeholder() {
+        assert_eq!(rejected("alpha"), "fairshare.events.alpha.rejected");
+        assert_eq!(rejected("a.b.>"), "fairshare.events._.rejected");
+    }
+
+    #[test]
+    fn intake_round_trip() {
+        assert_eq!(cluster_of_intake(&intake("alpha")), Some("alpha"));
+        assert_eq!(cluster_of_intake("fairshare.intake.a.b"), None);
+        assert_eq!(cluster_of_intake("fairshare.intakex"), None);
+    }
+}

@@ -1,0 +1,318 @@
+//! The budget tree: accounts with integer shares relative to their siblings.
+//!
+//! A leaf is an *allocation*: the thing jobs charge. Its fraction of the cluster is the product
+//! of `share / sum(sibling shares)` along its path, kept as an exact rational so ranking can
+//! compare without floats. The tree arrives as a `BudgetTreeSet` event and is validated here;
+//! an invalid tree is rejected whole.
+
+use std::collections::BTreeMap;
+
+use fairshare_events::pb;
+
+/// Separator between segments of an allocation path.
+pub const PATH_SEPARATOR: char = '/';
+
+/// Longest account name accepted.
+pub const MAX_ACCOUNT_NAME_LEN: usize = 64;
+
+/// Why a budget tree was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetError {
+    /// The tree has no account at all.
+    #[error("the budget tree has no accounts")]
+    Empty,
+    /// An account name is empty, too long, or uses characters outside `[A-Za-z0-9_.-]`.
+    #[error("account {path:?}: name {name:?} is not valid (1-64 characters of A-Z a-z 0-9 _ . -)")]
+    InvalidName {
+        /// Path of the parent account ("" at the top).
+        path: String,
+        /// The offending name.
+        name: String,
+    },
+    /// Two siblings share a name.
+    #[error("account {path:?} is defined twice")]
+    DuplicateAccount {
+        /// Full path of the duplicate.
+        path: String,
+    },
+    /// Shares are capped so that fraction products stay exact in 128-bit integers.
+    #[error("account {path:?}: share {share} is over the limit of {limit}")]
+    ShareTooLarge {
+        /// Full path of the account.
+        path: String,
+        /// The share given.
+        share: u64,
+        /// The largest share accepted.
+        limit: u64,
+    },
+    /// The tree is deeper than ranking supports.
+    #[error("account {path:?} is nested deeper than {limit} levels")]
+    TooDeep {
+        /// Full path of the account.
+        path: String,
+        /// The deepest level accepted.
+        limit: usize,
+    },
+}
+
+/// Largest share accepted; with [`MAX_DEPTH`] levels the exact fraction fits in 128 bits.
+pub const MAX_SHARE: u64 = 1_000_000;
+/// Deepest tree accepted (organisation -> program -> project -> team and a little more).
+pub const MAX_DEPTH: usize = 6;
+
+/// Index of an account in [`BudgetTree::accounts`].
+pub type AccountId = usize;
+
+/// One account of a validated tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountNode {
+    /// Name relative to its parent.
+    pub name: String,
+    /// Full path from the root, segments joined by `/`.
+    pub path: String,
+    /// Share relative to siblings; 0 means no claim.
+    pub share: u64,
+    /// Parent account, `None` for top-level accounts.
+    pub parent: Option<AccountId>,
+    /// Children, sorted by name (the stable tie-break order).
+    pub children: Vec<AccountId>,
+    /// Depth from the top (top-level accounts are at 0).
+    pub depth: usize,
+}
+
+impl AccountNode {
+    /// Whether jobs can charge this account.
+    pub fn is_allocation(&self) -> bool {
+        self.children.is_empty()
+    }
+}
+
+/// An exact fraction of the cluster: `num / den`, with `den > 0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fraction {
+    /// Numerator.
+    pub num: u128,
+    /// Denominator (never 0).
+    pub den: u128,
+}
+
+/// A validated budget tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetTree {
+    /// Every account; children always have larger ids than their parent.
+    pub accounts: Vec<AccountNode>,
+    /// Top-level accounts, sorted by name.
+    pub roots: Vec<AccountId>,
+    /// Allocation path -> account id, for every leaf.
+    by_path: BTreeMap<String, AccountId>,
+}
+
+impl BudgetTree {
+    /// Validates the accounts of a `BudgetTreeSet` event.
+    pub fn from_accounts(accounts: &[pb::Account]) -> Result<Self, BudgetError> {
+        if accounts.is_empty() {
+            return Err(BudgetError::Empty);
+        }
+        let mut tree = BudgetTree {
+            accounts: Vec::new(),
+            roots: Vec::new(),
+            by_path: BTreeMap::new(),
+        };
+        tree.roots = tree.add_level(accounts, None, "", 0)?;
+        Ok(tree)
+    }
+
+    fn add_level(
+        &mut self,
+        level: &[pb::Account],
+        parent: Option<AccountId>,
+        parent_path: &str,
+        depth: usize,
+    ) -> Result<Vec<AccountId>, BudgetError> {
+        let mut sorted: Vec<&pb::Account> = level.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut ids = Vec::with_capacity(sorted.len());
+        for (i, account) in sorted.iter().enumerate() {
+            if !is_valid_account_name(&account.name) {
+                return Err(BudgetError::InvalidName {
+                    path: parent_path.to_owned(),
+                    name: account.name.clone(),
+                });
+            }
+            let path = if parent_path.is_empty() {
+                account.name.clone()
+            } else {
+                format!("{parent_path}{PATH_SEPARATOR}{}", account.name)
+            };
+            if i > 0 && sorted[i - 1].name == account.name {
+                return Err(BudgetError::DuplicateAccount { path });
+            }
+            if account.share > MAX_SHARE {
+                return Err(BudgetError::ShareTooLarge {
+                    path,
+                    share: account.share,
+                    limit: MAX_SHARE,
+                });
+            }
+            if depth >= MAX_DEPTH {
+                return Err(BudgetError::TooDeep {
+                    path,
+                    limit: MAX_DEPTH,
+                });
+            }
+            let id = self.accounts.len();
+            self.accounts.push(AccountNode {
+                name: account.name.clone(),
+                path: path.clone(),
+                share: account.share,
+                parent,
+                children: Vec::new(),
+                depth,
+            });
+            let children = self.add_level(&account.children, Some(id), &path, depth + 1)?;
+            if children.is_empty() {
+                self.by_path.insert(path, id);
+            }
+            self.accounts[id].children = children;
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    /// The allocation (leaf) at `path`, if there is one.
+    pub fn allocation(&self, path: &str) -> Option<AccountId> {
+        self.by_path.get(path).copied()
+    }
+
+    /// Whether `path` names an account that exists but has children (so cannot be charged).
+    pub fn is_inner_account(&self, path: &str) -> bool {
+        self.accounts
+            .iter()
+            .any(|a| a.path == path && !a.is_allocation())
+    }
+
+    /// Every allocation path, sorted.
+    pub fn allocation_paths(&self) -> impl Iterator<Item = &str> {
+        self.by_path.keys().map(String::as_str)
+    }
+
+    /// Siblings of `id` including itself.
+    pub fn siblings(&self, id: AccountId) -> &[AccountId] {
+        match self.accounts[id].parent {
+            Some(p) => &self.accounts[p].children,
+            None => &self.roots,
+        }
+    }
+
+    /// The exact fraction of the cluster that account `id` (leaf or inner) holds.
+    pub fn fraction(&self, id: AccountId) -> Fraction {
+        let mut num: u128 = 1;
+        let mut den: u128 = 1;
+        let mut cur = Some(id);
+        while let Some(c) = cur {
+            let share = u128::from(self.accounts[c].share);
+            let total: u128 = self
+                .siblings(c)
+                .iter()
+                .map(|&s| u128::from(self.accounts[s].share))
+                .sum();
+            if share == 0 || total == 0 {
+                return Fraction { num: 0, den: 1 };
+            }
+            num *= share;
+            den *= total;
+            cur = self.accounts[c].parent;
+        }
+        Fraction { num, den }
+    }
+}
+
+/// Whether `name` can be an account name (one path segment).
+pub fn is_valid_account_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_ACCOUNT_NAME_LEN
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acc(name: &str, share: u64, children: Vec<pb::Account>) -> pb::Account {
+        pb::Account {
+            name: name.into(),
+            share,
+            children,
+        }
+    }
+
+    fn sample() -> BudgetTree {
+        BudgetTree::from_accounts(&[
+            acc(
+                "research",
+                3,
+                vec![acc("nlp", 1, vec![]), acc("vision", 3, vec![])],
+            ),
+            acc("infra", 1, vec![]),
+            acc("guests", 0, vec![]),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn fractions_are_products_of_sibling_ratios() {
+        let t = sample();
+        let f = |p: &str| t.fraction(t.allocation(p).unwrap());
+        // research holds 3/4; vision holds 3/4 of that.
+        assert_eq!(f("research/vision"), Fraction { num: 9, den: 16 });
+        assert_eq!(f("research/nlp"), Fraction { num: 3, den: 16 });
+        assert_eq!(f("infra"), Fraction { num: 1, den: 4 });
+        assert_eq!(f("guests"), Fraction { num: 0, den: 1 });
+    }
+
+    #[test]
+    fn only_leaves_are_allocations() {
+        let t = sample();
+        assert!(t.allocation("research").is_none());
+        assert!(t.is_inner_account("research"));
+        assert!(!t.is_inner_account("research/nlp"));
+        assert_eq!(
+            t.allocation_paths().collect::<Vec<_>>(),
+            vec!["guests", "infra", "research/nlp", "research/vision"]
+        );
+    }
+
+    #[test]
+    fn invalid_trees_are_refused_with_the_path() {
+        assert_eq!(BudgetTree::from_accounts(&[]), Err(BudgetError::Empty));
+        assert_eq!(
+            BudgetTree::from_accounts(&[acc(
+                "a",
+                1,
+                vec![acc("x", 1, vec![]), acc("x", 2, vec![])]
+            )]),
+            Err(BudgetError::DuplicateAccount { path: "a/x".into() })
+        );
+        assert_eq!(
+            BudgetTree::from_accounts(&[acc("a", 1, vec![acc("b/c", 1, vec![])])]),
+            Err(BudgetError::InvalidName {
+                path: "a".into(),
+                name: "b/c".into()
+            })
+        );
+        assert!(matches!(
+            BudgetTree::from_accounts(&[acc("a", MAX_SHARE + 1, vec![])]),
+            Err(BudgetError::ShareTooLarge { .. })
+        ));
+        let mut deep = acc("l6", 1, vec![]);
+        for i in (0..6).rev() {
+            deep = acc(&format!("l{i}"), 1, vec![deep]);
+        }
+        assert!(matches!(
+            BudgetTree::from_accounts(&[deep]),
+            Err(BudgetError::TooDeep { .. })
+        ));
+    }
+}

@@ -1,0 +1,344 @@
+//! The TOML files managers and operators write, turned into the events they publish.
+//!
+//! Budget tree (`fairshare budget apply FILE`):
+//!
+//! ```toml
+//! cluster = "alpha"          # the GPU cluster this tree divides
+//!
+//! [accounts.research]        # a top-level account (organisation or program)
+//! share = 3                  # relative to its siblings; 0 = no claim
+//!
+//! [accounts.research.nlp]    # a child: any table inside an account is a child account
+//! share = 1
+//!
+//! [accounts.infra]
+//! share = 1
+//! ```
+//!
+//! Accounts without child tables are allocations: jobs name them by path (`research/nlp`).
+//! The fractions are claims on whatever capacity the cluster's inventory holds at the time.
+//!
+//! Inventory (`fairshare inventory apply FILE`):
+//!
+//! ```toml
+//! cluster = "alpha"
+//!
+//! [[nodes]]                  # a group of identical nodes named gpu000 .. gpu127
+//! prefix = "gpu"
+//! count = 128
+//! gpus = 8
+//!
+//! [[nodes]]                  # or one node by name
+//! name = "fat01"
+//! gpus = 16
+//! ```
+
+use std::collections::BTreeSet;
+
+use fairshare_events::{pb, subjects};
+
+use crate::budget::{BudgetError, BudgetTree};
+
+/// Why a policy or inventory file was refused. Nothing is published for a refused file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// Not TOML at all.
+    #[error("not valid TOML: {0}")]
+    Toml(String),
+    /// A required key is missing or has the wrong type.
+    #[error("{at}: {what}")]
+    Field {
+        /// Where in the file (table path).
+        at: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// The tree parsed but is not a valid budget tree.
+    #[error("invalid budget tree: {0}")]
+    Budget(#[from] BudgetError),
+}
+
+fn field(at: impl Into<String>, what: impl Into<String>) -> FileError {
+    FileError::Field {
+        at: at.into(),
+        what: what.into(),
+    }
+}
+
+fn cluster_of(table: &toml::Table) -> Result<String, FileError> {
+    let cluster = table
+        .get("cluster")
+        .and_then(toml::Value::as_str)
+        .ok_or_else(|| field("top level", "missing `cluster = \"name\"`"))?;
+    if !subjects::is_valid_token(cluster) {
+        return Err(field(
+            "cluster",
+            format!(
+                "{cluster:?} is not a valid cluster name (letters, digits, _ and -, starting with a letter or digit)"
+            ),
+        ));
+    }
+    Ok(cluster.to_owned())
+}
+
+/// Parses and validates a budget tree file into the event that sets it.
+pub fn parse_budget(text: &str) -> Result<pb::BudgetTreeSet, FileError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| FileError::Toml(e.to_string()))?;
+    let cluster = cluster_of(&table)?;
+    for key in table.keys() {
+        if key != "cluster" && key != "accounts" {
+            return Err(field(
+                "top level",
+                format!("unknown key `{key}` (expected `cluster` and `accounts`)"),
+            ));
+        }
+    }
+    let accounts = table
+        .get("accounts")
+        .and_then(toml::Value::as_table)
+        .ok_or_else(|| field("top level", "missing `[accounts.<name>]` tables"))?;
+    let accounts = parse_accounts(accounts, "accounts")?;
+    // Validate with the same code the services fold with, so a file that applies is a tree
+    // every service accepts.
+    BudgetTree::from_accounts(&accounts)?;
+    Ok(pb::BudgetTreeSet { cluster, accounts })
+}
+
+fn parse_accounts(table: &toml::Table, at: &str) -> Result<Vec<pb::Account>, FileError> {
+    let mut out = Vec::new();
+    for (name, value) in table {
+        let here = format!("{at}.{name}");
+        let body = value
+            .as_table()
+            .ok_or_else(|| field(&here, "an account must be a table with a `share`"))?;
+        let share = body
+            .get("share")
+            .ok_or_else(|| field(&here, "missing `share`"))?
+            .as_integer()
+            .ok_or_else(|| field(&here, "`share` must be an integer"))?;
+        let share = u64::try_from(share)
+            .map_err(|_| field(&here, format!("`share` must be >= 0, got {share}")))?;
+        let mut children = toml::Table::new();
+        for (key, v) in body {
+            match (key.as_str(), v) {
+                ("share", _) => {}
+                (_, toml::Value::Table(_)) => {
+                    children.insert(key.clone(), v.clone());
+                }
+                _ => {
+                    return Err(field(
+                        &here,
+                        format!("unknown key `{key}` (child accounts are tables)"),
+                    ));
+                }
+            }
+        }
+        out.push(pb::Account {
+            name: name.clone(),
+            share,
+            children: parse_accounts(&children, &here)?,
+        });
+    }
+    Ok(out)
+}
+
+/// A parsed inventory file: the nodes a cluster should have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InventoryFile {
+    /// Cluster name.
+    pub cluster: String,
+    /// Node name and GPU count, sorted by name.
+    pub nodes: Vec<(String, u32)>,
+}
+
+impl InventoryFile {
+    /// The `NodeRegistered` events that bring a cluster to this inventory.
+    pub fn registrations(&self) -> Vec<pb::NodeRegistered> {
+        self.nodes
+            .iter()
+            .map(|(node, gpus)| pb::NodeRegistered {
+                cluster: self.cluster.clone(),
+                node: node.clone(),
+                gpus: *gpus,
+            })
+            .collect()
+    }
+}
+
+/// Largest GPU count one node may declare.
+pub const MAX_GPUS_PER_NODE: i64 = 1024;
+/// Largest node count one group may declare.
+pub const MAX_NODES_PER_GROUP: i64 = 100_000;
+
+/// Parses and validates an inventory file.
+pub fn parse_inventory(text: &str) -> Result<InventoryFile, FileError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| FileError::Toml(e.to_string()))?;
+    let cluster = cluster_of(&table)?;
+    let groups = table
+        .get("nodes")
+        .and_then(toml::Value::as_array)
+        .ok_or_else(|| field("top level", "missing `[[nodes]]` entries"))?;
+    let mut names = BTreeSet::new();
+    let mut nodes = Vec::new();
+    for (i, group) in groups.iter().enumerate() {
+        let at = format!("nodes[{i}]");
+        let group = group
+            .as_table()
+            .ok_or_else(|| field(&at, "must be a table"))?;
+        let int = |key: &str| -> Result<Option<i64>, FileError> {
+            match group.get(key) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_integer()
+                    .map(Some)
+                    .ok_or_else(|| field(&at, format!("`{key}` must be an integer"))),
+            }
+        };
+        let gpus = int("gpus")?.ok_or_else(|| field(&at, "missing `gpus`"))?;
+        if !(1..=MAX_GPUS_PER_NODE).contains(&gpus) {
+            return Err(field(
+                &at,
+                format!("`gpus` must be 1..={MAX_GPUS_PER_NODE}, got {gpus}"),
+            ));
+        }
+        let gpus = gpus as u32;
+        let group_names: Vec<String> = match (group.get("name"), group.get("prefix")) {
+            (Some(name), None) => {
+                let name = name
+                    .as_str()
+                    .ok_or_else(|| field(&at, "`name` must be a string"))?;
+                vec![name.to_owned()]
+            }
+            (None, Some(prefix)) => {
+                let prefix = prefix
+                    .as_str()
+                    .ok_or_else(|| field(&at, "`prefix` must be a string"))?;
+                let count =
+                    int("count")?.ok_or_else(|| field(&at, "a `prefix` group needs `count`"))?;
+                if !(1..=MAX_NODES_PER_GROUP).contains(&count) {
+                    return Err(field(
+                        &at,
+                        format!("`count` must be 1..={MAX_NODES_PER_GROUP}, got {count}"),
+                    ));
+                }
+                let width = (count - 1).to_string().len().max(3);
+                (0..count).map(|n| format!("{prefix}{n:0width$}")).collect()
+            }
+            _ => return Err(field(&at, "give either `name` or `prefix` and `count`")),
+        };
+        for name in group_names {
+            if !subjects::is_valid_token(&name) {
+                return Err(field(&at, format!("{name:?} is not a valid node name")));
+            }
+            if !names.insert(name.clone()) {
+                return Err(field(&at, format!("node {name:?} is declared twice")));
+            }
+            nodes.push((name, gpus));
+        }
+    }
+    if nodes.is_empty() {
+        return Err(field("nodes", "the inventory has no nodes"));
+    }
+    nodes.sort();
+    Ok(InventoryFile { cluster, nodes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_file_round_trips_into_a_tree() {
+        let set = parse_budget(
+            r#"
+            cluster = "alpha"
+            [accounts.research]
+            share = 3
+            [accounts.research.nlp]
+            share = 1
+            [accounts.research.vision]
+            share = 3
+            [accounts.infra]
+            share = 1
+            "#,
+        )
+        .unwrap();
+        assert_eq!(set.cluster, "alpha");
+        let tree = BudgetTree::from_accounts(&set.accounts).unwrap();
+        assert_eq!(
+            tree.allocation_paths().collect::<Vec<_>>(),
+            vec!["infra", "research/nlp", "research/vision"]
+        );
+    }
+
+    #[test]
+    fn budget_file_errors_name_the_place() {
+        let err = parse_budget("cluster = \"a\"\n[accounts.x]\nshare = -1\n").unwrap_err();
+        assert_eq!(err.to_string(), "accounts.x: `share` must be >= 0, got -1");
+        let err = parse_budget("cluster = \"a\"\n[accounts.x]\nshares = 1\n").unwrap_err();
+        assert_eq!(err.to_string(), "accounts.x: missing `share`");
+        let err =
+            parse_budget("cluster = \"a\"\n[accounts.x]\nshare = 1\nnote = \"n\"\n").unwrap_err();
+        assert!(err.to_string().contains("unknown key `note`"), "{err}");
+        let err = parse_budget("cluster = \"a.b\"\n[accounts.x]\nshare = 1\n").unwrap_err();
+        assert!(
+            err.to_string().contains("not a valid cluster name"),
+            "{err}"
+        );
+        assert!(matches!(
+            parse_budget("cluster = "),
+            Err(FileError::Toml(_))
+        ));
+        assert!(matches!(
+            parse_budget("cluster = \"a\"\n[accounts]\n"),
+            Err(FileError::Budget(BudgetError::Empty))
+        ));
+    }
+
+    #[test]
+    fn inventory_groups_expand_to_named_nodes() {
+        let inv = parse_inventory(
+            "cluster = \"alpha\"\n[[nodes]]\nprefix = \"gpu\"\ncount = 3\ngpus = 8\n[[nodes]]\nname = \"fat\"\ngpus = 16\n",
+        )
+        .unwrap();
+        assert_eq!(
+            inv.nodes,
+            vec![
+                ("fat".to_owned(), 16),
+                ("gpu000".to_owned(), 8),
+                ("gpu001".to_owned(), 8),
+                ("gpu002".to_owned(), 8)
+            ]
+        );
+    }
+
+    #[test]
+    fn inventory_rejects_bad_nodes() {
+        let dup = "cluster = \"a\"\n[[nodes]]\nname = \"x\"\ngpus = 8\n[[nodes]]\nname = \"x\"\ngpus = 8\n";
+        assert!(
+            parse_inventory(dup)
+                .unwrap_err()
+                .to_string()
+                .contains("declared twice")
+        );
+        let zero = "cluster = \"a\"\n[[nodes]]\nname = \"x\"\ngpus = 0\n";
+        assert!(
+            parse_inventory(zero)
+                .unwrap_err()
+                .to_string()
+                .contains("`gpus` must be")
+        );
+        let both =
+            "cluster = \"a\"\n[[nodes]]\nname = \"x\"\nprefix = \"p\"\ncount = 2\ngpus = 8\n";
+        assert!(
+            parse_inventory(both)
+                .unwrap_err()
+                .to_string()
+                .contains("either")
+        );
+    }
+}

@@ -1,0 +1,17 @@
+//! The pure domain model every service and the simulator share.
+//!
+//! Nothing here does I/O, talks to NATS or reads a clock: time is always an argument. The
+//! services fold log events into these types; the simulator drives the same types directly.
+//!
+//! - [`budget`]: the budget tree (accounts with relative shares; leaves are allocations).
+//! - [`inventory`]: a cluster's nodes and their GPUs.
+//! - [`shape`]: turning a requested GPU and node count into a shape the cluster can hold.
+//! - [`files`]: the TOML files managers and operators write (budget tree, inventory), parsed
+//!   and validated into the events they publish.
+//! - [`duration`]: human durations on the command line ("8h", "15m").
+
+pub mod budget;
+pub mod duration;
+pub mod files;
+pub mod inventory;
+pub mod shape;

