@@ -1,1 +1,246 @@
-//! placeholder
+//! Shared fixtures for the end-to-end tests and benchmarks: a real nats-server (from
+//! `fairshare-testkit`), the streams, a small cluster with a budget tree, and services run
+//! in-process with a shutdown the test controls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::{codec, subjects};
+use fairshare_model::files;
+use fairshare_runtime::admin;
+use fairshare_runtime::clock::SystemClock;
+use fairshare_submission::shell::Service;
+use fairshare_testkit::NatsServer;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The test cluster's name.
+pub const CLUSTER: &str = "alpha";
+
+/// Budget tree of the test cluster: research 3 (nlp 1, vision 3), infra 1.
+pub const BUDGET: &str = r#"
+cluster = "alpha"
+[accounts.research]
+share = 3
+[accounts.research.nlp]
+share = 1
+[accounts.research.vision]
+share = 3
+[accounts.infra]
+share = 1
+"#;
+
+/// Inventory of the test cluster: 4 nodes of 8 GPUs.
+pub const INVENTORY: &str = r#"
+cluster = "alpha"
+[[nodes]]
+prefix = "gpu"
+count = 4
+gpus = 8
+"#;
+
+/// A running submission service and the way to stop it.
+struct RunningService {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), fairshare_submission::ServiceError>>,
+}
+
+/// A nats-server with the streams, the test cluster's policy, and optionally the submission
+/// service.
+pub struct Stack {
+    /// The server (killed on drop).
+    pub server: NatsServer,
+    /// A client for the test itself.
+    pub client: async_nats::Client,
+    /// JetStream on that client.
+    pub js: jetstream::Context,
+    submission: Option<RunningService>,
+}
+
+/// Time used for fixture events.
+fn now_ms() -> i64 {
+    use fairshare_runtime::clock::Clock;
+    SystemClock.now_ms()
+}
+
+impl Stack {
+    /// Starts a server, creates the streams and applies [`BUDGET`] and [`INVENTORY`].
+    pub async fn start() -> anyhow::Result<Self> {
+        let server = NatsServer::start()?;
+        let client = async_nats::connect(server.url()).await?;
+        let js = jetstream::new(client.clone());
+        fairshare_runtime::nats::ensure_streams(&js, 1).await?;
+        admin::set_budget(&js, now_ms(), files::parse_budget(BUDGET)?).await?;
+        admin::register_nodes(
+            &js,
+            now_ms(),
+            files::parse_inventory(INVENTORY)?.registrations(),
+        )
+        .await?;
+        Ok(Self {
+            server,
+            client,
+            js,
+            submission: None,
+        })
+    }
+
+    /// Starts the submission service on its own connection; returns once it serves.
+    pub async fn start_submission(
+        &mut self,
+        config: fairshare_submission::Config,
+    ) -> anyhow::Result<()> {
+        let client = async_nats::connect(self.server.url()).await?;
+        let service = Service::start(client, config, Arc::new(SystemClock)).await?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(service.serve(async {
+            let _ = stopped.await;
+        }));
+        self.submission = Some(RunningService { stop, task });
+        Ok(())
+    }
+
+    /// Stops the submission service gracefully and waits for it.
+    pub async fn stop_submission(&mut self) -> anyhow::Result<()> {
+        if let Some(s) = self.submission.take() {
+            let _ = s.stop.send(());
+            s.task.await??;
+        }
+        Ok(())
+    }
+
+    /// Kills the submission service's task at once, as a crash would.
+    pub fn crash_submission(&mut self) {
+        if let Some(s) = self.submission.take() {
+            s.task.abort();
+        }
+    }
+
+    /// Sends raw bytes to the submit API and decodes the reply.
+    pub async fn submit_bytes(&self, bytes: bytes::Bytes) -> anyhow::Result<pb::SubmitReply> {
+        let reply = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.client.request(subjects::SUBMIT_API, bytes),
+        )
+        .await??;
+        Ok(codec::decode_submit_reply(&reply.payload)?)
+    }
+
+    /// Submits a request.
+    pub async fn submit(&self, request: &pb::SubmitRequest) -> anyhow::Result<pb::SubmitReply> {
+        self.submit_bytes(codec::encode(request)).await
+    }
+
+    /// Sends a cancel request.
+    pub async fn cancel(&self, job_id: &str) -> anyhow::Result<pb::CancelReply> {
+        let request = pb::CancelRequest {
+            job_id: job_id.to_owned(),
+            reason: "test".into(),
+            requested_by: "tester".into(),
+        };
+        let reply = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.client
+                .request(subjects::CANCEL_API, codec::encode(&request)),
+        )
+        .await??;
+        Ok(codec::decode_cancel_reply(&reply.payload)?)
+    }
+
+    /// Messages in the events stream.
+    pub async fn event_count(&self) -> anyhow::Result<u64> {
+        let mut stream = self.js.get_stream(EVENTS_STREAM).await?;
+        Ok(stream.info().await?.state.messages)
+    }
+
+    /// The event at `sequence`, decoded.
+    pub async fn event_at(&self, sequence: u64) -> anyhow::Result<(String, pb::Event)> {
+        let stream = self.js.get_stream(EVENTS_STREAM).await?;
+        let message = stream.get_raw_message(sequence).await?;
+        Ok((
+            message.subject.to_string(),
+            codec::decode_event(&message.payload)?,
+        ))
+    }
+
+    /// Every event in the stream, in order, with its subject.
+    pub async fn all_events(&self) -> anyhow::Result<Vec<(u64, String, pb::Event)>> {
+        let stream = self.js.get_stream(EVENTS_STREAM).await?;
+        let last = self
+            .js
+            .get_stream(EVENTS_STREAM)
+            .await?
+            .get_info()
+            .await?
+            .state
+            .last_sequence;
+        let mut out = Vec::new();
+        for seq in 1..=last {
+            if let Ok(message) = stream.get_raw_message(seq).await {
+                out.push((
+                    seq,
+                    message.subject.to_string(),
+                    codec::decode_event(&message.payload)?,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Appends an event directly (as another service would), on `subject`.
+    pub async fn append(
+        &self,
+        subject: String,
+        body: Body,
+        message_id: &str,
+    ) -> anyhow::Result<u64> {
+        let event = pb::Event {
+            at_ms: now_ms(),
+            body: Some(body),
+        };
+        let envelope = fairshare_runtime::envelope::Envelope {
+            message_id: message_id.to_owned(),
+            ..Default::default()
+        };
+        Ok(admin::append(&self.js, subject, &event, &envelope).await?)
+    }
+}
+
+/// A valid single-GPU submission to `research/nlp` with key `key`.
+pub fn request(key: &str) -> pb::SubmitRequest {
+    pb::SubmitRequest {
+        idempotency_key: key.to_owned(),
+        spec: Some(pb::JobSpec {
+            cluster: CLUSTER.into(),
+            allocation: "research/nlp".into(),
+            user: "ada".into(),
+            gpus: 1,
+            nodes: 0,
+            min_runtime_s: 900,
+            resumable: true,
+            priority: 0,
+            time_limit_s: 0,
+            payload: bytes::Bytes::from_static(b"python train.py"),
+            name: "train".into(),
+        }),
+    }
+}
+
+/// The accepted part of a reply, or a readable failure.
+pub fn accepted(reply: &pb::SubmitReply) -> anyhow::Result<&pb::Accepted> {
+    match &reply.result {
+        Some(pb::submit_reply::Result::Accepted(a)) => Ok(a),
+        other => anyhow::bail!("expected acceptance, got {other:?}"),
+    }
+}
+
+/// The rejection part of a reply, or a readable failure.
+pub fn rejected(reply: &pb::SubmitReply) -> anyhow::Result<&pb::Rejection> {
+    match &reply.result {
+        Some(pb::submit_reply::Result::Rejected(r)) => Ok(r),
+        other => anyhow::bail!("expected rejection, got {other:?}"),
+    }
+}

@@ -3,6 +3,7 @@
 //! Services keep their domain logic pure (no async, no NATS, no wall clock); everything that
 //! touches the outside world for them lives here, once:
 //!
+//! - [`admin`]: appending budget trees and node registrations.
 //! - [`clock`]: the injected clock (system time in production, a manual clock in tests).
 //! - [`nats`]: connecting, and creating or updating the JetStream streams of
 //!   [`fairshare_events::streams`].
@@ -11,6 +12,7 @@
 //! - [`shutdown`]: the process signal future `main` hands to a service's `run`.
 //! - [`telemetry`]: tracing set-up for binaries.
 
+pub mod admin;
 pub mod clock;
 pub mod envelope;
 pub mod log;

@@ -1,0 +1,227 @@
+//! The checks a submission or cancellation must pass before anything is appended.
+//!
+//! Each failure has its own [`RejectionCode`] and a message a person can act on. The checks
+//! only read the state; a rejected request leaves the log and the state untouched.
+
+use fairshare_events::pb::{self, RejectionCode};
+use fairshare_events::subjects;
+use fairshare_model::shape::{self, Shape, ShapeError};
+
+use super::limits::Limits;
+use super::state::{JobStatus, KeyOutcome, SubmissionState};
+
+fn reject(code: RejectionCode, message: impl Into<String>) -> pb::Rejection {
+    pb::Rejection {
+        code: code as i32,
+        message: message.into(),
+    }
+}
+
+/// What a submission that passed the checks needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checked {
+    /// A new submission: append it with this shape.
+    New(Shape),
+    /// This key was accepted before: answer with the first job, write nothing.
+    Repeat {
+        /// The job accepted first.
+        job_id: String,
+        /// Its job-submitted sequence.
+        sequence: u64,
+    },
+}
+
+/// Checks a submit request against the folded state and the limits.
+pub fn check_submission(
+    state: &SubmissionState,
+    request: &pb::SubmitRequest,
+    limits: &Limits,
+) -> Result<Checked, pb::Rejection> {
+    let key = &request.idempotency_key;
+    if key.is_empty() || key.len() > limits.max_idempotency_key_bytes {
+        return Err(reject(
+            RejectionCode::BadIdempotencyKey,
+            format!(
+                "idempotency key must be 1..={} bytes, got {}",
+                limits.max_idempotency_key_bytes,
+                key.len()
+            ),
+        ));
+    }
+    match state.keys.get(key) {
+        Some(KeyOutcome::Accepted { job_id, sequence }) => {
+            return Ok(Checked::Repeat {
+                job_id: job_id.clone(),
+                sequence: *sequence,
+            });
+        }
+        Some(KeyOutcome::Rejected(rejection)) => return Err(rejection.clone()),
+        None => {}
+    }
+    let Some(spec) = &request.spec else {
+        return Err(reject(
+            RejectionCode::Malformed,
+            "submit request has no job spec",
+        ));
+    };
+    if spec.payload.len() > limits.max_payload_bytes {
+        return Err(reject(
+            RejectionCode::PayloadTooLarge,
+            format!(
+                "payload is {} bytes, the limit is {}",
+                spec.payload.len(),
+                limits.max_payload_bytes
+            ),
+        ));
+    }
+    for (what, value) in [("user", &spec.user), ("name", &spec.name)] {
+        if value.len() > limits.max_label_bytes {
+            return Err(reject(
+                RejectionCode::InvalidName,
+                format!(
+                    "{what} is {} bytes, the limit is {}",
+                    value.len(),
+                    limits.max_label_bytes
+                ),
+            ));
+        }
+    }
+    if !subjects::is_valid_token(&spec.cluster) {
+        return Err(reject(
+            RejectionCode::InvalidName,
+            format!(
+                "cluster name {:?} is not valid (letters, digits, _ and -, starting with a letter or digit)",
+                spec.cluster
+            ),
+        ));
+    }
+    let cluster = state.clusters.get(&spec.cluster);
+    let (Some(cluster), Some(budget)) = (cluster, cluster.and_then(|c| c.budget.as_ref())) else {
+        return Err(reject(
+            RejectionCode::UnknownCluster,
+            format!("cluster {:?} has no budget tree or inventory", spec.cluster),
+        ));
+    };
+    if cluster.inventory.nodes.is_empty() {
+        return Err(reject(
+            RejectionCode::UnknownCluster,
+            format!("cluster {:?} has no nodes registered", spec.cluster),
+        ));
+    }
+    if budget.allocation(&spec.allocation).is_none() {
+        let detail = if budget.is_inner_account(&spec.allocation) {
+            "is an account with children, not an allocation; name one of its leaves"
+        } else {
+            "is not an allocation in its budget tree"
+        };
+        return Err(reject(
+            RejectionCode::UnknownAllocation,
+            format!(
+                "allocation {:?} of cluster {:?} {detail}",
+                spec.allocation, spec.cluster
+            ),
+        ));
+    }
+    let shape = shape::resolve(spec.gpus, spec.nodes, &cluster.inventory).map_err(|e| {
+        let code = match e {
+            ShapeError::NoGpus { .. } => RejectionCode::InvalidGpus,
+            ShapeError::TooManyGpus { .. } => RejectionCode::TooManyGpus,
+            ShapeError::Mismatch { .. } => RejectionCode::ShapeMismatch,
+        };
+        reject(code, e.to_string())
+    })?;
+    if spec.min_runtime_s < 0 {
+        return Err(reject(
+            RejectionCode::NegativeMinRuntime,
+            format!(
+                "minimum runtime {} s is negative (0 means unallocated)",
+                spec.min_runtime_s
+            ),
+        ));
+    }
+    if spec.min_runtime_s > limits.max_min_runtime_s {
+        return Err(reject(
+            RejectionCode::MinRuntimeOverCap,
+            format!(
+                "minimum runtime {} s is over the cap of {} s",
+                spec.min_runtime_s, limits.max_min_runtime_s
+            ),
+        ));
+    }
+    if spec.time_limit_s < 0 || (spec.time_limit_s > 0 && spec.time_limit_s < spec.min_runtime_s) {
+        return Err(reject(
+            RejectionCode::InvalidTimeLimit,
+            format!(
+                "time limit {} s must be 0 (none) or at least the minimum runtime ({} s)",
+                spec.time_limit_s, spec.min_runtime_s
+            ),
+        ));
+    }
+    Ok(Checked::New(shape))
+}
+
+/// The event a new, checked submission appends.
+pub fn job_submitted(job_id: &str, request: &pb::SubmitRequest, shape: Shape) -> pb::JobSubmitted {
+    pb::JobSubmitted {
+        job_id: job_id.to_owned(),
+        idempotency_key: request.idempotency_key.clone(),
+        spec: request.spec.clone(),
+        shape: Some(pb::Shape {
+            nodes: shape.nodes,
+            gpus_per_node: shape.gpus_per_node,
+        }),
+    }
+}
+
+/// What a cancel request that passed the checks does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelTarget {
+    /// Append a cancellation on the job's subject, expecting this last sequence there.
+    Cancel {
+        /// The job's cluster.
+        cluster: String,
+        /// Optimistic concurrency: the last sequence on the job's subject.
+        expected_last_subject_sequence: u64,
+    },
+    /// Already cancelled: answer as the first time, write nothing.
+    AlreadyCancelled {
+        /// Sequence of the cancellation.
+        sequence: u64,
+    },
+}
+
+/// Checks a cancel request.
+pub fn check_cancel(
+    state: &SubmissionState,
+    request: &pb::CancelRequest,
+    limits: &Limits,
+) -> Result<CancelTarget, pb::Rejection> {
+    if request.reason.len() > limits.max_label_bytes
+        || request.requested_by.len() > limits.max_label_bytes
+    {
+        return Err(reject(
+            RejectionCode::InvalidName,
+            format!(
+                "reason and requested_by must be at most {} bytes",
+                limits.max_label_bytes
+            ),
+        ));
+    }
+    let Some(job) = state.jobs.get(&request.job_id) else {
+        return Err(reject(
+            RejectionCode::UnknownJob,
+            format!("no job {:?} was ever accepted", request.job_id),
+        ));
+    };
+    match job.status {
+        JobStatus::Active => Ok(CancelTarget::Cancel {
+            cluster: job.cluster.clone(),
+            expected_last_subject_sequence: job.last_subject_sequence,
+        }),
+        JobStatus::Cancelled { sequence } => Ok(CancelTarget::AlreadyCancelled { sequence }),
+        JobStatus::Ended => Err(reject(
+            RejectionCode::JobEnded,
+            format!("job {} has already ended", request.job_id),
+        )),
+    }
+}

@@ -1,0 +1,12 @@
+//! The pure core of the submission service: no async, no NATS, no clock.
+//!
+//! [`SubmissionState`] is a fold of the log; [`check_submission`] and [`check_cancel`] decide
+//! whether a request may be appended, and build the event to append.
+
+mod checks;
+mod limits;
+mod state;
+
+pub use checks::{CancelTarget, Checked, check_cancel, check_submission, job_submitted};
+pub use limits::Limits;
+pub use state::{Applied, JobRecord, JobStatus, KeyOutcome, SubmissionState};

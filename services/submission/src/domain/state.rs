@@ -1,0 +1,183 @@
+//! What the submission service knows, folded from the log: each cluster's budget tree and
+//! inventory, every job accepted (its cluster, whether it has ended, and the last sequence on
+//! its subject for optimistic concurrency), and every idempotency key's first outcome.
+//!
+//! Applying is idempotent: an event at or below the last applied sequence is skipped, and the
+//! shell may record its own accepted submissions early (see [`SubmissionState::note_accepted`])
+//! because the later fold of the same event writes the same values.
+
+use std::collections::{BTreeMap, HashMap};
+
+use fairshare_events::pb::{self, event::Body};
+use fairshare_model::budget::BudgetTree;
+use fairshare_model::inventory::Inventory;
+
+/// A cluster as submission sees it.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterView {
+    /// The budget tree in force; `None` until one is set.
+    pub budget: Option<BudgetTree>,
+    /// Registered nodes.
+    pub inventory: Inventory,
+}
+
+/// Where a job stands, as far as cancellation cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobStatus {
+    /// Queued, placed, running, or preempted and waiting to be requeued.
+    Active,
+    /// Cancelled, at the given stream sequence.
+    Cancelled {
+        /// Sequence of the cancellation event.
+        sequence: u64,
+    },
+    /// Finished, failed, or preempted without requeue.
+    Ended,
+}
+
+/// One accepted job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRecord {
+    /// The cluster it runs on (part of its subject).
+    pub cluster: String,
+    /// Where it stands.
+    pub status: JobStatus,
+    /// The last stream sequence on the job's subject.
+    pub last_subject_sequence: u64,
+}
+
+/// The first logged outcome of an idempotency key; it is final.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyOutcome {
+    /// Accepted as this job, at this sequence.
+    Accepted {
+        /// The job id assigned.
+        job_id: String,
+        /// Sequence of the job-submitted event.
+        sequence: u64,
+    },
+    /// Rejected (intake only; request/reply rejections are not logged).
+    Rejected(pb::Rejection),
+}
+
+/// What applying one log entry did; the shell reports the ones that were ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The state changed, or the event carries nothing submission tracks.
+    Applied,
+    /// At or below the last applied sequence.
+    Duplicate,
+    /// Not applied, and why: an invalid budget tree, an event for an unknown job, ...
+    Ignored(String),
+}
+
+/// The submission service's state.
+#[derive(Debug, Clone, Default)]
+pub struct SubmissionState {
+    /// Clusters by name.
+    pub clusters: BTreeMap<String, ClusterView>,
+    /// Accepted jobs by id.
+    pub jobs: HashMap<String, JobRecord>,
+    /// Outcomes by idempotency key.
+    pub keys: HashMap<String, KeyOutcome>,
+    /// The last stream sequence folded.
+    pub last_sequence: u64,
+}
+
+impl SubmissionState {
+    /// Folds the log entry at `sequence`.
+    pub fn apply(&mut self, sequence: u64, event: &pb::Event) -> Applied {
+        if sequence <= self.last_sequence {
+            return Applied::Duplicate;
+        }
+        self.last_sequence = sequence;
+        let Some(body) = &event.body else {
+            return Applied::Ignored("event without body".into());
+        };
+        match body {
+            Body::BudgetTreeSet(set) => match BudgetTree::from_accounts(&set.accounts) {
+                Ok(tree) => {
+                    self.clusters.entry(set.cluster.clone()).or_default().budget = Some(tree);
+                    Applied::Applied
+                }
+                Err(e) => {
+                    Applied::Ignored(format!("budget tree for {:?} ignored: {e}", set.cluster))
+                }
+            },
+            Body::NodeRegistered(n) => {
+                self.clusters
+                    .entry(n.cluster.clone())
+                    .or_default()
+                    .inventory
+                    .register(&n.node, n.gpus);
+                Applied::Applied
+            }
+            Body::NodeRemoved(n) => {
+                if let Some(c) = self.clusters.get_mut(&n.cluster) {
+                    c.inventory.remove(&n.node);
+                }
+                Applied::Applied
+            }
+            Body::JobSubmitted(s) => {
+                let cluster = s
+                    .spec
+                    .as_ref()
+                    .map(|s| s.cluster.clone())
+                    .unwrap_or_default();
+                self.note_accepted(&s.idempotency_key, &s.job_id, &cluster, sequence);
+                Applied::Applied
+            }
+            Body::JobRejected(r) => {
+                let rejection = r.rejection.clone().unwrap_or_default();
+                self.keys
+                    .entry(r.idempotency_key.clone())
+                    .or_insert(KeyOutcome::Rejected(rejection));
+                Applied::Applied
+            }
+            Body::JobCancelled(e) => {
+                self.job_event(&e.job_id, sequence, Some(JobStatus::Cancelled { sequence }))
+            }
+            Body::JobFinished(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Ended)),
+            Body::JobFailed(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Ended)),
+            // A preempted job has ended unless a requeue follows.
+            Body::JobPreempted(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Ended)),
+            Body::JobRequeued(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Active)),
+            Body::JobPlaced(e) => self.job_event(&e.job_id, sequence, None),
+            Body::JobStarted(e) => self.job_event(&e.job_id, sequence, None),
+            Body::PreemptionOrdered(e) => self.job_event(&e.job_id, sequence, None),
+            Body::NodeCordoned(_)
+            | Body::NodeUncordoned(_)
+            | Body::NodeDrained(_)
+            | Body::MaintenanceScheduled(_)
+            | Body::UsageSnapshot(_) => Applied::Applied,
+        }
+    }
+
+    fn job_event(&mut self, job_id: &str, sequence: u64, status: Option<JobStatus>) -> Applied {
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return Applied::Ignored(format!("event for unknown job {job_id}"));
+        };
+        job.last_subject_sequence = job.last_subject_sequence.max(sequence);
+        if let Some(status) = status {
+            job.status = status;
+        }
+        Applied::Applied
+    }
+
+    /// Records an accepted submission. Called by the fold, and by the shell as soon as the
+    /// stream acknowledged its own write, so a retry arriving before the fold catches up is
+    /// still answered with the same job. The first outcome of a key wins.
+    pub fn note_accepted(&mut self, key: &str, job_id: &str, cluster: &str, sequence: u64) {
+        self.keys
+            .entry(key.to_owned())
+            .or_insert(KeyOutcome::Accepted {
+                job_id: job_id.to_owned(),
+                sequence,
+            });
+        self.jobs.entry(job_id.to_owned()).or_insert(JobRecord {
+            cluster: cluster.to_owned(),
+            status: JobStatus::Active,
+            last_subject_sequence: sequence,
+        });
+    }
+}

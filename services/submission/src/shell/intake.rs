@@ -1,0 +1,171 @@
+//! The durable intake: submissions launchers published to `fairshare.intake.<cluster>` while
+//! they could not (or would not) wait for a reply.
+//!
+//! A durable consumer with one message in flight keeps intake order across restarts. Each
+//! message ends as exactly one job-submitted or job-rejected event (both carry the message id
+//! `submit:<key>`), and is acknowledged only after that event is in the log; a crash in between
+//! redelivers it, and the repeat is dropped by key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, consumer};
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::streams::{INTAKE_CONSUMER, INTAKE_STREAM};
+use fairshare_events::{codec, headers, subjects};
+use fairshare_runtime::envelope::{Envelope, incoming_trace};
+use futures::StreamExt;
+
+use super::ServiceError;
+use super::shared::{Shared, malformed};
+use super::submit::append_submitted;
+use crate::domain::{Checked, check_submission};
+
+/// How long before a message that could not be handled (log unavailable) is offered again.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The durable intake consumer (created on first start, resumed afterwards).
+pub(super) async fn consumer(shared: &Shared) -> Result<consumer::PullConsumer, ServiceError> {
+    let stream = shared
+        .js
+        .get_stream(INTAKE_STREAM)
+        .await
+        .map_err(|e| ServiceError::Intake(e.to_string()))?;
+    stream
+        .get_or_create_consumer(
+            INTAKE_CONSUMER,
+            consumer::pull::Config {
+                durable_name: Some(INTAKE_CONSUMER.to_owned()),
+                description: Some("fairshare submission service: validates intake in order".into()),
+                filter_subject: format!("{}.>", subjects::INTAKE_PREFIX),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(30),
+                max_ack_pending: 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| ServiceError::Intake(e.to_string()))
+}
+
+/// Handles intake messages in order until the connection closes.
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    consumer: consumer::PullConsumer,
+) -> Result<(), String> {
+    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+    while let Some(message) = messages.next().await {
+        let message = match message {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("intake delivery: {e}");
+                continue;
+            }
+        };
+        let ack = match handle(&shared, &message).await {
+            Ok(()) => AckKind::Ack,
+            Err(detail) => {
+                tracing::warn!("intake message kept for retry: {detail}");
+                AckKind::Nak(Some(RETRY_DELAY))
+            }
+        };
+        if let Err(e) = message.ack_with(ack).await {
+            tracing::warn!("intake ack failed (the message will be redelivered): {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Turns one intake message into its event. `Err` means nothing was written: retry later.
+async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Result<(), String> {
+    let intake_sequence = message.info().map_err(|e| e.to_string())?.stream_sequence;
+    let cluster =
+        subjects::cluster_of_intake(&message.subject).unwrap_or(subjects::INVALID_CLUSTER_TOKEN);
+    let trace = incoming_trace(message.headers.as_ref());
+    let header_key = message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(headers::IDEMPOTENCY_KEY))
+        .map(|v| v.as_str().to_owned());
+    let request = match codec::decode_submit_request(&message.payload) {
+        Ok(r) => r,
+        Err(e) => {
+            let key = header_key.unwrap_or_default();
+            return reject(
+                shared,
+                &key,
+                cluster,
+                malformed(&e.to_string()),
+                intake_sequence,
+            )
+            .await;
+        }
+    };
+    let key = request.idempotency_key.clone();
+    if shared.state().keys.contains_key(&key) {
+        return Ok(()); // already answered in the log
+    }
+    let spec_cluster = request
+        .spec
+        .as_ref()
+        .map(|s| s.cluster.as_str())
+        .unwrap_or_default();
+    if spec_cluster != cluster {
+        let rejection = pb::Rejection {
+            code: pb::RejectionCode::InvalidName as i32,
+            message: format!(
+                "published to the intake of cluster {cluster:?} but names cluster {spec_cluster:?}"
+            ),
+        };
+        return reject(shared, &key, cluster, rejection, intake_sequence).await;
+    }
+    let checked = check_submission(&shared.state(), &request, &shared.limits);
+    match checked {
+        Ok(Checked::Repeat { .. }) => Ok(()),
+        Ok(Checked::New(shape)) => match append_submitted(shared, &request, shape, trace).await {
+            Ok(_) => Ok(()),
+            Err(r) if r.code == pb::RejectionCode::Unavailable as i32 => Err(r.message),
+            // The key had been rejected before (read back from the log): nothing to add.
+            Err(_) => Ok(()),
+        },
+        Err(rejection) => reject(shared, &key, cluster, rejection, intake_sequence).await,
+    }
+}
+
+async fn reject(
+    shared: &Shared,
+    key: &str,
+    cluster: &str,
+    rejection: pb::Rejection,
+    intake_sequence: u64,
+) -> Result<(), String> {
+    tracing::info!(
+        key,
+        intake_sequence,
+        "intake submission rejected: {}",
+        rejection.message
+    );
+    // A key that cannot be one (empty, oversized) still needs a unique, stable message id.
+    let valid_key = !key.is_empty() && key.len() <= shared.limits.max_idempotency_key_bytes;
+    let message_id = if valid_key {
+        headers::submission_id(key)
+    } else {
+        format!("intake:{intake_sequence}")
+    };
+    let envelope = Envelope {
+        message_id,
+        idempotency_key: valid_key.then(|| key.to_owned()),
+        ..Default::default()
+    };
+    let body = Body::JobRejected(pb::JobRejected {
+        idempotency_key: key.to_owned(),
+        cluster: cluster.to_owned(),
+        rejection: Some(rejection),
+        intake_sequence,
+    });
+    shared
+        .append(subjects::rejected(cluster), body, &envelope)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+}

@@ -1,0 +1,226 @@
+//! The NATS side of the submission service.
+//!
+//! Start-up: put the streams in place, fold the log up to its current end (so every key and job
+//! accepted before a restart is known), then answer `fairshare.api.submit` and
+//! `fairshare.api.cancel` in a queue group and consume `fairshare.intake.>` in order, while a
+//! follower keeps folding new log entries.
+//!
+//! Exactly-once: each job-submitted or job-rejected event carries the message id
+//! `submit:<idempotency key>`, so JetStream drops a repeat inside its duplicate window; beyond
+//! it the folded key table answers. Cancellation appends on the job's own subject with the last
+//! sequence this service saw there, so it cannot race a concurrent end of the job.
+
+mod cancel;
+mod follow;
+mod intake;
+mod shared;
+mod submit;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use async_nats::jetstream;
+use fairshare_events::subjects;
+use fairshare_runtime::clock::Clock;
+use fairshare_runtime::log::{FollowError, Follower};
+use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
+use futures::StreamExt;
+use tokio::task::JoinSet;
+
+use crate::domain::Limits;
+use shared::Shared;
+
+/// How the service runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Limits submissions are checked against.
+    pub limits: Limits,
+    /// Replicas for streams this service creates (1 on a single server, 3 on a cluster).
+    pub stream_replicas: usize,
+    /// Whether this instance consumes the durable intake stream.
+    pub consume_intake: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            stream_replicas: 1,
+            consume_intake: true,
+        }
+    }
+}
+
+/// Why the service stopped or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The streams could not be created or updated.
+    #[error(transparent)]
+    Streams(#[from] StreamSetupError),
+    /// The log could not be followed.
+    #[error(transparent)]
+    Follow(#[from] FollowError),
+    /// A request subject could not be subscribed.
+    #[error("cannot subscribe to {subject}: {detail}")]
+    Subscribe {
+        /// The subject.
+        subject: &'static str,
+        /// What the client said.
+        detail: String,
+    },
+    /// The intake consumer could not be created or failed.
+    #[error("intake consumer: {0}")]
+    Intake(String),
+    /// The log follower stopped (connection closed).
+    #[error("the log follower stopped: {0}")]
+    FollowerStopped(String),
+}
+
+/// A started service: state folded up to the log's end, ready to serve.
+pub struct Service {
+    /// State and handles the tasks share.
+    shared: Arc<Shared>,
+    /// Keeps folding the log once serving starts.
+    follower: Follower,
+    /// For replies.
+    client: async_nats::Client,
+    /// Submit requests.
+    submits: async_nats::Subscriber,
+    /// Cancel requests.
+    cancels: async_nats::Subscriber,
+    /// The durable intake consumer, if this instance consumes intake.
+    intake: Option<async_nats::jetstream::consumer::PullConsumer>,
+}
+
+async fn subscribe(
+    client: &async_nats::Client,
+    subject: &'static str,
+) -> Result<async_nats::Subscriber, ServiceError> {
+    client
+        .queue_subscribe(subject, subjects::SUBMISSION_QUEUE_GROUP.to_owned())
+        .await
+        .map_err(|e| ServiceError::Subscribe {
+            subject,
+            detail: e.to_string(),
+        })
+}
+
+/// Subjects the submission state is folded from (usage snapshots and decisions' cycle records
+/// are not needed here).
+fn log_filters() -> Vec<String> {
+    let p = subjects::EVENTS_PREFIX;
+    vec![
+        format!("{p}.*.job.*"),
+        format!("{p}.*.policy"),
+        format!("{p}.*.node.*"),
+        format!("{p}.*.rejected"),
+    ]
+}
+
+impl Service {
+    /// Sets up streams and folds the log to its current end.
+    pub async fn start(
+        client: async_nats::Client,
+        config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, ServiceError> {
+        let js = jetstream::new(client.clone());
+        ensure_streams(&js, config.stream_replicas).await?;
+        let mut follower = Follower::start(&js, 1, log_filters()).await?;
+        let shared = Arc::new(Shared::new(js, config.limits.clone(), clock).await?);
+        follow::catch_up(&shared, &mut follower).await?;
+        // Subscribe before returning, so a caller that sees `start` complete can send requests.
+        let submits = subscribe(&client, subjects::SUBMIT_API).await?;
+        let cancels = subscribe(&client, subjects::CANCEL_API).await?;
+        client.flush().await.map_err(|e| ServiceError::Subscribe {
+            subject: subjects::SUBMIT_API,
+            detail: e.to_string(),
+        })?;
+        let intake = if config.consume_intake {
+            Some(intake::consumer(&shared).await?)
+        } else {
+            None
+        };
+        tracing::info!(
+            last_sequence = shared.applied(),
+            "log folded; serving submissions"
+        );
+        Ok(Self {
+            shared,
+            follower,
+            client,
+            submits,
+            cancels,
+            intake,
+        })
+    }
+
+    /// Serves requests and intake until `shutdown` completes, then drains in-flight work.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServiceError> {
+        let Self {
+            shared,
+            follower,
+            client,
+            mut submits,
+            mut cancels,
+            intake,
+        } = self;
+        let mut follower_task = tokio::spawn(follow::run(shared.clone(), follower));
+        let mut intake_task =
+            intake.map(|consumer| tokio::spawn(intake::run(shared.clone(), consumer)));
+        let mut in_flight = JoinSet::new();
+        tokio::pin!(shutdown);
+        let result = loop {
+            tokio::select! {
+                () = &mut shutdown => break Ok(()),
+                Some(msg) = submits.next() => {
+                    in_flight.spawn(submit::handle(shared.clone(), client.clone(), msg));
+                }
+                Some(msg) = cancels.next() => {
+                    in_flight.spawn(cancel::handle(shared.clone(), client.clone(), msg));
+                }
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                done = &mut follower_task => {
+                    break Err(ServiceError::FollowerStopped(match done {
+                        Ok(Err(e)) => e.to_string(),
+                        Ok(Ok(())) => "connection closed".into(),
+                        Err(e) => e.to_string(),
+                    }));
+                }
+                done = async { intake_task.as_mut().expect("guarded by the condition").await }, if intake_task.is_some() => {
+                    let detail = match done {
+                        Ok(Err(e)) => e.to_string(),
+                        Ok(Ok(())) => "intake consumer ended".into(),
+                        Err(e) => e.to_string(),
+                    };
+                    break Err(ServiceError::Intake(detail));
+                }
+            }
+        };
+        // Stop taking new requests, finish the ones already taken, then stop the background
+        // tasks; an intake message being handled is simply redelivered after a restart.
+        let _ = submits.unsubscribe().await;
+        let _ = cancels.unsubscribe().await;
+        while in_flight.join_next().await.is_some() {}
+        if let Some(t) = intake_task {
+            t.abort();
+        }
+        follower_task.abort();
+        let _ = client.flush().await;
+        tracing::info!("submission service stopped");
+        result
+    }
+}
+
+/// Starts the service on `client` and serves until `shutdown` completes.
+pub async fn run(
+    client: async_nats::Client,
+    config: Config,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServiceError> {
+    Service::start(client, config, clock)
+        .await?
+        .serve(shutdown)
+        .await
+}

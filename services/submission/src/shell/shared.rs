@@ -1,0 +1,142 @@
+//! State and helpers the request handlers, the intake consumer and the follower share.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, context::PublishErrorKind};
+use fairshare_events::{codec, pb, streams::EVENTS_STREAM};
+use fairshare_runtime::clock::Clock;
+use fairshare_runtime::envelope::Envelope;
+use tokio::sync::watch;
+
+use super::ServiceError;
+use crate::domain::{Limits, SubmissionState};
+
+/// Everything the service's tasks share.
+pub(super) struct Shared {
+    /// The folded state; locked only for short, synchronous checks and updates.
+    state: Mutex<SubmissionState>,
+    /// The last log sequence the follower applied, for handlers that must wait for the fold.
+    applied: watch::Sender<u64>,
+    /// JetStream, for appending.
+    pub js: jetstream::Context,
+    /// The events stream, for reading back an entry a duplicate ack points at.
+    pub events: jetstream::stream::Stream,
+    /// Limits submissions are checked against.
+    pub limits: Limits,
+    /// Source of event times.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Why an append did not happen.
+#[derive(Debug)]
+pub(super) enum AppendError {
+    /// Optimistic concurrency: the subject moved on since the expected sequence.
+    Conflict,
+    /// Anything else (timeout, no stream, broken connection).
+    Failed(String),
+}
+
+impl Shared {
+    pub async fn new(
+        js: jetstream::Context,
+        limits: Limits,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, ServiceError> {
+        let events = js
+            .get_stream(EVENTS_STREAM)
+            .await
+            .map_err(|e| fairshare_runtime::log::FollowError::Stream(e.to_string()))?;
+        Ok(Self {
+            state: Mutex::new(SubmissionState::default()),
+            applied: watch::Sender::new(0),
+            js,
+            events,
+            limits,
+            clock,
+        })
+    }
+
+    /// The state, for a short synchronous section.
+    pub fn state(&self) -> MutexGuard<'_, SubmissionState> {
+        // A panic while holding the lock leaves the state as the fold left it (every update
+        // is a single insert); keep serving rather than poisoning the service.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The last sequence the follower applied.
+    pub fn applied(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
+    /// Marks `sequence` as folded.
+    pub fn set_applied(&self, sequence: u64) {
+        self.applied.send_if_modified(|s| {
+            let moved = sequence > *s;
+            if moved {
+                *s = sequence;
+            }
+            moved
+        });
+    }
+
+    /// Waits until the fold has reached `sequence`, or `timeout` passes.
+    pub async fn wait_applied(&self, sequence: u64, timeout: Duration) -> bool {
+        let mut rx = self.applied.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|s| *s >= sequence))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Appends `body` at the current time on `subject`; returns (sequence, duplicate).
+    pub async fn append(
+        &self,
+        subject: String,
+        body: pb::event::Body,
+        envelope: &Envelope,
+    ) -> Result<(u64, bool), AppendError> {
+        let event = pb::Event {
+            at_ms: self.clock.now_ms(),
+            body: Some(body),
+        };
+        let ack = self
+            .js
+            .publish_with_headers(subject, envelope.to_headers(), codec::encode(&event))
+            .await
+            .map_err(|e| AppendError::Failed(e.to_string()))?
+            .await
+            .map_err(|e| match e.kind() {
+                PublishErrorKind::WrongLastSequence => AppendError::Conflict,
+                _ => AppendError::Failed(e.to_string()),
+            })?;
+        Ok((ack.sequence, ack.duplicate))
+    }
+
+    /// Reads back the event at `sequence` (what a duplicate ack points at).
+    pub async fn read_event(&self, sequence: u64) -> Result<pb::Event, String> {
+        let message = self
+            .events
+            .get_raw_message(sequence)
+            .await
+            .map_err(|e| format!("cannot read back sequence {sequence}: {e}"))?;
+        codec::decode_event(&message.payload).map_err(|e| e.to_string())
+    }
+}
+
+/// A rejection meaning "nothing was written; retry with the same key".
+pub(super) fn unavailable(detail: &str) -> pb::Rejection {
+    pb::Rejection {
+        code: pb::RejectionCode::Unavailable as i32,
+        message: format!(
+            "the event log could not be written ({detail}); nothing changed, retry with the same key"
+        ),
+    }
+}
+
+/// A rejection for bytes that did not decode.
+pub(super) fn malformed(detail: &str) -> pb::Rejection {
+    pb::Rejection {
+        code: pb::RejectionCode::Malformed as i32,
+        message: detail.to_owned(),
+    }
+}

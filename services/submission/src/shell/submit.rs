@@ -1,0 +1,158 @@
+//! `fairshare.api.submit`: check a submission and append it, answering with the job id.
+
+use std::sync::Arc;
+
+use fairshare_events::headers::{self, TraceParent};
+use fairshare_events::pb::{self, event::Body, submit_reply};
+use fairshare_events::{codec, subjects};
+use fairshare_model::shape::Shape;
+use fairshare_runtime::envelope::{Envelope, incoming_trace};
+use tracing::Instrument;
+use uuid::Uuid;
+
+use super::shared::{AppendError, Shared, malformed, unavailable};
+use crate::domain::{Checked, check_submission, job_submitted};
+
+/// Answers one submit request.
+pub(super) async fn handle(
+    shared: Arc<Shared>,
+    client: async_nats::Client,
+    msg: async_nats::Message,
+) {
+    let Some(reply_to) = msg.reply.clone() else {
+        tracing::warn!(
+            "submit request without a reply subject ignored; use the intake stream to submit without waiting"
+        );
+        return;
+    };
+    let trace = incoming_trace(msg.headers.as_ref());
+    let result = match codec::decode_submit_request(&msg.payload) {
+        Err(e) => Err(malformed(&e.to_string())),
+        Ok(request) => submit(&shared, &request, trace).await,
+    };
+    let reply = pb::SubmitReply {
+        result: Some(match result {
+            Ok(accepted) => submit_reply::Result::Accepted(accepted),
+            Err(rejection) => {
+                tracing::info!(
+                    code = rejection.code,
+                    "submission rejected: {}",
+                    rejection.message
+                );
+                submit_reply::Result::Rejected(rejection)
+            }
+        }),
+    };
+    if let Err(e) = client.publish(reply_to, codec::encode(&reply)).await {
+        tracing::warn!("could not send submit reply: {e}");
+    }
+}
+
+async fn submit(
+    shared: &Shared,
+    request: &pb::SubmitRequest,
+    trace: Option<TraceParent>,
+) -> Result<pb::Accepted, pb::Rejection> {
+    let checked = check_submission(&shared.state(), request, &shared.limits)?;
+    match checked {
+        Checked::Repeat { job_id, sequence } => Ok(pb::Accepted {
+            job_id,
+            stream_sequence: sequence,
+            duplicate: true,
+        }),
+        Checked::New(shape) => append_submitted(shared, request, shape, trace).await,
+    }
+}
+
+/// A fresh UUIDv7 whose time part is the service clock's `now_ms`.
+fn new_job_id(now_ms: i64) -> Uuid {
+    let ms = u64::try_from(now_ms).unwrap_or(0);
+    let subsec_nanos = u32::try_from((ms % 1000) * 1_000_000).unwrap_or(0);
+    Uuid::new_v7(uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        ms / 1000,
+        subsec_nanos,
+    ))
+}
+
+/// Appends the job-submitted event of a checked submission. If JetStream reports the key's
+/// message id as a duplicate (a concurrent or retried submit won the race), the first event is
+/// read back so the answer names the first job, never a second one.
+pub(super) async fn append_submitted(
+    shared: &Shared,
+    request: &pb::SubmitRequest,
+    shape: Shape,
+    trace: Option<TraceParent>,
+) -> Result<pb::Accepted, pb::Rejection> {
+    let job_id = new_job_id(shared.clock.now_ms());
+    let span_id = job_id.as_u64_pair().1;
+    let trace = match trace {
+        Some(t) => t.child(span_id),
+        None => TraceParent::new_root((job_id.as_u128(), span_id)),
+    };
+    let job_id = job_id.to_string();
+    let cluster = request
+        .spec
+        .as_ref()
+        .map(|s| s.cluster.clone())
+        .unwrap_or_default();
+    let span = tracing::info_span!("submit", job_id = %job_id, trace = %trace);
+    write_submitted(shared, request, shape, trace, job_id, cluster)
+        .instrument(span)
+        .await
+}
+
+async fn write_submitted(
+    shared: &Shared,
+    request: &pb::SubmitRequest,
+    shape: Shape,
+    trace: TraceParent,
+    job_id: String,
+    cluster: String,
+) -> Result<pb::Accepted, pb::Rejection> {
+    let envelope = Envelope {
+        message_id: headers::submission_id(&request.idempotency_key),
+        idempotency_key: Some(request.idempotency_key.clone()),
+        trace: Some(trace),
+        ..Default::default()
+    };
+    let body = Body::JobSubmitted(job_submitted(&job_id, request, shape));
+    let (sequence, duplicate) = shared
+        .append(subjects::job(&cluster, &job_id), body, &envelope)
+        .await
+        .map_err(|e| match e {
+            AppendError::Conflict => unavailable("unexpected sequence conflict"),
+            AppendError::Failed(detail) => unavailable(&detail),
+        })?;
+    if !duplicate {
+        shared
+            .state()
+            .note_accepted(&request.idempotency_key, &job_id, &cluster, sequence);
+        tracing::info!(sequence, "job accepted");
+        return Ok(pb::Accepted {
+            job_id,
+            stream_sequence: sequence,
+            duplicate: false,
+        });
+    }
+    let first = shared
+        .read_event(sequence)
+        .await
+        .map_err(|e| unavailable(&e))?;
+    match first.body {
+        Some(Body::JobSubmitted(s)) => {
+            shared
+                .state()
+                .note_accepted(&request.idempotency_key, &s.job_id, &cluster, sequence);
+            Ok(pb::Accepted {
+                job_id: s.job_id,
+                stream_sequence: sequence,
+                duplicate: true,
+            })
+        }
+        Some(Body::JobRejected(r)) => Err(r.rejection.unwrap_or_default()),
+        _ => Err(unavailable(&format!(
+            "sequence {sequence} holds no submission for this key"
+        ))),
+    }
+}

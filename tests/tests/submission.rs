@@ -1,0 +1,492 @@
+//! The submission service against a real nats-server: acceptance, idempotency, every rejection
+//! class, restarts, cancellation and the durable intake.
+
+use std::time::Duration;
+
+use fairshare_e2e::{CLUSTER, Stack, accepted, rejected, request};
+use fairshare_events::pb::{self, RejectionCode, event::Body};
+use fairshare_events::{codec, headers, subjects};
+use fairshare_submission::Config;
+use fairshare_submission::domain::Limits;
+
+async fn stack() -> Stack {
+    let mut stack = Stack::start().await.expect("stack");
+    stack
+        .start_submission(Config::default())
+        .await
+        .expect("submission service");
+    stack
+}
+
+#[tokio::test]
+async fn accepted_submission_is_in_the_stream_and_decodes() {
+    let stack = stack().await;
+    let req = request("key-1");
+    let reply = stack.submit(&req).await.unwrap();
+    let acc = accepted(&reply).unwrap();
+    assert!(!acc.duplicate);
+    let id = uuid::Uuid::parse_str(&acc.job_id).expect("job id is a UUID");
+    assert_eq!(id.get_version_num(), 7, "job ids are UUIDv7");
+
+    let (subject, event) = stack.event_at(acc.stream_sequence).await.unwrap();
+    assert_eq!(subject, subjects::job(CLUSTER, &acc.job_id));
+    let Some(Body::JobSubmitted(submitted)) = event.body else {
+        panic!("expected job_submitted, got {event:?}");
+    };
+    assert_eq!(submitted.job_id, acc.job_id);
+    assert_eq!(submitted.idempotency_key, "key-1");
+    assert_eq!(submitted.spec, req.spec);
+    assert_eq!(
+        submitted.shape,
+        Some(pb::Shape {
+            nodes: 1,
+            gpus_per_node: 1
+        })
+    );
+    assert!(event.at_ms > 0);
+}
+
+#[tokio::test]
+async fn retried_submission_gives_one_event_and_the_same_job() {
+    let stack = stack().await;
+    let first = stack.submit(&request("retry")).await.unwrap();
+    let first = accepted(&first).unwrap().clone();
+    let count = stack.event_count().await.unwrap();
+    for _ in 0..3 {
+        let again = stack.submit(&request("retry")).await.unwrap();
+        let again = accepted(&again).unwrap();
+        assert_eq!(again.job_id, first.job_id);
+        assert_eq!(again.stream_sequence, first.stream_sequence);
+        assert!(again.duplicate);
+    }
+    assert_eq!(stack.event_count().await.unwrap(), count);
+}
+
+#[tokio::test]
+async fn concurrent_submissions_with_one_key_write_one_event() {
+    let stack = stack().await;
+    let before = stack.event_count().await.unwrap();
+    let race = request("race");
+    let replies = futures::future::join_all((0..16).map(|_| stack.submit(&race))).await;
+    let ids: std::collections::BTreeSet<String> = replies
+        .iter()
+        .map(|r| accepted(r.as_ref().unwrap()).unwrap().job_id.clone())
+        .collect();
+    assert_eq!(ids.len(), 1, "every racer gets the same job: {ids:?}");
+    assert_eq!(stack.event_count().await.unwrap(), before + 1);
+}
+
+/// Each rejection class: the request, and the code it must get.
+fn rejection_cases() -> Vec<(&'static str, pb::SubmitRequest, RejectionCode)> {
+    let with = |f: &dyn Fn(&mut pb::JobSpec)| {
+        let mut r = request("bad");
+        f(r.spec.as_mut().unwrap());
+        r
+    };
+    let mut no_key = request("");
+    no_key.idempotency_key.clear();
+    let long_key = request(&"k".repeat(257));
+    let mut no_spec = request("no-spec");
+    no_spec.spec = None;
+    vec![
+        ("empty key", no_key, RejectionCode::BadIdempotencyKey),
+        ("oversized key", long_key, RejectionCode::BadIdempotencyKey),
+        ("no spec", no_spec, RejectionCode::Malformed),
+        (
+            "unknown cluster",
+            with(&|s| s.cluster = "beta".into()),
+            RejectionCode::UnknownCluster,
+        ),
+        (
+            "invalid cluster",
+            with(&|s| s.cluster = "a.>".into()),
+            RejectionCode::InvalidName,
+        ),
+        (
+            "unknown allocation",
+            with(&|s| s.allocation = "research/robotics".into()),
+            RejectionCode::UnknownAllocation,
+        ),
+        (
+            "inner account",
+            with(&|s| s.allocation = "research".into()),
+            RejectionCode::UnknownAllocation,
+        ),
+        (
+            "zero gpus",
+            with(&|s| s.gpus = 0),
+            RejectionCode::InvalidGpus,
+        ),
+        (
+            "negative gpus",
+            with(&|s| s.gpus = -8),
+            RejectionCode::InvalidGpus,
+        ),
+        (
+            "more gpus than the cluster",
+            with(&|s| s.gpus = 33),
+            RejectionCode::TooManyGpus,
+        ),
+        (
+            "uneven multi-node",
+            with(&|s| {
+                s.gpus = 12;
+                s.nodes = 2
+            }),
+            RejectionCode::ShapeMismatch,
+        ),
+        (
+            "not whole nodes",
+            with(&|s| {
+                s.gpus = 12;
+                s.nodes = 0
+            }),
+            RejectionCode::ShapeMismatch,
+        ),
+        (
+            "too big for one node",
+            with(&|s| {
+                s.gpus = 16;
+                s.nodes = 1
+            }),
+            RejectionCode::ShapeMismatch,
+        ),
+        (
+            "more nodes than exist",
+            with(&|s| {
+                s.gpus = 5;
+                s.nodes = 5
+            }),
+            RejectionCode::ShapeMismatch,
+        ),
+        (
+            "negative min runtime",
+            with(&|s| s.min_runtime_s = -1),
+            RejectionCode::NegativeMinRuntime,
+        ),
+        (
+            "min runtime over cap",
+            with(&|s| s.min_runtime_s = 8 * 3600 + 1),
+            RejectionCode::MinRuntimeOverCap,
+        ),
+        (
+            "payload too large",
+            with(&|s| s.payload = vec![0u8; 64 * 1024 + 1].into()),
+            RejectionCode::PayloadTooLarge,
+        ),
+        (
+            "negative time limit",
+            with(&|s| s.time_limit_s = -5),
+            RejectionCode::InvalidTimeLimit,
+        ),
+        (
+            "time limit under min runtime",
+            with(&|s| s.time_limit_s = 60),
+            RejectionCode::InvalidTimeLimit,
+        ),
+        (
+            "oversized user",
+            with(&|s| s.user = "u".repeat(300)),
+            RejectionCode::InvalidName,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_rejection_class_has_its_code_and_writes_nothing() {
+    let stack = stack().await;
+    let before = stack.event_count().await.unwrap();
+    for (what, req, code) in rejection_cases() {
+        let reply = stack.submit(&req).await.unwrap();
+        let r = rejected(&reply).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(r.code, code as i32, "{what}: {}", r.message);
+        assert!(!r.message.is_empty(), "{what}: a person needs a message");
+    }
+    // Bytes that are not a submit request at all.
+    for garbage in [&b""[..], &[0xff, 0xff, 0xff][..], &[0x0a, 0x50, 0x01][..]] {
+        let reply = stack
+            .submit_bytes(bytes::Bytes::copy_from_slice(garbage))
+            .await
+            .unwrap();
+        let r = rejected(&reply).unwrap();
+        assert_eq!(
+            r.code,
+            RejectionCode::Malformed as i32,
+            "{garbage:?}: {}",
+            r.message
+        );
+    }
+    assert_eq!(
+        stack.event_count().await.unwrap(),
+        before,
+        "rejections must not write"
+    );
+    // The service is still healthy afterwards.
+    accepted(&stack.submit(&request("after-rejections")).await.unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn min_runtime_cap_is_configurable_and_zero_is_unallocated() {
+    let mut stack = Stack::start().await.unwrap();
+    let config = Config {
+        limits: Limits {
+            max_min_runtime_s: 3600,
+            ..Limits::default()
+        },
+        ..Config::default()
+    };
+    stack.start_submission(config).await.unwrap();
+    let mut over = request("over");
+    over.spec.as_mut().unwrap().min_runtime_s = 3601;
+    let reply = stack.submit(&over).await.unwrap();
+    assert_eq!(
+        rejected(&reply).unwrap().code,
+        RejectionCode::MinRuntimeOverCap as i32
+    );
+    let mut free = request("free");
+    free.spec.as_mut().unwrap().min_runtime_s = 0;
+    accepted(&stack.submit(&free).await.unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn multi_node_submission_records_whole_nodes() {
+    let stack = stack().await;
+    let mut req = request("multi");
+    req.spec.as_mut().unwrap().gpus = 16;
+    let reply = stack.submit(&req).await.unwrap();
+    let acc = accepted(&reply).unwrap();
+    let (_, event) = stack.event_at(acc.stream_sequence).await.unwrap();
+    let Some(Body::JobSubmitted(s)) = event.body else {
+        panic!()
+    };
+    assert_eq!(
+        s.shape,
+        Some(pb::Shape {
+            nodes: 2,
+            gpus_per_node: 8
+        })
+    );
+}
+
+#[tokio::test]
+async fn restarted_service_still_knows_every_job() {
+    let mut stack = stack().await;
+    let mut jobs = Vec::new();
+    for i in 0..20 {
+        let reply = stack.submit(&request(&format!("job-{i}"))).await.unwrap();
+        jobs.push(accepted(&reply).unwrap().clone());
+    }
+    stack.crash_submission();
+    stack.start_submission(Config::default()).await.unwrap();
+    let count = stack.event_count().await.unwrap();
+    for (i, first) in jobs.iter().enumerate() {
+        let reply = stack.submit(&request(&format!("job-{i}"))).await.unwrap();
+        let again = accepted(&reply).unwrap();
+        assert_eq!(again.job_id, first.job_id);
+        assert!(again.duplicate);
+    }
+    assert_eq!(stack.event_count().await.unwrap(), count);
+    // And it can cancel a job accepted before the restart.
+    let reply = stack.cancel(&jobs[3].job_id).await.unwrap();
+    assert!(
+        matches!(reply.result, Some(pb::cancel_reply::Result::Cancelled(_))),
+        "{reply:?}"
+    );
+}
+
+fn cancel_rejection(reply: &pb::CancelReply) -> i32 {
+    match &reply.result {
+        Some(pb::cancel_reply::Result::Rejected(r)) => r.code,
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn cancel_appends_once_and_refuses_unknown_and_ended_jobs() {
+    let stack = stack().await;
+    let job = accepted(&stack.submit(&request("to-cancel")).await.unwrap())
+        .unwrap()
+        .clone();
+    let reply = stack.cancel(&job.job_id).await.unwrap();
+    let Some(pb::cancel_reply::Result::Cancelled(cancelled)) = reply.result else {
+        panic!("{reply:?}")
+    };
+    let (subject, event) = stack.event_at(cancelled.stream_sequence).await.unwrap();
+    assert_eq!(subject, subjects::job(CLUSTER, &job.job_id));
+    assert!(
+        matches!(event.body, Some(Body::JobCancelled(ref c)) if c.job_id == job.job_id && c.requested_by == "tester")
+    );
+
+    // A repeated cancel answers the same and writes nothing.
+    let count = stack.event_count().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the fold see the cancellation
+    let again = stack.cancel(&job.job_id).await.unwrap();
+    assert!(
+        matches!(again.result, Some(pb::cancel_reply::Result::Cancelled(ref c)) if c.stream_sequence == cancelled.stream_sequence)
+    );
+
+    // Unknown job.
+    assert_eq!(
+        cancel_rejection(&stack.cancel("no-such-job").await.unwrap()),
+        RejectionCode::UnknownJob as i32
+    );
+
+    // A job that finished cannot be cancelled.
+    let done = accepted(&stack.submit(&request("finished")).await.unwrap())
+        .unwrap()
+        .clone();
+    stack
+        .append(
+            subjects::job(CLUSTER, &done.job_id),
+            Body::JobFinished(pb::JobFinished {
+                job_id: done.job_id.clone(),
+                exit_code: 0,
+            }),
+            "finish-1",
+        )
+        .await
+        .unwrap();
+    let count_after_finish = stack.event_count().await.unwrap();
+    assert_eq!(count_after_finish, count + 2);
+    // The fold may lag the direct append; the optimistic-concurrency check must still refuse.
+    assert_eq!(
+        cancel_rejection(&stack.cancel(&done.job_id).await.unwrap()),
+        RejectionCode::JobEnded as i32
+    );
+    assert_eq!(stack.event_count().await.unwrap(), count_after_finish);
+}
+
+#[tokio::test]
+async fn intake_published_while_the_service_is_down_is_all_accepted_on_start() {
+    let mut stack = Stack::start().await.unwrap();
+    // Service not started: launchers publish to the durable intake and get a stream ack.
+    let mut keys = Vec::new();
+    for i in 0..25 {
+        let key = format!("intake-{i}");
+        let ack = stack
+            .js
+            .publish(subjects::intake(CLUSTER), codec::encode(&request(&key)))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(!ack.duplicate);
+        keys.push(key);
+    }
+    // A launcher retrying the same key with the message id convention is dropped by the stream.
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(
+        headers::MESSAGE_ID,
+        headers::submission_id("intake-0").as_str(),
+    );
+    let mut h2 = h.clone();
+    h2.insert("x", "y");
+    stack
+        .js
+        .publish_with_headers(
+            subjects::intake(CLUSTER),
+            h,
+            codec::encode(&request("intake-0")),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let dup = stack
+        .js
+        .publish_with_headers(
+            subjects::intake(CLUSTER),
+            h2,
+            codec::encode(&request("intake-0")),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(dup.duplicate);
+    // One invalid submission, and garbage bytes.
+    let mut bad = request("intake-bad");
+    bad.spec.as_mut().unwrap().gpus = 0;
+    stack
+        .js
+        .publish(subjects::intake(CLUSTER), codec::encode(&bad))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    stack
+        .js
+        .publish(
+            subjects::intake(CLUSTER),
+            bytes::Bytes::from_static(&[0xff, 0x01]),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let before = stack.event_count().await.unwrap();
+    stack.start_submission(Config::default()).await.unwrap();
+
+    // 25 accepted + 2 rejected events, and nothing more, once intake has drained.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while stack.event_count().await.unwrap() < before + 27 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "intake did not drain"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(stack.event_count().await.unwrap(), before + 27);
+
+    let events = stack.all_events().await.unwrap();
+    let mut accepted_keys: Vec<String> = Vec::new();
+    let mut rejections = Vec::new();
+    for (_, _, event) in &events {
+        match &event.body {
+            Some(Body::JobSubmitted(s)) => accepted_keys.push(s.idempotency_key.clone()),
+            Some(Body::JobRejected(r)) => rejections.push(r.clone()),
+            _ => {}
+        }
+    }
+    // Intake order is kept.
+    assert_eq!(accepted_keys, keys);
+    assert_eq!(rejections.len(), 2);
+    assert_eq!(rejections[0].idempotency_key, "intake-bad");
+    assert_eq!(
+        rejections[0].rejection.as_ref().unwrap().code,
+        RejectionCode::InvalidGpus as i32
+    );
+    assert_eq!(
+        rejections[1].rejection.as_ref().unwrap().code,
+        RejectionCode::Malformed as i32
+    );
+
+    // A request/reply retry of an intake key gets the intake's job.
+    let reply = stack.submit(&request("intake-7")).await.unwrap();
+    assert!(accepted(&reply).unwrap().duplicate);
+
+    // Restarting does not re-process intake.
+    stack.stop_submission().await.unwrap();
+    stack.start_submission(Config::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(stack.event_count().await.unwrap(), before + 27);
+}
+
+#[tokio::test]
+async fn submission_service_survives_a_broker_restart_with_nothing_lost() {
+    let mut stack = stack().await;
+    let first = accepted(&stack.submit(&request("before-restart")).await.unwrap())
+        .unwrap()
+        .clone();
+    stack.stop_submission().await.unwrap();
+    stack.server.restart().unwrap();
+    // The file store keeps the log across a server restart.
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    stack.client = client.clone();
+    stack.js = async_nats::jetstream::new(client);
+    stack.start_submission(Config::default()).await.unwrap();
+    let again = stack.submit(&request("before-restart")).await.unwrap();
+    assert_eq!(accepted(&again).unwrap().job_id, first.job_id);
+}
