@@ -7,6 +7,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile([&proto], [&schemas])?;
     prost_build::Config::new()
         .bytes(["."])
+        // Operators read events as JSON (`fairshare tail --json`).
+        .type_attribute(".", "#[derive(serde::Serialize)]")
         .compile_fds(descriptors)?;
     Ok(())
 }

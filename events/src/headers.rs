@@ -15,6 +15,10 @@ use std::fmt;
 pub const MESSAGE_ID: &str = "Nats-Msg-Id";
 /// Optimistic concurrency: the last sequence the publisher saw on this subject.
 pub const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+/// Scope of [`EXPECTED_LAST_SUBJECT_SEQUENCE`]: a subject filter (wildcards allowed), so the
+/// check covers every kind of one job's events (nats-server >= 2.11).
+pub const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str =
+    "Nats-Expected-Last-Subject-Sequence-Subject";
 /// Message id of the cause of this message.
 pub const CAUSATION_ID: &str = "Fairshare-Causation-Id";
 /// The launcher's idempotency key.

@@ -5,9 +5,9 @@
 //! - [`pb`]: the protobuf types generated from `schemas/fairshare/v1/fairshare.proto`.
 //! - [`subjects`]: the subject scheme. Every event lives in the `FAIRSHARE_EVENTS` stream under
 //!   `fairshare.events.<cluster>.…`, so one cluster's log can be consumed (and its decisions run)
-//!   on its own instance; every event of one job shares the subject
-//!   `fairshare.events.<cluster>.job.<job_id>`, which is what optimistic concurrency on a job
-//!   checks against.
+//!   on its own instance; every event of one job is under
+//!   `fairshare.events.<cluster>.job.<job_id>.<kind>`, and optimistic concurrency on a job checks
+//!   the last sequence over all its kinds.
 //! - [`streams`]: the JetStream stream definitions (file storage, limits retention, duplicate
 //!   window), as plain data so this crate does not depend on a NATS client.
 //! - [`headers`]: envelope conventions carried in NATS headers: the de-duplicating message id,
@@ -23,7 +23,10 @@
 //! };
 //! let bytes = codec::encode(&event);
 //! assert_eq!(codec::decode_event(&bytes).unwrap(), event);
-//! assert_eq!(subjects::job("alpha", "j1"), "fairshare.events.alpha.job.j1");
+//! assert_eq!(
+//!     subjects::job_event("alpha", "j1", codec::event_kind(&event)),
+//!     "fairshare.events.alpha.job.j1.job_started"
+//! );
 //! ```
 
 pub mod codec;

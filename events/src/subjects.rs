@@ -4,13 +4,22 @@
 //! fairshare.api.submit                         request/reply: SubmitRequest -> SubmitReply
 //! fairshare.api.cancel                         request/reply: CancelRequest -> CancelReply
 //! fairshare.intake.<cluster>                   FAIRSHARE_INTAKE: SubmitRequest, durable intake
-//! fairshare.events.<cluster>.job.<job_id>      FAIRSHARE_EVENTS: every event of one job
+//! fairshare.events.<cluster>.job.<job_id>.<kind>
+//!                                              FAIRSHARE_EVENTS: one job's events, by kind
+//!                                              (job_submitted, job_placed, job_started, ...)
 //! fairshare.events.<cluster>.rejected          FAIRSHARE_EVENTS: intake submissions rejected
 //! fairshare.events.<cluster>.policy            FAIRSHARE_EVENTS: budget tree set
 //! fairshare.events.<cluster>.node.<node>       FAIRSHARE_EVENTS: node registered/cordoned/...
 //! fairshare.events.<cluster>.maintenance       FAIRSHARE_EVENTS: maintenance scheduled
 //! fairshare.events.<cluster>.usage             FAIRSHARE_EVENTS: usage snapshots
 //! ```
+//!
+//! A job's events share the prefix `fairshare.events.<cluster>.job.<job_id>.`, and appends that
+//! must not race (a cancel against a finish, a placement against a cancel) carry
+//! `Nats-Expected-Last-Subject-Sequence` with `Nats-Expected-Last-Subject-Sequence-Subject` set
+//! to [`job`] (the wildcard over the job's kinds): JetStream then refuses the append if any event
+//! of that job landed since (reliable from nats-server 2.11). The kind in the subject lets each
+//! consumer take only the kinds it folds, filtered by the server.
 //!
 //! Cluster and node names are single subject tokens, so they are restricted to
 //! `[A-Za-z0-9][A-Za-z0-9_-]*` (see [`is_valid_token`]). Job ids are UUIDs, which qualify.
@@ -44,9 +53,19 @@ pub fn is_valid_token(name: &str) -> bool {
     name.len() <= MAX_TOKEN_LEN && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// Every event of one job, in order.
+/// The subject of one job event; `kind` is the event's [`crate::codec::event_kind`].
+pub fn job_event(cluster: &str, job_id: &str, kind: &str) -> String {
+    format!("{EVENTS_PREFIX}.{cluster}.job.{job_id}.{kind}")
+}
+
+/// Every event of one job (a wildcard over kinds): the scope of optimistic concurrency.
 pub fn job(cluster: &str, job_id: &str) -> String {
-    format!("{EVENTS_PREFIX}.{cluster}.job.{job_id}")
+    format!("{EVENTS_PREFIX}.{cluster}.job.{job_id}.*")
+}
+
+/// Events of one kind for every job of every cluster, e.g. `job_kind("job_started")`.
+pub fn job_kind(kind: &str) -> String {
+    format!("{EVENTS_PREFIX}.*.job.*.{kind}")
 }
 
 /// Rejected intake submissions of a cluster (or of an invalid cluster name).

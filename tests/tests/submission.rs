@@ -29,7 +29,10 @@ async fn accepted_submission_is_in_the_stream_and_decodes() {
     assert_eq!(id.get_version_num(), 7, "job ids are UUIDv7");
 
     let (subject, event) = stack.event_at(acc.stream_sequence).await.unwrap();
-    assert_eq!(subject, subjects::job(CLUSTER, &acc.job_id));
+    assert_eq!(
+        subject,
+        subjects::job_event(CLUSTER, &acc.job_id, "job_submitted")
+    );
     let Some(Body::JobSubmitted(submitted)) = event.body else {
         panic!("expected job_submitted, got {event:?}");
     };
@@ -312,7 +315,10 @@ async fn cancel_appends_once_and_refuses_unknown_and_ended_jobs() {
         panic!("{reply:?}")
     };
     let (subject, event) = stack.event_at(cancelled.stream_sequence).await.unwrap();
-    assert_eq!(subject, subjects::job(CLUSTER, &job.job_id));
+    assert_eq!(
+        subject,
+        subjects::job_event(CLUSTER, &job.job_id, "job_cancelled")
+    );
     assert!(
         matches!(event.body, Some(Body::JobCancelled(ref c)) if c.job_id == job.job_id && c.requested_by == "tester")
     );
@@ -337,7 +343,7 @@ async fn cancel_appends_once_and_refuses_unknown_and_ended_jobs() {
         .clone();
     stack
         .append(
-            subjects::job(CLUSTER, &done.job_id),
+            subjects::job_event(CLUSTER, &done.job_id, "job_finished"),
             Body::JobFinished(pb::JobFinished {
                 job_id: done.job_id.clone(),
                 exit_code: 0,

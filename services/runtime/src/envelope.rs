@@ -14,8 +14,9 @@ pub struct Envelope {
     pub trace: Option<TraceParent>,
     /// The launcher's idempotency key, on submission results.
     pub idempotency_key: Option<String>,
-    /// Optimistic concurrency: the last sequence seen on the subject (0 = subject must be new).
-    pub expected_last_subject_sequence: Option<u64>,
+    /// Optimistic concurrency: the last sequence seen on `scope` (0 = nothing there yet), and
+    /// the subject filter it covers (`None`: the published subject itself).
+    pub expected_last_subject_sequence: Option<(u64, Option<String>)>,
 }
 
 impl Envelope {
@@ -32,11 +33,17 @@ impl Envelope {
         if let Some(k) = &self.idempotency_key {
             h.insert(headers::IDEMPOTENCY_KEY, k.as_str());
         }
-        if let Some(s) = self.expected_last_subject_sequence {
+        if let Some((sequence, scope)) = &self.expected_last_subject_sequence {
             h.insert(
                 headers::EXPECTED_LAST_SUBJECT_SEQUENCE,
-                s.to_string().as_str(),
+                sequence.to_string().as_str(),
             );
+            if let Some(scope) = scope {
+                h.insert(
+                    headers::EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
+                    scope.as_str(),
+                );
+            }
         }
         h
     }

@@ -1,1 +1,72 @@
-fn main() {}
+//! `fairshare`: the operator and manager CLI.
+//!
+//! It talks to the system only through NATS, like every other participant: it appends policy
+//! and inventory events, sends submit and cancel requests, and reads the event log.
+
+mod commands;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Operate a fairshare installation.
+///
+/// Every command connects to NATS (`--nats-url`, or FAIRSHARE_NATS_URL).
+#[derive(Debug, Parser)]
+#[command(name = "fairshare", version, about, long_about)]
+struct Cli {
+    /// NATS server to connect to.
+    #[arg(
+        long,
+        global = true,
+        env = "FAIRSHARE_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    nats_url: String,
+    /// NATS credentials file (managers and operators get their own users; see deploy/).
+    #[arg(long, global = true, env = "FAIRSHARE_NATS_CREDS")]
+    nats_creds: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Budget trees: validate a file and apply it as the cluster's new tree.
+    #[command(subcommand)]
+    Budget(commands::policy::BudgetCommand),
+    /// Cluster inventory: validate a file and register its nodes.
+    #[command(subcommand)]
+    Inventory(commands::policy::InventoryCommand),
+    /// Submit a job (request/reply, or durable intake with --intake).
+    Submit(commands::submit::SubmitArgs),
+    /// Cancel a job.
+    Cancel(commands::submit::CancelArgs),
+    /// Print events from the log, decoded, as they arrive.
+    Tail(commands::tail::TailArgs),
+    /// Create or update the JetStream streams (services do this at start too).
+    Streams {
+        /// Replicas: 1 on one server, 3 on a 3-node cluster.
+        #[arg(long, default_value_t = 1)]
+        replicas: usize,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let connect = || commands::Connection::new(&cli.nats_url, cli.nats_creds.as_deref());
+    match cli.command {
+        Command::Budget(cmd) => commands::policy::budget(cmd, connect).await,
+        Command::Inventory(cmd) => commands::policy::inventory(cmd, connect).await,
+        Command::Submit(args) => commands::submit::submit(args, &connect().await?).await,
+        Command::Cancel(args) => commands::submit::cancel(args, &connect().await?).await,
+        Command::Tail(args) => commands::tail::tail(args, &connect().await?).await,
+        Command::Streams { replicas } => {
+            let conn = connect().await?;
+            fairshare_runtime::nats::ensure_streams(&conn.js, replicas).await?;
+            println!("streams ready");
+            Ok(())
+        }
+    }
+}

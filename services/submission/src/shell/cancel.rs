@@ -60,11 +60,12 @@ async fn cancel(
                 expected_last_subject_sequence,
             } => (cluster, expected_last_subject_sequence),
         };
-        let subject = subjects::job(&cluster, &request.job_id);
+        let scope = subjects::job(&cluster, &request.job_id);
+        let subject = subjects::job_event(&cluster, &request.job_id, "job_cancelled");
         let envelope = Envelope {
             message_id: headers::cancel_id(&request.job_id),
             trace,
-            expected_last_subject_sequence: Some(expected),
+            expected_last_subject_sequence: Some((expected, Some(scope.clone()))),
             ..Default::default()
         };
         let body = Body::JobCancelled(pb::JobCancelled {
@@ -72,7 +73,7 @@ async fn cancel(
             reason: request.reason.clone(),
             requested_by: request.requested_by.clone(),
         });
-        match shared.append(subject.clone(), body, &envelope).await {
+        match shared.append(subject, body, &envelope).await {
             Ok((sequence, _duplicate)) => {
                 tracing::info!(job_id = %request.job_id, sequence, "job cancelled");
                 return Ok(pb::Cancelled {
@@ -85,7 +86,7 @@ async fn cancel(
                 // until the fold has its newest event, then decide again.
                 let newest = shared
                     .events
-                    .get_last_raw_message_by_subject(&subject)
+                    .get_last_raw_message_by_subject(&scope)
                     .await
                     .map(|m| m.sequence)
                     .map_err(|e| unavailable(&e.to_string()))?;

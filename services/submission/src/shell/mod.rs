@@ -110,7 +110,7 @@ async fn subscribe(
 fn log_filters() -> Vec<String> {
     let p = subjects::EVENTS_PREFIX;
     vec![
-        format!("{p}.*.job.*"),
+        format!("{p}.*.job.*.*"),
         format!("{p}.*.policy"),
         format!("{p}.*.node.*"),
         format!("{p}.*.rejected"),

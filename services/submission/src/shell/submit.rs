@@ -118,7 +118,11 @@ async fn write_submitted(
     };
     let body = Body::JobSubmitted(job_submitted(&job_id, request, shape));
     let (sequence, duplicate) = shared
-        .append(subjects::job(&cluster, &job_id), body, &envelope)
+        .append(
+            subjects::job_event(&cluster, &job_id, "job_submitted"),
+            body,
+            &envelope,
+        )
         .await
         .map_err(|e| match e {
             AppendError::Conflict => unavailable("unexpected sequence conflict"),

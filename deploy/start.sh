@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Starts the whole local system: nats-server (JetStream, file store under .run/), every
+# fairshare service built so far, the demo budget tree and inventory, and a demo launcher that
+# submits jobs. Ctrl-C stops everything. Logs: .run/logs/.
+#
+#   ./deploy/start.sh            # build, start, follow the event log
+#   FAIRSHARE_DEMO_JOBS=0 ./deploy/start.sh   # no demo submissions
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+run="$repo/.run"
+mkdir -p "$run/logs" "$run/nats"
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "start: cargo is required (install Rust with rustup: https://rustup.rs)" >&2
+  exit 1
+fi
+nats_bin="$("$repo/deploy/install-nats-server.sh")"
+
+echo "start: building (first build takes a few minutes)" >&2
+cargo build --quiet -p fairshare-submission -p fairshare-cli
+bin="${CARGO_TARGET_DIR:-$repo/target}/debug"
+
+port="${FAIRSHARE_NATS_PORT:-4222}"
+export FAIRSHARE_NATS_URL="nats://127.0.0.1:$port"
+
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  echo "start: stopping" >&2
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup INT TERM EXIT
+
+"$nats_bin" -c "$repo/deploy/nats/single.conf" -p "$port" -sd "$run/nats" >"$run/logs/nats-server.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+  if (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then break; fi
+  sleep 0.1
+done
+
+"$bin/fairshare" streams
+"$bin/fairshare-submission" >"$run/logs/submission.log" 2>&1 &
+pids+=($!)
+
+"$bin/fairshare" inventory apply deploy/demo/inventory.toml
+"$bin/fairshare" budget apply deploy/demo/budget.toml
+
+# Demo launcher: submits a mix of training, debug and unallocated jobs to the demo tree.
+demo_jobs="${FAIRSHARE_DEMO_JOBS:-20}"
+(
+  sleep 1
+  allocations=(research/language/pretraining/core research/language/pretraining/data
+               research/language/alignment research/vision/video research/vision/robotics
+               infra/evals guests)
+  for i in $(seq 1 "$demo_jobs"); do
+    a="${allocations[$((i % ${#allocations[@]}))]}"
+    case $((i % 4)) in
+      0) args=(--gpus 16 --min-runtime 2h --resumable --name "pretrain-$i") ;;
+      1) args=(--gpus 1 --min-runtime 10m --name "debug-$i") ;;
+      2) args=(--gpus 8 --min-runtime 0 --resumable --name "sweep-$i") ;;
+      *) args=(--gpus 4 --min-runtime 1h --resumable --name "finetune-$i") ;;
+    esac
+    "$bin/fairshare" submit --cluster demo --allocation "$a" --key "demo-$i" "${args[@]}" >>"$run/logs/demo-launcher.log" 2>&1 || true
+    sleep 0.5
+  done
+) &
+pids+=($!)
+
+echo "start: running; NATS at $FAIRSHARE_NATS_URL; logs in .run/logs; Ctrl-C stops" >&2
+"$bin/fairshare" tail --cluster demo

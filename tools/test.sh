@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace. Installs the pinned nats-server first (integration tests
+# start their own servers on free ports with temporary stores).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "test: cargo is required (install Rust with rustup: https://rustup.rs)" >&2
+  exit 1
+fi
+NATS_SERVER_BIN="$("$repo/deploy/install-nats-server.sh")"
+export NATS_SERVER_BIN
+echo "test: using $("$NATS_SERVER_BIN" --version)" >&2
+cargo test --workspace --locked "$@"
