@@ -1,6 +1,8 @@
 //! The JetStream behaviour the services rely on, checked against the real server: streams as
 //! defined, de-duplication by message id, and optimistic concurrency over all of a job's kinds.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use async_nats::jetstream::context::PublishErrorKind;
 use fairshare_e2e::{CLUSTER, Stack};
 use fairshare_events::pb::{self, event::Body};

@@ -1,6 +1,8 @@
 //! The submission service against a real nats-server: acceptance, idempotency, every rejection
 //! class, restarts, cancellation and the durable intake.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::time::Duration;
 
 use fairshare_e2e::{CLUSTER, Stack, accepted, rejected, request};

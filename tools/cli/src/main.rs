@@ -53,8 +53,20 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // Refusals (a rejected submission, an invalid file) are answers, not crashes: print
+            // the chain of causes without a backtrace.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let connect = || commands::Connection::new(&cli.nats_url, cli.nats_creds.as_deref());
     match cli.command {
         Command::Budget(cmd) => commands::policy::budget(cmd, connect).await,

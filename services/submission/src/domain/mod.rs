@@ -10,3 +10,6 @@ mod state;
 pub use checks::{CancelTarget, Checked, check_cancel, check_submission, job_submitted};
 pub use limits::Limits;
 pub use state::{Applied, JobRecord, JobStatus, KeyOutcome, SubmissionState};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+//! Unit tests of the pure core: the fold and the checks, without NATS.
+
+use fairshare_events::pb::{self, RejectionCode, event::Body};
+
+use super::*;
+
+fn event(body: Body) -> pb::Event {
+    pb::Event {
+        at_ms: 1_000,
+        body: Some(body),
+    }
+}
+
+fn account(name: &str, share: u64, children: Vec<pb::Account>) -> pb::Account {
+    pb::Account {
+        name: name.into(),
+        share,
+        children,
+    }
+}
+
+/// A cluster "c" with 2 nodes of 8 GPUs and allocations a/x and b.
+fn state() -> SubmissionState {
+    let mut s = SubmissionState::default();
+    s.apply(
+        1,
+        &event(Body::BudgetTreeSet(pb::BudgetTreeSet {
+            cluster: "c".into(),
+            accounts: vec![
+                account("a", 1, vec![account("x", 1, vec![])]),
+                account("b", 1, vec![]),
+            ],
+        })),
+    );
+    for (seq, node) in [(2, "n0"), (3, "n1")] {
+        s.apply(
+            seq,
+            &event(Body::NodeRegistered(pb::NodeRegistered {
+                cluster: "c".into(),
+                node: node.into(),
+                gpus: 8,
+            })),
+        );
+    }
+    s
+}
+
+fn request(key: &str, gpus: i64) -> pb::SubmitRequest {
+    pb::SubmitRequest {
+        idempotency_key: key.into(),
+        spec: Some(pb::JobSpec {
+            cluster: "c".into(),
+            allocation: "a/x".into(),
+            gpus,
+            min_runtime_s: 600,
+            ..Default::default()
+        }),
+    }
+}
+
+fn code(result: Result<Checked, pb::Rejection>) -> RejectionCode {
+    let rejection = result.expect_err("expected a rejection");
+    RejectionCode::try_from(rejection.code).expect("known code")
+}
+
+#[test]
+fn valid_submission_gets_its_shape() {
+    let s = state();
+    let checked = check_submission(&s, &request("k", 16), &Limits::default()).unwrap();
+    assert_eq!(
+        checked,
+        Checked::New(fairshare_model::shape::Shape {
+            nodes: 2,
+            gpus_per_node: 8
+        })
+    );
+}
+
+#[test]
+fn a_cluster_needs_both_a_tree_and_nodes() {
+    let mut s = SubmissionState::default();
+    s.apply(
+        1,
+        &event(Body::NodeRegistered(pb::NodeRegistered {
+            cluster: "c".into(),
+            node: "n0".into(),
+            gpus: 8,
+        })),
+    );
+    assert_eq!(
+        code(check_submission(&s, &request("k", 1), &Limits::default())),
+        RejectionCode::UnknownCluster
+    );
+}
+
+#[test]
+fn an_accepted_key_is_answered_from_the_fold() {
+    let mut s = state();
+    let submitted = job_submitted(
+        "job-1",
+        &request("k", 1),
+        fairshare_model::shape::Shape {
+            nodes: 1,
+            gpus_per_node: 1,
+        },
+    );
+    assert_eq!(
+        s.apply(10, &event(Body::JobSubmitted(submitted))),
+        Applied::Applied
+    );
+    // Even a request that would now fail the checks gets the first answer: the key is final.
+    let checked = check_submission(&s, &request("k", 999), &Limits::default()).unwrap();
+    assert_eq!(
+        checked,
+        Checked::Repeat {
+            job_id: "job-1".into(),
+            sequence: 10
+        }
+    );
+}
+
+#[test]
+fn a_rejected_intake_key_stays_rejected() {
+    let mut s = state();
+    let rejection = pb::Rejection {
+        code: RejectionCode::InvalidGpus as i32,
+        message: "no".into(),
+    };
+    s.apply(
+        10,
+        &event(Body::JobRejected(pb::JobRejected {
+            idempotency_key: "k".into(),
+            cluster: "c".into(),
+            rejection: Some(rejection.clone()),
+            intake_sequence: 4,
+        })),
+    );
+    assert_eq!(
+        check_submission(&s, &request("k", 1), &Limits::default()),
+        Err(rejection)
+    );
+}
+
+#[test]
+fn replayed_and_out_of_date_entries_change_nothing() {
+    let mut s = state();
+    let before = s.clusters["c"].inventory.clone();
+    let removal = event(Body::NodeRemoved(pb::NodeRemoved {
+        cluster: "c".into(),
+        node: "n0".into(),
+    }));
+    assert_eq!(
+        s.apply(3, &removal),
+        Applied::Duplicate,
+        "sequence 3 was applied already"
+    );
+    assert_eq!(s.clusters["c"].inventory, before);
+    assert_eq!(s.apply(4, &removal), Applied::Applied);
+    assert_eq!(s.clusters["c"].inventory.total_gpus(), 8);
+}
+
+#[test]
+fn an_invalid_tree_on_the_log_is_ignored_and_the_old_one_stays() {
+    let mut s = state();
+    let bad = event(Body::BudgetTreeSet(pb::BudgetTreeSet {
+        cluster: "c".into(),
+        accounts: vec![],
+    }));
+    assert!(matches!(s.apply(10, &bad), Applied::Ignored(_)));
+    assert!(
+        s.clusters["c"]
+            .budget
+            .as_ref()
+            .unwrap()
+            .allocation("a/x")
+            .is_some()
+    );
+}
+
+#[test]
+fn cancel_follows_the_job_lifecycle() {
+    let mut s = state();
+    let limits = Limits::default();
+    let cancel = pb::CancelRequest {
+        job_id: "j".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        check_cancel(&s, &cancel, &limits).unwrap_err().code,
+        RejectionCode::UnknownJob as i32
+    );
+    s.note_accepted("k", "j", "c", 10);
+    assert_eq!(
+        check_cancel(&s, &cancel, &limits),
+        Ok(CancelTarget::Cancel {
+            cluster: "c".into(),
+            expected_last_subject_sequence: 10
+        })
+    );
+    s.apply(
+        12,
+        &event(Body::JobStarted(pb::JobStarted { job_id: "j".into() })),
+    );
+    assert_eq!(
+        check_cancel(&s, &cancel, &limits),
+        Ok(CancelTarget::Cancel {
+            cluster: "c".into(),
+            expected_last_subject_sequence: 12
+        })
+    );
+    // Preempted then requeued: still active.
+    s.apply(
+        13,
+        &event(Body::JobPreempted(pb::JobPreempted {
+            job_id: "j".into(),
+            killed: false,
+        })),
+    );
+    assert_eq!(
+        check_cancel(&s, &cancel, &limits).unwrap_err().code,
+        RejectionCode::JobEnded as i32
+    );
+    s.apply(
+        14,
+        &event(Body::JobRequeued(pb::JobRequeued { job_id: "j".into() })),
+    );
+    assert!(matches!(
+        check_cancel(&s, &cancel, &limits),
+        Ok(CancelTarget::Cancel { .. })
+    ));
+    s.apply(
+        15,
+        &event(Body::JobCancelled(pb::JobCancelled {
+            job_id: "j".into(),
+            ..Default::default()
+        })),
+    );
+    assert_eq!(
+        check_cancel(&s, &cancel, &limits),
+        Ok(CancelTarget::AlreadyCancelled { sequence: 15 })
+    );
+}
+
+#[test]
+fn the_fold_and_early_notes_agree() {
+    // The shell notes its own write before the fold reaches it; the fold must not change it.
+    let mut noted = state();
+    noted.note_accepted("k", "j", "c", 10);
+    let submitted = job_submitted(
+        "j",
+        &request("k", 1),
+        fairshare_model::shape::Shape {
+            nodes: 1,
+            gpus_per_node: 1,
+        },
+    );
+    noted.apply(10, &event(Body::JobSubmitted(submitted.clone())));
+    let mut folded = state();
+    folded.apply(10, &event(Body::JobSubmitted(submitted)));
+    assert_eq!(noted.jobs, folded.jobs);
+    assert_eq!(noted.keys, folded.keys);
+}
