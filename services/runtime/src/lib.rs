@@ -4,6 +4,7 @@
 //! touches the outside world for them lives here, once:
 //!
 //! - [`admin`]: appending budget trees and node registrations.
+//! - [`checkpoint`]: the sled checkpoint (state plus last applied sequence), a cache of the fold.
 //! - [`clock`]: the injected clock (system time in production, a manual clock in tests).
 //! - [`nats`]: connecting, and creating or updating the JetStream streams of
 //!   [`fairshare_events::streams`].
@@ -13,6 +14,7 @@
 //! - [`telemetry`]: tracing set-up for binaries.
 
 pub mod admin;
+pub mod checkpoint;
 pub mod clock;
 pub mod envelope;
 pub mod log;
