@@ -74,6 +74,16 @@ pub fn decode_cancel_reply(bytes: &[u8]) -> Result<pb::CancelReply, DecodeError>
     decode(bytes, "fairshare.v1.CancelReply")
 }
 
+/// Decodes a usage query.
+pub fn decode_usage_query(bytes: &[u8]) -> Result<pb::UsageQuery, DecodeError> {
+    decode(bytes, "fairshare.v1.UsageQuery")
+}
+
+/// Decodes a usage reply.
+pub fn decode_usage_reply(bytes: &[u8]) -> Result<pb::UsageReply, DecodeError> {
+    decode(bytes, "fairshare.v1.UsageReply")
+}
+
 /// A short, stable name for an event's kind, for logs, `tail` output and filters.
 pub fn event_kind(event: &pb::Event) -> &'static str {
     use pb::event::Body;

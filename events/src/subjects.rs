@@ -3,6 +3,7 @@
 //! ```text
 //! fairshare.api.submit                         request/reply: SubmitRequest -> SubmitReply
 //! fairshare.api.cancel                         request/reply: CancelRequest -> CancelReply
+//! fairshare.api.usage.<cluster>                request/reply: UsageQuery -> UsageReply
 //! fairshare.intake.<cluster>                   FAIRSHARE_INTAKE: SubmitRequest, durable intake
 //! fairshare.events.<cluster>.job.<job_id>.<kind>
 //!                                              FAIRSHARE_EVENTS: one job's events, by kind
@@ -30,6 +31,17 @@
 pub const SUBMIT_API: &str = "fairshare.api.submit";
 /// Request/reply subject for cancellations.
 pub const CANCEL_API: &str = "fairshare.api.cancel";
+/// Usage queries of one cluster (answered by the accounting service).
+pub fn usage_api(cluster: &str) -> String {
+    format!("fairshare.api.usage.{cluster}")
+}
+
+/// Usage queries of every cluster: what an accounting instance serving all clusters listens on.
+pub const USAGE_API_ALL: &str = "fairshare.api.usage.*";
+
+/// Queue group the accounting service instances share.
+pub const ACCOUNTING_QUEUE_GROUP: &str = "fairshare-accounting";
+
 /// Queue group the submission service instances share, so each request is answered once.
 pub const SUBMISSION_QUEUE_GROUP: &str = "fairshare-submission";
 

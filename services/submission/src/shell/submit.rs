@@ -132,7 +132,7 @@ async fn write_submitted(
         shared
             .state()
             .note_accepted(&request.idempotency_key, &job_id, &cluster, sequence);
-        tracing::info!(sequence, "job accepted");
+        tracing::debug!(sequence, "job accepted");
         return Ok(pb::Accepted {
             job_id,
             stream_sequence: sequence,
