@@ -1,0 +1,130 @@
+//! `fairshare-demo-launcher`: acts on its cluster's placements (starts, finishes after the job's
+//! duration) and optionally submits a trace as workload. See `--help`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use fairshare_events::{codec, pb, subjects};
+use fairshare_launcher::{runner, workload};
+use fairshare_model::duration::parse_duration;
+use fairshare_runtime::{clock::SystemClock, nats, shutdown, telemetry};
+
+/// Demo launcher for a simulated cluster.
+///
+/// Follows `fairshare.events.<cluster>.job.>`: confirms each placement with `job_started`,
+/// reports `job_finished` once the job's payload duration (`sleep <s>`) has passed in job time,
+/// and confirms preemption orders. With `--trace` it also submits the trace's jobs.
+#[derive(Debug, Clone, Parser)]
+#[command(version, about, long_about)]
+struct Args {
+    /// NATS server to connect to.
+    #[arg(
+        long,
+        env = "FAIRSHARE_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    nats_url: String,
+    /// NATS credentials file (launchers get a user that cannot publish decisions or budgets).
+    #[arg(long, env = "FAIRSHARE_NATS_CREDS")]
+    nats_creds: Option<PathBuf>,
+    /// The cluster this launcher runs jobs on.
+    #[arg(long, env = "FAIRSHARE_CLUSTER", default_value = "demo")]
+    cluster: String,
+    /// Job time runs this many times faster than the clock.
+    #[arg(long, default_value_t = 60)]
+    time_scale: u32,
+    /// Run time of jobs whose payload names none.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    default_duration: Duration,
+    /// Do not confirm preemption orders (to watch grace deadlines expire).
+    #[arg(long)]
+    ignore_preemption: bool,
+    /// Submit the jobs of this replay.csv trace, at the time scale.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Allocations trace tenants are spread over (comma-separated leaf paths).
+    #[arg(long, value_delimiter = ',')]
+    allocations: Vec<String>,
+    /// Submit at most this many trace jobs.
+    #[arg(long, default_value_t = 200)]
+    max_jobs: usize,
+}
+
+async fn submit_trace(
+    client: async_nats::Client,
+    args: &Args,
+    path: &PathBuf,
+) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let jobs = workload::parse_replay(&text)?;
+    let start = tokio::time::Instant::now();
+    let first = jobs.first().map_or(0, |j| j.submit_s);
+    let mut per_tenant = std::collections::HashMap::<String, u64>::new();
+    let mut sent = 0;
+    for job in &jobs {
+        if sent >= args.max_jobs {
+            break;
+        }
+        let n = per_tenant.entry(job.tenant.clone()).or_default();
+        let Some(request) =
+            workload::to_request(job, *n, &args.cluster, &args.allocations, "demo-trace-")
+        else {
+            continue;
+        };
+        *n += 1;
+        let offset = Duration::from_secs(
+            u64::try_from(job.submit_s - first).unwrap_or(0) / u64::from(args.time_scale.max(1)),
+        );
+        tokio::time::sleep_until(start + offset).await;
+        let reply = client
+            .request(subjects::SUBMIT_API, codec::encode(&request))
+            .await?;
+        match codec::decode_submit_reply(&reply.payload)?.result {
+            Some(pb::submit_reply::Result::Accepted(a)) => {
+                tracing::info!(job_id = a.job_id, trace_id = job.id, "submitted")
+            }
+            Some(pb::submit_reply::Result::Rejected(r)) => {
+                tracing::warn!(trace_id = job.id, "rejected: {}", r.message)
+            }
+            None => tracing::warn!("empty submit reply"),
+        }
+        sent += 1;
+    }
+    tracing::info!(sent, "trace submitted");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    telemetry::init("fairshare-demo-launcher");
+    let client = nats::connect(
+        &args.nats_url,
+        "fairshare-demo-launcher",
+        args.nats_creds.as_deref(),
+    )
+    .await?;
+    if let Some(path) = args.trace.clone() {
+        anyhow::ensure!(!args.allocations.is_empty(), "--trace needs --allocations");
+        let client = client.clone();
+        let args_for_trace = args.clone();
+        tokio::spawn(async move {
+            if let Err(e) = submit_trace(client, &args_for_trace, &path).await {
+                tracing::error!("trace submission stopped: {e:#}");
+            }
+        });
+    }
+    let config = runner::RunnerConfig {
+        cluster: args.cluster,
+        time_scale: args.time_scale,
+        default_duration: args.default_duration,
+        honour_preemption: !args.ignore_preemption,
+        tick: Duration::from_millis(100),
+    };
+    runner::run(client, config, Arc::new(SystemClock), shutdown::signal()).await?;
+    Ok(())
+}

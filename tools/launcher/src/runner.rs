@@ -1,0 +1,132 @@
+//! The launcher's NATS loop: fold the cluster's job events, append what is due.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, context::PublishErrorKind};
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::{codec, subjects};
+use fairshare_runtime::clock::Clock;
+use fairshare_runtime::envelope::Envelope;
+use fairshare_runtime::log::{FollowError, Follower};
+
+use crate::state::{Action, LauncherState};
+
+/// How the launcher behaves.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// The cluster it launches on.
+    pub cluster: String,
+    /// Job time runs this many times faster than the clock (60: a 1-hour job takes a minute).
+    pub time_scale: u32,
+    /// Run time of jobs whose payload names none.
+    pub default_duration: Duration,
+    /// Confirm preemption orders (off: let grace deadlines expire).
+    pub honour_preemption: bool,
+    /// How often due finishes are checked.
+    pub tick: Duration,
+}
+
+/// Why the launcher stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// The log could not be followed.
+    #[error(transparent)]
+    Follow(#[from] FollowError),
+}
+
+/// Runs until `shutdown` completes.
+pub async fn run(
+    client: async_nats::Client,
+    config: RunnerConfig,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunnerError> {
+    let js = jetstream::new(client);
+    let filter = format!("{}.{}.job.*.*", subjects::EVENTS_PREFIX, config.cluster);
+    let mut follower = Follower::start(&js, 1, vec![filter]).await?;
+    let default_ms = i64::try_from(config.default_duration.as_millis()).unwrap_or(i64::MAX);
+    let mut state = LauncherState::new(default_ms, config.honour_preemption);
+    let mut tick = tokio::time::interval(config.tick);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            entry = follower.next() => match entry {
+                Some(Ok(entry)) => {
+                    if let Ok(event) = &entry.event {
+                        state.apply(entry.sequence, event);
+                    }
+                    if entry.pending == 0 {
+                        act(&js, &config, clock.now_ms(), &mut state).await;
+                    }
+                }
+                Some(Err(e)) => tracing::warn!("launcher log follower: {e}"),
+                None => return Err(FollowError::Delivery("connection closed".into()).into()),
+            },
+            _ = tick.tick() => act(&js, &config, clock.now_ms(), &mut state).await,
+        }
+    }
+}
+
+async fn act(
+    js: &jetstream::Context,
+    config: &RunnerConfig,
+    now_ms: i64,
+    state: &mut LauncherState,
+) {
+    for action in state.due(now_ms, config.time_scale) {
+        let (job_id, expected, kind, body) = match action {
+            Action::Start { job_id, expected } => {
+                let body = Body::JobStarted(pb::JobStarted {
+                    job_id: job_id.clone(),
+                });
+                (job_id, expected, "job_started", body)
+            }
+            Action::Finish { job_id, expected } => {
+                let body = Body::JobFinished(pb::JobFinished {
+                    job_id: job_id.clone(),
+                    exit_code: 0,
+                });
+                (job_id, expected, "job_finished", body)
+            }
+            Action::ConfirmPreempted { job_id, expected } => {
+                let body = Body::JobPreempted(pb::JobPreempted {
+                    job_id: job_id.clone(),
+                    killed: false,
+                });
+                (job_id, expected, "job_preempted", body)
+            }
+        };
+        let envelope = Envelope {
+            // One start/finish per placement: the expected sequence tells placements apart.
+            message_id: format!("{kind}:{job_id}:{expected}"),
+            expected_last_subject_sequence: Some((
+                expected,
+                Some(subjects::job(&config.cluster, &job_id)),
+            )),
+            ..Default::default()
+        };
+        let event = pb::Event {
+            at_ms: now_ms,
+            body: Some(body),
+        };
+        let subject = subjects::job_event(&config.cluster, &job_id, kind);
+        let result = async {
+            js.publish_with_headers(subject, envelope.to_headers(), codec::encode(&event))
+                .await?
+                .await
+        }
+        .await;
+        match result {
+            Ok(_) => tracing::debug!(job_id, kind, "reported"),
+            // The job moved on (cancelled, preempted) since we looked: the log will tell us.
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {}
+            Err(e) => {
+                tracing::warn!(job_id, kind, "report failed, will retry: {e}");
+                state.retry(&job_id);
+            }
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! What the launcher knows about its cluster's jobs, folded from the log, and what it should do
+//! next. Pure: time is an argument.
+//!
+//! Every action names the sequence of the job's newest event it saw; the runner appends with that
+//! as the expected last sequence over the job's subjects, so a start never lands after a cancel
+//! and a finish never lands twice.
+
+use std::collections::BTreeMap;
+
+use fairshare_events::pb::{self, event::Body};
+
+/// Where one job stands for the launcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Submitted, not placed.
+    Queued,
+    /// Placed by the decision service; the launcher should start it.
+    Placed,
+    /// Running since `since_ms`.
+    Running {
+        /// When it started (the JobStarted event time).
+        since_ms: i64,
+    },
+    /// Told to stop (preemption ordered); the launcher confirms.
+    Stopping,
+    /// Finished, failed, cancelled or preempted.
+    Ended,
+}
+
+/// One job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// Run time the job needs, in job time (milliseconds), from its payload.
+    pub duration_ms: i64,
+    /// Where it stands.
+    pub phase: Phase,
+    /// Sequence of its newest event.
+    pub last_sequence: u64,
+    /// An action was sent for the current phase; do not send it again until the log moves.
+    pub acted: bool,
+}
+
+/// Something to append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Confirm a placement.
+    Start {
+        /// The job.
+        job_id: String,
+        /// Its newest event's sequence.
+        expected: u64,
+    },
+    /// Report the end of a run.
+    Finish {
+        /// The job.
+        job_id: String,
+        /// Its newest event's sequence.
+        expected: u64,
+    },
+    /// Confirm a preemption order.
+    ConfirmPreempted {
+        /// The job.
+        job_id: String,
+        /// Its newest event's sequence.
+        expected: u64,
+    },
+}
+
+/// Reads `sleep <seconds>` from a payload; anything else runs for `default_ms`.
+pub fn duration_from_payload(payload: &[u8], default_ms: i64) -> i64 {
+    std::str::from_utf8(payload)
+        .ok()
+        .and_then(|p| p.trim().strip_prefix("sleep "))
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .filter(|s| *s >= 0)
+        .map_or(default_ms, |s| s.saturating_mul(1000))
+}
+
+/// The launcher's view of one cluster.
+#[derive(Debug, Clone, Default)]
+pub struct LauncherState {
+    /// Jobs by id (sorted: actions come out in a stable order).
+    pub jobs: BTreeMap<String, Job>,
+    /// Run time of jobs whose payload names none.
+    pub default_duration_ms: i64,
+    /// Whether to confirm preemption orders (tests turn it off to exercise the grace deadline).
+    pub honour_preemption: bool,
+}
+
+impl LauncherState {
+    /// An empty view.
+    pub fn new(default_duration_ms: i64, honour_preemption: bool) -> Self {
+        Self {
+            jobs: BTreeMap::new(),
+            default_duration_ms,
+            honour_preemption,
+        }
+    }
+
+    /// Folds one of the cluster's job events.
+    pub fn apply(&mut self, sequence: u64, event: &pb::Event) {
+        let Some(body) = &event.body else { return };
+        let (job_id, phase) = match body {
+            Body::JobSubmitted(s) => {
+                let payload = s
+                    .spec
+                    .as_ref()
+                    .map(|s| s.payload.as_ref())
+                    .unwrap_or_default();
+                let duration_ms = duration_from_payload(payload, self.default_duration_ms);
+                self.jobs.entry(s.job_id.clone()).or_insert(Job {
+                    duration_ms,
+                    phase: Phase::Queued,
+                    last_sequence: sequence,
+                    acted: false,
+                });
+                return;
+            }
+            Body::JobPlaced(e) => (&e.job_id, Phase::Placed),
+            Body::JobStarted(e) => (
+                &e.job_id,
+                Phase::Running {
+                    since_ms: event.at_ms,
+                },
+            ),
+            Body::PreemptionOrdered(e) => (&e.job_id, Phase::Stopping),
+            Body::JobRequeued(e) => (&e.job_id, Phase::Queued),
+            Body::JobFinished(e) => (&e.job_id, Phase::Ended),
+            Body::JobFailed(e) => (&e.job_id, Phase::Ended),
+            Body::JobCancelled(e) => (&e.job_id, Phase::Ended),
+            Body::JobPreempted(e) => (&e.job_id, Phase::Ended),
+            _ => return,
+        };
+        if let Some(job) = self.jobs.get_mut(job_id)
+            && sequence > job.last_sequence
+        {
+            job.phase = phase;
+            job.last_sequence = sequence;
+            job.acted = false;
+        }
+    }
+
+    /// What is due at `now_ms`, with job time running `time_scale` times faster than the clock;
+    /// marks each job acted on. Finishes come first, so GPUs are freed before new starts.
+    pub fn due(&mut self, now_ms: i64, time_scale: u32) -> Vec<Action> {
+        let mut finishes = Vec::new();
+        let mut others = Vec::new();
+        let scale = i64::from(time_scale.max(1));
+        for (id, job) in self.jobs.iter_mut().filter(|(_, j)| !j.acted) {
+            let expected = job.last_sequence;
+            let action = match job.phase {
+                Phase::Placed => Action::Start {
+                    job_id: id.clone(),
+                    expected,
+                },
+                Phase::Running { since_ms }
+                    if now_ms >= since_ms.saturating_add(job.duration_ms / scale) =>
+                {
+                    Action::Finish {
+                        job_id: id.clone(),
+                        expected,
+                    }
+                }
+                Phase::Stopping if self.honour_preemption => Action::ConfirmPreempted {
+                    job_id: id.clone(),
+                    expected,
+                },
+                _ => continue,
+            };
+            job.acted = true;
+            match action {
+                Action::Finish { .. } => finishes.push(action),
+                _ => others.push(action),
+            }
+        }
+        finishes.extend(others);
+        finishes
+    }
+
+    /// Lets a job be acted on again (its append failed for a reason worth retrying).
+    pub fn retry(&mut self, job_id: &str) {
+        if let Some(job) = self.jobs.get_mut(job_id) {
+            job.acted = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(at_ms: i64, body: Body) -> pb::Event {
+        pb::Event {
+            at_ms,
+            body: Some(body),
+        }
+    }
+
+    fn submitted(id: &str, payload: &'static [u8]) -> Body {
+        Body::JobSubmitted(pb::JobSubmitted {
+            job_id: id.into(),
+            spec: Some(pb::JobSpec {
+                payload: bytes::Bytes::from_static(payload),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn payload_durations() {
+        assert_eq!(duration_from_payload(b"sleep 90", 5), 90_000);
+        assert_eq!(duration_from_payload(b"python x.py", 5), 5);
+        assert_eq!(duration_from_payload(b"sleep -3", 5), 5);
+    }
+
+    #[test]
+    fn placed_jobs_start_once_and_finish_after_their_scaled_duration() {
+        let mut s = LauncherState::new(1_000, true);
+        s.apply(1, &ev(0, submitted("a", b"sleep 60")));
+        assert!(
+            s.due(0, 1).is_empty(),
+            "queued jobs are not started by the launcher"
+        );
+        s.apply(
+            2,
+            &ev(
+                10,
+                Body::JobPlaced(pb::JobPlaced {
+                    job_id: "a".into(),
+                    ..Default::default()
+                }),
+            ),
+        );
+        assert_eq!(
+            s.due(20, 1),
+            vec![Action::Start {
+                job_id: "a".into(),
+                expected: 2
+            }]
+        );
+        assert!(s.due(30, 1).is_empty(), "not twice before the log moves");
+        s.apply(
+            3,
+            &ev(
+                1_000,
+                Body::JobStarted(pb::JobStarted { job_id: "a".into() }),
+            ),
+        );
+        // 60 s of job time at 60x is 1 s of clock time.
+        assert!(s.due(1_999, 60).is_empty());
+        assert_eq!(
+            s.due(2_000, 60),
+            vec![Action::Finish {
+                job_id: "a".into(),
+                expected: 3
+            }]
+        );
+        s.apply(
+            4,
+            &ev(
+                2_000,
+                Body::JobFinished(pb::JobFinished {
+                    job_id: "a".into(),
+                    exit_code: 0,
+                }),
+            ),
+        );
+        assert!(s.due(99_999, 1).is_empty());
+    }
+
+    #[test]
+    fn cancelled_placement_is_not_started_and_old_events_do_not_rewind() {
+        let mut s = LauncherState::new(1_000, true);
+        s.apply(1, &ev(0, submitted("a", b"sleep 1")));
+        s.apply(
+            2,
+            &ev(
+                0,
+                Body::JobPlaced(pb::JobPlaced {
+                    job_id: "a".into(),
+                    ..Default::default()
+                }),
+            ),
+        );
+        s.apply(
+            3,
+            &ev(
+                0,
+                Body::JobCancelled(pb::JobCancelled {
+                    job_id: "a".into(),
+                    ..Default::default()
+                }),
+            ),
+        );
+        s.apply(
+            2,
+            &ev(
+                0,
+                Body::JobPlaced(pb::JobPlaced {
+                    job_id: "a".into(),
+                    ..Default::default()
+                }),
+            ),
+        );
+        assert!(s.due(10, 1).is_empty());
+    }
+
+    #[test]
+    fn preemption_is_confirmed_only_when_honoured() {
+        for honour in [true, false] {
+            let mut s = LauncherState::new(1_000, honour);
+            s.apply(1, &ev(0, submitted("a", b"sleep 100")));
+            s.apply(
+                2,
+                &ev(0, Body::JobStarted(pb::JobStarted { job_id: "a".into() })),
+            );
+            s.apply(
+                3,
+                &ev(
+                    5,
+                    Body::PreemptionOrdered(pb::PreemptionOrdered {
+                        job_id: "a".into(),
+                        ..Default::default()
+                    }),
+                ),
+            );
+            let due = s.due(10, 1);
+            assert_eq!(due.is_empty(), !honour);
+        }
+    }
+}
