@@ -1,0 +1,457 @@
+//! One decision cycle: `decide(state, now) -> Decision`, and the `JobPlaced` events it yields.
+//!
+//! Place in the flow: the shell folds the log into a [`DecisionState`], calls [`decide`] with
+//! the time it runs at (a value: the simulator drives it virtually), publishes
+//! [`Decision::events`] with the cycle number, and shows [`Decision::waiting`] to operators.
+//! `decide` reads the state only, so re-running it on the log prefix named by a decision's
+//! basis and with its `computed_at_ms` re-derives the same decision, byte for byte.
+//!
+//! A [`Decision`] borrows its job, allocation and node names from the state it was computed
+//! from: a cycle with 100,000 waiting jobs then copies no string and touches no reference
+//! count (cloning one `Arc` per waiting job was most of the cost at that size). The events it
+//! yields are owned; fold them into the state after the decision is dropped.
+//!
+//! A cycle:
+//! 1. Rank allocations by Fair Tree ([`crate::domain::rank`]) from the usage snapshot plus work
+//!    placed since.
+//! 2. Allocated pass: take waiting allocated jobs in rank order (best allocation with waiting
+//!    work, then within it by priority, submit time, id) and place each where it fits
+//!    ([`crate::domain::place`]). Each placement charges `gpus x min_runtime` to its allocation
+//!    before the next pick, so the ranking moves as the cycle goes. The first job that does not
+//!    fit gets the cycle's reservation ([`crate::domain::reserve`]); later work respects it.
+//! 3. Unallocated pass: jobs with minimum runtime 0 fill what is left, allocations in their
+//!    rank order after step 2, each allocation's jobs in queue order. They charge nothing, so
+//!    the order does not move during this pass.
+//! 4. Every job not placed gets a [`WaitReason`].
+//!
+//! Determinism: every collection iterated is ordered (`BTreeMap`, sorted `Vec`), ties always
+//! break on names or ids, and no clock is read.
+
+use std::fmt;
+
+use fairshare_events::pb;
+
+use super::place::{Found, Pool};
+use super::rank::{self, FairTree};
+use super::reserve::{self, Guard, Reservation};
+use super::state::{DecisionState, QueueKey, RECLAIMABLE_AT_ONCE, Request};
+
+/// GPUs on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeGpus<'s> {
+    /// Node name.
+    pub node: &'s str,
+    /// GPUs on it.
+    pub gpus: u32,
+}
+
+/// A job to start now, on these GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement<'s> {
+    /// The job.
+    pub job_id: &'s str,
+    /// Its allocation.
+    pub allocation: &'s str,
+    /// Whether it is unallocated work (minimum runtime 0).
+    pub unallocated: bool,
+    /// Where it runs, by node name.
+    pub nodes: Vec<NodeGpus<'s>>,
+}
+
+/// Why a job was left waiting: a stable code ([`WaitReason::code`]) for programs, a sentence
+/// (`Display`) for people. The sentence is built only when asked for, so a cycle with 100,000
+/// waiting jobs formats nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitReason<'s> {
+    /// GPUs it could use were free at the start of the cycle, but went to higher-ranked work.
+    BelowOthersInRank,
+    /// Not enough free GPUs of its shape on the nodes that take work.
+    TooLargeForFreeNodes {
+        /// Nodes it needs.
+        nodes: u32,
+        /// GPUs per node it needs.
+        gpus_per_node: u32,
+        /// The most free GPUs on one open node at the start of the cycle.
+        largest_free: u32,
+    },
+    /// It holds the cycle's reservation and starts when the reserved GPUs free up.
+    ReservationPending {
+        /// When the reserved GPUs are expected to be reclaimable.
+        start_ms: i64,
+    },
+    /// It would fit now, but only on GPUs reserved for a higher-ranked job, and its minimum
+    /// runtime ends after that reservation's start.
+    BlockedByReservation {
+        /// The job holding the reservation.
+        reserved_for: &'s str,
+        /// The reservation's start.
+        start_ms: i64,
+    },
+    /// It would fit on free GPUs of cordoned nodes only.
+    NodesCordoned,
+    /// It would fit only on nodes whose maintenance starts before its minimum runtime ends (or
+    /// is in progress).
+    MaintenanceWindow,
+    /// Its allocation is not a leaf of the budget tree in force.
+    UnknownAllocation,
+    /// No budget tree has been set for the cluster.
+    NoBudgetTree,
+}
+
+impl WaitReason<'_> {
+    /// A stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            WaitReason::BelowOthersInRank => "below_others_in_rank",
+            WaitReason::TooLargeForFreeNodes { .. } => "too_large_for_free_nodes",
+            WaitReason::ReservationPending { .. } => "reservation_pending",
+            WaitReason::BlockedByReservation { .. } => "blocked_by_reservation",
+            WaitReason::NodesCordoned => "nodes_cordoned",
+            WaitReason::MaintenanceWindow => "maintenance_window",
+            WaitReason::UnknownAllocation => "unknown_allocation",
+            WaitReason::NoBudgetTree => "no_budget_tree",
+        }
+    }
+}
+
+impl fmt::Display for WaitReason<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitReason::BelowOthersInRank => f.write_str(
+                "GPUs that fit it were free at the start of the cycle but went to higher-ranked work",
+            ),
+            WaitReason::TooLargeForFreeNodes {
+                nodes,
+                gpus_per_node,
+                largest_free,
+            } => {
+                if *nodes <= 1 {
+                    write!(
+                        f,
+                        "needs {gpus_per_node} GPUs on one node; the most free on any node is {largest_free}"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "needs {nodes} wholly free nodes of {gpus_per_node} GPUs; not enough are free"
+                    )
+                }
+            }
+            WaitReason::ReservationPending { start_ms } => write!(
+                f,
+                "holds a reservation; its GPUs are expected to free up at {start_ms} ms"
+            ),
+            WaitReason::BlockedByReservation {
+                reserved_for,
+                start_ms,
+            } => write!(
+                f,
+                "would fit only on GPUs reserved for job {reserved_for} from {start_ms} ms, and its minimum runtime ends later"
+            ),
+            WaitReason::NodesCordoned => {
+                f.write_str("would fit only on cordoned nodes")
+            }
+            WaitReason::MaintenanceWindow => f.write_str(
+                "would fit only on nodes whose maintenance starts before its minimum runtime ends",
+            ),
+            WaitReason::UnknownAllocation => {
+                f.write_str("its allocation is not a leaf of the budget tree in force")
+            }
+            WaitReason::NoBudgetTree => f.write_str("no budget tree is set for the cluster"),
+        }
+    }
+}
+
+/// A job left waiting and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting<'s> {
+    /// The job.
+    pub job_id: &'s str,
+    /// Its allocation.
+    pub allocation: &'s str,
+    /// Why it waits.
+    pub reason: WaitReason<'s>,
+}
+
+/// The outcome of one cycle, borrowing names from the state it was computed from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision<'s> {
+    /// The last stream sequence folded into the state decided from.
+    pub through_sequence: u64,
+    /// The time used as "now".
+    pub computed_at_ms: i64,
+    /// Allocation paths in Fair Tree order at the start of the cycle, best first.
+    pub ranking: Vec<&'s str>,
+    /// Jobs to start, in the order they were decided.
+    pub placements: Vec<Placement<'s>>,
+    /// The cycle's reservation, if a job got one.
+    pub reservation: Option<Reservation<'s>>,
+    /// Every queued job not placed, in the order it was considered (allocated work in rank
+    /// order, then unallocated work, then jobs of unknown allocations by path).
+    pub waiting: Vec<Waiting<'s>>,
+}
+
+impl Decision<'_> {
+    /// What this decision was computed from, for cycle number `cycle`.
+    pub fn basis(&self, cycle: u64) -> pb::DecisionBasis {
+        pb::DecisionBasis {
+            through_sequence: self.through_sequence,
+            computed_at_ms: self.computed_at_ms,
+            cycle,
+        }
+    }
+
+    /// The `JobPlaced` bodies of this decision, in placement order.
+    pub fn job_placed(&self, cycle: u64) -> Vec<pb::JobPlaced> {
+        self.placements
+            .iter()
+            .map(|p| pb::JobPlaced {
+                job_id: p.job_id.to_owned(),
+                nodes: p
+                    .nodes
+                    .iter()
+                    .map(|n| pb::NodeGpus {
+                        node: n.node.to_owned(),
+                        gpus: n.gpus,
+                    })
+                    .collect(),
+                basis: Some(self.basis(cycle)),
+            })
+            .collect()
+    }
+
+    /// The placements as log events stamped with the decision time.
+    pub fn events(&self, cycle: u64) -> Vec<pb::Event> {
+        self.job_placed(cycle)
+            .into_iter()
+            .map(|p| pb::Event {
+                at_ms: self.computed_at_ms,
+                body: Some(pb::event::Body::JobPlaced(p)),
+            })
+            .collect()
+    }
+}
+
+/// The mutable part of a cycle.
+struct Cycle<'s> {
+    now: i64,
+    pool: Pool<'s>,
+    guard: Option<Guard>,
+    reservation: Option<Reservation<'s>>,
+    placements: Vec<Placement<'s>>,
+    waiting: Vec<Waiting<'s>>,
+}
+
+impl<'s> Cycle<'s> {
+    /// Places the job if it fits; otherwise records why it waits (and gives it the cycle's
+    /// reservation if it is the first allocated job that cannot fit). True if placed.
+    fn consider(&mut self, key: &'s QueueKey, req: Request, allocation: &'s str) -> bool {
+        let protected_until = self.now.saturating_add(req.min_runtime_ms);
+        let reason = match self
+            .pool
+            .find(req.shape, protected_until, self.guard.as_ref())
+        {
+            Found::Nodes(nodes) => {
+                let reclaim = if req.is_unallocated() {
+                    RECLAIMABLE_AT_ONCE
+                } else {
+                    protected_until
+                };
+                let mut placed = Vec::with_capacity(nodes.len());
+                for (idx, gpus) in nodes {
+                    self.pool.take(idx, gpus, reclaim);
+                    if let Some(guard) = &mut self.guard {
+                        guard.commit(idx, gpus, protected_until);
+                    }
+                    placed.push(NodeGpus {
+                        node: self.pool.nodes[idx as usize].name,
+                        gpus,
+                    });
+                }
+                self.placements.push(Placement {
+                    job_id: &key.job_id,
+                    allocation,
+                    unallocated: req.is_unallocated(),
+                    nodes: placed,
+                });
+                return true;
+            }
+            Found::Blocked => match &self.reservation {
+                Some(r) => WaitReason::BlockedByReservation {
+                    reserved_for: r.job_id,
+                    start_ms: r.start_ms,
+                },
+                None => self.classify(req, protected_until),
+            },
+            Found::Nowhere => self
+                .reserve(key, req, allocation)
+                .unwrap_or_else(|| self.classify(req, protected_until)),
+        };
+        self.waiting.push(Waiting {
+            job_id: &key.job_id,
+            allocation,
+            reason,
+        });
+        false
+    }
+
+    /// Gives the job the cycle's reservation if it is allocated, none is held yet and the
+    /// uncordoned nodes could ever hold it.
+    fn reserve(
+        &mut self,
+        key: &'s QueueKey,
+        req: Request,
+        allocation: &'s str,
+    ) -> Option<WaitReason<'s>> {
+        if req.is_unallocated()
+            || self.reservation.is_some()
+            || !self.pool.capacity_uncordoned.fits(req.shape)
+        {
+            return None;
+        }
+        let plan = reserve::plan(&self.pool, req.shape, req.min_runtime_ms, self.now)?;
+        self.reservation = Some(Reservation {
+            job_id: &key.job_id,
+            allocation,
+            start_ms: plan.start_ms,
+            nodes: plan
+                .nodes
+                .iter()
+                .map(|&(idx, gpus)| NodeGpus {
+                    node: self.pool.nodes[idx as usize].name,
+                    gpus,
+                })
+                .collect(),
+        });
+        self.guard = Some(plan.guard);
+        Some(WaitReason::ReservationPending {
+            start_ms: plan.start_ms,
+        })
+    }
+
+    /// Why a job that found no room waits, most specific cause first.
+    fn classify(&self, req: Request, protected_until: i64) -> WaitReason<'s> {
+        if self.pool.fits_at_start(req.shape, protected_until) {
+            WaitReason::BelowOthersInRank
+        } else if self.pool.start_uncordoned.fits(req.shape) {
+            WaitReason::MaintenanceWindow
+        } else if self.pool.start_all.fits(req.shape) {
+            WaitReason::NodesCordoned
+        } else {
+            WaitReason::TooLargeForFreeNodes {
+                nodes: req.shape.nodes,
+                gpus_per_node: req.shape.gpus_per_node,
+                largest_free: self.pool.start_open.max_free(),
+            }
+        }
+    }
+
+    fn wait_all(
+        &mut self,
+        allocation: &'s str,
+        jobs: impl Iterator<Item = &'s QueueKey>,
+        reason: WaitReason<'s>,
+    ) {
+        for key in jobs {
+            self.waiting.push(Waiting {
+                job_id: &key.job_id,
+                allocation,
+                reason,
+            });
+        }
+    }
+}
+
+/// Computes one decision cycle for `state` at `now_ms` (Unix ms). Pure: same state and time,
+/// same decision.
+pub fn decide(state: &DecisionState, now_ms: i64) -> Decision<'_> {
+    let mut cycle = Cycle {
+        now: now_ms,
+        pool: Pool::new(state, now_ms),
+        guard: None,
+        reservation: None,
+        placements: Vec::new(),
+        waiting: Vec::with_capacity(state.queued_len()),
+    };
+    let mut ranking = Vec::new();
+    match &state.tree {
+        None => {
+            for (allocation, q) in &state.queues {
+                let jobs = q.allocated.keys().chain(q.unallocated.keys());
+                cycle.wait_all(allocation, jobs, WaitReason::NoBudgetTree);
+            }
+        }
+        Some(tree) => {
+            let usage = rank::leaf_usage(state, tree, now_ms);
+            let mut fair = FairTree::new(tree, &usage);
+            ranking = fair
+                .leaf_order()
+                .iter()
+                .map(|&id| tree.accounts[id].path.as_str())
+                .collect();
+
+            let mut queues = vec![None; tree.accounts.len()];
+            let mut unknown = Vec::new();
+            for (allocation, q) in &state.queues {
+                match tree.allocation(allocation) {
+                    Some(id) => queues[id] = Some((allocation, q)),
+                    None => unknown.push((allocation, q)),
+                }
+            }
+
+            // Allocated pass. Each allocation's queue is walked once with a cursor; the tree
+            // is consulted again only after a placement (which moves the ranking) or when an
+            // allocation runs out of waiting work.
+            let mut cursors: Vec<_> = queues
+                .iter()
+                .map(|q| q.map(|(_, q)| q.allocated.iter()))
+                .collect();
+            for (id, q) in queues.iter().enumerate() {
+                if q.is_some_and(|(_, q)| !q.allocated.is_empty()) {
+                    fair.set_pending(id);
+                }
+            }
+            while let Some(leaf) = fair.next_pending_leaf() {
+                let (Some((allocation, _)), Some(cursor)) = (queues[leaf], cursors[leaf].as_mut())
+                else {
+                    fair.exhaust(leaf);
+                    continue;
+                };
+                loop {
+                    let Some((key, req)) = cursor.next() else {
+                        fair.exhaust(leaf);
+                        break;
+                    };
+                    if cycle.consider(key, *req, allocation) {
+                        let gpu_ms = u128::from(req.shape.total_gpus())
+                            * u128::try_from(req.min_runtime_ms).unwrap_or(0);
+                        fair.charge(leaf, gpu_ms);
+                        break;
+                    }
+                }
+            }
+
+            // Unallocated pass: fill what is left, in the ranking the allocated pass ended with.
+            for leaf in fair.leaf_order() {
+                if let Some((allocation, q)) = queues[leaf] {
+                    for (key, req) in q.unallocated.iter() {
+                        cycle.consider(key, *req, allocation);
+                    }
+                }
+            }
+
+            for (allocation, q) in unknown {
+                let jobs = q.allocated.keys().chain(q.unallocated.keys());
+                cycle.wait_all(allocation, jobs, WaitReason::UnknownAllocation);
+            }
+        }
+    }
+    Decision {
+        through_sequence: state.last_applied,
+        computed_at_ms: now_ms,
+        ranking,
+        placements: cycle.placements,
+        reservation: cycle.reservation,
+        waiting: cycle.waiting,
+    }
+}

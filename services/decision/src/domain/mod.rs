@@ -1,0 +1,35 @@
+//! The pure domain core of the decision service.
+//!
+//! No async, no NATS, no clock: events come in as `(stream sequence, &pb::Event)` and time comes
+//! in as an argument (Unix ms). The flow, in module order:
+//!
+//! 1. [`state`]: [`DecisionState::apply`] folds one cluster's log into the queue (per
+//!    allocation, already in within-team order, in a [`queue::SortedChunks`]), the nodes and
+//!    who holds their GPUs, the budget tree and the latest usage snapshot.
+//! 2. [`rank`]: Fair Tree over the budget tree, exact integer ratios, re-ranked incrementally as
+//!    the cycle charges projected usage.
+//! 3. [`place`]: best-fit packing of single-node jobs, whole nodes for multi-node jobs, never on
+//!    cordoned nodes or across a maintenance window.
+//! 4. [`reserve`]: the cycle's reservation for the top blocked job and the backfill rule that
+//!    keeps it safe.
+//! 5. [`decide`](mod@decide): [`decide()`] runs one cycle and returns a [`Decision`]
+//!    (placements, reservation, a reason for every waiting job), which
+//!    [`Decision::events`] turns into `JobPlaced` events with their [`DecisionBasis`]
+//!    (`fairshare_events::pb::DecisionBasis`).
+//!
+//! [`DecisionBasis`]: fairshare_events::pb::DecisionBasis
+
+pub mod decide;
+pub mod place;
+pub mod queue;
+pub mod rank;
+pub mod reserve;
+pub mod state;
+
+#[cfg(test)]
+mod tests;
+
+pub use decide::{Decision, NodeGpus, Placement, WaitReason, Waiting, decide};
+pub use rank::{FairTree, LeafUsage, cmp_ratio, fair_tree_order};
+pub use reserve::Reservation;
+pub use state::{DecisionState, Ignored};

@@ -1,0 +1,344 @@
+//! Where a job fits: the cycle's view of free GPUs per node, best-fit packing, whole nodes for
+//! multi-node jobs.
+//!
+//! Place in the flow: [`crate::domain::decide()`] builds one `Pool` per cycle from the folded
+//! state (registered nodes, GPUs held, cordons, maintenance windows), asks it for nodes for
+//! each job in rank order (`Pool::find`) and takes the GPUs it is given (`Pool::take`), so
+//! later jobs see what earlier ones took. The pool also remembers the free GPUs at the start of
+//! the cycle so a waiting job can be told why it waits (`Pool::fits_at_start`).
+//!
+//! Rules:
+//! - A node takes new work only if it is registered and not cordoned, and if no maintenance
+//!   window is in progress or starts before the job's protection ends (`now + min_runtime`):
+//!   a window at `T` accepts only work whose protection ends by `T`. Unallocated work (minimum
+//!   runtime 0) is therefore never kept off a node by a future window: it is preemptible.
+//! - Single-node jobs go where they fit best: the node with the fewest free GPUs that still
+//!   holds them; on equal free GPUs a node already in use wins over a wholly free one, then the
+//!   lowest node name.
+//! - Multi-node jobs take whole free nodes of exactly their GPUs per node (nothing shares them),
+//!   lowest names first.
+//!
+//! How fragmentation is limited: best fit opens a wholly free node for a small job only when no
+//! node already in use has room for it, and among equally good nodes it packs onto the
+//! lowest-named ones, so partly used nodes stay few and wholly free nodes stay whole for 8-GPU
+//! and multi-node jobs. It does not move running jobs (no defragmentation by migration); where
+//! packing alone is not enough, the large job's reservation (see [`crate::domain::reserve`])
+//! keeps the GPUs it needs from being taken by long work as they free up.
+//!
+//! Cost: free nodes live in ordered sets keyed by `(free GPUs, wholly free, index)`, so best
+//! fit is one range lookup (O(log nodes)) and a take is a remove and an insert. Nodes with an
+//! upcoming maintenance window are grouped by the window's start (one set per distinct start,
+//! and windows come in batches), so a lookup costs O(distinct starts x log nodes), never a scan
+//! of the nodes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fairshare_model::shape::Shape;
+
+use super::reserve::Guard;
+use super::state::{DecisionState, NodeLoad, Window};
+
+/// Whether a node takes new work, as of the cycle's `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Takes any work.
+    Open,
+    /// Takes work whose protection ends at or before this time (the next maintenance start).
+    Until(i64),
+    /// Cordoned: takes nothing.
+    Cordoned,
+    /// A maintenance window is in progress: takes nothing.
+    InMaintenance,
+}
+
+/// One node as the cycle sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolNode<'s> {
+    pub name: &'s str,
+    pub capacity: u32,
+    pub free: u32,
+    pub access: Access,
+    pub windows: &'s [Window],
+    pub load: Option<&'s NodeLoad>,
+}
+
+impl PoolNode<'_> {
+    fn whole(&self) -> bool {
+        self.free == self.capacity
+    }
+}
+
+/// Free GPUs of a set of nodes, reduced to what answers "could a job of this shape fit".
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FitSummary {
+    max_free: u32,
+    /// Wholly free nodes by GPU count.
+    whole: BTreeMap<u32, u32>,
+}
+
+impl FitSummary {
+    fn add(&mut self, capacity: u32, free: u32) {
+        self.max_free = self.max_free.max(free);
+        if free == capacity && capacity > 0 {
+            *self.whole.entry(capacity).or_default() += 1;
+        }
+    }
+
+    fn whole_nodes(&self, gpus_per_node: u32) -> u32 {
+        self.whole.get(&gpus_per_node).copied().unwrap_or(0)
+    }
+
+    /// Whether a job of `shape` fits these free GPUs.
+    pub fn fits(&self, shape: Shape) -> bool {
+        if shape.nodes <= 1 {
+            shape.gpus_per_node <= self.max_free
+        } else {
+            self.whole_nodes(shape.gpus_per_node) >= shape.nodes
+        }
+    }
+
+    /// The most free GPUs on one node.
+    pub fn max_free(&self) -> u32 {
+        self.max_free
+    }
+}
+
+/// What [`Pool::find`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// These `(node index, GPUs)`.
+    Nodes(Vec<(u32, u32)>),
+    /// It would fit, but only on GPUs reserved for a higher-ranked job.
+    Blocked,
+    /// It does not fit the free GPUs.
+    Nowhere,
+}
+
+/// The cycle's free GPUs.
+#[derive(Debug, Clone)]
+pub(crate) struct Pool<'s> {
+    pub nodes: Vec<PoolNode<'s>>,
+    /// `(free, wholly free, index)` of open nodes with free GPUs.
+    open: BTreeSet<(u32, bool, u32)>,
+    /// The same for nodes with maintenance ahead, by the latest protection end they accept.
+    restricted: BTreeMap<i64, BTreeSet<(u32, bool, u32)>>,
+    /// Start-of-cycle free GPUs of those nodes, by the same key.
+    start_restricted: BTreeMap<i64, FitSummary>,
+    /// Free GPUs on nodes that take work.
+    free_total: u64,
+    /// `(node index, GPUs, reclaim time)` taken this cycle, for reservations.
+    pub placed: Vec<(u32, u32, i64)>,
+    /// Start-of-cycle free GPUs on open nodes.
+    pub start_open: FitSummary,
+    /// Start-of-cycle free GPUs on every node that is not cordoned, ignoring maintenance.
+    pub start_uncordoned: FitSummary,
+    /// Start-of-cycle free GPUs on every node, ignoring cordons and maintenance.
+    pub start_all: FitSummary,
+    /// Capacity (not free GPUs) of every node that is not cordoned: what a reservation can
+    /// ever get.
+    pub capacity_uncordoned: FitSummary,
+}
+
+fn access(cordoned: bool, windows: &[Window], now: i64) -> Access {
+    if cordoned {
+        return Access::Cordoned;
+    }
+    let mut next_start: Option<i64> = None;
+    for w in windows {
+        if w.end_ms <= now {
+            continue;
+        }
+        if w.start_ms <= now {
+            return Access::InMaintenance;
+        }
+        next_start = Some(next_start.map_or(w.start_ms, |s| s.min(w.start_ms)));
+    }
+    next_start.map_or(Access::Open, Access::Until)
+}
+
+fn index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+impl<'s> Pool<'s> {
+    /// The free GPUs of `state`'s registered nodes at `now`, in node-name order.
+    pub fn new(state: &'s DecisionState, now: i64) -> Pool<'s> {
+        let mut pool = Pool {
+            nodes: Vec::with_capacity(state.inventory.nodes.len()),
+            open: BTreeSet::new(),
+            restricted: BTreeMap::new(),
+            start_restricted: BTreeMap::new(),
+            free_total: 0,
+            placed: Vec::new(),
+            start_open: FitSummary::default(),
+            start_uncordoned: FitSummary::default(),
+            start_all: FitSummary::default(),
+            capacity_uncordoned: FitSummary::default(),
+        };
+        // Inventory, loads and maintenance are all sorted by node name: walk them in lockstep
+        // rather than looking each node up (thousands of string searches per cycle).
+        let mut loads = state.loads.iter().peekable();
+        let mut maintenance = state.maintenance.iter().peekable();
+        for (name, node) in &state.inventory.nodes {
+            while loads.next_if(|(n, _)| ***n < **name).is_some() {}
+            let load = loads.next_if(|(n, _)| ***n == **name).map(|(_, l)| l);
+            while maintenance.next_if(|(n, _)| *n < name).is_some() {}
+            let windows = maintenance
+                .next_if(|(n, _)| *n == name)
+                .map_or(&[][..], |(_, w)| w.as_slice());
+            let used = load.map_or(0, |l| l.used);
+            let free = node.gpus.saturating_sub(used);
+            let access = access(node.cordoned, windows, now);
+            let idx = index(pool.nodes.len());
+            match access {
+                Access::Open => {
+                    pool.start_open.add(node.gpus, free);
+                    if free > 0 {
+                        pool.open.insert((free, free == node.gpus, idx));
+                    }
+                    pool.free_total += u64::from(free);
+                }
+                Access::Until(until) => {
+                    pool.start_restricted
+                        .entry(until)
+                        .or_default()
+                        .add(node.gpus, free);
+                    if free > 0 {
+                        pool.restricted.entry(until).or_default().insert((
+                            free,
+                            free == node.gpus,
+                            idx,
+                        ));
+                    }
+                    pool.free_total += u64::from(free);
+                }
+                Access::Cordoned | Access::InMaintenance => {}
+            }
+            if access != Access::Cordoned {
+                pool.start_uncordoned.add(node.gpus, free);
+                pool.capacity_uncordoned.add(node.gpus, node.gpus);
+            }
+            pool.start_all.add(node.gpus, free);
+            pool.nodes.push(PoolNode {
+                name,
+                capacity: node.gpus,
+                free,
+                access,
+                windows,
+                load,
+            });
+        }
+        pool
+    }
+
+    /// Nodes for a job of `shape` protected until `protected_until`, respecting `guard`.
+    pub fn find(&self, shape: Shape, protected_until: i64, guard: Option<&Guard>) -> Found {
+        if shape.total_gpus() > self.free_total || shape.gpus_per_node == 0 {
+            return Found::Nowhere;
+        }
+        let allows =
+            |idx: u32, gpus: u32| guard.is_none_or(|g| g.allows(idx, gpus, protected_until));
+        let mut blocked = false;
+        if shape.nodes <= 1 {
+            let g = shape.gpus_per_node;
+            let mut best: Option<(u32, bool, u32)> = None;
+            for &key in self.open.range((g, false, 0)..) {
+                if allows(key.2, g) {
+                    best = Some(key);
+                    break;
+                }
+                blocked = true;
+            }
+            for set in self.restricted.range(protected_until..).map(|(_, s)| s) {
+                for &key in set.range((g, false, 0)..) {
+                    if best.is_some_and(|b| b <= key) {
+                        break;
+                    }
+                    if allows(key.2, g) {
+                        best = Some(key);
+                        break;
+                    }
+                    blocked = true;
+                }
+            }
+            return match best {
+                Some((_, _, idx)) => Found::Nodes(vec![(idx, g)]),
+                None if blocked => Found::Blocked,
+                None => Found::Nowhere,
+            };
+        }
+        let (k, gpn) = (shape.nodes as usize, shape.gpus_per_node);
+        let mut chosen: Vec<u32> = Vec::with_capacity(k);
+        // Wholly free nodes of this size come in index order within each set: the first k
+        // allowed ones of every set together contain the k lowest overall.
+        let sets = std::iter::once(&self.open)
+            .chain(self.restricted.range(protected_until..).map(|(_, s)| s));
+        for set in sets {
+            let mut taken = 0;
+            for &(_, _, idx) in set.range((gpn, true, 0)..=(gpn, true, u32::MAX)) {
+                if taken == k {
+                    break;
+                }
+                if allows(idx, gpn) {
+                    chosen.push(idx);
+                    taken += 1;
+                } else {
+                    blocked = true;
+                }
+            }
+        }
+        if chosen.len() >= k {
+            chosen.sort_unstable();
+            chosen.truncate(k);
+            Found::Nodes(chosen.into_iter().map(|i| (i, gpn)).collect())
+        } else if blocked {
+            Found::Blocked
+        } else {
+            Found::Nowhere
+        }
+    }
+
+    /// Takes `gpus` on node `idx` for work reclaimable at `reclaim_ms`.
+    pub fn take(&mut self, idx: u32, gpus: u32, reclaim_ms: i64) {
+        let node = &mut self.nodes[idx as usize];
+        let before = (node.free, node.whole(), idx);
+        node.free = node.free.saturating_sub(gpus);
+        let after = (node.free, node.whole(), idx);
+        let set = match node.access {
+            Access::Open => Some(&mut self.open),
+            Access::Until(until) => self.restricted.get_mut(&until),
+            Access::Cordoned | Access::InMaintenance => None,
+        };
+        if let Some(set) = set {
+            set.remove(&before);
+            if after.0 > 0 {
+                set.insert(after);
+            }
+        }
+        self.free_total = self.free_total.saturating_sub(u64::from(gpus));
+        self.placed.push((idx, gpus, reclaim_ms));
+    }
+
+    /// Whether a job of `shape` protected until `protected_until` would have fitted the free
+    /// GPUs of the nodes that take it, as they were at the start of the cycle.
+    pub fn fits_at_start(&self, shape: Shape, protected_until: i64) -> bool {
+        if self.start_open.fits(shape) {
+            return true;
+        }
+        let mut whole = self.start_open.whole_nodes(shape.gpus_per_node);
+        for summary in self
+            .start_restricted
+            .range(protected_until..)
+            .map(|(_, s)| s)
+        {
+            if shape.nodes <= 1 {
+                if summary.fits(shape) {
+                    return true;
+                }
+            } else {
+                whole += summary.whole_nodes(shape.gpus_per_node);
+            }
+        }
+        shape.nodes > 1 && whole >= shape.nodes
+    }
+}

@@ -1,0 +1,333 @@
+//! Fair Tree ranking of allocations (SPEC section 2, "Ranking"), exact and incremental.
+//!
+//! Place in the flow: at the start of a cycle [`crate::domain::decide()`] turns the folded usage
+//! snapshot (plus work placed since it, see [`leaf_usage`]) into one [`LeafUsage`] per
+//! allocation and builds a [`FairTree`]. The cycle then repeatedly asks for the best-ranked
+//! allocation that still has waiting work ([`FairTree::next_pending_leaf`]), and after each
+//! placement charges the job's projected usage ([`FairTree::charge`]), which moves only the
+//! accounts on that allocation's path.
+//!
+//! Rules:
+//! - Siblings are ordered by `subtree usage / subtree allocated time`, lowest first, where both
+//!   are the sums of their leaves' values. Ratios are compared by cross-multiplication in 256
+//!   bits ([`cmp_ratio`]): no floats, no overflow, no rounding.
+//! - A share-0 account ranks after every sibling with a share, whatever its usage; share-0
+//!   siblings among themselves go by usage, lowest first.
+//! - If some sibling with a share has no allocated time (an allocation new since the snapshot,
+//!   or a subtree whose ancestor has share 0 so its fraction is 0), the whole sibling group is
+//!   compared by `usage / share` instead. Allocated time is proportional to the share whenever
+//!   the tree did not change inside the window, so this is the same order in that case; it is
+//!   chosen per group so the comparison stays a total order.
+//! - Equal ratios break by account name (sibling ids are assigned in name order by
+//!   [`BudgetTree`], so the id is the name order).
+//! - Depth first: every leaf under a better-ranked account outranks every leaf under a worse
+//!   one.
+//!
+//! For trees where every account has its own share this is Slurm Fair Tree's order: Slurm's
+//! level fairshare `S/U` (share and usage normalised over the siblings) sorts siblings by
+//! `usage_i / share_i` descending-in-LF, i.e. ascending in our ratio; zero usage is Slurm's
+//! infinite level fairshare (first); share 0 is Slurm's level fairshare 0 (last). Slurm merges
+//! the children of exactly tied siblings; the SPEC breaks ties by name instead.
+//!
+//! Cost: building is O(accounts log accounts). A charge walks the leaf's path and moves each
+//! account on it rightwards within its sibling group (usage only grows), O(depth x siblings)
+//! at worst; finding the next leaf walks down the tree skipping exhausted subtrees. Nothing is
+//! re-sorted per placement.
+
+use std::cmp::Ordering;
+
+use fairshare_model::budget::{AccountId, BudgetTree};
+
+use super::state::DecisionState;
+
+/// One allocation's inputs to ranking.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeafUsage {
+    /// GPU-ms charged in the window (plus projections).
+    pub charged_gpu_ms: u128,
+    /// GPU-ms of allocated time in the window.
+    pub allocated_gpu_ms: u128,
+}
+
+/// Full 256-bit product of two `u128`, as (high, low).
+fn mul_wide(a: u128, b: u128) -> (u128, u128) {
+    const MASK: u128 = u64::MAX as u128;
+    let (a_hi, a_lo) = (a >> 64, a & MASK);
+    let (b_hi, b_lo) = (b >> 64, b & MASK);
+    let ll = a_lo * b_lo;
+    let lh = a_lo * b_hi;
+    let hl = a_hi * b_lo;
+    let hh = a_hi * b_hi;
+    // Middle column: carries out of it go to the high word.
+    let mid = (ll >> 64) + (lh & MASK) + (hl & MASK);
+    let low = (ll & MASK) | (mid << 64);
+    let high = hh + (lh >> 64) + (hl >> 64) + (mid >> 64);
+    (high, low)
+}
+
+/// Compares `a_num / a_den` with `b_num / b_den` exactly by cross-multiplication.
+///
+/// Callers guarantee the denominators are non-zero (or both zero, which compares numerators
+/// against zero and so ties).
+pub fn cmp_ratio(a_num: u128, a_den: u128, b_num: u128, b_den: u128) -> Ordering {
+    mul_wide(a_num, b_den).cmp(&mul_wide(b_num, a_den))
+}
+
+/// Ranking state for one cycle over one budget tree.
+#[derive(Debug, Clone)]
+pub struct FairTree<'t> {
+    tree: &'t BudgetTree,
+    used: Vec<u128>,
+    allocated: Vec<u128>,
+    /// Per account: whether its children compare by allocated time (else by share).
+    children_by_time: Vec<bool>,
+    roots_by_time: bool,
+    /// Per account: its children in rank order.
+    order: Vec<Vec<AccountId>>,
+    root_order: Vec<AccountId>,
+    /// Per account: its index in its sibling group's order.
+    pos: Vec<usize>,
+    /// Per account: leaves below (or itself) that still have waiting work.
+    pending: Vec<u32>,
+    leaf_pending: Vec<bool>,
+}
+
+/// Whether a sibling group can be compared by allocated time: every member with a share has
+/// some (and at least one member has a share).
+fn group_by_time(group: &[AccountId], tree: &BudgetTree, allocated: &[u128]) -> bool {
+    let mut any = false;
+    for &id in group {
+        if tree.accounts[id].share > 0 {
+            if allocated[id] == 0 {
+                return false;
+            }
+            any = true;
+        }
+    }
+    any
+}
+
+impl<'t> FairTree<'t> {
+    /// Ranks `tree` with `leaves[id]` for each allocation `id` (entries for inner accounts and
+    /// missing entries count as zero).
+    pub fn new(tree: &'t BudgetTree, leaves: &[LeafUsage]) -> FairTree<'t> {
+        let n = tree.accounts.len();
+        let mut used = vec![0u128; n];
+        let mut allocated = vec![0u128; n];
+        for (id, account) in tree.accounts.iter().enumerate() {
+            if account.is_allocation()
+                && let Some(l) = leaves.get(id)
+            {
+                used[id] = l.charged_gpu_ms;
+                allocated[id] = l.allocated_gpu_ms;
+            }
+        }
+        // Children have larger ids than their parent, so one reverse pass sums every subtree.
+        for id in (0..n).rev() {
+            if let Some(p) = tree.accounts[id].parent {
+                used[p] = used[p].saturating_add(used[id]);
+                allocated[p] = allocated[p].saturating_add(allocated[id]);
+            }
+        }
+        let children_by_time = (0..n)
+            .map(|id| group_by_time(&tree.accounts[id].children, tree, &allocated))
+            .collect();
+        let roots_by_time = group_by_time(&tree.roots, tree, &allocated);
+        let mut rank = FairTree {
+            tree,
+            used,
+            allocated,
+            children_by_time,
+            roots_by_time,
+            order: tree.accounts.iter().map(|a| a.children.clone()).collect(),
+            root_order: tree.roots.clone(),
+            pos: vec![0; n],
+            pending: vec![0; n],
+            leaf_pending: vec![false; n],
+        };
+        let mut roots = std::mem::take(&mut rank.root_order);
+        rank.sort_group(&mut roots, rank.roots_by_time);
+        rank.root_order = roots;
+        for id in 0..n {
+            let mut group = std::mem::take(&mut rank.order[id]);
+            rank.sort_group(&mut group, rank.children_by_time[id]);
+            rank.order[id] = group;
+        }
+        rank
+    }
+
+    fn sort_group(&mut self, group: &mut [AccountId], by_time: bool) {
+        group.sort_by(|&a, &b| self.cmp_siblings(a, b, by_time));
+        for (i, &id) in group.iter().enumerate() {
+            self.pos[id] = i;
+        }
+    }
+
+    /// Sibling order: accounts with a share first, then lower ratio, then name.
+    fn cmp_siblings(&self, a: AccountId, b: AccountId, by_time: bool) -> Ordering {
+        let (sa, sb) = (self.tree.accounts[a].share, self.tree.accounts[b].share);
+        (sa == 0)
+            .cmp(&(sb == 0))
+            .then_with(|| {
+                if sa == 0 {
+                    self.used[a].cmp(&self.used[b])
+                } else if by_time {
+                    cmp_ratio(
+                        self.used[a],
+                        self.allocated[a],
+                        self.used[b],
+                        self.allocated[b],
+                    )
+                } else {
+                    cmp_ratio(self.used[a], u128::from(sa), self.used[b], u128::from(sb))
+                }
+            })
+            // Sibling ids follow name order (see the module doc).
+            .then_with(|| a.cmp(&b))
+    }
+
+    /// Usage (with projections so far) of account `id`'s subtree.
+    pub fn used(&self, id: AccountId) -> u128 {
+        self.used[id]
+    }
+
+    /// Allocated time of account `id`'s subtree.
+    pub fn allocated(&self, id: AccountId) -> u128 {
+        self.allocated[id]
+    }
+
+    /// Every allocation, best ranked first.
+    pub fn leaf_order(&self) -> Vec<AccountId> {
+        let mut out = Vec::new();
+        let mut stack: Vec<AccountId> = self.root_order.iter().rev().copied().collect();
+        while let Some(id) = stack.pop() {
+            let children = &self.order[id];
+            if children.is_empty() {
+                out.push(id);
+            } else {
+                stack.extend(children.iter().rev());
+            }
+        }
+        out
+    }
+
+    /// Marks allocation `leaf` as having waiting work.
+    pub fn set_pending(&mut self, leaf: AccountId) {
+        if self.leaf_pending[leaf] {
+            return;
+        }
+        self.leaf_pending[leaf] = true;
+        let mut cur = Some(leaf);
+        while let Some(id) = cur {
+            self.pending[id] += 1;
+            cur = self.tree.accounts[id].parent;
+        }
+    }
+
+    /// Marks allocation `leaf` as having no more waiting work this cycle.
+    pub fn exhaust(&mut self, leaf: AccountId) {
+        if !self.leaf_pending[leaf] {
+            return;
+        }
+        self.leaf_pending[leaf] = false;
+        let mut cur = Some(leaf);
+        while let Some(id) = cur {
+            self.pending[id] = self.pending[id].saturating_sub(1);
+            cur = self.tree.accounts[id].parent;
+        }
+    }
+
+    /// The best-ranked allocation that still has waiting work.
+    pub fn next_pending_leaf(&self) -> Option<AccountId> {
+        let mut group = &self.root_order;
+        loop {
+            let id = *group.iter().find(|&&c| self.pending[c] > 0)?;
+            if self.order[id].is_empty() {
+                return Some(id);
+            }
+            group = &self.order[id];
+        }
+    }
+
+    /// Charges `gpu_ms` of projected usage to allocation `leaf` and its ancestors, and moves
+    /// each of them to its new place among its siblings.
+    pub fn charge(&mut self, leaf: AccountId, gpu_ms: u128) {
+        if gpu_ms == 0 {
+            return;
+        }
+        let mut cur = Some(leaf);
+        while let Some(id) = cur {
+            self.used[id] = self.used[id].saturating_add(gpu_ms);
+            cur = self.tree.accounts[id].parent;
+        }
+        // Each account on the path sits in a different sibling group, and the order inside a
+        // group depends only on its members' values, so one pass per group suffices.
+        let mut cur = Some(leaf);
+        while let Some(id) = cur {
+            let parent = self.tree.accounts[id].parent;
+            self.move_right(id, parent);
+            cur = parent;
+        }
+    }
+
+    /// Usage of `id` only grew: slide it right past every sibling now ranked before it.
+    fn move_right(&mut self, id: AccountId, parent: Option<AccountId>) {
+        let (mut group, by_time) = match parent {
+            Some(p) => (std::mem::take(&mut self.order[p]), self.children_by_time[p]),
+            None => (std::mem::take(&mut self.root_order), self.roots_by_time),
+        };
+        let mut i = self.pos[id];
+        while i + 1 < group.len() && self.cmp_siblings(id, group[i + 1], by_time).is_gt() {
+            group[i] = group[i + 1];
+            self.pos[group[i]] = i;
+            i += 1;
+        }
+        group[i] = id;
+        self.pos[id] = i;
+        match parent {
+            Some(p) => self.order[p] = group,
+            None => self.root_order = group,
+        }
+    }
+}
+
+/// The Fair Tree order of every allocation of `tree` for the given usage, best first.
+pub fn fair_tree_order(tree: &BudgetTree, leaves: &[LeafUsage]) -> Vec<AccountId> {
+    FairTree::new(tree, leaves).leaf_order()
+}
+
+/// Ranking inputs for every account id of `tree` from the state's usage snapshot, plus the
+/// projected usage of work placed and not yet fully counted by that snapshot.
+///
+/// The snapshot counts charged time up to its window end `W`. Each placed allocated job adds
+/// `gpus x (max(start + min_runtime, now) - max(start, W))`: what it ran since `W` plus what
+/// is left of its protected minimum runtime. Jobs placed in this very cycle are charged the
+/// same way (`gpus x min_runtime`) by [`FairTree::charge`], so a job placed one cycle ago and
+/// one placed now weigh alike and consecutive cycles between snapshots do not all favour the
+/// same allocation. Without a snapshot, `W` is minus infinity (everything counts from start).
+pub fn leaf_usage(state: &DecisionState, tree: &BudgetTree, now_ms: i64) -> Vec<LeafUsage> {
+    let mut out = vec![LeafUsage::default(); tree.accounts.len()];
+    let window_end = state.usage.as_ref().map_or(i64::MIN, |u| u.window_end_ms);
+    for path in tree.allocation_paths() {
+        let Some(id) = tree.allocation(path) else {
+            continue;
+        };
+        let mut leaf = LeafUsage::default();
+        if let Some(u) = state.usage.as_ref().and_then(|u| u.by_allocation.get(path)) {
+            leaf.charged_gpu_ms = u128::from(u.charged_gpu_ms);
+            leaf.allocated_gpu_ms = u128::from(u.allocated_gpu_ms);
+        }
+        if let Some(runs) = state.in_flight.get(path) {
+            for (_, run) in runs.iter() {
+                let from = run.start_ms.max(window_end);
+                let to = run.start_ms.saturating_add(run.min_runtime_ms).max(now_ms);
+                let ms = u128::try_from(to.saturating_sub(from)).unwrap_or(0);
+                leaf.charged_gpu_ms = leaf
+                    .charged_gpu_ms
+                    .saturating_add(ms.saturating_mul(u128::from(run.gpus)));
+            }
+        }
+        out[id] = leaf;
+    }
+    out
+}

@@ -1,0 +1,212 @@
+//! Reservations for high-ranked jobs that cannot fit yet, and the backfill rule that keeps them
+//! safe (SPEC section 2, "Placement and preemption").
+//!
+//! Place in the flow: during the allocated pass of [`crate::domain::decide()`], the first
+//! allocated job (in rank order) that does not fit the free GPUs, and that the uncordoned nodes
+//! could ever hold, gets a reservation from `plan`. Every later placement of the cycle goes
+//! through the returned `Guard`, which lets work onto the reserved GPUs only if it cannot
+//! delay the reservation.
+//!
+//! Start time: from when running work can be reclaimed, without any run-time estimate. A job's
+//! GPUs count free at the end of its minimum runtime (`start + min_runtime`, earlier if a
+//! preemption deadline is set); unallocated work counts free at once (always preemptible).
+//! Work placed earlier in the same cycle counts too (`now + min_runtime`). A node with
+//! maintenance ahead is usable from the earliest time at which the job's protection would end
+//! by the next window's start; cordoned nodes are never used. For a single-node job the start
+//! is the earliest time any node has enough GPUs (ties: lowest node name); for a multi-node job
+//! it is the time the k-th wholly reclaimable node of the right size becomes free.
+//!
+//! Backfill rule (`Guard::allows`): later work may use a reserved node's GPUs if its own
+//! protection ends no later than the reservation's start (`now + min_runtime <= start`; this
+//! includes all unallocated work), because by then it can be preempted; longer work may use
+//! only the GPUs of that node that will be free at the start *beyond* what is reserved.
+//!
+//! One reservation per cycle, like Slurm backfill's top job: a second one would need a
+//! time-indexed profile of every node's free GPUs to avoid double-booking, and each cycle
+//! recomputes the reservation anyway, so the top blocked job keeps its place from cycle to
+//! cycle. Cost of `plan`: one pass over the holdings of the candidate nodes, O(R log R), with
+//! one reused buffer.
+
+use fairshare_model::shape::Shape;
+
+use super::place::{Access, Pool, PoolNode};
+use super::state::{RECLAIMABLE_AT_ONCE, Window};
+
+/// GPUs held for a job that cannot fit yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation<'s> {
+    /// The job the GPUs are held for.
+    pub job_id: &'s str,
+    /// Its allocation.
+    pub allocation: &'s str,
+    /// When the GPUs are expected to be reclaimable.
+    pub start_ms: i64,
+    /// The reserved GPUs, by node.
+    pub nodes: Vec<super::decide::NodeGpus<'s>>,
+}
+
+/// The backfill rule of one reservation during the rest of the cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Guard {
+    start_ms: i64,
+    /// `(node index, GPUs long work may still take)`, sorted by node index.
+    spare: Vec<(u32, u32)>,
+}
+
+impl Guard {
+    /// Whether `gpus` on node `idx` may go to work protected until `protected_until`.
+    pub fn allows(&self, idx: u32, gpus: u32, protected_until: i64) -> bool {
+        if protected_until <= self.start_ms {
+            return true;
+        }
+        match self.spare.binary_search_by_key(&idx, |&(i, _)| i) {
+            Ok(i) => self.spare[i].1 >= gpus,
+            Err(_) => true,
+        }
+    }
+
+    /// Records that `gpus` on node `idx` went to work protected until `protected_until`.
+    pub fn commit(&mut self, idx: u32, gpus: u32, protected_until: i64) {
+        if protected_until <= self.start_ms {
+            return;
+        }
+        if let Ok(i) = self.spare.binary_search_by_key(&idx, |&(i, _)| i) {
+            self.spare[i].1 = self.spare[i].1.saturating_sub(gpus);
+        }
+    }
+}
+
+/// A reservation's start, nodes and guard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub start_ms: i64,
+    /// `(node index, GPUs)`.
+    pub nodes: Vec<(u32, u32)>,
+    pub guard: Guard,
+}
+
+/// The earliest time at or after `t` at which work protected for `min_runtime_ms` can start on a
+/// node with these windows (sorted by start): its protection must end by the next window's
+/// start and it cannot start inside a window.
+fn after_maintenance(mut t: i64, min_runtime_ms: i64, windows: &[Window]) -> i64 {
+    for w in windows {
+        if w.start_ms >= t.saturating_add(min_runtime_ms) && w.start_ms > t {
+            // Sorted by start: no later window can conflict either.
+            break;
+        }
+        if w.end_ms > t {
+            t = w.end_ms;
+        }
+    }
+    t
+}
+
+/// `(reclaim time, GPUs)` held on one node, sorted by time.
+type Releases = Vec<(i64, u32)>;
+
+/// Fills `out` with everything held on node `idx`, including this cycle's placements
+/// (`placed`, sorted by node index), reclaim times clamped to `now`, sorted by time. One
+/// buffer is reused for every node, so planning allocates nothing per node.
+fn holdings(
+    out: &mut Releases,
+    placed: &[(u32, u32, i64)],
+    idx: u32,
+    node: &PoolNode<'_>,
+    now: i64,
+) {
+    out.clear();
+    if let Some(l) = node.load {
+        out.extend(l.holdings.iter().map(|(_, h)| (h.reclaim_ms, h.gpus)));
+    }
+    let from = placed.partition_point(|p| p.0 < idx);
+    out.extend(
+        placed[from..]
+            .iter()
+            .take_while(|p| p.0 == idx)
+            .map(|&(_, g, r)| (r, g)),
+    );
+    for h in out.iter_mut() {
+        if h.0 == RECLAIMABLE_AT_ONCE || h.0 < now {
+            h.0 = now;
+        }
+    }
+    out.sort_unstable();
+}
+
+/// GPUs of `node` free at time `t` given its holdings.
+fn free_at(node: &PoolNode<'_>, held: &[(i64, u32)], t: i64) -> u32 {
+    let still: u64 = held
+        .iter()
+        .filter(|h| h.0 > t)
+        .map(|h| u64::from(h.1))
+        .sum();
+    u32::try_from(u64::from(node.capacity).saturating_sub(still)).unwrap_or(0)
+}
+
+/// Plans a reservation for a job of `shape` with `min_runtime_ms`, or `None` if no uncordoned
+/// nodes could ever hold it.
+pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64) -> Option<Plan> {
+    let gpn = shape.gpus_per_node;
+    let mut placed = pool.placed.clone();
+    placed.sort_unstable();
+    let mut held = Releases::new();
+    // (start, node index) per candidate node.
+    let mut candidates: Vec<(i64, u32)> = Vec::new();
+    for (i, node) in pool.nodes.iter().enumerate() {
+        let idx = u32::try_from(i).unwrap_or(u32::MAX);
+        if node.access == Access::Cordoned {
+            continue;
+        }
+        let fits = if shape.nodes <= 1 {
+            node.capacity >= gpn
+        } else {
+            node.capacity == gpn
+        };
+        if !fits {
+            continue;
+        }
+        holdings(&mut held, &placed, idx, node, now);
+        // The node's free GPUs grow as holdings are reclaimed in time order; a multi-node job
+        // needs the node wholly free (gpn == capacity).
+        let capacity = u64::from(node.capacity);
+        let need = u64::from(gpn);
+        let mut still: u64 = held.iter().map(|h| u64::from(h.1)).sum();
+        let mut ready = (capacity.saturating_sub(still) >= need).then_some(now);
+        if ready.is_none() {
+            for &(t, g) in &held {
+                still = still.saturating_sub(u64::from(g));
+                if capacity.saturating_sub(still) >= need {
+                    ready = Some(t);
+                    break;
+                }
+            }
+        }
+        let Some(ready) = ready else {
+            continue;
+        };
+        let start = after_maintenance(ready.max(now), min_runtime_ms, node.windows);
+        candidates.push((start, idx));
+    }
+    let k = shape.nodes.max(1) as usize;
+    if candidates.len() < k {
+        return None;
+    }
+    candidates.sort_unstable();
+    candidates.truncate(k);
+    let start_ms = candidates.iter().map(|c| c.0).max().unwrap_or(now);
+    let mut nodes: Vec<(u32, u32)> = candidates.iter().map(|c| (c.1, gpn)).collect();
+    nodes.sort_unstable();
+    let spare = nodes
+        .iter()
+        .map(|&(idx, _)| {
+            let node = &pool.nodes[idx as usize];
+            holdings(&mut held, &placed, idx, node, now);
+            (idx, free_at(node, &held, start_ms).saturating_sub(gpn))
+        })
+        .collect();
+    Some(Plan {
+        start_ms,
+        nodes,
+        guard: Guard { start_ms, spare },
+    })
+}

@@ -1,0 +1,835 @@
+//! The decision state: one cluster's queue, nodes, running work, budget tree and window usage,
+//! folded from the event log.
+//!
+//! Place in the flow: the shell reads `FAIRSHARE_EVENTS` in order and hands every event with its
+//! stream sequence to [`DecisionState::apply`]. The state is a pure function of the events
+//! applied (redeliveries at or below the last applied sequence change nothing), so a rebuild from
+//! the log equals the state the service held. [`crate::domain::decide()`] only reads it.
+//!
+//! Job transitions this fold follows (anything else is refused with an [`Ignored`] reason and
+//! changes nothing but the last applied sequence):
+//!
+//! | event                                     | from                      | to          |
+//! |-------------------------------------------|---------------------------|-------------|
+//! | `JobSubmitted` (this cluster, new id)     | (unknown)                 | queued      |
+//! | `JobPlaced`                               | queued                    | placed      |
+//! | `JobStarted`                              | placed                    | placed (start time refined) |
+//! | `PreemptionOrdered`                       | placed                    | placed (leaves by the grace deadline) |
+//! | `JobPreempted`                            | placed                    | preempted if resumable, else forgotten |
+//! | `JobRequeued`                             | preempted                 | queued (original submit time) |
+//! | `JobFinished`, `JobFailed`, `JobCancelled`| queued, placed, preempted | forgotten   |
+//!
+//! Job events carry no cluster: they are routed by job id, so events of other clusters' jobs are
+//! simply "unknown job" here, which is what makes one instance per cluster work.
+//!
+//! Besides the plain tables the fold keeps three indexes so a cycle never scans or sorts the
+//! whole queue: per allocation, its queued jobs already in within-team order (priority, submit
+//! time, id), in a [`SortedChunks`] so the cycle's walk over them streams through memory; per node, the GPUs held and by whom with the time each holding can be reclaimed;
+//! per allocation, its placed allocated jobs (for charging work not yet in the usage snapshot).
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use fairshare_events::pb::{self, event::Body};
+use fairshare_model::budget::{BudgetError, BudgetTree};
+use fairshare_model::inventory::Inventory;
+use fairshare_model::shape::{self, Shape};
+
+use super::queue::SortedChunks;
+
+/// Why an event changed nothing (beyond advancing the last applied sequence).
+///
+/// None of these is a failure of the service: the log is the truth, and an event this state
+/// cannot use is skipped the same way on every replay. The shell logs them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Ignored {
+    /// A redelivery: the sequence is at or below the last one applied.
+    #[error("sequence {sequence} is at or below the last applied sequence {last_applied}")]
+    Duplicate {
+        /// The sequence offered.
+        sequence: u64,
+        /// The last sequence applied.
+        last_applied: u64,
+    },
+    /// The event has no body this version knows.
+    #[error("event has no body")]
+    NoBody,
+    /// The event names another cluster.
+    #[error("event belongs to cluster {cluster:?}")]
+    OtherCluster {
+        /// The cluster the event names.
+        cluster: String,
+    },
+    /// A job event for a job this state does not hold (another cluster's, or already ended).
+    #[error("no live job {job_id:?} in this cluster")]
+    UnknownJob {
+        /// The job id.
+        job_id: String,
+    },
+    /// A second submission with an id already known; the first one stands.
+    #[error("job {job_id:?} was already submitted")]
+    DuplicateJob {
+        /// The job id.
+        job_id: String,
+    },
+    /// A job event that does not apply to the job's current status.
+    #[error("{event} does not apply to job {job_id:?} while it is {status}")]
+    WrongStatus {
+        /// The job id.
+        job_id: String,
+        /// The event kind.
+        event: &'static str,
+        /// The job's status.
+        status: &'static str,
+    },
+    /// A submission or placement this state cannot use (no spec, no GPUs, no shape, ...).
+    #[error("job {job_id:?}: {detail}")]
+    Invalid {
+        /// The job id.
+        job_id: String,
+        /// What is wrong, in words.
+        detail: String,
+    },
+    /// A maintenance window that ends at or before its start.
+    #[error("maintenance window [{start_ms}, {end_ms}) is empty")]
+    EmptyWindow {
+        /// The window's start.
+        start_ms: i64,
+        /// The window's end.
+        end_ms: i64,
+    },
+    /// A budget tree that does not validate; the previous tree stays in force.
+    #[error("budget tree refused: {0}")]
+    InvalidBudgetTree(#[from] BudgetError),
+    /// A usage snapshot for an earlier window end than the one held.
+    #[error("usage snapshot for window end {window_end_ms} is older than the one held ({held_ms})")]
+    StaleSnapshot {
+        /// The snapshot's window end.
+        window_end_ms: i64,
+        /// The window end of the snapshot held.
+        held_ms: i64,
+    },
+    /// A node event for a node that is not registered.
+    #[error("node {node:?} is not registered")]
+    UnknownNode {
+        /// The node name.
+        node: String,
+    },
+}
+
+/// Within-allocation queue order: higher declared priority first, then earlier submission,
+/// then job id. Deriving `Ord` on the fields in this order gives exactly that.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueKey {
+    /// Declared priority, reversed so higher sorts first.
+    pub priority: Reverse<i32>,
+    /// Submission time (kept across requeues).
+    pub submitted_ms: i64,
+    /// Job id, the last tie-break.
+    pub job_id: Arc<str>,
+}
+
+/// What placement needs to know about a queued job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Nodes and GPUs per node.
+    pub shape: Shape,
+    /// Protected minimum runtime in ms; 0 means unallocated.
+    pub min_runtime_ms: i64,
+}
+
+impl Request {
+    /// Whether the job is unallocated (charged to no budget, preemptible at any time).
+    pub fn is_unallocated(&self) -> bool {
+        self.min_runtime_ms == 0
+    }
+}
+
+/// One allocation's queued jobs, each part already in queue order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllocationQueue {
+    /// Jobs with a minimum runtime (charged to the allocation).
+    pub allocated: SortedChunks<QueueKey, Request>,
+    /// Jobs with minimum runtime 0 (fill idle capacity).
+    pub unallocated: SortedChunks<QueueKey, Request>,
+}
+
+impl AllocationQueue {
+    fn part_mut(&mut self, unallocated: bool) -> &mut SortedChunks<QueueKey, Request> {
+        if unallocated {
+            &mut self.unallocated
+        } else {
+            &mut self.allocated
+        }
+    }
+
+    /// Jobs queued in both parts.
+    pub fn len(&self) -> usize {
+        self.allocated.len() + self.unallocated.len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.allocated.is_empty() && self.unallocated.is_empty()
+    }
+}
+
+/// Where a job stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobStatus {
+    /// Waiting for a placement.
+    Queued,
+    /// Holding GPUs: placed by a decision, possibly confirmed started.
+    Placed(Placed),
+    /// Preempted and resumable, waiting for its requeue.
+    Preempted,
+}
+
+impl JobStatus {
+    fn name(&self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Placed(_) => "placed",
+            JobStatus::Preempted => "preempted",
+        }
+    }
+}
+
+/// A job holding GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    /// GPUs taken on each node, as the placement event listed them (merged per node).
+    pub nodes: Vec<(Arc<str>, u32)>,
+    /// Placement time, replaced by the start time once the launcher confirms.
+    pub start_ms: i64,
+    /// Whether `JobStarted` was seen.
+    pub started: bool,
+    /// Set once a preemption is ordered: the job leaves by then at the latest.
+    pub preempt_deadline_ms: Option<i64>,
+}
+
+/// A live job of this cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// Allocation (leaf path) the job charges.
+    pub allocation: Arc<str>,
+    /// Shape and minimum runtime.
+    pub request: Request,
+    /// Declared priority within the allocation.
+    pub priority: i32,
+    /// Submission time.
+    pub submitted_ms: i64,
+    /// Whether it is requeued after a preemption.
+    pub resumable: bool,
+    /// Current status.
+    pub status: JobStatus,
+}
+
+impl Job {
+    fn key(&self, id: &Arc<str>) -> QueueKey {
+        QueueKey {
+            priority: Reverse(self.priority),
+            submitted_ms: self.submitted_ms,
+            job_id: Arc::clone(id),
+        }
+    }
+}
+
+/// The earliest time a holding's GPUs can be counted free for a reservation:
+/// unallocated work at once (it is always preemptible), allocated work when its minimum
+/// runtime ends, or earlier if a preemption deadline comes first.
+pub const RECLAIMABLE_AT_ONCE: i64 = i64::MIN;
+
+fn reclaim_ms(request: &Request, placed: &Placed) -> i64 {
+    if request.is_unallocated() {
+        return RECLAIMABLE_AT_ONCE;
+    }
+    let protected_end = placed.start_ms.saturating_add(request.min_runtime_ms);
+    match placed.preempt_deadline_ms {
+        Some(deadline) => protected_end.min(deadline),
+        None => protected_end,
+    }
+}
+
+/// GPUs one job holds on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holding {
+    /// GPUs held.
+    pub gpus: u32,
+    /// When they can be counted free for a reservation ([`RECLAIMABLE_AT_ONCE`] for
+    /// unallocated work).
+    pub reclaim_ms: i64,
+}
+
+/// Who holds GPUs on one node. Kept apart from the inventory because a placement may name a
+/// node before its registration is folded, or after its removal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeLoad {
+    /// GPUs held in all.
+    pub used: u32,
+    /// Holdings sorted by job id. A node holds a handful of jobs (at most one per GPU), so a
+    /// small sorted array is both the cheapest to update and the cheapest for a cycle to read.
+    pub holdings: Vec<(Arc<str>, Holding)>,
+}
+
+impl NodeLoad {
+    /// What job `job_id` holds here.
+    pub fn holding(&self, job_id: &str) -> Option<&Holding> {
+        self.holdings
+            .binary_search_by(|(id, _)| (**id).cmp(job_id))
+            .ok()
+            .map(|i| &self.holdings[i].1)
+    }
+
+    fn insert(&mut self, job_id: &Arc<str>, holding: Holding) {
+        match self
+            .holdings
+            .binary_search_by(|(id, _)| (**id).cmp(&**job_id))
+        {
+            Ok(i) => {
+                self.used = self.used.saturating_sub(self.holdings[i].1.gpus);
+                self.holdings[i].1 = holding;
+            }
+            Err(i) => self.holdings.insert(i, (Arc::clone(job_id), holding)),
+        }
+        self.used = self.used.saturating_add(holding.gpus);
+    }
+
+    fn remove(&mut self, job_id: &str) {
+        if let Ok(i) = self.holdings.binary_search_by(|(id, _)| (**id).cmp(job_id)) {
+            let (_, h) = self.holdings.remove(i);
+            self.used = self.used.saturating_sub(h.gpus);
+        }
+    }
+}
+
+/// A maintenance window on one node, `[start_ms, end_ms)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Window {
+    /// Start of the window.
+    pub start_ms: i64,
+    /// End of the window.
+    pub end_ms: i64,
+}
+
+/// A placed allocated job, for charging usage the snapshot has not seen yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight {
+    /// GPUs held.
+    pub gpus: u64,
+    /// Start (placement, then confirmed start) time.
+    pub start_ms: i64,
+    /// Minimum runtime in ms.
+    pub min_runtime_ms: i64,
+}
+
+/// One allocation's window usage as the accounting service reported it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocationUsage {
+    /// GPU-ms charged inside the window.
+    pub charged_gpu_ms: u64,
+    /// GPU-ms of allocated time inside the window.
+    pub allocated_gpu_ms: u64,
+}
+
+/// The latest usage snapshot for this cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// End of the window the snapshot covers.
+    pub window_end_ms: i64,
+    /// Window length.
+    pub window_ms: i64,
+    /// Last sequence accounting had folded.
+    pub through_sequence: u64,
+    /// Usage by allocation path.
+    pub by_allocation: BTreeMap<String, AllocationUsage>,
+}
+
+/// Everything the decision cycle of one cluster reads, folded from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionState {
+    pub(crate) cluster: String,
+    pub(crate) last_applied: u64,
+    pub(crate) tree: Option<BudgetTree>,
+    pub(crate) inventory: Inventory,
+    pub(crate) maintenance: BTreeMap<String, Vec<Window>>,
+    pub(crate) loads: BTreeMap<Arc<str>, NodeLoad>,
+    pub(crate) jobs: BTreeMap<Arc<str>, Job>,
+    pub(crate) queues: BTreeMap<Arc<str>, AllocationQueue>,
+    pub(crate) in_flight: BTreeMap<Arc<str>, SortedChunks<Arc<str>, InFlight>>,
+    pub(crate) usage: Option<Usage>,
+}
+
+fn check_cluster(ours: &str, theirs: &str) -> Result<(), Ignored> {
+    if ours == theirs {
+        Ok(())
+    } else {
+        Err(Ignored::OtherCluster {
+            cluster: theirs.to_owned(),
+        })
+    }
+}
+
+impl DecisionState {
+    /// An empty state for cluster `cluster`; events naming other clusters are ignored.
+    pub fn new(cluster: impl Into<String>) -> DecisionState {
+        DecisionState {
+            cluster: cluster.into(),
+            last_applied: 0,
+            tree: None,
+            inventory: Inventory::default(),
+            maintenance: BTreeMap::new(),
+            loads: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            usage: None,
+        }
+    }
+
+    /// The cluster this state follows.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The last stream sequence applied (0 before any).
+    pub fn last_applied(&self) -> u64 {
+        self.last_applied
+    }
+
+    /// The budget tree in force, if one was set.
+    pub fn budget_tree(&self) -> Option<&BudgetTree> {
+        self.tree.as_ref()
+    }
+
+    /// Registered nodes and their cordon state.
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    /// A live job by id.
+    pub fn job(&self, job_id: &str) -> Option<&Job> {
+        self.jobs.get(job_id)
+    }
+
+    /// Jobs waiting for a placement.
+    pub fn queued_len(&self) -> usize {
+        self.queues.values().map(AllocationQueue::len).sum()
+    }
+
+    /// Queued jobs by allocation path.
+    pub fn queues(&self) -> &BTreeMap<Arc<str>, AllocationQueue> {
+        &self.queues
+    }
+
+    /// GPUs held on node `node` and by whom.
+    pub fn load(&self, node: &str) -> Option<&NodeLoad> {
+        self.loads.get(node)
+    }
+
+    /// Maintenance windows known for `node`, sorted by start.
+    pub fn maintenance(&self, node: &str) -> &[Window] {
+        self.maintenance.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// The usage snapshot in force, if any.
+    pub fn usage(&self) -> Option<&Usage> {
+        self.usage.as_ref()
+    }
+
+    /// Applies the event at stream `sequence`. Sequences at or below the last applied one are
+    /// refused as duplicates; any other event advances the last applied sequence even when it
+    /// is ignored, so the decision basis always names the true log position.
+    pub fn apply(&mut self, sequence: u64, event: &pb::Event) -> Result<(), Ignored> {
+        if sequence <= self.last_applied {
+            return Err(Ignored::Duplicate {
+                sequence,
+                last_applied: self.last_applied,
+            });
+        }
+        self.last_applied = sequence;
+        let at = event.at_ms;
+        let Some(body) = &event.body else {
+            return Err(Ignored::NoBody);
+        };
+        match body {
+            Body::JobSubmitted(s) => self.submitted(at, s),
+            Body::JobPlaced(p) => self.placed(at, p),
+            Body::JobStarted(s) => self.started(at, &s.job_id),
+            Body::JobFinished(e) => self.ended(&e.job_id),
+            Body::JobFailed(e) => self.ended(&e.job_id),
+            Body::JobCancelled(e) => self.ended(&e.job_id),
+            Body::PreemptionOrdered(p) => self.preemption_ordered(p),
+            Body::JobPreempted(p) => self.preempted(&p.job_id),
+            Body::JobRequeued(r) => self.requeued(&r.job_id),
+            Body::JobRejected(r) => check_cluster(&self.cluster, &r.cluster),
+            Body::BudgetTreeSet(b) => {
+                check_cluster(&self.cluster, &b.cluster)?;
+                // An invalid tree is refused whole; the one in force stays.
+                self.tree = Some(BudgetTree::from_accounts(&b.accounts)?);
+                Ok(())
+            }
+            Body::NodeRegistered(n) => {
+                check_cluster(&self.cluster, &n.cluster)?;
+                self.inventory.register(&n.node, n.gpus);
+                Ok(())
+            }
+            Body::NodeCordoned(n) => self.cordon(&n.cluster, &n.node, true),
+            Body::NodeUncordoned(n) => self.cordon(&n.cluster, &n.node, false),
+            Body::NodeDrained(n) => check_cluster(&self.cluster, &n.cluster),
+            Body::NodeRemoved(n) => {
+                check_cluster(&self.cluster, &n.cluster)?;
+                if !self.inventory.nodes.contains_key(&n.node) {
+                    return Err(Ignored::UnknownNode {
+                        node: n.node.clone(),
+                    });
+                }
+                self.inventory.remove(&n.node);
+                self.maintenance.remove(&n.node);
+                Ok(())
+            }
+            Body::MaintenanceScheduled(m) => self.maintenance_scheduled(at, m),
+            Body::UsageSnapshot(u) => self.snapshot(u),
+        }
+    }
+
+    fn cordon(&mut self, cluster: &str, node: &str, cordoned: bool) -> Result<(), Ignored> {
+        check_cluster(&self.cluster, cluster)?;
+        if !self.inventory.nodes.contains_key(node) {
+            return Err(Ignored::UnknownNode {
+                node: node.to_owned(),
+            });
+        }
+        self.inventory.set_cordoned(node, cordoned);
+        Ok(())
+    }
+
+    fn maintenance_scheduled(
+        &mut self,
+        at: i64,
+        m: &pb::MaintenanceScheduled,
+    ) -> Result<(), Ignored> {
+        check_cluster(&self.cluster, &m.cluster)?;
+        if m.end_ms <= m.start_ms {
+            return Err(Ignored::EmptyWindow {
+                start_ms: m.start_ms,
+                end_ms: m.end_ms,
+            });
+        }
+        let window = Window {
+            start_ms: m.start_ms,
+            end_ms: m.end_ms,
+        };
+        for node in &m.nodes {
+            let windows = self.maintenance.entry(node.clone()).or_default();
+            // Windows over before this event's time can never matter again: dropping them keeps
+            // memory bounded by what is scheduled, not by history.
+            windows.retain(|w| w.end_ms > at);
+            if let Err(i) = windows.binary_search(&window) {
+                windows.insert(i, window);
+            }
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, u: &pb::UsageSnapshot) -> Result<(), Ignored> {
+        check_cluster(&self.cluster, &u.cluster)?;
+        if let Some(held) = &self.usage
+            && u.window_end_ms < held.window_end_ms
+        {
+            return Err(Ignored::StaleSnapshot {
+                window_end_ms: u.window_end_ms,
+                held_ms: held.window_end_ms,
+            });
+        }
+        let mut by_allocation = BTreeMap::new();
+        for a in &u.allocations {
+            // A repeated allocation in one snapshot would be a producer bug; summing keeps the
+            // result independent of the order the entries were written in.
+            let e: &mut AllocationUsage = by_allocation.entry(a.allocation.clone()).or_default();
+            e.charged_gpu_ms = e.charged_gpu_ms.saturating_add(a.charged_gpu_ms);
+            e.allocated_gpu_ms = e.allocated_gpu_ms.saturating_add(a.allocated_gpu_ms);
+        }
+        self.usage = Some(Usage {
+            window_end_ms: u.window_end_ms,
+            window_ms: u.window_ms,
+            through_sequence: u.through_sequence,
+            by_allocation,
+        });
+        Ok(())
+    }
+
+    fn submitted(&mut self, at: i64, s: &pb::JobSubmitted) -> Result<(), Ignored> {
+        let invalid = |detail: &str| Ignored::Invalid {
+            job_id: s.job_id.clone(),
+            detail: detail.to_owned(),
+        };
+        let Some(spec) = &s.spec else {
+            return Err(invalid("submission has no spec"));
+        };
+        check_cluster(&self.cluster, &spec.cluster)?;
+        if s.job_id.is_empty() {
+            return Err(invalid("submission has no job id"));
+        }
+        if self.jobs.contains_key(s.job_id.as_str()) {
+            return Err(Ignored::DuplicateJob {
+                job_id: s.job_id.clone(),
+            });
+        }
+        if spec.min_runtime_s < 0 {
+            return Err(invalid("negative minimum runtime"));
+        }
+        let shape = match &s.shape {
+            Some(sh) if sh.nodes > 0 && sh.gpus_per_node > 0 => Shape {
+                nodes: sh.nodes,
+                gpus_per_node: sh.gpus_per_node,
+            },
+            Some(_) => return Err(invalid("shape with zero nodes or zero GPUs per node")),
+            // Older producers: resolve the request against the nodes known now, as submission
+            // would have.
+            None => shape::resolve(spec.gpus, spec.nodes, &self.inventory)
+                .map_err(|e| invalid(&e.to_string()))?,
+        };
+        let request = Request {
+            shape,
+            min_runtime_ms: spec.min_runtime_s.saturating_mul(1000),
+        };
+        let id: Arc<str> = Arc::from(s.job_id.as_str());
+        let job = Job {
+            allocation: Arc::from(spec.allocation.as_str()),
+            request,
+            priority: spec.priority,
+            submitted_ms: at,
+            resumable: spec.resumable,
+            status: JobStatus::Queued,
+        };
+        self.enqueue(&id, &job);
+        self.jobs.insert(id, job);
+        Ok(())
+    }
+
+    fn enqueue(&mut self, id: &Arc<str>, job: &Job) {
+        let queue = match self.queues.get_mut(&job.allocation) {
+            Some(q) => q,
+            None => self.queues.entry(Arc::clone(&job.allocation)).or_default(),
+        };
+        queue
+            .part_mut(job.request.is_unallocated())
+            .insert(job.key(id), job.request);
+    }
+
+    fn dequeue(&mut self, id: &Arc<str>, job: &Job) {
+        if let Some(queue) = self.queues.get_mut(&job.allocation) {
+            queue
+                .part_mut(job.request.is_unallocated())
+                .remove(&job.key(id));
+            if queue.is_empty() {
+                self.queues.remove(&job.allocation);
+            }
+        }
+    }
+
+    fn live(&self, job_id: &str) -> Result<(Arc<str>, &Job), Ignored> {
+        match self.jobs.get_key_value(job_id) {
+            Some((id, job)) => Ok((Arc::clone(id), job)),
+            None => Err(Ignored::UnknownJob {
+                job_id: job_id.to_owned(),
+            }),
+        }
+    }
+
+    fn placed(&mut self, at: i64, p: &pb::JobPlaced) -> Result<(), Ignored> {
+        let (id, job) = self.live(&p.job_id)?;
+        if job.status != JobStatus::Queued {
+            return Err(Ignored::WrongStatus {
+                job_id: p.job_id.clone(),
+                event: "job_placed",
+                status: job.status.name(),
+            });
+        }
+        // Merge repeated nodes so every holding is one entry; the log, not the job's shape, says
+        // what the job holds.
+        let mut nodes: BTreeMap<&str, u32> = BTreeMap::new();
+        for n in &p.nodes {
+            let g = nodes.entry(n.node.as_str()).or_default();
+            *g = g.saturating_add(n.gpus);
+        }
+        nodes.retain(|_, g| *g > 0);
+        if nodes.is_empty() {
+            return Err(Ignored::Invalid {
+                job_id: p.job_id.clone(),
+                detail: "placement names no GPUs".into(),
+            });
+        }
+        let placed = Placed {
+            nodes: nodes.into_iter().map(|(n, g)| (Arc::from(n), g)).collect(),
+            start_ms: at,
+            started: false,
+            preempt_deadline_ms: None,
+        };
+        let job = job.clone();
+        self.dequeue(&id, &job);
+        self.hold(&id, &job, &placed);
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.status = JobStatus::Placed(placed);
+        }
+        Ok(())
+    }
+
+    fn hold(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
+        let reclaim = reclaim_ms(&job.request, placed);
+        for (node, gpus) in &placed.nodes {
+            let load = match self.loads.get_mut(node) {
+                Some(l) => l,
+                None => self.loads.entry(Arc::clone(node)).or_default(),
+            };
+            load.insert(
+                id,
+                Holding {
+                    gpus: *gpus,
+                    reclaim_ms: reclaim,
+                },
+            );
+        }
+        if !job.request.is_unallocated() {
+            let gpus = placed.nodes.iter().map(|(_, g)| u64::from(*g)).sum();
+            self.in_flight
+                .entry(Arc::clone(&job.allocation))
+                .or_default()
+                .insert(
+                    Arc::clone(id),
+                    InFlight {
+                        gpus,
+                        start_ms: placed.start_ms,
+                        min_runtime_ms: job.request.min_runtime_ms,
+                    },
+                );
+        }
+    }
+
+    fn release(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
+        for (node, _) in &placed.nodes {
+            if let Some(load) = self.loads.get_mut(node) {
+                load.remove(id);
+                if load.holdings.is_empty() {
+                    self.loads.remove(node);
+                }
+            }
+        }
+        if let Some(runs) = self.in_flight.get_mut(&job.allocation) {
+            runs.remove(id);
+            if runs.is_empty() {
+                self.in_flight.remove(&job.allocation);
+            }
+        }
+    }
+
+    /// Re-records a placed job's holdings after its start time or deadline changed.
+    fn rehold(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
+        self.release(id, job, placed);
+        self.hold(id, job, placed);
+    }
+
+    fn started(&mut self, at: i64, job_id: &str) -> Result<(), Ignored> {
+        let (id, job) = self.live(job_id)?;
+        let JobStatus::Placed(placed) = &job.status else {
+            return Err(Ignored::WrongStatus {
+                job_id: job_id.to_owned(),
+                event: "job_started",
+                status: job.status.name(),
+            });
+        };
+        if placed.started {
+            return Err(Ignored::WrongStatus {
+                job_id: job_id.to_owned(),
+                event: "job_started",
+                status: "started",
+            });
+        }
+        let mut placed = placed.clone();
+        placed.start_ms = at;
+        placed.started = true;
+        let job = job.clone();
+        self.rehold(&id, &job, &placed);
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.status = JobStatus::Placed(placed);
+        }
+        Ok(())
+    }
+
+    fn preemption_ordered(&mut self, p: &pb::PreemptionOrdered) -> Result<(), Ignored> {
+        let (id, job) = self.live(&p.job_id)?;
+        let JobStatus::Placed(placed) = &job.status else {
+            return Err(Ignored::WrongStatus {
+                job_id: p.job_id.clone(),
+                event: "preemption_ordered",
+                status: job.status.name(),
+            });
+        };
+        let mut placed = placed.clone();
+        placed.preempt_deadline_ms = Some(
+            placed
+                .preempt_deadline_ms
+                .map_or(p.grace_deadline_ms, |d| d.min(p.grace_deadline_ms)),
+        );
+        let job = job.clone();
+        self.rehold(&id, &job, &placed);
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.status = JobStatus::Placed(placed);
+        }
+        Ok(())
+    }
+
+    fn preempted(&mut self, job_id: &str) -> Result<(), Ignored> {
+        let (id, job) = self.live(job_id)?;
+        let JobStatus::Placed(placed) = &job.status else {
+            return Err(Ignored::WrongStatus {
+                job_id: job_id.to_owned(),
+                event: "job_preempted",
+                status: job.status.name(),
+            });
+        };
+        let (job, placed) = (job.clone(), placed.clone());
+        self.release(&id, &job, &placed);
+        if job.resumable {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.status = JobStatus::Preempted;
+            }
+        } else {
+            // Not resumable: the job has ended; nothing will requeue it.
+            self.jobs.remove(&id);
+        }
+        Ok(())
+    }
+
+    fn requeued(&mut self, job_id: &str) -> Result<(), Ignored> {
+        let (id, job) = self.live(job_id)?;
+        if job.status != JobStatus::Preempted {
+            return Err(Ignored::WrongStatus {
+                job_id: job_id.to_owned(),
+                event: "job_requeued",
+                status: job.status.name(),
+            });
+        }
+        let job = job.clone();
+        // Same submit time and priority: the job keeps its place in its team's queue.
+        self.enqueue(&id, &job);
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.status = JobStatus::Queued;
+        }
+        Ok(())
+    }
+
+    fn ended(&mut self, job_id: &str) -> Result<(), Ignored> {
+        let (id, job) = self.live(job_id)?;
+        let job = job.clone();
+        match &job.status {
+            JobStatus::Queued => self.dequeue(&id, &job),
+            JobStatus::Placed(placed) => self.release(&id, &job, placed),
+            JobStatus::Preempted => {}
+        }
+        self.jobs.remove(&id);
+        Ok(())
+    }
+}

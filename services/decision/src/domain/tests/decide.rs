@@ -1,0 +1,477 @@
+//! Placement scenarios with hand-computed outcomes.
+
+use super::support::{H, HOUR, MIN, leaf, placed, placed_ids, reason};
+use crate::domain::{NodeGpus, WaitReason};
+
+const NOW: i64 = 100 * HOUR;
+
+fn nodes(h: &mut H, names: &[&str], gpus: u32) {
+    for n in names {
+        h.node(n, gpus);
+    }
+}
+
+fn p(id: &str, nodes: &[(&str, u32)]) -> (String, Vec<(String, u32)>) {
+    (
+        id.to_string(),
+        nodes.iter().map(|(n, g)| (n.to_string(), *g)).collect(),
+    )
+}
+
+#[test]
+fn best_fit_keeps_whole_nodes_free_for_large_jobs() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    nodes(&mut h, &["n0", "n1", "n2"], 8);
+    h.running(NOW - HOUR, "r0", "a", 4 * 3600, &[("n0", 3)]);
+    h.running(NOW - HOUR, "r2", "a", 4 * 3600, &[("n2", 6)]);
+    h.submit_full(NOW - 10, "j2", "a", 1, 2, 3600, 3, true);
+    h.submit_full(NOW - 10, "j4", "a", 1, 4, 3600, 2, true);
+    h.submit_full(NOW - 10, "j8", "a", 1, 8, 3600, 1, true);
+    let d = h.decide(NOW);
+    // j2 fits n2 exactly (2 free); j4 goes to n0 (5 free, 1 left) rather than opening n1; so
+    // n1 stays whole for j8. First fit by name would put j2 on n0 and j4 on n1 and strand j8.
+    assert_eq!(
+        placed(&d),
+        [
+            p("j2", &[("n2", 2)]),
+            p("j4", &[("n0", 4)]),
+            p("j8", &[("n1", 8)])
+        ]
+    );
+    assert!(d.waiting.is_empty());
+}
+
+#[test]
+fn single_gpu_jobs_are_packed_onto_one_node() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    for i in 0..8 {
+        h.submit_full(NOW - 100 + i, &format!("s{i}"), "a", 1, 1, 900, 5, true);
+    }
+    h.submit_full(NOW - 100, "big", "a", 1, 8, 3600, 1, true);
+    let d = h.decide(NOW);
+    let mut expected: Vec<_> = (0..8).map(|i| p(&format!("s{i}"), &[("n0", 1)])).collect();
+    expected.push(p("big", &[("n1", 8)]));
+    assert_eq!(placed(&d), expected);
+}
+
+#[test]
+fn equal_fit_prefers_a_node_already_in_use() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    h.node("n0", 4);
+    h.node("n1", 8);
+    h.running(NOW - HOUR, "r", "a", 3600, &[("n1", 4)]);
+    h.submit(NOW - 10, "j", "a", 4, 3600);
+    let d = h.decide(NOW);
+    // Both have 4 free; n1 is already in use, so the 4-GPU node stays whole.
+    assert_eq!(placed(&d), [p("j", &[("n1", 4)])]);
+}
+
+#[test]
+fn multi_node_jobs_take_whole_nodes_and_hold_the_reservation() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    nodes(&mut h, &["n0", "n1", "n2", "n3"], 8);
+    // 1 GPU busy on n1 until NOW + 30 min.
+    h.running(NOW - 30 * MIN, "r", "a", 3600, &[("n1", 1)]);
+    h.submit_full(NOW - 50, "m2", "a", 2, 8, 3600, 10, true);
+    h.submit_full(NOW - 50, "m3", "a", 3, 8, 3600, 9, true);
+    h.submit_full(NOW - 50, "long", "a", 1, 1, 2 * 3600, 5, true);
+    h.submit_full(NOW - 50, "short", "a", 1, 1, 1800, 4, true);
+    h.submit_full(NOW - 50, "u", "a", 1, 1, 0, 0, true);
+    let d = h.decide(NOW);
+    // m2 takes the two lowest wholly free nodes. m3 needs three whole nodes: n3 is free now,
+    // n1 at NOW+30m, n0 and n2 (just given to m2) at NOW+1h; the third earliest (n0, lower
+    // name than n2) sets the start at NOW+1h. n1 and n3 are reserved from then with nothing
+    // spare: "long" (protected until NOW+2h) may use neither, "short" (NOW+30m) and
+    // unallocated "u" may, and best fit puts them on the partly used n1.
+    assert_eq!(
+        placed(&d),
+        [
+            p("m2", &[("n0", 8), ("n2", 8)]),
+            p("short", &[("n1", 1)]),
+            p("u", &[("n1", 1)]),
+        ]
+    );
+    let r = d.reservation.as_ref().unwrap();
+    assert_eq!(r.job_id, "m3");
+    assert_eq!(r.start_ms, NOW + HOUR);
+    let names: Vec<&str> = r.nodes.iter().map(|n| n.node).collect();
+    assert_eq!(names, ["n0", "n1", "n3"]);
+    assert!(r.nodes.iter().all(|n| n.gpus == 8));
+    assert_eq!(reason(&d, "m3"), "reservation_pending");
+    assert_eq!(reason(&d, "long"), "blocked_by_reservation");
+    assert_eq!(d.waiting.len(), 2);
+}
+
+#[test]
+fn reservation_lets_work_ending_before_its_start_backfill_and_not_longer_work() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    // b's running work: 4 GPUs on n0 protected until NOW+1h, all of n1 until NOW+3h.
+    h.running(NOW - 30 * MIN, "r1", "b", 90 * 60, &[("n0", 4)]);
+    h.running(NOW - HOUR, "r3", "b", 4 * 3600, &[("n1", 8)]);
+    h.snapshot(
+        NOW,
+        &[
+            ("a", 0, 1000 * HOUR as u64),
+            ("b", 50 * HOUR as u64, 1000 * HOUR as u64),
+        ],
+    );
+    h.submit(NOW - 100, "big", "a", 8, 3600);
+    // In b: "long" is first in queue order but is protected until NOW+2h, after the
+    // reservation's start; "short" ends at NOW+30m, before it.
+    h.submit_full(NOW - 90, "long", "b", 1, 2, 2 * 3600, 2, true);
+    h.submit_full(NOW - 90, "short", "b", 1, 2, 30 * 60, 1, true);
+    h.submit_full(NOW - 90, "u", "b", 1, 2, 0, 0, true);
+    let d = h.decide(NOW);
+    assert_eq!(d.ranking, ["a", "b"]);
+    let r = d.reservation.as_ref().unwrap();
+    assert_eq!(
+        (r.job_id, r.start_ms, r.nodes.clone()),
+        (
+            "big",
+            NOW + HOUR,
+            vec![NodeGpus {
+                node: "n0",
+                gpus: 8
+            }]
+        )
+    );
+    assert_eq!(placed(&d), [p("short", &[("n0", 2)]), p("u", &[("n0", 2)])]);
+    assert_eq!(reason(&d, "big"), "reservation_pending");
+    assert_eq!(
+        d.waiting
+            .iter()
+            .find(|w| w.job_id == "long")
+            .map(|w| w.reason),
+        Some(WaitReason::BlockedByReservation {
+            reserved_for: "big",
+            start_ms: NOW + HOUR
+        })
+    );
+}
+
+#[test]
+fn long_work_may_use_a_reserved_node_s_spare_gpus() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    h.running(NOW - 30 * MIN, "r1", "b", 90 * 60, &[("n0", 6)]);
+    h.snapshot(NOW, &[("a", 0, 1000), ("b", 500, 1000)]);
+    h.submit(NOW - 100, "top", "a", 4, 3600);
+    h.submit(NOW - 90, "long", "b", 2, 4 * 3600);
+    let d = h.decide(NOW);
+    // At NOW+1h r1 is reclaimable and n0 has 8 free: 4 reserved for "top", 4 spare, so the
+    // 2-GPU job protected for 4 h may take the 2 GPUs free now without delaying "top".
+    let r = d.reservation.as_ref().unwrap();
+    assert_eq!((r.job_id, r.start_ms), ("top", NOW + HOUR));
+    assert_eq!(placed(&d), [p("long", &[("n0", 2)])]);
+}
+
+#[test]
+fn cordoned_nodes_take_nothing_and_hold_no_reservation() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    h.cordon("n0");
+    h.running(NOW - HOUR, "r", "a", 3 * 3600, &[("n1", 4)]);
+    h.submit_full(NOW - 10, "j2", "a", 1, 2, 3600, 3, true);
+    h.submit_full(NOW - 10, "big1", "a", 1, 8, 3600, 2, true);
+    h.submit_full(NOW - 10, "big2", "a", 1, 8, 3600, 1, true);
+    h.submit_full(NOW - 10, "u", "a", 1, 8, 0, 0, true);
+    let d = h.decide(NOW);
+    // j2 goes to n1 although n0 has more room; big1 is reserved on n1 (free once r's
+    // protection ends at NOW+2h), never on the cordoned n0.
+    assert_eq!(placed(&d), [p("j2", &[("n1", 2)])]);
+    let r = d.reservation.as_ref().unwrap();
+    assert_eq!((r.job_id, r.start_ms), ("big1", NOW + 2 * HOUR));
+    assert_eq!(r.nodes[0].node, "n1");
+    assert_eq!(reason(&d, "big2"), "nodes_cordoned");
+    assert_eq!(reason(&d, "u"), "nodes_cordoned");
+    assert_eq!(
+        d.waiting
+            .iter()
+            .find(|w| w.job_id == "big2")
+            .map(|w| w.reason.to_string())
+            .as_deref(),
+        Some("would fit only on cordoned nodes")
+    );
+}
+
+#[test]
+fn maintenance_accepts_only_work_protected_until_its_start() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    h.maintenance(NOW - HOUR, &["n0"], NOW + HOUR, NOW + 3 * HOUR);
+    h.running(NOW - HOUR, "r", "a", 6 * 3600, &[("n1", 6)]);
+    h.submit_full(NOW - 10, "big", "a", 1, 8, 2 * 3600, 9, true);
+    h.submit_full(NOW - 10, "long", "a", 1, 4, 2 * 3600, 8, true);
+    h.submit_full(NOW - 10, "short", "a", 1, 4, 3600, 7, true);
+    h.submit_full(NOW - 10, "u", "a", 1, 4, 0, 0, true);
+    let d = h.decide(NOW);
+    // n0 only takes work protected until NOW+1h: "short" (exactly NOW+1h) and unallocated "u".
+    // "big" (2 h) can start on n0 once the window ends at NOW+3h, before n1 frees at NOW+5h.
+    assert_eq!(placed(&d), [p("short", &[("n0", 4)]), p("u", &[("n0", 4)])]);
+    let r = d.reservation.as_ref().unwrap();
+    assert_eq!(
+        (r.job_id, r.start_ms, r.nodes[0].node),
+        ("big", NOW + 3 * HOUR, "n0")
+    );
+    assert_eq!(reason(&d, "long"), "maintenance_window");
+}
+
+#[test]
+fn a_node_in_maintenance_takes_nothing() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    h.node("n0", 8);
+    h.maintenance(NOW - HOUR, &["n0"], NOW - 10, NOW + HOUR);
+    h.submit(NOW - 10, "u", "a", 1, 0);
+    let d = h.decide(NOW);
+    assert!(d.placements.is_empty());
+    assert_eq!(reason(&d, "u"), "maintenance_window");
+    // After the window the node takes work again.
+    assert_eq!(placed_ids(&h.decide(NOW + HOUR)), ["u"]);
+}
+
+#[test]
+fn projected_usage_spreads_gpus_over_equally_behind_allocations() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    h.snapshot(NOW, &[("a", 100, 1000), ("b", 100, 1000)]);
+    for i in 1..=8 {
+        h.submit(NOW - 100 + i, &format!("a{i}"), "a", 1, 3600);
+        h.submit(NOW - 100 + i, &format!("b{i}"), "b", 1, 3600);
+    }
+    let d = h.decide(NOW);
+    // Each placement charges 1 GPU x 1 h to its allocation, so the other one is behind next.
+    assert_eq!(
+        placed_ids(&d),
+        ["a1", "b1", "a2", "b2", "a3", "b3", "a4", "b4"]
+    );
+    // The next in rank (a5, the tie breaking by name) holds the reservation; the rest had room
+    // at the start of the cycle and lost it to higher-ranked work.
+    assert_eq!(reason(&d, "a5"), "reservation_pending");
+    for id in ["a6", "a7", "a8", "b5", "b6", "b7", "b8"] {
+        assert_eq!(reason(&d, id), "below_others_in_rank", "{id}");
+    }
+}
+
+#[test]
+fn an_allocation_far_behind_gets_more_until_it_catches_up() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    let allocated = 100 * HOUR as u64;
+    h.snapshot(
+        NOW,
+        &[("a", 0, allocated), ("b", 3 * HOUR as u64, allocated)],
+    );
+    for i in 1..=8 {
+        h.submit(NOW - 100 + i, &format!("a{i}"), "a", 1, 3600);
+        h.submit(NOW - 100 + i, &format!("b{i}"), "b", 1, 3600);
+    }
+    let d = h.decide(NOW);
+    // a: 0, 1, 2 GPU-h are below b's 3; at 3-3 the name decides (a); then they alternate:
+    // a a a a b a b a.
+    assert_eq!(
+        placed_ids(&d),
+        ["a1", "a2", "a3", "a4", "b1", "a5", "b2", "a6"]
+    );
+}
+
+#[test]
+fn unallocated_work_fills_what_allocated_work_leaves() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    h.snapshot(NOW, &[("a", 0, 1000), ("b", 0, 1000)]);
+    // Unallocated work submitted first does not go first.
+    h.submit(NOW - 500, "u1", "a", 4, 0);
+    h.submit(NOW - 500, "u2", "b", 8, 0);
+    h.submit(NOW - 400, "x", "b", 8, 3600);
+    h.submit(NOW - 300, "y", "a", 4, 3600);
+    let d = h.decide(NOW);
+    // a ranks first (tie by name): y opens n0; then b's x takes n1; u1 fills n0's other half;
+    // u2 finds nothing left.
+    assert_eq!(
+        placed(&d),
+        [
+            p("y", &[("n0", 4)]),
+            p("x", &[("n1", 8)]),
+            p("u1", &[("n0", 4)])
+        ]
+    );
+    assert!(d.placements[2].unallocated && !d.placements[0].unallocated);
+    assert_eq!(reason(&d, "u2"), "below_others_in_rank");
+    // Unallocated work never holds a reservation.
+    assert!(d.reservation.is_none());
+}
+
+#[test]
+fn rank_order_decides_who_gets_scarce_gpus() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 3)]);
+    h.node("n0", 8);
+    // a: 30/100 = 0.3; b: 60/300 = 0.2 -> b first although it used more.
+    h.snapshot(NOW, &[("a", 30, 100), ("b", 60, 300)]);
+    h.submit(NOW - 900, "a-old", "a", 8, 3600);
+    h.submit(NOW - 100, "b-new", "b", 8, 3600);
+    let d = h.decide(NOW);
+    assert_eq!(d.ranking, ["b", "a"]);
+    assert_eq!(placed_ids(&d), ["b-new"]);
+}
+
+#[test]
+fn within_an_allocation_priority_then_submit_time_then_id() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    h.node("n0", 3);
+    h.submit_full(NOW - 10, "late-high", "a", 1, 1, 60, 5, true);
+    h.submit_full(NOW - 50, "early-low", "a", 1, 1, 60, 1, true);
+    h.submit_full(NOW - 20, "z-mid", "a", 1, 1, 60, 3, true);
+    h.submit_full(NOW - 20, "y-mid", "a", 1, 1, 60, 3, true);
+    let d = h.decide(NOW);
+    assert_eq!(placed_ids(&d), ["late-high", "y-mid", "z-mid"]);
+    assert_eq!(reason(&d, "early-low"), "reservation_pending");
+}
+
+#[test]
+fn work_placed_since_the_snapshot_counts_against_its_allocation() {
+    let build = |with_running: bool| {
+        let mut h = H::new();
+        h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+        h.node("n0", 8);
+        h.snapshot(
+            NOW - HOUR,
+            &[("a", 0, 1000 * HOUR as u64), ("b", 0, 1000 * HOUR as u64)],
+        );
+        if with_running {
+            // 2 GPUs from NOW-50m, protected 2 h: 2 x 2 h projected since the snapshot.
+            h.running(NOW - 50 * MIN, "r", "a", 2 * 3600, &[("n0", 2)]);
+        }
+        h.submit(NOW - 10, "ja", "a", 1, 3600);
+        h.submit(NOW - 10, "jb", "b", 1, 3600);
+        let d = h.decide(NOW);
+        let ranking: Vec<String> = d.ranking.iter().map(|r| r.to_string()).collect();
+        (ranking, placed_ids(&d))
+    };
+    let (ranking, placed) = build(false);
+    assert_eq!(ranking, ["a", "b"]);
+    assert_eq!(placed, ["ja", "jb"]);
+    let (ranking, placed) = build(true);
+    assert_eq!(ranking, ["b", "a"]);
+    assert_eq!(placed, ["jb", "ja"]);
+}
+
+#[test]
+fn slurm_example_ranks_through_decide() {
+    use super::support::acc;
+    let mut h = H::new();
+    h.tree(vec![
+        acc("A", 40, vec![leaf("a1", 1), leaf("a2", 3)]),
+        acc("B", 60, vec![leaf("b1", 1), leaf("b2", 1), leaf("b3", 2)]),
+    ]);
+    h.snapshot(
+        NOW,
+        &[
+            ("A/a1", 100, 100),
+            ("A/a2", 100, 300),
+            ("B/b1", 300, 150),
+            ("B/b2", 0, 150),
+            ("B/b3", 200, 300),
+        ],
+    );
+    let d = h.decide(NOW);
+    assert_eq!(d.ranking, ["A/a2", "A/a1", "B/b2", "B/b3", "B/b1"]);
+}
+
+#[test]
+fn too_large_and_unknown_allocation_reasons() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("gone", 1)]);
+    h.node("n0", 8);
+    h.running(NOW - HOUR, "r", "a", 4 * 3600, &[("n0", 7)]);
+    h.submit(NOW - 10, "four", "a", 4, 3600);
+    h.submit(NOW - 5, "two", "a", 2, 3600);
+    h.submit(NOW - 5, "orphan", "gone", 1, 3600);
+    h.tree(vec![leaf("a", 1)]);
+    let d = h.decide(NOW);
+    assert_eq!(reason(&d, "four"), "reservation_pending");
+    let two = d.waiting.iter().find(|w| w.job_id == "two").unwrap();
+    assert_eq!(
+        two.reason,
+        WaitReason::TooLargeForFreeNodes {
+            nodes: 1,
+            gpus_per_node: 2,
+            largest_free: 1
+        }
+    );
+    assert_eq!(
+        two.reason.to_string(),
+        "needs 2 GPUs on one node; the most free on any node is 1"
+    );
+    assert_eq!(reason(&d, "orphan"), "unknown_allocation");
+    assert_eq!(d.waiting.last().map(|w| w.job_id), Some("orphan"));
+}
+
+#[test]
+fn without_a_budget_tree_everything_waits() {
+    let mut h = H::new();
+    h.node("n0", 8);
+    h.submit(NOW - 10, "j", "a", 1, 3600);
+    let d = h.decide(NOW);
+    assert!(d.placements.is_empty() && d.ranking.is_empty());
+    assert_eq!(reason(&d, "j"), "no_budget_tree");
+}
+
+#[test]
+fn decisions_become_job_placed_events_that_the_fold_accepts() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    for i in 0..6 {
+        h.submit(NOW - 100 + i, &format!("a{i}"), "a", 4, 3600);
+        h.submit(NOW - 100 + i, &format!("b{i}"), "b", 2, 1800);
+    }
+    let through = h.state.last_applied();
+    let d = h.decide(NOW);
+    assert_eq!(d, h.decide(NOW), "same inputs, same decision");
+    let events = d.events(42);
+    assert_eq!(events.len(), d.placements.len());
+    for (e, p) in events.iter().zip(&d.placements) {
+        assert_eq!(e.at_ms, NOW);
+        let Some(fairshare_events::pb::event::Body::JobPlaced(jp)) = &e.body else {
+            panic!("not a placement");
+        };
+        assert_eq!(jp.job_id, p.job_id);
+        let basis = jp.basis.as_ref().unwrap();
+        assert_eq!(
+            (basis.through_sequence, basis.computed_at_ms, basis.cycle),
+            (through, NOW, 42)
+        );
+    }
+    let total: u32 = d
+        .placements
+        .iter()
+        .flat_map(|p| p.nodes.iter().map(|n| n.gpus))
+        .sum();
+    assert_eq!(total, 16, "both nodes filled");
+    let (placed, waiting) = (d.placements.len(), d.waiting.len());
+    // Fold the decision back: nothing is placed twice, the waiting jobs are still waiting.
+    for e in &events {
+        let body = e.body.clone().unwrap();
+        h.ok(NOW, body);
+    }
+    let again = h.decide(NOW + 1);
+    assert!(again.placements.is_empty());
+    assert_eq!(again.waiting.len(), waiting);
+    assert_eq!(h.state.queued_len(), 12 - placed);
+}

@@ -1,0 +1,8 @@
+//! Tests of the decision core: hand-computed rankings and placements, the fold, and
+//! properties over random clusters.
+
+mod decide;
+mod props;
+mod rank;
+mod state;
+mod support;

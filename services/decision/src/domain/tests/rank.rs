@@ -1,0 +1,327 @@
+//! Fair Tree rankings checked against hand-computed orders.
+
+use std::cmp::Ordering;
+
+use fairshare_events::pb;
+use fairshare_model::budget::BudgetTree;
+use proptest::prelude::*;
+
+use super::support::{acc, leaf};
+use crate::domain::rank::{FairTree, LeafUsage, cmp_ratio, fair_tree_order};
+
+fn tree(accounts: Vec<pb::Account>) -> BudgetTree {
+    BudgetTree::from_accounts(&accounts).unwrap()
+}
+
+fn usage(t: &BudgetTree, rows: &[(&str, u128, u128)]) -> Vec<LeafUsage> {
+    let mut v = vec![LeafUsage::default(); t.accounts.len()];
+    for (path, charged, allocated) in rows {
+        let id = t
+            .allocation(path)
+            .unwrap_or_else(|| panic!("no leaf {path}"));
+        v[id] = LeafUsage {
+            charged_gpu_ms: *charged,
+            allocated_gpu_ms: *allocated,
+        };
+    }
+    v
+}
+
+fn order(t: &BudgetTree, rows: &[(&str, u128, u128)]) -> Vec<String> {
+    fair_tree_order(t, &usage(t, rows))
+        .into_iter()
+        .map(|id| t.accounts[id].path.clone())
+        .collect()
+}
+
+#[test]
+fn ratios_compare_exactly_beyond_128_bits() {
+    // (2^128-1)/(2^128-2) = 1 + 1/(2^128-2) is below (2^128-2)/(2^128-3) = 1 + 1/(2^128-3);
+    // both products overflow u128 and a float cannot tell the two apart.
+    let m = u128::MAX;
+    assert_eq!(cmp_ratio(m, m - 1, m - 1, m - 2), Ordering::Less);
+    assert_eq!(cmp_ratio(m - 1, m - 2, m, m - 1), Ordering::Greater);
+    assert_eq!(cmp_ratio(m, m, 1, 1), Ordering::Equal);
+    assert_eq!(cmp_ratio(3, 9, 1, 3), Ordering::Equal);
+    assert_eq!(cmp_ratio(1 << 100, 3, (1 << 100) + 1, 3), Ordering::Less);
+}
+
+#[test]
+fn flat_tree_orders_by_usage_over_allocated_time() {
+    let t = tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 2)]);
+    // a: 50/100 = 0.5, b: 20/100 = 0.2, c: 60/200 = 0.3.
+    assert_eq!(
+        order(&t, &[("a", 50, 100), ("b", 20, 100), ("c", 60, 200)]),
+        ["b", "c", "a"]
+    );
+}
+
+#[test]
+fn zero_usage_ties_break_by_name() {
+    let t = tree(vec![leaf("zeta", 5), leaf("alpha", 1), leaf("mid", 3)]);
+    assert_eq!(
+        order(&t, &[("zeta", 0, 500), ("alpha", 0, 100), ("mid", 0, 300)]),
+        ["alpha", "mid", "zeta"]
+    );
+    // No snapshot at all: every ratio is 0/0, the group falls back to usage/share, all zero.
+    assert_eq!(order(&t, &[]), ["alpha", "mid", "zeta"]);
+}
+
+#[test]
+fn equal_ratios_tie_by_name() {
+    let t = tree(vec![leaf("b", 1), leaf("a", 2), leaf("c", 1)]);
+    // a: 20/200 = b: 10/100 = 0.1 < c: 11/100.
+    assert_eq!(
+        order(&t, &[("a", 20, 200), ("b", 10, 100), ("c", 11, 100)]),
+        ["a", "b", "c"]
+    );
+}
+
+#[test]
+fn share_zero_ranks_last_whatever_its_usage() {
+    let t = tree(vec![
+        leaf("guest2", 0),
+        leaf("guest1", 0),
+        leaf("busy", 1),
+        leaf("idle", 1),
+    ]);
+    // busy is far over its share, the guests used nothing: guests still come last, ordered by
+    // usage (guest2 used less), not name.
+    assert_eq!(
+        order(
+            &t,
+            &[
+                ("busy", 900, 100),
+                ("idle", 10, 100),
+                ("guest1", 5, 0),
+                ("guest2", 3, 0)
+            ]
+        ),
+        ["idle", "busy", "guest2", "guest1"]
+    );
+}
+
+#[test]
+fn share_zero_subtree_is_ranked_inside_by_share() {
+    // Everything under "lab" has fraction 0, so no allocated time: inside it the siblings
+    // compare by usage / share: x 10/1 = 10 > y 15/3 = 5.
+    let t = tree(vec![
+        acc("lab", 0, vec![leaf("x", 1), leaf("y", 3)]),
+        leaf("prod", 1),
+    ]);
+    assert_eq!(
+        order(
+            &t,
+            &[("prod", 1000, 10), ("lab/x", 10, 0), ("lab/y", 15, 0)]
+        ),
+        ["prod", "lab/y", "lab/x"]
+    );
+}
+
+#[test]
+fn allocation_missing_from_the_snapshot_falls_back_to_shares_for_its_group() {
+    // "new" is not in the snapshot (no allocated time). Its group compares usage/share:
+    // old 30/1 = 30, new 0/1 = 0, so new first; inside "other" allocated time still counts.
+    let t = tree(vec![
+        acc("g", 1, vec![leaf("new", 1), leaf("old", 1)]),
+        acc("other", 1, vec![leaf("p", 1), leaf("q", 3)]),
+    ]);
+    assert_eq!(
+        order(
+            &t,
+            &[
+                ("g/old", 30, 100),
+                ("other/p", 10, 50),
+                ("other/q", 10, 150),
+            ]
+        ),
+        // Roots: g 30/100 = 0.3 vs other 20/200 = 0.1 -> other first; q 1/15 < p 1/5.
+        ["other/q", "other/p", "g/new", "g/old"]
+    );
+}
+
+#[test]
+fn deep_tree_is_walked_depth_first() {
+    // Five levels. Every leaf under a better-ranked node outranks every leaf under a worse one,
+    // even when a leaf under the worse node has the lowest ratio of all.
+    let t = tree(vec![
+        acc(
+            "org",
+            1,
+            vec![
+                acc(
+                    "p1",
+                    1,
+                    vec![acc(
+                        "proj",
+                        1,
+                        vec![acc("team", 1, vec![leaf("x", 1), leaf("y", 1)])],
+                    )],
+                ),
+                acc("p2", 1, vec![leaf("z", 1), leaf("w", 1)]),
+            ],
+        ),
+        leaf("solo", 1),
+    ]);
+    let rows = [
+        // org: (10+30+80+0)/(100+100+100+100) = 120/400 = 0.3; solo 50/400 = 0.125 -> solo first.
+        ("solo", 50, 400),
+        // p1: 40/200 = 0.2; p2: 80/200 = 0.4 -> p1 first although w (0/100) is the lowest leaf.
+        ("org/p1/proj/team/x", 10, 100),
+        ("org/p1/proj/team/y", 30, 100),
+        ("org/p2/z", 80, 100),
+        ("org/p2/w", 0, 100),
+    ];
+    assert_eq!(
+        order(&t, &rows),
+        [
+            "solo",
+            "org/p1/proj/team/x",
+            "org/p1/proj/team/y",
+            "org/p2/w",
+            "org/p2/z"
+        ]
+    );
+}
+
+/// Slurm Fair Tree, computed by hand with Slurm's level fairshare LF = S / U, where S is the
+/// share normalised over the siblings and U the usage normalised over the siblings' usage:
+///
+/// - root: A (40): S = 0.4, U = 200/700 -> LF 1.40; B (60): S = 0.6, U = 500/700 -> LF 0.84.
+/// - A: a1 (1): S = 0.25, U = 0.5 -> 0.5; a2 (3): S = 0.75, U = 0.5 -> 1.5.
+/// - B: b1 (1): S = 0.25, U = 0.6 -> 0.42; b2 (1): U = 0 -> infinite; b3 (2): S = 0.5,
+///   U = 0.4 -> 1.25.
+///
+/// Sorted by LF descending at each level, depth first: a2, a1, b2, b3, b1. A flat sort of the
+/// leaves by usage / fraction would put b2 first and a1 after b3: the tree matters.
+#[test]
+fn matches_slurm_fair_tree_when_every_account_has_its_own_share() {
+    let t = tree(vec![
+        acc("A", 40, vec![leaf("a1", 1), leaf("a2", 3)]),
+        acc("B", 60, vec![leaf("b1", 1), leaf("b2", 1), leaf("b3", 2)]),
+    ]);
+    // Allocated time = fraction x 1000: a1 0.1, a2 0.3, b1 0.15, b2 0.15, b3 0.3.
+    let rows = [
+        ("A/a1", 100, 100),
+        ("A/a2", 100, 300),
+        ("B/b1", 300, 150),
+        ("B/b2", 0, 150),
+        ("B/b3", 200, 300),
+    ];
+    assert_eq!(order(&t, &rows), ["A/a2", "A/a1", "B/b2", "B/b3", "B/b1"]);
+}
+
+#[test]
+fn charging_moves_an_account_past_its_siblings_and_up_the_tree() {
+    let t = tree(vec![
+        acc("A", 1, vec![leaf("a1", 1), leaf("a2", 1)]),
+        acc("B", 1, vec![leaf("b1", 1)]),
+    ]);
+    let u = usage(
+        &t,
+        &[("A/a1", 0, 100), ("A/a2", 10, 100), ("B/b1", 15, 200)],
+    );
+    let mut f = FairTree::new(&t, &u);
+    let path = |f: &FairTree<'_>| -> Vec<String> {
+        f.leaf_order()
+            .into_iter()
+            .map(|id| t.accounts[id].path.clone())
+            .collect()
+    };
+    // A 10/200 = 0.05 < B 15/200 = 0.075.
+    assert_eq!(path(&f), ["A/a1", "A/a2", "B/b1"]);
+    let a1 = t.allocation("A/a1").unwrap();
+    // a1 now 11/100 > a2 10/100; A 21/200 > B 15/200.
+    f.charge(a1, 11);
+    assert_eq!(path(&f), ["B/b1", "A/a2", "A/a1"]);
+    assert_eq!(f.used(t.allocation("A/a1").unwrap()), 11);
+    assert_eq!(f.used(0), 21);
+}
+
+#[test]
+fn a_leaf_with_no_jobs_is_skipped_without_reordering() {
+    let t = tree(vec![
+        acc("A", 1, vec![leaf("empty", 1), leaf("busy", 1)]),
+        leaf("B", 1),
+    ]);
+    let u = usage(
+        &t,
+        &[("A/empty", 0, 100), ("A/busy", 50, 100), ("B", 80, 200)],
+    );
+    let mut f = FairTree::new(&t, &u);
+    let busy = t.allocation("A/busy").unwrap();
+    let b = t.allocation("B").unwrap();
+    // Only busy and B have work; empty ranks first but is never offered; A (50/200) before B.
+    f.set_pending(busy);
+    f.set_pending(b);
+    assert_eq!(f.next_pending_leaf(), Some(busy));
+    f.exhaust(busy);
+    assert_eq!(f.next_pending_leaf(), Some(b));
+    f.exhaust(b);
+    assert_eq!(f.next_pending_leaf(), None);
+    let order: Vec<_> = f.leaf_order();
+    assert_eq!(order[0], t.allocation("A/empty").unwrap());
+}
+
+fn arb_tree() -> impl Strategy<Value = Vec<pb::Account>> {
+    // Up to three levels of up to four children, shares 0..4.
+    proptest::collection::vec(
+        (
+            0u64..4,
+            proptest::collection::vec((0u64..4, proptest::collection::vec(0u64..4, 0..4)), 0..4),
+        ),
+        1..4,
+    )
+    .prop_map(|top| {
+        top.into_iter()
+            .enumerate()
+            .map(|(i, (share, mids))| {
+                let children = mids
+                    .into_iter()
+                    .enumerate()
+                    .map(|(j, (ms, leaves))| {
+                        let kids = leaves
+                            .into_iter()
+                            .enumerate()
+                            .map(|(k, ls)| leaf(&format!("l{k}"), ls))
+                            .collect();
+                        acc(&format!("m{j}"), ms, kids)
+                    })
+                    .collect();
+                acc(&format!("t{i}"), share, children)
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    /// Incremental re-ranking after any sequence of charges equals ranking from scratch with
+    /// the charged usage; and the next pending leaf is the first pending leaf in that order.
+    #[test]
+    fn incremental_charges_equal_a_full_re_sort(
+        accounts in arb_tree(),
+        seed in proptest::collection::vec((0u128..50, 0u128..50), 64),
+        charges in proptest::collection::vec((0usize..64, 1u128..40), 0..30),
+        pending in proptest::collection::vec(any::<bool>(), 64),
+    ) {
+        let t = tree(accounts);
+        let leaves: Vec<usize> = (0..t.accounts.len()).filter(|&i| t.accounts[i].is_allocation()).collect();
+        let mut u = vec![LeafUsage::default(); t.accounts.len()];
+        for &id in &leaves {
+            u[id] = LeafUsage { charged_gpu_ms: seed[id % 64].0, allocated_gpu_ms: seed[id % 64].1 };
+        }
+        let mut f = FairTree::new(&t, &u);
+        for &id in &leaves {
+            if pending[id % 64] { f.set_pending(id); }
+        }
+        for (pick, amount) in charges {
+            let id = leaves[pick % leaves.len()];
+            f.charge(id, amount);
+            u[id].charged_gpu_ms += amount;
+            let fresh = fair_tree_order(&t, &u);
+            prop_assert_eq!(f.leaf_order(), fresh.clone());
+            let expected = fresh.into_iter().find(|&id| pending[id % 64]);
+            prop_assert_eq!(f.next_pending_leaf(), expected);
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! The fold: idempotence, cluster routing, job lifecycle and what it holds.
+
+use fairshare_events::pb::{self, event::Body};
+
+use super::support::{CLUSTER, H, HOUR, leaf};
+use crate::domain::state::{Holding, JobStatus, RECLAIMABLE_AT_ONCE};
+use crate::domain::{DecisionState, Ignored};
+
+fn ev(at_ms: i64, body: Body) -> pb::Event {
+    pb::Event {
+        at_ms,
+        body: Some(body),
+    }
+}
+
+fn started(id: &str) -> Body {
+    Body::JobStarted(pb::JobStarted { job_id: id.into() })
+}
+
+fn preempted(id: &str) -> Body {
+    Body::JobPreempted(pb::JobPreempted {
+        job_id: id.into(),
+        killed: false,
+    })
+}
+
+fn requeued(id: &str) -> Body {
+    Body::JobRequeued(pb::JobRequeued { job_id: id.into() })
+}
+
+fn finished(id: &str) -> Body {
+    Body::JobFinished(pb::JobFinished {
+        job_id: id.into(),
+        exit_code: 0,
+    })
+}
+
+#[test]
+fn redeliveries_change_nothing_and_ignored_events_still_advance_the_sequence() {
+    let mut s = DecisionState::new(CLUSTER);
+    let reg = ev(
+        0,
+        Body::NodeRegistered(pb::NodeRegistered {
+            cluster: CLUSTER.into(),
+            node: "n0".into(),
+            gpus: 8,
+        }),
+    );
+    s.apply(5, &reg).unwrap();
+    let before = s.clone();
+    assert_eq!(
+        s.apply(5, &reg),
+        Err(Ignored::Duplicate {
+            sequence: 5,
+            last_applied: 5
+        })
+    );
+    assert!(matches!(s.apply(3, &reg), Err(Ignored::Duplicate { .. })));
+    assert_eq!(s, before);
+    // Another cluster's event is ignored but its sequence is folded.
+    let other = ev(
+        0,
+        Body::NodeRegistered(pb::NodeRegistered {
+            cluster: "other".into(),
+            node: "x".into(),
+            gpus: 8,
+        }),
+    );
+    assert_eq!(
+        s.apply(6, &other),
+        Err(Ignored::OtherCluster {
+            cluster: "other".into()
+        })
+    );
+    assert_eq!(s.last_applied(), 6);
+    assert_eq!(s.inventory().nodes.len(), 1);
+}
+
+#[test]
+fn other_clusters_jobs_are_unknown_here() {
+    let mut h = H::new();
+    let body = Body::JobSubmitted(pb::JobSubmitted {
+        job_id: "j".into(),
+        spec: Some(pb::JobSpec {
+            cluster: "other".into(),
+            allocation: "a".into(),
+            gpus: 1,
+            min_runtime_s: 60,
+            ..Default::default()
+        }),
+        shape: Some(pb::Shape {
+            nodes: 1,
+            gpus_per_node: 1,
+        }),
+        ..Default::default()
+    });
+    assert!(matches!(
+        h.apply(0, body),
+        Err(Ignored::OtherCluster { .. })
+    ));
+    assert_eq!(
+        h.apply(1, started("j")),
+        Err(Ignored::UnknownJob { job_id: "j".into() })
+    );
+    assert_eq!(h.state.queued_len(), 0);
+}
+
+#[test]
+fn placement_holds_gpus_and_start_refines_when_they_are_reclaimable() {
+    let mut h = H::new();
+    h.node("n0", 8);
+    h.submit(100, "j", "a", 3, 3600);
+    h.submit(100, "u", "a", 2, 0);
+    assert_eq!(h.state.queued_len(), 2);
+    h.place(1_000, "j", &[("n0", 2), ("n0", 1)]);
+    h.place(1_000, "u", &[("n0", 2)]);
+    assert_eq!(h.state.queued_len(), 0);
+    let load = h.state.load("n0").unwrap();
+    assert_eq!(load.used, 5);
+    assert_eq!(
+        load.holding("j").copied(),
+        Some(Holding {
+            gpus: 3,
+            reclaim_ms: 1_000 + HOUR
+        })
+    );
+    assert_eq!(load.holding("u").unwrap().reclaim_ms, RECLAIMABLE_AT_ONCE);
+    h.start(5_000, "j");
+    assert_eq!(
+        h.state.load("n0").unwrap().holding("j").unwrap().reclaim_ms,
+        5_000 + HOUR
+    );
+    // A preemption deadline before the end of the minimum runtime brings it forward.
+    h.ok(
+        6_000,
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "j".into(),
+            grace_deadline_ms: 9_000,
+            ..Default::default()
+        }),
+    );
+    assert_eq!(
+        h.state.load("n0").unwrap().holding("j").unwrap().reclaim_ms,
+        9_000
+    );
+    // Placing again is refused and changes nothing.
+    let before = h.state.clone();
+    assert!(matches!(
+        h.apply(
+            7_000,
+            Body::JobPlaced(pb::JobPlaced {
+                job_id: "j".into(),
+                nodes: vec![pb::NodeGpus {
+                    node: "n0".into(),
+                    gpus: 3
+                }],
+                basis: None,
+            })
+        ),
+        Err(Ignored::WrongStatus { .. })
+    ));
+    let mut after = h.state.clone();
+    // Only the sequence moved.
+    assert_eq!(after.last_applied(), before.last_applied() + 1);
+    after.last_applied = before.last_applied();
+    assert_eq!(after, before);
+    h.ok(8_000, finished("j"));
+    h.ok(8_000, finished("u"));
+    assert!(h.state.load("n0").is_none());
+    assert!(h.state.job("j").is_none());
+}
+
+#[test]
+fn resumable_jobs_are_requeued_with_their_original_submit_time() {
+    let mut h = H::new();
+    h.node("n0", 8);
+    h.submit_full(100, "r", "a", 1, 4, 3600, 2, true);
+    h.submit_full(200, "n", "a", 1, 4, 3600, 2, false);
+    h.place(1_000, "r", &[("n0", 4)]);
+    h.place(1_000, "n", &[("n0", 4)]);
+    h.start(1_100, "r");
+    h.ok(9_000, preempted("r"));
+    h.ok(9_000, preempted("n"));
+    assert!(h.state.load("n0").is_none(), "both freed their GPUs");
+    assert_eq!(h.state.job("r").unwrap().status, JobStatus::Preempted);
+    // Not resumable: the job has ended and cannot come back.
+    assert!(h.state.job("n").is_none());
+    assert!(matches!(
+        h.apply(9_500, requeued("n")),
+        Err(Ignored::UnknownJob { .. })
+    ));
+    h.ok(10_000, requeued("r"));
+    let q = h.state.queues().get("a").unwrap();
+    let key = q.allocated.keys().next().unwrap();
+    assert_eq!(
+        (&*key.job_id, key.submitted_ms, key.priority.0),
+        ("r", 100, 2)
+    );
+    // Requeue is only from preempted.
+    assert!(matches!(
+        h.apply(10_001, requeued("r")),
+        Err(Ignored::WrongStatus { .. })
+    ));
+}
+
+#[test]
+fn cancelled_queued_jobs_leave_the_queue() {
+    let mut h = H::new();
+    h.submit(100, "j", "a", 1, 60);
+    h.ok(
+        200,
+        Body::JobCancelled(pb::JobCancelled {
+            job_id: "j".into(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(h.state.queued_len(), 0);
+    assert!(h.state.queues().is_empty());
+    assert!(matches!(
+        h.apply(300, finished("j")),
+        Err(Ignored::UnknownJob { .. })
+    ));
+}
+
+#[test]
+fn invalid_inputs_are_refused_whole() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    let tree = h.state.budget_tree().cloned();
+    // Duplicate sibling names: refused, the tree in force stays.
+    let bad = Body::BudgetTreeSet(pb::BudgetTreeSet {
+        cluster: CLUSTER.into(),
+        accounts: vec![leaf("x", 1), leaf("x", 2)],
+    });
+    assert!(matches!(
+        h.apply(0, bad),
+        Err(Ignored::InvalidBudgetTree(_))
+    ));
+    assert_eq!(h.state.budget_tree().cloned(), tree);
+    // Negative minimum runtime, missing spec.
+    let neg = Body::JobSubmitted(pb::JobSubmitted {
+        job_id: "j".into(),
+        spec: Some(pb::JobSpec {
+            cluster: CLUSTER.into(),
+            allocation: "a".into(),
+            gpus: 1,
+            min_runtime_s: -1,
+            ..Default::default()
+        }),
+        shape: Some(pb::Shape {
+            nodes: 1,
+            gpus_per_node: 1,
+        }),
+        ..Default::default()
+    });
+    assert!(matches!(h.apply(0, neg), Err(Ignored::Invalid { .. })));
+    let nospec = Body::JobSubmitted(pb::JobSubmitted {
+        job_id: "k".into(),
+        ..Default::default()
+    });
+    assert!(matches!(h.apply(0, nospec), Err(Ignored::Invalid { .. })));
+    assert_eq!(h.state.queued_len(), 0);
+    // The same id twice: the first stands.
+    h.submit(1, "d", "a", 1, 60);
+    let again = Body::JobSubmitted(pb::JobSubmitted {
+        job_id: "d".into(),
+        spec: Some(pb::JobSpec {
+            cluster: CLUSTER.into(),
+            allocation: "a".into(),
+            gpus: 4,
+            min_runtime_s: 60,
+            ..Default::default()
+        }),
+        shape: None,
+        ..Default::default()
+    });
+    assert!(matches!(
+        h.apply(2, again),
+        Err(Ignored::DuplicateJob { .. })
+    ));
+    assert_eq!(h.state.job("d").unwrap().request.shape.gpus_per_node, 1);
+}
+
+#[test]
+fn shape_is_resolved_when_a_producer_left_it_out() {
+    let mut h = H::new();
+    h.node("n0", 8);
+    h.node("n1", 8);
+    let body = Body::JobSubmitted(pb::JobSubmitted {
+        job_id: "m".into(),
+        spec: Some(pb::JobSpec {
+            cluster: CLUSTER.into(),
+            allocation: "a".into(),
+            gpus: 16,
+            min_runtime_s: 60,
+            ..Default::default()
+        }),
+        shape: None,
+        ..Default::default()
+    });
+    h.ok(0, body);
+    let shape = h.state.job("m").unwrap().request.shape;
+    assert_eq!((shape.nodes, shape.gpus_per_node), (2, 8));
+}
+
+#[test]
+fn stale_snapshots_and_past_maintenance_windows_are_dropped() {
+    let mut h = H::new();
+    h.snapshot(2 * HOUR, &[("a", 5, 10)]);
+    assert!(matches!(
+        h.apply(
+            0,
+            Body::UsageSnapshot(pb::UsageSnapshot {
+                cluster: CLUSTER.into(),
+                window_end_ms: HOUR,
+                ..Default::default()
+            })
+        ),
+        Err(Ignored::StaleSnapshot { .. })
+    ));
+    assert_eq!(h.state.usage().unwrap().window_end_ms, 2 * HOUR);
+    h.node("n0", 8);
+    h.maintenance(0, &["n0"], HOUR, 2 * HOUR);
+    h.maintenance(0, &["n0"], 5 * HOUR, 6 * HOUR);
+    assert_eq!(h.state.maintenance("n0").len(), 2);
+    // Scheduling at 3 h forgets the window that ended at 2 h.
+    h.maintenance(3 * HOUR, &["n0"], 4 * HOUR, 5 * HOUR);
+    let starts: Vec<i64> = h
+        .state
+        .maintenance("n0")
+        .iter()
+        .map(|w| w.start_ms)
+        .collect();
+    assert_eq!(starts, [4 * HOUR, 5 * HOUR]);
+    // An empty window is refused.
+    let empty = Body::MaintenanceScheduled(pb::MaintenanceScheduled {
+        cluster: CLUSTER.into(),
+        nodes: vec!["n0".into()],
+        start_ms: 7 * HOUR,
+        end_ms: 7 * HOUR,
+        reason: String::new(),
+    });
+    assert_eq!(
+        h.apply(3 * HOUR, empty),
+        Err(Ignored::EmptyWindow {
+            start_ms: 7 * HOUR,
+            end_ms: 7 * HOUR
+        })
+    );
+    assert_eq!(h.state.maintenance("n0").len(), 2);
+}
+
+#[test]
+fn replay_with_redeliveries_equals_a_clean_fold() {
+    // Record a log through the harness, then fold it again with every event delivered twice
+    // and an old one re-sent late.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    h.node("n0", 8);
+    h.submit(10, "j1", "a", 2, 60);
+    h.submit(20, "j2", "a", 2, 60);
+    h.place(30, "j1", &[("n0", 2)]);
+    h.start(40, "j1");
+    h.ok(50, finished("j1"));
+    h.place(60, "j2", &[("n0", 2)]);
+    let log = h.log.clone();
+    let mut twice = DecisionState::new(CLUSTER);
+    for (seq, e) in &log {
+        twice.apply(*seq, e).unwrap();
+        assert!(matches!(
+            twice.apply(*seq, e),
+            Err(Ignored::Duplicate { .. })
+        ));
+    }
+    assert!(twice.apply(log[2].0, &log[2].1).is_err());
+    assert_eq!(twice, h.state);
+    assert_eq!(twice.load("n0").unwrap().used, 2);
+    assert_eq!(twice.queued_len(), 0);
+}
