@@ -1,0 +1,283 @@
+//! The NATS side of the accounting service.
+//!
+//! Start-up: load the sled checkpoint (state and last applied sequence) if it is readable and
+//! was folded with the configured window, otherwise start empty; then fold the log from the next
+//! sequence to its current end. Serving: keep folding new entries in stream order; write the
+//! checkpoint every N events or T seconds; publish a `UsageSnapshot` per cluster on a steady
+//! cadence and on request; answer usage queries over request/reply.
+//!
+//! One task owns the fold, so entries are applied strictly in stream order and queries see a
+//! state that is a prefix of the log (`through_sequence` in every answer says which).
+
+mod answer;
+mod snapshot;
+
+pub use answer::report;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use fairshare_events::subjects;
+use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
+use fairshare_runtime::clock::Clock;
+use fairshare_runtime::log::{FollowError, Follower, LogEntry};
+use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
+use futures::StreamExt;
+
+use crate::domain::{Applied, FoldConfig, UsageFold};
+
+/// Tag and format version of this service's checkpoints.
+const CHECKPOINT_KIND: &str = "fairshare-accounting/UsageFold";
+const CHECKPOINT_VERSION: u32 = 1;
+
+/// How the service runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The sliding window and the fold's other settings.
+    pub fold: FoldConfig,
+    /// Where the sled checkpoint lives.
+    pub checkpoint_dir: PathBuf,
+    /// Checkpoint after this many applied entries...
+    pub checkpoint_every_events: u64,
+    /// ...or this long after the last checkpoint, whichever comes first.
+    pub checkpoint_every: Duration,
+    /// Publish each cluster's snapshot this often while its usage keeps changing.
+    pub snapshot_every: Duration,
+    /// Only this cluster's events (one instance per cluster); `None` folds every cluster.
+    pub cluster: Option<String>,
+    /// Replicas for streams this service creates.
+    pub stream_replicas: usize,
+}
+
+impl Config {
+    /// Defaults with the checkpoint in `checkpoint_dir`.
+    pub fn new(checkpoint_dir: PathBuf) -> Self {
+        Self {
+            fold: FoldConfig::default(),
+            checkpoint_dir,
+            checkpoint_every_events: 10_000,
+            checkpoint_every: Duration::from_secs(5),
+            snapshot_every: Duration::from_secs(10),
+            cluster: None,
+            stream_replicas: 1,
+        }
+    }
+}
+
+/// Why the service stopped or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The streams could not be created or updated.
+    #[error(transparent)]
+    Streams(#[from] StreamSetupError),
+    /// The log could not be followed.
+    #[error(transparent)]
+    Follow(#[from] FollowError),
+    /// The checkpoint store could not be opened or written.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The usage API could not be subscribed.
+    #[error("cannot subscribe to usage queries: {0}")]
+    Subscribe(String),
+}
+
+/// Subjects the fold needs: job lifecycle, budget trees, inventory (not snapshots, rejections
+/// or maintenance windows).
+pub fn log_filters(cluster: Option<&str>) -> Vec<String> {
+    let c = cluster.unwrap_or("*");
+    let p = subjects::EVENTS_PREFIX;
+    vec![
+        format!("{p}.{c}.job.*.*"),
+        format!("{p}.{c}.policy"),
+        format!("{p}.{c}.node.*"),
+    ]
+}
+
+/// A started service: its fold is at the log's end as of start-up.
+pub struct Service {
+    /// The fold; owned by the serving loop.
+    fold: UsageFold,
+    /// Delivers new log entries.
+    follower: Follower,
+    /// Where checkpoints go.
+    store: CheckpointStore,
+    /// For replies and snapshots.
+    js: jetstream::Context,
+    client: async_nats::Client,
+    /// Usage queries.
+    queries: async_nats::Subscriber,
+    clock: Arc<dyn Clock>,
+    config: Config,
+    /// Entries applied since the last checkpoint.
+    since_checkpoint: u64,
+    /// The checkpoint's sequence this start resumed from (0: folded from the beginning).
+    resumed_from: u64,
+}
+
+/// Applies one entry; reports what the fold refused.
+fn apply(fold: &mut UsageFold, entry: &LogEntry) {
+    match &entry.event {
+        Ok(event) => {
+            if let Applied::Skipped(why) = fold.apply(entry.sequence, event) {
+                tracing::debug!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why:?}");
+            }
+        }
+        Err(e) => {
+            tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry does not decode, skipped: {e}");
+            // An event without a body changes nothing but moves the fold past this sequence.
+            fold.apply(entry.sequence, &fairshare_events::pb::Event::default());
+        }
+    }
+}
+
+impl Service {
+    /// Loads the checkpoint (or starts empty) and folds the log to its current end.
+    pub async fn start(
+        client: async_nats::Client,
+        config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, ServiceError> {
+        let js = jetstream::new(client.clone());
+        ensure_streams(&js, config.stream_replicas).await?;
+        let store =
+            CheckpointStore::open(&config.checkpoint_dir, CHECKPOINT_KIND, CHECKPOINT_VERSION)?;
+        let mut fold = match store.load::<UsageFold>() {
+            Ok(Some(cp))
+                if cp.state.config() == config.fold && cp.state.last_applied() == cp.sequence =>
+            {
+                tracing::info!(sequence = cp.sequence, "resuming from checkpoint");
+                cp.state
+            }
+            Ok(Some(_)) => {
+                tracing::warn!(
+                    "checkpoint was folded with other settings; rebuilding from the log"
+                );
+                UsageFold::new(config.fold)
+            }
+            Ok(None) => UsageFold::new(config.fold),
+            Err(e) => {
+                tracing::warn!("{e}");
+                UsageFold::new(config.fold)
+            }
+        };
+        let resumed_from = fold.last_applied();
+        let from = resumed_from + 1;
+        let mut follower =
+            Follower::start(&js, from, log_filters(config.cluster.as_deref())).await?;
+        let mut applied = 0u64;
+        if follower.pending_at_start > 0 {
+            while let Some(entry) = follower.next().await {
+                let entry = entry?;
+                apply(&mut fold, &entry);
+                applied += 1;
+                if entry.pending == 0 {
+                    break;
+                }
+            }
+        }
+        tracing::info!(from, applied, last = fold.last_applied(), "log folded");
+        let usage_subject = match &config.cluster {
+            Some(c) => subjects::usage_api(c),
+            None => subjects::USAGE_API_ALL.to_owned(),
+        };
+        let queries = client
+            .queue_subscribe(usage_subject, subjects::ACCOUNTING_QUEUE_GROUP.to_owned())
+            .await
+            .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
+        client
+            .flush()
+            .await
+            .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
+        let mut service = Self {
+            fold,
+            follower,
+            store,
+            js,
+            client,
+            queries,
+            clock,
+            config,
+            since_checkpoint: applied,
+            resumed_from,
+        };
+        service.checkpoint()?;
+        Ok(service)
+    }
+
+    /// The checkpoint sequence this start resumed from; 0 when it folded from the beginning.
+    pub fn resumed_from(&self) -> u64 {
+        self.resumed_from
+    }
+
+    /// The fold as it stands (for tests and tools in the same process).
+    pub fn fold(&self) -> &UsageFold {
+        &self.fold
+    }
+
+    fn checkpoint(&mut self) -> Result<(), CheckpointError> {
+        if self.since_checkpoint == 0 {
+            return Ok(());
+        }
+        self.store.save(self.fold.last_applied(), &self.fold)?;
+        self.since_checkpoint = 0;
+        Ok(())
+    }
+
+    /// Serves until `shutdown` completes, then writes a last checkpoint.
+    pub async fn serve(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<UsageFold, ServiceError> {
+        tokio::pin!(shutdown);
+        let mut checkpoint_timer = tokio::time::interval(self.config.checkpoint_every);
+        let mut snapshot_timer = tokio::time::interval(self.config.snapshot_every);
+        let mut snapshots = snapshot::Publisher::default();
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                entry = self.follower.next() => match entry {
+                    Some(Ok(entry)) => {
+                        apply(&mut self.fold, &entry);
+                        self.since_checkpoint += 1;
+                        if self.since_checkpoint >= self.config.checkpoint_every_events {
+                            self.checkpoint()?;
+                        }
+                    }
+                    Some(Err(e)) => tracing::warn!("log follower: {e}"),
+                    None => return Err(FollowError::Delivery("connection closed".into()).into()),
+                },
+                Some(message) = self.queries.next() => {
+                    answer::usage_query(&self.fold, &self.js, &self.client, self.clock.now_ms(), &mut snapshots, message).await;
+                }
+                _ = checkpoint_timer.tick() => self.checkpoint()?,
+                _ = snapshot_timer.tick() => {
+                    snapshots.publish_due(&self.fold, &self.js, self.clock.now_ms()).await;
+                }
+            }
+        }
+        self.checkpoint()?;
+        let _ = self.queries.unsubscribe().await;
+        tracing::info!(
+            last = self.fold.last_applied(),
+            "accounting service stopped"
+        );
+        Ok(self.fold)
+    }
+}
+
+/// Starts the service and serves until `shutdown` completes.
+pub async fn run(
+    client: async_nats::Client,
+    config: Config,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServiceError> {
+    Service::start(client, config, clock)
+        .await?
+        .serve(shutdown)
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,80 @@
+//! Publishing `UsageSnapshot` events for the decision service.
+//!
+//! On the cadence, a cluster's snapshot is published when the fold has moved since its last
+//! snapshot, or when the last one is older than [`MAX_QUIET_MS`] (running jobs keep charging and
+//! the window slides even when no event arrives); on request it is always published.
+//! The message id names the cluster, the sequence folded and the window end, so a repeat of the
+//! same snapshot is dropped by JetStream.
+
+use std::collections::BTreeMap;
+
+use async_nats::jetstream;
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::subjects;
+use fairshare_runtime::admin;
+use fairshare_runtime::envelope::Envelope;
+
+use crate::domain::UsageFold;
+
+/// Longest time a cluster goes without a snapshot on the cadence.
+pub const MAX_QUIET_MS: i64 = 60 * 1000;
+
+/// What was last published per cluster.
+#[derive(Debug, Default)]
+pub(super) struct Publisher {
+    /// Cluster -> (sequence folded, window end) of its last snapshot.
+    last: BTreeMap<String, (u64, i64)>,
+}
+
+/// The time to report a cluster at: `now`, or its last event time if that is later (a
+/// producer's clock ahead of ours must not make the query fail).
+pub(super) fn report_time(fold: &UsageFold, cluster: &str, now_ms: i64) -> i64 {
+    fold.cluster(cluster)
+        .and_then(|c| c.clock())
+        .map_or(now_ms, |clock| now_ms.max(clock))
+}
+
+impl Publisher {
+    /// Publishes the snapshots the cadence calls for.
+    pub async fn publish_due(&mut self, fold: &UsageFold, js: &jetstream::Context, now_ms: i64) {
+        let clusters: Vec<String> = fold.cluster_names().map(str::to_owned).collect();
+        for cluster in clusters {
+            let due = match self.last.get(&cluster) {
+                None => true,
+                Some(&(sequence, at)) => {
+                    sequence != fold.last_applied() || now_ms - at >= MAX_QUIET_MS
+                }
+            };
+            if due && let Err(e) = self.publish(fold, js, &cluster, now_ms).await {
+                tracing::warn!(cluster, "usage snapshot not published: {e}");
+            }
+        }
+    }
+
+    /// Publishes one cluster's snapshot now; returns its sequence.
+    pub async fn publish(
+        &mut self,
+        fold: &UsageFold,
+        js: &jetstream::Context,
+        cluster: &str,
+        now_ms: i64,
+    ) -> Result<u64, String> {
+        let at = report_time(fold, cluster, now_ms);
+        let report = fold.window(cluster, at).map_err(|e| e.to_string())?;
+        let through = fold.last_applied();
+        let snapshot = report.to_snapshot(through, fold.config().window_ms());
+        let event = pb::Event {
+            at_ms: at,
+            body: Some(Body::UsageSnapshot(snapshot)),
+        };
+        let envelope = Envelope {
+            message_id: format!("usage:{cluster}:{through}:{at}"),
+            ..Default::default()
+        };
+        let sequence = admin::append(js, subjects::usage(cluster), &event, &envelope)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.last.insert(cluster.to_owned(), (through, at));
+        Ok(sequence)
+    }
+}

@@ -1,0 +1,375 @@
+//! The accounting service against a real nats-server: restarts, lost checkpoints and duplicated
+//! events leave its state equal to a from-scratch fold of the log.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fairshare_accounting::domain::{FoldConfig, UsageFold};
+use fairshare_accounting::shell::{self, Config, Service};
+use fairshare_e2e::{CLUSTER, Stack};
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::{codec, subjects};
+use fairshare_runtime::clock::{Clock, ManualClock, SystemClock};
+use fairshare_runtime::log::Follower;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+struct Running {
+    /// The checkpoint sequence the service resumed from (0: from the beginning).
+    resumed_from: u64,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<UsageFold, shell::ServiceError>>,
+}
+
+async fn start(stack: &Stack, dir: &Path, clock: &ManualClock) -> Running {
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let config = Config {
+        checkpoint_every_events: 50,
+        checkpoint_every: Duration::from_millis(200),
+        snapshot_every: Duration::from_secs(3600),
+        ..Config::new(dir.to_path_buf())
+    };
+    let service = Service::start(client, config, Arc::new(clock.clone()))
+        .await
+        .unwrap();
+    let resumed_from = service.resumed_from();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(service.serve(async {
+        let _ = stopped.await;
+    }));
+    Running {
+        resumed_from,
+        stop,
+        task,
+    }
+}
+
+async fn query(stack: &Stack, publish_snapshot: bool) -> pb::UsageReport {
+    let q = pb::UsageQuery {
+        cluster: CLUSTER.into(),
+        path: String::new(),
+        publish_snapshot,
+    };
+    let reply = stack
+        .client
+        .request(subjects::usage_api(CLUSTER), codec::encode(&q))
+        .await
+        .unwrap();
+    match codec::decode_usage_reply(&reply.payload).unwrap().result {
+        Some(pb::usage_reply::Result::Report(r)) => r,
+        other => panic!("expected a report, got {other:?}"),
+    }
+}
+
+/// Waits until the service has folded through `sequence`, then returns its report.
+async fn report_through(stack: &Stack, sequence: u64) -> pb::UsageReport {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = query(stack, false).await;
+        if r.through_sequence >= sequence {
+            return r;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fold stuck at {}",
+            r.through_sequence
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A from-scratch fold of the whole log, answered at `now`.
+async fn from_scratch(stack: &Stack, now: i64) -> pb::UsageReport {
+    let mut fold = UsageFold::new(FoldConfig::default());
+    let mut follower = Follower::start(&stack.js, 1, shell::log_filters(None))
+        .await
+        .unwrap();
+    if follower.pending_at_start > 0 {
+        while let Some(entry) = follower.next().await {
+            let entry = entry.unwrap();
+            fold.apply(entry.sequence, &entry.event.unwrap());
+            if entry.pending == 0 {
+                break;
+            }
+        }
+    }
+    let q = pb::UsageQuery {
+        cluster: CLUSTER.into(),
+        ..Default::default()
+    };
+    shell::report(&fold, &q, now).unwrap()
+}
+
+/// Appends the lifecycle of jobs `range`: submitted at t, started at t+1 s, finished at t+61 s
+/// for even jobs (odd ones keep running); allocations and allocated/unallocated alternate.
+async fn workload(stack: &Stack, base: i64, range: std::ops::Range<u64>) -> u64 {
+    let allocations = ["research/nlp", "research/vision", "infra"];
+    let mut last = 0;
+    for i in range {
+        let job = format!("job-{i:05}");
+        let t = base + i as i64 * 10_000;
+        let spec = pb::JobSpec {
+            cluster: CLUSTER.into(),
+            allocation: allocations[i as usize % 3].into(),
+            gpus: 1 + (i % 8) as i64,
+            min_runtime_s: if i % 5 == 0 { 0 } else { 600 },
+            ..Default::default()
+        };
+        let gpus = spec.gpus as u32;
+        let events = [
+            (
+                "job_submitted",
+                t,
+                Body::JobSubmitted(pb::JobSubmitted {
+                    job_id: job.clone(),
+                    idempotency_key: job.clone(),
+                    spec: Some(spec),
+                    shape: Some(pb::Shape {
+                        nodes: 1,
+                        gpus_per_node: gpus,
+                    }),
+                }),
+            ),
+            (
+                "job_started",
+                t + 1_000,
+                Body::JobStarted(pb::JobStarted {
+                    job_id: job.clone(),
+                }),
+            ),
+            (
+                "job_finished",
+                t + 61_000,
+                Body::JobFinished(pb::JobFinished {
+                    job_id: job.clone(),
+                    exit_code: 0,
+                }),
+            ),
+        ];
+        for (kind, at, body) in events {
+            if kind == "job_finished" && i % 2 == 1 {
+                continue;
+            }
+            let event = pb::Event {
+                at_ms: at,
+                body: Some(body),
+            };
+            let envelope = fairshare_runtime::envelope::Envelope {
+                message_id: format!("{job}:{kind}"),
+                ..Default::default()
+            };
+            last = fairshare_runtime::admin::append(
+                &stack.js,
+                subjects::job_event(CLUSTER, &job, kind),
+                &event,
+                &envelope,
+            )
+            .await
+            .unwrap();
+        }
+    }
+    last
+}
+
+#[tokio::test]
+async fn killed_and_restarted_service_equals_a_from_scratch_fold() {
+    let stack = Stack::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = SystemClock.now_ms() + 60_000;
+    let clock = ManualClock::new(base + 100 * 10_000 + 120_000);
+    workload(&stack, base, 0..40).await;
+    let running = start(&stack, dir.path(), &clock).await;
+    // Events keep arriving while it runs; kill it part-way through.
+    let mid = workload(&stack, base, 40..70).await;
+    report_through(&stack, mid).await;
+    running.task.abort();
+    let _ = running.task.await;
+    let last = workload(&stack, base, 70..100).await;
+
+    let running = start(&stack, dir.path(), &clock).await;
+    assert!(
+        running.resumed_from > 0,
+        "the restart resumes from the checkpoint written before the kill"
+    );
+    let restarted = report_through(&stack, last).await;
+    let scratch = from_scratch(&stack, clock.now_ms()).await;
+    assert_eq!(restarted, scratch);
+    // The figures are real: jobs ran, both allocated and unallocated.
+    assert!(
+        restarted
+            .accounts
+            .iter()
+            .any(|a| a.path == "research/nlp" && a.charged_gpu_ms > 0)
+    );
+    assert!(restarted.unallocated_gpu_ms > 0);
+    let _ = running.stop.send(());
+    running.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn deleting_the_checkpoint_rebuilds_the_identical_state() {
+    let stack = Stack::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = SystemClock.now_ms() + 60_000;
+    let clock = ManualClock::new(base + 60 * 10_000);
+    let last = workload(&stack, base, 0..60).await;
+    let running = start(&stack, dir.path(), &clock).await;
+    let before = report_through(&stack, last).await;
+    let _ = running.stop.send(());
+    let fold = running.task.await.unwrap().unwrap();
+    assert_eq!(fold.last_applied(), before.through_sequence);
+
+    std::fs::remove_dir_all(dir.path()).unwrap();
+    let running = start(&stack, dir.path(), &clock).await;
+    assert_eq!(running.resumed_from, 0);
+    let after = report_through(&stack, last).await;
+    assert_eq!(after, before);
+    let _ = running.stop.send(());
+    running.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_corrupt_checkpoint_is_rebuilt_from_the_log() {
+    let stack = Stack::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = SystemClock.now_ms() + 60_000;
+    let clock = ManualClock::new(base + 30 * 10_000);
+    let last = workload(&stack, base, 0..30).await;
+    let running = start(&stack, dir.path(), &clock).await;
+    let before = report_through(&stack, last).await;
+    let _ = running.stop.send(());
+    running.task.await.unwrap().unwrap();
+    {
+        let store =
+            fairshare_runtime::checkpoint::CheckpointStore::open(dir.path(), "x", 1).unwrap();
+        store.write_raw(b"FSCP\x00\x00\x00\x01 not a fold").unwrap();
+    }
+    let running = start(&stack, dir.path(), &clock).await;
+    assert_eq!(running.resumed_from, 0, "a corrupt checkpoint is not used");
+    assert_eq!(report_through(&stack, last).await, before);
+    let _ = running.stop.send(());
+    running.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_duplicated_event_changes_nothing() {
+    let stack = Stack::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = SystemClock.now_ms() + 60_000;
+    let clock = ManualClock::new(base + 20 * 10_000 + 120_000);
+    let last = workload(&stack, base, 0..20).await;
+    let running = start(&stack, dir.path(), &clock).await;
+    let before = report_through(&stack, last).await;
+    // The same start and finish again, published under new message ids (so JetStream keeps them).
+    let mut seq = 0;
+    for (kind, body) in [
+        (
+            "job_started",
+            Body::JobStarted(pb::JobStarted {
+                job_id: "job-00002".into(),
+            }),
+        ),
+        (
+            "job_finished",
+            Body::JobFinished(pb::JobFinished {
+                job_id: "job-00002".into(),
+                exit_code: 0,
+            }),
+        ),
+        (
+            "job_submitted",
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: "job-00004".into(),
+                idempotency_key: "job-00004".into(),
+                spec: Some(pb::JobSpec {
+                    cluster: CLUSTER.into(),
+                    allocation: "infra".into(),
+                    gpus: 4,
+                    min_runtime_s: 600,
+                    ..Default::default()
+                }),
+                shape: Some(pb::Shape {
+                    nodes: 1,
+                    gpus_per_node: 4,
+                }),
+            }),
+        ),
+    ] {
+        seq = stack
+            .append(
+                subjects::job_event(CLUSTER, "job-dup", kind),
+                body,
+                &format!("dup-{kind}"),
+            )
+            .await
+            .unwrap();
+    }
+    let after = report_through(&stack, seq).await;
+    assert_eq!(after.through_sequence, seq);
+    assert_eq!(
+        pb::UsageReport {
+            through_sequence: 0,
+            ..after
+        },
+        pb::UsageReport {
+            through_sequence: 0,
+            ..before
+        }
+    );
+    let _ = running.stop.send(());
+    running.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn snapshots_carry_the_sequence_they_reflect() {
+    let stack = Stack::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = SystemClock.now_ms() + 60_000;
+    let clock = ManualClock::new(base + 10 * 10_000);
+    let last = workload(&stack, base, 0..10).await;
+    let running = start(&stack, dir.path(), &clock).await;
+    report_through(&stack, last).await;
+    let report = query(&stack, true).await;
+    assert!(report.snapshot_sequence > last);
+    let (subject, event) = stack.event_at(report.snapshot_sequence).await.unwrap();
+    assert_eq!(subject, subjects::usage(CLUSTER));
+    let Some(Body::UsageSnapshot(snapshot)) = event.body else {
+        panic!("{event:?}")
+    };
+    assert_eq!(snapshot.through_sequence, report.through_sequence);
+    assert_eq!(snapshot.window_end_ms, report.window_end_ms);
+    let charged: Vec<(String, u64)> = snapshot
+        .allocations
+        .iter()
+        .map(|a| (a.allocation.clone(), a.charged_gpu_ms))
+        .collect();
+    let expected: Vec<(String, u64)> = report
+        .accounts
+        .iter()
+        .filter(|a| a.allocation)
+        .map(|a| (a.path.clone(), a.charged_gpu_ms))
+        .collect();
+    assert_eq!(charged, expected);
+    // A query for an account that does not exist is refused with its own code.
+    let q = pb::UsageQuery {
+        cluster: CLUSTER.into(),
+        path: "nope".into(),
+        publish_snapshot: false,
+    };
+    let reply = stack
+        .client
+        .request(subjects::usage_api(CLUSTER), codec::encode(&q))
+        .await
+        .unwrap();
+    let Some(pb::usage_reply::Result::Rejected(r)) =
+        codec::decode_usage_reply(&reply.payload).unwrap().result
+    else {
+        panic!()
+    };
+    assert_eq!(r.code, pb::RejectionCode::UnknownAccount as i32);
+    let _ = running.stop.send(());
+    running.task.await.unwrap().unwrap();
+}
