@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Starts the whole local system: nats-server (JetStream, file store under .run/), every
-# fairshare service built so far, the demo budget tree and inventory, and a demo launcher that
-# submits jobs. Ctrl-C stops everything. Logs: .run/logs/.
+# Starts the whole local system: nats-server (JetStream, file store under .run/), the
+# submission, accounting and decision services, the demo budget tree and inventory, and the
+# demo launcher, which submits jobs from the Helios trace and runs them (60x faster than real
+# time) as the decision service places them. Ctrl-C stops everything. Logs: .run/logs/.
 #
-#   ./deploy/start.sh            # build, start, follow the event log
-#   FAIRSHARE_DEMO_JOBS=0 ./deploy/start.sh   # no demo submissions
+#   ./deploy/start.sh                          # build, start, follow the event log
+#   FAIRSHARE_DEMO_JOBS=0 ./deploy/start.sh    # no demo submissions
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,7 +20,8 @@ fi
 nats_bin="$("$repo/deploy/install-nats-server.sh")"
 
 echo "start: building (first build takes a few minutes)" >&2
-cargo build --quiet -p fairshare-submission -p fairshare-cli
+cargo build --quiet -p fairshare-submission -p fairshare-accounting -p fairshare-decision \
+  -p fairshare-launcher -p fairshare-cli
 bin="${CARGO_TARGET_DIR:-$repo/target}/debug"
 
 port="${FAIRSHARE_NATS_PORT:-4222}"
@@ -44,29 +46,20 @@ done
 "$bin/fairshare" streams
 "$bin/fairshare-submission" >"$run/logs/submission.log" 2>&1 &
 pids+=($!)
+"$bin/fairshare-accounting" --checkpoint-dir "$run/accounting" >"$run/logs/accounting.log" 2>&1 &
+pids+=($!)
+"$bin/fairshare-decision" --cluster demo >"$run/logs/decision.log" 2>&1 &
+pids+=($!)
 
 "$bin/fairshare" inventory apply deploy/demo/inventory.toml
 "$bin/fairshare" budget apply deploy/demo/budget.toml
 
-# Demo launcher: submits a mix of training, debug and unallocated jobs to the demo tree.
-demo_jobs="${FAIRSHARE_DEMO_JOBS:-20}"
-(
-  sleep 1
-  allocations=(research/language/pretraining/core research/language/pretraining/data
-               research/language/alignment research/vision/video research/vision/robotics
-               infra/evals guests)
-  for i in $(seq 1 "$demo_jobs"); do
-    a="${allocations[$((i % ${#allocations[@]}))]}"
-    case $((i % 4)) in
-      0) args=(--gpus 16 --min-runtime 2h --resumable --name "pretrain-$i") ;;
-      1) args=(--gpus 1 --min-runtime 10m --name "debug-$i") ;;
-      2) args=(--gpus 8 --min-runtime 0 --resumable --name "sweep-$i") ;;
-      *) args=(--gpus 4 --min-runtime 1h --resumable --name "finetune-$i") ;;
-    esac
-    "$bin/fairshare" submit --cluster demo --allocation "$a" --key "demo-$i" "${args[@]}" >>"$run/logs/demo-launcher.log" 2>&1 || true
-    sleep 0.5
-  done
-) &
+# Demo launcher: runs what the decision service places, and submits the first jobs of the
+# Helios trace (tenants hashed onto the demo allocations; see tools/launcher/src/workload.rs).
+"$bin/fairshare-demo-launcher" --cluster demo --time-scale 60 \
+  --trace tests/data/traces/helios-15k/replay.csv --max-jobs "${FAIRSHARE_DEMO_JOBS:-300}" \
+  --allocations research/language/pretraining/core,research/language/pretraining/data,research/language/alignment,research/vision/video,research/vision/robotics,infra/evals,guests \
+  >"$run/logs/demo-launcher.log" 2>&1 &
 pids+=($!)
 
 echo "start: running; NATS at $FAIRSHARE_NATS_URL; logs in .run/logs; Ctrl-C stops" >&2
