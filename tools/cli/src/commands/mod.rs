@@ -1,6 +1,7 @@
 //! One module per command group; each turns parsed arguments into NATS traffic.
 
 pub mod policy;
+pub mod status;
 pub mod submit;
 pub mod tail;
 

@@ -1,0 +1,121 @@
+//! `fairshare status`: per allocation, its share of the cluster, window usage against allocated
+//! time, and the owed/delivered ledger, as the accounting service folded them.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use fairshare_events::pb::{self, event::Body, usage_reply};
+use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::{codec, subjects};
+use fairshare_model::budget::BudgetTree;
+use std::time::Duration;
+
+use super::{Connection, format_ms};
+
+/// Which cluster.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The cluster.
+    #[arg(long, env = "FAIRSHARE_CLUSTER")]
+    cluster: String,
+    /// Only this allocation or subtree.
+    #[arg(long, default_value = "")]
+    path: String,
+}
+
+/// The cluster's budget tree in force (the last one on its policy subject).
+async fn budget_tree(conn: &Connection, cluster: &str) -> anyhow::Result<Option<BudgetTree>> {
+    let stream = conn.js.get_stream(EVENTS_STREAM).await?;
+    let Ok(message) = stream
+        .get_last_raw_message_by_subject(&subjects::policy(cluster))
+        .await
+    else {
+        return Ok(None);
+    };
+    match codec::decode_event(&message.payload)?.body {
+        Some(Body::BudgetTreeSet(set)) => Ok(BudgetTree::from_accounts(&set.accounts).ok()),
+        _ => Ok(None),
+    }
+}
+
+fn hours(gpu_ms: u64) -> f64 {
+    gpu_ms as f64 / 3.6e6
+}
+
+/// Prints the status table.
+pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
+    let query = pb::UsageQuery {
+        cluster: args.cluster.clone(),
+        path: args.path.clone(),
+        publish_snapshot: false,
+    };
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        conn.client
+            .request(subjects::usage_api(&args.cluster), codec::encode(&query)),
+    )
+    .await
+    .context("no answer from the accounting service within 10 s")??;
+    let report = match codec::decode_usage_reply(&reply.payload)?.result {
+        Some(usage_reply::Result::Report(r)) => r,
+        Some(usage_reply::Result::Rejected(r)) => bail!("refused: {}", r.message),
+        None => bail!("empty reply from the accounting service"),
+    };
+    let tree = budget_tree(conn, &args.cluster).await?;
+    println!(
+        "cluster {}: window {:.1} days to {}, through sequence {}; capacity {:.0} GPU-h, unallocated {:.0} GPU-h",
+        report.cluster,
+        report.window_ms as f64 / 86_400_000.0,
+        format_ms(report.window_end_ms),
+        report.through_sequence,
+        hours(report.capacity_gpu_ms),
+        hours(report.unallocated_gpu_ms)
+    );
+    println!(
+        "{:<40} {:>8} {:>12} {:>12} {:>7} {:>12}",
+        "account", "share", "used GPU-h", "alloc GPU-h", "ratio", "owed deliv."
+    );
+    for a in &report.accounts {
+        let share = tree
+            .as_ref()
+            .and_then(|t| {
+                t.accounts
+                    .iter()
+                    .position(|n| n.path == a.path)
+                    .map(|id| t.fraction(id))
+            })
+            .map_or_else(
+                || "-".to_owned(),
+                |f| format!("{:.2}%", f.num as f64 * 100.0 / f.den as f64),
+            );
+        // Display only; ranking compares the exact integers.
+        let ratio = if a.allocated_gpu_ms == 0 {
+            "-".to_owned()
+        } else {
+            format!("{:.3}", a.charged_gpu_ms as f64 / a.allocated_gpu_ms as f64)
+        };
+        let owed = report
+            .ledger
+            .iter()
+            .find(|l| l.allocation == a.path && l.owed_gpu_ms > 0)
+            .map_or_else(
+                || "-".to_owned(),
+                |l| {
+                    format!(
+                        "{:.1}%",
+                        l.delivered_owed_gpu_ms as f64 * 100.0 / l.owed_gpu_ms as f64
+                    )
+                },
+            );
+        let name = if a.allocation {
+            a.path.clone()
+        } else {
+            format!("{}/", a.path)
+        };
+        println!(
+            "{name:<40} {share:>8} {:>12.1} {:>12.1} {ratio:>7} {owed:>12}",
+            hours(a.charged_gpu_ms),
+            hours(a.allocated_gpu_ms)
+        );
+    }
+    Ok(())
+}
