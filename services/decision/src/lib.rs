@@ -2,10 +2,38 @@
 //! Tree) and places queued jobs onto nodes, yielding deterministic, replayable placement
 //! decisions.
 //!
-//! [`domain`] is the pure core (SPEC section 3, "functional core"): a fold of
-//! `(stream sequence, event)` pairs into a [`domain::DecisionState`] and
-//! [`domain::decide()`]`(state, now)`. The shell (JetStream consumer, debounced cycles,
-//! de-duplicated publishing, sled checkpoint) is built on top of it.
+//! - [`domain`] is the pure core (SPEC section 3, "functional core"): a fold of
+//!   `(stream sequence, event)` pairs into a [`domain::DecisionState`] and
+//!   [`domain::decide()`]`(state, now)`.
+//! - [`shell`] is the NATS side: one instance per GPU cluster folds that cluster's log
+//!   (`fairshare.events.<cluster>.>`), runs debounced and timed cycles, publishes each
+//!   placement as a de-duplicated `JobPlaced` with optimistic concurrency on the job, keeps the
+//!   latest waiting reasons ([`shell::Explainer`]) and re-derives any cycle from the log for
+//!   audit ([`mod@shell::audit`]). The binary `fairshare-decision` runs it (or, with `--audit`,
+//!   audits a cluster's log and exits).
+//!
+//! # How decision fits with the other services
+//!
+//! Nothing is called directly; everything goes through the `FAIRSHARE_EVENTS` stream:
+//!
+//! 1. The submission service appends `JobSubmitted` on `fairshare.events.<c>.job.<id>.job_submitted`.
+//! 2. This service folds it, and within the debounce runs a cycle: Fair Tree ranking over the
+//!    budget tree (from `BudgetTreeSet` events) with the accounting service's latest
+//!    `UsageSnapshot` plus projected usage of work placed since, placement on the registered
+//!    nodes (`NodeRegistered`, cordons, maintenance windows), one reservation for the top
+//!    blocked job. It appends one `JobPlaced` per placement, stamped with its
+//!    `DecisionBasis` (sequence folded through, time, cycle).
+//! 3. The launcher of the cluster follows the job events, starts the job and appends
+//!    `JobStarted`; later `JobFinished`/`JobFailed`. Accounting charges from `JobStarted` to
+//!    the end and publishes snapshots; each end and each snapshot triggers another cycle here.
+//! 4. The preemption service orders victims off (`PreemptionOrdered`, `JobPreempted`,
+//!    `JobRequeued`); a requeued job is queued again here with its original submit time.
+//!
+//! Every writer of a job's events appends with the sequence of the newest event of that job it
+//! has seen as the expected last sequence over all the job's subjects, so e.g. a placement
+//! decided before a cancel is refused by the log rather than started. Deleting nothing and
+//! deciding purely from a named log prefix is what makes [`mod@shell::audit`] possible: any
+//! placement can be re-derived byte for byte from the log alone.
 //!
 //! ```
 //! use fairshare_decision::domain::{DecisionState, decide};
@@ -46,3 +74,4 @@
 //! ```
 
 pub mod domain;
+pub mod shell;

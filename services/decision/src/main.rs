@@ -1,0 +1,103 @@
+//! `fairshare-decision`: the fair-share decision service of one GPU cluster. See
+//! `fairshare-decision --help`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use fairshare_decision::shell::{self, Config, audit_log};
+use fairshare_model::duration::parse_duration;
+use fairshare_runtime::{clock::SystemClock, nats, shutdown, telemetry};
+
+/// The fairshare decision service of one GPU cluster.
+///
+/// Folds `fairshare.events.<cluster>.>` (jobs, budget tree, nodes, maintenance, usage
+/// snapshots), runs a decision cycle on every change (debounced) and on a timer, and appends a
+/// `JobPlaced` per placement. Run exactly one per cluster. Every flag can also be set with the
+/// environment variable named in brackets.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Args {
+    /// NATS server to connect to.
+    #[arg(
+        long,
+        env = "FAIRSHARE_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    nats_url: String,
+    /// NATS credentials file for this service (per-service users in deploy/).
+    #[arg(long, env = "FAIRSHARE_NATS_CREDS")]
+    nats_creds: Option<PathBuf>,
+    /// The GPU cluster this instance decides for.
+    #[arg(long, env = "FAIRSHARE_CLUSTER")]
+    cluster: String,
+    /// A cycle runs this long after the first change since the last cycle (e.g. 20ms, 1s).
+    #[arg(long, env = "FAIRSHARE_DEBOUNCE", default_value = "20ms", value_parser = parse_short_duration)]
+    debounce: Duration,
+    /// A cycle runs at least this often, changes or not (e.g. 5s, 1m).
+    #[arg(long, env = "FAIRSHARE_CYCLE_EVERY", default_value = "5s", value_parser = parse_short_duration)]
+    cycle_every: Duration,
+    /// Replicas for streams this service creates: 1 on one server, 3 on a 3-node cluster.
+    #[arg(long, env = "FAIRSHARE_STREAM_REPLICAS", default_value_t = 1)]
+    stream_replicas: usize,
+    /// Do not serve: re-derive every placement in the cluster's log, print the divergences
+    /// and exit (status 1 if any).
+    #[arg(long)]
+    audit: bool,
+}
+
+/// `20ms`, or anything [`parse_duration`] takes (`5s`, `1m`, a bare number of seconds).
+fn parse_short_duration(text: &str) -> Result<Duration, String> {
+    match text.trim().strip_suffix("ms") {
+        Some(ms) => ms
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("invalid duration {text:?}: expected e.g. 20ms, 5s, 1m")),
+        None => parse_duration(text).map_err(|e| e.to_string()),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    telemetry::init("fairshare-decision");
+    anyhow::ensure!(!args.cycle_every.is_zero(), "--cycle-every must be above 0");
+    let client = nats::connect(
+        &args.nats_url,
+        "fairshare-decision",
+        args.nats_creds.as_deref(),
+    )
+    .await?;
+    if args.audit {
+        let js = async_nats::jetstream::new(client);
+        let report = audit_log(&js, &args.cluster)
+            .await
+            .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
+        for d in &report.divergences {
+            println!("DIVERGENCE {d}");
+        }
+        println!(
+            "cluster {}: {} entries through sequence {}, {} cycles, {} placements re-derived, {} divergences, {} decided but not in the log",
+            args.cluster,
+            report.entries,
+            report.last_sequence,
+            report.cycles,
+            report.placements,
+            report.divergences.len(),
+            report.unpublished
+        );
+        anyhow::ensure!(report.is_clean(), "the audit found divergences");
+        return Ok(());
+    }
+    let config = Config {
+        cluster: args.cluster,
+        debounce: args.debounce,
+        cycle_every: args.cycle_every,
+        stream_replicas: args.stream_replicas,
+    };
+    shell::run(client, config, Arc::new(SystemClock), shutdown::signal()).await?;
+    Ok(())
+}

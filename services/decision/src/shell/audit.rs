@@ -1,0 +1,585 @@
+//! Audit: re-deriving decisions from the log (SPEC section 3, principle 3).
+//!
+//! Every `JobPlaced` names its [`pb::DecisionBasis`]: the last stream sequence folded into the
+//! state it was decided from, the time used as "now", and the cycle number. Because the fold
+//! ([`LogFold`]) and [`decide()`] are pure, folding a fresh state over the cluster's log
+//! prefix through that sequence and deciding at that time gives the same decision, byte for
+//! byte. [`audit`] checks this for every placement in the log:
+//!
+//! 1. group the cluster's `JobPlaced` events by `(through_sequence, computed_at_ms, cycle)`
+//!    (one group per cycle that placed anything; two instances running at once would simply
+//!    make two groups);
+//! 2. fold the log once, in order, stopping at each group's `through_sequence` to re-run
+//!    [`decide()`] (one pass over the log, one decision per cycle, not one fold per cycle);
+//! 3. compare each logged placement's encoded event with the re-derived one for the same job.
+//!
+//! Re-derived placements missing from the log are counted, not reported: the log refuses a
+//! placement whose job moved on (optimistic concurrency), which is the system working.
+//! Divergences are returned as data, never a panic, so an operator sees all of them.
+//!
+//! The comparison re-encodes the decoded logged event; prost's encoding is canonical, so this
+//! equals the stored bytes for anything this version wrote.
+
+use std::collections::{BTreeMap, HashMap};
+
+use async_nats::jetstream;
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::{codec, subjects};
+use fairshare_runtime::log::{FollowError, Follower, LogEntry};
+
+use super::fold::LogFold;
+use crate::domain::{DecisionState, decide};
+
+/// Why the log could not be read for an audit.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The log could not be followed.
+    #[error(transparent)]
+    Follow(#[from] FollowError),
+    /// The cluster's log ends before the sequence a re-derivation needs.
+    #[error("the log of cluster {cluster} ends at sequence {last}, before sequence {wanted}")]
+    ShortLog {
+        /// The cluster.
+        cluster: String,
+        /// Last sequence of the cluster's log.
+        last: u64,
+        /// The sequence asked for.
+        wanted: u64,
+    },
+}
+
+/// Reads cluster `cluster`'s entries (`fairshare.events.<cluster>.>`) in order from the start,
+/// up to and including `through` (or to the log's current end with `None`).
+pub async fn read_log(
+    js: &jetstream::Context,
+    cluster: &str,
+    through: Option<u64>,
+) -> Result<Vec<LogEntry>, AuditError> {
+    let mut follower = Follower::start(js, 1, vec![subjects::cluster_events(cluster)]).await?;
+    let mut out = Vec::new();
+    if follower.pending_at_start == 0 {
+        return Ok(out);
+    }
+    while let Some(entry) = follower.next().await {
+        let entry = entry?;
+        let reached = through.is_some_and(|t| entry.sequence >= t);
+        let done = entry.pending == 0 || reached;
+        if through.is_none_or(|t| entry.sequence <= t) {
+            out.push(entry);
+        }
+        if done {
+            return Ok(out);
+        }
+    }
+    Err(FollowError::Delivery("connection closed while reading the log".into()).into())
+}
+
+/// Folds a fresh state for `cluster` over the entries through `through_sequence` (entries must
+/// be the cluster's log in order, as [`read_log`] returns them) and returns the `JobPlaced`
+/// events of the decision at `computed_at_ms` numbered `cycle`.
+pub fn rederive(
+    cluster: &str,
+    entries: &[LogEntry],
+    through_sequence: u64,
+    computed_at_ms: i64,
+    cycle: u64,
+) -> Vec<pb::Event> {
+    let mut fold = LogFold::new(cluster);
+    for entry in entries
+        .iter()
+        .take_while(|e| e.sequence <= through_sequence)
+    {
+        fold.apply(entry);
+    }
+    decide(fold.state(), computed_at_ms).events(cycle)
+}
+
+/// [`rederive`] over the log read from JetStream.
+pub async fn rederive_from_log(
+    js: &jetstream::Context,
+    cluster: &str,
+    through_sequence: u64,
+    computed_at_ms: i64,
+    cycle: u64,
+) -> Result<Vec<pb::Event>, AuditError> {
+    let entries = read_log(js, cluster, Some(through_sequence)).await?;
+    let last = entries.last().map_or(0, |e| e.sequence);
+    if last < through_sequence {
+        return Err(AuditError::ShortLog {
+            cluster: cluster.to_owned(),
+            last,
+            wanted: through_sequence,
+        });
+    }
+    Ok(rederive(
+        cluster,
+        &entries,
+        through_sequence,
+        computed_at_ms,
+        cycle,
+    ))
+}
+
+/// What a group of placements says it was decided from. Sorted by log position first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CycleKey {
+    /// Last sequence folded into the deciding state.
+    pub through_sequence: u64,
+    /// The time used as "now".
+    pub computed_at_ms: i64,
+    /// The cycle number.
+    pub cycle: u64,
+}
+
+/// A `JobPlaced` as the log holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedPlacement {
+    /// Its stream sequence.
+    pub sequence: u64,
+    /// The job placed.
+    pub job_id: String,
+    /// The whole event.
+    pub event: pb::Event,
+}
+
+/// A placement in the log that re-derivation does not reproduce.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Divergence {
+    /// The placement names no decision basis, so it cannot be re-derived.
+    #[error("sequence {sequence}: placement of job {job_id} has no decision basis")]
+    NoBasis {
+        /// The placement's sequence.
+        sequence: u64,
+        /// The job.
+        job_id: String,
+    },
+    /// The basis names a log position at or after the placement itself.
+    #[error(
+        "sequence {sequence}: placement of job {job_id} claims a basis through sequence {through_sequence}"
+    )]
+    FromTheFuture {
+        /// The placement's sequence.
+        sequence: u64,
+        /// The job.
+        job_id: String,
+        /// The basis it names.
+        through_sequence: u64,
+    },
+    /// Re-deriving the cycle does not place this job.
+    #[error("sequence {sequence}: job {job_id} is not placed when cycle {key:?} is re-derived")]
+    NotRederived {
+        /// The placement's sequence.
+        sequence: u64,
+        /// The job.
+        job_id: String,
+        /// The cycle it names.
+        key: CycleKey,
+    },
+    /// Re-deriving the cycle places the job differently.
+    #[error(
+        "sequence {sequence}: job {job_id} placed as {logged:?}, re-derived as {rederived:?} (cycle {key:?})"
+    )]
+    Differs {
+        /// The placement's sequence.
+        sequence: u64,
+        /// The job.
+        job_id: String,
+        /// The cycle it names.
+        key: CycleKey,
+        /// The event in the log.
+        logged: Box<pb::Event>,
+        /// The event re-derived.
+        rederived: Box<pb::Event>,
+    },
+}
+
+/// The outcome of an audit.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AuditReport {
+    /// Entries of the cluster's log read.
+    pub entries: usize,
+    /// Last sequence of the cluster's log read.
+    pub last_sequence: u64,
+    /// Cycles (groups of placements by basis) re-derived.
+    pub cycles: usize,
+    /// Placements in the log checked.
+    pub placements: usize,
+    /// Placements re-derived but not in the log (refused by optimistic concurrency, or never
+    /// sent because the service stopped mid-cycle).
+    pub unpublished: usize,
+    /// Every placement that did not re-derive identically.
+    pub divergences: Vec<Divergence>,
+}
+
+impl AuditReport {
+    /// Whether every placement re-derived identically.
+    pub fn is_clean(&self) -> bool {
+        self.divergences.is_empty()
+    }
+}
+
+/// Folds `entries` (one cluster's log, in order) once, and at each cycle that placed anything
+/// calls `visit` with the cycle's key, the state exactly as folded through its
+/// `through_sequence` (the state it was decided from), and its placements as logged.
+/// Placements that cannot name a cycle are returned as divergences.
+pub fn replay_cycles(
+    cluster: &str,
+    entries: &[LogEntry],
+    mut visit: impl FnMut(&CycleKey, &DecisionState, &[LoggedPlacement]),
+) -> Vec<Divergence> {
+    let mut bad = Vec::new();
+    let mut groups: BTreeMap<CycleKey, Vec<LoggedPlacement>> = BTreeMap::new();
+    for entry in entries {
+        let Ok(event) = &entry.event else { continue };
+        let Some(Body::JobPlaced(p)) = &event.body else {
+            continue;
+        };
+        let Some(basis) = &p.basis else {
+            bad.push(Divergence::NoBasis {
+                sequence: entry.sequence,
+                job_id: p.job_id.clone(),
+            });
+            continue;
+        };
+        if basis.through_sequence >= entry.sequence {
+            bad.push(Divergence::FromTheFuture {
+                sequence: entry.sequence,
+                job_id: p.job_id.clone(),
+                through_sequence: basis.through_sequence,
+            });
+            continue;
+        }
+        let key = CycleKey {
+            through_sequence: basis.through_sequence,
+            computed_at_ms: basis.computed_at_ms,
+            cycle: basis.cycle,
+        };
+        groups.entry(key).or_default().push(LoggedPlacement {
+            sequence: entry.sequence,
+            job_id: p.job_id.clone(),
+            event: event.clone(),
+        });
+    }
+    let mut fold = LogFold::new(cluster);
+    let mut rest = entries.iter().peekable();
+    for (key, logged) in &groups {
+        while let Some(entry) = rest.next_if(|e| e.sequence <= key.through_sequence) {
+            fold.apply(entry);
+        }
+        visit(key, fold.state(), logged);
+    }
+    bad
+}
+
+/// Re-derives every cycle of `cluster` that placed anything in `entries` (its log, in order)
+/// and reports every placement that does not come out byte-identical.
+pub fn audit(cluster: &str, entries: &[LogEntry]) -> AuditReport {
+    let mut report = AuditReport {
+        entries: entries.len(),
+        last_sequence: entries.last().map_or(0, |e| e.sequence),
+        ..AuditReport::default()
+    };
+    let mut divergences = Vec::new();
+    let early = replay_cycles(cluster, entries, |key, state, logged| {
+        report.cycles += 1;
+        report.placements += logged.len();
+        let decision = decide(state, key.computed_at_ms);
+        let rederived: HashMap<String, pb::Event> = decision
+            .events(key.cycle)
+            .into_iter()
+            .filter_map(|e| match &e.body {
+                Some(Body::JobPlaced(p)) => Some((p.job_id.clone(), e)),
+                _ => None,
+            })
+            .collect();
+        let mut matched = 0;
+        for l in logged {
+            match rederived.get(&l.job_id) {
+                None => divergences.push(Divergence::NotRederived {
+                    sequence: l.sequence,
+                    job_id: l.job_id.clone(),
+                    key: *key,
+                }),
+                Some(r) => {
+                    matched += 1;
+                    if codec::encode(r) != codec::encode(&l.event) {
+                        divergences.push(Divergence::Differs {
+                            sequence: l.sequence,
+                            job_id: l.job_id.clone(),
+                            key: *key,
+                            logged: Box::new(l.event.clone()),
+                            rederived: Box::new(r.clone()),
+                        });
+                    }
+                }
+            }
+        }
+        report.unpublished += rederived.len().saturating_sub(matched);
+    });
+    report.placements += early.len();
+    report.divergences = early;
+    report.divergences.extend(divergences);
+    report
+}
+
+/// [`audit`] over the cluster's log as it stands in JetStream.
+pub async fn audit_log(js: &jetstream::Context, cluster: &str) -> Result<AuditReport, AuditError> {
+    let entries = read_log(js, cluster, None).await?;
+    Ok(audit(cluster, &entries))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const C: &str = "c";
+
+    fn entry(sequence: u64, subject: String, at_ms: i64, body: Body) -> LogEntry {
+        LogEntry {
+            sequence,
+            subject,
+            event: Ok(pb::Event {
+                at_ms,
+                body: Some(body),
+            }),
+            pending: 0,
+        }
+    }
+
+    fn submitted(sequence: u64, job: &str, gpus: u32) -> LogEntry {
+        entry(
+            sequence,
+            subjects::job_event(C, job, "job_submitted"),
+            1_000 + sequence as i64,
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: job.into(),
+                spec: Some(pb::JobSpec {
+                    cluster: C.into(),
+                    allocation: "team".into(),
+                    gpus: i64::from(gpus),
+                    min_runtime_s: 600,
+                    ..Default::default()
+                }),
+                shape: Some(pb::Shape {
+                    nodes: 1,
+                    gpus_per_node: gpus,
+                }),
+                ..Default::default()
+            }),
+        )
+    }
+
+    /// Budget, two 8-GPU nodes, three jobs of 4, 4 and 8 GPUs (the 8 cannot fit after the 4s).
+    fn prefix() -> Vec<LogEntry> {
+        let mut log = vec![
+            entry(
+                1,
+                subjects::policy(C),
+                0,
+                Body::BudgetTreeSet(pb::BudgetTreeSet {
+                    cluster: C.into(),
+                    accounts: vec![pb::Account {
+                        name: "team".into(),
+                        share: 1,
+                        children: vec![],
+                    }],
+                }),
+            ),
+            // Another cluster's entry would never be in this log; a gap in sequences is normal.
+        ];
+        for (seq, node) in [(3, "n1"), (4, "n2")] {
+            log.push(entry(
+                seq,
+                subjects::node(C, node),
+                0,
+                Body::NodeRegistered(pb::NodeRegistered {
+                    cluster: C.into(),
+                    node: node.into(),
+                    gpus: 8,
+                }),
+            ));
+        }
+        log.push(submitted(5, "j1", 4));
+        log.push(submitted(6, "j2", 8));
+        log.push(submitted(7, "j3", 4));
+        log
+    }
+
+    /// The prefix, plus the placements the decision at (7, 2_000, cycle 9) makes, appended from
+    /// sequence 8.
+    fn decided_log() -> Vec<LogEntry> {
+        let mut log = prefix();
+        let events = rederive(C, &log, 7, 2_000, 9);
+        assert!(!events.is_empty());
+        for (i, event) in events.into_iter().enumerate() {
+            let Some(Body::JobPlaced(p)) = &event.body else {
+                panic!("not a placement")
+            };
+            log.push(LogEntry {
+                sequence: 8 + i as u64,
+                subject: subjects::job_event(C, &p.job_id, "job_placed"),
+                event: Ok(event.clone()),
+                pending: 0,
+            });
+        }
+        log
+    }
+
+    fn placement_mut<'a>(log: &'a mut [LogEntry], job: &str) -> &'a mut pb::JobPlaced {
+        log.iter_mut()
+            .find_map(|e| match e.event.as_mut().ok()?.body.as_mut()? {
+                Body::JobPlaced(p) if p.job_id == job => Some(p),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn rederive_folds_exactly_the_named_prefix() {
+        let log = prefix();
+        let all = rederive(C, &log, 7, 2_000, 9);
+        let ids: Vec<_> = all
+            .iter()
+            .map(|e| match &e.body {
+                Some(Body::JobPlaced(p)) => p.job_id.as_str(),
+                _ => "",
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            ["j1", "j2", "j3"],
+            "all three fit on two nodes, in queue order"
+        );
+        assert!(all.iter().all(|e| e.at_ms == 2_000));
+        // Through sequence 6 the third job is not known yet.
+        let fewer = rederive(C, &log, 6, 2_000, 9);
+        assert_eq!(fewer.len(), 2);
+        let Some(Body::JobPlaced(p)) = &fewer[0].body else {
+            panic!()
+        };
+        assert_eq!(
+            p.basis,
+            Some(pb::DecisionBasis {
+                through_sequence: 6,
+                computed_at_ms: 2_000,
+                cycle: 9
+            })
+        );
+    }
+
+    #[test]
+    fn an_untouched_log_audits_clean() {
+        let log = decided_log();
+        let report = audit(C, &log);
+        assert!(report.is_clean(), "{:?}", report.divergences);
+        assert_eq!(report.cycles, 1);
+        assert_eq!(report.placements, 3);
+        assert_eq!(report.unpublished, 0);
+        assert_eq!(report.last_sequence, 10);
+    }
+
+    #[test]
+    fn a_changed_node_is_a_divergence() {
+        let mut log = decided_log();
+        placement_mut(&mut log, "j1").nodes[0].node = "n9".into();
+        let report = audit(C, &log);
+        assert_eq!(report.divergences.len(), 1);
+        match &report.divergences[0] {
+            Divergence::Differs { job_id, key, .. } => {
+                assert_eq!(job_id, "j1");
+                assert_eq!(key.cycle, 9);
+            }
+            other => panic!("expected Differs, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_basis_claim_that_does_not_hold_is_a_divergence() {
+        // j3 claims to be decided from the state through sequence 6, where it was not yet
+        // submitted.
+        let mut log = decided_log();
+        placement_mut(&mut log, "j3")
+            .basis
+            .as_mut()
+            .unwrap()
+            .through_sequence = 6;
+        let report = audit(C, &log);
+        assert_eq!(report.cycles, 2);
+        assert!(matches!(
+            report.divergences.as_slice(),
+            [Divergence::NotRederived { job_id, key, .. }] if job_id == "j3" && key.through_sequence == 6
+        ));
+        // Through 6 the decision places j1 and j2, which the log has under the other basis;
+        // through 7 it also places j3, which the log has under the false claim.
+        assert_eq!(report.unpublished, 3);
+    }
+
+    #[test]
+    fn missing_and_impossible_bases_are_divergences() {
+        let mut log = decided_log();
+        placement_mut(&mut log, "j1").basis = None;
+        placement_mut(&mut log, "j2")
+            .basis
+            .as_mut()
+            .unwrap()
+            .through_sequence = 99;
+        let report = audit(C, &log);
+        let mut kinds: Vec<_> = report
+            .divergences
+            .iter()
+            .map(|d| match d {
+                Divergence::NoBasis { job_id, .. } => format!("none:{job_id}"),
+                Divergence::FromTheFuture { job_id, .. } => format!("future:{job_id}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        kinds.sort();
+        assert_eq!(kinds, ["future:j2", "none:j1"]);
+        assert_eq!(report.placements, 3);
+        // j3's group still re-derives; the other two were decided but are not in the log.
+        assert_eq!(report.unpublished, 2);
+    }
+
+    #[test]
+    fn replay_hands_each_cycle_the_state_it_was_decided_from() {
+        let mut log = decided_log();
+        // A later cycle, decided after the first placements were folded: nothing more fits.
+        let first = log.clone();
+        log.push(entry(
+            11,
+            subjects::job_event(C, "j1", "job_finished"),
+            3_000,
+            Body::JobFinished(pb::JobFinished {
+                job_id: "j1".into(),
+                exit_code: 0,
+            }),
+        ));
+        log.push(submitted(12, "j4", 2));
+        for event in rederive(C, &log, 12, 4_000, 10) {
+            let Some(Body::JobPlaced(p)) = &event.body else {
+                panic!()
+            };
+            log.push(LogEntry {
+                sequence: 13,
+                subject: subjects::job_event(C, &p.job_id, "job_placed"),
+                event: Ok(event.clone()),
+                pending: 0,
+            });
+        }
+        let mut seen = Vec::new();
+        let bad = replay_cycles(C, &log, |key, state, logged| {
+            seen.push((
+                key.cycle,
+                state.last_applied(),
+                logged.len(),
+                state.queued_len(),
+            ));
+        });
+        assert!(bad.is_empty());
+        assert_eq!(seen, [(9, 7, 3, 3), (10, 12, 1, 1)]);
+        assert!(audit(C, &log).is_clean());
+        assert!(audit(C, &first).is_clean());
+    }
+}

@@ -1,0 +1,235 @@
+//! Publishing a cycle's placements: one `JobPlaced` per job on the job's own subject, with a
+//! deterministic message id and optimistic concurrency over every kind of the job's events.
+//!
+//! - Message id `placed:<job_id>:<expected>`: a retry of the same placement decision (same job,
+//!   same log position) is dropped by JetStream inside the duplicate window, whichever instance
+//!   or restart sends it. (Once the first landed, the expected-sequence check below already
+//!   refuses the retry; nats-server 2.15 answers that check first. The id is the second lock.)
+//! - `Nats-Expected-Last-Subject-Sequence: <expected>` with
+//!   `Nats-Expected-Last-Subject-Sequence-Subject: fairshare.events.<cluster>.job.<job_id>.*`:
+//!   `expected` is the newest event of the job the deciding state had folded, so the placement
+//!   is refused if anything happened to the job since (a cancel, another placement). A refusal
+//!   is not an error: the log moved, the fold will see why, and the next cycle decides again.
+//!
+//! All of a cycle's messages are sent first and their acknowledgements awaited together, so a
+//! cycle of hundreds of placements costs about one round trip, and they land in decision order
+//! (one connection preserves publish order).
+
+use async_nats::jetstream::{self, context::PublishErrorKind};
+use fairshare_events::{codec, pb, subjects};
+use fairshare_runtime::envelope::Envelope;
+
+/// The message id of job `job_id`'s placement decided when its newest event was `expected`.
+pub fn placement_id(job_id: &str, expected: u64) -> String {
+    format!("placed:{job_id}:{expected}")
+}
+
+/// One placement to append.
+#[derive(Debug, Clone)]
+pub(crate) struct ToPublish {
+    /// The job.
+    pub job_id: String,
+    /// Sequence of the job's newest folded event.
+    pub expected: u64,
+    /// The `JobPlaced` event.
+    pub event: pb::Event,
+}
+
+/// What became of a cycle's placements.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Outcome {
+    /// Appended.
+    pub landed: usize,
+    /// Dropped as a repeat of an earlier identical message id (the earlier one stands).
+    pub duplicates: usize,
+    /// Refused: the job's events moved since the state the cycle decided from.
+    pub refused: usize,
+    /// Unknown outcome (timeout, connection trouble): the jobs, to look up.
+    pub failed: Vec<String>,
+    /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
+    /// next cycle, or that cycle would see these GPUs as free.
+    pub max_sequence: u64,
+}
+
+/// Appends `batch` in order and waits for every acknowledgement.
+pub(crate) async fn publish(
+    js: &jetstream::Context,
+    cluster: &str,
+    batch: Vec<ToPublish>,
+) -> Outcome {
+    let mut outcome = Outcome::default();
+    let mut acks = Vec::with_capacity(batch.len());
+    for p in batch {
+        let envelope = Envelope {
+            message_id: placement_id(&p.job_id, p.expected),
+            expected_last_subject_sequence: Some((
+                p.expected,
+                Some(subjects::job(cluster, &p.job_id)),
+            )),
+            ..Default::default()
+        };
+        let subject = subjects::job_event(cluster, &p.job_id, "job_placed");
+        match js
+            .publish_with_headers(subject, envelope.to_headers(), codec::encode(&p.event))
+            .await
+        {
+            Ok(ack) => acks.push((p.job_id, ack)),
+            Err(e) => {
+                tracing::warn!(job_id = p.job_id, "placement not sent: {e}");
+                outcome.failed.push(p.job_id);
+            }
+        }
+    }
+    let results = futures::future::join_all(
+        acks.into_iter()
+            .map(|(job_id, ack)| async move { (job_id, ack.await) }),
+    )
+    .await;
+    for (job_id, result) in results {
+        match result {
+            Ok(ack) => {
+                outcome.max_sequence = outcome.max_sequence.max(ack.sequence);
+                if ack.duplicate {
+                    outcome.duplicates += 1;
+                } else {
+                    outcome.landed += 1;
+                }
+            }
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                tracing::debug!(job_id, "placement refused: the job's events moved on");
+                outcome.refused += 1;
+            }
+            Err(e) => {
+                tracing::warn!(job_id, "placement acknowledgement failed: {e}");
+                outcome.failed.push(job_id);
+            }
+        }
+    }
+    outcome
+}
+
+/// The sequence of job `job_id`'s newest event in the stream, whatever its kind: after a
+/// placement of unknown outcome, the fold must reach it before the next cycle.
+pub(crate) async fn newest_of_job(
+    events: &jetstream::stream::Stream,
+    cluster: &str,
+    job_id: &str,
+) -> Result<u64, String> {
+    events
+        .get_last_raw_message_by_subject(&subjects::job(cluster, job_id))
+        .await
+        .map(|m| m.sequence)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use fairshare_events::pb::event::Body;
+    use fairshare_events::streams::EVENTS_STREAM;
+    use fairshare_runtime::admin;
+
+    const C: &str = "c";
+
+    async fn append(js: &jetstream::Context, job: &str, body: Body) -> u64 {
+        let event = pb::Event {
+            at_ms: 1,
+            body: Some(body),
+        };
+        let subject = subjects::job_event(C, job, codec::event_kind(&event));
+        let envelope = Envelope {
+            message_id: format!("{subject}:{}", codec::event_kind(&event)),
+            ..Default::default()
+        };
+        admin::append(js, subject, &event, &envelope).await.unwrap()
+    }
+
+    fn placement(job: &str, expected: u64, node: &str) -> ToPublish {
+        ToPublish {
+            job_id: job.into(),
+            expected,
+            event: pb::Event {
+                at_ms: 2,
+                body: Some(Body::JobPlaced(pb::JobPlaced {
+                    job_id: job.into(),
+                    nodes: vec![pb::NodeGpus {
+                        node: node.into(),
+                        gpus: 1,
+                    }],
+                    basis: None,
+                })),
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn placements_land_once_and_never_after_the_job_moved() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::new(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let events = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let submitted = |job: &str| {
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: job.into(),
+                ..Default::default()
+            })
+        };
+
+        // Decided from the state after j's submission, but j was cancelled meanwhile.
+        let s1 = append(&js, "j", submitted("j")).await;
+        let cancelled = append(
+            &js,
+            "j",
+            Body::JobCancelled(pb::JobCancelled {
+                job_id: "j".into(),
+                ..Default::default()
+            }),
+        )
+        .await;
+        let out = publish(&js, C, vec![placement("j", s1, "n1")]).await;
+        assert_eq!((out.landed, out.refused, out.max_sequence), (0, 1, 0));
+        assert_eq!(newest_of_job(&events, C, "j").await.unwrap(), cancelled);
+
+        // A fresh job lands once; the same decision again (a retry, another instance) is
+        // dropped by its message id even if its content differs, and leaves the first standing.
+        let s3 = append(&js, "k", submitted("k")).await;
+        let out = publish(&js, C, vec![placement("k", s3, "n1")]).await;
+        assert_eq!((out.landed, out.refused, out.duplicates), (1, 0, 0));
+        let placed = out.max_sequence;
+        assert!(placed > s3);
+        let again = publish(&js, C, vec![placement("k", s3, "n2")]).await;
+        assert_eq!(again.landed, 0);
+        // nats-server 2.15 answers the expected-sequence check before de-duplication, so this
+        // comes back refused; either answer leaves the first placement standing.
+        assert_eq!(again.duplicates + again.refused, 1);
+        assert_eq!(newest_of_job(&events, C, "k").await.unwrap(), placed);
+        let stored = events.get_raw_message(placed).await.unwrap();
+        let event = codec::decode_event(&stored.payload).unwrap();
+        let Some(Body::JobPlaced(p)) = event.body else {
+            panic!("expected a placement")
+        };
+        assert_eq!(p.nodes[0].node, "n1");
+
+        // Several placements of one cycle land in order, each acknowledged.
+        let a = append(&js, "a", submitted("a")).await;
+        let b = append(&js, "b", submitted("b")).await;
+        let out = publish(
+            &js,
+            C,
+            vec![placement("a", a, "n1"), placement("b", b, "n1")],
+        )
+        .await;
+        assert_eq!(out.landed, 2);
+        assert_eq!(
+            newest_of_job(&events, C, "b").await.unwrap(),
+            out.max_sequence
+        );
+        assert!(newest_of_job(&events, C, "a").await.unwrap() < out.max_sequence);
+        assert_eq!(placement_id("a", a), format!("placed:a:{a}"));
+    }
+}
