@@ -84,6 +84,16 @@ pub fn decode_usage_reply(bytes: &[u8]) -> Result<pb::UsageReply, DecodeError> {
     decode(bytes, "fairshare.v1.UsageReply")
 }
 
+/// Decodes an explain request.
+pub fn decode_explain_request(bytes: &[u8]) -> Result<pb::ExplainRequest, DecodeError> {
+    decode(bytes, "fairshare.v1.ExplainRequest")
+}
+
+/// Decodes an explain reply.
+pub fn decode_explain_reply(bytes: &[u8]) -> Result<pb::ExplainReply, DecodeError> {
+    decode(bytes, "fairshare.v1.ExplainReply")
+}
+
 /// A short, stable name for an event's kind, for logs, `tail` output and filters.
 pub fn event_kind(event: &pb::Event) -> &'static str {
     use pb::event::Body;

@@ -4,6 +4,7 @@
 //! fairshare.api.submit                         request/reply: SubmitRequest -> SubmitReply
 //! fairshare.api.cancel                         request/reply: CancelRequest -> CancelReply
 //! fairshare.api.usage.<cluster>                request/reply: UsageQuery -> UsageReply
+//! fairshare.api.explain.<cluster>              request/reply: ExplainRequest -> ExplainReply
 //! fairshare.intake.<cluster>                   FAIRSHARE_INTAKE: SubmitRequest, durable intake
 //! fairshare.events.<cluster>.job.<job_id>.<kind>
 //!                                              FAIRSHARE_EVENTS: one job's events, by kind
@@ -34,6 +35,11 @@ pub const CANCEL_API: &str = "fairshare.api.cancel";
 /// Usage queries of one cluster (answered by the accounting service).
 pub fn usage_api(cluster: &str) -> String {
     format!("fairshare.api.usage.{cluster}")
+}
+
+/// Explain requests of one cluster (answered by its decision service).
+pub fn explain_api(cluster: &str) -> String {
+    format!("fairshare.api.explain.{cluster}")
 }
 
 /// Usage queries of every cluster: what an accounting instance serving all clusters listens on.

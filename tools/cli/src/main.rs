@@ -42,6 +42,8 @@ enum Command {
     Submit(commands::submit::SubmitArgs),
     /// Cancel a job.
     Cancel(commands::submit::CancelArgs),
+    /// Why a job waits (or where it runs).
+    Explain(commands::explain::ExplainArgs),
     /// Per allocation: share, window usage against allocated time, owed GPU-hours delivered.
     Status(commands::status::StatusArgs),
     /// Print events from the log, decoded, as they arrive.
@@ -75,6 +77,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inventory(cmd) => commands::policy::inventory(cmd, connect).await,
         Command::Submit(args) => commands::submit::submit(args, &connect().await?).await,
         Command::Cancel(args) => commands::submit::cancel(args, &connect().await?).await,
+        Command::Explain(args) => commands::explain::explain(args, &connect().await?).await,
         Command::Status(args) => commands::status::status(args, &connect().await?).await,
         Command::Tail(args) => commands::tail::tail(args, &connect().await?).await,
         Command::Streams { replicas } => {

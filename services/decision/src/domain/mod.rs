@@ -20,6 +20,7 @@
 //! [`DecisionBasis`]: fairshare_events::pb::DecisionBasis
 
 pub mod decide;
+pub mod explain;
 pub mod place;
 pub mod queue;
 pub mod rank;
@@ -30,6 +31,7 @@ pub mod state;
 mod tests;
 
 pub use decide::{Decision, NodeGpus, Placement, WaitReason, Waiting, decide};
+pub use explain::explain;
 pub use rank::{FairTree, LeafUsage, cmp_ratio, fair_tree_order};
 pub use reserve::Reservation;
 pub use state::{DecisionState, Ignored};

@@ -56,6 +56,7 @@ use fairshare_events::subjects;
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
+use futures::StreamExt;
 use tokio::time::Instant;
 
 use crate::domain::{DecisionState, decide};
@@ -112,11 +113,18 @@ pub enum ServiceError {
     /// The log follower stopped (connection closed).
     #[error("the log follower stopped: {0}")]
     FollowerStopped(String),
+    /// The explain API could not be subscribed.
+    #[error("cannot subscribe to explain requests: {0}")]
+    Subscribe(String),
 }
 
 /// A started service: its fold is at the log's end as of start-up.
 pub struct Service {
     config: Config,
+    /// For explain replies.
+    client: async_nats::Client,
+    /// `fairshare.api.explain.<cluster>` requests.
+    explain_requests: async_nats::Subscriber,
     js: jetstream::Context,
     events: jetstream::stream::Stream,
     follower: Follower,
@@ -145,7 +153,7 @@ impl Service {
         if !subjects::is_valid_token(&config.cluster) {
             return Err(ServiceError::InvalidCluster(config.cluster));
         }
-        let js = jetstream::new(client);
+        let js = jetstream::new(client.clone());
         ensure_streams(&js, config.stream_replicas).await?;
         let events = js
             .get_stream(EVENTS_STREAM)
@@ -179,7 +187,17 @@ impl Service {
             "log folded; deciding"
         );
         let next_cycle = fold.last_cycle() + 1;
+        let explain_requests = client
+            .subscribe(subjects::explain_api(&config.cluster))
+            .await
+            .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
+        client
+            .flush()
+            .await
+            .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
         Ok(Self {
+            client,
+            explain_requests,
             config,
             js,
             events,
@@ -238,6 +256,15 @@ impl Service {
                         pacer.changed(Instant::now());
                     }
                 }
+                Some(message) = self.explain_requests.next() => {
+                    // Computed synchronously: no borrow of the service is held across the send.
+                    if let Some((reply_to, reply)) = self.explain_reply(&message) {
+                        let client = self.client.clone();
+                        if let Err(e) = client.publish(reply_to, reply).await {
+                            tracing::warn!("could not send explain reply: {e}");
+                        }
+                    }
+                }
                 entry = self.follower.next() => match entry {
                     Some(Ok(entry)) => {
                         report_undecodable(&entry);
@@ -287,6 +314,31 @@ impl Service {
             self.unresolved = still;
             pacer.block(Instant::now() + LOOKUP_RETRY);
         }
+    }
+
+    /// The reply to one explain request, from the current state (`None`: nobody to reply to).
+    fn explain_reply(
+        &self,
+        message: &async_nats::Message,
+    ) -> Option<(async_nats::Subject, bytes::Bytes)> {
+        use fairshare_events::{codec, pb};
+        let reply_to = message.reply.clone()?;
+        let result = match codec::decode_explain_request(&message.payload) {
+            Ok(request) => {
+                crate::domain::explain(self.fold.state(), &request.job_id, self.clock.now_ms())
+            }
+            Err(e) => Err(pb::Rejection {
+                code: pb::RejectionCode::Malformed as i32,
+                message: e.to_string(),
+            }),
+        };
+        let reply = pb::ExplainReply {
+            result: Some(match result {
+                Ok(e) => pb::explain_reply::Result::Explanation(e),
+                Err(r) => pb::explain_reply::Result::Rejected(r),
+            }),
+        };
+        Some((reply_to, codec::encode(&reply)))
     }
 
     /// Runs one cycle and publishes its placements.

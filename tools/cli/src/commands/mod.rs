@@ -1,5 +1,6 @@
 //! One module per command group; each turns parsed arguments into NATS traffic.
 
+pub mod explain;
 pub mod policy;
 pub mod status;
 pub mod submit;

@@ -1,0 +1,113 @@
+//! Explaining jobs over NATS: the decision service says where a job runs or why it waits.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fairshare_decision::shell as decision;
+use fairshare_e2e::{CLUSTER, Stack, accepted, request};
+use fairshare_events::pb::{self, explain_reply};
+use fairshare_events::{codec, subjects};
+use fairshare_runtime::clock::SystemClock;
+
+async fn explain(stack: &Stack, job_id: &str) -> explain_reply::Result {
+    let req = pb::ExplainRequest {
+        job_id: job_id.into(),
+    };
+    let reply = stack
+        .client
+        .request(subjects::explain_api(CLUSTER), codec::encode(&req))
+        .await
+        .unwrap();
+    codec::decode_explain_reply(&reply.payload)
+        .unwrap()
+        .result
+        .unwrap()
+}
+
+async fn explanation(stack: &Stack, job_id: &str) -> pb::Explanation {
+    match explain(stack, job_id).await {
+        explain_reply::Result::Explanation(e) => e,
+        other => panic!("expected an explanation, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_job_that_does_not_fit_is_told_why_and_placed_jobs_say_where() {
+    let mut stack = Stack::start().await.unwrap();
+    stack.start_submission(Default::default()).await.unwrap();
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let service = decision::Service::start(
+        client,
+        decision::Config::new(CLUSTER),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(service.serve(async {
+        let _ = stopped.await;
+    }));
+
+    // Five 8-GPU jobs for a 4 x 8 cluster: one has to wait (no launcher ends anything).
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let mut r = request(&format!("full-{i}"));
+        r.spec.as_mut().unwrap().gpus = 8;
+        r.spec.as_mut().unwrap().allocation = if i < 4 {
+            "research/vision".into()
+        } else {
+            "infra".into()
+        };
+        ids.push(
+            accepted(&stack.submit(&r).await.unwrap())
+                .unwrap()
+                .job_id
+                .clone(),
+        );
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let all = loop {
+        let mut all = Vec::new();
+        for id in &ids {
+            all.push(explanation(&stack, id).await);
+        }
+        if all.iter().filter(|e| e.status == "placed").count() == 4 {
+            break all;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "four jobs were not placed: {all:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for e in all.iter().filter(|e| e.status == "placed") {
+        assert_eq!(e.nodes.iter().map(|n| n.gpus).sum::<u32>(), 8, "{e:?}");
+        assert!(e.reason_code.is_empty());
+    }
+    // Fair share: once three vision jobs are charged, infra's first job outranks vision's fourth.
+    assert_eq!(
+        all[4].status, "placed",
+        "infra's job is placed: {:?}",
+        all[4]
+    );
+    let waiting: Vec<&pb::Explanation> = all.iter().filter(|e| e.status == "queued").collect();
+    assert_eq!(waiting.len(), 1);
+    let waiting = waiting[0];
+    assert_eq!(waiting.allocation, "research/vision");
+    // Nothing frees 8 GPUs before the running jobs' minimum runtimes end: it holds the reservation.
+    assert_eq!(waiting.reason_code, "reservation_pending", "{waiting:?}");
+    assert!(!waiting.reason.is_empty());
+    assert!(waiting.allocation_rank >= 1 && waiting.allocation_rank <= waiting.allocations_ranked);
+    assert!(waiting.basis.unwrap().through_sequence > 0);
+
+    match explain(&stack, "no-such-job").await {
+        explain_reply::Result::Rejected(r) => {
+            assert_eq!(r.code, pb::RejectionCode::UnknownJob as i32)
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
