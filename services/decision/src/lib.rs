@@ -9,8 +9,10 @@
 //!   (`fairshare.events.<cluster>.>`), runs debounced and timed cycles, publishes each
 //!   placement as a de-duplicated `JobPlaced` with optimistic concurrency on the job, keeps the
 //!   latest waiting reasons ([`shell::Explainer`]) and re-derives any cycle from the log for
-//!   audit ([`mod@shell::audit`]). The binary `fairshare-decision` runs it (or, with `--audit`,
-//!   audits a cluster's log and exits).
+//!   audit ([`mod@shell::audit`]). Its fold ([`shell::LogFold`]) is checkpointed in sled with
+//!   the last sequence applied, so a restart folds only what came after; the checkpoint is a
+//!   cache, and without it the service rebuilds the identical fold from the log. The binary
+//!   `fairshare-decision` runs it (or, with `--audit`, audits a cluster's log and exits).
 //!
 //! # How decision fits with the other services
 //!

@@ -15,8 +15,9 @@ use fairshare_runtime::{clock::SystemClock, nats, shutdown, telemetry};
 ///
 /// Folds `fairshare.events.<cluster>.>` (jobs, budget tree, nodes, maintenance, usage
 /// snapshots), runs a decision cycle on every change (debounced) and on a timer, and appends a
-/// `JobPlaced` per placement. Run exactly one per cluster. Every flag can also be set with the
-/// environment variable named in brackets.
+/// `JobPlaced` per placement. Keeps a sled checkpoint of its fold (delete it at any time: the
+/// next start rebuilds it from the log). Run exactly one per cluster. Every flag can also be
+/// set with the environment variable named in brackets.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Args {
@@ -42,6 +43,17 @@ struct Args {
     /// Replicas for streams this service creates: 1 on one server, 3 on a 3-node cluster.
     #[arg(long, env = "FAIRSHARE_STREAM_REPLICAS", default_value_t = 1)]
     stream_replicas: usize,
+    /// Directory of the sled checkpoint (the fold and the last sequence applied). Only a
+    /// cache: deleting it makes the next start fold the whole log. Defaults to
+    /// `.run/decision-<cluster>`.
+    #[arg(long, env = "FAIRSHARE_DECISION_CHECKPOINT")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint after this many log entries...
+    #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVENTS", default_value_t = 10_000)]
+    checkpoint_events: u64,
+    /// ...or this long after the last checkpoint (e.g. 5s), whichever comes first.
+    #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVERY", default_value = "5s", value_parser = parse_short_duration)]
+    checkpoint_every: Duration,
     /// Do not serve: re-derive every placement in the cluster's log, print the divergences
     /// and exit (status 1 if any).
     #[arg(long)]
@@ -92,11 +104,17 @@ async fn main() -> anyhow::Result<()> {
         anyhow::ensure!(report.is_clean(), "the audit found divergences");
         return Ok(());
     }
+    let checkpoint_dir = args
+        .checkpoint_dir
+        .unwrap_or_else(|| PathBuf::from(format!(".run/decision-{}", args.cluster)));
     let config = Config {
         cluster: args.cluster,
         debounce: args.debounce,
         cycle_every: args.cycle_every,
         stream_replicas: args.stream_replicas,
+        checkpoint_dir: Some(checkpoint_dir),
+        checkpoint_every_events: args.checkpoint_events.max(1),
+        checkpoint_every: args.checkpoint_every.max(Duration::from_millis(100)),
     };
     shell::run(client, config, Arc::new(SystemClock), shutdown::signal()).await?;
     Ok(())

@@ -21,6 +21,7 @@
 
 pub mod decide;
 pub mod explain;
+mod persist;
 pub mod place;
 pub mod queue;
 pub mod rank;

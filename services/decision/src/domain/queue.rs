@@ -13,6 +13,9 @@
 
 use std::fmt;
 
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 /// Largest chunk; a chunk that grows past it is split in two halves.
 pub const CHUNK_MAX: usize = 256;
 /// A chunk smaller than this merges with a neighbour when the two fit in one chunk.
@@ -156,6 +159,39 @@ impl<K: PartialEq, V: PartialEq> PartialEq for SortedChunks<K, V> {
 }
 
 impl<K: Eq, V: Eq> Eq for SortedChunks<K, V> {}
+
+/// Serialized as its chunks, so a restored map has exactly the layout it was saved with.
+impl<K: Serialize, V: Serialize> Serialize for SortedChunks<K, V> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.chunks.serialize(serializer)
+    }
+}
+
+/// Checks what the map relies on: chunks non-empty and at most [`CHUNK_MAX`] long, keys
+/// strictly increasing across all of them; anything else is refused as corrupt.
+impl<'de, K: Ord + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for SortedChunks<K, V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let chunks = Vec::<Vec<(K, V)>>::deserialize(deserializer)?;
+        let mut len = 0usize;
+        let mut last: Option<&K> = None;
+        for chunk in &chunks {
+            if chunk.is_empty() || chunk.len() > CHUNK_MAX {
+                return Err(D::Error::custom(format!(
+                    "sorted chunks: a chunk of {} entries",
+                    chunk.len()
+                )));
+            }
+            for (k, _) in chunk {
+                if last.is_some_and(|l| l >= k) {
+                    return Err(D::Error::custom("sorted chunks: keys out of order"));
+                }
+                last = Some(k);
+            }
+            len += chunk.len();
+        }
+        Ok(SortedChunks { chunks, len })
+    }
+}
 
 impl<K: fmt::Debug, V: fmt::Debug> fmt::Debug for SortedChunks<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

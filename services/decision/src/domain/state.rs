@@ -35,7 +35,9 @@ use fairshare_events::pb::{self, event::Body};
 use fairshare_model::budget::{BudgetError, BudgetTree};
 use fairshare_model::inventory::Inventory;
 use fairshare_model::shape::{self, Shape};
+use serde::{Deserialize, Serialize};
 
+use super::persist;
 use super::queue::SortedChunks;
 
 /// Why an event changed nothing (beyond advancing the last applied sequence).
@@ -120,7 +122,7 @@ pub enum Ignored {
 
 /// Within-allocation queue order: higher declared priority first, then earlier submission,
 /// then job id. Deriving `Ord` on the fields in this order gives exactly that.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct QueueKey {
     /// Declared priority, reversed so higher sorts first.
     pub priority: Reverse<i32>,
@@ -131,9 +133,10 @@ pub struct QueueKey {
 }
 
 /// What placement needs to know about a queued job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
     /// Nodes and GPUs per node.
+    #[serde(with = "persist::ShapeDef")]
     pub shape: Shape,
     /// Protected minimum runtime in ms; 0 means unallocated.
     pub min_runtime_ms: i64,
@@ -147,7 +150,7 @@ impl Request {
 }
 
 /// One allocation's queued jobs, each part already in queue order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocationQueue {
     /// Jobs with a minimum runtime (charged to the allocation).
     pub allocated: SortedChunks<QueueKey, Request>,
@@ -176,7 +179,7 @@ impl AllocationQueue {
 }
 
 /// Where a job stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobStatus {
     /// Waiting for a placement.
     Queued,
@@ -197,7 +200,7 @@ impl JobStatus {
 }
 
 /// A job holding GPUs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Placed {
     /// GPUs taken on each node, as the placement event listed them (merged per node).
     pub nodes: Vec<(Arc<str>, u32)>,
@@ -210,7 +213,7 @@ pub struct Placed {
 }
 
 /// A live job of this cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     /// Allocation (leaf path) the job charges.
     pub allocation: Arc<str>,
@@ -253,7 +256,7 @@ fn reclaim_ms(request: &Request, placed: &Placed) -> i64 {
 }
 
 /// GPUs one job holds on one node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holding {
     /// GPUs held.
     pub gpus: u32,
@@ -264,7 +267,7 @@ pub struct Holding {
 
 /// Who holds GPUs on one node. Kept apart from the inventory because a placement may name a
 /// node before its registration is folded, or after its removal.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeLoad {
     /// GPUs held in all.
     pub used: u32,
@@ -305,7 +308,7 @@ impl NodeLoad {
 }
 
 /// A maintenance window on one node, `[start_ms, end_ms)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Window {
     /// Start of the window.
     pub start_ms: i64,
@@ -314,7 +317,7 @@ pub struct Window {
 }
 
 /// A placed allocated job, for charging usage the snapshot has not seen yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InFlight {
     /// GPUs held.
     pub gpus: u64,
@@ -325,7 +328,7 @@ pub struct InFlight {
 }
 
 /// One allocation's window usage as the accounting service reported it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocationUsage {
     /// GPU-ms charged inside the window.
     pub charged_gpu_ms: u64,
@@ -334,7 +337,7 @@ pub struct AllocationUsage {
 }
 
 /// The latest usage snapshot for this cluster.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// End of the window the snapshot covers.
     pub window_end_ms: i64,
@@ -347,11 +350,13 @@ pub struct Usage {
 }
 
 /// Everything the decision cycle of one cluster reads, folded from the log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionState {
     pub(crate) cluster: String,
     pub(crate) last_applied: u64,
+    #[serde(with = "persist::budget_tree")]
     pub(crate) tree: Option<BudgetTree>,
+    #[serde(with = "persist::inventory")]
     pub(crate) inventory: Inventory,
     pub(crate) maintenance: BTreeMap<String, Vec<Window>>,
     pub(crate) loads: BTreeMap<Arc<str>, NodeLoad>,

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_runtime::log::LogEntry;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::{DecisionState, Ignored};
 
@@ -34,7 +35,10 @@ pub enum Applied {
 }
 
 /// One cluster's decision state plus the per-job sequences placements are published against.
-#[derive(Debug, Clone)]
+///
+/// Serializable for the shell's sled checkpoint: a fold restored from its bytes and then fed
+/// the rest of the log equals the fold that was fed the whole log (see the tests).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogFold {
     state: DecisionState,
     /// `fairshare.events.<cluster>.job.`
@@ -60,6 +64,18 @@ impl LogFold {
             job_sequences: HashMap::new(),
             last_cycle: 0,
         }
+    }
+
+    /// The cluster this fold follows.
+    pub fn cluster(&self) -> &str {
+        self.state.cluster()
+    }
+
+    /// Whether this fold is one [`LogFold::new`]`(cluster)` would start: same cluster, same
+    /// job subject prefix. A checkpoint that is not is not used.
+    pub fn is_for(&self, cluster: &str) -> bool {
+        self.state.cluster() == cluster
+            && self.job_prefix == format!("{}.{cluster}.job.", subjects::EVENTS_PREFIX)
     }
 
     /// The decision state.
@@ -213,6 +229,362 @@ mod tests {
         ));
         assert_eq!(f.job_sequence("j2"), None);
         assert_eq!(f.last_applied(), 9);
+    }
+
+    /// xorshift64*: a deterministic workload without dependencies.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+        }
+    }
+
+    /// A log of cluster `c` that exercises every part of the state: a budget tree (replaced
+    /// once), nodes (one cordoned, one removed, one with maintenance), usage snapshots,
+    /// allocated, unallocated and multi-node submissions (1,200 of them, so the queues span
+    /// several chunks), placements decided by [`decide`] as the service would, starts, ends,
+    /// cancels, preemption orders, preemptions and requeues, another cluster's events and an
+    /// undecodable entry.
+    fn rich_log() -> Vec<LogEntry> {
+        use crate::domain::decide;
+
+        let mut rng = Rng(0x00c0_ffee_d00d_0042);
+        let mut driver = LogFold::new("c");
+        let mut log = Vec::new();
+        let mut seq = 0u64;
+        let mut push = |driver: &mut LogFold, subject: String, at_ms: i64, body: Option<Body>| {
+            seq += 1;
+            let e = LogEntry {
+                sequence: seq,
+                subject,
+                event: Ok(pb::Event { at_ms, body }),
+                pending: 0,
+            };
+            driver.apply(&e);
+            log.push(e);
+        };
+        let policy = subjects::policy("c");
+        let account = |name: &str, share: u64, children: Vec<pb::Account>| pb::Account {
+            name: name.into(),
+            share,
+            children,
+        };
+        let tree = |vision: u64| {
+            Body::BudgetTreeSet(pb::BudgetTreeSet {
+                cluster: "c".into(),
+                accounts: vec![
+                    account(
+                        "research",
+                        3,
+                        vec![account("nlp", 1, vec![]), account("vision", vision, vec![])],
+                    ),
+                    account("infra", 1, vec![]),
+                    account("idle", 0, vec![]),
+                ],
+            })
+        };
+        push(&mut driver, policy.clone(), 0, Some(tree(2)));
+        for n in 0..12 {
+            let node = format!("n{n:02}");
+            let body = Body::NodeRegistered(pb::NodeRegistered {
+                cluster: "c".into(),
+                node: node.clone(),
+                gpus: 8,
+            });
+            push(&mut driver, subjects::node("c", &node), 0, Some(body));
+        }
+        let body = Body::NodeCordoned(pb::NodeCordoned {
+            cluster: "c".into(),
+            node: "n03".into(),
+            reason: "disk".into(),
+        });
+        push(&mut driver, subjects::node("c", "n03"), 0, Some(body));
+        let body = Body::MaintenanceScheduled(pb::MaintenanceScheduled {
+            cluster: "c".into(),
+            nodes: vec!["n04".into(), "n05".into()],
+            start_ms: 50 * 60_000,
+            end_ms: 80 * 60_000,
+            reason: "firmware".into(),
+        });
+        push(&mut driver, subjects::maintenance("c"), 0, Some(body));
+        let allocations = ["research/nlp", "research/vision", "infra"];
+        let mut next_job = 0u32;
+        let mut cycle = 0u64;
+        for round in 0..60i64 {
+            let now = round * 60_000;
+            for _ in 0..20 {
+                let job = format!("j{next_job:04}");
+                next_job += 1;
+                let (nodes, per_node) = match rng.below(10) {
+                    0 => (2, 8),
+                    1..4 => (1, 8),
+                    _ => (1, 1 + rng.below(4) as u32),
+                };
+                let body = Body::JobSubmitted(pb::JobSubmitted {
+                    job_id: job.clone(),
+                    spec: Some(pb::JobSpec {
+                        cluster: "c".into(),
+                        // Skewed, so one allocation's queue spans several chunks.
+                        allocation: allocations[[0, 0, 0, 1, 2][rng.below(5) as usize]].into(),
+                        gpus: i64::from(nodes * per_node),
+                        min_runtime_s: [0, 900, 3_600][rng.below(3) as usize],
+                        resumable: rng.below(2) == 0,
+                        priority: rng.below(3) as i32,
+                        ..Default::default()
+                    }),
+                    shape: Some(pb::Shape {
+                        nodes,
+                        gpus_per_node: per_node,
+                    }),
+                    ..Default::default()
+                });
+                push(
+                    &mut driver,
+                    subjects::job_event("c", &job, "job_submitted"),
+                    now,
+                    Some(body),
+                );
+            }
+            // Move some live jobs along.
+            let live: Vec<(String, JobStatusKind)> = driver
+                .state()
+                .jobs
+                .iter()
+                .map(|(id, j)| (id.to_string(), kind(&j.status)))
+                .collect();
+            for (job, status) in live {
+                let roll = rng.below(100);
+                let (name, body) = match (status, roll) {
+                    (JobStatusKind::Placed { started: false }, 0..60) => (
+                        "job_started",
+                        Body::JobStarted(pb::JobStarted {
+                            job_id: job.clone(),
+                        }),
+                    ),
+                    (JobStatusKind::Placed { .. }, 60..75) => (
+                        "job_finished",
+                        Body::JobFinished(pb::JobFinished {
+                            job_id: job.clone(),
+                            exit_code: 0,
+                        }),
+                    ),
+                    (JobStatusKind::Placed { started: true }, 75..80) => (
+                        "preemption_ordered",
+                        Body::PreemptionOrdered(pb::PreemptionOrdered {
+                            job_id: job.clone(),
+                            grace_deadline_ms: now + 30_000,
+                            ..Default::default()
+                        }),
+                    ),
+                    (JobStatusKind::Placed { started: true }, 80..92) => (
+                        "job_preempted",
+                        Body::JobPreempted(pb::JobPreempted {
+                            job_id: job.clone(),
+                            ..Default::default()
+                        }),
+                    ),
+                    (JobStatusKind::Preempted, 0..20) => (
+                        "job_requeued",
+                        Body::JobRequeued(pb::JobRequeued {
+                            job_id: job.clone(),
+                        }),
+                    ),
+                    (JobStatusKind::Queued, 0) if round % 5 == 0 => (
+                        "job_cancelled",
+                        Body::JobCancelled(pb::JobCancelled {
+                            job_id: job.clone(),
+                            ..Default::default()
+                        }),
+                    ),
+                    _ => continue,
+                };
+                let subject = subjects::job_event("c", &job, name);
+                push(&mut driver, subject, now + 1, Some(body));
+            }
+            if round % 3 == 0 || round == 59 {
+                cycle += 1;
+                let events = decide(driver.state(), now).events(cycle);
+                for event in events {
+                    let Some(Body::JobPlaced(p)) = &event.body else {
+                        continue;
+                    };
+                    let subject = subjects::job_event("c", &p.job_id, "job_placed");
+                    push(&mut driver, subject, now, event.body.clone());
+                }
+            }
+            if round % 7 == 3 {
+                let allocations = allocations
+                    .iter()
+                    .map(|a| pb::AllocationUsage {
+                        allocation: (*a).into(),
+                        charged_gpu_ms: rng.below(1_000_000_000),
+                        allocated_gpu_ms: 1_000_000_000,
+                    })
+                    .collect();
+                let body = Body::UsageSnapshot(pb::UsageSnapshot {
+                    cluster: "c".into(),
+                    window_end_ms: now,
+                    window_ms: 7 * 24 * 3_600_000,
+                    through_sequence: driver.last_applied(),
+                    allocations,
+                    unallocated_gpu_ms: 0,
+                });
+                let subject = subjects::usage("c");
+                push(&mut driver, subject, now, Some(body));
+            }
+            match round {
+                20 => push(&mut driver, policy.clone(), now, Some(tree(5))),
+                25 => {
+                    let body = Body::NodeRemoved(pb::NodeRemoved {
+                        cluster: "c".into(),
+                        node: "n11".into(),
+                    });
+                    push(&mut driver, subjects::node("c", "n11"), now, Some(body));
+                }
+                30 => {
+                    let body = Body::NodeUncordoned(pb::NodeUncordoned {
+                        cluster: "c".into(),
+                        node: "n03".into(),
+                    });
+                    push(&mut driver, subjects::node("c", "n03"), now, Some(body));
+                }
+                35 => {
+                    let body = Body::JobSubmitted(pb::JobSubmitted {
+                        job_id: "elsewhere".into(),
+                        spec: Some(pb::JobSpec {
+                            cluster: "other".into(),
+                            allocation: "infra".into(),
+                            gpus: 1,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    });
+                    let subject = subjects::job_event("other", "elsewhere", "job_submitted");
+                    push(&mut driver, subject, now, Some(body));
+                    push(&mut driver, policy.clone(), now, None);
+                }
+                _ => {}
+            }
+        }
+        log
+    }
+
+    #[derive(Clone, Copy)]
+    enum JobStatusKind {
+        Queued,
+        Placed { started: bool },
+        Preempted,
+    }
+
+    fn kind(status: &crate::domain::state::JobStatus) -> JobStatusKind {
+        use crate::domain::state::JobStatus;
+        match status {
+            JobStatus::Queued => JobStatusKind::Queued,
+            JobStatus::Placed(p) => JobStatusKind::Placed { started: p.started },
+            JobStatus::Preempted => JobStatusKind::Preempted,
+        }
+    }
+
+    fn fold_all<'a>(fold: &mut LogFold, entries: impl IntoIterator<Item = &'a LogEntry>) {
+        for e in entries {
+            fold.apply(e);
+        }
+    }
+
+    /// The checkpoint promise: a fold saved after any prefix, restored from its bytes and fed
+    /// the rest of the log, is exactly the fold that was fed the whole log, and decides the
+    /// same.
+    #[test]
+    fn a_restored_fold_equals_the_uninterrupted_fold() {
+        use crate::domain::decide;
+
+        let log = rich_log();
+        let mut whole = LogFold::new("c");
+        fold_all(&mut whole, &log);
+        // The workload reaches every status and spills queues over several chunks.
+        let state = whole.state();
+        assert!(
+            state.queued_len() > crate::domain::queue::CHUNK_MAX,
+            "{}",
+            state.queued_len()
+        );
+        assert!(state.queues.values().any(|q| q.allocated.chunk_count() > 1));
+        assert!(state.usage().is_some());
+        assert!(whole.last_cycle() > 10);
+        let statuses: Vec<JobStatusKind> = state.jobs.values().map(|j| kind(&j.status)).collect();
+        assert!(
+            statuses
+                .iter()
+                .any(|s| matches!(s, JobStatusKind::Placed { started: true }))
+        );
+        assert!(
+            statuses
+                .iter()
+                .any(|s| matches!(s, JobStatusKind::Placed { started: false }))
+        );
+        assert!(
+            statuses
+                .iter()
+                .any(|s| matches!(s, JobStatusKind::Preempted))
+        );
+
+        let end = log.len();
+        for split in [0, 1, 15, end / 3, end / 2, end - 1, end] {
+            let mut before = LogFold::new("c");
+            fold_all(&mut before, &log[..split]);
+            let bytes = bincode::serialize(&before).unwrap();
+            let mut restored: LogFold = bincode::deserialize(&bytes).unwrap();
+            assert_eq!(restored, before, "restored at {split}");
+            fold_all(&mut before, &log[split..]);
+            fold_all(&mut restored, &log[split..]);
+            assert_eq!(
+                restored, whole,
+                "restored at {split}, then folded to the end"
+            );
+            assert_eq!(before, whole);
+            for now in [0, 59 * 60_000, 24 * 3_600_000] {
+                let (a, b) = (decide(whole.state(), now), decide(restored.state(), now));
+                assert_eq!(a, b, "decision at {now} after a restore at {split}");
+                assert_eq!(a.events(7), b.events(7));
+            }
+        }
+    }
+
+    #[test]
+    fn corrupt_checkpoint_bytes_are_refused() {
+        let log = rich_log();
+        let mut fold = LogFold::new("c");
+        fold_all(&mut fold, &log[..log.len() / 2]);
+        let bytes = bincode::serialize(&fold).unwrap();
+        for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
+            assert!(
+                bincode::deserialize::<LogFold>(&bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        // A queue whose chunks are out of order is refused, not trusted.
+        let mut chunks = crate::domain::queue::SortedChunks::new();
+        for k in 0..600u32 {
+            chunks.insert(k, ());
+        }
+        let mut raw: Vec<Vec<(u32, ())>> =
+            bincode::deserialize(&bincode::serialize(&chunks).unwrap()).unwrap();
+        raw.swap(0, 1);
+        let swapped = bincode::serialize(&raw).unwrap();
+        assert!(
+            bincode::deserialize::<crate::domain::queue::SortedChunks<u32, ()>>(&swapped).is_err()
+        );
+        raw.swap(0, 1);
+        raw.push(Vec::new());
+        let empty_chunk = bincode::serialize(&raw).unwrap();
+        assert!(
+            bincode::deserialize::<crate::domain::queue::SortedChunks<u32, ()>>(&empty_chunk)
+                .is_err()
+        );
     }
 
     #[test]

@@ -1,11 +1,22 @@
 //! The NATS side of the decision service: one instance per GPU cluster.
 //!
-//! Start-up ([`Service::start`]): put the streams in place, fold the cluster's whole log
-//! (`fairshare.events.<cluster>.>`: jobs, budget trees, nodes, maintenance, usage snapshots)
-//! from sequence 1 to its current end into a [`LogFold`]. There is no sled checkpoint yet: the
-//! domain state ([`crate::domain::DecisionState`]) has no serde form, so every start replays
-//! the log (cheap next to accounting's: the state holds only live jobs, and the fold runs at
-//! hundreds of thousands of events per second).
+//! Start-up ([`Service::start`]): put the streams in place; load the sled checkpoint
+//! ([`Config::checkpoint_dir`]: the [`LogFold`] and the last stream sequence it applied,
+//! written together) if there is a usable one, otherwise start empty; then fold the cluster's
+//! log (`fairshare.events.<cluster>.>`: jobs, budget trees, nodes, maintenance, usage
+//! snapshots) from the next sequence to its current end. The checkpoint is a cache (SPEC
+//! section 3, principle 1): its tag names the cluster ([`checkpoint_kind`]), and one that is
+//! unreadable, of another format version, of another cluster, whose fold disagrees with the
+//! sequence it was saved at, or that is ahead of the log's end is reported and ignored. So
+//! deleting the directory is always safe: the next start folds from sequence 1 and holds the
+//! identical fold ([`Service::resumed_from`] says which happened). Without a checkpoint
+//! directory every start replays the whole log.
+//!
+//! Checkpoints are written after catch-up, every `checkpoint_every_events` entries or
+//! `checkpoint_every`, whichever comes first, and at shutdown. A failed write is logged and
+//! the service keeps deciding (the next write carries the then current fold). Writing is
+//! synchronous on the serving task: it encodes the whole fold (live jobs, nodes, budget tree,
+//! usage) with bincode and flushes sled, so a cycle can wait for it.
 //!
 //! Serving ([`Service::serve`]): one task owns the fold and the cycles, so a cycle always
 //! decides from a prefix of the log and names it exactly.
@@ -47,12 +58,14 @@ mod pace;
 pub mod publish;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::subjects;
+use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
@@ -73,6 +86,16 @@ const LOOKUP_RETRY: Duration = Duration::from_secs(1);
 /// before it is reported.
 const STALL_WARNING: Duration = Duration::from_secs(10);
 
+/// Format version of this service's checkpoints; bump it when the fold's serde form changes
+/// (older checkpoints are then refused and rebuilt from the log).
+const CHECKPOINT_VERSION: u32 = 1;
+
+/// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
+/// checkpoint is never loaded for another (the fold's own cluster is checked as well).
+pub fn checkpoint_kind(cluster: &str) -> String {
+    format!("fairshare-decision/LogFold/{cluster}")
+}
+
 /// How the service runs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -84,16 +107,27 @@ pub struct Config {
     pub cycle_every: Duration,
     /// Replicas for streams this service creates (1 on a single server, 3 on a cluster).
     pub stream_replicas: usize,
+    /// Where the sled checkpoint lives; `None` keeps none and folds the log from sequence 1
+    /// on every start.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint after this many applied entries...
+    pub checkpoint_every_events: u64,
+    /// ...or this long after the last checkpoint, whichever comes first.
+    pub checkpoint_every: Duration,
 }
 
 impl Config {
-    /// Defaults (20 ms debounce, a cycle at least every 5 s) for cluster `cluster`.
+    /// Defaults (20 ms debounce, a cycle at least every 5 s, no checkpoint; with one, every
+    /// 10,000 entries or 5 s) for cluster `cluster`.
     pub fn new(cluster: impl Into<String>) -> Self {
         Self {
             cluster: cluster.into(),
             debounce: Duration::from_millis(20),
             cycle_every: Duration::from_secs(5),
             stream_replicas: 1,
+            checkpoint_dir: None,
+            checkpoint_every_events: 10_000,
+            checkpoint_every: Duration::from_secs(5),
         }
     }
 }
@@ -116,6 +150,9 @@ pub enum ServiceError {
     /// The explain API could not be subscribed.
     #[error("cannot subscribe to explain requests: {0}")]
     Subscribe(String),
+    /// The checkpoint store could not be opened (e.g. another instance holds it).
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
 }
 
 /// A started service: its fold is at the log's end as of start-up.
@@ -134,6 +171,14 @@ pub struct Service {
     next_cycle: u64,
     /// Jobs whose placement has an unknown outcome.
     unresolved: Vec<String>,
+    /// The sled checkpoint, if configured.
+    store: Option<CheckpointStore>,
+    /// The sequence the newest checkpoint holds (0: none).
+    checkpointed: u64,
+    /// Entries applied since the last checkpoint attempt.
+    since_checkpoint: u64,
+    /// The checkpoint sequence this start resumed from (0: folded from the beginning).
+    resumed_from: u64,
 }
 
 /// Logs an entry that does not decode (it is folded as an empty event).
@@ -159,10 +204,47 @@ impl Service {
             .get_stream(EVENTS_STREAM)
             .await
             .map_err(|e| FollowError::Stream(e.to_string()))?;
-        let mut follower =
-            Follower::start(&js, 1, vec![subjects::cluster_events(&config.cluster)]).await?;
-        let mut fold = LogFold::new(&config.cluster);
+        let store = match &config.checkpoint_dir {
+            Some(dir) => Some(CheckpointStore::open(
+                dir,
+                &checkpoint_kind(&config.cluster),
+                CHECKPOINT_VERSION,
+            )?),
+            None => None,
+        };
         let started = std::time::Instant::now();
+        let mut fold = match store.as_ref().and_then(|s| restore(s, &config.cluster)) {
+            Some(fold) => {
+                // A checkpoint past the log's end belongs to another incarnation of the stream
+                // (e.g. a server whose store was wiped); deciding from it would be wrong.
+                let log_end = events
+                    .get_info()
+                    .await
+                    .map_err(|e| FollowError::Stream(e.to_string()))?
+                    .state
+                    .last_sequence;
+                if fold.last_applied() <= log_end {
+                    fold
+                } else {
+                    tracing::warn!(
+                        cluster = config.cluster,
+                        checkpoint = fold.last_applied(),
+                        log_end,
+                        "checkpoint is ahead of the log; rebuilding from the log"
+                    );
+                    LogFold::new(&config.cluster)
+                }
+            }
+            None => LogFold::new(&config.cluster),
+        };
+        let resumed_from = fold.last_applied();
+        let mut follower = Follower::start(
+            &js,
+            resumed_from + 1,
+            vec![subjects::cluster_events(&config.cluster)],
+        )
+        .await?;
+        let mut applied = 0u64;
         if follower.pending_at_start > 0 {
             loop {
                 let Some(entry) = follower.next().await else {
@@ -173,6 +255,7 @@ impl Service {
                 let entry = entry?;
                 report_undecodable(&entry);
                 fold.apply(&entry);
+                applied += 1;
                 if entry.pending == 0 {
                     break;
                 }
@@ -180,6 +263,8 @@ impl Service {
         }
         tracing::info!(
             cluster = config.cluster,
+            resumed_from,
+            applied,
             last_sequence = fold.last_applied(),
             queued = fold.state().queued_len(),
             last_cycle = fold.last_cycle(),
@@ -195,7 +280,7 @@ impl Service {
             .flush()
             .await
             .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
-        Ok(Self {
+        let mut service = Self {
             client,
             explain_requests,
             config,
@@ -207,7 +292,51 @@ impl Service {
             board: explain::Publisher::new(),
             next_cycle,
             unresolved: Vec::new(),
-        })
+            store,
+            checkpointed: resumed_from,
+            since_checkpoint: 0,
+            resumed_from,
+        };
+        // A long catch-up is not repeated after a crash before the first timed checkpoint.
+        service.checkpoint();
+        Ok(service)
+    }
+
+    /// The checkpoint sequence this start resumed from; 0 when it folded from the beginning
+    /// (no checkpoint configured, none written yet, or one that could not be used).
+    pub fn resumed_from(&self) -> u64 {
+        self.resumed_from
+    }
+
+    /// The fold (as of start-up until [`Service::serve`] takes over).
+    pub fn fold(&self) -> &LogFold {
+        &self.fold
+    }
+
+    /// Writes the fold to the checkpoint store if it moved since the last one. A failed write
+    /// is reported and otherwise ignored: the checkpoint is only a cache, and the next attempt
+    /// writes the then current fold.
+    fn checkpoint(&mut self) {
+        self.since_checkpoint = 0;
+        let Some(store) = &self.store else {
+            return;
+        };
+        let sequence = self.fold.last_applied();
+        if sequence <= self.checkpointed {
+            return;
+        }
+        let started = std::time::Instant::now();
+        match store.save(sequence, &self.fold) {
+            Ok(()) => {
+                self.checkpointed = sequence;
+                tracing::debug!(
+                    sequence,
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "checkpoint written"
+                );
+            }
+            Err(e) => tracing::warn!(sequence, "checkpoint not written: {e}"),
+        }
     }
 
     /// The folded state (as of start-up until [`Service::serve`] takes over).
@@ -220,13 +349,21 @@ impl Service {
         self.board.explainer()
     }
 
-    /// Folds and decides until `shutdown` completes.
-    pub async fn serve(mut self, shutdown: impl Future<Output = ()>) -> Result<(), ServiceError> {
+    /// Folds and decides until `shutdown` completes, then writes a last checkpoint and returns
+    /// the fold.
+    pub async fn serve(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<LogFold, ServiceError> {
         let mut pacer = Pacer::new(
             Instant::now(),
             self.config.debounce,
             self.config.cycle_every,
         );
+        // `interval` refuses a zero period.
+        let mut checkpoint_timer =
+            tokio::time::interval(self.config.checkpoint_every.max(Duration::from_millis(1)));
+        checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         let result = loop {
             let due = pacer.due(self.fold.last_applied());
@@ -275,11 +412,16 @@ impl Service {
                                 tracing::debug!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why}");
                             }
                         }
+                        self.since_checkpoint += 1;
+                        if self.since_checkpoint >= self.config.checkpoint_every_events {
+                            self.checkpoint();
+                        }
                     }
                     // The ordered consumer re-creates itself after a gap; report and go on.
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => break Err(ServiceError::FollowerStopped("connection closed".into())),
                 },
+                _ = checkpoint_timer.tick(), if self.store.is_some() => self.checkpoint(),
                 () = tokio::time::sleep(STALL_WARNING), if pacer.behind(self.fold.last_applied()) => {
                     tracing::warn!(
                         last_applied = self.fold.last_applied(),
@@ -288,12 +430,16 @@ impl Service {
                 }
             }
         };
+        // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
+        self.checkpoint();
         tracing::info!(
             cluster = self.config.cluster,
             last_cycle = self.next_cycle.saturating_sub(1),
+            last_sequence = self.fold.last_applied(),
+            checkpointed = self.checkpointed,
             "decision service stopped"
         );
-        result
+        result.map(|()| self.fold)
     }
 
     /// Looks up placements of unknown outcome; raises the barrier to each job's newest event.
@@ -408,4 +554,88 @@ pub async fn run(
         .await?
         .serve(shutdown)
         .await
+        .map(|_| ())
+}
+
+/// The checkpointed fold, if there is a usable one: readable, for `cluster`, and consistent
+/// with the sequence it was saved at. Anything else is reported and the log folded from 1.
+fn restore(store: &CheckpointStore, cluster: &str) -> Option<LogFold> {
+    match store.load::<LogFold>() {
+        Ok(Some(cp)) if cp.state.is_for(cluster) && cp.state.last_applied() == cp.sequence => {
+            tracing::info!(cluster, sequence = cp.sequence, "resuming from checkpoint");
+            Some(cp.state)
+        }
+        Ok(Some(cp)) => {
+            tracing::warn!(
+                cluster,
+                checkpoint_cluster = cp.state.cluster(),
+                sequence = cp.sequence,
+                "checkpoint does not match this cluster or its own sequence; rebuilding from the log"
+            );
+            None
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(cluster, "{e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use fairshare_events::pb::{self, event::Body};
+
+    use super::*;
+
+    fn fold_of(cluster: &str) -> LogFold {
+        let mut fold = LogFold::new(cluster);
+        fold.apply(&LogEntry {
+            sequence: 4,
+            subject: subjects::node(cluster, "n1"),
+            event: Ok(pb::Event {
+                at_ms: 1,
+                body: Some(Body::NodeRegistered(pb::NodeRegistered {
+                    cluster: cluster.into(),
+                    node: "n1".into(),
+                    gpus: 8,
+                })),
+            }),
+            pending: 0,
+        });
+        fold
+    }
+
+    fn store(dir: &std::path::Path, cluster: &str) -> CheckpointStore {
+        CheckpointStore::open(dir, &checkpoint_kind(cluster), CHECKPOINT_VERSION).unwrap()
+    }
+
+    #[test]
+    fn only_a_checkpoint_of_this_cluster_at_its_own_sequence_is_restored() {
+        let dir = tempfile::tempdir().unwrap();
+        let fold = fold_of("a");
+        {
+            let s = store(dir.path(), "a");
+            assert_eq!(restore(&s, "a"), None, "nothing saved yet");
+            s.save(4, &fold).unwrap();
+            assert_eq!(restore(&s, "a"), Some(fold.clone()));
+        }
+        // Another cluster's store refuses the tag...
+        assert_eq!(restore(&store(dir.path(), "b"), "b"), None);
+        // ...and a fold of another cluster under this cluster's tag is refused too.
+        {
+            let s = store(dir.path(), "b");
+            s.save(4, &fold).unwrap();
+            assert_eq!(restore(&s, "b"), None);
+            // A sequence that disagrees with the fold's own.
+            s.save(5, &fold_of("b")).unwrap();
+            assert_eq!(restore(&s, "b"), None);
+            s.save(4, &fold_of("b")).unwrap();
+            assert_eq!(restore(&s, "b"), Some(fold_of("b")));
+            s.write_raw(b"FSCP not a checkpoint").unwrap();
+            assert_eq!(restore(&s, "b"), None);
+        }
+    }
 }
