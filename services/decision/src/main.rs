@@ -35,10 +35,10 @@ struct Args {
     #[arg(long, env = "FAIRSHARE_CLUSTER")]
     cluster: String,
     /// A cycle runs this long after the first change since the last cycle (e.g. 20ms, 1s).
-    #[arg(long, env = "FAIRSHARE_DEBOUNCE", default_value = "20ms", value_parser = parse_short_duration)]
+    #[arg(long, env = "FAIRSHARE_DEBOUNCE", default_value = "20ms", value_parser = parse_duration)]
     debounce: Duration,
     /// A cycle runs at least this often, changes or not (e.g. 5s, 1m).
-    #[arg(long, env = "FAIRSHARE_CYCLE_EVERY", default_value = "5s", value_parser = parse_short_duration)]
+    #[arg(long, env = "FAIRSHARE_CYCLE_EVERY", default_value = "5s", value_parser = parse_duration)]
     cycle_every: Duration,
     /// Replicas for streams this service creates: 1 on one server, 3 on a 3-node cluster.
     #[arg(long, env = "FAIRSHARE_STREAM_REPLICAS", default_value_t = 1)]
@@ -52,7 +52,7 @@ struct Args {
     #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVENTS", default_value_t = 10_000)]
     checkpoint_events: u64,
     /// ...or this long after the last checkpoint (e.g. 5s), whichever comes first.
-    #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVERY", default_value = "5s", value_parser = parse_short_duration)]
+    #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVERY", default_value = "5s", value_parser = parse_duration)]
     checkpoint_every: Duration,
     /// Do not serve: re-derive every placement in the cluster's log, print the divergences
     /// and exit (status 1 if any).
@@ -61,17 +61,6 @@ struct Args {
 }
 
 /// `20ms`, or anything [`parse_duration`] takes (`5s`, `1m`, a bare number of seconds).
-fn parse_short_duration(text: &str) -> Result<Duration, String> {
-    match text.trim().strip_suffix("ms") {
-        Some(ms) => ms
-            .trim()
-            .parse::<u64>()
-            .map(Duration::from_millis)
-            .map_err(|_| format!("invalid duration {text:?}: expected e.g. 20ms, 5s, 1m")),
-        None => parse_duration(text).map_err(|e| e.to_string()),
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
