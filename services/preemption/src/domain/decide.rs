@@ -1,0 +1,158 @@
+//! One preemption pass: `decide_preemptions(state, now, config) -> event bodies`.
+//!
+//! Place in the flow: the shell folds the cluster's log into a [`PreemptionState`], calls
+//! [`decide_preemptions`] after each batch of events and at the times [`next_due`] names, and
+//! appends the bodies it returns (each with `at_ms = now`, see [`into_events`]) to the job's or
+//! node's subject. Then it folds its own events like any other, and calls again. Pure: the same
+//! state, time and config give the same bodies in the same order, which is what lets an audit
+//! re-derive every order from the log prefix named by its basis.
+//!
+//! A pass, in this order (the order of the bodies returned):
+//!
+//! 1. `JobRequeued` for resumable jobs the launcher confirmed preempted ([`grace::requeues`]).
+//! 2. `JobPreempted { killed: true }` (+ `JobRequeued` if resumable) for orders past their
+//!    grace deadline ([`grace::expired`]).
+//! 3. `PreemptionOrdered` for jobs on nodes leaving service ([`drain::drain_victims`]), then
+//!    `NodeDrained` for cordoned nodes now empty ([`drain::drained`]).
+//! 4. Only if steps 2 and 3 ordered or killed nothing: `PreemptionOrdered` for the victims of
+//!    the first waiting allocated job that does not fit ([`victims::fair_share`]). Fair share
+//!    waits for the next pass when something else changed because its view of soon-free GPUs
+//!    would be stale until those events are folded (it could otherwise pick a job ordered off
+//!    in the same pass).
+//!
+//! Every `PreemptionOrdered` carries `grace_deadline_ms = now + grace` and a
+//! [`pb::DecisionBasis`] naming the last sequence folded and `now`; `cycle` is 0 here and the
+//! shell stamps its own cycle number with [`stamp_cycle`].
+
+use fairshare_events::pb::{self, event::Body};
+
+use super::config::Config;
+use super::contract;
+use super::drain;
+use super::grace;
+use super::state::PreemptionState;
+use super::victims::{self, FairShare, VictimPlan};
+
+fn order(
+    job_id: &str,
+    for_job_id: &str,
+    reason: String,
+    basis: pb::DecisionBasis,
+    deadline: i64,
+) -> Body {
+    Body::PreemptionOrdered(pb::PreemptionOrdered {
+        job_id: job_id.to_owned(),
+        grace_deadline_ms: deadline,
+        reason,
+        for_job_id: for_job_id.to_owned(),
+        basis: Some(basis),
+    })
+}
+
+fn fair_share_reason(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> String {
+    let w = &plan.waiter;
+    let kind = if w.debug { "debug job" } else { "job" };
+    let why = if victim.unallocated {
+        "the victim is unallocated work".to_owned()
+    } else {
+        format!(
+            "allocation {} ranks below {} after charging the waiter {} GPUs x {} s",
+            victim.allocation,
+            w.allocation,
+            w.shape.total_gpus(),
+            w.min_runtime_ms / 1000
+        )
+    };
+    format!(
+        "fair share: makes room for {kind} {} of {} on {}; {why}; lost work {} GPU-s",
+        w.job_id,
+        w.allocation,
+        plan.nodes.join(","),
+        victim.lost_gpu_ms / 1000
+    )
+}
+
+/// Everything the preemption service should append now (see the module doc for the order).
+pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config) -> Vec<Body> {
+    let basis = pb::DecisionBasis {
+        through_sequence: state.last_applied(),
+        computed_at_ms: now_ms,
+        cycle: 0,
+    };
+    let deadline = now_ms.saturating_add(config.grace_ms.max(0));
+    let mut out = grace::requeues(state);
+    let kills = grace::expired(state, now_ms);
+    let mut changed = !kills.is_empty();
+    out.extend(kills);
+    for (job_id, reason) in drain::drain_victims(state, now_ms, config) {
+        out.push(order(&job_id, "", reason.to_string(), basis, deadline));
+        changed = true;
+    }
+    out.extend(drain::drained(state));
+    if !changed && let FairShare::Preempt(plan) = victims::fair_share(state, now_ms, config) {
+        for v in &plan.victims {
+            out.push(order(
+                v.job_id,
+                plan.waiter.job_id,
+                fair_share_reason(&plan, v),
+                basis,
+                deadline,
+            ));
+        }
+    }
+    out
+}
+
+/// Sets the basis cycle number of every `PreemptionOrdered` in `bodies`.
+pub fn stamp_cycle(bodies: &mut [Body], cycle: u64) {
+    for b in bodies {
+        if let Body::PreemptionOrdered(p) = b
+            && let Some(basis) = &mut p.basis
+        {
+            basis.cycle = cycle;
+        }
+    }
+}
+
+/// The bodies as log events taking effect at `now_ms`.
+pub fn into_events(bodies: Vec<Body>, now_ms: i64) -> Vec<pb::Event> {
+    bodies
+        .into_iter()
+        .map(|b| pb::Event {
+            at_ms: now_ms,
+            body: Some(b),
+        })
+        .collect()
+}
+
+/// The next time after `now_ms` at which [`decide_preemptions`] could return something with no
+/// new event folded: a grace deadline, a drain or window becoming due, or, while allocated work
+/// waits, the end of some running job's minimum runtime (it may become a victim).
+pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option<i64> {
+    let mut next = [
+        grace::next_deadline(state, now_ms),
+        drain::next_drain_due(state, now_ms, config),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
+    let d = state.decision();
+    let waiting = d.queues().values().any(|q| !q.allocated.is_empty());
+    if waiting {
+        for name in d.inventory().nodes.keys() {
+            for (id, _) in d.load(name).map_or(&[][..], |l| l.holdings.as_slice()) {
+                if let Some((job, placed)) = state.placed(id) {
+                    let end = contract::protected_until_ms(
+                        placed.start_ms,
+                        job.request.min_runtime_ms,
+                        config,
+                    );
+                    if end > now_ms && next.is_none_or(|n| end < n) {
+                        next = Some(end);
+                    }
+                }
+            }
+        }
+    }
+    next
+}

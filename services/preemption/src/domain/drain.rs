@@ -1,0 +1,189 @@
+//! Maintenance without negotiation (SPEC section 2, "Maintenance"): cordoned nodes drain as
+//! their jobs reach their minimum runtime, and nodes clear before a maintenance window.
+//!
+//! Place in the flow: operators append `NodeCordoned`, `NodeUncordoned` and
+//! `MaintenanceScheduled`. The decision service stops placing work on a cordoned node at once,
+//! and on a node with a window at `T` places only work whose protection ends by `T`. This
+//! module, called from [`crate::domain::decide_preemptions`], orders off what is already there:
+//!
+//! - Cordoned node: each job on it is ordered off as soon as nothing protects it: unallocated
+//!   jobs at once, allocated jobs when `now >= start + min(min_runtime, cap)`. A job inside its
+//!   minimum runtime is left alone (the shell wakes at its end, see
+//!   [`crate::domain::next_due`]). When the node holds nothing any more, `NodeDrained` is
+//!   emitted, once per cordon. A job spanning several nodes is ordered off whole.
+//! - Uncordoned node: draining stops; no new orders. Orders already issued stand (there is no
+//!   event to take one back, and the job has been told to stop).
+//! - Maintenance window `[T, E)`: from `T - grace` until `E`, every job still on the node is
+//!   ordered off with the usual grace, so it is gone by `T`. Work placed after the window was
+//!   known is never protected past `T` (the decision service refuses it), so this takes only
+//!   unallocated work, work past its minimum runtime, or work that was already running when the
+//!   window was scheduled inside its protection; the last case is named in the order's reason,
+//!   because there it is the operator's window, not the contract, that cuts the run short.
+
+use std::collections::BTreeMap;
+
+use fairshare_events::pb::{self, event::Body};
+
+use super::config::Config;
+use super::contract;
+use super::state::PreemptionState;
+
+/// Why a job is ordered off a node that is leaving service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainReason {
+    /// A maintenance window starts within the grace period (or is in progress).
+    Maintenance {
+        /// The node.
+        node: String,
+        /// The window's start.
+        start_ms: i64,
+        /// Whether the job was still inside its minimum runtime (the window was scheduled
+        /// after it started).
+        cuts_protection: bool,
+    },
+    /// The node is cordoned and nothing protects the job any more.
+    Cordon {
+        /// The node.
+        node: String,
+    },
+}
+
+impl std::fmt::Display for DrainReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DrainReason::Maintenance {
+                node,
+                start_ms,
+                cuts_protection,
+            } => {
+                write!(f, "maintenance: node {node} goes down at {start_ms} ms")?;
+                if *cuts_protection {
+                    f.write_str(" (inside the job's minimum runtime: the window was scheduled after it started)")?;
+                }
+                Ok(())
+            }
+            DrainReason::Cordon { node } => {
+                write!(
+                    f,
+                    "drain: node {node} is cordoned and the job's minimum runtime is over"
+                )
+            }
+        }
+    }
+}
+
+/// The maintenance window start that makes `node` clear now: a window with
+/// `start - grace <= now < end`, the earliest such.
+fn imminent_window(state: &PreemptionState, node: &str, now: i64, cfg: &Config) -> Option<i64> {
+    state
+        .decision()
+        .maintenance(node)
+        .iter()
+        .filter(|w| w.end_ms > now && w.start_ms.saturating_sub(cfg.grace_ms) <= now)
+        .map(|w| w.start_ms)
+        .min()
+}
+
+/// Jobs to order off nodes that are leaving service, by job id, with the first reason found
+/// (nodes in name order, maintenance before cordon).
+pub fn drain_victims(
+    state: &PreemptionState,
+    now: i64,
+    cfg: &Config,
+) -> BTreeMap<String, DrainReason> {
+    let d = state.decision();
+    let mut out: BTreeMap<String, DrainReason> = BTreeMap::new();
+    for (name, node) in &d.inventory().nodes {
+        let Some(load) = d.load(name) else {
+            continue;
+        };
+        let window = imminent_window(state, name, now, cfg);
+        if window.is_none() && !node.cordoned {
+            continue;
+        }
+        for (id, _) in &load.holdings {
+            if out.contains_key(&**id) {
+                continue;
+            }
+            let Some((job, placed)) = state.placed(id) else {
+                continue;
+            };
+            if placed.preempt_deadline_ms.is_some() {
+                continue;
+            }
+            let protected =
+                contract::is_protected(placed.start_ms, job.request.min_runtime_ms, now, cfg);
+            let reason = if let Some(start_ms) = window {
+                DrainReason::Maintenance {
+                    node: name.clone(),
+                    start_ms,
+                    cuts_protection: protected,
+                }
+            } else if !protected {
+                DrainReason::Cordon { node: name.clone() }
+            } else {
+                continue;
+            };
+            out.insert(id.to_string(), reason);
+        }
+    }
+    out
+}
+
+/// `NodeDrained` for every cordoned node that holds nothing and was not reported since its
+/// cordon, in node name order.
+pub fn drained(state: &PreemptionState) -> Vec<Body> {
+    let d = state.decision();
+    d.inventory()
+        .nodes
+        .iter()
+        .filter(|(name, node)| {
+            node.cordoned
+                && !state.drain_reported(name)
+                && d.load(name).is_none_or(|l| l.holdings.is_empty())
+        })
+        .map(|(name, _)| {
+            Body::NodeDrained(pb::NodeDrained {
+                cluster: d.cluster().to_owned(),
+                node: name.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The next time after `now` at which a drain or a window will order something: the end of the
+/// protection of a job on a cordoned node, or `start - grace` of a window on a busy node.
+pub fn next_drain_due(state: &PreemptionState, now: i64, cfg: &Config) -> Option<i64> {
+    let d = state.decision();
+    let mut next: Option<i64> = None;
+    let mut consider = |t: i64| {
+        if t > now {
+            next = Some(next.map_or(t, |n: i64| n.min(t)));
+        }
+    };
+    for (name, node) in &d.inventory().nodes {
+        let Some(load) = d.load(name) else {
+            continue;
+        };
+        if load.holdings.is_empty() {
+            continue;
+        }
+        for w in d.maintenance(name) {
+            if w.end_ms > now {
+                consider(w.start_ms.saturating_sub(cfg.grace_ms));
+            }
+        }
+        if node.cordoned {
+            for (id, _) in &load.holdings {
+                if let Some((job, placed)) = state.placed(id) {
+                    consider(contract::protected_until_ms(
+                        placed.start_ms,
+                        job.request.min_runtime_ms,
+                        cfg,
+                    ));
+                }
+            }
+        }
+    }
+    next
+}

@@ -1,0 +1,6 @@
+//! Tests of the preemption core: hand-computed rule tests and a property test over simulated
+//! workloads.
+
+mod cycles;
+mod rules;
+mod support;

@@ -1,0 +1,580 @@
+//! Hand-computed tests of each rule. Usage snapshots end at the decision time, so the ranking
+//! inputs are exactly the snapshot's figures plus what is left of running jobs' minimum
+//! runtimes (see `fairshare_decision::domain::rank::leaf_usage`).
+
+use fairshare_events::pb::event::Body;
+
+use super::support::{H, HOUR, MIN, SEC, leaf, orders, render, victims};
+use crate::domain::{
+    Config, FairShare, NoVictims, fair_share, next_due, select_victims, stamp_cycle,
+};
+
+/// Allocated time of each team in the snapshots: 1,000 GPU-hours.
+const ALLOC: u64 = 1000 * HOUR as u64;
+
+fn gpu_h(h: f64) -> u64 {
+    (h * HOUR as f64) as u64
+}
+
+/// A snapshot at `now` in which `a` has used nothing and `b` has used `b_used` GPU-ms.
+fn usage(h: &mut H, now: i64, b_used: u64) {
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", b_used, ALLOC)]);
+}
+
+#[test]
+fn never_inside_the_minimum_runtime() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "v", "b", 2 * 3600, &[("n1", 8)]);
+    h.submit(10 * MIN, "w", "a", 8, 3600);
+    let now = 2 * HOUR - 1;
+    usage(&mut h, now, gpu_h(100.0));
+    assert_eq!(h.decide(now), vec![]);
+    assert!(matches!(
+        fair_share(&h.state, now, &h.cfg),
+        FairShare::Blocked(w) if w.job_id == "w"
+    ));
+    assert_eq!(
+        select_victims(&h.state, "w", now, &h.cfg),
+        Err(NoVictims::WouldNotFit("w".into()))
+    );
+    // The first instant it is past its minimum runtime, it may go.
+    let now = 2 * HOUR;
+    usage(&mut h, now, gpu_h(100.0));
+    assert_eq!(
+        render(&h.decide(now)),
+        vec![format!("order v for \"w\" by {}", now + 30 * SEC)]
+    );
+}
+
+#[test]
+fn the_cap_limits_protection() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    // Asks for 10 h of protection (an old event, above the cap); 8 h is all it gets.
+    h.running(0, "v", "b", 10 * 3600, &[("n1", 8)]);
+    h.submit(0, "w", "a", 8, 3600);
+    let now = 8 * HOUR - 1;
+    usage(&mut h, now, gpu_h(100.0));
+    assert_eq!(h.decide(now), vec![]);
+    let now = 8 * HOUR;
+    usage(&mut h, now, gpu_h(100.0));
+    assert_eq!(victims(&h.decide(now)), vec!["v"]);
+}
+
+#[test]
+fn never_when_the_waiter_would_still_not_fit() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.node("n2", 8);
+    // Each node: 4 GPUs of unallocated work (always preemptible) and 4 protected GPUs.
+    for n in ["n1", "n2"] {
+        h.running(0, &format!("u-{n}"), "b", 0, &[(n, 4)]);
+        h.running(0, &format!("p-{n}"), "b", 8 * 3600, &[(n, 4)]);
+    }
+    h.submit(0, "w", "a", 8, 3600);
+    h.submit_full(0, "wide", "a", 2, 8, 3600, -1, true);
+    let now = HOUR;
+    usage(&mut h, now, gpu_h(100.0));
+    // 8 GPUs on one node cannot be freed: order nothing, not even the unallocated work.
+    assert_eq!(h.decide(now), vec![]);
+    assert_eq!(
+        select_victims(&h.state, "w", now, &h.cfg),
+        Err(NoVictims::WouldNotFit("w".into()))
+    );
+    // Nor two whole nodes.
+    assert_eq!(
+        select_victims(&h.state, "wide", now, &h.cfg),
+        Err(NoVictims::WouldNotFit("wide".into()))
+    );
+}
+
+#[test]
+fn orders_only_a_set_that_makes_it_fit() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.node("n2", 8);
+    h.running(0, "u1", "b", 0, &[("n1", 4)]);
+    h.running(0, "p1", "b", 8 * 3600, &[("n1", 4)]);
+    // On n2 the allocated job's minimum runtime (30 min) is over.
+    h.running(0, "u2", "b", 0, &[("n2", 4)]);
+    h.running(0, "x2", "b", 1800, &[("n2", 4)]);
+    h.submit(0, "w", "a", 8, 3600);
+    let now = HOUR;
+    usage(&mut h, now, gpu_h(100.0));
+    // Both jobs on n2 are needed; nothing on n1 is touched.
+    assert_eq!(
+        orders(&h.decide(now)),
+        vec![("u2".into(), "w".into()), ("x2".into(), "w".into())]
+    );
+}
+
+#[test]
+fn unallocated_work_goes_before_allocated_work_on_equal_loss() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "u", "b", 0, &[("n1", 4)]);
+    h.running(0, "x", "b", 1800, &[("n1", 4)]);
+    h.submit(0, "w", "a", 4, 900);
+    // Both ran 2 h 10 min: 10 min since their last checkpoint, 4 GPUs each.
+    let now = 2 * HOUR + 10 * MIN;
+    usage(&mut h, now, gpu_h(100.0));
+    let plan = select_victims(&h.state, "w", now, &h.cfg).unwrap();
+    assert_eq!(plan.victims.len(), 1);
+    assert_eq!(plan.victims[0].job_id, "u");
+    assert_eq!(plan.lost_gpu_ms, 4 * 10 * MIN as u128);
+    assert_eq!(victims(&h.decide(now)), vec!["u"]);
+}
+
+#[test]
+fn fewest_gpu_hours_of_lost_work() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    // n1: one 4-GPU job 25 min past its checkpoint (100 GPU-min), two 2-GPU jobs 10 min past
+    // theirs (20 GPU-min each).
+    h.running(45 * MIN, "j4", "b", 0, &[("n1", 4)]);
+    h.running(0, "j2a", "b", 0, &[("n1", 2)]);
+    h.running(0, "j2b", "b", 0, &[("n1", 2)]);
+    h.submit(0, "w", "a", 4, 3600);
+    let now = HOUR + 10 * MIN;
+    usage(&mut h, now, gpu_h(100.0));
+    let plan = select_victims(&h.state, "w", now, &h.cfg).unwrap();
+    let ids: Vec<_> = plan.victims.iter().map(|v| v.job_id).collect();
+    assert_eq!(ids, vec!["j2a", "j2b"]);
+    assert_eq!(plan.lost_gpu_ms, 40 * MIN as u128);
+
+    // n2: 4 GPUs 5 min past a checkpoint (20 GPU-min) beside protected work: cheaper still.
+    h.node("n2", 8);
+    h.running(HOUR + 5 * MIN, "j5", "b", 0, &[("n2", 4)]);
+    h.running(HOUR + 5 * MIN, "p", "b", 8 * 3600, &[("n2", 4)]);
+    usage(&mut h, now, gpu_h(100.0));
+    let plan = select_victims(&h.state, "w", now, &h.cfg).unwrap();
+    assert_eq!(plan.nodes, vec!["n2"]);
+    assert_eq!(plan.victims[0].job_id, "j5");
+    assert_eq!(plan.lost_gpu_ms, 20 * MIN as u128);
+    assert_eq!(victims(&h.decide(now)), vec!["j5"]);
+}
+
+#[test]
+fn a_job_that_is_not_resumable_loses_its_whole_run() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.node("n2", 8);
+    // n1: 4 GPUs, ran 70 min, resumable: 10 min lost (40 GPU-min).
+    h.running(0, "r", "b", 0, &[("n1", 4)]);
+    h.running(0, "p1", "b", 8 * 3600, &[("n1", 4)]);
+    // n2: 4 GPUs, ran 35 min, not resumable: 35 min lost (140 GPU-min), though only 5 min
+    // past a checkpoint.
+    h.running_full(35 * MIN, "nr", "b", 0, &[("n2", 4)], false);
+    h.running(0, "p2", "b", 8 * 3600, &[("n2", 4)]);
+    h.submit(0, "w", "a", 4, 3600);
+    let now = HOUR + 10 * MIN;
+    usage(&mut h, now, gpu_h(100.0));
+    let plan = select_victims(&h.state, "w", now, &h.cfg).unwrap();
+    assert_eq!(plan.victims[0].job_id, "r");
+    assert_eq!(plan.lost_gpu_ms, 40 * MIN as u128);
+}
+
+/// One 8-GPU node held by `x` of `b` (past its 1 h minimum runtime); `w` of `a` waits for 8 GPUs
+/// with 1 h minimum runtime, so charging `a` adds 8 GPU-hours. `a` has used nothing.
+fn rank_case(b_used: u64, hysteresis_permille: u32) -> Vec<Body> {
+    let mut h = H::new();
+    h.cfg.hysteresis_permille = hysteresis_permille;
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "x", "b", 3600, &[("n1", 8)]);
+    h.submit(0, "w", "a", 8, 3600);
+    let now = 5 * HOUR;
+    usage(&mut h, now, b_used);
+    h.decide(now)
+}
+
+#[test]
+fn allocated_victims_must_rank_below_the_waiter_after_it_is_charged() {
+    // b used 6 GPU-h: a (0) ranks first, but not once charged 8 GPU-h. No preemption.
+    assert_eq!(rank_case(gpu_h(6.0), 0), vec![]);
+    // b used 8.5 GPU-h: below a even after the charge (8 < 8.5)...
+    assert_eq!(victims(&rank_case(gpu_h(8.5), 0)), vec!["x"]);
+    // ...but within the default 10 % margin (8 x 1.1 = 8.8 > 8.5): not worth a restart.
+    assert_eq!(rank_case(gpu_h(8.5), 100), vec![]);
+    // 8.8 GPU-h is exactly at the margin: preempt.
+    assert_eq!(victims(&rank_case(gpu_h(8.8), 100)), vec!["x"]);
+    assert_eq!(rank_case(gpu_h(8.8) - 1, 100), vec![]);
+}
+
+#[test]
+fn never_a_victim_of_the_waiters_own_allocation() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "x", "a", 3600, &[("n1", 8)]);
+    h.submit(0, "w", "a", 8, 3600);
+    let now = 5 * HOUR;
+    h.snapshot(now, &[("a", gpu_h(100.0), ALLOC), ("b", 0, ALLOC)]);
+    assert_eq!(h.decide(now), vec![]);
+}
+
+#[test]
+fn hysteresis_applies_where_the_paths_part_in_the_tree() {
+    use super::support::acc;
+    // org g (share 1) holds a and b; org h (share 1) holds c. a's waiter vs c's job: the
+    // comparison is between g and h, whose usage includes b's.
+    let mut h = H::new();
+    h.tree(vec![
+        acc("g", 1, vec![leaf("a", 1), leaf("b", 1)]),
+        acc("h", 1, vec![leaf("c", 1)]),
+    ]);
+    h.node("n1", 8);
+    h.running(0, "x", "h/c", 3600, &[("n1", 8)]);
+    h.submit(0, "w", "g/a", 8, 3600);
+    let now = 5 * HOUR;
+    // g: a 0 + b 5 GPU-h, + 8 charged = 13 GPU-h over 2,000 allocated; h: c over 2,000.
+    let rows = |c: u64| {
+        [
+            ("g/a", 0, ALLOC),
+            ("g/b", gpu_h(5.0), ALLOC),
+            ("h/c", c, 2 * ALLOC),
+        ]
+    };
+    h.snapshot(now, &rows(gpu_h(14.0)));
+    // 14 < 13 x 1.1 = 14.3: not enough.
+    assert_eq!(h.decide(now), vec![]);
+    h.snapshot(now, &rows(gpu_h(14.3)));
+    assert_eq!(victims(&h.decide(now)), vec!["x"]);
+}
+
+#[test]
+fn grace_timeout_kills_and_requeues_resumable_jobs() {
+    for resumable in [true, false] {
+        let mut h = H::new();
+        h.two_teams();
+        h.node("n1", 8);
+        h.running_full(0, "u", "b", 0, &[("n1", 8)], resumable);
+        h.submit(0, "w", "a", 8, 3600);
+        let now = HOUR;
+        assert_eq!(
+            render(&h.step(now)),
+            vec![format!("order u for \"w\" by {}", now + 30 * SEC)]
+        );
+        // During the grace period nothing more is ordered, nobody is killed.
+        assert_eq!(h.decide(now + 30 * SEC - 1), vec![]);
+        assert_eq!(next_due(&h.state, now, &h.cfg), Some(now + 30 * SEC));
+        let out = h.step(now + 30 * SEC);
+        if resumable {
+            assert_eq!(render(&out), vec!["preempted u killed=true", "requeued u"]);
+            assert!(h.state.decision().job("u").is_some());
+        } else {
+            assert_eq!(render(&out), vec!["preempted u killed=true"]);
+            assert!(h.state.decision().job("u").is_none(), "it ended");
+        }
+        // The waiter now fits the free node; the decision service places it.
+        let d = fairshare_decision::domain::decide(h.state.decision(), now + 30 * SEC);
+        assert_eq!(d.placements[0].job_id, "w");
+        assert_eq!(h.decide(now + 31 * SEC), vec![]);
+    }
+}
+
+#[test]
+fn a_confirmation_before_the_deadline_ends_it_as_preempted() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "u", "b", 0, &[("n1", 8)]);
+    h.submit(0, "w", "a", 8, 3600);
+    h.step(HOUR);
+    h.confirm(HOUR + 10 * SEC, "u");
+    assert_eq!(render(&h.step(HOUR + 10 * SEC)), vec!["requeued u"]);
+    // No kill at the deadline: it is no longer running.
+    assert_eq!(h.decide(HOUR + 30 * SEC), vec![]);
+    assert!(h.state.orders().is_empty());
+}
+
+#[test]
+fn a_requeued_job_keeps_its_place_in_its_allocation() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "v", "b", 3600, &[("n1", 8)]);
+    h.submit(10 * MIN, "q", "b", 8, 3600);
+    h.submit(20 * MIN, "w", "a", 8, 3600);
+    let now = 2 * HOUR;
+    usage(&mut h, now, gpu_h(100.0));
+    assert_eq!(orders(&h.step(now)), vec![("v".into(), "w".into())]);
+    h.confirm(now + 5 * SEC, "v");
+    assert_eq!(render(&h.step(now + 5 * SEC)), vec!["requeued v"]);
+    let queue: Vec<String> = h.state.decision().queues()["b"]
+        .allocated
+        .keys()
+        .map(|k| k.job_id.to_string())
+        .collect();
+    // v was submitted before q and is back ahead of it.
+    assert_eq!(queue, vec!["v", "q"]);
+    assert_eq!(h.state.decision().job("v").unwrap().submitted_ms, 0);
+}
+
+#[test]
+fn a_cordoned_node_drains_without_violating_any_minimum_runtime() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "u", "b", 0, &[("n1", 2)]);
+    h.running(0, "x", "b", 3600, &[("n1", 2)]);
+    h.running_full(30 * MIN, "y", "a", 2 * 3600, &[("n1", 4)], false);
+    h.cordon(10 * MIN, "n1");
+    // Unallocated work goes at once; the rest waits for its minimum runtime.
+    assert_eq!(victims(&h.step(10 * MIN)), vec!["u"]);
+    h.confirm(10 * MIN + 20 * SEC, "u");
+    assert_eq!(render(&h.step(10 * MIN + 20 * SEC)), vec!["requeued u"]);
+    assert_eq!(next_due(&h.state, 10 * MIN + 20 * SEC, &h.cfg), Some(HOUR));
+    assert_eq!(h.decide(HOUR - 1), vec![]);
+    assert_eq!(victims(&h.step(HOUR)), vec!["x"]);
+    h.confirm(HOUR + 10 * SEC, "x");
+    // x is requeued; it waits (the only node is cordoned) and preempts nobody.
+    assert_eq!(render(&h.step(HOUR + 10 * SEC)), vec!["requeued x"]);
+    let y_end = 30 * MIN + 2 * HOUR;
+    assert_eq!(next_due(&h.state, HOUR + 10 * SEC, &h.cfg), Some(y_end));
+    assert_eq!(h.decide(y_end - 1), vec![]);
+    assert_eq!(victims(&h.step(y_end)), vec!["y"]);
+    // Killed at the deadline, not resumable: it ends, and the node is empty.
+    assert_eq!(
+        render(&h.step(y_end + 30 * SEC)),
+        vec!["preempted y killed=true"]
+    );
+    assert_eq!(render(&h.step(y_end + 30 * SEC)), vec!["drained n1"]);
+    assert!(h.state.decision().load("n1").is_none());
+    // Reported once.
+    assert_eq!(h.decide(y_end + HOUR), vec![]);
+}
+
+#[test]
+fn uncordon_stops_the_drain() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "x", "b", 3600, &[("n1", 8)]);
+    h.cordon(0, "n1");
+    assert_eq!(h.decide(30 * MIN), vec![]);
+    h.uncordon(30 * MIN, "n1");
+    assert_eq!(h.decide(HOUR), vec![]);
+    assert_eq!(h.decide(10 * HOUR), vec![]);
+}
+
+#[test]
+fn an_empty_cordoned_node_is_reported_drained_once_per_cordon() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.cordon(0, "n1");
+    assert_eq!(render(&h.step(MIN)), vec!["drained n1"]);
+    assert_eq!(h.decide(2 * MIN), vec![]);
+    h.uncordon(3 * MIN, "n1");
+    h.cordon(4 * MIN, "n1");
+    assert_eq!(render(&h.decide(5 * MIN)), vec!["drained n1"]);
+}
+
+#[test]
+fn maintenance_at_t_is_respected() {
+    let t = 3 * HOUR;
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.node("n2", 8);
+    h.running(0, "x", "b", 3600, &[("n1", 4)]);
+    h.maintenance(10 * MIN, &["n1"], t, t + HOUR);
+    // The decision service places only work whose protection ends by T on n1: a 1 h job goes
+    // to n1 (best fit), a 4 h job to n2.
+    h.submit(HOUR, "short", "a", 4, 3600);
+    h.submit(HOUR, "long", "a", 4, 4 * 3600);
+    let d = fairshare_decision::domain::decide(h.state.decision(), HOUR);
+    let mut placed: Vec<(String, String)> = d
+        .placements
+        .iter()
+        .map(|p| (p.job_id.to_string(), p.nodes[0].node.to_string()))
+        .collect();
+    placed.sort();
+    assert_eq!(
+        placed,
+        vec![
+            ("long".to_string(), "n2".to_string()),
+            ("short".to_string(), "n1".to_string())
+        ]
+    );
+    h.place(HOUR, "short", &[("n1", 4)]);
+    h.start(HOUR, "short");
+    h.place(HOUR, "long", &[("n2", 4)]);
+    h.start(HOUR, "long");
+    // What still runs on n1 is ordered off grace before T, so it is gone by T.
+    // Nothing waits, so the next thing due is the window (not a protection end).
+    assert_eq!(next_due(&h.state, HOUR, &h.cfg), Some(t - 30 * SEC));
+    assert_eq!(h.decide(t - 30 * SEC - 1), vec![]);
+    let out = h.decide(t - 30 * SEC);
+    assert_eq!(
+        render(&out),
+        vec![
+            format!("order short for \"\" by {t}"),
+            format!("order x for \"\" by {t}"),
+        ]
+    );
+    let Body::PreemptionOrdered(p) = &out[0] else {
+        unreachable!()
+    };
+    assert!(p.reason.starts_with("maintenance"), "{}", p.reason);
+    assert!(!p.reason.contains("minimum runtime"), "{}", p.reason);
+}
+
+#[test]
+fn maintenance_scheduled_inside_a_protection_says_so() {
+    let t = 3 * HOUR;
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "y", "b", 8 * 3600, &[("n1", 8)]);
+    h.maintenance(HOUR, &["n1"], t, t + HOUR);
+    let out = h.decide(t - 30 * SEC);
+    let Some(Body::PreemptionOrdered(p)) = out.first() else {
+        panic!("{out:?}")
+    };
+    assert_eq!(p.job_id, "y");
+    assert!(
+        p.reason.contains("inside the job's minimum runtime"),
+        "{}",
+        p.reason
+    );
+}
+
+#[test]
+fn multi_node_waiters_get_whole_nodes() {
+    let mut h = H::new();
+    h.two_teams();
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    h.running(0, "u", "b", 0, &[("n1", 8)]);
+    h.running(0, "x", "b", 1800, &[("n2", 8)]);
+    h.running(0, "p", "b", 8 * 3600, &[("n3", 8)]);
+    h.submit_full(0, "w", "a", 2, 8, 3600, 0, true);
+    let now = 2 * HOUR + 10 * MIN;
+    usage(&mut h, now, gpu_h(100.0));
+    let plan = select_victims(&h.state, "w", now, &h.cfg).unwrap();
+    assert_eq!(plan.nodes, vec!["n1", "n2"]);
+    assert_eq!(plan.lost_gpu_ms, 2 * 8 * 10 * MIN as u128);
+    assert_eq!(victims(&h.decide(now)), vec!["u", "x"]);
+}
+
+#[test]
+fn a_multi_node_victim_is_paid_for_once() {
+    let mut h = H::new();
+    h.two_teams();
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    // m spans n1 and n2 (16 GPUs, 10 min past a checkpoint: 160 GPU-min); s alone holds n3
+    // (8 GPUs, 25 min: 200 GPU-min). Counted per node m would look dearer (160 twice).
+    h.running(0, "m", "b", 1800, &[("n1", 8), ("n2", 8)]);
+    h.running(HOUR + 45 * MIN, "s", "b", 0, &[("n3", 8)]);
+    h.submit_full(0, "w", "a", 2, 8, 3600, 0, true);
+    let now = 2 * HOUR + 10 * MIN;
+    usage(&mut h, now, gpu_h(100.0));
+    let plan = select_victims(&h.state, "w", now, &h.cfg).unwrap();
+    assert_eq!(plan.nodes, vec!["n1", "n2"]);
+    assert_eq!(plan.victims.len(), 1);
+    assert_eq!(plan.lost_gpu_ms, 16 * 10 * MIN as u128);
+}
+
+#[test]
+fn debug_waiters_are_reported_and_orders_carry_their_basis() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "u", "b", 0, &[("n1", 8)]);
+    h.submit(0, "dbg", "a", 1, 600);
+    let now = HOUR;
+    let mut out = h.decide(now);
+    let Some(Body::PreemptionOrdered(p)) = out.first() else {
+        panic!("{out:?}")
+    };
+    assert!(p.reason.contains("debug job dbg"), "{}", p.reason);
+    let basis = p.basis.unwrap();
+    assert_eq!(
+        (basis.through_sequence, basis.computed_at_ms, basis.cycle),
+        (h.seq(), now, 0)
+    );
+    stamp_cycle(&mut out, 42);
+    let Some(Body::PreemptionOrdered(p)) = out.first() else {
+        unreachable!()
+    };
+    assert_eq!(p.basis.unwrap().cycle, 42);
+}
+
+#[test]
+fn a_waiter_that_cannot_be_helped_holds_the_line() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+    h.node("n1", 8);
+    h.node("n2", 8);
+    h.running(0, "p", "b", 8 * 3600, &[("n1", 8)]);
+    h.running(0, "u", "b", 0, &[("n2", 8)]);
+    // a ranks first and needs two whole nodes; n1 is protected. c's 1-GPU job could take u's
+    // GPUs, but they are what a waits for.
+    h.submit_full(0, "big", "a", 2, 8, 3600, 0, true);
+    h.submit(0, "small", "c", 1, 600);
+    let now = HOUR;
+    h.snapshot(
+        now,
+        &[
+            ("a", 0, ALLOC),
+            ("b", gpu_h(50.0), ALLOC),
+            ("c", gpu_h(1.0), ALLOC),
+        ],
+    );
+    assert_eq!(h.decide(now), vec![]);
+    assert!(matches!(
+        fair_share(&h.state, now, &h.cfg),
+        FairShare::Blocked(w) if w.job_id == "big"
+    ));
+}
+
+#[test]
+fn a_waiter_no_node_can_take_does_not_block_the_others() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+    h.node("n1", 8);
+    h.node("n2", 8);
+    h.cordon(0, "n2");
+    h.running(0, "u", "b", 0, &[("n1", 8)]);
+    // Two whole 8-GPU nodes never exist uncordoned: a's job cannot be helped by victims.
+    h.submit_full(0, "big", "a", 2, 8, 3600, 0, true);
+    h.submit(0, "small", "c", 1, 600);
+    let now = HOUR;
+    h.snapshot(
+        now,
+        &[
+            ("a", 0, ALLOC),
+            ("b", gpu_h(50.0), ALLOC),
+            ("c", gpu_h(1.0), ALLOC),
+        ],
+    );
+    assert_eq!(orders(&h.decide(now)), vec![("u".into(), "small".into())]);
+}
+
+#[test]
+fn config_is_validated() {
+    assert_eq!(Config::default().validate(), Ok(()));
+    let bad = Config {
+        checkpoint_interval_ms: 0,
+        ..Config::default()
+    };
+    assert!(bad.validate().is_err());
+    let bad = Config {
+        grace_ms: -1,
+        ..Config::default()
+    };
+    assert!(bad.validate().is_err());
+}

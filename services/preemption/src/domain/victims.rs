@@ -1,0 +1,662 @@
+//! Victim selection for fair share (SPEC section 2, "Placement and preemption").
+//!
+//! Place in the flow: [`crate::domain::decide_preemptions`] calls [`fair_share`] once per call.
+//! It walks the waiting allocated jobs in the decision service's order (Fair Tree over the same
+//! folded state, charging each job as it is given GPUs, exactly like the decision cycle) and
+//! stops at the first one that the free and soon-free GPUs cannot hold: the *waiter*. For it,
+//! it looks for running jobs to order off ([`select_victims`] does the same for a named job).
+//! Victims are ordered for at most one waiter per call; once their orders are folded, their
+//! GPUs count as soon free, the waiter fits, and the next call moves on to the next waiter. A
+//! waiter that cannot be helped stops the walk (head of line, like the decision service's
+//! single reservation: work behind it must not take the GPUs it is waiting for). A waiter that
+//! no usable node could ever hold (cordons, maintenance) is skipped instead.
+//!
+//! Who may be a victim for a waiter of allocation `A` (nothing else ever is):
+//! - an unallocated job (minimum runtime 0): always;
+//! - an allocated job of allocation `V != A` that is past its minimum runtime (`now >= start +
+//!   min(min_runtime, cap)`), if `V` ranks below `A` in the Fair Tree order computed *after*
+//!   charging `A` the waiter's `GPUs x minimum runtime` (its projected usage once placed), and
+//!   the hysteresis rule holds;
+//! - a job of an allocation no longer in the budget tree, past its minimum runtime (it has no
+//!   claim, so it ranks below every allocation);
+//! - never a job inside its minimum runtime, never a job already ordered off (its GPUs already
+//!   count as free).
+//!
+//! Why charging first rules out ping-pong: if `A`'s job preempts `V`'s job, `A` ranks before
+//! `V` even with the waiter's whole protected run counted. For `V` to take GPUs back from `A`,
+//! `V` (plus its own waiter's charge) must rank before `A`, which needs `A`'s usage to grow
+//! beyond what it was charged (real running time, or more work placed) or `V`'s to shrink.
+//! Ranking usage only shrinks when old usage slides out of the window or a job ends before its
+//! minimum runtime, neither of which the preemption itself causes (victims are past their
+//! minimum runtime). The property test in `tests/cycles.rs` checks this on random workloads.
+//!
+//! Hysteresis ([`crate::domain::Config::hysteresis_permille`], `m`): let `a` and `v` be the
+//! siblings where the paths of `A` and `V` part in the budget tree. The victim qualifies only if
+//! `ratio(v) >= ratio(a) x (1 + m/1000)`, with `a` already charged, ratios being usage over
+//! allocated time (or over share when the group is compared by share, as in ranking); a `v`
+//! with share 0 (no claim) always qualifies. So work is rotated only when the gap is worth a
+//! restart, not at every small change of rank.
+//!
+//! Which victims, among those allowed: only on nodes the waiter may use, and only sets after
+//! which it fits, checked by an independent recount before anything is returned.
+//! - Single-node waiter: on each usable node, the cheapest set of victims whose GPUs there
+//!   cover the shortfall (an exact 0/1 covering knapsack over the node's few holdings); then the
+//!   cheapest node, ties by node name.
+//! - Multi-node waiter: nodes of exactly its GPUs per node, every holding of which may be a
+//!   victim; greedily the node that adds the least cost (a multi-node victim freeing several
+//!   nodes is paid for once). Exact when victims are single-node; a heuristic otherwise.
+//! - Cost, compared in this order: GPU-ms of lost work ([`crate::domain::contract`]), then the
+//!   number of allocated victims (unallocated work goes first on ties), then the number of
+//!   victims.
+
+use std::collections::{BTreeMap, HashMap};
+
+use fairshare_decision::domain::rank::leaf_usage;
+use fairshare_decision::domain::state::{Job, JobStatus, Placed};
+use fairshare_decision::domain::{FairTree, cmp_ratio};
+use fairshare_model::budget::{AccountId, BudgetTree};
+use fairshare_model::shape::Shape;
+
+use super::config::Config;
+use super::contract;
+use super::state::PreemptionState;
+use super::view::{View, is_ordered_off};
+
+/// The waiting job victims are chosen for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiter<'s> {
+    /// The job.
+    pub job_id: &'s str,
+    /// Its allocation.
+    pub allocation: &'s str,
+    /// Nodes and GPUs per node.
+    pub shape: Shape,
+    /// Its minimum runtime, capped.
+    pub min_runtime_ms: i64,
+    /// Whether it is a debug job ([`contract::is_debug`]).
+    pub debug: bool,
+}
+
+/// A running job to order off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Victim<'s> {
+    /// The job.
+    pub job_id: &'s str,
+    /// Its allocation.
+    pub allocation: &'s str,
+    /// Whether it is unallocated work.
+    pub unallocated: bool,
+    /// GPUs it holds in all.
+    pub gpus: u64,
+    /// Work a preemption now throws away, GPU-ms.
+    pub lost_gpu_ms: u128,
+}
+
+/// Victims for one waiter, and where it will fit once they are gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VictimPlan<'s> {
+    /// The waiting job.
+    pub waiter: Waiter<'s>,
+    /// The nodes it fits on afterwards.
+    pub nodes: Vec<&'s str>,
+    /// The victims, by job id.
+    pub victims: Vec<Victim<'s>>,
+    /// Their lost work in all, GPU-ms.
+    pub lost_gpu_ms: u128,
+}
+
+/// What the fair-share walk found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FairShare<'s> {
+    /// Every waiting allocated job fits the free and soon-free GPUs (or could never fit).
+    NothingToDo,
+    /// The first job that does not fit, and the victims that make it fit.
+    Preempt(VictimPlan<'s>),
+    /// The first job that does not fit cannot be helped without breaking a rule.
+    Blocked(Waiter<'s>),
+}
+
+/// Why no victims were chosen for a named job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoVictims {
+    /// No such job is live in this cluster.
+    #[error("no live job {0:?}")]
+    UnknownJob(String),
+    /// The job is not queued.
+    #[error("job {0:?} is not waiting")]
+    NotWaiting(String),
+    /// Unallocated work never preempts.
+    #[error("job {0:?} is unallocated; unallocated work never preempts")]
+    Unallocated(String),
+    /// No budget tree is in force, so nothing can be ranked.
+    #[error("no budget tree is set for the cluster")]
+    NoBudgetTree,
+    /// The job's allocation is not in the budget tree.
+    #[error("allocation {0:?} is not in the budget tree")]
+    UnknownAllocation(String),
+    /// No set of allowed victims lets the job fit.
+    #[error("no set of preemptible jobs would let job {0:?} fit")]
+    WouldNotFit(String),
+    /// The job fits the free (or soon free) GPUs already; nobody needs to be ordered off.
+    #[error("job {0:?} fits without preempting anyone")]
+    AlreadyFits(String),
+}
+
+/// Lexicographic cost of a victim set: lost GPU-ms, allocated victims, victims.
+type Cost = (u128, u32, u32);
+
+fn add(a: Cost, b: Cost) -> Cost {
+    (a.0.saturating_add(b.0), a.1 + b.1, a.2 + b.2)
+}
+
+/// Allocation `id`'s ancestors and itself, root first.
+fn path(tree: &BudgetTree, id: AccountId) -> Vec<AccountId> {
+    let mut out = vec![id];
+    let mut cur = tree.accounts[id].parent;
+    while let Some(p) = cur {
+        out.push(p);
+        cur = tree.accounts[p].parent;
+    }
+    out.reverse();
+    out
+}
+
+/// The rank rule for one waiter: Fair Tree order after charging its allocation.
+struct RankRule<'t> {
+    tree: &'t BudgetTree,
+    charged: FairTree<'t>,
+    pos: Vec<usize>,
+    waiter_path: Vec<AccountId>,
+    margin_permille: u32,
+}
+
+impl<'t> RankRule<'t> {
+    fn new(
+        base: &FairTree<'t>,
+        tree: &'t BudgetTree,
+        leaf: AccountId,
+        charge: u128,
+        cfg: &Config,
+    ) -> Self {
+        let mut charged = base.clone();
+        charged.charge(leaf, charge);
+        let mut pos = vec![usize::MAX; tree.accounts.len()];
+        for (i, id) in charged.leaf_order().into_iter().enumerate() {
+            pos[id] = i;
+        }
+        RankRule {
+            tree,
+            charged,
+            pos,
+            waiter_path: path(tree, leaf),
+            margin_permille: cfg.hysteresis_permille,
+        }
+    }
+
+    /// Whether allocated work of allocation `v` may make room for the waiter.
+    fn allows(&self, v: AccountId) -> bool {
+        let Some(&a) = self.waiter_path.last() else {
+            return false;
+        };
+        if v == a || self.pos[v] <= self.pos[a] {
+            return false;
+        }
+        let victim_path = path(self.tree, v);
+        let Some(i) = (0..self.waiter_path.len().min(victim_path.len()))
+            .find(|&i| self.waiter_path[i] != victim_path[i])
+        else {
+            // One path contains the other: impossible for two distinct leaves.
+            return false;
+        };
+        self.beyond_margin(self.waiter_path[i], victim_path[i])
+    }
+
+    /// Hysteresis between siblings `a` (waiter's side) and `v` (victim's side).
+    fn beyond_margin(&self, a: AccountId, v: AccountId) -> bool {
+        let accounts = &self.tree.accounts;
+        let (share_a, share_v) = (accounts[a].share, accounts[v].share);
+        if share_v == 0 && share_a > 0 {
+            return true;
+        }
+        let (used_a, used_v) = (self.charged.used(a), self.charged.used(v));
+        let scale = 1000u128;
+        let widened = scale + u128::from(self.margin_permille);
+        let (den_a, den_v) = if share_a == 0 {
+            // Both without a claim: compared by usage alone, as ranking does.
+            (1, 1)
+        } else if self.by_time(a) {
+            (self.charged.allocated(a), self.charged.allocated(v))
+        } else {
+            (u128::from(share_a), u128::from(share_v))
+        };
+        cmp_ratio(
+            used_v.saturating_mul(scale),
+            den_v,
+            used_a.saturating_mul(widened),
+            den_a,
+        )
+        .is_ge()
+    }
+
+    /// Whether `id`'s sibling group is compared by allocated time (as [`FairTree`] does): every
+    /// sibling with a share has some allocated time, and one has a share.
+    fn by_time(&self, id: AccountId) -> bool {
+        let mut any = false;
+        for &s in self.tree.siblings(id) {
+            if self.tree.accounts[s].share > 0 {
+                if self.charged.allocated(s) == 0 {
+                    return false;
+                }
+                any = true;
+            }
+        }
+        any
+    }
+}
+
+/// A running job's standing as a possible victim for the current waiter.
+#[derive(Debug, Clone, Copy)]
+struct Candidate<'s> {
+    victim: Victim<'s>,
+    cost: Cost,
+}
+
+/// Decides, once per job, whether it may be a victim for the waiter.
+struct Judge<'a, 's> {
+    state: &'s PreemptionState,
+    rule: RankRule<'a>,
+    waiter_allocation: &'s str,
+    now: i64,
+    cfg: &'a Config,
+    /// Rank rule verdicts per allocation (by account id).
+    by_allocation: Vec<Option<bool>>,
+    /// Candidates per job id, for multi-node waiters (a multi-node victim is met on several
+    /// nodes). A hash map: only looked up, never iterated, so its order cannot leak into the
+    /// result; string-keyed B-tree lookups were most of the cost at 1,000 jobs.
+    by_job: HashMap<&'s str, Option<Candidate<'s>>>,
+}
+
+impl<'a, 's> Judge<'a, 's> {
+    /// The job as a candidate, looked up afresh (single-node waiters meet each job once).
+    fn fresh(&mut self, job_id: &'s str) -> Option<Candidate<'s>> {
+        self.state
+            .placed(job_id)
+            .and_then(|(job, placed)| self.judge(job_id, job, placed))
+    }
+
+    /// The job as a candidate, remembered across nodes.
+    fn candidate(&mut self, job_id: &'s str) -> Option<Candidate<'s>> {
+        if let Some(c) = self.by_job.get(job_id) {
+            return *c;
+        }
+        let c = self
+            .state
+            .placed(job_id)
+            .and_then(|(job, placed)| self.judge(job_id, job, placed));
+        self.by_job.insert(job_id, c);
+        c
+    }
+
+    fn judge(
+        &mut self,
+        job_id: &'s str,
+        job: &'s Job,
+        placed: &'s Placed,
+    ) -> Option<Candidate<'s>> {
+        if placed.preempt_deadline_ms.is_some() {
+            return None;
+        }
+        let mr = job.request.min_runtime_ms;
+        let unallocated = contract::is_unallocated(mr);
+        if !unallocated {
+            if contract::is_protected(placed.start_ms, mr, self.now, self.cfg)
+                || *job.allocation == *self.waiter_allocation
+            {
+                return None;
+            }
+            let allowed = match self.rule.tree.allocation(&job.allocation) {
+                // No longer in the tree: no claim at all.
+                None => true,
+                Some(v) => match self.by_allocation[v] {
+                    Some(a) => a,
+                    None => {
+                        let a = self.rule.allows(v);
+                        self.by_allocation[v] = Some(a);
+                        a
+                    }
+                },
+            };
+            if !allowed {
+                return None;
+            }
+        }
+        let gpus: u64 = placed.nodes.iter().map(|(_, g)| u64::from(*g)).sum();
+        let lost = contract::lost_work_gpu_ms(
+            gpus,
+            placed.start_ms,
+            placed.started,
+            job.resumable,
+            self.now,
+            self.cfg,
+        );
+        Some(Candidate {
+            victim: Victim {
+                job_id,
+                allocation: &job.allocation,
+                unallocated,
+                gpus,
+                lost_gpu_ms: lost,
+            },
+            cost: (lost, u32::from(!unallocated), 1),
+        })
+    }
+}
+
+/// The cheapest victims on one node that free `shortfall` GPUs there: an exact covering
+/// knapsack over the node's holdings (a handful: at most one per GPU).
+fn cover(items: &[(u32, Candidate<'_>)], shortfall: u32) -> Option<(Cost, Vec<usize>)> {
+    let d = shortfall as usize;
+    // best[c]: cheapest cost to free at least c GPUs with the items seen so far.
+    let mut best: Vec<Option<Cost>> = vec![None; d + 1];
+    best[0] = Some((0, 0, 0));
+    let mut took = vec![vec![false; d + 1]; items.len()];
+    for (k, (gpus, cand)) in items.iter().enumerate() {
+        for c in (1..=d).rev() {
+            let from = c.saturating_sub(*gpus as usize);
+            if let Some(prev) = best[from] {
+                let with = add(prev, cand.cost);
+                if best[c].is_none_or(|b| with < b) {
+                    best[c] = Some(with);
+                    took[k][c] = true;
+                }
+            }
+        }
+    }
+    let cost = best[d]?;
+    // Walk the choices back from the full shortfall.
+    let mut chosen = Vec::new();
+    let mut c = d;
+    for k in (0..items.len()).rev() {
+        if c > 0 && took[k][c] {
+            chosen.push(k);
+            c = c.saturating_sub(items[k].0 as usize);
+        }
+    }
+    Some((cost, chosen))
+}
+
+fn single_node<'s>(
+    view: &View<'s>,
+    judge: &mut Judge<'_, 's>,
+    waiter: &Waiter<'s>,
+    protected_until: i64,
+) -> Option<(Vec<usize>, Vec<Candidate<'s>>)> {
+    let need = waiter.shape.gpus_per_node;
+    let mut best: Option<(Cost, usize, Vec<Candidate<'s>>)> = None;
+    for (i, node) in view.nodes.iter().enumerate() {
+        if node.capacity < need || !node.accepts(judge.now, protected_until) {
+            continue;
+        }
+        let shortfall = need.saturating_sub(node.available());
+        if shortfall == 0 {
+            return Some((vec![i], Vec::new()));
+        }
+        let items: Vec<(u32, Candidate<'s>)> = node
+            .holdings
+            .iter()
+            .filter_map(|(id, h)| judge.fresh(id).map(|c| (h.gpus, c)))
+            .collect();
+        let Some((cost, chosen)) = cover(&items, shortfall) else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|b| cost < b.0) {
+            best = Some((cost, i, chosen.iter().map(|&k| items[k].1).collect()));
+        }
+    }
+    best.map(|(_, i, victims)| (vec![i], victims))
+}
+
+fn multi_node<'s>(
+    view: &View<'s>,
+    judge: &mut Judge<'_, 's>,
+    waiter: &Waiter<'s>,
+    protected_until: i64,
+) -> Option<(Vec<usize>, Vec<Candidate<'s>>)> {
+    let gpn = waiter.shape.gpus_per_node;
+    // Usable nodes that can be made wholly free, with the victims that takes.
+    let mut options: Vec<(usize, Vec<Candidate<'s>>)> = Vec::new();
+    for (i, node) in view.nodes.iter().enumerate() {
+        if node.capacity != gpn || node.taken > 0 || !node.accepts(judge.now, protected_until) {
+            continue;
+        }
+        let mut victims = Vec::new();
+        let mut ok = true;
+        for (id, _) in node.holdings {
+            if is_ordered_off(judge.state, id) {
+                continue;
+            }
+            match judge.candidate(id) {
+                Some(c) => victims.push(c),
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            options.push((i, victims));
+        }
+    }
+    let k = waiter.shape.nodes as usize;
+    if options.len() < k {
+        return None;
+    }
+    let mut chosen_nodes = Vec::with_capacity(k);
+    let mut chosen: BTreeMap<&'s str, Candidate<'s>> = BTreeMap::new();
+    let mut used = vec![false; options.len()];
+    for _ in 0..k {
+        let mut pick: Option<(Cost, usize)> = None;
+        for (o, (_, victims)) in options.iter().enumerate() {
+            if used[o] {
+                continue;
+            }
+            let marginal = victims
+                .iter()
+                .filter(|c| !chosen.contains_key(c.victim.job_id))
+                .fold((0, 0, 0), |acc, c| add(acc, c.cost));
+            if pick.is_none_or(|p| marginal < p.0) {
+                pick = Some((marginal, o));
+            }
+        }
+        let (_, o) = pick?;
+        used[o] = true;
+        chosen_nodes.push(options[o].0);
+        for c in &options[o].1 {
+            chosen.insert(c.victim.job_id, *c);
+        }
+    }
+    chosen_nodes.sort_unstable();
+    Some((chosen_nodes, chosen.into_values().collect()))
+}
+
+/// Independent recount: with `victims` gone (and jobs already ordered off gone), does the
+/// waiter fit `nodes`? Nothing is ordered unless this holds.
+fn fits_after(
+    view: &View<'_>,
+    state: &PreemptionState,
+    nodes: &[usize],
+    victims: &[Candidate<'_>],
+    shape: Shape,
+) -> bool {
+    if nodes.len() != shape.nodes.max(1) as usize {
+        return false;
+    }
+    nodes.iter().all(|&i| {
+        let Some(node) = view.nodes.get(i) else {
+            return false;
+        };
+        let staying: u64 = node
+            .holdings
+            .iter()
+            .filter(|(id, _)| {
+                !is_ordered_off(state, id) && !victims.iter().any(|v| *v.victim.job_id == **id)
+            })
+            .map(|(_, h)| u64::from(h.gpus))
+            .sum();
+        let left = u64::from(node.capacity)
+            .saturating_sub(staying)
+            .saturating_sub(u64::from(node.taken));
+        if shape.nodes <= 1 {
+            left >= u64::from(shape.gpus_per_node)
+        } else {
+            node.capacity == shape.gpus_per_node && left == u64::from(node.capacity)
+        }
+    })
+}
+
+/// Chooses victims for `waiter` of allocation `leaf` against `view`, ranking with `base`.
+#[allow(clippy::too_many_arguments)]
+fn choose<'s, 't>(
+    state: &'s PreemptionState,
+    view: &View<'s>,
+    base: &FairTree<'t>,
+    tree: &'t BudgetTree,
+    leaf: AccountId,
+    waiter: Waiter<'s>,
+    now: i64,
+    cfg: &Config,
+) -> Result<VictimPlan<'s>, NoVictims> {
+    let would_not_fit = || NoVictims::WouldNotFit(waiter.job_id.to_owned());
+    let charge =
+        u128::from(waiter.shape.total_gpus()) * u128::try_from(waiter.min_runtime_ms).unwrap_or(0);
+    let mut judge = Judge {
+        state,
+        rule: RankRule::new(base, tree, leaf, charge, cfg),
+        waiter_allocation: waiter.allocation,
+        now,
+        cfg,
+        by_allocation: vec![None; tree.accounts.len()],
+        by_job: HashMap::new(),
+    };
+    let protected_until = now.saturating_add(waiter.min_runtime_ms);
+    let (nodes, mut victims) = if waiter.shape.nodes <= 1 {
+        single_node(view, &mut judge, &waiter, protected_until)
+    } else {
+        multi_node(view, &mut judge, &waiter, protected_until)
+    }
+    .ok_or_else(would_not_fit)?;
+    if victims.is_empty() {
+        return Err(NoVictims::AlreadyFits(waiter.job_id.to_owned()));
+    }
+    if !fits_after(view, state, &nodes, &victims, waiter.shape) {
+        return Err(would_not_fit());
+    }
+    victims.sort_by(|a, b| a.victim.job_id.cmp(b.victim.job_id));
+    victims.dedup_by(|a, b| a.victim.job_id == b.victim.job_id);
+    let lost = victims
+        .iter()
+        .fold(0u128, |acc, c| acc.saturating_add(c.victim.lost_gpu_ms));
+    Ok(VictimPlan {
+        waiter,
+        nodes: nodes
+            .iter()
+            .filter_map(|&i| view.nodes.get(i).map(|n| n.name))
+            .collect(),
+        victims: victims.into_iter().map(|c| c.victim).collect(),
+        lost_gpu_ms: lost,
+    })
+}
+
+fn waiter<'s>(job_id: &'s str, job: &'s Job, cfg: &Config) -> Waiter<'s> {
+    let mr = contract::effective_min_runtime_ms(job.request.min_runtime_ms, cfg);
+    Waiter {
+        job_id,
+        allocation: &job.allocation,
+        shape: job.request.shape,
+        min_runtime_ms: mr,
+        debug: contract::is_debug(job.request.shape.total_gpus(), mr, cfg),
+    }
+}
+
+/// Walks waiting allocated jobs in rank order and returns victims for the first one that does
+/// not fit (see the module doc).
+pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> FairShare<'s> {
+    let d = state.decision();
+    let Some(tree) = d.budget_tree() else {
+        return FairShare::NothingToDo;
+    };
+    let base = FairTree::new(tree, &leaf_usage(d, tree, now));
+    let mut walk = base.clone();
+    let mut view = View::new(state);
+    let mut cursors: Vec<Option<_>> = vec![None; tree.accounts.len()];
+    for (allocation, q) in d.queues() {
+        if let Some(id) = tree.allocation(allocation)
+            && !q.allocated.is_empty()
+        {
+            cursors[id] = Some(q.allocated.iter());
+            walk.set_pending(id);
+        }
+    }
+    while let Some(leaf) = walk.next_pending_leaf() {
+        let Some((key, _)) = cursors[leaf].as_mut().and_then(Iterator::next) else {
+            walk.exhaust(leaf);
+            continue;
+        };
+        let Some(job) = d.job(&key.job_id) else {
+            continue;
+        };
+        let w = waiter(&key.job_id, job, cfg);
+        let protected_until = now.saturating_add(w.min_runtime_ms);
+        if let Some(nodes) = view.find(w.shape, now, protected_until) {
+            view.take(&nodes, w.shape.gpus_per_node);
+            let charge =
+                u128::from(w.shape.total_gpus()) * u128::try_from(w.min_runtime_ms).unwrap_or(0);
+            walk.charge(leaf, charge);
+            continue;
+        }
+        if !view.could_ever_fit(w.shape, now, protected_until) {
+            // Cordons or maintenance keep it off every node big enough: victims cannot help,
+            // and it must not hold up the jobs behind it.
+            continue;
+        }
+        return match choose(state, &view, &base, tree, leaf, w, now, cfg) {
+            Ok(plan) => FairShare::Preempt(plan),
+            Err(_) => FairShare::Blocked(w),
+        };
+    }
+    FairShare::NothingToDo
+}
+
+/// Victims for the named waiting job alone, as if it were the first in line (no GPUs given to
+/// other waiters first). For operators ("what would it take to start this job?") and benches.
+pub fn select_victims<'s>(
+    state: &'s PreemptionState,
+    job_id: &str,
+    now: i64,
+    cfg: &Config,
+) -> Result<VictimPlan<'s>, NoVictims> {
+    let d = state.decision();
+    let Some((id, job)) = d.job(job_id).map(|j| (job_id, j)) else {
+        return Err(NoVictims::UnknownJob(job_id.to_owned()));
+    };
+    if job.status != JobStatus::Queued {
+        return Err(NoVictims::NotWaiting(id.to_owned()));
+    }
+    if contract::is_unallocated(job.request.min_runtime_ms) {
+        return Err(NoVictims::Unallocated(id.to_owned()));
+    }
+    let tree = d.budget_tree().ok_or(NoVictims::NoBudgetTree)?;
+    let leaf = tree
+        .allocation(&job.allocation)
+        .ok_or_else(|| NoVictims::UnknownAllocation(job.allocation.to_string()))?;
+    // Borrow the id from the state so the plan lives as long as the state.
+    let key = d
+        .queues()
+        .get(&job.allocation)
+        .and_then(|q| q.allocated.keys().find(|k| *k.job_id == *id))
+        .ok_or_else(|| NoVictims::NotWaiting(id.to_owned()))?;
+    let base = FairTree::new(tree, &leaf_usage(d, tree, now));
+    let view = View::new(state);
+    let w = waiter(&key.job_id, job, cfg);
+    choose(state, &view, &base, tree, leaf, w, now, cfg)
+}
