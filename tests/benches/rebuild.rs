@@ -127,23 +127,15 @@ async fn rebuild(js: &jetstream::Context) -> anyhow::Result<(usize, f64, UsageFo
     let start = Instant::now();
     let mut fold = UsageFold::new(FoldConfig::default());
     let mut follower = Follower::start(js, 1, log_filters(None)).await?;
-    let mut n = 0;
-    while let Some(entry) = follower.next().await {
-        let entry = entry?;
-        n += 1;
-        match &entry.event {
-            Ok(event) => {
-                fold.apply(entry.sequence, event);
-            }
-            Err(_) => {
-                fold.apply(entry.sequence, &pb::Event::default());
-            }
-        }
-        if entry.pending == 0 {
-            break;
-        }
-    }
-    Ok((n, start.elapsed().as_secs_f64(), fold))
+    let n = follower
+        .catch_up(|entry| {
+            match &entry.event {
+                Ok(event) => fold.apply(entry.sequence, event),
+                Err(_) => fold.apply(entry.sequence, &pb::Event::default()),
+            };
+        })
+        .await?;
+    Ok((n as usize, start.elapsed().as_secs_f64(), fold))
 }
 
 #[tokio::main]

@@ -87,15 +87,12 @@ async fn from_scratch(stack: &Stack, now: i64) -> pb::UsageReport {
     let mut follower = Follower::start(&stack.js, 1, shell::log_filters(None))
         .await
         .unwrap();
-    if follower.pending_at_start > 0 {
-        while let Some(entry) = follower.next().await {
-            let entry = entry.unwrap();
+    follower
+        .catch_up(|entry| {
             fold.apply(entry.sequence, &entry.event.unwrap());
-            if entry.pending == 0 {
-                break;
-            }
-        }
-    }
+        })
+        .await
+        .unwrap();
     let q = pb::UsageQuery {
         cluster: CLUSTER.into(),
         ..Default::default()

@@ -90,6 +90,28 @@ impl Follower {
         })
     }
 
+    /// Delivers every entry that existed when the follower started to `apply`, in order, and
+    /// returns how many there were. This is how each service folds the log to its end before it
+    /// serves.
+    pub async fn catch_up(&mut self, mut apply: impl FnMut(LogEntry)) -> Result<u64, FollowError> {
+        if self.pending_at_start == 0 {
+            return Ok(0);
+        }
+        let mut applied = 0;
+        while let Some(entry) = self.next().await {
+            let entry = entry?;
+            let done = entry.pending == 0;
+            apply(entry);
+            applied += 1;
+            if done {
+                return Ok(applied);
+            }
+        }
+        Err(FollowError::Delivery(
+            "connection closed during catch-up".into(),
+        ))
+    }
+
     /// The next entry; waits for one to be published. `None` when the connection is closed.
     pub async fn next(&mut self) -> Option<Result<LogEntry, FollowError>> {
         let message = match self.messages.next().await? {

@@ -167,17 +167,7 @@ impl Service {
         let from = resumed_from + 1;
         let mut follower =
             Follower::start(&js, from, log_filters(config.cluster.as_deref())).await?;
-        let mut applied = 0u64;
-        if follower.pending_at_start > 0 {
-            while let Some(entry) = follower.next().await {
-                let entry = entry?;
-                apply(&mut fold, &entry);
-                applied += 1;
-                if entry.pending == 0 {
-                    break;
-                }
-            }
-        }
+        let applied = follower.catch_up(|entry| apply(&mut fold, &entry)).await?;
         tracing::info!(from, applied, last = fold.last_applied(), "log folded");
         let usage_subject = match &config.cluster {
             Some(c) => subjects::usage_api(c),

@@ -244,23 +244,12 @@ impl Service {
             vec![subjects::cluster_events(&config.cluster)],
         )
         .await?;
-        let mut applied = 0u64;
-        if follower.pending_at_start > 0 {
-            loop {
-                let Some(entry) = follower.next().await else {
-                    return Err(ServiceError::FollowerStopped(
-                        "connection closed during catch-up".into(),
-                    ));
-                };
-                let entry = entry?;
+        let applied = follower
+            .catch_up(|entry| {
                 report_undecodable(&entry);
                 fold.apply(&entry);
-                applied += 1;
-                if entry.pending == 0 {
-                    break;
-                }
-            }
-        }
+            })
+            .await?;
         tracing::info!(
             cluster = config.cluster,
             resumed_from,

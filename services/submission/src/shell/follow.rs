@@ -28,20 +28,10 @@ fn apply(shared: &Shared, entry: LogEntry) {
 
 /// Folds until the follower has delivered every entry that existed when it started.
 pub(super) async fn catch_up(shared: &Shared, follower: &mut Follower) -> Result<(), FollowError> {
-    if follower.pending_at_start == 0 {
-        return Ok(());
-    }
-    while let Some(entry) = follower.next().await {
-        let entry = entry?;
-        let done = entry.pending == 0;
-        apply(shared, entry);
-        if done {
-            return Ok(());
-        }
-    }
-    Err(FollowError::Delivery(
-        "connection closed during catch-up".into(),
-    ))
+    follower
+        .catch_up(|entry| apply(shared, entry))
+        .await
+        .map(|_| ())
 }
 
 /// Folds new entries as they are appended, until the connection closes.
