@@ -10,7 +10,8 @@ use clap::Parser;
 use fairshare_accounting::domain::FoldConfig;
 use fairshare_accounting::shell::{self, Config};
 use fairshare_model::duration::parse_duration;
-use fairshare_runtime::{clock::SystemClock, nats, shutdown, telemetry};
+use fairshare_runtime::cli::NatsArgs;
+use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 
 /// The fairshare accounting service.
 ///
@@ -22,16 +23,8 @@ use fairshare_runtime::{clock::SystemClock, nats, shutdown, telemetry};
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Args {
-    /// NATS server to connect to.
-    #[arg(
-        long,
-        env = "FAIRSHARE_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    nats_url: String,
-    /// NATS credentials file for this service.
-    #[arg(long, env = "FAIRSHARE_NATS_CREDS")]
-    nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    nats: NatsArgs,
     /// Usage lookback window, e.g. 7d, 36h.
     #[arg(long, env = "FAIRSHARE_WINDOW", default_value = "7d", value_parser = parse_duration)]
     window: std::time::Duration,
@@ -77,12 +70,7 @@ async fn main() -> anyhow::Result<()> {
         stream_replicas: args.stream_replicas,
         ..Config::new(args.checkpoint_dir)
     };
-    let client = nats::connect(
-        &args.nats_url,
-        "fairshare-accounting",
-        args.nats_creds.as_deref(),
-    )
-    .await?;
+    let client = args.nats.connect("fairshare-accounting").await?;
     shell::run(client, config, Arc::new(SystemClock), shutdown::signal()).await?;
     Ok(())
 }

@@ -9,7 +9,8 @@ use anyhow::Context;
 use clap::Parser;
 use fairshare_decision::shell::{self, Config, audit_log};
 use fairshare_model::duration::parse_duration;
-use fairshare_runtime::{clock::SystemClock, nats, shutdown, telemetry};
+use fairshare_runtime::cli::NatsArgs;
+use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 
 /// The fairshare decision service of one GPU cluster.
 ///
@@ -21,16 +22,8 @@ use fairshare_runtime::{clock::SystemClock, nats, shutdown, telemetry};
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Args {
-    /// NATS server to connect to.
-    #[arg(
-        long,
-        env = "FAIRSHARE_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    nats_url: String,
-    /// NATS credentials file for this service (per-service users in deploy/).
-    #[arg(long, env = "FAIRSHARE_NATS_CREDS")]
-    nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    nats: NatsArgs,
     /// The GPU cluster this instance decides for.
     #[arg(long, env = "FAIRSHARE_CLUSTER")]
     cluster: String,
@@ -66,12 +59,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init("fairshare-decision");
     anyhow::ensure!(!args.cycle_every.is_zero(), "--cycle-every must be above 0");
-    let client = nats::connect(
-        &args.nats_url,
-        "fairshare-decision",
-        args.nats_creds.as_deref(),
-    )
-    .await?;
+    let client = args.nats.connect("fairshare-decision").await?;
     if args.audit {
         let js = async_nats::jetstream::new(client);
         let report = audit_log(&js, &args.cluster)

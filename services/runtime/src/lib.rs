@@ -5,6 +5,7 @@
 //!
 //! - [`admin`]: appending budget trees and node registrations.
 //! - [`checkpoint`]: the sled checkpoint (state plus last applied sequence), a cache of the fold.
+//! - [`cli`]: the NATS flags every binary shares.
 //! - [`clock`]: the injected clock (system time in production, a manual clock in tests).
 //! - [`nats`]: connecting, and creating or updating the JetStream streams of
 //!   [`fairshare_events::streams`].
@@ -15,6 +16,7 @@
 
 pub mod admin;
 pub mod checkpoint;
+pub mod cli;
 pub mod clock;
 pub mod envelope;
 pub mod log;

@@ -1,13 +1,13 @@
 //! `fairshare-submission`: validates launcher submissions and cancellations and appends them to
 //! the event log. See `fairshare-submission --help`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
 use fairshare_model::duration::parse_duration;
-use fairshare_runtime::{clock::SystemClock, nats, shutdown, telemetry};
+use fairshare_runtime::cli::NatsArgs;
+use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 use fairshare_submission::{Config, domain::Limits};
 
 /// The fairshare submission service.
@@ -18,16 +18,8 @@ use fairshare_submission::{Config, domain::Limits};
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Args {
-    /// NATS server to connect to.
-    #[arg(
-        long,
-        env = "FAIRSHARE_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    nats_url: String,
-    /// NATS credentials file for this service (per-service users in deploy/).
-    #[arg(long, env = "FAIRSHARE_NATS_CREDS")]
-    nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    nats: NatsArgs,
     /// Longest minimum runtime accepted (the contract's cap), e.g. 8h, 90m.
     #[arg(long, env = "FAIRSHARE_MAX_MIN_RUNTIME", default_value = "8h", value_parser = parse_duration)]
     max_min_runtime: std::time::Duration,
@@ -46,12 +38,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init("fairshare-submission");
-    let client = nats::connect(
-        &args.nats_url,
-        "fairshare-submission",
-        args.nats_creds.as_deref(),
-    )
-    .await?;
+    let client = args.nats.connect("fairshare-submission").await?;
     let config = Config {
         limits: Limits {
             max_min_runtime_s: i64::try_from(args.max_min_runtime.as_secs())

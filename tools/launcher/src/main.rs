@@ -10,7 +10,8 @@ use clap::Parser;
 use fairshare_events::{codec, pb, subjects};
 use fairshare_launcher::{runner, workload};
 use fairshare_model::duration::parse_duration;
-use fairshare_runtime::{clock::SystemClock, nats, shutdown, telemetry};
+use fairshare_runtime::cli::NatsArgs;
+use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 
 /// Demo launcher for a simulated cluster.
 ///
@@ -20,16 +21,8 @@ use fairshare_runtime::{clock::SystemClock, nats, shutdown, telemetry};
 #[derive(Debug, Clone, Parser)]
 #[command(version, about, long_about)]
 struct Args {
-    /// NATS server to connect to.
-    #[arg(
-        long,
-        env = "FAIRSHARE_NATS_URL",
-        default_value = "nats://127.0.0.1:4222"
-    )]
-    nats_url: String,
-    /// NATS credentials file (launchers get a user that cannot publish decisions or budgets).
-    #[arg(long, env = "FAIRSHARE_NATS_CREDS")]
-    nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    nats: NatsArgs,
     /// The cluster this launcher runs jobs on.
     #[arg(long, env = "FAIRSHARE_CLUSTER", default_value = "demo")]
     cluster: String,
@@ -102,12 +95,7 @@ async fn submit_trace(
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     telemetry::init("fairshare-demo-launcher");
-    let client = nats::connect(
-        &args.nats_url,
-        "fairshare-demo-launcher",
-        args.nats_creds.as_deref(),
-    )
-    .await?;
+    let client = args.nats.connect("fairshare-demo-launcher").await?;
     if let Some(path) = args.trace.clone() {
         anyhow::ensure!(!args.allocations.is_empty(), "--trace needs --allocations");
         let client = client.clone();
