@@ -8,7 +8,13 @@
 //!   [`domain::decide_preemptions()`]`(state, now, config)`, which returns the
 //!   `PreemptionOrdered`, `JobPreempted`, `JobRequeued` and `NodeDrained` bodies to append.
 //!
-//! The NATS shell (consumer, checkpoint, replay) is not part of this crate yet.
+//! - [`shell`] is the NATS side: [`shell::Service`] folds `fairshare.events.<cluster>.>` with
+//!   an ordered consumer, runs a pass on every change (debounced), at the next grace deadline
+//!   or end of a minimum runtime ([`domain::next_due()`]) and on a timer, and appends the
+//!   bodies with deterministic message ids and optimistic concurrency on the job's subjects.
+//!   Its module doc has the sequence diagram of how decision and preemption coordinate.
+//!   It keeps no sled checkpoint yet: every start replays the cluster's log from sequence 1.
+//! - The `fairshare-preemption` binary (`src/main.rs`) is a thin wrapper over [`shell::run`].
 //!
 //! ```
 //! use fairshare_events::pb::{self, event::Body};
@@ -58,3 +64,4 @@
 //! ```
 
 pub mod domain;
+pub mod shell;

@@ -14,8 +14,7 @@ pub struct NatsArgs {
         default_value = "nats://127.0.0.1:4222"
     )]
     pub nats_url: String,
-    /// NATS credentials file for this process (each service, launcher and operator gets its own
-    /// user, so a launcher cannot publish a decision or change budgets).
+    /// NATS credentials file for this process (none: connect without authentication).
     #[arg(long, env = "FAIRSHARE_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
 }
