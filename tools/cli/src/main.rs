@@ -23,7 +23,7 @@ struct Cli {
         default_value = "nats://127.0.0.1:4222"
     )]
     nats_url: String,
-    /// NATS credentials file (managers and operators get their own users; see deploy/).
+    /// NATS credentials file (none: connect without authentication).
     #[arg(long, global = true, env = "FAIRSHARE_NATS_CREDS")]
     nats_creds: Option<PathBuf>,
     #[command(subcommand)]
