@@ -1,0 +1,311 @@
+//! The NATS side of the preemption service: one instance per GPU cluster.
+//!
+//! Start-up ([`Service::start`]): put the streams in place, then fold the cluster's log
+//! (`fairshare.events.<cluster>.>`) from sequence 1 to its current end with a
+//! [`Follower`] (an ordered consumer, subscribed before `start` returns, so nothing published
+//! afterwards is missed). This step keeps **no sled checkpoint**: every start replays the whole
+//! log, which is correct (the state is a pure fold) but slower on a long log; a checkpoint like
+//! the decision service's is future work.
+//!
+//! Serving ([`Service::serve`]): one task owns the fold and the passes, so a pass always decides
+//! from a prefix of the log and names it exactly (`DecisionBasis.through_sequence`).
+//!
+//! - It keeps folding new entries; each accepted entry makes the state dirty.
+//! - A pass runs `debounce` after the first change since the last pass, at the time
+//!   [`next_due`] names (a grace deadline, the end of a minimum runtime while allocated work
+//!   waits, a drain or maintenance window becoming due), and every `pass_every` regardless.
+//! - A pass runs [`decide_preemptions`] at the clock's "now", stamps its cycle number (cycle
+//!   numbers continue from the highest any `PreemptionOrdered` in the log names) and appends the
+//!   bodies (see `publish` for subjects, message ids and optimistic concurrency).
+//! - **Barrier**: the next pass waits until the fold has applied every event the previous pass
+//!   got acknowledged. Otherwise it would not see its own orders and would order the same
+//!   victims (or more victims for the same waiter) again. An effect whose outcome is unknown
+//!   (timeout) is decided again after a pause: its deterministic message id and expected
+//!   sequence make a repeat land at most once.
+//!
+//! How decision and preemption coordinate, only through `FAIRSHARE_EVENTS` (time runs down):
+//!
+//! ```text
+//!  submission        decision              preemption (this)          launcher
+//!      │                 │                        │                       │
+//!      │─JobSubmitted───▶│ (waiter W of under-    │                       │
+//!      │  (W, debug)     │  served B: no free     │                       │
+//!      │                 │  GPU, stays queued)    │                       │
+//!      │                 │                        │ folds the same log:   │
+//!      │                 │                        │ W waits; victim V of  │
+//!      │                 │                        │ over-served A is past │
+//!      │                 │                        │ its min runtime and W │
+//!      │                 │                        │ fits once V is gone   │
+//!      │                 │◀──PreemptionOrdered────┤──────────────────────▶│
+//!      │                 │  {V, for W,            │                       │ stops V
+//!      │                 │   deadline=now+grace}  │                       │
+//!      │                 │ (counts V's GPUs as    │                       │
+//!      │                 │  free from deadline)   │                       │
+//!      │                 │                        │                       │
+//!      │                 │◀──────────JobPreempted{V, killed:false}────────┤ (confirms)
+//!      │                 │   ...or, if no confirmation by the deadline:   │
+//!      │                 │◀──JobPreempted{V, killed:true}─┤               │
+//!      │                 │                        │                       │
+//!      │                 │ V's GPUs free: cycle   │ V resumable:          │
+//!      │                 │◀──JobRequeued{V}───────┤ (keeps its place)     │
+//!      │                 ├──JobPlaced{W}─────────────────────────────────▶│
+//!      │                 │                        │                       │ starts W
+//!      │                 │◀──────────────────JobStarted{W}────────────────┤
+//!      │                 │ V queued again in A's  │                       │
+//!      │                 │ queue at its old place │                       │
+//! ```
+//!
+//! Every writer of a job's events appends with the job's newest sequence as the expected one
+//! (`Nats-Expected-Last-Subject-Sequence` over `…job.<id>.*`), so the launcher's confirmation
+//! and this service's kill cannot both land, and a job is never ordered off twice.
+
+mod fold;
+mod publish;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use fairshare_events::subjects;
+use fairshare_runtime::clock::Clock;
+use fairshare_runtime::log::{FollowError, Follower, LogEntry};
+use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
+use tokio::time::Instant;
+
+use crate::domain::{self, decide_preemptions, into_events, next_due, stamp_cycle};
+pub use fold::ShellFold;
+
+/// How long to wait before deciding again after an effect of unknown outcome.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// How the service runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The GPU cluster this instance preempts for.
+    pub cluster: String,
+    /// The contract and grace policy.
+    pub policy: domain::Config,
+    /// A change-driven pass runs this long after the first change since the last pass.
+    pub debounce: Duration,
+    /// A pass runs at least this often, changes or not.
+    pub pass_every: Duration,
+    /// Replicas for streams this service creates (1 on a single server, 3 on a cluster).
+    pub stream_replicas: usize,
+}
+
+impl Config {
+    /// Defaults (default policy, 20 ms debounce, a pass at least every 5 s) for `cluster`.
+    pub fn new(cluster: impl Into<String>) -> Self {
+        Self {
+            cluster: cluster.into(),
+            policy: domain::Config::default(),
+            debounce: Duration::from_millis(20),
+            pass_every: Duration::from_secs(5),
+            stream_replicas: 1,
+        }
+    }
+}
+
+/// Why the service stopped or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The cluster name cannot be a subject token.
+    #[error("invalid cluster name {0:?}: use letters, digits, '-' and '_'")]
+    InvalidCluster(String),
+    /// The policy is unusable.
+    #[error(transparent)]
+    Config(#[from] domain::ConfigError),
+    /// The streams could not be created or updated.
+    #[error(transparent)]
+    Streams(#[from] StreamSetupError),
+    /// The log could not be followed.
+    #[error(transparent)]
+    Follow(#[from] FollowError),
+    /// The log follower stopped (connection closed).
+    #[error("the log follower stopped: {0}")]
+    FollowerStopped(String),
+}
+
+/// A started service: its fold is at the log's end as of start-up.
+pub struct Service {
+    config: Config,
+    js: jetstream::Context,
+    follower: Follower,
+    fold: ShellFold,
+    clock: Arc<dyn Clock>,
+    next_cycle: u64,
+}
+
+fn report_undecodable(entry: &LogEntry) {
+    if let Err(e) = &entry.event {
+        tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry does not decode, folded as empty: {e}");
+    }
+}
+
+impl Service {
+    /// Sets up streams and folds the cluster's log to its current end.
+    pub async fn start(
+        client: async_nats::Client,
+        config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, ServiceError> {
+        if !subjects::is_valid_token(&config.cluster) {
+            return Err(ServiceError::InvalidCluster(config.cluster));
+        }
+        config.policy.validate()?;
+        let js = jetstream::new(client);
+        ensure_streams(&js, config.stream_replicas).await?;
+        let mut fold = ShellFold::new(&config.cluster);
+        let mut follower =
+            Follower::start(&js, 1, vec![subjects::cluster_events(&config.cluster)]).await?;
+        if follower.pending_at_start > 0 {
+            loop {
+                let Some(entry) = follower.next().await else {
+                    return Err(ServiceError::FollowerStopped(
+                        "connection closed during catch-up".into(),
+                    ));
+                };
+                let entry = entry?;
+                report_undecodable(&entry);
+                fold.apply(&entry);
+                if entry.pending == 0 {
+                    break;
+                }
+            }
+        }
+        tracing::info!(
+            cluster = config.cluster,
+            last_sequence = fold.last_applied(),
+            outstanding_orders = fold.state().orders().len(),
+            last_cycle = fold.last_cycle(),
+            "log folded; preempting"
+        );
+        let next_cycle = fold.last_cycle() + 1;
+        Ok(Self {
+            config,
+            js,
+            follower,
+            fold,
+            clock,
+            next_cycle,
+        })
+    }
+
+    /// The fold (as of start-up until [`Service::serve`] takes over).
+    pub fn fold(&self) -> &ShellFold {
+        &self.fold
+    }
+
+    /// The instant at which the domain's next due time (Unix ms) falls, by the clock.
+    fn instant_of(&self, due_ms: i64) -> Instant {
+        let wait = due_ms.saturating_sub(self.clock.now_ms()).max(0);
+        Instant::now() + Duration::from_millis(u64::try_from(wait).unwrap_or(0))
+    }
+
+    /// Folds and preempts until `shutdown` completes; returns the fold.
+    pub async fn serve(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<ShellFold, ServiceError> {
+        // The fold must reach this sequence before the next pass.
+        let mut barrier = 0u64;
+        // When a pass is due because of a change (catch-up counts as one).
+        let mut change_due: Option<Instant> = Some(Instant::now());
+        let mut timer_due = Instant::now() + self.config.pass_every;
+        tokio::pin!(shutdown);
+        let result = loop {
+            let caught_up = self.fold.last_applied() >= barrier;
+            let domain_due = next_due(self.fold.state(), self.clock.now_ms(), &self.config.policy)
+                .map(|ms| self.instant_of(ms));
+            let due = [change_due, domain_due, Some(timer_due)]
+                .into_iter()
+                .flatten()
+                .min()
+                .filter(|_| caught_up);
+            let wake = async move {
+                match due {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break Ok(()),
+                () = wake => {
+                    let outcome = self.pass().await;
+                    barrier = barrier.max(outcome.max_sequence);
+                    let now = Instant::now();
+                    timer_due = now + self.config.pass_every;
+                    change_due = if outcome.failed > 0 {
+                        Some(now + RETRY_AFTER)
+                    } else {
+                        None
+                    };
+                }
+                entry = self.follower.next() => match entry {
+                    Some(Ok(entry)) => {
+                        report_undecodable(&entry);
+                        if self.fold.apply(&entry) && change_due.is_none() {
+                            change_due = Some(Instant::now() + self.config.debounce);
+                        }
+                    }
+                    Some(Err(e)) => tracing::warn!("log follower: {e}"),
+                    None => break Err(ServiceError::FollowerStopped("connection closed".into())),
+                },
+            }
+        };
+        tracing::info!(
+            cluster = self.config.cluster,
+            last_cycle = self.next_cycle.saturating_sub(1),
+            last_sequence = self.fold.last_applied(),
+            "preemption service stopped"
+        );
+        result.map(|()| self.fold)
+    }
+
+    /// One pass: decide at the clock's now and append the effects.
+    async fn pass(&mut self) -> publish::Outcome {
+        let now_ms = self.clock.now_ms();
+        let mut bodies = decide_preemptions(self.fold.state(), now_ms, &self.config.policy);
+        if bodies.is_empty() {
+            return publish::Outcome::default();
+        }
+        let cycle = self.next_cycle.max(self.fold.last_cycle() + 1);
+        self.next_cycle = cycle + 1;
+        stamp_cycle(&mut bodies, cycle);
+        let count = bodies.len();
+        let outcome = publish::publish(
+            &self.js,
+            &self.config.cluster,
+            &self.fold,
+            into_events(bodies, now_ms),
+        )
+        .await;
+        tracing::info!(
+            cycle,
+            through_sequence = self.fold.last_applied(),
+            effects = count,
+            landed = outcome.landed,
+            duplicates = outcome.duplicates,
+            refused = outcome.refused,
+            failed = outcome.failed,
+            "preemption pass"
+        );
+        outcome
+    }
+}
+
+/// Starts the service on `client` and serves until `shutdown` completes.
+pub async fn run(
+    client: async_nats::Client,
+    config: Config,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServiceError> {
+    Service::start(client, config, clock)
+        .await?
+        .serve(shutdown)
+        .await
+        .map(|_| ())
+}

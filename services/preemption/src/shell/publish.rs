@@ -1,0 +1,324 @@
+//! Publishing one pass's effects: each on the job's or node's own subject, with a deterministic
+//! message id and optimistic concurrency over the subject's events.
+//!
+//! | effect | subject | message id | expected last sequence |
+//! |---|---|---|---|
+//! | `PreemptionOrdered` | `…job.<job>.preemption_ordered` | `preempt:<job>:<expected>` | job's newest event |
+//! | `JobPreempted{killed}` | `…job.<job>.job_preempted` | `killed:<job>:<expected>` | job's newest event |
+//! | `JobRequeued` | `…job.<job>.job_requeued` | `requeue:<job>:<expected>` | job's newest event |
+//! | `NodeDrained` | `…node.<node>` | `drained:<node>:<cordon seq>` | node's newest event |
+//!
+//! `expected` is the newest event of the job (or node) the deciding state had folded, so an
+//! effect never lands after anything else happened to it (the launcher's confirmation racing a
+//! kill, a second order for the same job, an uncordon racing a drained report). A refusal is not
+//! an error: the log moved and the next pass decides from it. The same effect decided twice
+//! (a retry, a restart) has the same message id and expected sequence, so it lands at most once.
+//!
+//! When one pass emits two events for the same job (a kill, then its requeue), the second is
+//! sent after the first is acknowledged, expecting the first's sequence; if the first did not
+//! land, the second is not sent (the next pass decides it again from the log).
+
+use std::collections::HashMap;
+
+use async_nats::jetstream::{self, context::PublishErrorKind};
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::{codec, subjects};
+use fairshare_runtime::envelope::Envelope;
+
+use super::fold::ShellFold;
+
+/// What became of one pass's effects.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Outcome {
+    /// Appended.
+    pub landed: usize,
+    /// Dropped as a repeat of an earlier identical message id.
+    pub duplicates: usize,
+    /// Refused: the subject moved since the state the pass decided from.
+    pub refused: usize,
+    /// Not sent or unacknowledged (connection trouble): decide again later.
+    pub failed: usize,
+    /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
+    /// next pass, or that pass would order the same things again.
+    pub max_sequence: u64,
+}
+
+/// Where and how one body is appended; `None` for bodies this service never publishes or for
+/// a job the fold holds no subject sequence for.
+fn target(
+    fold: &ShellFold,
+    cluster: &str,
+    body: &Body,
+    chained: &HashMap<String, u64>,
+) -> Option<(String, String, u64, String)> {
+    let job = |job_id: &str, prefix: &str| {
+        let expected = chained
+            .get(job_id)
+            .copied()
+            .or_else(|| fold.job_sequence(job_id))?;
+        let event = pb::Event {
+            at_ms: 0,
+            body: Some(body.clone()),
+        };
+        Some((
+            subjects::job_event(cluster, job_id, codec::event_kind(&event)),
+            format!("{prefix}:{job_id}:{expected}"),
+            expected,
+            subjects::job(cluster, job_id),
+        ))
+    };
+    match body {
+        Body::PreemptionOrdered(p) => job(&p.job_id, "preempt"),
+        Body::JobPreempted(p) => job(&p.job_id, "killed"),
+        Body::JobRequeued(r) => job(&r.job_id, "requeue"),
+        Body::NodeDrained(n) => {
+            let subject = subjects::node(cluster, &n.node);
+            Some((
+                subject.clone(),
+                format!("drained:{}:{}", n.node, fold.cordon_sequence(&n.node)),
+                fold.node_sequence(&n.node),
+                subject,
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn key_of(body: &Body) -> Option<&str> {
+    match body {
+        Body::PreemptionOrdered(p) => Some(&p.job_id),
+        Body::JobPreempted(p) => Some(&p.job_id),
+        Body::JobRequeued(r) => Some(&r.job_id),
+        Body::NodeDrained(n) => Some(&n.node),
+        _ => None,
+    }
+}
+
+/// Appends `events` in order, each acknowledged before the next (a pass emits a handful).
+pub(crate) async fn publish(
+    js: &jetstream::Context,
+    cluster: &str,
+    fold: &ShellFold,
+    events: Vec<pb::Event>,
+) -> Outcome {
+    let mut outcome = Outcome::default();
+    // Per job: the sequence of this pass's earlier event of it, if it landed.
+    let mut chained: HashMap<String, u64> = HashMap::new();
+    let mut skipped: Vec<String> = Vec::new();
+    for event in events {
+        let Some(body) = &event.body else { continue };
+        let key = key_of(body).unwrap_or_default().to_owned();
+        if skipped.contains(&key) {
+            continue;
+        }
+        let Some((subject, message_id, expected, scope)) = target(fold, cluster, body, &chained)
+        else {
+            tracing::warn!(
+                ?body,
+                "effect without a known subject sequence, not published"
+            );
+            continue;
+        };
+        let envelope = Envelope {
+            message_id: message_id.clone(),
+            expected_last_subject_sequence: Some((expected, Some(scope))),
+            ..Default::default()
+        };
+        let result = async {
+            js.publish_with_headers(subject, envelope.to_headers(), codec::encode(&event))
+                .await?
+                .await
+        }
+        .await;
+        match result {
+            Ok(ack) => {
+                outcome.max_sequence = outcome.max_sequence.max(ack.sequence);
+                if ack.duplicate {
+                    outcome.duplicates += 1;
+                } else {
+                    outcome.landed += 1;
+                }
+                tracing::debug!(message_id, sequence = ack.sequence, "published");
+                if !matches!(body, Body::NodeDrained(_)) {
+                    chained.insert(key, ack.sequence);
+                }
+            }
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                tracing::debug!(message_id, "refused: the subject moved on");
+                outcome.refused += 1;
+                skipped.push(key);
+            }
+            Err(e) => {
+                tracing::warn!(message_id, "not published, will decide again: {e}");
+                outcome.failed += 1;
+                skipped.push(key);
+            }
+        }
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use fairshare_events::streams::EVENTS_STREAM;
+    use fairshare_runtime::admin;
+    use fairshare_runtime::log::LogEntry;
+
+    const C: &str = "c";
+
+    /// Appends `body` for job `job` and folds it.
+    async fn append(js: &jetstream::Context, fold: &mut ShellFold, job: &str, body: Body) {
+        let event = pb::Event {
+            at_ms: 1,
+            body: Some(body),
+        };
+        let subject = subjects::job_event(C, job, codec::event_kind(&event));
+        let envelope = Envelope {
+            message_id: format!("{subject}:test"),
+            ..Default::default()
+        };
+        let sequence = admin::append(js, subject.clone(), &event, &envelope)
+            .await
+            .unwrap();
+        fold.apply(&LogEntry {
+            sequence,
+            subject,
+            event: Ok(event),
+            pending: 0,
+        });
+    }
+
+    async fn fold_all(js: &jetstream::Context, fold: &mut ShellFold) {
+        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let last = stream.get_info().await.unwrap().state.last_sequence;
+        for sequence in fold.last_applied() + 1..=last {
+            let m = stream.get_raw_message(sequence).await.unwrap();
+            fold.apply(&LogEntry {
+                sequence,
+                subject: m.subject.to_string(),
+                event: codec::decode_event(&m.payload),
+                pending: 0,
+            });
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kill_and_its_requeue_land_chained_and_a_stale_repeat_is_refused() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::new(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let mut fold = ShellFold::new(C);
+        fold_all(&js, &mut fold).await;
+        admin::register_nodes(
+            &js,
+            1,
+            vec![pb::NodeRegistered {
+                cluster: C.into(),
+                node: "n1".into(),
+                gpus: 8,
+            }],
+        )
+        .await
+        .unwrap();
+        fold_all(&js, &mut fold).await;
+        append(
+            &js,
+            &mut fold,
+            "j",
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: "j".into(),
+                spec: Some(pb::JobSpec {
+                    cluster: C.into(),
+                    allocation: "x".into(),
+                    gpus: 1,
+                    resumable: true,
+                    ..Default::default()
+                }),
+                shape: Some(pb::Shape {
+                    nodes: 1,
+                    gpus_per_node: 1,
+                }),
+                ..Default::default()
+            }),
+        )
+        .await;
+        let before = fold.job_sequence("j").unwrap();
+        assert_eq!(before, fold.last_applied());
+        let effects = |bodies: Vec<Body>| crate::domain::into_events(bodies, 5);
+        let kill_and_requeue = || {
+            effects(vec![
+                Body::JobPreempted(pb::JobPreempted {
+                    job_id: "j".into(),
+                    killed: true,
+                }),
+                Body::JobRequeued(pb::JobRequeued { job_id: "j".into() }),
+            ])
+        };
+        let out = publish(&js, C, &fold, kill_and_requeue()).await;
+        assert_eq!((out.landed, out.refused, out.failed), (2, 0, 0));
+        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let requeue = stream.get_raw_message(out.max_sequence).await.unwrap();
+        let kill = stream.get_raw_message(out.max_sequence - 1).await.unwrap();
+        let id = |m: &async_nats::jetstream::message::StreamMessage| {
+            m.headers
+                .get(fairshare_events::headers::MESSAGE_ID)
+                .unwrap()
+                .as_str()
+                .to_owned()
+        };
+        assert_eq!(id(&kill), format!("killed:j:{before}"));
+        assert_eq!(id(&requeue), format!("requeue:j:{}", out.max_sequence - 1));
+
+        // The same pass decided again from the same (stale) fold: nothing lands twice.
+        let again = publish(&js, C, &fold, kill_and_requeue()).await;
+        assert_eq!(again.landed, 0);
+        assert_eq!(
+            again.refused + again.duplicates,
+            1,
+            "the requeue is not sent"
+        );
+        fold_all(&js, &mut fold).await;
+        assert_eq!(fold.job_sequence("j"), Some(out.max_sequence));
+
+        // A drained report carries the cordon's sequence.
+        let cordon = admin::append(
+            &js,
+            subjects::node(C, "n1"),
+            &pb::Event {
+                at_ms: 6,
+                body: Some(Body::NodeCordoned(pb::NodeCordoned {
+                    cluster: C.into(),
+                    node: "n1".into(),
+                    reason: String::new(),
+                })),
+            },
+            &Envelope {
+                message_id: "cordon".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        fold_all(&js, &mut fold).await;
+        assert_eq!(fold.cordon_sequence("n1"), cordon);
+        assert_eq!(fold.node_sequence("n1"), cordon);
+        let drained = || {
+            effects(vec![Body::NodeDrained(pb::NodeDrained {
+                cluster: C.into(),
+                node: "n1".into(),
+            })])
+        };
+        let out = publish(&js, C, &fold, drained()).await;
+        assert_eq!(out.landed, 1);
+        let m = stream.get_raw_message(out.max_sequence).await.unwrap();
+        assert_eq!(id(&m), format!("drained:n1:{cordon}"));
+        let again = publish(&js, C, &fold, drained()).await;
+        assert_eq!(again.landed, 0);
+    }
+}

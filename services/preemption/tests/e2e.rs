@@ -1,0 +1,574 @@
+//! The preemption service end to end against a real nats-server, with the submission service,
+//! the decision service and the demo launcher in-process (all on the system clock).
+//!
+//! Cluster `pre`: 2 nodes x 8 GPUs; allocations `a` and `b` with equal shares. A usage snapshot
+//! charges `a` heavily and `b` nothing, so `b` is under-served. The cluster is filled by `a`:
+//! one 8-GPU job with a 1-hour minimum runtime (it gets a node to itself) and eight 1-GPU jobs
+//! with a 1-second minimum runtime. Once those seconds have passed, a debug job of `b` (1 GPU,
+//! minimum runtime 10 min) is submitted. Checked from the log:
+//!
+//! - the debug job starts within grace + 5 s (one decision cycle plus the grace period, with
+//!   margin for a shared 2-core machine);
+//! - exactly one job is ordered off, a 1-GPU job of `a` past its minimum runtime, for the debug
+//!   job; the 1-hour job is never ordered off; nothing is ordered twice;
+//! - with the launcher confirming, the victim ends `JobPreempted{killed:false}` and is requeued;
+//!   with the launcher ignoring orders, the service kills it at the grace deadline
+//!   (`JobPreempted{killed:true}`, message id `killed:…`, not before the deadline) and requeues
+//!   it (resumable).
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::{codec, headers, subjects};
+use fairshare_launcher::runner::{self, RunnerConfig};
+use fairshare_model::files;
+use fairshare_preemption::{domain, shell};
+use fairshare_runtime::admin;
+use fairshare_runtime::clock::{Clock, SystemClock};
+use fairshare_runtime::envelope::Envelope;
+use fairshare_testkit::NatsServer;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const CLUSTER: &str = "pre";
+const GRACE: Duration = Duration::from_secs(2);
+
+const BUDGET: &str = r#"
+cluster = "pre"
+[accounts.a]
+share = 1
+[accounts.b]
+share = 1
+"#;
+
+const INVENTORY: &str = r#"
+cluster = "pre"
+[[nodes]]
+prefix = "g"
+count = 2
+gpus = 8
+"#;
+
+/// A task with a graceful stop.
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    fn spawn<F, Fut>(f: F) -> Self
+    where
+        F: FnOnce(oneshot::Receiver<()>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (stop, stopped) = oneshot::channel::<()>();
+        Self {
+            stop,
+            task: tokio::spawn(f(stopped)),
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("stops within 10 s")
+            .expect("task did not panic");
+    }
+}
+
+struct Stack {
+    server: NatsServer,
+    client: async_nats::Client,
+    js: jetstream::Context,
+    services: Vec<Running>,
+}
+
+fn now_ms() -> i64 {
+    SystemClock.now_ms()
+}
+
+impl Stack {
+    async fn start(honour_preemption: bool) -> Self {
+        let server = NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::new(client.clone());
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        admin::set_budget(&js, now_ms(), files::parse_budget(BUDGET).unwrap())
+            .await
+            .unwrap();
+        admin::register_nodes(
+            &js,
+            now_ms(),
+            files::parse_inventory(INVENTORY).unwrap().registrations(),
+        )
+        .await
+        .unwrap();
+        // `a` has used half its window's allocation, `b` nothing: `b` is under-served.
+        let day = 24 * 3_600_000u64;
+        let snapshot = pb::UsageSnapshot {
+            cluster: CLUSTER.into(),
+            window_end_ms: now_ms(),
+            window_ms: 7 * day as i64,
+            through_sequence: 0,
+            allocations: vec![
+                pb::AllocationUsage {
+                    allocation: "a".into(),
+                    charged_gpu_ms: 8 * 16 * day / 2 * 7,
+                    allocated_gpu_ms: 8 * 16 * day * 7,
+                },
+                pb::AllocationUsage {
+                    allocation: "b".into(),
+                    charged_gpu_ms: 0,
+                    allocated_gpu_ms: 8 * 16 * day * 7,
+                },
+            ],
+            unallocated_gpu_ms: 0,
+        };
+        admin::append(
+            &js,
+            subjects::usage(CLUSTER),
+            &pb::Event {
+                at_ms: now_ms(),
+                body: Some(Body::UsageSnapshot(snapshot)),
+            },
+            &Envelope {
+                message_id: "usage:test:1".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+
+        let mut services = Vec::new();
+        let url = server.url();
+        let c = async_nats::connect(&url).await.unwrap();
+        let submission = fairshare_submission::shell::Service::start(
+            c,
+            fairshare_submission::Config::default(),
+            Arc::new(SystemClock),
+        )
+        .await
+        .unwrap();
+        services.push(Running::spawn(|stopped| async move {
+            submission
+                .serve(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        }));
+        let c = async_nats::connect(&url).await.unwrap();
+        let decision = fairshare_decision::shell::Service::start(
+            c,
+            fairshare_decision::shell::Config::new(CLUSTER),
+            Arc::new(SystemClock),
+        )
+        .await
+        .unwrap();
+        services.push(Running::spawn(|stopped| async move {
+            decision
+                .serve(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        }));
+        let c = async_nats::connect(&url).await.unwrap();
+        let config = shell::Config {
+            policy: domain::Config {
+                grace_ms: GRACE.as_millis() as i64,
+                ..domain::Config::default()
+            },
+            ..shell::Config::new(CLUSTER)
+        };
+        let preemption = shell::Service::start(c, config, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        services.push(Running::spawn(|stopped| async move {
+            preemption
+                .serve(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        }));
+        let c = async_nats::connect(&url).await.unwrap();
+        let launcher = RunnerConfig {
+            cluster: CLUSTER.into(),
+            time_scale: 1,
+            default_duration: Duration::from_secs(100_000),
+            honour_preemption,
+            tick: Duration::from_millis(20),
+        };
+        services.push(Running::spawn(|stopped| async move {
+            runner::run(c, launcher, Arc::new(SystemClock), async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        }));
+        Self {
+            server,
+            client,
+            js,
+            services,
+        }
+    }
+
+    async fn stop(self) {
+        for s in self.services {
+            s.stop().await;
+        }
+        drop(self.server);
+    }
+
+    async fn submit(&self, key: &str, allocation: &str, gpus: i64, min_runtime_s: i64) -> String {
+        let request = pb::SubmitRequest {
+            idempotency_key: key.into(),
+            spec: Some(pb::JobSpec {
+                cluster: CLUSTER.into(),
+                allocation: allocation.into(),
+                user: "ada".into(),
+                gpus,
+                min_runtime_s,
+                resumable: true,
+                payload: "sleep 100000".into(),
+                name: key.into(),
+                ..Default::default()
+            }),
+        };
+        let reply = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.client
+                .request(subjects::SUBMIT_API, codec::encode(&request)),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        match codec::decode_submit_reply(&reply.payload).unwrap().result {
+            Some(pb::submit_reply::Result::Accepted(a)) => a.job_id,
+            other => panic!("submission of {key} not accepted: {other:?}"),
+        }
+    }
+
+    /// Every event in the stream: (sequence, message id, event).
+    async fn log(&self) -> Vec<(u64, String, pb::Event)> {
+        let stream = self.js.get_stream(EVENTS_STREAM).await.unwrap();
+        let last = self
+            .js
+            .get_stream(EVENTS_STREAM)
+            .await
+            .unwrap()
+            .get_info()
+            .await
+            .unwrap()
+            .state
+            .last_sequence;
+        let mut out = Vec::new();
+        for seq in 1..=last {
+            let Ok(m) = stream.get_raw_message(seq).await else {
+                continue;
+            };
+            let id = m
+                .headers
+                .get(headers::MESSAGE_ID)
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default();
+            out.push((seq, id, codec::decode_event(&m.payload).unwrap()));
+        }
+        out
+    }
+
+    /// Polls the log until `done` holds for it, or panics after `within`.
+    async fn wait_for(
+        &self,
+        within: Duration,
+        what: &str,
+        done: impl Fn(&[(u64, String, pb::Event)]) -> bool,
+    ) -> Vec<(u64, String, pb::Event)> {
+        let started = Instant::now();
+        loop {
+            let log = self.log().await;
+            if done(&log) {
+                return log;
+            }
+            assert!(
+                started.elapsed() < within,
+                "{what}: not seen within {within:?}; log:\n{}",
+                render(&log)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn render(log: &[(u64, String, pb::Event)]) -> String {
+    log.iter()
+        .map(|(s, id, e)| format!("{s:>4} {id:<60} {:?}", e.body))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn started(log: &[(u64, String, pb::Event)], job: &str) -> Option<i64> {
+    log.iter().find_map(|(_, _, e)| match &e.body {
+        Some(Body::JobStarted(s)) if s.job_id == job => Some(e.at_ms),
+        _ => None,
+    })
+}
+
+struct Filled {
+    long: String,
+    short: Vec<String>,
+}
+
+/// Fills the cluster with `a`'s work and waits out the short minimum runtimes.
+async fn fill(stack: &Stack) -> Filled {
+    let long = stack.submit("long", "a", 8, 3_600).await;
+    let mut short = Vec::new();
+    for i in 0..8 {
+        short.push(stack.submit(&format!("short-{i}"), "a", 1, 1).await);
+    }
+    let all: Vec<String> = std::iter::once(long.clone())
+        .chain(short.iter().cloned())
+        .collect();
+    stack
+        .wait_for(Duration::from_secs(10), "a's jobs all started", |log| {
+            all.iter().all(|j| started(log, j).is_some())
+        })
+        .await;
+    // Past the 1 s minimum runtimes, with margin.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    Filled { long, short }
+}
+
+fn placed_seq(log: &[(u64, String, pb::Event)], job: &str) -> Option<(u64, String)> {
+    log.iter().find_map(|(s, _, e)| match &e.body {
+        Some(Body::JobPlaced(p)) if p.job_id == job => Some((*s, p.nodes[0].node.clone())),
+        _ => None,
+    })
+}
+
+/// The preemption orders in the log by victim, checked to be one per job.
+fn orders(
+    log: &[(u64, String, pb::Event)],
+) -> BTreeMap<String, (u64, String, pb::PreemptionOrdered)> {
+    let mut out = BTreeMap::new();
+    for (seq, id, e) in log {
+        if let Some(Body::PreemptionOrdered(p)) = &e.body {
+            let before = out.insert(p.job_id.clone(), (*seq, id.clone(), p.clone()));
+            assert!(
+                before.is_none(),
+                "{} ordered off twice:\n{}",
+                p.job_id,
+                render(log)
+            );
+        }
+    }
+    out
+}
+
+async fn debug_job_gets_a_victims_gpu(honour_preemption: bool) {
+    let stack = Stack::start(honour_preemption).await;
+    let f = fill(&stack).await;
+    let submitted_at = Instant::now();
+    let debug_submitted_ms = now_ms();
+    let debug = stack.submit("debug", "b", 1, 600).await;
+    let bound = GRACE + Duration::from_secs(5);
+    let log = stack
+        .wait_for(bound, "the debug job starts", |log| {
+            started(log, &debug).is_some()
+        })
+        .await;
+    let waited = submitted_at.elapsed();
+    println!(
+        "honour_preemption={honour_preemption}: debug job started {waited:?} after submission (bound {bound:?})"
+    );
+
+    if std::env::var_os("E2E_PRINT_LOG").is_some() {
+        println!("{}", render(&log));
+    }
+    let orders = orders(&log);
+    assert_eq!(orders.len(), 1, "one victim is enough:\n{}", render(&log));
+    let (victim, (order_seq, order_id, order)) = orders.iter().next().unwrap();
+    assert!(
+        f.short.contains(victim),
+        "victim {victim} is a short job of a"
+    );
+    assert_ne!(
+        *victim, f.long,
+        "the job inside its minimum runtime is untouched"
+    );
+    assert_eq!(order.for_job_id, debug);
+    assert!(
+        order_id.starts_with(&format!("preempt:{victim}:")),
+        "{order_id}"
+    );
+    let ordered_at = log
+        .iter()
+        .find(|(s, _, _)| s == order_seq)
+        .map(|(_, _, e)| e.at_ms)
+        .unwrap();
+    assert!(ordered_at >= debug_submitted_ms);
+    assert_eq!(
+        order.grace_deadline_ms,
+        ordered_at + GRACE.as_millis() as i64
+    );
+    let victim_started = started(&log, victim).unwrap();
+    assert!(
+        ordered_at >= victim_started + 1_000,
+        "ordered off inside its minimum runtime"
+    );
+    let basis = order.basis.unwrap();
+    assert!(basis.through_sequence < *order_seq && basis.cycle >= 1);
+
+    // How the victim ended, and its requeue (resumable) after it.
+    let ends: Vec<_> = log
+        .iter()
+        .filter_map(|(s, id, e)| match &e.body {
+            Some(Body::JobPreempted(p)) if p.job_id == *victim => {
+                Some((*s, id.clone(), p.killed, e.at_ms))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends.len(), 1, "ended once:\n{}", render(&log));
+    let (end_seq, end_id, killed, end_at) = ends[0].clone();
+    assert_eq!(killed, !honour_preemption, "{}", render(&log));
+    let (debug_placed, _) = placed_seq(&log, &debug).unwrap();
+    assert!(
+        debug_placed > end_seq,
+        "the debug job is placed only once the victim has ended"
+    );
+    if killed {
+        assert!(end_id.starts_with(&format!("killed:{victim}:")), "{end_id}");
+        assert!(
+            end_at >= order.grace_deadline_ms,
+            "killed before the deadline"
+        );
+    }
+    let requeue = |log: &[(u64, String, pb::Event)]| {
+        log.iter().find_map(|(s, id, e)| match &e.body {
+            Some(Body::JobRequeued(r)) if r.job_id == *victim => Some((*s, id.clone())),
+            _ => None,
+        })
+    };
+    let log = stack
+        .wait_for(Duration::from_secs(5), "the victim is requeued", |log| {
+            requeue(log).is_some()
+        })
+        .await;
+    let (requeue_seq, requeue_id) = requeue(&log).unwrap();
+    assert!(requeue_seq > end_seq);
+    assert!(
+        requeue_id.starts_with(&format!("requeue:{victim}:")),
+        "{requeue_id}"
+    );
+    assert_eq!(
+        log.iter()
+            .filter(
+                |(_, _, e)| matches!(&e.body, Some(Body::JobRequeued(r)) if r.job_id == *victim)
+            )
+            .count(),
+        1,
+        "requeued once"
+    );
+
+    // A little later: still one order in all, and the long job never touched.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = stack.log().await;
+    let orders = self::orders(&log);
+    assert_eq!(orders.len(), 1, "{}", render(&log));
+    assert!(!orders.contains_key(&f.long));
+    assert!(!log.iter().any(|(_, _, e)| matches!(
+        &e.body,
+        Some(Body::JobPreempted(p)) if p.job_id == f.long
+    )));
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debug_job_of_an_under_served_allocation_starts_within_a_cycle_and_the_grace() {
+    debug_job_gets_a_victims_gpu(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfirmed_order_is_killed_at_the_grace_deadline_and_requeued() {
+    debug_job_gets_a_victims_gpu(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordoned_node_drains_as_minimum_runtimes_end_and_is_reported_once() {
+    let stack = Stack::start(true).await;
+    let f = fill(&stack).await;
+    let log = stack.log().await;
+    let (_, long_node) = placed_seq(&log, &f.long).unwrap();
+    let (_, node) = placed_seq(&log, &f.short[0]).unwrap();
+    assert_ne!(long_node, node, "the long job has a node to itself");
+    let cordon_seq = admin::append(
+        &stack.js,
+        subjects::node(CLUSTER, &node),
+        &pb::Event {
+            at_ms: now_ms(),
+            body: Some(Body::NodeCordoned(pb::NodeCordoned {
+                cluster: CLUSTER.into(),
+                node: node.clone(),
+                reason: "repair".into(),
+            })),
+        },
+        &Envelope {
+            message_id: "cordon:test:1".into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let drained = |log: &[(u64, String, pb::Event)]| {
+        log.iter()
+            .filter(|(_, _, e)| matches!(&e.body, Some(Body::NodeDrained(d)) if d.node == node))
+            .map(|(s, id, _)| (*s, id.clone()))
+            .collect::<Vec<_>>()
+    };
+    let log = stack
+        .wait_for(Duration::from_secs(5), "the node drains", |log| {
+            !drained(log).is_empty()
+        })
+        .await;
+    let orders = orders(&log);
+    assert_eq!(orders.len(), 8, "{}", render(&log));
+    for (victim, (_, _, order)) in &orders {
+        assert!(f.short.contains(victim));
+        assert!(order.for_job_id.is_empty(), "a drain order names no waiter");
+    }
+    let (drained_seq, drained_id) = drained(&log)[0].clone();
+    assert_eq!(drained_id, format!("drained:{node}:{cordon_seq}"));
+    for job in &f.short {
+        let ended = log.iter().find_map(|(s, _, e)| match &e.body {
+            Some(Body::JobPreempted(p)) if p.job_id == *job => Some(*s),
+            _ => None,
+        });
+        assert!(ended.unwrap() < drained_seq, "drained only when empty");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = stack.log().await;
+    assert_eq!(drained(&log).len(), 1, "reported once per cordon");
+    assert!(!self::orders(&log).contains_key(&f.long));
+    // The requeued jobs wait: the cordoned node takes nothing new.
+    for job in &f.short {
+        assert_eq!(
+            log.iter()
+                .filter(|(_, _, e)| matches!(&e.body, Some(Body::JobPlaced(p)) if p.job_id == *job))
+                .count(),
+            1
+        );
+    }
+    stack.stop().await;
+}
