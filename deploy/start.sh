@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts the whole local system: nats-server (JetStream, file store under .run/), the
-# submission, accounting and decision services, the demo budget tree and inventory, and the
+# submission, accounting, decision and preemption services, the demo budget tree and inventory, and the
 # demo launcher, which submits jobs from the Helios trace and runs them (60x faster than real
 # time) as the decision service places them. Ctrl-C stops everything. Logs: .run/logs/.
 #
@@ -21,7 +21,7 @@ nats_bin="$("$repo/deploy/install-nats-server.sh")"
 
 echo "start: building (first build takes a few minutes)" >&2
 cargo build --quiet -p fairshare-submission -p fairshare-accounting -p fairshare-decision \
-  -p fairshare-launcher -p fairshare-cli
+  -p fairshare-preemption -p fairshare-launcher -p fairshare-cli
 bin="${CARGO_TARGET_DIR:-$repo/target}/debug"
 
 port="${FAIRSHARE_NATS_PORT:-4222}"
@@ -48,7 +48,9 @@ done
 pids+=($!)
 "$bin/fairshare-accounting" --checkpoint-dir "$run/accounting" >"$run/logs/accounting.log" 2>&1 &
 pids+=($!)
-"$bin/fairshare-decision" --cluster demo >"$run/logs/decision.log" 2>&1 &
+"$bin/fairshare-decision" --cluster demo --checkpoint-dir "$run/decision-demo" >"$run/logs/decision.log" 2>&1 &
+pids+=($!)
+"$bin/fairshare-preemption" --cluster demo >"$run/logs/preemption.log" 2>&1 &
 pids+=($!)
 
 "$bin/fairshare" inventory apply deploy/demo/inventory.toml
