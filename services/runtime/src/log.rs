@@ -22,6 +22,17 @@ pub struct LogEntry {
     pub pending: u64,
 }
 
+impl LogEntry {
+    /// Logs the entry if it does not decode. A malformed entry cannot be un-written: services
+    /// report it and fold past it as an event without a body, so one bad publisher cannot stop
+    /// them.
+    pub fn report_if_undecodable(&self) {
+        if let Err(e) = &self.event {
+            tracing::error!(sequence = self.sequence, subject = %self.subject, "log entry does not decode, folded as empty: {e}");
+        }
+    }
+}
+
 /// Why following the log failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FollowError {

@@ -67,7 +67,7 @@ use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
-use fairshare_runtime::log::{FollowError, Follower, LogEntry};
+use fairshare_runtime::log::{FollowError, Follower};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use futures::StreamExt;
 use tokio::time::Instant;
@@ -181,13 +181,6 @@ pub struct Service {
     resumed_from: u64,
 }
 
-/// Logs an entry that does not decode (it is folded as an empty event).
-fn report_undecodable(entry: &LogEntry) {
-    if let Err(e) = &entry.event {
-        tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry does not decode, folded as empty: {e}");
-    }
-}
-
 impl Service {
     /// Sets up streams and folds the cluster's log to its current end.
     pub async fn start(
@@ -246,7 +239,7 @@ impl Service {
         .await?;
         let applied = follower
             .catch_up(|entry| {
-                report_undecodable(&entry);
+                entry.report_if_undecodable();
                 fold.apply(&entry);
             })
             .await?;
@@ -393,7 +386,7 @@ impl Service {
                 }
                 entry = self.follower.next() => match entry {
                     Some(Ok(entry)) => {
-                        report_undecodable(&entry);
+                        entry.report_if_undecodable();
                         match self.fold.apply(&entry) {
                             Applied::Changed => pacer.changed(Instant::now()),
                             Applied::Placed => {}

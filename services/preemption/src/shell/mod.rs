@@ -69,7 +69,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use fairshare_events::subjects;
 use fairshare_runtime::clock::Clock;
-use fairshare_runtime::log::{FollowError, Follower, LogEntry};
+use fairshare_runtime::log::{FollowError, Follower};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use tokio::time::Instant;
 
@@ -137,12 +137,6 @@ pub struct Service {
     next_cycle: u64,
 }
 
-fn report_undecodable(entry: &LogEntry) {
-    if let Err(e) = &entry.event {
-        tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry does not decode, folded as empty: {e}");
-    }
-}
-
 impl Service {
     /// Sets up streams and folds the cluster's log to its current end.
     pub async fn start(
@@ -167,7 +161,7 @@ impl Service {
                     ));
                 };
                 let entry = entry?;
-                report_undecodable(&entry);
+                entry.report_if_undecodable();
                 fold.apply(&entry);
                 if entry.pending == 0 {
                     break;
@@ -245,7 +239,7 @@ impl Service {
                 }
                 entry = self.follower.next() => match entry {
                     Some(Ok(entry)) => {
-                        report_undecodable(&entry);
+                        entry.report_if_undecodable();
                         if self.fold.apply(&entry) && change_due.is_none() {
                             change_due = Some(Instant::now() + self.config.debounce);
                         }
