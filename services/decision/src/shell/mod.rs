@@ -569,6 +569,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use fairshare_events::pb::{self, event::Body};
+    use fairshare_runtime::log::LogEntry;
 
     use super::*;
 
