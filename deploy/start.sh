@@ -50,7 +50,7 @@ pids+=($!)
 pids+=($!)
 "$bin/fairshare-decision" --cluster demo --checkpoint-dir "$run/decision-demo" >"$run/logs/decision.log" 2>&1 &
 pids+=($!)
-"$bin/fairshare-preemption" --cluster demo >"$run/logs/preemption.log" 2>&1 &
+"$bin/fairshare-preemption" --cluster demo --checkpoint-dir "$run/preemption-demo" >"$run/logs/preemption.log" 2>&1 &
 pids+=($!)
 
 "$bin/fairshare" inventory apply deploy/demo/inventory.toml

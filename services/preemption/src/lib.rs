@@ -13,7 +13,8 @@
 //!   or end of a minimum runtime ([`domain::next_due()`]) and on a timer, and appends the
 //!   bodies with deterministic message ids and optimistic concurrency on the job's subjects.
 //!   Its module doc has the sequence diagram of how decision and preemption coordinate.
-//!   It keeps no sled checkpoint yet: every start replays the cluster's log from sequence 1.
+//!   It keeps a sled checkpoint of its fold (like the decision service's, only a cache: one
+//!   that is unusable is ignored and the log folded from sequence 1).
 //! - The `fairshare-preemption` binary (`src/main.rs`) is a thin wrapper over [`shell::run`].
 //!
 //! ```

@@ -1,6 +1,7 @@
 //! `fairshare-preemption`: the preemption service of one GPU cluster. See
 //! `fairshare-preemption --help`.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,9 +16,9 @@ use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 ///
 /// Folds `fairshare.events.<cluster>.>`, orders victims off for waiting under-served work
 /// (never inside their minimum runtime), kills at the grace deadline what the launcher did not
-/// confirm, requeues resumable jobs and drains cordoned nodes. Keeps no checkpoint yet: every
-/// start replays the cluster's log. Run exactly one per cluster. Every flag can also be set
-/// with the environment variable named in brackets.
+/// confirm, requeues resumable jobs and drains cordoned nodes. Keeps a sled checkpoint of its
+/// fold (delete it at any time: the next start rebuilds it from the log). Run exactly one per
+/// cluster. Every flag can also be set with the environment variable named in brackets.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Args {
@@ -42,6 +43,17 @@ struct Args {
     /// Replicas for streams this service creates: 1 on one server, 3 on a 3-node cluster.
     #[arg(long, env = "FAIRSHARE_STREAM_REPLICAS", default_value_t = 1)]
     stream_replicas: usize,
+    /// Directory of the sled checkpoint (the fold and the last sequence applied). Only a
+    /// cache: deleting it makes the next start fold the whole log. Defaults to
+    /// `.run/preemption-<cluster>`.
+    #[arg(long, env = "FAIRSHARE_PREEMPTION_CHECKPOINT")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint after this many log entries...
+    #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVENTS", default_value_t = 10_000)]
+    checkpoint_events: u64,
+    /// ...or this long after the last checkpoint (e.g. 5s), whichever comes first.
+    #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVERY", default_value = "5s", value_parser = parse_duration)]
+    checkpoint_every: Duration,
 }
 
 fn millis(d: Duration) -> i64 {
@@ -61,9 +73,15 @@ async fn main() -> anyhow::Result<()> {
     };
     policy.validate()?;
     let client = args.nats.connect("fairshare-preemption").await?;
+    let checkpoint_dir = args
+        .checkpoint_dir
+        .unwrap_or_else(|| PathBuf::from(format!(".run/preemption-{}", args.cluster)));
     let config = Config {
         policy,
         stream_replicas: args.stream_replicas,
+        checkpoint_dir: Some(checkpoint_dir),
+        checkpoint_every_events: args.checkpoint_events.max(1),
+        checkpoint_every: args.checkpoint_every.max(Duration::from_millis(100)),
         ..Config::new(args.cluster)
     };
     shell::run(client, config, Arc::new(SystemClock), shutdown::signal()).await?;

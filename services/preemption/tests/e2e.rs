@@ -15,10 +15,15 @@
 //!   with the launcher ignoring orders, the service kills it at the grace deadline
 //!   (`JobPreempted{killed:true}`, message id `killed:…`, not before the deadline) and requeues
 //!   it (resumable).
+//!
+//! The sled checkpoint: after such a run, a restart on the same checkpoint directory resumes
+//! past sequence 0 and holds the fold a start from scratch builds; so does a restart after the
+//! directory is deleted, which folds from sequence 1.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,6 +101,11 @@ fn now_ms() -> i64 {
 
 impl Stack {
     async fn start(honour_preemption: bool) -> Self {
+        Self::start_with(honour_preemption, None).await
+    }
+
+    /// As [`Stack::start`], with the preemption service checkpointing into `checkpoint_dir`.
+    async fn start_with(honour_preemption: bool, checkpoint_dir: Option<PathBuf>) -> Self {
         let server = NatsServer::start().unwrap();
         let client = async_nats::connect(server.url()).await.unwrap();
         let js = jetstream::new(client.clone());
@@ -188,6 +198,7 @@ impl Stack {
                 grace_ms: GRACE.as_millis() as i64,
                 ..domain::Config::default()
             },
+            checkpoint_dir,
             ..shell::Config::new(CLUSTER)
         };
         let preemption = shell::Service::start(c, config, Arc::new(SystemClock))
@@ -570,5 +581,65 @@ async fn a_cordoned_node_drains_as_minimum_runtimes_end_and_is_reported_once() {
             1
         );
     }
+    stack.stop().await;
+}
+
+/// Starts the preemption service on `stack`'s server (folding only, never serving) and returns
+/// where it resumed from and its fold.
+async fn fold_once(stack: &Stack, checkpoint_dir: Option<PathBuf>) -> (u64, shell::ShellFold) {
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let config = shell::Config {
+        checkpoint_dir,
+        ..shell::Config::new(CLUSTER)
+    };
+    let service = shell::Service::start(client, config, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    // Dropping the service releases the checkpoint store for the next start.
+    (service.resumed_from(), service.fold().clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_resumes_from_the_checkpoint_and_a_deleted_one_is_rebuilt_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("preemption-pre");
+    let mut stack = Stack::start_with(false, Some(checkpoint.clone())).await;
+    fill(&stack).await;
+    // An order outstanding past its grace: the fold carries orders, kills and requeues.
+    let debug = stack.submit("debug", "b", 1, 600).await;
+    stack
+        .wait_for(
+            GRACE + Duration::from_secs(5),
+            "the debug job starts",
+            |log| started(log, &debug).is_some(),
+        )
+        .await;
+    // Stop every writer (the preemption service checkpoints at shutdown), keep the server.
+    for s in std::mem::take(&mut stack.services) {
+        s.stop().await;
+    }
+    let log_end = stack.log().await.last().unwrap().0;
+
+    let (_, scratch) = fold_once(&stack, None).await;
+    assert_eq!(scratch.last_applied(), log_end);
+    assert!(scratch.last_cycle() > 0, "the fold holds a preemption pass");
+
+    let (resumed_from, fold) = fold_once(&stack, Some(checkpoint.clone())).await;
+    assert!(resumed_from > 0, "resumed from the checkpoint");
+    assert!(resumed_from <= log_end);
+    assert_eq!(fold, scratch, "resumed fold equals the fold from scratch");
+
+    // The start checkpointed after catch-up: the next one resumes at the log's end.
+    let (resumed_from, fold) = fold_once(&stack, Some(checkpoint.clone())).await;
+    assert_eq!(resumed_from, log_end);
+    assert_eq!(fold, scratch);
+
+    std::fs::remove_dir_all(&checkpoint).unwrap();
+    let (resumed_from, fold) = fold_once(&stack, Some(checkpoint.clone())).await;
+    assert_eq!(
+        resumed_from, 0,
+        "a deleted checkpoint is rebuilt from sequence 1"
+    );
+    assert_eq!(fold, scratch);
     stack.stop().await;
 }

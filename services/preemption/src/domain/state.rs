@@ -24,9 +24,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use fairshare_decision::domain::state::{Job, JobStatus, Placed};
 use fairshare_decision::domain::{DecisionState, Ignored};
 use fairshare_events::pb::{self, event::Body};
+use serde::{Deserialize, Serialize};
 
 /// An outstanding preemption order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Order {
     /// The earliest deadline ordered (a second order can only bring it forward).
     pub grace_deadline_ms: i64,
@@ -39,7 +40,10 @@ pub struct Order {
 }
 
 /// One cluster's state as the preemption service sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Serializable for the shell's sled checkpoint: restored from its bytes and fed the rest of
+/// the log, it equals the state fed the whole log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreemptionState {
     decision: DecisionState,
     orders: BTreeMap<String, Order>,
@@ -61,6 +65,11 @@ impl PreemptionState {
     /// The decision service's view of the cluster, folded from the same events.
     pub fn decision(&self) -> &DecisionState {
         &self.decision
+    }
+
+    /// The cluster this state follows.
+    pub fn cluster(&self) -> &str {
+        self.decision.cluster()
     }
 
     /// The last stream sequence applied.

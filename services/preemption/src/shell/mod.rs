@@ -1,11 +1,23 @@
 //! The NATS side of the preemption service: one instance per GPU cluster.
 //!
-//! Start-up ([`Service::start`]): put the streams in place, then fold the cluster's log
-//! (`fairshare.events.<cluster>.>`) from sequence 1 to its current end with a
+//! Start-up ([`Service::start`]): put the streams in place; load the sled checkpoint
+//! ([`Config::checkpoint_dir`]: the [`ShellFold`] and the last stream sequence it applied,
+//! written together) if there is a usable one, otherwise start empty; then fold the cluster's
+//! log (`fairshare.events.<cluster>.>`) from the next sequence to its current end with a
 //! [`Follower`] (an ordered consumer, subscribed before `start` returns, so nothing published
-//! afterwards is missed). This step keeps **no sled checkpoint**: every start replays the whole
-//! log, which is correct (the state is a pure fold) but slower on a long log; a checkpoint like
-//! the decision service's is future work.
+//! afterwards is missed). The checkpoint is a cache (SPEC section 3, principle 1), exactly as in
+//! the decision service: its tag names the cluster ([`checkpoint_kind`]), and one that is
+//! unreadable, of another format version, of another cluster, whose fold disagrees with the
+//! sequence it was saved at, or that is ahead of the log's end is reported and ignored. So
+//! deleting the directory is always safe: the next start folds from sequence 1 and holds the
+//! identical fold ([`Service::resumed_from`] says which happened). Without a checkpoint
+//! directory every start replays the whole log.
+//!
+//! Checkpoints are written after catch-up, every `checkpoint_every_events` entries or
+//! `checkpoint_every`, whichever comes first, and at shutdown. A failed write is logged and
+//! the service keeps preempting (the next write carries the then current fold). Writing is
+//! synchronous on the serving task (bincode of the whole fold, then a sled flush), so a pass
+//! can wait for it.
 //!
 //! Serving ([`Service::serve`]): one task owns the fold and the passes, so a pass always decides
 //! from a prefix of the log and names it exactly (`DecisionBasis.through_sequence`).
@@ -63,11 +75,14 @@ mod fold;
 mod publish;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
+use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::subjects;
+use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
@@ -78,6 +93,16 @@ pub use fold::ShellFold;
 
 /// How long to wait before deciding again after an effect of unknown outcome.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Format version of this service's checkpoints; bump it when the fold's serde form changes
+/// (older checkpoints are then refused and rebuilt from the log).
+const CHECKPOINT_VERSION: u32 = 1;
+
+/// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
+/// checkpoint is never loaded for another (the fold's own cluster is checked as well).
+pub fn checkpoint_kind(cluster: &str) -> String {
+    format!("fairshare-preemption/ShellFold/{cluster}")
+}
 
 /// How the service runs.
 #[derive(Debug, Clone)]
@@ -92,10 +117,18 @@ pub struct Config {
     pub pass_every: Duration,
     /// Replicas for streams this service creates (1 on a single server, 3 on a cluster).
     pub stream_replicas: usize,
+    /// Where the sled checkpoint lives; `None` keeps none and folds the log from sequence 1
+    /// on every start.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint after this many applied entries...
+    pub checkpoint_every_events: u64,
+    /// ...or this long after the last checkpoint, whichever comes first.
+    pub checkpoint_every: Duration,
 }
 
 impl Config {
-    /// Defaults (default policy, 20 ms debounce, a pass at least every 5 s) for `cluster`.
+    /// Defaults (default policy, 20 ms debounce, a pass at least every 5 s, no checkpoint;
+    /// with one, every 10,000 entries or 5 s) for `cluster`.
     pub fn new(cluster: impl Into<String>) -> Self {
         Self {
             cluster: cluster.into(),
@@ -103,6 +136,9 @@ impl Config {
             debounce: Duration::from_millis(20),
             pass_every: Duration::from_secs(5),
             stream_replicas: 1,
+            checkpoint_dir: None,
+            checkpoint_every_events: 10_000,
+            checkpoint_every: Duration::from_secs(5),
         }
     }
 }
@@ -125,6 +161,9 @@ pub enum ServiceError {
     /// The log follower stopped (connection closed).
     #[error("the log follower stopped: {0}")]
     FollowerStopped(String),
+    /// The checkpoint store could not be opened (e.g. another instance holds it).
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
 }
 
 /// A started service: its fold is at the log's end as of start-up.
@@ -135,6 +174,14 @@ pub struct Service {
     fold: ShellFold,
     clock: Arc<dyn Clock>,
     next_cycle: u64,
+    /// The sled checkpoint, if configured.
+    store: Option<CheckpointStore>,
+    /// The sequence the newest checkpoint holds (0: none).
+    checkpointed: u64,
+    /// Entries applied since the last checkpoint attempt.
+    since_checkpoint: u64,
+    /// The checkpoint sequence this start resumed from (0: folded from the beginning).
+    resumed_from: u64,
 }
 
 impl Service {
@@ -150,9 +197,48 @@ impl Service {
         config.policy.validate()?;
         let js = jetstream::new(client);
         ensure_streams(&js, config.stream_replicas).await?;
-        let mut fold = ShellFold::new(&config.cluster);
-        let mut follower =
-            Follower::start(&js, 1, vec![subjects::cluster_events(&config.cluster)]).await?;
+        let store = match &config.checkpoint_dir {
+            Some(dir) => Some(CheckpointStore::open(
+                dir,
+                &checkpoint_kind(&config.cluster),
+                CHECKPOINT_VERSION,
+            )?),
+            None => None,
+        };
+        let mut fold = match store.as_ref().and_then(|s| restore(s, &config.cluster)) {
+            Some(fold) => {
+                // A checkpoint past the log's end belongs to another incarnation of the stream
+                // (e.g. a server whose store was wiped); preempting from it would be wrong.
+                let log_end = js
+                    .get_stream(EVENTS_STREAM)
+                    .await
+                    .map_err(|e| FollowError::Stream(e.to_string()))?
+                    .get_info()
+                    .await
+                    .map_err(|e| FollowError::Stream(e.to_string()))?
+                    .state
+                    .last_sequence;
+                if fold.last_applied() <= log_end {
+                    fold
+                } else {
+                    tracing::warn!(
+                        cluster = config.cluster,
+                        checkpoint = fold.last_applied(),
+                        log_end,
+                        "checkpoint is ahead of the log; rebuilding from the log"
+                    );
+                    ShellFold::new(&config.cluster)
+                }
+            }
+            None => ShellFold::new(&config.cluster),
+        };
+        let resumed_from = fold.last_applied();
+        let mut follower = Follower::start(
+            &js,
+            resumed_from + 1,
+            vec![subjects::cluster_events(&config.cluster)],
+        )
+        .await?;
         if follower.pending_at_start > 0 {
             loop {
                 let Some(entry) = follower.next().await else {
@@ -170,20 +256,60 @@ impl Service {
         }
         tracing::info!(
             cluster = config.cluster,
+            resumed_from,
             last_sequence = fold.last_applied(),
             outstanding_orders = fold.state().orders().len(),
             last_cycle = fold.last_cycle(),
             "log folded; preempting"
         );
         let next_cycle = fold.last_cycle() + 1;
-        Ok(Self {
+        let mut service = Self {
             config,
             js,
             follower,
             fold,
             clock,
             next_cycle,
-        })
+            store,
+            checkpointed: resumed_from,
+            since_checkpoint: 0,
+            resumed_from,
+        };
+        // A long catch-up is not repeated after a crash before the first timed checkpoint.
+        service.checkpoint();
+        Ok(service)
+    }
+
+    /// The checkpoint sequence this start resumed from; 0 when it folded from the beginning
+    /// (no checkpoint configured, none written yet, or one that could not be used).
+    pub fn resumed_from(&self) -> u64 {
+        self.resumed_from
+    }
+
+    /// Writes the fold to the checkpoint store if it moved since the last one. A failed write
+    /// is reported and otherwise ignored: the checkpoint is only a cache, and the next attempt
+    /// writes the then current fold.
+    fn checkpoint(&mut self) {
+        self.since_checkpoint = 0;
+        let Some(store) = &self.store else {
+            return;
+        };
+        let sequence = self.fold.last_applied();
+        if sequence <= self.checkpointed {
+            return;
+        }
+        let started = std::time::Instant::now();
+        match store.save(sequence, &self.fold) {
+            Ok(()) => {
+                self.checkpointed = sequence;
+                tracing::debug!(
+                    sequence,
+                    elapsed_us = started.elapsed().as_micros() as u64,
+                    "checkpoint written"
+                );
+            }
+            Err(e) => tracing::warn!(sequence, "checkpoint not written: {e}"),
+        }
     }
 
     /// The fold (as of start-up until [`Service::serve`] takes over).
@@ -197,7 +323,8 @@ impl Service {
         Instant::now() + Duration::from_millis(u64::try_from(wait).unwrap_or(0))
     }
 
-    /// Folds and preempts until `shutdown` completes; returns the fold.
+    /// Folds and preempts until `shutdown` completes, then writes a last checkpoint and returns
+    /// the fold.
     pub async fn serve(
         mut self,
         shutdown: impl Future<Output = ()>,
@@ -207,6 +334,10 @@ impl Service {
         // When a pass is due because of a change (catch-up counts as one).
         let mut change_due: Option<Instant> = Some(Instant::now());
         let mut timer_due = Instant::now() + self.config.pass_every;
+        // `interval` refuses a zero period.
+        let mut checkpoint_timer =
+            tokio::time::interval(self.config.checkpoint_every.max(Duration::from_millis(1)));
+        checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         let result = loop {
             let caught_up = self.fold.last_applied() >= barrier;
@@ -243,16 +374,24 @@ impl Service {
                         if self.fold.apply(&entry) && change_due.is_none() {
                             change_due = Some(Instant::now() + self.config.debounce);
                         }
+                        self.since_checkpoint += 1;
+                        if self.since_checkpoint >= self.config.checkpoint_every_events {
+                            self.checkpoint();
+                        }
                     }
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => break Err(ServiceError::FollowerStopped("connection closed".into())),
                 },
+                _ = checkpoint_timer.tick(), if self.store.is_some() => self.checkpoint(),
             }
         };
+        // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
+        self.checkpoint();
         tracing::info!(
             cluster = self.config.cluster,
             last_cycle = self.next_cycle.saturating_sub(1),
             last_sequence = self.fold.last_applied(),
+            checkpointed = self.checkpointed,
             "preemption service stopped"
         );
         result.map(|()| self.fold)
@@ -302,4 +441,86 @@ pub async fn run(
         .serve(shutdown)
         .await
         .map(|_| ())
+}
+
+/// The checkpointed fold, if there is a usable one: readable, for `cluster`, and consistent
+/// with the sequence it was saved at. Anything else is reported and the log folded from 1.
+fn restore(store: &CheckpointStore, cluster: &str) -> Option<ShellFold> {
+    match store.load::<ShellFold>() {
+        Ok(Some(cp)) if cp.state.is_for(cluster) && cp.state.last_applied() == cp.sequence => {
+            tracing::info!(cluster, sequence = cp.sequence, "resuming from checkpoint");
+            Some(cp.state)
+        }
+        Ok(Some(cp)) => {
+            tracing::warn!(
+                cluster,
+                checkpoint_cluster = cp.state.cluster(),
+                sequence = cp.sequence,
+                "checkpoint does not match this cluster or its own sequence; rebuilding from the log"
+            );
+            None
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(cluster, "{e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use fairshare_events::pb::{self, event::Body};
+    use fairshare_runtime::log::LogEntry;
+
+    use super::*;
+
+    fn fold_of(cluster: &str) -> ShellFold {
+        let mut fold = ShellFold::new(cluster);
+        fold.apply(&LogEntry {
+            sequence: 4,
+            subject: subjects::node(cluster, "n1"),
+            event: Ok(pb::Event {
+                at_ms: 1,
+                body: Some(Body::NodeRegistered(pb::NodeRegistered {
+                    cluster: cluster.into(),
+                    node: "n1".into(),
+                    gpus: 8,
+                })),
+            }),
+            pending: 0,
+        });
+        fold
+    }
+
+    fn store(dir: &std::path::Path, cluster: &str) -> CheckpointStore {
+        CheckpointStore::open(dir, &checkpoint_kind(cluster), CHECKPOINT_VERSION).unwrap()
+    }
+
+    #[test]
+    fn only_a_checkpoint_of_this_cluster_at_its_own_sequence_is_restored() {
+        let dir = tempfile::tempdir().unwrap();
+        let fold = fold_of("a");
+        {
+            let s = store(dir.path(), "a");
+            assert_eq!(restore(&s, "a"), None, "nothing saved yet");
+            s.save(4, &fold).unwrap();
+            assert_eq!(restore(&s, "a"), Some(fold.clone()));
+        }
+        // Another cluster's store refuses the tag...
+        assert_eq!(restore(&store(dir.path(), "b"), "b"), None);
+        // ...and a fold of another cluster under this cluster's tag is refused too.
+        let s = store(dir.path(), "b");
+        s.save(4, &fold).unwrap();
+        assert_eq!(restore(&s, "b"), None);
+        // A sequence that disagrees with the fold's own.
+        s.save(5, &fold_of("b")).unwrap();
+        assert_eq!(restore(&s, "b"), None);
+        s.save(4, &fold_of("b")).unwrap();
+        assert_eq!(restore(&s, "b"), Some(fold_of("b")));
+        s.write_raw(b"FSCP not a checkpoint").unwrap();
+        assert_eq!(restore(&s, "b"), None);
+    }
 }
