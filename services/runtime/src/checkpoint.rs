@@ -41,6 +41,14 @@ pub struct Checkpoint<S> {
     pub state: S,
 }
 
+/// A folded state that can tell whether a checkpoint of it may be resumed.
+pub trait Resumable {
+    /// The last stream sequence folded into the state.
+    fn last_applied(&self) -> u64;
+    /// Whether the state was folded for `scope` (a cluster name).
+    fn is_for(&self, scope: &str) -> bool;
+}
+
 /// One service's checkpoint store.
 pub struct CheckpointStore {
     db: sled::Db,
@@ -92,6 +100,31 @@ impl CheckpointStore {
         let state =
             bincode::deserialize(&bytes[tag_end + 8..]).map_err(|e| corrupt(&e.to_string()))?;
         Ok(Some(Checkpoint { sequence, state }))
+    }
+
+    /// The checkpointed state if it can be resumed: readable, folded for `scope`, and at the
+    /// sequence it was saved with. Anything else is reported and `None` returned, so the caller
+    /// folds the log from the start.
+    pub fn resume<S: DeserializeOwned + Resumable>(&self, scope: &str) -> Option<S> {
+        match self.load::<S>() {
+            Ok(Some(cp)) if cp.state.is_for(scope) && cp.state.last_applied() == cp.sequence => {
+                tracing::info!(scope, sequence = cp.sequence, "resuming from checkpoint");
+                Some(cp.state)
+            }
+            Ok(Some(cp)) => {
+                tracing::warn!(
+                    scope,
+                    sequence = cp.sequence,
+                    "checkpoint is not for this scope or not at its own sequence; rebuilding from the log"
+                );
+                None
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(scope, "{e}");
+                None
+            }
+        }
     }
 
     /// Replaces the checkpoint with `state` at `sequence`, atomically, and waits until it is on

@@ -143,6 +143,16 @@ impl LogFold {
     }
 }
 
+impl fairshare_runtime::checkpoint::Resumable for LogFold {
+    fn last_applied(&self) -> u64 {
+        LogFold::last_applied(self)
+    }
+
+    fn is_for(&self, cluster: &str) -> bool {
+        LogFold::is_for(self, cluster)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

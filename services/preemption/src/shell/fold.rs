@@ -136,6 +136,16 @@ impl ShellFold {
     }
 }
 
+impl fairshare_runtime::checkpoint::Resumable for ShellFold {
+    fn last_applied(&self) -> u64 {
+        ShellFold::last_applied(self)
+    }
+
+    fn is_for(&self, cluster: &str) -> bool {
+        ShellFold::is_for(self, cluster)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

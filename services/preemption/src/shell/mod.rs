@@ -205,7 +205,10 @@ impl Service {
             )?),
             None => None,
         };
-        let mut fold = match store.as_ref().and_then(|s| restore(s, &config.cluster)) {
+        let mut fold = match store
+            .as_ref()
+            .and_then(|s| s.resume::<ShellFold>(&config.cluster))
+        {
             Some(fold) => {
                 // A checkpoint past the log's end belongs to another incarnation of the stream
                 // (e.g. a server whose store was wiped); preempting from it would be wrong.
@@ -443,31 +446,6 @@ pub async fn run(
         .map(|_| ())
 }
 
-/// The checkpointed fold, if there is a usable one: readable, for `cluster`, and consistent
-/// with the sequence it was saved at. Anything else is reported and the log folded from 1.
-fn restore(store: &CheckpointStore, cluster: &str) -> Option<ShellFold> {
-    match store.load::<ShellFold>() {
-        Ok(Some(cp)) if cp.state.is_for(cluster) && cp.state.last_applied() == cp.sequence => {
-            tracing::info!(cluster, sequence = cp.sequence, "resuming from checkpoint");
-            Some(cp.state)
-        }
-        Ok(Some(cp)) => {
-            tracing::warn!(
-                cluster,
-                checkpoint_cluster = cp.state.cluster(),
-                sequence = cp.sequence,
-                "checkpoint does not match this cluster or its own sequence; rebuilding from the log"
-            );
-            None
-        }
-        Ok(None) => None,
-        Err(e) => {
-            tracing::warn!(cluster, "{e}");
-            None
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -505,22 +483,22 @@ mod tests {
         let fold = fold_of("a");
         {
             let s = store(dir.path(), "a");
-            assert_eq!(restore(&s, "a"), None, "nothing saved yet");
+            assert_eq!(s.resume::<ShellFold>("a"), None, "nothing saved yet");
             s.save(4, &fold).unwrap();
-            assert_eq!(restore(&s, "a"), Some(fold.clone()));
+            assert_eq!(s.resume::<ShellFold>("a"), Some(fold.clone()));
         }
         // Another cluster's store refuses the tag...
-        assert_eq!(restore(&store(dir.path(), "b"), "b"), None);
+        assert_eq!(store(dir.path(), "b").resume::<ShellFold>("b"), None);
         // ...and a fold of another cluster under this cluster's tag is refused too.
         let s = store(dir.path(), "b");
         s.save(4, &fold).unwrap();
-        assert_eq!(restore(&s, "b"), None);
+        assert_eq!(s.resume::<ShellFold>("b"), None);
         // A sequence that disagrees with the fold's own.
         s.save(5, &fold_of("b")).unwrap();
-        assert_eq!(restore(&s, "b"), None);
+        assert_eq!(s.resume::<ShellFold>("b"), None);
         s.save(4, &fold_of("b")).unwrap();
-        assert_eq!(restore(&s, "b"), Some(fold_of("b")));
+        assert_eq!(s.resume::<ShellFold>("b"), Some(fold_of("b")));
         s.write_raw(b"FSCP not a checkpoint").unwrap();
-        assert_eq!(restore(&s, "b"), None);
+        assert_eq!(s.resume::<ShellFold>("b"), None);
     }
 }
