@@ -121,6 +121,34 @@ pub fn cluster_events(cluster: &str) -> String {
     format!("{EVENTS_PREFIX}.{cluster}.>")
 }
 
+/// The subject a writer appends `event` of cluster `cluster` on, by the scheme above; `None`
+/// for an event with no body. Used where events are written from outside a service (the
+/// simulator's log loaded into JetStream).
+pub fn for_event(cluster: &str, event: &crate::pb::Event) -> Option<String> {
+    use crate::pb::{self, event::Body};
+    let kind = crate::codec::event_kind(event);
+    Some(match event.body.as_ref()? {
+        Body::JobRejected(_) => rejected(cluster),
+        Body::BudgetTreeSet(_) => policy(cluster),
+        Body::UsageSnapshot(_) => usage(cluster),
+        Body::MaintenanceScheduled(_) => maintenance(cluster),
+        Body::NodeRegistered(pb::NodeRegistered { node: n, .. })
+        | Body::NodeCordoned(pb::NodeCordoned { node: n, .. })
+        | Body::NodeUncordoned(pb::NodeUncordoned { node: n, .. })
+        | Body::NodeDrained(pb::NodeDrained { node: n, .. })
+        | Body::NodeRemoved(pb::NodeRemoved { node: n, .. }) => node(cluster, n),
+        Body::JobSubmitted(pb::JobSubmitted { job_id, .. })
+        | Body::JobCancelled(pb::JobCancelled { job_id, .. })
+        | Body::JobPlaced(pb::JobPlaced { job_id, .. })
+        | Body::JobStarted(pb::JobStarted { job_id })
+        | Body::JobFinished(pb::JobFinished { job_id, .. })
+        | Body::JobFailed(pb::JobFailed { job_id, .. })
+        | Body::PreemptionOrdered(pb::PreemptionOrdered { job_id, .. })
+        | Body::JobPreempted(pb::JobPreempted { job_id, .. })
+        | Body::JobRequeued(pb::JobRequeued { job_id }) => job_event(cluster, job_id, kind),
+    })
+}
+
 /// Durable intake of a cluster's submissions.
 pub fn intake(cluster: &str) -> String {
     format!("{INTAKE_PREFIX}.{cluster}")

@@ -9,9 +9,11 @@
 //! - [`files`]: the TOML files managers and operators write (budget tree, inventory), parsed
 //!   and validated into the events they publish.
 //! - [`duration`]: human durations on the command line ("8h", "15m").
+//! - [`trace`]: real job traces in the `replay.csv` schema.
 
 pub mod budget;
 pub mod duration;
 pub mod files;
 pub mod inventory;
 pub mod shape;
+pub mod trace;

@@ -1,0 +1,56 @@
+//! What the replay tells a baseline policy, and what it asks of it.
+//!
+//! Place in the flow: the replay ([`super::replay`]) owns the clock, the nodes and the log; a
+//! [`Policy`] owns only its queues and whatever it ranks by (quotas, decayed usage). The replay
+//! hands it accepted jobs, finishes and share changes, and once per batch of same-time
+//! happenings asks it for a scheduling pass. No policy ever preempts, so a job, once started,
+//! runs to its finish.
+
+use fairshare_model::budget::Fraction;
+use fairshare_model::shape::Shape;
+
+use super::pass::Start;
+use super::place::Nodes;
+
+/// An accepted job, as the policies see it. Jobs are numbered by acceptance order (their
+/// *ticket*), which is submit time then workload index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Job {
+    /// The job id written in the log.
+    pub id: String,
+    /// The allocation it charges, as a slot of [`super::allocations::Allocations`].
+    pub allocation: usize,
+    /// Its resolved shape.
+    pub shape: Shape,
+    /// Declared priority within its team (higher first).
+    pub priority: i32,
+    /// How long it runs once started, in ms.
+    pub duration_ms: i64,
+}
+
+impl Job {
+    /// GPUs over all its nodes.
+    pub fn gpus(&self) -> u64 {
+        self.shape.total_gpus()
+    }
+}
+
+/// A baseline scheduling policy.
+pub(crate) trait Policy {
+    /// The budget tree in force changed (also called once before anything else): `fractions`
+    /// has one entry per allocation slot, 0 for slots the tree no longer has.
+    fn set_shares(&mut self, fractions: &[Fraction]);
+
+    /// The virtual clock moves to `now_ms`, before the happenings at that time are applied.
+    fn advance(&mut self, _now_ms: i64) {}
+
+    /// An accepted job joins the queue.
+    fn enqueue(&mut self, ticket: usize, job: &Job);
+
+    /// A running job ended and gave its GPUs back.
+    fn finished(&mut self, job: &Job);
+
+    /// One scheduling pass: place waiting jobs on `nodes` as the policy allows, appending each
+    /// placement to `started` in placement order.
+    fn pass(&mut self, jobs: &[Job], nodes: &mut Nodes, started: &mut Vec<Start>);
+}

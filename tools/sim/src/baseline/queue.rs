@@ -1,0 +1,104 @@
+//! A queue of waiting jobs, kept as one ordered line per job shape.
+//!
+//! Place in the flow: each baseline keeps its waiting jobs in [`Queue`]s (FIFO one for the
+//! cluster, the others one per allocation); the scheduling pass ([`super::pass::walk`]) reads
+//! their heads. Within a queue the order is the one every baseline uses inside a team: declared
+//! priority (higher first), then acceptance order (submit time, then workload index).
+//!
+//! Why per shape: during a pass free GPUs only shrink, so once the first waiting job of a shape
+//! does not fit, no later job of that shape fits either. Splitting by shape lets a pass stop
+//! looking at a shape after one failure instead of walking tens of thousands of jobs that cannot
+//! fit, and a job is only ever taken from the head of its line.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use fairshare_model::shape::Shape;
+
+/// A job's place in its queue: priority (higher first), then its ticket (acceptance order).
+pub(crate) type JobKey = (Reverse<i32>, usize);
+
+/// A job shape as an ordered key: (nodes, GPUs per node).
+pub(crate) type ShapeKey = (u32, u32);
+
+/// The ordered key of `shape`.
+pub(crate) fn shape_key(shape: Shape) -> ShapeKey {
+    (shape.nodes, shape.gpus_per_node)
+}
+
+/// Waiting jobs, one ordered line per shape.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Queue {
+    lines: BTreeMap<ShapeKey, BTreeSet<JobKey>>,
+}
+
+impl Queue {
+    /// Adds the job with `ticket`, of `shape` and `priority`.
+    pub fn push(&mut self, shape: Shape, priority: i32, ticket: usize) {
+        self.lines
+            .entry(shape_key(shape))
+            .or_default()
+            .insert((Reverse(priority), ticket));
+    }
+
+    /// Whether no job waits.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// The first job of every shape.
+    pub fn heads(&self) -> impl Iterator<Item = (ShapeKey, JobKey)> + '_ {
+        self.lines
+            .iter()
+            .filter_map(|(shape, line)| line.first().map(|key| (*shape, *key)))
+    }
+
+    /// The first job of `shape`.
+    pub fn head(&self, shape: ShapeKey) -> Option<JobKey> {
+        self.lines
+            .get(&shape)
+            .and_then(|line| line.first().copied())
+    }
+
+    /// Removes the first job of `shape` (it was placed).
+    pub fn pop(&mut self, shape: ShapeKey) {
+        if let Some(line) = self.lines.get_mut(&shape) {
+            line.pop_first();
+            if line.is_empty() {
+                self.lines.remove(&shape);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(gpus: u32) -> Shape {
+        Shape {
+            nodes: 1,
+            gpus_per_node: gpus,
+        }
+    }
+
+    #[test]
+    fn heads_are_the_highest_priority_then_earliest_of_each_shape() {
+        let mut q = Queue::default();
+        q.push(one(8), 0, 0);
+        q.push(one(8), 5, 3);
+        q.push(one(8), 5, 1);
+        q.push(one(1), -1, 2);
+        let heads: Vec<_> = q.heads().collect();
+        assert_eq!(
+            heads,
+            vec![((1, 1), (Reverse(-1), 2)), ((1, 8), (Reverse(5), 1))]
+        );
+        q.pop((1, 8));
+        assert_eq!(q.head((1, 8)), Some((Reverse(5), 3)));
+        q.pop((1, 8));
+        q.pop((1, 8));
+        q.pop((1, 1));
+        assert!(q.is_empty());
+    }
+}

@@ -1,0 +1,225 @@
+//! Static quotas: every allocation owns a fixed number of GPUs and never more.
+//!
+//! Place in the flow: one of the [`super::Baseline`]s the replay runs. Each allocation's quota
+//! is its fraction of the uncordoned GPUs, rounded by largest remainder so the quotas add up to
+//! the cluster ([`quotas`]); it is recomputed when the budget tree or the uncordoned capacity
+//! changes. An allocation starts a job only while its running GPUs plus the job's stay within
+//! its quota. Within an allocation jobs go by priority, then submit time, then workload index
+//! (a job that does not fit does not block smaller ones behind it); passes visit allocations in
+//! path order.
+//!
+//! Idle quota is never lent: while one team waits for its own GPUs, another team's idle quota
+//! stays idle. That is the waste fair share exists to remove, and what this baseline measures.
+//! A job larger than its allocation's quota never starts. Minimum runtimes play no part: a job
+//! with minimum runtime 0 counts against its allocation's quota like any other.
+
+use fairshare_model::budget::Fraction;
+
+use super::pass::{Limit, Start, walk};
+use super::place::Nodes;
+use super::policy::{Job, Policy};
+use super::queue::Queue;
+
+/// Static per-allocation GPU quotas.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StaticQuotas {
+    /// Waiting jobs by allocation slot.
+    queues: Vec<Queue>,
+    fractions: Vec<Fraction>,
+    /// GPUs each allocation may hold.
+    quotas: Vec<u64>,
+    /// GPUs each allocation holds.
+    running: Vec<u64>,
+    /// The uncordoned GPUs `quotas` were computed for; `None` after a budget change.
+    quotas_for: Option<u64>,
+}
+
+/// What one allocation may still start in a pass.
+struct Headroom {
+    gpus: u64,
+}
+
+impl Limit for Headroom {
+    fn admits(&self, job: &Job) -> bool {
+        job.gpus() <= self.gpus
+    }
+    fn took(&mut self, job: &Job) {
+        self.gpus -= job.gpus();
+    }
+}
+
+impl Policy for StaticQuotas {
+    fn set_shares(&mut self, fractions: &[Fraction]) {
+        let slots = fractions.len().max(self.queues.len());
+        self.queues.resize_with(slots, Queue::default);
+        self.running.resize(slots, 0);
+        self.fractions = fractions.to_vec();
+        self.quotas_for = None;
+    }
+
+    fn enqueue(&mut self, ticket: usize, job: &Job) {
+        if let Some(queue) = self.queues.get_mut(job.allocation) {
+            queue.push(job.shape, job.priority, ticket);
+        }
+    }
+
+    fn finished(&mut self, job: &Job) {
+        if let Some(running) = self.running.get_mut(job.allocation) {
+            *running = running.saturating_sub(job.gpus());
+        }
+    }
+
+    fn pass(&mut self, jobs: &[Job], nodes: &mut Nodes, started: &mut Vec<Start>) {
+        let capacity = nodes.uncordoned_gpus();
+        if self.quotas_for != Some(capacity) {
+            self.quotas = quotas(&self.fractions, capacity);
+            self.quotas_for = Some(capacity);
+        }
+        for (slot, queue) in self.queues.iter_mut().enumerate() {
+            if nodes.free_gpus() == 0 {
+                break;
+            }
+            let quota = self.quotas.get(slot).copied().unwrap_or(0);
+            let mut headroom = Headroom {
+                gpus: quota.saturating_sub(self.running[slot]),
+            };
+            if headroom.gpus == 0 || queue.is_empty() {
+                continue;
+            }
+            let before = headroom.gpus;
+            walk(
+                std::slice::from_mut(queue),
+                &[()],
+                jobs,
+                nodes,
+                &mut headroom,
+                started,
+            );
+            self.running[slot] += before - headroom.gpus;
+        }
+    }
+}
+
+/// Each allocation's whole-GPU quota of `gpus`: its exact share, rounded down, plus one GPU for
+/// the allocations with the largest remainders (ties by slot, that is path order) until the
+/// quotas add up to the GPUs the fractions cover (all of them when the fractions sum to 1).
+pub(crate) fn quotas(fractions: &[Fraction], gpus: u64) -> Vec<u64> {
+    let parts: Vec<(u64, f64)> = fractions.iter().map(|f| scaled(*f, gpus)).collect();
+    let mut quotas: Vec<u64> = parts.iter().map(|(whole, _)| *whole).collect();
+    let given: u64 = quotas.iter().sum();
+    let remainders: f64 = parts.iter().map(|(_, rest)| rest).sum();
+    // The remainders of fractions summing to 1 add up to a whole number; rounding absorbs the
+    // float error. Fractions summing to less (a zero-share subtree) leave GPUs unowned.
+    let extra = (remainders.round() as u64).min(gpus.saturating_sub(given));
+    let mut by_remainder: Vec<usize> = (0..parts.len()).filter(|&i| parts[i].1 > 0.0).collect();
+    by_remainder.sort_by(|&a, &b| parts[b].1.total_cmp(&parts[a].1).then(a.cmp(&b)));
+    for slot in by_remainder
+        .into_iter()
+        .take(usize::try_from(extra).unwrap_or(usize::MAX))
+    {
+        quotas[slot] += 1;
+    }
+    quotas
+}
+
+/// `fraction x gpus` as whole GPUs and the remainder in [0, 1): exact where the product fits
+/// 128 bits (any realistic tree), in floats otherwise.
+fn scaled(fraction: Fraction, gpus: u64) -> (u64, f64) {
+    let common = gcd(fraction.num, fraction.den).max(1);
+    let (num, den) = (fraction.num / common, fraction.den / common);
+    match num.checked_mul(u128::from(gpus)) {
+        Some(product) => (
+            u64::try_from(product / den).unwrap_or(gpus),
+            (product % den) as f64 / den as f64,
+        ),
+        None => {
+            let exact = num as f64 / den as f64 * gpus as f64;
+            (exact.floor() as u64, exact - exact.floor())
+        }
+    }
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baseline::Baseline;
+    use crate::baseline::tests::{H, M, budget_action, job, run_checked, setup, starts};
+    use crate::setup::EPOCH_MS;
+    use crate::workload::{Action, TimedAction};
+
+    fn f(num: u128, den: u128) -> Fraction {
+        Fraction { num, den }
+    }
+
+    #[test]
+    fn quotas_add_up_to_the_cluster_by_largest_remainder() {
+        assert_eq!(quotas(&[f(1, 2), f(1, 2)], 16), vec![8, 8]);
+        // 16/3 = 5.33 each: one extra GPU, to the first path.
+        assert_eq!(quotas(&[f(1, 3), f(1, 3), f(1, 3)], 16), vec![6, 5, 5]);
+        // 35% and 65% of 10: 3.5 and 6.5, the tie goes to path order.
+        assert_eq!(quotas(&[f(35, 100), f(65, 100)], 10), vec![4, 6]);
+        // 10%, 20%, 70% of 8: 0.8, 1.6, 5.6: two GPUs left over; 0.8 gets the first, the 0.6
+        // tie gives the second to path order.
+        assert_eq!(quotas(&[f(1, 10), f(2, 10), f(7, 10)], 8), vec![1, 2, 5]);
+        assert_eq!(quotas(&[f(0, 1), f(1, 1)], 8), vec![0, 8]);
+        // A quarter of the tree has no claim: its GPUs are nobody's.
+        assert_eq!(quotas(&[f(0, 1), f(3, 4)], 10), vec![0, 8]);
+    }
+
+    #[test]
+    fn a_team_runs_one_job_at_a_time_on_its_half_while_the_other_half_idles() {
+        let s = setup(2, 8, &[("a", 1), ("b", 1)]);
+        let jobs = (0..3)
+            .map(|i| job(&format!("a{i}"), i * M, H, "a", 8, 0))
+            .collect();
+        let log = run_checked(Baseline::StaticQuotas, &s, jobs, vec![]);
+        let at = starts(&log);
+        assert_eq!(
+            (at["a0"].0, at["a1"].0, at["a2"].0),
+            (0, H, 2 * H),
+            "quota 8 of 16: b's idle half is not lent"
+        );
+    }
+
+    #[test]
+    fn quotas_follow_cordons_and_budget_changes() {
+        let s = setup(2, 8, &[("a", 1), ("b", 1)]);
+        let jobs = vec![
+            job("a-wide", 0, H, "a", 8, 0),
+            job("a-narrow", M, H, "a", 4, 0),
+        ];
+        let actions = vec![
+            TimedAction {
+                at_ms: EPOCH_MS,
+                action: Action::Cordon {
+                    node: "n001".into(),
+                },
+            },
+            budget_action(2 * H, &[("a", 3), ("b", 1)]),
+        ];
+        let log = run_checked(Baseline::StaticQuotas, &s, jobs, actions);
+        let at = starts(&log);
+        // 8 uncordoned GPUs, half each: a's quota is 4, so the 8-GPU job waits and the 4-GPU
+        // one behind it runs.
+        assert_eq!(at["a-narrow"].0, M);
+        // At 2 h the budget gives a 3/4 of 8 = 6, still under 8.
+        assert!(!at.contains_key("a-wide"));
+    }
+
+    #[test]
+    fn a_budget_change_raises_a_quota_from_its_time_on() {
+        let s = setup(2, 8, &[("a", 1), ("b", 1)]);
+        let jobs = vec![job("a0", 0, 10 * H, "a", 8, 0), job("a1", M, H, "a", 8, 0)];
+        let actions = vec![budget_action(3 * H, &[("a", 1), ("b", 0)])];
+        let log = run_checked(Baseline::StaticQuotas, &s, jobs, actions);
+        let at = starts(&log);
+        assert_eq!(at["a1"].0, 3 * H);
+    }
+}

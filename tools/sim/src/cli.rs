@@ -1,0 +1,394 @@
+//! The command line of `fairshare-sim` (the binary edge: `anyhow` lives here only).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use fairshare_accounting::domain::FoldConfig;
+use fairshare_model::duration::parse_duration;
+use fairshare_model::trace::parse_replay;
+use fairshare_sim::engine::EngineConfig;
+use fairshare_sim::mapping::{MappingRules, parse_tenant_map};
+use fairshare_sim::progress::Progress;
+use fairshare_sim::report::{self, Report, ReportInputs};
+use fairshare_sim::scenarios;
+use fairshare_sim::setup::{EPOCH_MS, Setup};
+use fairshare_sim::simulate::{Policy, PolicyRun, simulate};
+use fairshare_sim::workload::Workload;
+use fairshare_sim::{load, logfile};
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// Trace-driven simulator of the fairshare scheduler. It runs the services' own domain code
+/// (submission checks, accounting, decision, preemption) on a virtual clock, beside baseline
+/// policies (FIFO with priorities, static quotas, decayed fair share), and writes a report
+/// (markdown + SVG charts) of owed GPU-hours delivered, occupancy, queue waits, preemptions
+/// and lost work.
+#[derive(Debug, Parser)]
+#[command(name = "fairshare-sim", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay a `replay.csv` trace (see tests/data/traces/README.md).
+    Trace(TraceArgs),
+    /// Run a constructed scenario (`--list` names them).
+    Scenario(ScenarioArgs),
+    /// Publish a log written with `--log` to a fresh nats-server, for
+    /// `fairshare-decision --audit` to check.
+    Load(LoadArgs),
+}
+
+#[derive(Debug, Args)]
+struct TraceArgs {
+    /// The trace file (`replay.csv`).
+    #[arg(long, env = "FAIRSHARE_SIM_TRACE")]
+    trace: PathBuf,
+    /// Budget tree file (the format `fairshare budget apply` takes).
+    #[arg(long, env = "FAIRSHARE_SIM_BUDGET", default_value = "deploy/sim/budget.toml")]
+    budget: PathBuf,
+    /// Cluster size: nodes of `--gpus-per-node` GPUs (ignored with `--inventory`).
+    #[arg(long, default_value_t = 32)]
+    nodes: usize,
+    /// GPUs per node with `--nodes`.
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// Inventory file (the format `fairshare inventory apply` takes) instead of `--nodes`.
+    #[arg(long)]
+    inventory: Option<PathBuf>,
+    /// Trace time to skip at the start ("0", "3d").
+    #[arg(long, default_value = "0s")]
+    skip: String,
+    /// Trace time to replay after the skip; the run lasts as long ("30d"; default: the whole
+    /// trace).
+    #[arg(long)]
+    span: Option<String>,
+    /// Per cent of jobs that are unallocated (minimum runtime 0).
+    #[arg(long, default_value_t = 15)]
+    unallocated_percent: u32,
+    /// Largest debug job, in GPUs.
+    #[arg(long, default_value_t = 2)]
+    debug_max_gpus: u32,
+    /// Longest run of a debug job.
+    #[arg(long, default_value = "15m")]
+    debug_max_duration: String,
+    /// Minimum runtime debug jobs declare.
+    #[arg(long, default_value = "15m")]
+    debug_min_runtime: String,
+    /// Largest minimum runtime other jobs declare (their run time, clamped to it).
+    #[arg(long, default_value = "2h")]
+    min_runtime_cap: String,
+    /// Jobs cannot resume after a preemption (they lose their whole run).
+    #[arg(long)]
+    not_resumable: bool,
+    /// `tenant = allocation` lines overriding the round-robin dealing of tenants.
+    #[arg(long)]
+    tenant_map: Option<PathBuf>,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+struct ScenarioArgs {
+    /// Scenario name.
+    name: Option<String>,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    list: bool,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Debug, Args)]
+struct CommonArgs {
+    /// Directory the report is written to (report.md and SVG charts).
+    #[arg(long, default_value = "sim-report")]
+    out: PathBuf,
+    /// Also write fairshare's event log here (length-delimited protobuf; see `load`).
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Policies to run, comma-separated (fairshare, fifo, static-quotas,
+    /// decayed-fair-share).
+    #[arg(long, value_delimiter = ',', default_value = "fairshare,fifo,static-quotas,decayed-fair-share")]
+    policies: Vec<String>,
+    /// Fair-share window.
+    #[arg(long, env = "FAIRSHARE_WINDOW", default_value = "7d")]
+    window: String,
+    /// Grace period between a preemption order and the kill.
+    #[arg(long, env = "FAIRSHARE_GRACE", default_value = "30s")]
+    grace: String,
+    /// How long a job ordered off takes to stop and be confirmed by the launcher.
+    #[arg(long, default_value = "10s")]
+    stop_delay: String,
+    /// Largest minimum runtime the contract protects.
+    #[arg(long, env = "FAIRSHARE_MIN_RUNTIME_CAP", default_value = "8h")]
+    protection_cap: String,
+    /// Jobs checkpoint this often (lost work is the run since the last checkpoint).
+    #[arg(long, default_value = "30m")]
+    checkpoint_interval: String,
+    /// Rank margin, in per mille, before work is rotated (hysteresis).
+    #[arg(long, default_value_t = 100)]
+    hysteresis_permille: u32,
+    /// How often accounting publishes usage snapshots while the log moves.
+    #[arg(long, default_value = "10s")]
+    snapshot_interval: String,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Debug, Args)]
+struct LoadArgs {
+    /// The log file written with `--log`.
+    file: PathBuf,
+    /// Cluster the log is for.
+    #[arg(long, default_value = "sim")]
+    cluster: String,
+    #[command(flatten)]
+    nats: fairshare_runtime::cli::NatsArgs,
+}
+
+fn ms(text: &str, what: &str) -> anyhow::Result<i64> {
+    let d = parse_duration(text).with_context(|| format!("--{what} {text:?}"))?;
+    i64::try_from(d.as_millis()).with_context(|| format!("--{what} is too long"))
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+impl Cli {
+    /// Runs the chosen command.
+    pub fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Trace(args) => args.run(),
+            Command::Scenario(args) => args.run(),
+            Command::Load(args) => args.run(),
+        }
+    }
+}
+
+impl CommonArgs {
+    fn engine(&self) -> anyhow::Result<EngineConfig> {
+        let window = u64::try_from(ms(&self.window, "window")?).context("--window")?;
+        let mut config = EngineConfig {
+            window: FoldConfig::new(window).context("--window")?,
+            snapshot_interval_ms: ms(&self.snapshot_interval, "snapshot-interval")?,
+            stop_delay_ms: ms(&self.stop_delay, "stop-delay")?,
+            ..EngineConfig::default()
+        };
+        config.preemption.grace_ms = ms(&self.grace, "grace")?;
+        config.preemption.min_runtime_cap_ms = ms(&self.protection_cap, "protection-cap")?;
+        config.preemption.checkpoint_interval_ms =
+            ms(&self.checkpoint_interval, "checkpoint-interval")?;
+        config.preemption.hysteresis_permille = self.hysteresis_permille;
+        config.preemption.validate().context("preemption settings")?;
+        config.limits.max_min_runtime_s = config.preemption.min_runtime_cap_ms / 1000;
+        Ok(config)
+    }
+
+    fn policies(&self) -> anyhow::Result<Vec<Policy>> {
+        self.policies
+            .iter()
+            .map(|name| {
+                Policy::from_name(name.trim())
+                    .with_context(|| format!("--policies: no policy named {name:?}"))
+            })
+            .collect()
+    }
+
+    /// Runs every policy, writes the report (and the log), prints the summary.
+    fn simulate_and_report(
+        &self,
+        setup: &Setup,
+        workload: &Workload,
+        mut inputs: ReportInputs,
+    ) -> anyhow::Result<()> {
+        let config = self.engine()?;
+        let policies = self.policies()?;
+        inputs.window_ms = i64::try_from(config.window.window_ms()).unwrap_or(i64::MAX);
+        inputs.grace_ms = config.preemption.grace_ms;
+        let span = (setup.end_ms - EPOCH_MS).max(1);
+        let mut bars: Vec<Progress> = policies
+            .iter()
+            .map(|p| Progress::new(p.name(), u64::try_from(span).unwrap_or(0), !self.quiet))
+            .collect();
+        let mut timings = Vec::new();
+        let mut runs: Vec<PolicyRun> = Vec::new();
+        for (i, &policy) in policies.iter().enumerate() {
+            let started = Instant::now();
+            let bar = &mut bars[i];
+            let mut run = simulate(setup, workload, &config, &[policy], |_, now| {
+                bar.set(u64::try_from(now - EPOCH_MS).unwrap_or(0));
+            });
+            bar.finish();
+            timings.push((policy.name(), started.elapsed()));
+            runs.append(&mut run);
+        }
+        if let Some(path) = &self.log
+            && let Some(run) = runs.iter().find(|r| r.policy == Policy::Fairshare)
+        {
+            std::fs::write(path, logfile::encode(&run.log))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("fairshare log: {} events -> {}", run.log.len(), path.display());
+        }
+        let report = Report {
+            inputs,
+            runs: runs.iter().map(|r| r.metrics.clone()).collect(),
+        };
+        let written = report::write(&self.out, &report)
+            .with_context(|| format!("cannot write the report to {}", self.out.display()))?;
+        for (name, took) in timings {
+            eprintln!("{name}: simulated in {:.3} s", took.as_secs_f64());
+        }
+        for run in &runs {
+            if let Some(stats) = &run.engine {
+                eprintln!(
+                    "fairshare: {} steps, {} cycles ({} placing), {} preemption passes, {} snapshots, {} rejected",
+                    stats.steps, stats.cycles, stats.placing_cycles, stats.passes, stats.snapshots, stats.rejected
+                );
+            }
+        }
+        for path in written {
+            println!("{}", path.display());
+        }
+        Ok(())
+    }
+}
+
+impl TraceArgs {
+    fn run(self) -> anyhow::Result<()> {
+        let text = read(&self.trace)?;
+        let trace = parse_replay(&text).with_context(|| self.trace.display().to_string())?;
+        let skip_ms = ms(&self.skip, "skip")?;
+        let last_s = trace.iter().map(|t| t.submit_s).max().unwrap_or(0);
+        let span_ms = match &self.span {
+            Some(s) => ms(s, "span")?,
+            None => (last_s * 1000 - skip_ms).max(0) + 1000,
+        };
+        // Whole hours, so the ledger's last hour closes at the end.
+        let span_ms = (span_ms + HOUR_MS - 1) / HOUR_MS * HOUR_MS;
+        let budget = read(&self.budget)?;
+        let (setup, nodes) = match &self.inventory {
+            Some(path) => {
+                let setup = Setup::from_files(&budget, &read(path)?, EPOCH_MS + span_ms)?;
+                let n = setup.nodes.len();
+                (setup, n)
+            }
+            None => {
+                let budget = fairshare_model::files::parse_budget(&budget)?;
+                let nodes = Setup::uniform_nodes("node", self.nodes, self.gpus_per_node);
+                (Setup::new(budget, nodes, EPOCH_MS + span_ms)?, self.nodes)
+            }
+        };
+        let allocations = setup.allocations();
+        let tenant_map = match &self.tenant_map {
+            Some(path) => parse_tenant_map(&read(path)?, &allocations)
+                .with_context(|| path.display().to_string())?,
+            None => Default::default(),
+        };
+        let rules = MappingRules {
+            unallocated_percent: self.unallocated_percent.min(100),
+            debug_max_gpus: self.debug_max_gpus,
+            debug_max_duration_ms: ms(&self.debug_max_duration, "debug-max-duration")?,
+            debug_min_runtime_ms: ms(&self.debug_min_runtime, "debug-min-runtime")?,
+            min_runtime_cap_ms: ms(&self.min_runtime_cap, "min-runtime-cap")?,
+            resumable: !self.not_resumable,
+            tenant_map,
+            skip_ms,
+            span_ms,
+        };
+        let jobs = rules.map(&trace, &allocations);
+        if jobs.is_empty() {
+            bail!("no GPU jobs in the chosen part of the trace");
+        }
+        let workload = Workload::new(jobs, Vec::new());
+        let supply = u128::from(setup.total_gpus()) * u128::try_from(span_ms).unwrap_or(0);
+        let inputs = ReportInputs {
+            title: format!(
+                "{} on {} GPUs",
+                trace_name(&self.trace),
+                setup.total_gpus()
+            ),
+            workload: format!(
+                "{} (attribution: see the README beside the trace)",
+                self.trace.display()
+            ),
+            rules: rules.describe(),
+            gpus: setup.total_gpus(),
+            nodes: nodes as u64,
+            span_ms,
+            jobs: workload.jobs.len() as u64,
+            oversubscription: workload.gpu_ms() as f64 / supply.max(1) as f64,
+            window_ms: 0,
+            grace_ms: 0,
+        };
+        self.common.simulate_and_report(&setup, &workload, inputs)
+    }
+}
+
+/// The trace's folder name ("helios-15k"), else its file name.
+fn trace_name(path: &Path) -> String {
+    path.parent()
+        .and_then(Path::file_name)
+        .or_else(|| path.file_name())
+        .map_or_else(|| "trace".to_owned(), |n| n.to_string_lossy().into_owned())
+}
+
+impl ScenarioArgs {
+    fn run(self) -> anyhow::Result<()> {
+        if self.list {
+            for name in scenarios::NAMES {
+                if let Some(Ok(s)) = scenarios::by_name(name) {
+                    println!("{name:20} {}", s.description);
+                }
+            }
+            return Ok(());
+        }
+        let Some(name) = &self.name else {
+            bail!("name a scenario (see --list)");
+        };
+        let scenario = scenarios::by_name(name)
+            .with_context(|| format!("no scenario named {name:?} (see --list)"))??;
+        let setup = &scenario.setup;
+        let span_ms = setup.end_ms - EPOCH_MS;
+        let supply = u128::from(setup.total_gpus()) * u128::try_from(span_ms).unwrap_or(0);
+        let inputs = ReportInputs {
+            title: format!("scenario {}", scenario.name),
+            workload: scenario.description.to_owned(),
+            rules: vec!["constructed jobs (see tools/sim/src/scenarios.rs)".to_owned()],
+            gpus: setup.total_gpus(),
+            nodes: setup.nodes.len() as u64,
+            span_ms,
+            jobs: scenario.workload.jobs.len() as u64,
+            oversubscription: scenario.workload.gpu_ms() as f64 / supply.max(1) as f64,
+            window_ms: 0,
+            grace_ms: 0,
+        };
+        self.common
+            .simulate_and_report(setup, &scenario.workload, inputs)
+    }
+}
+
+impl LoadArgs {
+    fn run(self) -> anyhow::Result<()> {
+        let bytes =
+            std::fs::read(&self.file).with_context(|| format!("cannot read {}", self.file.display()))?;
+        let events = logfile::decode(&bytes)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let client = self.nats.connect("fairshare-sim-load").await?;
+            let js = async_nats::jetstream::new(client);
+            fairshare_runtime::nats::ensure_streams(&js, 1).await?;
+            let n = load::load_log(&js, &self.cluster, &events).await?;
+            println!("loaded {n} events of cluster {}", self.cluster);
+            anyhow::Ok(())
+        })
+    }
+}

@@ -1,0 +1,355 @@
+//! The fairshare policy on a virtual clock: the services' own domain code, driven in-process.
+//!
+//! Place in the flow: the simulator's counterpart of the whole running system. The world
+//! (launchers submitting, jobs finishing, operators acting) comes from the [`agenda`]; after
+//! every batch of happenings at one virtual time the services react in a fixed order until
+//! nothing more happens at that time:
+//!
+//! 1. the accounting service publishes a `UsageSnapshot` if its interval has passed;
+//! 2. the decision service runs a cycle ([`decide`]) if some open GPU is free and work waits,
+//!    appending its `JobPlaced` events with their basis; the [`launcher`] confirms each with
+//!    `JobStarted`;
+//! 3. the preemption service runs a pass ([`decide_preemptions`]);
+//!
+//! and the preemption service's timer ([`next_due`]) is put on the agenda. Everything appended
+//! is a contract event folded by the same folds the services use ([`services`]), so the log
+//! can be loaded into JetStream and audited like a production log.
+
+pub mod agenda;
+pub mod launcher;
+pub mod services;
+
+use std::sync::Arc;
+
+use fairshare_accounting::domain::FoldConfig;
+use fairshare_decision::domain::{DecisionState, decide};
+use fairshare_events::pb::{self, event::Body};
+use fairshare_preemption::domain::{self as preemption, decide_preemptions, next_due};
+use fairshare_submission::domain::{Checked, Limits, check_submission, job_submitted};
+
+use crate::setup::{EPOCH_MS, Setup};
+use crate::workload::{Workload, job_id};
+use agenda::{Agenda, Happening};
+use launcher::SimLauncher;
+use services::Services;
+
+/// How the simulated services and launcher behave.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The accounting window.
+    pub window: FoldConfig,
+    /// The preemption service's contract settings (grace, cap, checkpoint interval,
+    /// hysteresis).
+    pub preemption: preemption::Config,
+    /// The submission service's limits.
+    pub limits: Limits,
+    /// How often the accounting service publishes a usage snapshot while the log moves.
+    pub snapshot_interval_ms: i64,
+    /// How long a job ordered off takes to stop and be confirmed by the launcher; at or past
+    /// the grace period the preemption service kills it at the deadline instead.
+    pub stop_delay_ms: i64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            window: FoldConfig::default(),
+            preemption: preemption::Config::default(),
+            limits: Limits::default(),
+            snapshot_interval_ms: 10_000,
+            stop_delay_ms: 10_000,
+        }
+    }
+}
+
+/// Counts of what the services did, for the report's footnotes and for tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Submissions the submission checks rejected (nothing was written for them).
+    pub rejected: u64,
+    /// Decision cycles run.
+    pub cycles: u64,
+    /// Decision cycles that placed something.
+    pub placing_cycles: u64,
+    /// Preemption passes run.
+    pub passes: u64,
+    /// Usage snapshots published.
+    pub snapshots: u64,
+    /// Distinct virtual times processed.
+    pub steps: u64,
+}
+
+/// A fairshare run: its log and what the services did.
+#[derive(Debug, Clone)]
+pub struct FairshareRun {
+    /// The log, as JetStream would hold it (sequence = index + 1).
+    pub log: Vec<pb::Event>,
+    /// Counts.
+    pub stats: EngineStats,
+}
+
+/// The simulation in progress.
+struct Engine<'a> {
+    setup: &'a Setup,
+    workload: &'a Workload,
+    config: &'a EngineConfig,
+    services: Services,
+    launcher: SimLauncher,
+    agenda: Agenda,
+    stats: EngineStats,
+    /// Decision cycle counter (stamped into each placement's basis).
+    cycle: u64,
+    /// Preemption pass counter.
+    pass: u64,
+    /// When the last snapshot was published, and the log length it covered.
+    last_snapshot: Option<(i64, u64)>,
+    /// The preemption timer currently on the agenda.
+    wake_at: Option<i64>,
+}
+
+/// Runs `workload` on `setup` under fairshare, calling `progress` with each virtual time
+/// reached.
+pub fn run(
+    setup: &Setup,
+    workload: &Workload,
+    config: &EngineConfig,
+    mut progress: impl FnMut(i64),
+) -> FairshareRun {
+    let mut engine = Engine {
+        setup,
+        workload,
+        config,
+        services: Services::new(&setup.cluster, config.window),
+        launcher: SimLauncher::new(config.preemption.checkpoint_interval_ms),
+        agenda: Agenda::default(),
+        stats: EngineStats::default(),
+        cycle: 0,
+        pass: 0,
+        last_snapshot: None,
+        wake_at: None,
+    };
+    for event in setup.initial_events(EPOCH_MS) {
+        engine.services.append(event);
+    }
+    for (i, job) in workload.jobs.iter().enumerate() {
+        engine.agenda.schedule(job.submit_ms, Happening::Submit(i));
+    }
+    for (i, action) in workload.actions.iter().enumerate() {
+        engine.agenda.schedule(action.at_ms, Happening::Action(i));
+    }
+    while let Some(now) = engine.agenda.next_time() {
+        if now >= setup.end_ms {
+            break;
+        }
+        progress(now);
+        engine.stats.steps += 1;
+        while let Some(h) = engine.agenda.pop_at(now) {
+            engine.happen(now, h);
+        }
+        engine.settle(now);
+    }
+    FairshareRun {
+        log: engine.services.log,
+        stats: engine.stats,
+    }
+}
+
+fn event(at_ms: i64, body: Body) -> pb::Event {
+    pb::Event {
+        at_ms,
+        body: Some(body),
+    }
+}
+
+/// Whether some GPU of an uncordoned node is free: otherwise a cycle cannot place anything.
+fn has_free_gpu(state: &DecisionState) -> bool {
+    state.inventory().nodes.iter().any(|(name, node)| {
+        !node.cordoned && state.load(name).map_or(0, |l| l.used) < node.gpus
+    })
+}
+
+impl Engine<'_> {
+    fn happen(&mut self, now: i64, what: Happening) {
+        match what {
+            Happening::Submit(i) => self.submit(now, i),
+            Happening::Action(i) => {
+                if let Some(a) = self.workload.actions.get(i) {
+                    let body = a.action.body(&self.setup.cluster);
+                    self.append(event(now, body));
+                }
+            }
+            Happening::Finish { job_id, run } => {
+                if self.launcher.is_running(&job_id, run) {
+                    self.append(event(
+                        now,
+                        Body::JobFinished(pb::JobFinished {
+                            job_id: job_id.to_string(),
+                            exit_code: 0,
+                        }),
+                    ));
+                }
+            }
+            Happening::StopConfirmed { job_id, run } => {
+                let ordered = self.services.preemption.orders().contains_key(&*job_id);
+                if ordered && self.launcher.is_running(&job_id, run) {
+                    self.append(event(
+                        now,
+                        Body::JobPreempted(pb::JobPreempted {
+                            job_id: job_id.to_string(),
+                            killed: false,
+                        }),
+                    ));
+                }
+            }
+            Happening::Wake => {
+                if self.wake_at == Some(now) {
+                    self.wake_at = None;
+                }
+            }
+        }
+    }
+
+    fn submit(&mut self, now: i64, index: usize) {
+        let Some(job) = self.workload.jobs.get(index) else {
+            return;
+        };
+        let request = job.request(&self.setup.cluster);
+        match check_submission(&self.services.submission, &request, &self.config.limits) {
+            Ok(Checked::New(shape)) => {
+                let id = job_id(index, job.submit_ms);
+                self.launcher
+                    .accepted(Arc::from(id.as_str()), job.duration_ms, job.resumable);
+                let body = job_submitted(&id, &request, shape);
+                self.append(event(now, Body::JobSubmitted(body)));
+            }
+            Ok(Checked::Repeat { .. }) | Err(_) => self.stats.rejected += 1,
+        }
+    }
+
+    /// Appends an event and lets the launcher react to it.
+    fn append(&mut self, e: pb::Event) {
+        let now = e.at_ms;
+        let reaction = match &e.body {
+            Some(Body::PreemptionOrdered(o)) => self
+                .launcher
+                .running_run(&o.job_id)
+                .map(|run| (Arc::<str>::from(o.job_id.as_str()), run)),
+            Some(Body::JobPreempted(p)) => {
+                self.launcher.stopped(&p.job_id, now);
+                None
+            }
+            Some(Body::JobFinished(f)) => {
+                self.launcher.ended(&f.job_id);
+                None
+            }
+            _ => None,
+        };
+        self.services.append(e);
+        if let Some((job_id, run)) = reaction {
+            self.agenda.schedule(
+                now.saturating_add(self.config.stop_delay_ms.max(0)),
+                Happening::StopConfirmed { job_id, run },
+            );
+        }
+    }
+
+    /// The services react at `now` until nothing more happens.
+    fn settle(&mut self, now: i64) {
+        // Each round either places, orders or kills something, which cannot repeat without
+        // bound at one instant; the cap only guards against a bug looping forever.
+        for _ in 0..64 {
+            let placed = self.decision_cycle(now);
+            let acted = self.preemption_pass(now);
+            if !placed && !acted {
+                break;
+            }
+        }
+        self.set_wake(now);
+    }
+
+    fn snapshot_if_due(&mut self, now: i64) {
+        let log_len = self.services.last_sequence();
+        let due = match self.last_snapshot {
+            None => true,
+            Some((at, covered)) => {
+                covered < log_len && now.saturating_sub(at) >= self.config.snapshot_interval_ms
+            }
+        };
+        if !due {
+            return;
+        }
+        let Ok(report) = self.services.accounting.window(&self.setup.cluster, now) else {
+            return;
+        };
+        let window_ms = self.config.window.window_ms();
+        let body = Body::UsageSnapshot(report.to_snapshot(log_len, window_ms));
+        self.append(event(now, body));
+        self.stats.snapshots += 1;
+        self.last_snapshot = Some((now, log_len));
+    }
+
+    fn decision_cycle(&mut self, now: i64) -> bool {
+        {
+            let state = self.services.preemption.decision();
+            if state.queued_len() == 0 || !has_free_gpu(state) {
+                return false;
+            }
+        }
+        self.snapshot_if_due(now);
+        self.cycle += 1;
+        self.stats.cycles += 1;
+        let placed = decide(self.services.preemption.decision(), now).events(self.cycle);
+        if placed.is_empty() {
+            return false;
+        }
+        self.stats.placing_cycles += 1;
+        let ids: Vec<String> = placed
+            .iter()
+            .filter_map(|e| match &e.body {
+                Some(Body::JobPlaced(p)) => Some(p.job_id.clone()),
+                _ => None,
+            })
+            .collect();
+        for e in placed {
+            self.append(e);
+        }
+        for id in ids {
+            if let Some((finish_at, run)) = self.launcher.start(&id, now) {
+                self.append(event(now, Body::JobStarted(pb::JobStarted { job_id: id.clone() })));
+                self.agenda.schedule(
+                    finish_at,
+                    Happening::Finish {
+                        job_id: Arc::from(id.as_str()),
+                        run,
+                    },
+                );
+            }
+        }
+        true
+    }
+
+    fn preemption_pass(&mut self, now: i64) -> bool {
+        self.stats.passes += 1;
+        let mut bodies =
+            decide_preemptions(&self.services.preemption, now, &self.config.preemption);
+        if bodies.is_empty() {
+            return false;
+        }
+        self.pass += 1;
+        preemption::stamp_cycle(&mut bodies, self.pass);
+        for e in preemption::into_events(bodies, now) {
+            self.append(e);
+        }
+        true
+    }
+
+    fn set_wake(&mut self, now: i64) {
+        let Some(due) = next_due(&self.services.preemption, now, &self.config.preemption) else {
+            return;
+        };
+        if due > now && self.wake_at.is_none_or(|w| due < w || w <= now) {
+            self.wake_at = Some(due);
+            self.agenda.schedule(due, Happening::Wake);
+        }
+    }
+}

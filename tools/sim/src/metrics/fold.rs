@@ -1,0 +1,435 @@
+//! One pass over a policy's log: the integrals, waits and counts of [`RunMetrics`].
+//!
+//! Time-weighted figures (occupancy, idle while waiting, the hourly series) integrate
+//! piecewise-constant cluster state between event times, so the order of events sharing a
+//! time does not matter. Owed and delivered are read from the accounting fold's ledger, fed
+//! the same log.
+
+use std::collections::HashMap;
+
+use fairshare_accounting::domain::{FoldConfig, UsageFold};
+use fairshare_events::pb::{self, event::Body};
+use fairshare_model::budget::BudgetTree;
+use fairshare_preemption::domain::Config as ContractConfig;
+use fairshare_preemption::domain::contract;
+
+use super::{AllocationMetrics, HourPoint, RunMetrics, Waits};
+use crate::workload::JobClass;
+
+/// What measuring needs besides the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MeasureConfig {
+    /// Start of the run (the hourly series counts hours from it).
+    pub start_ms: i64,
+    /// End of the run: the integrals stop here; jobs not started by then count their wait so
+    /// far.
+    pub end_ms: i64,
+    /// Checkpoint interval and minimum-runtime cap for lost work and violations.
+    pub contract: ContractConfig,
+    /// The accounting fold's window (only its ledger is read here).
+    pub window: FoldConfig,
+}
+
+/// A job as the measurement follows it.
+struct Tracked {
+    submit_ms: i64,
+    gpus: u64,
+    class: JobClass,
+    min_runtime_ms: i64,
+    resumable: bool,
+    /// Start of the first run.
+    first_start_ms: Option<i64>,
+    /// Start of the current run, while running.
+    running_since: Option<i64>,
+    /// Waiting to be placed.
+    queued: bool,
+    ended: bool,
+}
+
+/// Cluster-wide GPU counts between events.
+#[derive(Default)]
+struct Levels {
+    capacity: u64,
+    used: u64,
+    unallocated_used: u64,
+    queued: u64,
+}
+
+/// The running integrals.
+#[derive(Default)]
+struct Integrals {
+    used: u128,
+    available: u128,
+    contention_used: u128,
+    contention_available: u128,
+    unallocated: u128,
+    idle_while_waiting: u128,
+    hourly: Vec<HourPoint>,
+}
+
+impl Integrals {
+    fn add(&mut self, levels: &Levels, from: i64, to: i64, start_ms: i64) {
+        if to <= from {
+            return;
+        }
+        let dt = u128::try_from(to - from).unwrap_or(0);
+        let used = u128::from(levels.used);
+        let capacity = u128::from(levels.capacity);
+        let idle = levels.capacity.saturating_sub(levels.used);
+        self.used += used * dt;
+        self.available += capacity * dt;
+        self.unallocated += u128::from(levels.unallocated_used) * dt;
+        if levels.queued > idle {
+            self.contention_used += used * dt;
+            self.contention_available += capacity * dt;
+        }
+        if levels.queued > 0 {
+            self.idle_while_waiting += u128::from(idle.min(levels.queued)) * dt;
+        }
+        self.add_hourly(levels, from, to, start_ms);
+    }
+
+    /// Splits `[from, to)` over the hours since `start_ms` it touches.
+    fn add_hourly(&mut self, levels: &Levels, from: i64, to: i64, start_ms: i64) {
+        const HOUR: i64 = 3_600_000;
+        let mut t = from;
+        while t < to {
+            let hour = (t - start_ms).max(0) / HOUR;
+            let hour_end = (start_ms + (hour + 1) * HOUR).min(to);
+            let dt = u128::try_from(hour_end - t).unwrap_or(0);
+            let idx = usize::try_from(hour).unwrap_or(usize::MAX);
+            while self.hourly.len() <= idx {
+                let next = self.hourly.len() as u64;
+                self.hourly.push(HourPoint {
+                    hour: next,
+                    used_gpu_ms: 0,
+                    capacity_gpu_ms: 0,
+                });
+            }
+            let point = &mut self.hourly[idx];
+            point.used_gpu_ms += u128::from(levels.used) * dt;
+            point.capacity_gpu_ms += u128::from(levels.capacity) * dt;
+            t = hour_end;
+        }
+    }
+}
+
+/// Per-node state the capacity depends on.
+#[derive(Default, Clone, Copy)]
+struct NodeState {
+    gpus: u64,
+    cordoned: bool,
+}
+
+/// Everything the fold keeps while walking the log.
+struct Measure<'c> {
+    config: &'c MeasureConfig,
+    jobs: HashMap<String, Tracked>,
+    nodes: HashMap<String, NodeState>,
+    levels: Levels,
+    integrals: Integrals,
+    clock: i64,
+    out: RunMetrics,
+    usage: UsageFold,
+    tree: Option<BudgetTree>,
+}
+
+fn open_gpus(nodes: &HashMap<String, NodeState>) -> u64 {
+    nodes.values().filter(|n| !n.cordoned).map(|n| n.gpus).sum()
+}
+
+impl Measure<'_> {
+    fn advance(&mut self, to: i64) {
+        let to = to.min(self.config.end_ms);
+        if to > self.clock {
+            self.integrals
+                .add(&self.levels, self.clock, to, self.config.start_ms);
+            self.clock = to;
+        }
+    }
+
+    fn stop_run(&mut self, job_id: &str) -> Option<(i64, u64, bool)> {
+        let job = self.jobs.get_mut(job_id)?;
+        let since = job.running_since.take()?;
+        self.levels.used = self.levels.used.saturating_sub(job.gpus);
+        if job.class == JobClass::Unallocated {
+            self.levels.unallocated_used = self.levels.unallocated_used.saturating_sub(job.gpus);
+        }
+        Some((since, job.gpus, job.resumable))
+    }
+
+    fn leave_queue(&mut self, job_id: &str) {
+        if let Some(job) = self.jobs.get_mut(job_id)
+            && job.queued
+        {
+            job.queued = false;
+            self.levels.queued = self.levels.queued.saturating_sub(job.gpus);
+        }
+    }
+
+    fn end_job(&mut self, job_id: &str, finished: bool) {
+        self.leave_queue(job_id);
+        self.stop_run(job_id);
+        if let Some(job) = self.jobs.get_mut(job_id)
+            && !job.ended
+        {
+            job.ended = true;
+            if finished {
+                self.out.jobs_finished += 1;
+            }
+        }
+    }
+
+    fn apply(&mut self, event: &pb::Event) {
+        let now = event.at_ms;
+        match &event.body {
+            Some(Body::BudgetTreeSet(b)) => {
+                self.tree = BudgetTree::from_accounts(&b.accounts).ok().or(self.tree.take());
+            }
+            Some(Body::NodeRegistered(n)) => {
+                let cordoned = self.nodes.get(&n.node).is_some_and(|s| s.cordoned);
+                self.nodes.insert(
+                    n.node.clone(),
+                    NodeState {
+                        gpus: u64::from(n.gpus),
+                        cordoned,
+                    },
+                );
+                self.levels.capacity = open_gpus(&self.nodes);
+            }
+            Some(Body::NodeCordoned(n)) => self.set_cordoned(&n.node, true),
+            Some(Body::NodeUncordoned(n)) => self.set_cordoned(&n.node, false),
+            Some(Body::NodeRemoved(n)) => {
+                self.nodes.remove(&n.node);
+                self.levels.capacity = open_gpus(&self.nodes);
+            }
+            Some(Body::JobSubmitted(s)) => self.submitted(s, now),
+            Some(Body::JobPlaced(p)) => self.leave_queue(&p.job_id),
+            Some(Body::JobStarted(s)) => self.started(&s.job_id, now),
+            Some(Body::JobFinished(f)) => self.end_job(&f.job_id, true),
+            Some(Body::JobFailed(f)) => self.end_job(&f.job_id, false),
+            Some(Body::JobCancelled(c)) => self.end_job(&c.job_id, false),
+            Some(Body::PreemptionOrdered(o)) => self.ordered(&o.job_id, now),
+            Some(Body::JobPreempted(p)) => self.preempted(&p.job_id, now),
+            Some(Body::JobRequeued(r)) => {
+                if let Some(job) = self.jobs.get_mut(&r.job_id)
+                    && !job.ended
+                    && !job.queued
+                    && job.running_since.is_none()
+                {
+                    job.queued = true;
+                    self.levels.queued += job.gpus;
+                }
+            }
+            Some(Body::JobRejected(_) | Body::MaintenanceScheduled(_))
+            | Some(Body::NodeDrained(_) | Body::UsageSnapshot(_))
+            | None => {}
+        }
+    }
+
+    fn set_cordoned(&mut self, node: &str, cordoned: bool) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.cordoned = cordoned;
+        }
+        self.levels.capacity = open_gpus(&self.nodes);
+    }
+
+    fn submitted(&mut self, s: &pb::JobSubmitted, now: i64) {
+        let Some(spec) = &s.spec else { return };
+        let gpus = u64::try_from(spec.gpus).unwrap_or(0);
+        let min_runtime_ms = spec.min_runtime_s.saturating_mul(1000);
+        self.out.jobs_submitted += 1;
+        self.levels.queued += gpus;
+        self.jobs.insert(
+            s.job_id.clone(),
+            Tracked {
+                submit_ms: now,
+                gpus,
+                class: JobClass::of(gpus, min_runtime_ms),
+                min_runtime_ms,
+                resumable: spec.resumable,
+                first_start_ms: None,
+                running_since: None,
+                queued: true,
+                ended: false,
+            },
+        );
+    }
+
+    fn started(&mut self, job_id: &str, now: i64) {
+        self.leave_queue(job_id);
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        if job.ended || job.running_since.is_some() {
+            return;
+        }
+        job.running_since = Some(now);
+        job.first_start_ms.get_or_insert(now);
+        self.levels.used += job.gpus;
+        if job.class == JobClass::Unallocated {
+            self.levels.unallocated_used += job.gpus;
+        }
+    }
+
+    fn ordered(&mut self, job_id: &str, now: i64) {
+        self.out.preemptions += 1;
+        let Some(job) = self.jobs.get(job_id) else {
+            return;
+        };
+        if let Some(since) = job.running_since
+            && contract::is_protected(since, job.min_runtime_ms, now, &self.config.contract)
+        {
+            self.out.violations += 1;
+        }
+    }
+
+    fn preempted(&mut self, job_id: &str, now: i64) {
+        self.out.preempted += 1;
+        if let Some((since, gpus, resumable)) = self.stop_run(job_id) {
+            self.out.lost_gpu_ms +=
+                contract::lost_work_gpu_ms(gpus, since, true, resumable, now, &self.config.contract);
+        }
+    }
+
+    fn finish(mut self) -> RunMetrics {
+        self.advance(self.config.end_ms);
+        let end = self.config.end_ms;
+        let mut debug = Waits::default();
+        let mut allocated = Waits::default();
+        let mut unallocated = Waits::default();
+        let mut jobs: Vec<&Tracked> = self.jobs.values().collect();
+        jobs.sort_by_key(|j| j.submit_ms);
+        for job in jobs {
+            let waits = match job.class {
+                JobClass::Debug => &mut debug,
+                JobClass::Allocated => &mut allocated,
+                JobClass::Unallocated => &mut unallocated,
+            };
+            match job.first_start_ms {
+                Some(start) => waits.sorted_ms.push(start - job.submit_ms),
+                None => {
+                    waits.sorted_ms.push((end - job.submit_ms).max(0));
+                    waits.unstarted += 1;
+                }
+            }
+        }
+        for w in [&mut debug, &mut allocated, &mut unallocated] {
+            w.sorted_ms.sort_unstable();
+        }
+        let i = self.integrals;
+        let mut out = self.out;
+        out.debug_waits = debug;
+        out.allocated_waits = allocated;
+        out.unallocated_waits = unallocated;
+        out.used_gpu_ms = i.used;
+        out.available_gpu_ms = i.available;
+        out.contention_used_gpu_ms = i.contention_used;
+        out.contention_available_gpu_ms = i.contention_available;
+        out.unallocated_gpu_ms = i.unallocated;
+        out.idle_while_waiting_gpu_ms = i.idle_while_waiting;
+        out.hourly = i.hourly;
+        out.allocations = allocation_rows(&self.usage, self.tree.as_ref(), end);
+        out.owed_gpu_ms = out.allocations.iter().map(|a| a.owed_gpu_ms).sum();
+        out.delivered_owed_gpu_ms = out.allocations.iter().map(|a| a.delivered_owed_gpu_ms).sum();
+        out
+    }
+}
+
+/// Per-allocation rows from the accounting ledger: every allocation of the final tree (zeros
+/// when it had no demand) plus any other allocation that had some.
+fn allocation_rows(
+    usage: &UsageFold,
+    tree: Option<&BudgetTree>,
+    end_ms: i64,
+) -> Vec<AllocationMetrics> {
+    let cluster = usage.cluster_names().next().map(str::to_owned);
+    let ledger = cluster.and_then(|c| usage.ledger(&c, end_ms).ok());
+    let mut rows: std::collections::BTreeMap<String, AllocationMetrics> = Default::default();
+    if let Some(tree) = tree {
+        for path in tree.allocation_paths() {
+            let fraction_ppm = tree.allocation(path).map_or(0, |id| {
+                let f = tree.fraction(id);
+                u64::try_from(f.num.saturating_mul(1_000_000) / f.den.max(1)).unwrap_or(0)
+            });
+            rows.insert(
+                path.to_owned(),
+                AllocationMetrics {
+                    path: path.to_owned(),
+                    fraction_ppm,
+                    demand_gpu_ms: 0,
+                    owed_gpu_ms: 0,
+                    delivered_gpu_ms: 0,
+                    delivered_owed_gpu_ms: 0,
+                },
+            );
+        }
+    }
+    for row in ledger.iter().flat_map(|l| l.allocations.iter()) {
+        let entry = rows
+            .entry(row.allocation.clone())
+            .or_insert_with(|| AllocationMetrics {
+                path: row.allocation.clone(),
+                fraction_ppm: 0,
+                demand_gpu_ms: 0,
+                owed_gpu_ms: 0,
+                delivered_gpu_ms: 0,
+                delivered_owed_gpu_ms: 0,
+            });
+        entry.demand_gpu_ms = row.totals.demand_gpu_ms;
+        entry.owed_gpu_ms = row.totals.owed_gpu_ms;
+        entry.delivered_gpu_ms = row.totals.delivered_gpu_ms;
+        entry.delivered_owed_gpu_ms = row.totals.delivered_owed_gpu_ms;
+    }
+    rows.into_values().collect()
+}
+
+/// Measures policy `policy`'s log `events` (one cluster, in log order).
+pub fn measure(policy: &str, events: &[pb::Event], config: &MeasureConfig) -> RunMetrics {
+    let mut m = Measure {
+        config,
+        jobs: HashMap::new(),
+        nodes: HashMap::new(),
+        levels: Levels::default(),
+        integrals: Integrals::default(),
+        clock: config.start_ms,
+        out: empty(policy, events.len()),
+        usage: UsageFold::new(config.window),
+        tree: None,
+    };
+    for (i, event) in events.iter().enumerate() {
+        if event.at_ms > config.end_ms {
+            break;
+        }
+        m.advance(event.at_ms);
+        m.apply(event);
+        m.usage.apply(i as u64 + 1, event);
+    }
+    m.finish()
+}
+
+fn empty(policy: &str, events: usize) -> RunMetrics {
+    RunMetrics {
+        policy: policy.to_owned(),
+        allocations: Vec::new(),
+        owed_gpu_ms: 0,
+        delivered_owed_gpu_ms: 0,
+        used_gpu_ms: 0,
+        available_gpu_ms: 0,
+        contention_used_gpu_ms: 0,
+        contention_available_gpu_ms: 0,
+        unallocated_gpu_ms: 0,
+        idle_while_waiting_gpu_ms: 0,
+        debug_waits: Waits::default(),
+        allocated_waits: Waits::default(),
+        unallocated_waits: Waits::default(),
+        preemptions: 0,
+        preempted: 0,
+        lost_gpu_ms: 0,
+        violations: 0,
+        jobs_submitted: 0,
+        jobs_finished: 0,
+        events: events as u64,
+        hourly: Vec::new(),
+    }
+}

@@ -1,0 +1,510 @@
+//! The report's text: inputs, one row per policy, the SPEC targets and a per-allocation table.
+//!
+//! Place in the flow: [`report::write`](super::write()) calls [`render`] with the measured runs
+//! and the chart files it writes beside `report.md`. Every figure is formatted from integers
+//! (no float formatting) and every list is iterated in a fixed order, so equal inputs give
+//! byte-identical text.
+
+use std::fmt::Write as _;
+
+use super::{
+    MIN_OWED_GPU_MS, Report, allocation_rows, at_least, fixed, gpu_hours_text, human_duration, pct,
+};
+use crate::metrics::{AllocationMetrics, Percentiles, RunMetrics, Waits};
+
+/// Renders the whole report as markdown; `charts` are (file name, caption) of the SVGs to link.
+pub fn render(report: &Report, charts: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("# {}\n\n", escape(&report.inputs.title)));
+    inputs_section(&mut out, report);
+    if report.runs.is_empty() {
+        out.push_str("No policy was run.\n");
+        return out;
+    }
+    delivery_table(&mut out, &report.runs);
+    waits_table(&mut out, &report.runs);
+    targets_section(&mut out, &report.runs[0]);
+    allocation_table(&mut out, &report.runs);
+    charts_section(&mut out, charts);
+    out
+}
+
+fn inputs_section(out: &mut String, report: &Report) {
+    let i = &report.inputs;
+    let span_ms = u128::try_from(i.span_ms).unwrap_or(0);
+    out.push_str("## Inputs\n\n");
+    let _ = writeln!(out, "- Workload: {}", escape(&i.workload));
+    let _ = writeln!(out, "- Cluster: {} GPUs on {} nodes", i.gpus, i.nodes);
+    let _ = writeln!(out, "- Span: {} days", fixed(span_ms, 86_400_000, 1));
+    let _ = writeln!(out, "- Jobs: {}", i.jobs);
+    let _ = writeln!(
+        out,
+        "- Oversubscription: {:.2}x (GPU time the jobs need over GPU time the cluster offers)",
+        i.oversubscription
+    );
+    let _ = writeln!(out, "- Fair-share window: {}", human_duration(i.window_ms));
+    let _ = writeln!(out, "- Grace period: {}", human_duration(i.grace_ms));
+    if i.rules.is_empty() {
+        out.push_str("- Mapping rules: none\n");
+    } else {
+        out.push_str("- Mapping rules:\n");
+        for rule in &i.rules {
+            let _ = writeln!(out, "  - {}", code_span(rule));
+        }
+    }
+    out.push('\n');
+}
+
+fn delivery_table(out: &mut String, runs: &[RunMetrics]) {
+    out.push_str("## Delivery and use\n\n");
+    table_head(
+        out,
+        &[
+            "Policy",
+            "Owed delivered",
+            "Worst allocation (owed >= 1 GPU-day)",
+            "Allocations >= 95%",
+            "Occupancy under contention",
+            "Unallocated share of delivered",
+            "GPU-h idle while work waited",
+            "Jobs finished / submitted",
+        ],
+    );
+    for run in runs {
+        let (met, held) = allocations_meeting(run);
+        table_row(
+            out,
+            &[
+                escape(&run.policy),
+                percent_cell(run.delivered_owed_gpu_ms, run.owed_gpu_ms, 2),
+                worst_cell(run),
+                format!("{met}/{held}"),
+                percent_cell(
+                    run.contention_used_gpu_ms,
+                    run.contention_available_gpu_ms,
+                    1,
+                ),
+                percent_cell(run.unallocated_gpu_ms, run.used_gpu_ms, 1),
+                gpu_hours_text(run.idle_while_waiting_gpu_ms),
+                format!("{} / {}", run.jobs_finished, run.jobs_submitted),
+            ],
+        );
+    }
+    out.push_str(
+        "\nOwed delivered: sum over allocations and hours of min(delivered, owed) over the sum of \
+         owed, where owed = min(fraction x capacity, demand). Occupancy counts only time when \
+         queued work exceeded idle GPUs.\n\n",
+    );
+}
+
+fn waits_table(out: &mut String, runs: &[RunMetrics]) {
+    out.push_str("## Waits and preemption\n\n");
+    table_head(
+        out,
+        &[
+            "Policy",
+            "Debug wait p50 / p90 / p99",
+            "Other allocated wait p50 / p90 / p99",
+            "Unallocated wait p50 / p90 / p99",
+            "Preemptions (jobs stopped)",
+            "Lost GPU-h (% of delivered)",
+            "Min-runtime violations",
+        ],
+    );
+    for run in runs {
+        let lost = percent_cell(run.lost_gpu_ms, run.used_gpu_ms, 2);
+        table_row(
+            out,
+            &[
+                escape(&run.policy),
+                waits_cell(&run.debug_waits),
+                waits_cell(&run.allocated_waits),
+                waits_cell(&run.unallocated_waits),
+                format!("{} ({})", run.preemptions, run.preempted),
+                format!("{} ({lost})", gpu_hours_text(run.lost_gpu_ms)),
+                run.violations.to_string(),
+            ],
+        );
+    }
+    out.push_str(
+        "\nWaits run from submission to first start; a job never started counts with the wait \
+         it had at the end and is counted as unstarted.\n\n",
+    );
+}
+
+/// One SPEC target: what it asks, the run's figure, and whether the figure meets it (`None`
+/// when there is nothing to judge, e.g. no debug jobs).
+struct Target {
+    goal: &'static str,
+    value: String,
+    met: Option<bool>,
+}
+
+fn targets_section(out: &mut String, run: &RunMetrics) {
+    out.push_str("## Targets\n\n");
+    out.push_str(
+        "SPEC section 6 asks for: owed delivered >= 99.5% overall; every allocation owed >= 1 \
+         GPU-day >= 95%; occupancy under contention >= 98%; debug p90 wait <= 30 s; lost work \
+         <= 1% of delivered; 0 min-runtime violations.\n\n",
+    );
+    let _ = writeln!(out, "Checked for {}:\n", escape(&run.policy));
+    table_head(out, &["Target", "Figure", "Met"]);
+    for t in targets(run) {
+        let met = match t.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "n/a",
+        };
+        table_row(out, &[t.goal.to_owned(), t.value, met.to_owned()]);
+    }
+    out.push('\n');
+}
+
+fn targets(run: &RunMetrics) -> Vec<Target> {
+    let (met, held) = allocations_meeting(run);
+    let debug = Percentiles::of(&run.debug_waits.sorted_ms);
+    vec![
+        Target {
+            goal: "owed delivered >= 99.5% overall",
+            value: percent_cell(run.delivered_owed_gpu_ms, run.owed_gpu_ms, 2),
+            met: (run.owed_gpu_ms > 0)
+                .then(|| at_least(run.delivered_owed_gpu_ms, run.owed_gpu_ms, 995, 1000)),
+        },
+        Target {
+            goal: "every allocation owed >= 1 GPU-day >= 95%",
+            value: format!("{met}/{held}"),
+            met: (held > 0).then_some(met == held),
+        },
+        Target {
+            goal: "occupancy under contention >= 98%",
+            value: percent_cell(
+                run.contention_used_gpu_ms,
+                run.contention_available_gpu_ms,
+                1,
+            ),
+            met: (run.contention_available_gpu_ms > 0).then(|| {
+                at_least(
+                    run.contention_used_gpu_ms,
+                    run.contention_available_gpu_ms,
+                    98,
+                    100,
+                )
+            }),
+        },
+        Target {
+            goal: "debug p90 wait <= 30 s",
+            value: debug.map_or_else(|| "-".to_owned(), |p| human_duration(p.p90)),
+            met: debug.map(|p| p.p90 <= 30_000),
+        },
+        Target {
+            goal: "lost work <= 1% of delivered",
+            value: percent_cell(run.lost_gpu_ms, run.used_gpu_ms, 2),
+            // Nothing delivered and nothing lost meets it; anything lost out of nothing does not.
+            met: Some(run.lost_gpu_ms.saturating_mul(100) <= run.used_gpu_ms),
+        },
+        Target {
+            goal: "0 min-runtime violations",
+            value: run.violations.to_string(),
+            met: Some(run.violations == 0),
+        },
+    ]
+}
+
+fn allocation_table(out: &mut String, runs: &[RunMetrics]) {
+    let rows = allocation_rows(runs);
+    out.push_str("## Per allocation\n\n");
+    if rows.is_empty() {
+        out.push_str("No allocations.\n\n");
+        return;
+    }
+    let mut head = vec![
+        "Allocation".to_owned(),
+        "Fraction".to_owned(),
+        format!("Owed GPU-h ({})", escape(&runs[0].policy)),
+    ];
+    head.extend(
+        runs.iter()
+            .map(|r| format!("{} delivered / owed", escape(&r.policy))),
+    );
+    table_head(out, &head.iter().map(String::as_str).collect::<Vec<_>>());
+    for (path, cells) in &rows {
+        let any = cells.iter().flatten().next();
+        let mut row = vec![
+            escape(path),
+            any.map_or_else(
+                || "-".to_owned(),
+                |a| format!("{}%", fixed(u128::from(a.fraction_ppm), 10_000, 2)),
+            ),
+            cells[0].map_or_else(|| "-".to_owned(), |a| gpu_hours_text(a.owed_gpu_ms)),
+        ];
+        row.extend(
+            cells
+                .iter()
+                .map(|c| c.map_or_else(|| "-".to_owned(), allocation_cell)),
+        );
+        table_row(out, &row);
+    }
+    out.push_str(
+        "\nEach policy's share is of its own owed time: owed follows demand, and demand follows \
+         how long each policy keeps work queued. Bold: under 95% while owed at least a GPU-day. \
+         \\*: owed under one GPU-day in that run, reported but not held to the target.\n\n",
+    );
+}
+
+fn charts_section(out: &mut String, charts: &[(&str, &str)]) {
+    if charts.is_empty() {
+        return;
+    }
+    out.push_str("## Charts\n\n");
+    for (file, caption) in charts {
+        let _ = writeln!(out, "![{}]({})\n", escape(caption), link_target(file));
+    }
+}
+
+/// Delivered share of owed for one allocation in one run: bold when it misses the 95% target,
+/// starred when the allocation is too small to be held to it.
+fn allocation_cell(a: &AllocationMetrics) -> String {
+    let Some(share) = pct(a.delivered_owed_gpu_ms, a.owed_gpu_ms, 2) else {
+        return "-".to_owned();
+    };
+    if a.owed_gpu_ms < MIN_OWED_GPU_MS {
+        format!("{share}% \\*")
+    } else if at_least(a.delivered_owed_gpu_ms, a.owed_gpu_ms, 95, 100) {
+        format!("{share}%")
+    } else {
+        format!("**{share}%**")
+    }
+}
+
+/// Of the allocations owed at least a GPU-day, how many got at least 95% of it, and how many
+/// there are.
+fn allocations_meeting(run: &RunMetrics) -> (usize, usize) {
+    let held: Vec<_> = run
+        .allocations
+        .iter()
+        .filter(|a| a.owed_gpu_ms >= MIN_OWED_GPU_MS)
+        .collect();
+    let met = held
+        .iter()
+        .filter(|a| at_least(a.delivered_owed_gpu_ms, a.owed_gpu_ms, 95, 100))
+        .count();
+    (met, held.len())
+}
+
+fn worst_cell(run: &RunMetrics) -> String {
+    match run.worst_allocation(MIN_OWED_GPU_MS) {
+        Some((a, _)) => format!(
+            "{} {}",
+            escape(&a.path),
+            percent_cell(a.delivered_owed_gpu_ms, a.owed_gpu_ms, 2)
+        ),
+        None => "-".to_owned(),
+    }
+}
+
+/// "15 s / 29 s / 1.0 h", "-" for an empty class, and the unstarted count when there is one.
+fn waits_cell(w: &Waits) -> String {
+    let Some(p) = Percentiles::of(&w.sorted_ms) else {
+        return "-".to_owned();
+    };
+    let mut cell = format!(
+        "{} / {} / {}",
+        human_duration(p.p50),
+        human_duration(p.p90),
+        human_duration(p.p99)
+    );
+    if w.unstarted > 0 {
+        let _ = write!(cell, " ({} unstarted)", w.unstarted);
+    }
+    cell
+}
+
+fn percent_cell(num: u128, den: u128, decimals: u32) -> String {
+    pct(num, den, decimals).map_or_else(|| "-".to_owned(), |p| format!("{p}%"))
+}
+
+fn table_head(out: &mut String, head: &[&str]) {
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
+}
+
+fn table_row(out: &mut String, cells: &[String]) {
+    let _ = writeln!(out, "| {} |", cells.join(" | "));
+}
+
+/// Makes names safe in markdown text and table cells: a `|` would split a cell, `<` could open
+/// HTML, `*`, `_` and backticks could start emphasis or code, `&` an entity.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' | '|' | '*' | '_' | '`' | '[' | ']' | '&' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\n' | '\r' => out.push(' '),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text as a markdown code span, shown literally: mapping rules are full of `<=` and `*`
+/// that escaping would make unreadable in the raw file.
+fn code_span(text: &str) -> String {
+    let text = text.replace(['\n', '\r'], " ");
+    // The fence must be longer than any run of backticks inside.
+    let longest_run = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest_run + 1);
+    // A space keeps a backtick at either end from merging with the fence (CommonMark strips one).
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
+/// A file name as a link target: the characters that would end or break the link are
+/// percent-encoded.
+fn link_target(file: &str) -> String {
+    let mut out = String::with_capacity(file.len());
+    for c in file.chars() {
+        match c {
+            ' ' => out.push_str("%20"),
+            '(' => out.push_str("%28"),
+            ')' => out.push_str("%29"),
+            '<' => out.push_str("%3C"),
+            '>' => out.push_str("%3E"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{CHARTS, sample};
+    use super::*;
+
+    fn rendered() -> String {
+        render(&sample::report(), &CHARTS)
+    }
+
+    /// The table row of `policy` in the section titled `section`.
+    fn row<'a>(md: &'a str, section: &str, policy: &str) -> &'a str {
+        let start = md.find(section).expect("section present");
+        md[start..]
+            .lines()
+            .find(|l| l.starts_with(&format!("| {policy} |")))
+            .expect("policy row present")
+    }
+
+    #[test]
+    fn main_tables_carry_the_computed_figures() {
+        let md = rendered();
+        let fs = row(&md, "## Delivery and use", "fairshare");
+        assert!(fs.contains("| 99.00% |"), "{fs}");
+        // The tiny allocation (5/10, owed under a GPU-day) must not be the worst one.
+        assert!(fs.contains("lab/c 99.49%"), "{fs}");
+        assert!(fs.contains("| 2/2 |"), "{fs}");
+        assert!(fs.contains("| 98.0% |"), "{fs}");
+        assert!(fs.contains("| 4.5% |"), "{fs}");
+        assert!(fs.contains("| 1.5 |"), "{fs}");
+        assert!(fs.contains("| 110 / 120 |"), "{fs}");
+        let fifo = row(&md, "## Delivery and use", "fifo");
+        assert!(fifo.contains("| 93.66% |"), "{fifo}");
+        assert!(fifo.contains("lab/a\\&b 90.00%"), "{fifo}");
+        assert!(fifo.contains("| 1/2 |"), "{fifo}");
+        assert!(fifo.contains("| 0.0% |"), "{fifo}");
+    }
+
+    #[test]
+    fn waits_are_human_with_dashes_and_unstarted() {
+        let md = rendered();
+        let fs = row(&md, "## Waits and preemption", "fairshare");
+        assert!(fs.contains("| 15 s / 29 s / 1.0 h |"), "{fs}");
+        assert!(
+            fs.contains("| 1 min / 12 min / 12 min (1 unstarted) |"),
+            "{fs}"
+        );
+        assert!(fs.contains("| - |"), "empty unallocated class: {fs}");
+        assert!(fs.contains("| 7 (6) |"), "{fs}");
+        assert!(fs.contains("| 11.0 (1.00%) |"), "{fs}");
+        let fifo = row(&md, "## Waits and preemption", "fifo");
+        assert!(
+            fifo.contains("| 40 s / 40 s / 40 s | - | 2.0 d / 2.0 d / 2.0 d |"),
+            "{fifo}"
+        );
+        assert!(fifo.ends_with("| 2 |"), "{fifo}");
+    }
+
+    #[test]
+    fn targets_are_judged_exactly_for_the_first_run() {
+        let md = rendered();
+        let section = &md[md.find("## Targets").expect("targets")..];
+        assert!(section.contains("Checked for fairshare"));
+        assert!(section.contains("| owed delivered >= 99.5% overall | 99.00% | **no** |"));
+        assert!(section.contains("| every allocation owed >= 1 GPU-day >= 95% | 2/2 | yes |"));
+        assert!(section.contains("| occupancy under contention >= 98% | 98.0% | yes |"));
+        assert!(section.contains("| debug p90 wait <= 30 s | 29 s | yes |"));
+        // 11 of 1100 GPU-h is exactly 1%: met.
+        assert!(section.contains("| lost work <= 1% of delivered | 1.00% | yes |"));
+        assert!(section.contains("| 0 min-runtime violations | 0 | yes |"));
+    }
+
+    #[test]
+    fn per_allocation_rows_mark_small_and_missed_allocations() {
+        let md = rendered();
+        let tiny = md
+            .lines()
+            .find(|l| l.starts_with("| lab/&lt;tiny&gt; |"))
+            .expect("tiny row, escaped");
+        assert_eq!(
+            tiny,
+            "| lab/&lt;tiny&gt; | 1.00% | 10.0 | 50.00% \\* | 100.00% \\* |"
+        );
+        let ab = md
+            .lines()
+            .find(|l| l.starts_with("| lab/a\\&b |"))
+            .expect("a&b row");
+        assert_eq!(ab, "| lab/a\\&b | 50.00% | 600.0 | 99.50% | **90.00%** |");
+        let order: Vec<_> = ["| lab/&lt;tiny&gt; |", "| lab/a\\&b |", "| lab/c |"]
+            .iter()
+            .map(|r| md.find(r).expect("row"))
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "path order");
+    }
+
+    #[test]
+    fn inputs_title_and_charts() {
+        let md = rendered();
+        assert!(md.starts_with("# unit \\| test\n"));
+        assert!(md.contains("- Cluster: 16 GPUs on 2 nodes\n"));
+        assert!(md.contains("- Span: 0.2 days\n"));
+        assert!(md.contains("- Oversubscription: 2.50x"));
+        assert!(md.contains("- Fair-share window: 7.0 d\n"));
+        assert!(md.contains("- Grace period: 30 s\n"));
+        assert!(md.contains("  - `debug: gpus <= 2`\n  - `rest: lab/c`\n"));
+        assert_eq!(code_span("a `b` c"), "``a `b` c``");
+        assert_eq!(code_span("`x`"), "`` `x` ``");
+        assert!(md.contains("![Queue waits by job class](waits.svg)"));
+        assert_eq!(link_target("a b(1).svg"), "a%20b%281%29.svg");
+    }
+
+    #[test]
+    fn rendering_is_deterministic() {
+        assert_eq!(rendered(), rendered());
+    }
+
+    #[test]
+    fn no_runs_still_renders_inputs() {
+        let mut report = sample::report();
+        report.runs.clear();
+        let md = render(&report, &[]);
+        assert!(md.contains("## Inputs"));
+        assert!(md.contains("No policy was run."));
+    }
+}

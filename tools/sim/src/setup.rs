@@ -1,0 +1,120 @@
+//! What a simulation runs on: one cluster's nodes, its budget tree and the virtual time span.
+//!
+//! Built from the same TOML files operators apply (`fairshare budget apply`, `fairshare
+//! inventory apply`), so a budget change can be tried in the simulator before it is applied.
+
+use fairshare_events::pb;
+use fairshare_model::budget::BudgetTree;
+use fairshare_model::files::{self, FileError};
+
+/// The virtual epoch of every simulation: Monday 2026-01-05 00:00:00 UTC, in Unix ms. Trace
+/// times (seconds since the trace's start) are offsets from it. An hour-aligned start keeps the
+/// hourly ledger's hours aligned with the trace's.
+pub const EPOCH_MS: i64 = 1_767_571_200_000;
+
+/// One cluster as the simulator sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setup {
+    /// Cluster name (a subject token).
+    pub cluster: String,
+    /// The budget tree in force from the start, as the event that sets it.
+    pub budget: pb::BudgetTreeSet,
+    /// The same tree, validated.
+    pub tree: BudgetTree,
+    /// Node name and GPU count.
+    pub nodes: Vec<(String, u32)>,
+    /// Virtual time the simulation stops at (Unix ms); work still queued or running then is
+    /// reported as unfinished.
+    pub end_ms: i64,
+}
+
+/// Why a setup could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A budget or inventory file is invalid.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// The budget tree is not valid.
+    #[error("budget tree: {0}")]
+    Budget(String),
+    /// The budget and inventory files name different clusters.
+    #[error("the budget file is for cluster {budget:?} but the inventory is for {inventory:?}")]
+    ClusterMismatch {
+        /// Cluster of the budget file.
+        budget: String,
+        /// Cluster of the inventory file.
+        inventory: String,
+    },
+    /// The inventory has no GPUs.
+    #[error("the inventory has no GPU nodes")]
+    NoGpus,
+}
+
+impl Setup {
+    /// A setup from budget and inventory file texts, running until `end_ms`.
+    pub fn from_files(budget: &str, inventory: &str, end_ms: i64) -> Result<Setup, SetupError> {
+        let budget = files::parse_budget(budget)?;
+        let inventory = files::parse_inventory(inventory)?;
+        if budget.cluster != inventory.cluster {
+            return Err(SetupError::ClusterMismatch {
+                budget: budget.cluster,
+                inventory: inventory.cluster,
+            });
+        }
+        Setup::new(budget, inventory.nodes, end_ms)
+    }
+
+    /// A setup from an already-built tree and node list.
+    pub fn new(
+        budget: pb::BudgetTreeSet,
+        nodes: Vec<(String, u32)>,
+        end_ms: i64,
+    ) -> Result<Setup, SetupError> {
+        let tree = BudgetTree::from_accounts(&budget.accounts)
+            .map_err(|e| SetupError::Budget(e.to_string()))?;
+        if nodes.iter().all(|(_, g)| *g == 0) {
+            return Err(SetupError::NoGpus);
+        }
+        Ok(Setup {
+            cluster: budget.cluster.clone(),
+            budget,
+            tree,
+            nodes,
+            end_ms,
+        })
+    }
+
+    /// `count` nodes of `gpus` GPUs named `<prefix>000`, `<prefix>001`, ...
+    pub fn uniform_nodes(prefix: &str, count: usize, gpus: u32) -> Vec<(String, u32)> {
+        (0..count).map(|i| (format!("{prefix}{i:03}"), gpus)).collect()
+    }
+
+    /// Total GPUs of the cluster at the start.
+    pub fn total_gpus(&self) -> u64 {
+        self.nodes.iter().map(|(_, g)| u64::from(*g)).sum()
+    }
+
+    /// The allocation paths of the tree, in path order.
+    pub fn allocations(&self) -> Vec<String> {
+        self.tree.allocation_paths().map(str::to_owned).collect()
+    }
+
+    /// The events every policy's log starts with: the budget tree, then the nodes.
+    pub fn initial_events(&self, at_ms: i64) -> Vec<pb::Event> {
+        let mut out = vec![pb::Event {
+            at_ms,
+            body: Some(pb::event::Body::BudgetTreeSet(self.budget.clone())),
+        }];
+        for (node, gpus) in &self.nodes {
+            out.push(pb::Event {
+                at_ms,
+                body: Some(pb::event::Body::NodeRegistered(pb::NodeRegistered {
+                    cluster: self.cluster.clone(),
+                    node: node.clone(),
+                    gpus: *gpus,
+                })),
+            });
+        }
+        out
+    }
+}

@@ -1,0 +1,190 @@
+//! Constructed scenarios with outcomes computed by hand, run through the services' domain
+//! code by the simulator's engine.
+
+mod support;
+
+use fairshare_sim::engine::{self, EngineConfig};
+use fairshare_sim::metrics::measure;
+use fairshare_sim::scenarios::{self, Scenario};
+use fairshare_sim::setup::EPOCH_MS;
+use fairshare_sim::simulate::measure_config;
+use support::{Seen2, read};
+
+const S: i64 = 1000;
+const MIN: i64 = 60 * S;
+const HOUR: i64 = 60 * MIN;
+const DAY: i64 = 24 * HOUR;
+
+fn scenario(name: &str) -> Scenario {
+    scenarios::by_name(name).unwrap().unwrap()
+}
+
+/// Runs the scenario with the default engine (grace 30 s, launcher stops in 10 s).
+fn run(s: &Scenario) -> (Seen2, fairshare_sim::metrics::RunMetrics) {
+    let config = EngineConfig::default();
+    let out = engine::run(&s.setup, &s.workload, &config, |_| {});
+    let metrics = measure("fairshare", &out.log, &measure_config(&s.setup, &config));
+    (read(&out.log), metrics)
+}
+
+#[test]
+fn unallocated_work_fills_idle_gpus_and_leaves_when_allocated_work_arrives() {
+    let s = scenario("unallocated-fill");
+    let (seen, m) = run(&s);
+    let free = seen.named("free-");
+    assert_eq!(free.len(), 32);
+    // An idle cluster: every unallocated job starts the moment it is submitted.
+    for j in &free {
+        assert_eq!(j.wait(), Some(0), "{}", j.name);
+    }
+    // At 1 h four 8-GPU allocated jobs arrive on a full cluster. Unallocated work is never
+    // protected: it is ordered off at once and the launcher stops it in 10 s, so each
+    // allocated job starts 10 s after submission (well inside one cycle plus the 30 s grace).
+    let team = seen.named("a-");
+    assert_eq!(team.len(), 4);
+    for j in &team {
+        assert_eq!(j.wait(), Some(10 * S), "{}", j.name);
+        assert!(j.ordered.is_empty(), "allocated work inside its minimum runtime stays");
+    }
+    // Exactly the 32 unallocated jobs were ordered off, once each, at 1 h.
+    for j in &free {
+        assert_eq!(j.ordered, vec![EPOCH_MS + HOUR], "{}", j.name);
+    }
+    // They come back when the allocated jobs finish (1 h + 10 s + 2 h) and fill everything.
+    let back = EPOCH_MS + 3 * HOUR + 10 * S;
+    assert_eq!(seen.running_gpus("a", back), 32);
+    for j in &free {
+        assert_eq!(j.runs.len(), 2, "{}", j.name);
+        assert_eq!(j.runs[1].0, back, "{}", j.name);
+    }
+    assert_eq!(m.violations, 0);
+    assert_eq!(m.preemptions, 32);
+    // Each unallocated job had run 1 h (two 30-min checkpoints) when stopped 10 s later:
+    // 10 s of one GPU lost per job.
+    assert_eq!(m.lost_gpu_ms, 32 * 10 * S as u128);
+}
+
+#[test]
+fn a_debug_burst_waits_no_more_than_one_cycle_plus_grace() {
+    let s = scenario("debug-burst");
+    let (seen, m) = run(&s);
+    let debug = seen.named("evals-debug-");
+    assert_eq!(debug.len(), 20);
+    let grace = 30 * S;
+    for j in &debug {
+        let wait = j.wait().expect("every debug job starts");
+        assert!(wait <= grace, "{} waited {wait} ms", j.name);
+    }
+    // The first one needs a victim: ordered at its submission, stopped 10 s later.
+    assert_eq!(debug[0].wait(), Some(10 * S));
+    // One 8-GPU victim makes room for the next seven as they arrive.
+    assert!(debug[1..8].iter().all(|j| j.wait() == Some(0)));
+    // 20 one-GPU jobs need three nodes' worth of victims, no more.
+    let victims = seen.jobs.values().filter(|j| !j.ordered.is_empty()).count();
+    assert_eq!(victims, 3, "victims ordered off");
+    assert_eq!(m.violations, 0);
+}
+
+#[test]
+fn a_team_idle_for_a_week_comes_back_first() {
+    let s = scenario("idle-team-returns");
+    let (seen, m) = run(&s);
+    let back = EPOCH_MS + 7 * DAY;
+    // While b is idle, a's work uses the whole cluster: no GPU is kept for b.
+    for h in [1, 50, 100, 160] {
+        assert_eq!(seen.running_gpus("a", EPOCH_MS + h * HOUR), 32, "hour {h}");
+    }
+    // b has used nothing in the window, so its jobs go first: each of its first four jobs
+    // starts within the grace period (a's running jobs are past their 2 h minimum runtime).
+    let b = seen.named("b-");
+    for j in &b[..4] {
+        let wait = j.wait().expect("b's early jobs start");
+        assert!(wait <= 30 * S, "{} waited {wait} ms", j.name);
+    }
+    // From then on b holds the cluster to the end: a ran 7 days at twice its share, b stays
+    // below a's usage ratio for the 3 days left.
+    for t in [back + HOUR, back + DAY, back + 2 * DAY + 23 * HOUR] {
+        assert_eq!(seen.running_gpus("b", t), 32, "at {} h", (t - EPOCH_MS) / HOUR);
+    }
+    // a's jobs were only ever ordered off past their minimum runtime.
+    assert_eq!(m.violations, 0);
+    assert!(
+        seen.jobs.values().all(|j| j.ordered.iter().all(|&o| {
+            let start = j.runs.iter().rev().find(|r| r.0 <= o).unwrap().0;
+            o >= start + j.min_runtime_ms
+        }))
+    );
+}
+
+#[test]
+fn a_cordoned_node_drains_as_minimum_runtimes_end() {
+    let s = scenario("cordon-under-load");
+    let (seen, m) = run(&s);
+    let cordon = EPOCH_MS + 2 * HOUR;
+    let uncordon = EPOCH_MS + 8 * HOUR;
+    // The runs on the node when it was cordoned: (job, start, end).
+    let on_node: Vec<_> = seen
+        .jobs
+        .values()
+        .flat_map(|j| {
+            j.runs.iter().zip(&j.nodes).filter_map(move |(&(start, end), nodes)| {
+                let here = nodes == &["node003"] && start <= cordon && end.is_none_or(|e| e > cordon);
+                here.then_some((j, start, end))
+            })
+        })
+        .collect();
+    assert!(!on_node.is_empty(), "the node was busy when cordoned");
+    for &(j, start, end) in &on_node {
+        // Ordered off when its protection ends, or at once if it had already ended; the
+        // launcher stops it 10 s later.
+        let due = (start + j.min_runtime_ms).max(cordon);
+        assert!(j.ordered.contains(&due), "{} ordered at {:?}, due {due}", j.name, j.ordered);
+        assert_eq!(end, Some(due + 10 * S), "{}", j.name);
+    }
+    // No placement on the node while cordoned.
+    for j in seen.jobs.values() {
+        for (run, nodes) in j.runs.iter().zip(&j.nodes) {
+            if nodes.iter().any(|n| n == "node003") {
+                assert!(run.0 < cordon || run.0 >= uncordon, "{} placed at {}", j.name, run.0);
+            }
+        }
+    }
+    // Reported drained once, when its last job stopped.
+    let drained: Vec<_> = seen.nodes.iter().filter(|(k, ..)| *k == "drained").collect();
+    assert_eq!(drained.len(), 1);
+    let last_stop = on_node.iter().filter_map(|r| r.2).max().unwrap();
+    assert_eq!(drained[0].2, last_stop);
+    // Back in service after the uncordon.
+    assert!(seen.jobs.values().any(|j| {
+        j.runs.iter().zip(&j.nodes).any(|(r, n)| r.0 >= uncordon && n.iter().any(|x| x == "node003"))
+    }));
+    assert_eq!(m.violations, 0);
+}
+
+/// Average GPUs `allocation` ran, sampled every 20 minutes over `[from, to)`.
+fn average_gpus(seen: &Seen2, allocation: &str, from: i64, to: i64) -> f64 {
+    let samples: Vec<u64> = (from..to)
+        .step_by(20 * MIN as usize)
+        .map(|t| seen.running_gpus(allocation, t))
+        .collect();
+    samples.iter().sum::<u64>() as f64 / samples.len() as f64
+}
+
+#[test]
+fn a_share_change_moves_delivery_to_the_new_shares() {
+    let s = scenario("share-change");
+    let (seen, m) = run(&s);
+    let change = EPOCH_MS + 3 * DAY;
+    // Before the change both teams ask for more than the cluster and share it evenly.
+    let before = average_gpus(&seen, "a", EPOCH_MS + 6 * HOUR, change);
+    assert!((15.0..=17.0).contains(&before), "a averaged {before} GPUs before");
+    // Allocated time integrates the fraction over the window, so at the change both teams
+    // are at usage ratio 1 and stay there by taking new time at the new rates: a 80% of
+    // 32 GPUs (25.6), b 20% (6.4). a does not take everything: b's allocated time keeps
+    // growing too.
+    let after = average_gpus(&seen, "a", change + 3 * HOUR, s.setup.end_ms);
+    let b_after = average_gpus(&seen, "b", change + 3 * HOUR, s.setup.end_ms);
+    assert!((24.0..=27.2).contains(&after), "a averaged {after} GPUs after");
+    assert!((4.8..=8.0).contains(&b_after), "b averaged {b_after} GPUs after");
+    assert_eq!(m.violations, 0);
+}
