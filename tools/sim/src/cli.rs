@@ -136,6 +136,10 @@ struct CommonArgs {
     /// How often accounting publishes usage snapshots while the log moves.
     #[arg(long, default_value = "10s")]
     snapshot_interval: String,
+    /// Re-derive every fairshare placement from the log prefix its basis names (the decision
+    /// service's audit, in-process) and fail if any differs.
+    #[arg(long)]
+    audit: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -235,6 +239,20 @@ impl CommonArgs {
             std::fs::write(path, logfile::encode(&run.log))
                 .with_context(|| format!("cannot write {}", path.display()))?;
             eprintln!("fairshare log: {} events -> {}", run.log.len(), path.display());
+        }
+        if self.audit
+            && let Some(run) = runs.iter().find(|r| r.policy == Policy::Fairshare)
+        {
+            let audit = fairshare_sim::audit::audit_log(&setup.cluster, &run.log);
+            eprintln!(
+                "audit: {} cycles, {} placements re-derived, {} divergences",
+                audit.cycles,
+                audit.placements,
+                audit.divergences.len()
+            );
+            if !audit.is_clean() {
+                bail!("the audit found divergences: {:?}", audit.divergences.first());
+            }
         }
         let report = Report {
             inputs,

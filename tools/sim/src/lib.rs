@@ -16,8 +16,10 @@
 //! 4. [`metrics`] measures every log with one fold; [`report`] renders the figures side by
 //!    side as markdown and SVG.
 //! 5. [`simulate`] ties the steps together for the command line and the tests; [`logfile`]
-//!    writes and reads a log, and [`load`] publishes one to JetStream for an audit.
+//!    writes and reads a log, and [`load`] publishes one to JetStream for an audit;
+//!    [`audit`] runs the decision service's audit over a log in-process.
 
+pub mod audit;
 pub mod baseline;
 pub mod engine;
 pub mod logfile;

@@ -17,13 +17,13 @@
 //! nodes, is rejected and leaves no trace in the log.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use fairshare_events::pb;
 use fairshare_events::pb::event::Body;
 use fairshare_model::budget::BudgetTree;
 use fairshare_model::inventory::Inventory;
-use fairshare_model::shape;
+use fairshare_model::shape::{self, Shape};
 use fairshare_submission::domain::job_submitted;
 
 use super::allocations::Allocations;
@@ -88,6 +88,9 @@ struct Replay<'w> {
     agenda: BinaryHeap<Reverse<(i64, Happening)>>,
     /// Registered nodes, for resolving shapes as the submission service does.
     inventory: Inventory,
+    /// Resolved shapes by (GPUs, nodes) asked. Resolving scans the inventory, and a trace asks
+    /// for a handful of sizes tens of thousands of times; the inventory is fixed for the run.
+    shapes: BTreeMap<(i64, i64), Option<Shape>>,
     nodes: Nodes,
     /// The validated tree of each `SetBudget` action (`None` for other actions and for trees
     /// that do not validate, which leave the tree in force unchanged, as the services do).
@@ -134,6 +137,7 @@ impl<'w> Replay<'w> {
             agenda,
             nodes: Nodes::new(&inventory),
             inventory,
+            shapes: BTreeMap::new(),
             trees,
             tree_in_force: None,
             allocations,
@@ -169,7 +173,12 @@ impl<'w> Replay<'w> {
         let Some(allocation) = self.allocations.slot(&spec.allocation) else {
             return;
         };
-        let Ok(shape) = shape::resolve(spec.gpus, spec.nodes, &self.inventory) else {
+        let inventory = &self.inventory;
+        let resolved = *self
+            .shapes
+            .entry((spec.gpus, spec.nodes))
+            .or_insert_with(|| shape::resolve(spec.gpus, spec.nodes, inventory).ok());
+        let Some(shape) = resolved else {
             return;
         };
         let job = Job {

@@ -255,12 +255,13 @@ impl Engine<'_> {
 
     /// The services react at `now` until nothing more happens.
     fn settle(&mut self, now: i64) {
-        // Each round either places, orders or kills something, which cannot repeat without
-        // bound at one instant; the cap only guards against a bug looping forever.
+        // A pass that appended nothing after the cycle means both services are settled: the
+        // cycle already saw everything before the pass. A pass that acted (orders, kills,
+        // requeues) may have freed or queued work, so the cycle runs again. Each round acts,
+        // which cannot repeat without bound at one instant; the cap only guards a bug.
         for _ in 0..64 {
-            let placed = self.decision_cycle(now);
-            let acted = self.preemption_pass(now);
-            if !placed && !acted {
+            self.decision_cycle(now);
+            if !self.preemption_pass(now) {
                 break;
             }
         }

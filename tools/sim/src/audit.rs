@@ -1,0 +1,30 @@
+//! The decision service's audit, run over a simulated log without NATS.
+//!
+//! Place in the flow: after the [`engine`](crate::engine). The log is handed to
+//! `fairshare_decision::shell::audit` exactly as `read_log` would hand it over from a fresh
+//! JetStream stream (sequence = position, subjects by the contract's scheme), so a clean audit
+//! here means every placement the simulator made re-derives byte for byte from the log prefix
+//! its basis names, as it must in production.
+
+use fairshare_decision::shell::{AuditReport, audit};
+use fairshare_events::{pb, subjects};
+use fairshare_runtime::log::LogEntry;
+
+/// The log as the entries a follower of a fresh stream would deliver.
+pub fn entries(cluster: &str, log: &[pb::Event]) -> Vec<LogEntry> {
+    let total = log.len() as u64;
+    log.iter()
+        .enumerate()
+        .map(|(i, event)| LogEntry {
+            sequence: i as u64 + 1,
+            subject: subjects::for_event(cluster, event).unwrap_or_default(),
+            event: Ok(event.clone()),
+            pending: total - i as u64 - 1,
+        })
+        .collect()
+}
+
+/// Audits every placement of `log` (one cluster's simulated log).
+pub fn audit_log(cluster: &str, log: &[pb::Event]) -> AuditReport {
+    audit(cluster, &entries(cluster, log))
+}

@@ -1,0 +1,148 @@
+//! Whole runs: the report is a pure function of its inputs, and fairshare's log is a log the
+//! decision service's audit accepts, in-process and after loading into a real JetStream.
+
+use fairshare_model::trace::parse_replay;
+use fairshare_sim::engine::{self, EngineConfig};
+use fairshare_sim::mapping::MappingRules;
+use fairshare_sim::report::{self, Report, ReportInputs};
+use fairshare_sim::scenarios;
+use fairshare_sim::setup::{EPOCH_MS, Setup};
+use fairshare_sim::simulate::{Policy, simulate};
+use fairshare_sim::workload::Workload;
+
+const HOUR: i64 = 3_600_000;
+
+/// Two days of the Helios trace on 64 GPUs (about 3x oversubscribed), with the repo's budget.
+fn helios_slice() -> (Setup, Workload) {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let trace = std::fs::read_to_string(format!("{root}/tests/data/traces/helios-15k/replay.csv"))
+        .expect("trace");
+    let budget = std::fs::read_to_string(format!("{root}/deploy/sim/budget.toml")).expect("budget");
+    let budget = fairshare_model::files::parse_budget(&budget).expect("valid budget");
+    let span = 48 * HOUR;
+    let setup = Setup::new(budget, Setup::uniform_nodes("node", 8, 8), EPOCH_MS + span).unwrap();
+    let rules = MappingRules {
+        span_ms: span,
+        ..MappingRules::default()
+    };
+    let jobs = rules.map(&parse_replay(&trace).unwrap(), &setup.allocations());
+    assert!(jobs.len() > 500, "{} jobs", jobs.len());
+    (setup, Workload::new(jobs, Vec::new()))
+}
+
+fn inputs(setup: &Setup, workload: &Workload) -> ReportInputs {
+    ReportInputs {
+        title: "test".into(),
+        workload: "helios slice".into(),
+        rules: MappingRules::default().describe(),
+        gpus: setup.total_gpus(),
+        nodes: setup.nodes.len() as u64,
+        span_ms: setup.end_ms - EPOCH_MS,
+        jobs: workload.jobs.len() as u64,
+        oversubscription: 2.5,
+        window_ms: 7 * 24 * HOUR,
+        grace_ms: 30_000,
+    }
+}
+
+#[test]
+fn same_inputs_give_a_byte_identical_report() {
+    let (setup, workload) = helios_slice();
+    let config = EngineConfig::default();
+    let render = |dir: &std::path::Path| {
+        let runs = simulate(&setup, &workload, &config, &Policy::all(), |_, _| {});
+        let report = Report {
+            inputs: inputs(&setup, &workload),
+            runs: runs.iter().map(|r| r.metrics.clone()).collect(),
+        };
+        let files = report::write(dir, &report).unwrap();
+        let bytes: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+        (runs, bytes)
+    };
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let (runs_a, files_a) = render(a.path());
+    let (runs_b, files_b) = render(b.path());
+    assert_eq!(files_a.len(), 4, "report.md and three charts");
+    assert_eq!(files_a, files_b, "the report is byte-identical");
+    for (x, y) in runs_a.iter().zip(&runs_b) {
+        assert_eq!(x.log, y.log, "{} log", x.policy.name());
+    }
+    // The runs differ between policies (the comparison means something).
+    assert_ne!(runs_a[0].metrics, runs_a[1].metrics);
+    let md = String::from_utf8(files_a[0].clone()).unwrap();
+    for p in Policy::all() {
+        assert!(md.contains(&format!("| {} |", p.name())), "{} row", p.name());
+    }
+}
+
+#[test]
+fn every_simulated_placement_passes_the_decision_audit() {
+    let (setup, workload) = helios_slice();
+    let run = engine::run(&setup, &workload, &EngineConfig::default(), |_| {});
+    let audit = fairshare_sim::audit::audit_log(&setup.cluster, &run.log);
+    assert!(audit.is_clean(), "{:?}", audit.divergences.first());
+    assert!(audit.cycles > 100, "{} cycles", audit.cycles);
+    assert!(audit.placements > 500, "{} placements", audit.placements);
+    assert_eq!(audit.unpublished, 0, "the simulator publishes every placement it decides");
+
+    // A tampered log does not pass: move one placement to another node.
+    let mut log = run.log.clone();
+    let placed = log
+        .iter_mut()
+        .find_map(|e| match &mut e.body {
+            Some(fairshare_events::pb::event::Body::JobPlaced(p)) => Some(p),
+            _ => None,
+        })
+        .unwrap();
+    placed.nodes[0].node = if placed.nodes[0].node == "node000" {
+        "node001".into()
+    } else {
+        "node000".into()
+    };
+    let audit = fairshare_sim::audit::audit_log(&setup.cluster, &log);
+    assert!(!audit.is_clean());
+}
+
+#[test]
+fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
+    use fairshare_decision::shell::{audit_log, read_log};
+    use fairshare_sim::load::{LoadError, load_log};
+    use fairshare_sim::logfile;
+
+    let s = scenarios::by_name("debug-burst").unwrap().unwrap();
+    let run = engine::run(&s.setup, &s.workload, &EngineConfig::default(), |_| {});
+    let log = logfile::decode(&logfile::encode(&run.log)).unwrap();
+    assert_eq!(log, run.log);
+    let in_process = fairshare_sim::audit::audit_log(&s.setup.cluster, &log);
+
+    let server = fairshare_testkit::NatsServer::start().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1).await.unwrap();
+        let n = load_log(&js, &s.setup.cluster, &log).await.unwrap();
+        assert_eq!(n, log.len() as u64);
+
+        // What JetStream holds is the simulated log, event for event.
+        let stored = read_log(&js, &s.setup.cluster, None).await.unwrap();
+        assert_eq!(stored.len(), log.len());
+        for (entry, event) in stored.iter().zip(&log) {
+            assert_eq!(entry.event.as_ref().unwrap(), event);
+        }
+        let audit = audit_log(&js, &s.setup.cluster).await.unwrap();
+        assert!(audit.is_clean(), "{:?}", audit.divergences.first());
+        assert_eq!(audit.placements, in_process.placements);
+        assert!(audit.placements >= 20, "at least every debug job was placed");
+
+        // A second load would land at the wrong sequences: refused, nothing written.
+        let err = load_log(&js, &s.setup.cluster, &log).await.unwrap_err();
+        assert!(matches!(err, LoadError::NotFresh { .. }), "{err}");
+        let again = read_log(&js, &s.setup.cluster, None).await.unwrap();
+        assert_eq!(again.len(), log.len());
+    });
+}
