@@ -35,7 +35,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Replay a `replay.csv` trace (see tests/data/traces/README.md).
-    Trace(TraceArgs),
+    Trace(Box<TraceArgs>),
     /// Run a constructed scenario (`--list` names them).
     Scenario(ScenarioArgs),
     /// Publish a log written with `--log` to a fresh nats-server, for
@@ -49,7 +49,11 @@ struct TraceArgs {
     #[arg(long, env = "FAIRSHARE_SIM_TRACE")]
     trace: PathBuf,
     /// Budget tree file (the format `fairshare budget apply` takes).
-    #[arg(long, env = "FAIRSHARE_SIM_BUDGET", default_value = "deploy/sim/budget.toml")]
+    #[arg(
+        long,
+        env = "FAIRSHARE_SIM_BUDGET",
+        default_value = "deploy/sim/budget.toml"
+    )]
     budget: PathBuf,
     /// Cluster size: nodes of `--gpus-per-node` GPUs (ignored with `--inventory`).
     #[arg(long, default_value_t = 32)]
@@ -113,7 +117,11 @@ struct CommonArgs {
     log: Option<PathBuf>,
     /// Policies to run, comma-separated (fairshare, fifo, static-quotas,
     /// decayed-fair-share).
-    #[arg(long, value_delimiter = ',', default_value = "fairshare,fifo,static-quotas,decayed-fair-share")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fairshare,fifo,static-quotas,decayed-fair-share"
+    )]
     policies: Vec<String>,
     /// Fair-share window.
     #[arg(long, env = "FAIRSHARE_WINDOW", default_value = "7d")]
@@ -190,7 +198,10 @@ impl CommonArgs {
         config.preemption.checkpoint_interval_ms =
             ms(&self.checkpoint_interval, "checkpoint-interval")?;
         config.preemption.hysteresis_permille = self.hysteresis_permille;
-        config.preemption.validate().context("preemption settings")?;
+        config
+            .preemption
+            .validate()
+            .context("preemption settings")?;
         config.limits.max_min_runtime_s = config.preemption.min_runtime_cap_ms / 1000;
         Ok(config)
     }
@@ -238,7 +249,11 @@ impl CommonArgs {
         {
             std::fs::write(path, logfile::encode(&run.log))
                 .with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!("fairshare log: {} events -> {}", run.log.len(), path.display());
+            eprintln!(
+                "fairshare log: {} events -> {}",
+                run.log.len(),
+                path.display()
+            );
         }
         if self.audit
             && let Some(run) = runs.iter().find(|r| r.policy == Policy::Fairshare)
@@ -251,7 +266,10 @@ impl CommonArgs {
                 audit.divergences.len()
             );
             if !audit.is_clean() {
-                bail!("the audit found divergences: {:?}", audit.divergences.first());
+                bail!(
+                    "the audit found divergences: {:?}",
+                    audit.divergences.first()
+                );
             }
         }
         let report = Report {
@@ -267,7 +285,12 @@ impl CommonArgs {
             if let Some(stats) = &run.engine {
                 eprintln!(
                     "fairshare: {} steps, {} cycles ({} placing), {} preemption passes, {} snapshots, {} rejected",
-                    stats.steps, stats.cycles, stats.placing_cycles, stats.passes, stats.snapshots, stats.rejected
+                    stats.steps,
+                    stats.cycles,
+                    stats.placing_cycles,
+                    stats.passes,
+                    stats.snapshots,
+                    stats.rejected
                 );
             }
         }
@@ -327,11 +350,7 @@ impl TraceArgs {
         let workload = Workload::new(jobs, Vec::new());
         let supply = u128::from(setup.total_gpus()) * u128::try_from(span_ms).unwrap_or(0);
         let inputs = ReportInputs {
-            title: format!(
-                "{} on {} GPUs",
-                trace_name(&self.trace),
-                setup.total_gpus()
-            ),
+            title: format!("{} on {} GPUs", trace_name(&self.trace), setup.total_gpus()),
             workload: format!(
                 "{} (attribution: see the README beside the trace)",
                 self.trace.display()
@@ -394,8 +413,8 @@ impl ScenarioArgs {
 
 impl LoadArgs {
     fn run(self) -> anyhow::Result<()> {
-        let bytes =
-            std::fs::read(&self.file).with_context(|| format!("cannot read {}", self.file.display()))?;
+        let bytes = std::fs::read(&self.file)
+            .with_context(|| format!("cannot read {}", self.file.display()))?;
         let events = logfile::decode(&bytes)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

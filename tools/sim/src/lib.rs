@@ -22,6 +22,7 @@
 pub mod audit;
 pub mod baseline;
 pub mod engine;
+pub mod load;
 pub mod logfile;
 pub mod mapping;
 pub mod metrics;
@@ -31,4 +32,3 @@ pub mod scenarios;
 pub mod setup;
 pub mod simulate;
 pub mod workload;
-pub mod load;

@@ -83,8 +83,7 @@ pub async fn load_log(
     }
     let mut pending = VecDeque::new();
     for (index, event) in events.iter().enumerate() {
-        let subject =
-            subjects::for_event(cluster, event).ok_or(LoadError::NoSubject { index })?;
+        let subject = subjects::for_event(cluster, event).ok_or(LoadError::NoSubject { index })?;
         let ack = js
             .publish(subject, codec::encode(event))
             .await

@@ -60,7 +60,9 @@ mod tests {
         let events = vec![
             pb::Event {
                 at_ms: 5,
-                body: Some(pb::event::Body::JobStarted(pb::JobStarted { job_id: "j".into() })),
+                body: Some(pb::event::Body::JobStarted(pb::JobStarted {
+                    job_id: "j".into(),
+                })),
             },
             pb::Event {
                 at_ms: 6,
@@ -70,6 +72,9 @@ mod tests {
         let bytes = encode(&events);
         assert_eq!(decode(&bytes).unwrap(), events);
         let err = decode(&bytes[..bytes.len() - 1]).unwrap_err();
-        assert!(matches!(err, LogFileError::Decode { index: 1, .. }), "{err}");
+        assert!(
+            matches!(err, LogFileError::Decode { index: 1, .. }),
+            "{err}"
+        );
     }
 }

@@ -127,7 +127,10 @@ impl MappingRules {
                 "tenants dealt round-robin onto allocations by GPU time asked, largest first ({} overridden)",
                 self.tenant_map.len()
             ),
-            format!("{}% of jobs unallocated (by hash of the trace id)", self.unallocated_percent),
+            format!(
+                "{}% of jobs unallocated (by hash of the trace id)",
+                self.unallocated_percent
+            ),
             format!(
                 "debug: <= {} GPUs and ran <= {} min; declares {} min, not resumable",
                 self.debug_max_gpus,
@@ -137,7 +140,11 @@ impl MappingRules {
             format!(
                 "others: minimum runtime = run time clamped to [1, {}] min; {}",
                 m(self.min_runtime_cap_ms),
-                if self.resumable { "resumable" } else { "not resumable" }
+                if self.resumable {
+                    "resumable"
+                } else {
+                    "not resumable"
+                }
             ),
         ]
     }
@@ -202,7 +209,10 @@ impl MappingRules {
         } else if debug {
             (self.debug_min_runtime_ms, false)
         } else {
-            (duration_ms.clamp(MIN, self.min_runtime_cap_ms.max(MIN)), self.resumable)
+            (
+                duration_ms.clamp(MIN, self.min_runtime_cap_ms.max(MIN)),
+                self.resumable,
+            )
         };
         // Minimum runtimes are declared in whole seconds.
         let min_runtime_ms = min_runtime_ms - min_runtime_ms % 1000;
@@ -251,7 +261,10 @@ mod tests {
             ..MappingRules::default()
         };
         let jobs = rules.map(&trace, &allocs());
-        let by: BTreeMap<_, _> = jobs.iter().map(|j| (j.user.as_str(), j.allocation.as_str())).collect();
+        let by: BTreeMap<_, _> = jobs
+            .iter()
+            .map(|j| (j.user.as_str(), j.allocation.as_str()))
+            .collect();
         assert_eq!(by.get("big"), Some(&"a"));
         assert_eq!(by.get("mid"), Some(&"b"));
         assert_eq!(by.get("small"), Some(&"a"));
@@ -263,7 +276,10 @@ mod tests {
             ..MappingRules::default()
         };
         let jobs = rules.map(&trace, &allocs());
-        assert_eq!(jobs.iter().find(|j| j.user == "big").unwrap().allocation, "b");
+        assert_eq!(
+            jobs.iter().find(|j| j.user == "big").unwrap().allocation,
+            "b"
+        );
     }
 
     #[test]
@@ -281,7 +297,10 @@ mod tests {
         assert_eq!(jobs[0].min_runtime_ms, 15 * MIN);
         assert!(!jobs[0].resumable);
         assert_eq!(jobs[0].submit_ms, EPOCH_MS + 10_000);
-        assert_eq!(jobs[1].min_runtime_ms, MIN, "short non-debug jobs get the 1 min floor");
+        assert_eq!(
+            jobs[1].min_runtime_ms, MIN,
+            "short non-debug jobs get the 1 min floor"
+        );
         assert_eq!(jobs[2].min_runtime_ms, 120 * MIN);
         assert!(jobs[2].resumable);
 
@@ -289,12 +308,18 @@ mod tests {
             unallocated_percent: 100,
             ..MappingRules::default()
         };
-        assert!(all.map(&trace, &allocs()).iter().all(|j| j.min_runtime_ms == 0));
+        assert!(
+            all.map(&trace, &allocs())
+                .iter()
+                .all(|j| j.min_runtime_ms == 0)
+        );
     }
 
     #[test]
     fn unallocated_share_is_near_its_percentage() {
-        let trace: Vec<_> = (0..2000).map(|i| row(&format!("job{i}"), i, 3600, 1, "u")).collect();
+        let trace: Vec<_> = (0..2000)
+            .map(|i| row(&format!("job{i}"), i, 3600, 1, "u"))
+            .collect();
         let jobs = MappingRules::default().map(&trace, &allocs());
         let free = jobs.iter().filter(|j| j.min_runtime_ms == 0).count();
         assert!((240..=360).contains(&free), "{free} of 2000 unallocated");
@@ -307,7 +332,11 @@ mod tests {
             span_ms: 50_000,
             ..MappingRules::default()
         };
-        let trace = vec![row("a", 99, 1, 1, "u"), row("b", 100, 1, 1, "u"), row("c", 150, 1, 1, "u")];
+        let trace = vec![
+            row("a", 99, 1, 1, "u"),
+            row("b", 100, 1, 1, "u"),
+            row("c", 150, 1, 1, "u"),
+        ];
         let jobs = rules.map(&trace, &allocs());
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].submit_ms, EPOCH_MS);
@@ -315,7 +344,10 @@ mod tests {
 
     #[test]
     fn tenant_map_errors_are_specific() {
-        assert_eq!(parse_tenant_map("x\n", &allocs()), Err(TenantMapError::Syntax { line: 1 }));
+        assert_eq!(
+            parse_tenant_map("x\n", &allocs()),
+            Err(TenantMapError::Syntax { line: 1 })
+        );
         assert!(matches!(
             parse_tenant_map("u = nope\n", &allocs()),
             Err(TenantMapError::UnknownAllocation { line: 1, .. })

@@ -136,7 +136,9 @@ pub fn debug_burst() -> Result<Scenario, SetupError> {
 /// nothing in the window, so its jobs go first and take GPUs from `a` as `a`'s jobs pass their
 /// 2-hour minimum runtime.
 pub fn idle_team_returns() -> Result<Scenario, SetupError> {
-    let mut jobs = stream("a", 2000, 0, 7 * MIN, |n, at| job(n, at, "a", 8, 6 * HOUR, 2 * HOUR));
+    let mut jobs = stream("a", 2000, 0, 7 * MIN, |n, at| {
+        job(n, at, "a", 8, 6 * HOUR, 2 * HOUR)
+    });
     let b = |n, at| job(n, at, "b", 8, 6 * HOUR, 2 * HOUR);
     jobs.extend(stream("b-back", 4, 7 * DAY, 0, b));
     jobs.extend(stream("b", 400, 7 * DAY + 5 * MIN, 5 * MIN, b));
@@ -153,7 +155,9 @@ pub fn idle_team_returns() -> Result<Scenario, SetupError> {
 /// period, and the unallocated jobs run again once `a`'s finish.
 pub fn unallocated_fill() -> Result<Scenario, SetupError> {
     let mut jobs = stream("free", 32, 0, 0, |n, at| job(n, at, "a", 1, 10 * HOUR, 0));
-    jobs.extend(stream("a", 4, HOUR, 0, |n, at| job(n, at, "a", 8, 2 * HOUR, HOUR)));
+    jobs.extend(stream("a", 4, HOUR, 0, |n, at| {
+        job(n, at, "a", 8, 2 * HOUR, HOUR)
+    }));
     Ok(Scenario {
         name: "unallocated-fill",
         description: "unallocated work fills idle GPUs and leaves when allocated work arrives",

@@ -86,7 +86,9 @@ impl Setup {
 
     /// `count` nodes of `gpus` GPUs named `<prefix>000`, `<prefix>001`, ...
     pub fn uniform_nodes(prefix: &str, count: usize, gpus: u32) -> Vec<(String, u32)> {
-        (0..count).map(|i| (format!("{prefix}{i:03}"), gpus)).collect()
+        (0..count)
+            .map(|i| (format!("{prefix}{i:03}"), gpus))
+            .collect()
     }
 
     /// Total GPUs of the cluster at the start.

@@ -1,6 +1,8 @@
 //! Whole runs: the report is a pure function of its inputs, and fairshare's log is a log the
 //! decision service's audit accepts, in-process and after loading into a real JetStream.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use fairshare_model::trace::parse_replay;
 use fairshare_sim::engine::{self, EngineConfig};
 use fairshare_sim::mapping::MappingRules;
@@ -72,7 +74,11 @@ fn same_inputs_give_a_byte_identical_report() {
     assert_ne!(runs_a[0].metrics, runs_a[1].metrics);
     let md = String::from_utf8(files_a[0].clone()).unwrap();
     for p in Policy::all() {
-        assert!(md.contains(&format!("| {} |", p.name())), "{} row", p.name());
+        assert!(
+            md.contains(&format!("| {} |", p.name())),
+            "{} row",
+            p.name()
+        );
     }
 }
 
@@ -84,7 +90,10 @@ fn every_simulated_placement_passes_the_decision_audit() {
     assert!(audit.is_clean(), "{:?}", audit.divergences.first());
     assert!(audit.cycles > 100, "{} cycles", audit.cycles);
     assert!(audit.placements > 500, "{} placements", audit.placements);
-    assert_eq!(audit.unpublished, 0, "the simulator publishes every placement it decides");
+    assert_eq!(
+        audit.unpublished, 0,
+        "the simulator publishes every placement it decides"
+    );
 
     // A tampered log does not pass: move one placement to another node.
     let mut log = run.log.clone();
@@ -124,7 +133,9 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
     rt.block_on(async {
         let client = async_nats::connect(server.url()).await.unwrap();
         let js = async_nats::jetstream::new(client);
-        fairshare_runtime::nats::ensure_streams(&js, 1).await.unwrap();
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
         let n = load_log(&js, &s.setup.cluster, &log).await.unwrap();
         assert_eq!(n, log.len() as u64);
 
@@ -137,7 +148,10 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
         let audit = audit_log(&js, &s.setup.cluster).await.unwrap();
         assert!(audit.is_clean(), "{:?}", audit.divergences.first());
         assert_eq!(audit.placements, in_process.placements);
-        assert!(audit.placements >= 20, "at least every debug job was placed");
+        assert!(
+            audit.placements >= 20,
+            "at least every debug job was placed"
+        );
 
         // A second load would land at the wrong sequences: refused, nothing written.
         let err = load_log(&js, &s.setup.cluster, &log).await.unwrap_err();

@@ -1,6 +1,8 @@
 //! Constructed scenarios with outcomes computed by hand, run through the services' domain
 //! code by the simulator's engine.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod support;
 
 use fairshare_sim::engine::{self, EngineConfig};
@@ -8,7 +10,7 @@ use fairshare_sim::metrics::measure;
 use fairshare_sim::scenarios::{self, Scenario};
 use fairshare_sim::setup::EPOCH_MS;
 use fairshare_sim::simulate::measure_config;
-use support::{Seen2, read};
+use support::{SeenLog, read};
 
 const S: i64 = 1000;
 const MIN: i64 = 60 * S;
@@ -20,7 +22,7 @@ fn scenario(name: &str) -> Scenario {
 }
 
 /// Runs the scenario with the default engine (grace 30 s, launcher stops in 10 s).
-fn run(s: &Scenario) -> (Seen2, fairshare_sim::metrics::RunMetrics) {
+fn run(s: &Scenario) -> (SeenLog, fairshare_sim::metrics::RunMetrics) {
     let config = EngineConfig::default();
     let out = engine::run(&s.setup, &s.workload, &config, |_| {});
     let metrics = measure("fairshare", &out.log, &measure_config(&s.setup, &config));
@@ -44,7 +46,10 @@ fn unallocated_work_fills_idle_gpus_and_leaves_when_allocated_work_arrives() {
     assert_eq!(team.len(), 4);
     for j in &team {
         assert_eq!(j.wait(), Some(10 * S), "{}", j.name);
-        assert!(j.ordered.is_empty(), "allocated work inside its minimum runtime stays");
+        assert!(
+            j.ordered.is_empty(),
+            "allocated work inside its minimum runtime stays"
+        );
     }
     // Exactly the 32 unallocated jobs were ordered off, once each, at 1 h.
     for j in &free {
@@ -104,16 +109,19 @@ fn a_team_idle_for_a_week_comes_back_first() {
     // From then on b holds the cluster to the end: a ran 7 days at twice its share, b stays
     // below a's usage ratio for the 3 days left.
     for t in [back + HOUR, back + DAY, back + 2 * DAY + 23 * HOUR] {
-        assert_eq!(seen.running_gpus("b", t), 32, "at {} h", (t - EPOCH_MS) / HOUR);
+        assert_eq!(
+            seen.running_gpus("b", t),
+            32,
+            "at {} h",
+            (t - EPOCH_MS) / HOUR
+        );
     }
     // a's jobs were only ever ordered off past their minimum runtime.
     assert_eq!(m.violations, 0);
-    assert!(
-        seen.jobs.values().all(|j| j.ordered.iter().all(|&o| {
-            let start = j.runs.iter().rev().find(|r| r.0 <= o).unwrap().0;
-            o >= start + j.min_runtime_ms
-        }))
-    );
+    assert!(seen.jobs.values().all(|j| j.ordered.iter().all(|&o| {
+        let start = j.runs.iter().rev().find(|r| r.0 <= o).unwrap().0;
+        o >= start + j.min_runtime_ms
+    })));
 }
 
 #[test]
@@ -127,10 +135,14 @@ fn a_cordoned_node_drains_as_minimum_runtimes_end() {
         .jobs
         .values()
         .flat_map(|j| {
-            j.runs.iter().zip(&j.nodes).filter_map(move |(&(start, end), nodes)| {
-                let here = nodes == &["node003"] && start <= cordon && end.is_none_or(|e| e > cordon);
-                here.then_some((j, start, end))
-            })
+            j.runs
+                .iter()
+                .zip(&j.nodes)
+                .filter_map(move |(&(start, end), nodes)| {
+                    let here =
+                        nodes == &["node003"] && start <= cordon && end.is_none_or(|e| e > cordon);
+                    here.then_some((j, start, end))
+                })
         })
         .collect();
     assert!(!on_node.is_empty(), "the node was busy when cordoned");
@@ -138,31 +150,48 @@ fn a_cordoned_node_drains_as_minimum_runtimes_end() {
         // Ordered off when its protection ends, or at once if it had already ended; the
         // launcher stops it 10 s later.
         let due = (start + j.min_runtime_ms).max(cordon);
-        assert!(j.ordered.contains(&due), "{} ordered at {:?}, due {due}", j.name, j.ordered);
+        assert!(
+            j.ordered.contains(&due),
+            "{} ordered at {:?}, due {due}",
+            j.name,
+            j.ordered
+        );
         assert_eq!(end, Some(due + 10 * S), "{}", j.name);
     }
     // No placement on the node while cordoned.
     for j in seen.jobs.values() {
         for (run, nodes) in j.runs.iter().zip(&j.nodes) {
             if nodes.iter().any(|n| n == "node003") {
-                assert!(run.0 < cordon || run.0 >= uncordon, "{} placed at {}", j.name, run.0);
+                assert!(
+                    run.0 < cordon || run.0 >= uncordon,
+                    "{} placed at {}",
+                    j.name,
+                    run.0
+                );
             }
         }
     }
     // Reported drained once, when its last job stopped.
-    let drained: Vec<_> = seen.nodes.iter().filter(|(k, ..)| *k == "drained").collect();
+    let drained: Vec<_> = seen
+        .nodes
+        .iter()
+        .filter(|(k, ..)| *k == "drained")
+        .collect();
     assert_eq!(drained.len(), 1);
     let last_stop = on_node.iter().filter_map(|r| r.2).max().unwrap();
     assert_eq!(drained[0].2, last_stop);
     // Back in service after the uncordon.
     assert!(seen.jobs.values().any(|j| {
-        j.runs.iter().zip(&j.nodes).any(|(r, n)| r.0 >= uncordon && n.iter().any(|x| x == "node003"))
+        j.runs
+            .iter()
+            .zip(&j.nodes)
+            .any(|(r, n)| r.0 >= uncordon && n.iter().any(|x| x == "node003"))
     }));
     assert_eq!(m.violations, 0);
 }
 
 /// Average GPUs `allocation` ran, sampled every 20 minutes over `[from, to)`.
-fn average_gpus(seen: &Seen2, allocation: &str, from: i64, to: i64) -> f64 {
+fn average_gpus(seen: &SeenLog, allocation: &str, from: i64, to: i64) -> f64 {
     let samples: Vec<u64> = (from..to)
         .step_by(20 * MIN as usize)
         .map(|t| seen.running_gpus(allocation, t))
@@ -177,14 +206,23 @@ fn a_share_change_moves_delivery_to_the_new_shares() {
     let change = EPOCH_MS + 3 * DAY;
     // Before the change both teams ask for more than the cluster and share it evenly.
     let before = average_gpus(&seen, "a", EPOCH_MS + 6 * HOUR, change);
-    assert!((15.0..=17.0).contains(&before), "a averaged {before} GPUs before");
+    assert!(
+        (15.0..=17.0).contains(&before),
+        "a averaged {before} GPUs before"
+    );
     // Allocated time integrates the fraction over the window, so at the change both teams
     // are at usage ratio 1 and stay there by taking new time at the new rates: a 80% of
     // 32 GPUs (25.6), b 20% (6.4). a does not take everything: b's allocated time keeps
     // growing too.
     let after = average_gpus(&seen, "a", change + 3 * HOUR, s.setup.end_ms);
     let b_after = average_gpus(&seen, "b", change + 3 * HOUR, s.setup.end_ms);
-    assert!((24.0..=27.2).contains(&after), "a averaged {after} GPUs after");
-    assert!((4.8..=8.0).contains(&b_after), "b averaged {b_after} GPUs after");
+    assert!(
+        (24.0..=27.2).contains(&after),
+        "a averaged {after} GPUs after"
+    );
+    assert!(
+        (4.8..=8.0).contains(&b_after),
+        "b averaged {b_after} GPUs after"
+    );
     assert_eq!(m.violations, 0);
 }

@@ -1,5 +1,7 @@
 //! Reading a simulated log back in the tests: who ran where and when.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::collections::BTreeMap;
 
 use fairshare_events::pb::{self, event::Body};
@@ -7,25 +9,33 @@ use fairshare_events::pb::{self, event::Body};
 /// One job as seen in a log.
 #[derive(Debug, Default, Clone)]
 pub struct Seen {
+    /// Job name (the scenario's or trace's).
     pub name: String,
+    /// Allocation it charges.
     pub allocation: String,
+    /// GPUs it holds when running.
     pub gpus: u64,
+    /// Declared minimum runtime.
     pub min_runtime_ms: i64,
+    /// Submission time.
     pub submitted: i64,
     /// Every run: (start, end if it ended).
     pub runs: Vec<(i64, Option<i64>)>,
     /// Times a preemption was ordered.
     pub ordered: Vec<i64>,
+    /// When it finished, if it did.
     pub finished: Option<i64>,
     /// Nodes of each placement.
     pub nodes: Vec<Vec<String>>,
 }
 
 impl Seen {
+    /// Start of its first run.
     pub fn first_start(&self) -> Option<i64> {
         self.runs.first().map(|r| r.0)
     }
 
+    /// Submission to first start.
     pub fn wait(&self) -> Option<i64> {
         self.first_start().map(|s| s - self.submitted)
     }
@@ -38,13 +48,16 @@ impl Seen {
     }
 }
 
-/// Jobs by id, plus the node-level events (kind, node, time).
-pub struct Seen2 {
+/// A log read back: its jobs and its node events.
+pub struct SeenLog {
+    /// Jobs by id.
     pub jobs: BTreeMap<String, Seen>,
+    /// Node events: (kind, node, time).
     pub nodes: Vec<(&'static str, String, i64)>,
 }
 
-pub fn read(log: &[pb::Event]) -> Seen2 {
+/// Reads a log.
+pub fn read(log: &[pb::Event]) -> SeenLog {
     let mut jobs: BTreeMap<String, Seen> = BTreeMap::new();
     let mut nodes = Vec::new();
     for e in log {
@@ -66,7 +79,8 @@ pub fn read(log: &[pb::Event]) -> Seen2 {
             }
             Some(Body::JobPlaced(p)) => {
                 let j = jobs.get_mut(&p.job_id).expect("placed before submitted");
-                j.nodes.push(p.nodes.iter().map(|n| n.node.clone()).collect());
+                j.nodes
+                    .push(p.nodes.iter().map(|n| n.node.clone()).collect());
             }
             Some(Body::JobStarted(s)) => {
                 let j = jobs.get_mut(&s.job_id).expect("started before submitted");
@@ -97,10 +111,10 @@ pub fn read(log: &[pb::Event]) -> Seen2 {
             _ => {}
         }
     }
-    Seen2 { jobs, nodes }
+    SeenLog { jobs, nodes }
 }
 
-impl Seen2 {
+impl SeenLog {
     /// GPUs running per allocation at `t`.
     pub fn running_gpus(&self, allocation: &str, t: i64) -> u64 {
         self.jobs
@@ -110,6 +124,7 @@ impl Seen2 {
             .sum()
     }
 
+    /// Jobs whose name starts with `prefix`, in job id (submission) order.
     pub fn named(&self, prefix: &str) -> Vec<&Seen> {
         self.jobs
             .values()

@@ -163,9 +163,11 @@ fn event(at_ms: i64, body: Body) -> pb::Event {
 
 /// Whether some GPU of an uncordoned node is free: otherwise a cycle cannot place anything.
 fn has_free_gpu(state: &DecisionState) -> bool {
-    state.inventory().nodes.iter().any(|(name, node)| {
-        !node.cordoned && state.load(name).map_or(0, |l| l.used) < node.gpus
-    })
+    state
+        .inventory()
+        .nodes
+        .iter()
+        .any(|(name, node)| !node.cordoned && state.load(name).map_or(0, |l| l.used) < node.gpus)
 }
 
 impl Engine<'_> {
@@ -316,7 +318,10 @@ impl Engine<'_> {
         }
         for id in ids {
             if let Some((finish_at, run)) = self.launcher.start(&id, now) {
-                self.append(event(now, Body::JobStarted(pb::JobStarted { job_id: id.clone() })));
+                self.append(event(
+                    now,
+                    Body::JobStarted(pb::JobStarted { job_id: id.clone() }),
+                ));
                 self.agenda.schedule(
                     finish_at,
                     Happening::Finish {

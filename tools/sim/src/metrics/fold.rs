@@ -184,7 +184,9 @@ impl Measure<'_> {
         let now = event.at_ms;
         match &event.body {
             Some(Body::BudgetTreeSet(b)) => {
-                self.tree = BudgetTree::from_accounts(&b.accounts).ok().or(self.tree.take());
+                self.tree = BudgetTree::from_accounts(&b.accounts)
+                    .ok()
+                    .or(self.tree.take());
             }
             Some(Body::NodeRegistered(n)) => {
                 let cordoned = self.nodes.get(&n.node).is_some_and(|s| s.cordoned);
@@ -287,8 +289,14 @@ impl Measure<'_> {
     fn preempted(&mut self, job_id: &str, now: i64) {
         self.out.preempted += 1;
         if let Some((since, gpus, resumable)) = self.stop_run(job_id) {
-            self.out.lost_gpu_ms +=
-                contract::lost_work_gpu_ms(gpus, since, true, resumable, now, &self.config.contract);
+            self.out.lost_gpu_ms += contract::lost_work_gpu_ms(
+                gpus,
+                since,
+                true,
+                resumable,
+                now,
+                &self.config.contract,
+            );
         }
     }
 
@@ -331,7 +339,11 @@ impl Measure<'_> {
         out.hourly = i.hourly;
         out.allocations = allocation_rows(&self.usage, self.tree.as_ref(), end);
         out.owed_gpu_ms = out.allocations.iter().map(|a| a.owed_gpu_ms).sum();
-        out.delivered_owed_gpu_ms = out.allocations.iter().map(|a| a.delivered_owed_gpu_ms).sum();
+        out.delivered_owed_gpu_ms = out
+            .allocations
+            .iter()
+            .map(|a| a.delivered_owed_gpu_ms)
+            .sum();
         out
     }
 }

@@ -133,7 +133,10 @@ impl RunMetrics {
 
     /// Occupancy under contention, in per cent.
     pub fn occupancy_pct(&self) -> f64 {
-        percent(self.contention_used_gpu_ms, self.contention_available_gpu_ms)
+        percent(
+            self.contention_used_gpu_ms,
+            self.contention_available_gpu_ms,
+        )
     }
 
     /// Unallocated share of delivered GPU time, in per cent.

@@ -18,7 +18,9 @@ pub fn percentile(sorted: &[i64], q: u32) -> Option<i64> {
     }
     let n = sorted.len();
     // Nearest rank: the smallest value with at least q% of the values at or below it.
-    let rank = (usize::try_from(q.min(100)).unwrap_or(100) * n).div_ceil(100).max(1);
+    let rank = (usize::try_from(q.min(100)).unwrap_or(100) * n)
+        .div_ceil(100)
+        .max(1);
     sorted.get(rank - 1).copied()
 }
 

@@ -1,0 +1,97 @@
+//! Simulator speed: 30 simulated days of a 1,024-GPU cluster replaying the msft-itp trace
+//! (SPEC section 6: <= 0.5 s; issue: <= 5 s), for fairshare and each baseline, plus the whole
+//! Helios trace on 256 GPUs.
+//!
+//! `cargo bench -p fairshare-sim --bench replay` (rounds: `FAIRSHARE_BENCH_ROUNDS`, default 3).
+//! Times are wall-clock medians of the rounds, one policy at a time on one core; mapping the
+//! trace and measuring the log are outside the timed part.
+
+use std::time::{Duration, Instant};
+
+use fairshare_model::trace::parse_replay;
+use fairshare_sim::baseline;
+use fairshare_sim::engine::{self, EngineConfig};
+use fairshare_sim::mapping::MappingRules;
+use fairshare_sim::setup::{EPOCH_MS, Setup};
+use fairshare_sim::simulate::Policy;
+use fairshare_sim::workload::Workload;
+
+const DAY: i64 = 24 * 3_600_000;
+
+fn workload(trace: &str, nodes: usize, days: i64) -> (Setup, Workload) {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let text = std::fs::read_to_string(format!("{root}/tests/data/traces/{trace}/replay.csv"))
+        .expect("the trace is in tests/data/traces");
+    let budget = std::fs::read_to_string(format!("{root}/deploy/sim/budget.toml"))
+        .expect("deploy/sim/budget.toml");
+    let budget = fairshare_model::files::parse_budget(&budget).expect("a valid budget");
+    let setup = Setup::new(
+        budget,
+        Setup::uniform_nodes("node", nodes, 8),
+        EPOCH_MS + days * DAY,
+    )
+    .expect("a valid setup");
+    let rules = MappingRules {
+        span_ms: days * DAY,
+        ..MappingRules::default()
+    };
+    let jobs = rules.map(
+        &parse_replay(&text).expect("a valid trace"),
+        &setup.allocations(),
+    );
+    (setup, Workload::new(jobs, Vec::new()))
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn bench(name: &str, setup: &Setup, workload: &Workload, rounds: usize) {
+    let supply = setup.total_gpus() as f64 * (setup.end_ms - EPOCH_MS) as f64;
+    println!(
+        "{name}: {} GPUs, {} days, {} jobs, demand/supply {:.2}",
+        setup.total_gpus(),
+        (setup.end_ms - EPOCH_MS) / DAY,
+        workload.jobs.len(),
+        workload.gpu_ms() as f64 / supply
+    );
+    let config = EngineConfig::default();
+    for policy in Policy::all() {
+        let mut times = Vec::new();
+        let mut events = 0;
+        for _ in 0..rounds {
+            let started = Instant::now();
+            let log = match policy {
+                Policy::Fairshare => engine::run(setup, workload, &config, |_| {}).log,
+                Policy::Baseline(b) => baseline::run(b, setup, workload),
+            };
+            times.push(started.elapsed());
+            events = log.len();
+        }
+        let m = median(times.clone());
+        println!(
+            "  {:<20} median {:>8.3} s  (rounds {:?})  {} events, {:.0} events/s",
+            policy.name(),
+            m.as_secs_f64(),
+            times
+                .iter()
+                .map(|t| format!("{:.3}", t.as_secs_f64()))
+                .collect::<Vec<_>>(),
+            events,
+            events as f64 / m.as_secs_f64()
+        );
+    }
+}
+
+fn main() {
+    let rounds = std::env::var("FAIRSHARE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3usize)
+        .max(1);
+    let (setup, work) = workload("msft-itp", 128, 30);
+    bench("msft-itp, 30 days", &setup, &work, rounds);
+    let (setup, work) = workload("helios-15k", 32, 21);
+    bench("helios-15k, whole trace", &setup, &work, rounds);
+}
