@@ -5,7 +5,11 @@
 //!
 //! 1. [`state`]: [`DecisionState::apply`] folds one cluster's log into the queue (per
 //!    allocation, already in within-team order, in a [`queue::SortedChunks`]), the nodes and
-//!    who holds their GPUs, the budget tree and the latest usage snapshot.
+//!    who holds their GPUs, the budget tree and the latest usage snapshot. Beside these it
+//!    keeps a few derived indexes for the hot paths, never checkpointed and rebuilt on load:
+//!    [`nodes`] (every registered node with its load, read as arrays), a copy on each holding
+//!    of what preemption reads about its job ([`state::Holder`]) and the allocations in path
+//!    order.
 //! 2. [`rank`]: Fair Tree over the budget tree, exact integer ratios, re-ranked incrementally as
 //!    the cycle charges projected usage.
 //! 3. [`place`]: best-fit packing of single-node jobs, whole nodes for multi-node jobs, never on
@@ -21,6 +25,9 @@
 
 pub mod decide;
 pub mod explain;
+mod flat;
+mod join;
+pub mod nodes;
 mod persist;
 pub mod place;
 pub mod queue;

@@ -5,8 +5,12 @@
 //! modules with `#[serde(with = ...)]`. The budget tree is stored as the account tree it was
 //! validated from and validated again on load, so a decoded tree is built by the same code as
 //! one folded from a `BudgetTreeSet` event and cannot break the tree's invariants.
+//!
+//! The state itself loads through [`Stored`], which holds what a checkpoint holds and then
+//! rebuilds the parts derived for speed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use fairshare_events::pb;
 use fairshare_model::budget::{AccountId, BudgetTree};
@@ -14,6 +18,59 @@ use fairshare_model::inventory::{Inventory, Node};
 use fairshare_model::shape::Shape;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::flat::FlatMap;
+use super::nodes::NodeIndex;
+use super::queue::SortedChunks;
+use super::rank;
+use super::state::{AllocationQueue, DecisionState, InFlight, Job, NodeLoad, Usage, Window};
+
+/// [`DecisionState`] as a checkpoint holds it: the same fields, names, order and serde forms
+/// as the state's derived `Serialize` writes (a field added to the state must be added here
+/// too; the round-trip tests catch a mismatch). Loading goes through it so the derived
+/// holders can be filled in once every job is read.
+#[derive(Deserialize)]
+#[serde(rename = "DecisionState")]
+pub(crate) struct Stored {
+    cluster: String,
+    last_applied: u64,
+    #[serde(with = "budget_tree")]
+    tree: Option<BudgetTree>,
+    #[serde(with = "inventory")]
+    inventory: Inventory,
+    maintenance: BTreeMap<String, Vec<Window>>,
+    loads: FlatMap<Arc<str>, NodeLoad>,
+    jobs: BTreeMap<Arc<str>, Job>,
+    queues: BTreeMap<Arc<str>, AllocationQueue>,
+    in_flight: BTreeMap<Arc<str>, SortedChunks<Arc<str>, InFlight>>,
+    usage: Option<Usage>,
+}
+
+impl From<Stored> for DecisionState {
+    fn from(s: Stored) -> DecisionState {
+        let mut state = DecisionState {
+            cluster: s.cluster,
+            last_applied: s.last_applied,
+            allocations_by_path: s
+                .tree
+                .as_ref()
+                .map(rank::allocations_by_path)
+                .unwrap_or_default(),
+            tree: s.tree,
+            inventory: s.inventory,
+            registered: NodeIndex::default(),
+            maintenance: s.maintenance,
+            loads: s.loads,
+            jobs: s.jobs,
+            queues: s.queues,
+            in_flight: s.in_flight,
+            usage: s.usage,
+        };
+        state.copy_inventory();
+        state.refill_holders();
+        state
+    }
+}
 
 /// [`Shape`] field for field.
 #[derive(Serialize, Deserialize)]

@@ -35,6 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fairshare_model::shape::Shape;
 
+use super::nodes::NodeRow;
 use super::reserve::Guard;
 use super::state::{DecisionState, NodeLoad, Window};
 
@@ -72,20 +73,26 @@ impl PoolNode<'_> {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FitSummary {
     max_free: u32,
-    /// Wholly free nodes by GPU count.
-    whole: BTreeMap<u32, u32>,
+    /// Wholly free nodes by GPU count, sorted by GPU count (a cluster has a few node sizes,
+    /// so a short array beats a map here).
+    whole: Vec<(u32, u32)>,
 }
 
 impl FitSummary {
     fn add(&mut self, capacity: u32, free: u32) {
         self.max_free = self.max_free.max(free);
         if free == capacity && capacity > 0 {
-            *self.whole.entry(capacity).or_default() += 1;
+            match self.whole.binary_search_by_key(&capacity, |&(g, _)| g) {
+                Ok(i) => self.whole[i].1 += 1,
+                Err(i) => self.whole.insert(i, (capacity, 1)),
+            }
         }
     }
 
     fn whole_nodes(&self, gpus_per_node: u32) -> u32 {
-        self.whole.get(&gpus_per_node).copied().unwrap_or(0)
+        self.whole
+            .binary_search_by_key(&gpus_per_node, |&(g, _)| g)
+            .map_or(0, |i| self.whole[i].1)
     }
 
     /// Whether a job of `shape` fits these free GPUs.
@@ -175,19 +182,14 @@ impl<'s> Pool<'s> {
             start_all: FitSummary::default(),
             capacity_uncordoned: FitSummary::default(),
         };
-        // Inventory, loads and maintenance are all sorted by node name: walk them in lockstep
-        // rather than looking each node up (thousands of string searches per cycle).
-        let mut loads = state.loads.iter().peekable();
-        let mut maintenance = state.maintenance.iter().peekable();
-        for (name, node) in &state.inventory.nodes {
-            while loads.next_if(|(n, _)| ***n < **name).is_some() {}
-            let load = loads.next_if(|(n, _)| ***n == **name).map(|(_, l)| l);
-            while maintenance.next_if(|(n, _)| *n < name).is_some() {}
-            let windows = maintenance
-                .next_if(|(n, _)| *n == name)
-                .map_or(&[][..], |(_, w)| w.as_slice());
-            let used = load.map_or(0, |l| l.used);
-            let free = node.gpus.saturating_sub(used);
+        for row in state.nodes_with_loads() {
+            let NodeRow {
+                name,
+                node,
+                load,
+                windows,
+            } = row;
+            let free = node.gpus.saturating_sub(row.used());
             let access = access(node.cordoned, windows, now);
             let idx = index(pool.nodes.len());
             match access {
@@ -242,14 +244,27 @@ impl<'s> Pool<'s> {
         if shape.nodes <= 1 {
             let g = shape.gpus_per_node;
             let mut best: Option<(u32, bool, u32)> = None;
-            for &key in self.open.range((g, false, 0)..) {
+            // The largest key is the most free GPUs on an open node: when even that is too
+            // few, skip the range search (a busy cycle asks this for every waiting job).
+            let open = if self.open.last().is_some_and(|&(free, _, _)| free >= g) {
+                Some(self.open.range((g, false, 0)..))
+            } else {
+                None
+            };
+            for &key in open.into_iter().flatten() {
                 if allows(key.2, g) {
                     best = Some(key);
                     break;
                 }
                 blocked = true;
             }
-            for set in self.restricted.range(protected_until..).map(|(_, s)| s) {
+            // Most clusters have no maintenance ahead: then there is no range to walk.
+            let restricted = if self.restricted.is_empty() {
+                None
+            } else {
+                Some(self.restricted.range(protected_until..))
+            };
+            for (_, set) in restricted.into_iter().flatten() {
                 for &key in set.range((g, false, 0)..) {
                     if best.is_some_and(|b| b <= key) {
                         break;
@@ -268,11 +283,17 @@ impl<'s> Pool<'s> {
             };
         }
         let (k, gpn) = (shape.nodes as usize, shape.gpus_per_node);
-        let mut chosen: Vec<u32> = Vec::with_capacity(k);
+        // Allocated only once a node is found: most multi-node jobs of a busy cycle find none.
+        let mut chosen: Vec<u32> = Vec::new();
         // Wholly free nodes of this size come in index order within each set: the first k
         // allowed ones of every set together contain the k lowest overall.
-        let sets = std::iter::once(&self.open)
-            .chain(self.restricted.range(protected_until..).map(|(_, s)| s));
+        let restricted = if self.restricted.is_empty() {
+            None
+        } else {
+            Some(self.restricted.range(protected_until..))
+        };
+        let sets =
+            std::iter::once(&self.open).chain(restricted.into_iter().flatten().map(|(_, s)| s));
         for set in sets {
             let mut taken = 0;
             for &(_, _, idx) in set.range((gpn, true, 0)..=(gpn, true, u32::MAX)) {
@@ -324,6 +345,10 @@ impl<'s> Pool<'s> {
     pub fn fits_at_start(&self, shape: Shape, protected_until: i64) -> bool {
         if self.start_open.fits(shape) {
             return true;
+        }
+        if self.start_restricted.is_empty() {
+            // No maintenance ahead: the open nodes were all there was.
+            return false;
         }
         let mut whole = self.start_open.whole_nodes(shape.gpus_per_node);
         for summary in self

@@ -38,6 +38,7 @@ use std::cmp::Ordering;
 
 use fairshare_model::budget::{AccountId, BudgetTree};
 
+use super::join::take_matching;
 use super::state::DecisionState;
 
 /// One allocation's inputs to ranking.
@@ -74,17 +75,22 @@ pub fn cmp_ratio(a_num: u128, a_den: u128, b_num: u128, b_den: u128) -> Ordering
 }
 
 /// Ranking state for one cycle over one budget tree.
+///
+/// Sibling groups live in one flat array (`order`, group `g` at `start[g]..start[g + 1]`;
+/// group `p` holds account `p`'s children and the last group the roots), so building or
+/// cloning a tree allocates a handful of arrays, not one per account: a preemption pass
+/// builds and clones several per call.
 #[derive(Debug, Clone)]
 pub struct FairTree<'t> {
     tree: &'t BudgetTree,
     used: Vec<u128>,
     allocated: Vec<u128>,
-    /// Per account: whether its children compare by allocated time (else by share).
-    children_by_time: Vec<bool>,
-    roots_by_time: bool,
-    /// Per account: its children in rank order.
-    order: Vec<Vec<AccountId>>,
-    root_order: Vec<AccountId>,
+    /// Per group: whether its members compare by allocated time (else by share).
+    by_time: Vec<bool>,
+    /// Every sibling group in rank order, one after the other.
+    order: Vec<AccountId>,
+    /// Per group: where it starts in `order` (one more entry marks the end).
+    start: Vec<usize>,
     /// Per account: its index in its sibling group's order.
     pos: Vec<usize>,
     /// Per account: leaves below (or itself) that still have waiting work.
@@ -129,38 +135,64 @@ impl<'t> FairTree<'t> {
                 allocated[p] = allocated[p].saturating_add(allocated[id]);
             }
         }
-        let children_by_time = (0..n)
-            .map(|id| group_by_time(&tree.accounts[id].children, tree, &allocated))
-            .collect();
-        let roots_by_time = group_by_time(&tree.roots, tree, &allocated);
+        let groups = || {
+            tree.accounts
+                .iter()
+                .map(|a| a.children.as_slice())
+                .chain(std::iter::once(tree.roots.as_slice()))
+        };
+        let mut order = Vec::with_capacity(n);
+        let mut start = Vec::with_capacity(n + 2);
+        let mut by_time = Vec::with_capacity(n + 1);
+        for group in groups() {
+            start.push(order.len());
+            order.extend_from_slice(group);
+            by_time.push(group_by_time(group, tree, &allocated));
+        }
+        start.push(order.len());
         let mut rank = FairTree {
             tree,
             used,
             allocated,
-            children_by_time,
-            roots_by_time,
-            order: tree.accounts.iter().map(|a| a.children.clone()).collect(),
-            root_order: tree.roots.clone(),
+            by_time,
+            order,
+            start,
             pos: vec![0; n],
             pending: vec![0; n],
             leaf_pending: vec![false; n],
         };
-        let mut roots = std::mem::take(&mut rank.root_order);
-        rank.sort_group(&mut roots, rank.roots_by_time);
-        rank.root_order = roots;
-        for id in 0..n {
-            let mut group = std::mem::take(&mut rank.order[id]);
-            rank.sort_group(&mut group, rank.children_by_time[id]);
-            rank.order[id] = group;
+        for g in 0..=n {
+            rank.sort_group(g);
         }
         rank
     }
 
-    fn sort_group(&mut self, group: &mut [AccountId], by_time: bool) {
+    /// The group of the roots.
+    fn roots(&self) -> usize {
+        self.tree.accounts.len()
+    }
+
+    /// The group `id` belongs to: its parent's children, or the roots.
+    fn group_of(&self, id: AccountId) -> usize {
+        self.tree.accounts[id].parent.unwrap_or(self.roots())
+    }
+
+    /// Group `g` in rank order.
+    fn group(&self, g: usize) -> &[AccountId] {
+        &self.order[self.start[g]..self.start[g + 1]]
+    }
+
+    fn sort_group(&mut self, g: usize) {
+        let (from, to) = (self.start[g], self.start[g + 1]);
+        let by_time = self.by_time[g];
+        // Taken out (no allocation) so the comparison can read the rest of `self`.
+        let mut order = std::mem::take(&mut self.order);
+        let group = &mut order[from..to];
         group.sort_by(|&a, &b| self.cmp_siblings(a, b, by_time));
         for (i, &id) in group.iter().enumerate() {
             self.pos[id] = i;
         }
+        self.order = order;
     }
 
     /// Sibling order: accounts with a share first, then lower ratio, then name.
@@ -199,9 +231,9 @@ impl<'t> FairTree<'t> {
     /// Every allocation, best ranked first.
     pub fn leaf_order(&self) -> Vec<AccountId> {
         let mut out = Vec::new();
-        let mut stack: Vec<AccountId> = self.root_order.iter().rev().copied().collect();
+        let mut stack: Vec<AccountId> = self.group(self.roots()).iter().rev().copied().collect();
         while let Some(id) = stack.pop() {
-            let children = &self.order[id];
+            let children = self.group(id);
             if children.is_empty() {
                 out.push(id);
             } else {
@@ -239,13 +271,14 @@ impl<'t> FairTree<'t> {
 
     /// The best-ranked allocation that still has waiting work.
     pub fn next_pending_leaf(&self) -> Option<AccountId> {
-        let mut group = &self.root_order;
+        let mut group = self.group(self.roots());
         loop {
             let id = *group.iter().find(|&&c| self.pending[c] > 0)?;
-            if self.order[id].is_empty() {
+            let children = self.group(id);
+            if children.is_empty() {
                 return Some(id);
             }
-            group = &self.order[id];
+            group = children;
         }
     }
 
@@ -264,18 +297,19 @@ impl<'t> FairTree<'t> {
         // group depends only on its members' values, so one pass per group suffices.
         let mut cur = Some(leaf);
         while let Some(id) = cur {
-            let parent = self.tree.accounts[id].parent;
-            self.move_right(id, parent);
-            cur = parent;
+            self.move_right(id);
+            cur = self.tree.accounts[id].parent;
         }
     }
 
     /// Usage of `id` only grew: slide it right past every sibling now ranked before it.
-    fn move_right(&mut self, id: AccountId, parent: Option<AccountId>) {
-        let (mut group, by_time) = match parent {
-            Some(p) => (std::mem::take(&mut self.order[p]), self.children_by_time[p]),
-            None => (std::mem::take(&mut self.root_order), self.roots_by_time),
-        };
+    fn move_right(&mut self, id: AccountId) {
+        let g = self.group_of(id);
+        let (from, to) = (self.start[g], self.start[g + 1]);
+        let by_time = self.by_time[g];
+        // Taken out (no allocation) so the comparison can read the rest of `self`.
+        let mut order = std::mem::take(&mut self.order);
+        let group = &mut order[from..to];
         let mut i = self.pos[id];
         while i + 1 < group.len() && self.cmp_siblings(id, group[i + 1], by_time).is_gt() {
             group[i] = group[i + 1];
@@ -284,16 +318,20 @@ impl<'t> FairTree<'t> {
         }
         group[i] = id;
         self.pos[id] = i;
-        match parent {
-            Some(p) => self.order[p] = group,
-            None => self.root_order = group,
-        }
+        self.order = order;
     }
 }
 
 /// The Fair Tree order of every allocation of `tree` for the given usage, best first.
 pub fn fair_tree_order(tree: &BudgetTree, leaves: &[LeafUsage]) -> Vec<AccountId> {
     FairTree::new(tree, leaves).leaf_order()
+}
+
+/// The allocations of `tree` in path order.
+pub(crate) fn allocations_by_path(tree: &BudgetTree) -> Vec<AccountId> {
+    tree.allocation_paths()
+        .filter_map(|p| tree.allocation(p))
+        .collect()
 }
 
 /// Ranking inputs for every account id of `tree` from the state's usage snapshot, plus the
@@ -308,23 +346,38 @@ pub fn fair_tree_order(tree: &BudgetTree, leaves: &[LeafUsage]) -> Vec<AccountId
 pub fn leaf_usage(state: &DecisionState, tree: &BudgetTree, now_ms: i64) -> Vec<LeafUsage> {
     let mut out = vec![LeafUsage::default(); tree.accounts.len()];
     let window_end = state.usage.as_ref().map_or(i64::MIN, |u| u.window_end_ms);
-    for path in tree.allocation_paths() {
-        let Some(id) = tree.allocation(path) else {
-            continue;
-        };
+    // Paths, the snapshot's rows and the running work are all sorted by path: walk them in
+    // lockstep rather than searching the other two by path.
+    let mut snapshot = state
+        .usage
+        .as_ref()
+        .map(|u| u.by_allocation.iter().peekable());
+    let mut in_flight = state.in_flight.iter().peekable();
+    // The state's own tree has its allocations in path order at hand; another is listed here.
+    let listed;
+    let ids: &[AccountId] = if state.tree.as_ref().is_some_and(|t| std::ptr::eq(t, tree)) {
+        &state.allocations_by_path
+    } else {
+        listed = allocations_by_path(tree);
+        &listed
+    };
+    for &id in ids {
+        let path = tree.accounts[id].path.as_str();
         let mut leaf = LeafUsage::default();
-        if let Some(u) = state.usage.as_ref().and_then(|u| u.by_allocation.get(path)) {
+        if let Some(u) = snapshot.as_mut().and_then(|s| take_matching(s, path)) {
             leaf.charged_gpu_ms = u128::from(u.charged_gpu_ms);
             leaf.allocated_gpu_ms = u128::from(u.allocated_gpu_ms);
         }
-        if let Some(runs) = state.in_flight.get(path) {
+        if let Some(runs) = take_matching(&mut in_flight, path) {
             for (_, run) in runs.iter() {
                 let from = run.start_ms.max(window_end);
                 let to = run.start_ms.saturating_add(run.min_runtime_ms).max(now_ms);
-                let ms = u128::try_from(to.saturating_sub(from)).unwrap_or(0);
+                // Under 2^63 ms times under 2^64 GPUs: the product fits in a u128 (one
+                // widening multiply, no overflow check needed).
+                let ms = u64::try_from(to.saturating_sub(from)).unwrap_or(0);
                 leaf.charged_gpu_ms = leaf
                     .charged_gpu_ms
-                    .saturating_add(ms.saturating_mul(u128::from(run.gpus)));
+                    .saturating_add(u128::from(ms) * u128::from(run.gpus));
             }
         }
         out[id] = leaf;

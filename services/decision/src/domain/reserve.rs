@@ -147,12 +147,20 @@ fn free_at(node: &PoolNode<'_>, held: &[(i64, u32)], t: i64) -> u32 {
 /// nodes could ever hold it.
 pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64) -> Option<Plan> {
     let gpn = shape.gpus_per_node;
+    let k = shape.nodes.max(1) as usize;
     let mut placed = pool.placed.clone();
     placed.sort_unstable();
     let mut held = Releases::new();
     // (start, node index) per candidate node.
     let mut candidates: Vec<(i64, u32)> = Vec::new();
+    // Candidates that can start now. No start is earlier than now and nodes come in index
+    // order, so once k nodes can start now they are the k earliest: the rest cannot change
+    // the plan and need not be read.
+    let mut ready_now = 0;
     for (i, node) in pool.nodes.iter().enumerate() {
+        if ready_now == k {
+            break;
+        }
         let idx = u32::try_from(i).unwrap_or(u32::MAX);
         if node.access == Access::Cordoned {
             continue;
@@ -185,14 +193,20 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
             continue;
         };
         let start = after_maintenance(ready.max(now), min_runtime_ms, node.windows);
+        if start == now {
+            ready_now += 1;
+        }
         candidates.push((start, idx));
     }
-    let k = shape.nodes.max(1) as usize;
     if candidates.len() < k {
         return None;
     }
+    // The k earliest, in order (keys are distinct: one per node index).
+    if candidates.len() > k {
+        candidates.select_nth_unstable(k - 1);
+        candidates.truncate(k);
+    }
     candidates.sort_unstable();
-    candidates.truncate(k);
     let start_ms = candidates.iter().map(|c| c.0).max().unwrap_or(now);
     let mut nodes: Vec<(u32, u32)> = candidates.iter().map(|c| (c.1, gpn)).collect();
     nodes.sort_unstable();

@@ -26,19 +26,24 @@
 //! whole queue: per allocation, its queued jobs already in within-team order (priority, submit
 //! time, id), in a [`SortedChunks`] so the cycle's walk over them streams through memory; per node, the GPUs held and by whom with the time each holding can be reclaimed;
 //! per allocation, its placed allocated jobs (for charging work not yet in the usage snapshot).
+//! Each holding also carries a copy of the facts about its job that preemption rules read
+//! ([`Holder`]), so a pass over every running job never searches the job table.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fairshare_events::pb::{self, event::Body};
-use fairshare_model::budget::{BudgetError, BudgetTree};
+use fairshare_model::budget::{AccountId, BudgetError, BudgetTree};
 use fairshare_model::inventory::Inventory;
 use fairshare_model::shape::{self, Shape};
 use serde::{Deserialize, Serialize};
 
+use super::flat::FlatMap;
+use super::nodes::NodeIndex;
 use super::persist;
 use super::queue::SortedChunks;
+use super::rank;
 
 /// Why an event changed nothing (beyond advancing the last applied sequence).
 ///
@@ -256,13 +261,60 @@ fn reclaim_ms(request: &Request, placed: &Placed) -> i64 {
 }
 
 /// GPUs one job holds on one node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holding {
     /// GPUs held.
     pub gpus: u32,
     /// When they can be counted free for a reservation ([`RECLAIMABLE_AT_ONCE`] for
     /// unallocated work).
     pub reclaim_ms: i64,
+    /// The job behind the holding. Derived from the job table, so not checkpointed: a
+    /// restored state fills it in again (see `persist::Stored`).
+    #[serde(skip)]
+    pub holder: Holder,
+}
+
+/// What the preemption rules read about the job behind a holding, copied from the job table
+/// when the holding is recorded.
+///
+/// Why a copy: a preemption pass looks at every running job on every node, and finding each
+/// one in the job table (a B-tree of UUIDs that share long prefixes) was most of its cost.
+/// The copy is refreshed whenever one of these facts changes (start confirmed, preemption
+/// ordered), because each of those events re-records the job's holdings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holder {
+    /// Allocation (leaf path) the job charges.
+    pub allocation: Arc<str>,
+    /// Protected minimum runtime in ms; 0 means unallocated.
+    pub min_runtime_ms: i64,
+    /// Placement time, replaced by the start time once the launcher confirms.
+    pub start_ms: i64,
+    /// Whether `JobStarted` was seen.
+    pub started: bool,
+    /// Whether the job is requeued after a preemption.
+    pub resumable: bool,
+    /// Set once a preemption is ordered.
+    pub preempt_deadline_ms: Option<i64>,
+    /// GPUs the job holds on all its nodes together.
+    pub gpus: u64,
+    /// The allocation's account in the budget tree in force; `None` without a tree or when
+    /// the path is not an allocation of it. Resolved again whenever a new tree is set.
+    pub account: Option<AccountId>,
+}
+
+impl Holder {
+    fn of(job: &Job, placed: &Placed, tree: Option<&BudgetTree>) -> Holder {
+        Holder {
+            account: tree.and_then(|t| t.allocation(&job.allocation)),
+            allocation: Arc::clone(&job.allocation),
+            min_runtime_ms: job.request.min_runtime_ms,
+            start_ms: placed.start_ms,
+            started: placed.started,
+            resumable: job.resumable,
+            preempt_deadline_ms: placed.preempt_deadline_ms,
+            gpus: placed.nodes.iter().map(|(_, g)| u64::from(*g)).sum(),
+        }
+    }
 }
 
 /// Who holds GPUs on one node. Kept apart from the inventory because a placement may name a
@@ -286,6 +338,7 @@ impl NodeLoad {
     }
 
     fn insert(&mut self, job_id: &Arc<str>, holding: Holding) {
+        let gpus = holding.gpus;
         match self
             .holdings
             .binary_search_by(|(id, _)| (**id).cmp(&**job_id))
@@ -296,7 +349,7 @@ impl NodeLoad {
             }
             Err(i) => self.holdings.insert(i, (Arc::clone(job_id), holding)),
         }
-        self.used = self.used.saturating_add(holding.gpus);
+        self.used = self.used.saturating_add(gpus);
     }
 
     fn remove(&mut self, job_id: &str) {
@@ -350,16 +403,31 @@ pub struct Usage {
 }
 
 /// Everything the decision cycle of one cluster reads, folded from the log.
+///
+/// Checkpointed with serde: every field below but the derived ones (the flat copy of the
+/// inventory, the [`Holder`] of each holding), which loading (through `persist::Stored`)
+/// builds again from the rest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "persist::Stored")]
 pub struct DecisionState {
     pub(crate) cluster: String,
     pub(crate) last_applied: u64,
     #[serde(with = "persist::budget_tree")]
     pub(crate) tree: Option<BudgetTree>,
+    /// The tree's allocations in path order, for ranking inputs read by walking paths in
+    /// order rather than searching the tree by path. Derived: not checkpointed, listed again
+    /// whenever a tree is set and when a checkpoint is loaded.
+    #[serde(skip)]
+    pub(crate) allocations_by_path: Vec<AccountId>,
     #[serde(with = "persist::inventory")]
     pub(crate) inventory: Inventory,
+    /// The registered nodes with the position of each one's load, for walks over every node.
+    /// Derived: not checkpointed, built again whenever a node event changes the inventory and
+    /// when a checkpoint is loaded, kept in step by `hold` and `release` otherwise.
+    #[serde(skip)]
+    pub(crate) registered: NodeIndex,
     pub(crate) maintenance: BTreeMap<String, Vec<Window>>,
-    pub(crate) loads: BTreeMap<Arc<str>, NodeLoad>,
+    pub(crate) loads: FlatMap<Arc<str>, NodeLoad>,
     pub(crate) jobs: BTreeMap<Arc<str>, Job>,
     pub(crate) queues: BTreeMap<Arc<str>, AllocationQueue>,
     pub(crate) in_flight: BTreeMap<Arc<str>, SortedChunks<Arc<str>, InFlight>>,
@@ -383,9 +451,11 @@ impl DecisionState {
             cluster: cluster.into(),
             last_applied: 0,
             tree: None,
+            allocations_by_path: Vec::new(),
             inventory: Inventory::default(),
+            registered: NodeIndex::default(),
             maintenance: BTreeMap::new(),
-            loads: BTreeMap::new(),
+            loads: FlatMap::default(),
             jobs: BTreeMap::new(),
             queues: BTreeMap::new(),
             in_flight: BTreeMap::new(),
@@ -438,6 +508,12 @@ impl DecisionState {
         self.maintenance.get(node).map_or(&[], Vec::as_slice)
     }
 
+    /// Whether any node has a maintenance window on record (past windows included until a
+    /// later announcement drops them): a cheap "could anything be under maintenance" check.
+    pub fn has_maintenance(&self) -> bool {
+        !self.maintenance.is_empty()
+    }
+
     /// The usage snapshot in force, if any.
     pub fn usage(&self) -> Option<&Usage> {
         self.usage.as_ref()
@@ -472,12 +548,16 @@ impl DecisionState {
             Body::BudgetTreeSet(b) => {
                 check_cluster(&self.cluster, &b.cluster)?;
                 // An invalid tree is refused whole; the one in force stays.
-                self.tree = Some(BudgetTree::from_accounts(&b.accounts)?);
+                let tree = BudgetTree::from_accounts(&b.accounts)?;
+                self.allocations_by_path = rank::allocations_by_path(&tree);
+                self.tree = Some(tree);
+                self.resolve_holder_accounts();
                 Ok(())
             }
             Body::NodeRegistered(n) => {
                 check_cluster(&self.cluster, &n.cluster)?;
                 self.inventory.register(&n.node, n.gpus);
+                self.copy_inventory();
                 Ok(())
             }
             Body::NodeCordoned(n) => self.cordon(&n.cluster, &n.node, true),
@@ -491,6 +571,7 @@ impl DecisionState {
                     });
                 }
                 self.inventory.remove(&n.node);
+                self.copy_inventory();
                 self.maintenance.remove(&n.node);
                 Ok(())
             }
@@ -507,6 +588,7 @@ impl DecisionState {
             });
         }
         self.inventory.set_cordoned(node, cordoned);
+        self.copy_inventory();
         Ok(())
     }
 
@@ -684,16 +766,18 @@ impl DecisionState {
 
     fn hold(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
         let reclaim = reclaim_ms(&job.request, placed);
+        let holder = Holder::of(job, placed, self.tree.as_ref());
         for (node, gpus) in &placed.nodes {
-            let load = match self.loads.get_mut(node) {
-                Some(l) => l,
-                None => self.loads.entry(Arc::clone(node)).or_default(),
-            };
-            load.insert(
+            let (i, inserted) = self.loads.index_or_default(&**node, || Arc::clone(node));
+            if inserted {
+                self.registered.load_inserted(i, node);
+            }
+            self.loads.value_at_mut(i).insert(
                 id,
                 Holding {
                     gpus: *gpus,
                     reclaim_ms: reclaim,
+                    holder: holder.clone(),
                 },
             );
         }
@@ -715,10 +799,12 @@ impl DecisionState {
 
     fn release(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
         for (node, _) in &placed.nodes {
-            if let Some(load) = self.loads.get_mut(node) {
+            if let Some(i) = self.loads.index_of(&**node) {
+                let load = self.loads.value_at_mut(i);
                 load.remove(id);
                 if load.holdings.is_empty() {
-                    self.loads.remove(node);
+                    self.loads.remove_at(i);
+                    self.registered.load_removed(i);
                 }
             }
         }
@@ -824,6 +910,40 @@ impl DecisionState {
             j.status = JobStatus::Queued;
         }
         Ok(())
+    }
+
+    /// Builds the node index again after the inventory changed (node events are rare: a new
+    /// index is cheaper than keeping the old one in step).
+    pub(crate) fn copy_inventory(&mut self) {
+        self.registered = NodeIndex::build(&self.inventory, &self.loads);
+    }
+
+    /// Fills in every holding's [`Holder`] from the job table, as recording the holdings
+    /// did: the one part of the state a checkpoint does not carry.
+    pub(crate) fn refill_holders(&mut self) {
+        for (id, job) in &self.jobs {
+            let JobStatus::Placed(placed) = &job.status else {
+                continue;
+            };
+            let holder = Holder::of(job, placed, self.tree.as_ref());
+            for (node, _) in &placed.nodes {
+                if let Some(load) = self.loads.get_mut(node)
+                    && let Ok(i) = load.holdings.binary_search_by(|(h, _)| (**h).cmp(&**id))
+                {
+                    load.holdings[i].1.holder = holder.clone();
+                }
+            }
+        }
+    }
+
+    /// Points every holder at its allocation's account in the tree now in force.
+    fn resolve_holder_accounts(&mut self) {
+        let tree = self.tree.as_ref();
+        for load in self.loads.values_mut() {
+            for (_, h) in &mut load.holdings {
+                h.holder.account = tree.and_then(|t| t.allocation(&h.holder.allocation));
+            }
+        }
     }
 
     fn ended(&mut self, job_id: &str) -> Result<(), Ignored> {

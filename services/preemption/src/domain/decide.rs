@@ -139,17 +139,15 @@ pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option
     let d = state.decision();
     let waiting = d.queues().values().any(|q| !q.allocated.is_empty());
     if waiting {
-        for name in d.inventory().nodes.keys() {
-            for (id, _) in d.load(name).map_or(&[][..], |l| l.holdings.as_slice()) {
-                if let Some((job, placed)) = state.placed(id) {
-                    let end = contract::protected_until_ms(
-                        placed.start_ms,
-                        job.request.min_runtime_ms,
-                        config,
-                    );
-                    if end > now_ms && next.is_none_or(|n| end < n) {
-                        next = Some(end);
-                    }
+        for row in d.nodes_with_loads() {
+            for (_, h) in row.holdings() {
+                let end = contract::protected_until_ms(
+                    h.holder.start_ms,
+                    h.holder.min_runtime_ms,
+                    config,
+                );
+                if end > now_ms && next.is_none_or(|n| end < n) {
+                    next = Some(end);
                 }
             }
         }

@@ -22,6 +22,7 @@
 
 use std::collections::BTreeMap;
 
+use fairshare_decision::domain::state::Window;
 use fairshare_events::pb::{self, event::Body};
 
 use super::config::Config;
@@ -72,16 +73,21 @@ impl std::fmt::Display for DrainReason {
     }
 }
 
-/// The maintenance window start that makes `node` clear now: a window with
-/// `start - grace <= now < end`, the earliest such.
-fn imminent_window(state: &PreemptionState, node: &str, now: i64, cfg: &Config) -> Option<i64> {
-    state
-        .decision()
-        .maintenance(node)
+/// The maintenance window start that makes a node with these windows clear now: a window
+/// with `start - grace <= now < end`, the earliest such.
+fn imminent_window(windows: &[Window], now: i64, cfg: &Config) -> Option<i64> {
+    windows
         .iter()
         .filter(|w| w.end_ms > now && w.start_ms.saturating_sub(cfg.grace_ms) <= now)
         .map(|w| w.start_ms)
         .min()
+}
+
+/// Whether any node is cordoned or has a maintenance window: without one, nothing drains,
+/// and the passes below (run at every step of a busy cluster) can stop at once.
+fn anything_to_drain(state: &PreemptionState) -> bool {
+    let d = state.decision();
+    d.has_maintenance() || d.any_cordoned()
 }
 
 /// Jobs to order off nodes that are leaving service, by job id, with the first reason found
@@ -91,36 +97,34 @@ pub fn drain_victims(
     now: i64,
     cfg: &Config,
 ) -> BTreeMap<String, DrainReason> {
-    let d = state.decision();
     let mut out: BTreeMap<String, DrainReason> = BTreeMap::new();
-    for (name, node) in &d.inventory().nodes {
-        let Some(load) = d.load(name) else {
+    if !anything_to_drain(state) {
+        return out;
+    }
+    for row in state.decision().nodes_with_loads() {
+        let Some(load) = row.load else {
             continue;
         };
-        let window = imminent_window(state, name, now, cfg);
-        if window.is_none() && !node.cordoned {
+        let window = imminent_window(row.windows, now, cfg);
+        if window.is_none() && !row.node.cordoned {
             continue;
         }
-        for (id, _) in &load.holdings {
-            if out.contains_key(&**id) {
+        for (id, h) in &load.holdings {
+            let job = &h.holder;
+            if job.preempt_deadline_ms.is_some() || out.contains_key(&**id) {
                 continue;
             }
-            let Some((job, placed)) = state.placed(id) else {
-                continue;
-            };
-            if placed.preempt_deadline_ms.is_some() {
-                continue;
-            }
-            let protected =
-                contract::is_protected(placed.start_ms, job.request.min_runtime_ms, now, cfg);
+            let protected = contract::is_protected(job.start_ms, job.min_runtime_ms, now, cfg);
             let reason = if let Some(start_ms) = window {
                 DrainReason::Maintenance {
-                    node: name.clone(),
+                    node: row.name.to_owned(),
                     start_ms,
                     cuts_protection: protected,
                 }
             } else if !protected {
-                DrainReason::Cordon { node: name.clone() }
+                DrainReason::Cordon {
+                    node: row.name.to_owned(),
+                }
             } else {
                 continue;
             };
@@ -134,18 +138,19 @@ pub fn drain_victims(
 /// cordon, in node name order.
 pub fn drained(state: &PreemptionState) -> Vec<Body> {
     let d = state.decision();
-    d.inventory()
-        .nodes
-        .iter()
-        .filter(|(name, node)| {
-            node.cordoned
-                && !state.drain_reported(name)
-                && d.load(name).is_none_or(|l| l.holdings.is_empty())
+    if !d.any_cordoned() {
+        return Vec::new();
+    }
+    d.nodes_with_loads()
+        .filter(|row| {
+            row.node.cordoned
+                && !state.drain_reported(row.name)
+                && row.load.is_none_or(|l| l.holdings.is_empty())
         })
-        .map(|(name, _)| {
+        .map(|row| {
             Body::NodeDrained(pb::NodeDrained {
                 cluster: d.cluster().to_owned(),
-                node: name.clone(),
+                node: row.name.to_owned(),
             })
         })
         .collect()
@@ -154,34 +159,32 @@ pub fn drained(state: &PreemptionState) -> Vec<Body> {
 /// The next time after `now` at which a drain or a window will order something: the end of the
 /// protection of a job on a cordoned node, or `start - grace` of a window on a busy node.
 pub fn next_drain_due(state: &PreemptionState, now: i64, cfg: &Config) -> Option<i64> {
-    let d = state.decision();
     let mut next: Option<i64> = None;
+    if !anything_to_drain(state) {
+        return next;
+    }
     let mut consider = |t: i64| {
         if t > now {
             next = Some(next.map_or(t, |n: i64| n.min(t)));
         }
     };
-    for (name, node) in &d.inventory().nodes {
-        let Some(load) = d.load(name) else {
-            continue;
-        };
-        if load.holdings.is_empty() {
+    for row in state.decision().nodes_with_loads() {
+        let holdings = row.holdings();
+        if holdings.is_empty() {
             continue;
         }
-        for w in d.maintenance(name) {
+        for w in row.windows {
             if w.end_ms > now {
                 consider(w.start_ms.saturating_sub(cfg.grace_ms));
             }
         }
-        if node.cordoned {
-            for (id, _) in &load.holdings {
-                if let Some((job, placed)) = state.placed(id) {
-                    consider(contract::protected_until_ms(
-                        placed.start_ms,
-                        job.request.min_runtime_ms,
-                        cfg,
-                    ));
-                }
+        if row.node.cordoned {
+            for (_, h) in holdings {
+                consider(contract::protected_until_ms(
+                    h.holder.start_ms,
+                    h.holder.min_runtime_ms,
+                    cfg,
+                ));
             }
         }
     }

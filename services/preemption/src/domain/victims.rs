@@ -49,10 +49,10 @@
 //!   number of allocated victims (unallocated work goes first on ties), then the number of
 //!   victims.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use fairshare_decision::domain::rank::leaf_usage;
-use fairshare_decision::domain::state::{Job, JobStatus, Placed};
+use fairshare_decision::domain::state::{Holding, JobStatus, Request};
 use fairshare_decision::domain::{FairTree, cmp_ratio};
 use fairshare_model::budget::{AccountId, BudgetTree};
 use fairshare_model::shape::Shape;
@@ -261,60 +261,41 @@ struct Candidate<'s> {
     cost: Cost,
 }
 
-/// Decides, once per job, whether it may be a victim for the waiter.
-struct Judge<'a, 's> {
-    state: &'s PreemptionState,
+/// Decides whether a running job may be a victim for the waiter.
+///
+/// It reads the job from the copy its holding carries
+/// ([`Holder`](fairshare_decision::domain::state::Holder)), never from the job
+/// table, and it is pure per job: a multi-node job met on several nodes is judged the same on
+/// each, so nothing is remembered per job.
+struct Judge<'a> {
     rule: RankRule<'a>,
-    waiter_allocation: &'s str,
+    /// The waiter's allocation.
+    leaf: AccountId,
     now: i64,
     cfg: &'a Config,
     /// Rank rule verdicts per allocation (by account id).
     by_allocation: Vec<Option<bool>>,
-    /// Candidates per job id, for multi-node waiters (a multi-node victim is met on several
-    /// nodes). A hash map: only looked up, never iterated, so its order cannot leak into the
-    /// result; string-keyed B-tree lookups were most of the cost at 1,000 jobs.
-    by_job: HashMap<&'s str, Option<Candidate<'s>>>,
 }
 
-impl<'a, 's> Judge<'a, 's> {
-    /// The job as a candidate, looked up afresh (single-node waiters meet each job once).
-    fn fresh(&mut self, job_id: &'s str) -> Option<Candidate<'s>> {
-        self.state
-            .placed(job_id)
-            .and_then(|(job, placed)| self.judge(job_id, job, placed))
-    }
-
-    /// The job as a candidate, remembered across nodes.
-    fn candidate(&mut self, job_id: &'s str) -> Option<Candidate<'s>> {
-        if let Some(c) = self.by_job.get(job_id) {
-            return *c;
-        }
-        let c = self
-            .state
-            .placed(job_id)
-            .and_then(|(job, placed)| self.judge(job_id, job, placed));
-        self.by_job.insert(job_id, c);
-        c
-    }
-
-    fn judge(
-        &mut self,
-        job_id: &'s str,
-        job: &'s Job,
-        placed: &'s Placed,
-    ) -> Option<Candidate<'s>> {
-        if placed.preempt_deadline_ms.is_some() {
+impl Judge<'_> {
+    /// The job holding `holding` as a candidate, if it may be one.
+    fn judge<'s>(&mut self, job_id: &'s str, holding: &'s Holding) -> Option<Candidate<'s>> {
+        let job = &holding.holder;
+        if job.preempt_deadline_ms.is_some() {
             return None;
         }
-        let mr = job.request.min_runtime_ms;
+        let mr = job.min_runtime_ms;
         let unallocated = contract::is_unallocated(mr);
         if !unallocated {
-            if contract::is_protected(placed.start_ms, mr, self.now, self.cfg)
-                || *job.allocation == *self.waiter_allocation
+            // The holder's account is resolved in the tree in force, the one ranked here, and
+            // allocation paths and accounts correspond one to one: the same account is the
+            // same allocation, and no account is one outside the tree.
+            if contract::is_protected(job.start_ms, mr, self.now, self.cfg)
+                || job.account == Some(self.leaf)
             {
                 return None;
             }
-            let allowed = match self.rule.tree.allocation(&job.allocation) {
+            let allowed = match job.account {
                 // No longer in the tree: no claim at all.
                 None => true,
                 Some(v) => match self.by_allocation[v] {
@@ -330,11 +311,11 @@ impl<'a, 's> Judge<'a, 's> {
                 return None;
             }
         }
-        let gpus: u64 = placed.nodes.iter().map(|(_, g)| u64::from(*g)).sum();
+        let gpus = job.gpus;
         let lost = contract::lost_work_gpu_ms(
             gpus,
-            placed.start_ms,
-            placed.started,
+            job.start_ms,
+            job.started,
             job.resumable,
             self.now,
             self.cfg,
@@ -353,46 +334,69 @@ impl<'a, 's> Judge<'a, 's> {
 }
 
 /// The cheapest victims on one node that free `shortfall` GPUs there: an exact covering
-/// knapsack over the node's holdings (a handful: at most one per GPU).
-fn cover(items: &[(u32, Candidate<'_>)], shortfall: u32) -> Option<(Cost, Vec<usize>)> {
-    let d = shortfall as usize;
-    // best[c]: cheapest cost to free at least c GPUs with the items seen so far.
-    let mut best: Vec<Option<Cost>> = vec![None; d + 1];
-    best[0] = Some((0, 0, 0));
-    let mut took = vec![vec![false; d + 1]; items.len()];
-    for (k, (gpus, cand)) in items.iter().enumerate() {
-        for c in (1..=d).rev() {
-            let from = c.saturating_sub(*gpus as usize);
-            if let Some(prev) = best[from] {
-                let with = add(prev, cand.cost);
-                if best[c].is_none_or(|b| with < b) {
-                    best[c] = Some(with);
-                    took[k][c] = true;
+/// knapsack over the node's holdings (a handful: at most one per GPU). Its tables are kept
+/// from node to node, so a pass over every node allocates nothing per node.
+#[derive(Debug, Default)]
+struct Cover {
+    /// `best[c]`: cheapest cost to free at least `c` GPUs with the items seen so far.
+    best: Vec<Option<Cost>>,
+    /// `took[k * (shortfall + 1) + c]`: item `k` improved `best[c]`.
+    took: Vec<bool>,
+}
+
+impl Cover {
+    /// The cheapest cost of freeing `shortfall` GPUs with `items` (`(GPUs, candidate)`), and
+    /// in `chosen` the items it takes, last item first; `None` if they cannot.
+    fn solve(
+        &mut self,
+        items: &[(u32, Candidate<'_>)],
+        shortfall: u32,
+        chosen: &mut Vec<usize>,
+    ) -> Option<Cost> {
+        let d = shortfall as usize;
+        let width = d + 1;
+        self.best.clear();
+        self.best.resize(width, None);
+        self.best[0] = Some((0, 0, 0));
+        self.took.clear();
+        self.took.resize(items.len() * width, false);
+        for (k, (gpus, cand)) in items.iter().enumerate() {
+            for c in (1..=d).rev() {
+                let from = c.saturating_sub(*gpus as usize);
+                if let Some(prev) = self.best[from] {
+                    let with = add(prev, cand.cost);
+                    if self.best[c].is_none_or(|b| with < b) {
+                        self.best[c] = Some(with);
+                        self.took[k * width + c] = true;
+                    }
                 }
             }
         }
-    }
-    let cost = best[d]?;
-    // Walk the choices back from the full shortfall.
-    let mut chosen = Vec::new();
-    let mut c = d;
-    for k in (0..items.len()).rev() {
-        if c > 0 && took[k][c] {
-            chosen.push(k);
-            c = c.saturating_sub(items[k].0 as usize);
+        let cost = self.best[d]?;
+        // Walk the choices back from the full shortfall.
+        chosen.clear();
+        let mut c = d;
+        for k in (0..items.len()).rev() {
+            if c > 0 && self.took[k * width + c] {
+                chosen.push(k);
+                c = c.saturating_sub(items[k].0 as usize);
+            }
         }
+        Some(cost)
     }
-    Some((cost, chosen))
 }
 
 fn single_node<'s>(
     view: &View<'s>,
-    judge: &mut Judge<'_, 's>,
+    judge: &mut Judge<'_>,
     waiter: &Waiter<'s>,
     protected_until: i64,
 ) -> Option<(Vec<usize>, Vec<Candidate<'s>>)> {
     let need = waiter.shape.gpus_per_node;
     let mut best: Option<(Cost, usize, Vec<Candidate<'s>>)> = None;
+    let mut cover = Cover::default();
+    let mut items: Vec<(u32, Candidate<'s>)> = Vec::new();
+    let mut chosen = Vec::new();
     for (i, node) in view.nodes.iter().enumerate() {
         if node.capacity < need || !node.accepts(judge.now, protected_until) {
             continue;
@@ -401,12 +405,18 @@ fn single_node<'s>(
         if shortfall == 0 {
             return Some((vec![i], Vec::new()));
         }
-        let items: Vec<(u32, Candidate<'s>)> = node
-            .holdings
-            .iter()
-            .filter_map(|(id, h)| judge.fresh(id).map(|c| (h.gpus, c)))
-            .collect();
-        let Some((cost, chosen)) = cover(&items, shortfall) else {
+        items.clear();
+        items.extend(
+            node.holdings
+                .iter()
+                .filter_map(|(id, h)| judge.judge(id, h).map(|c| (h.gpus, c))),
+        );
+        // Victims that cannot free enough GPUs between them cannot cover the shortfall.
+        let freeable: u64 = items.iter().map(|(g, _)| u64::from(*g)).sum();
+        if freeable < u64::from(shortfall) {
+            continue;
+        }
+        let Some(cost) = cover.solve(&items, shortfall, &mut chosen) else {
             continue;
         };
         if best.as_ref().is_none_or(|b| cost < b.0) {
@@ -416,27 +426,45 @@ fn single_node<'s>(
     best.map(|(_, i, victims)| (vec![i], victims))
 }
 
+/// A node a multi-node waiter could have once `victims[from..to]` are gone.
+struct NodeOption {
+    node: usize,
+    from: usize,
+    to: usize,
+    /// The cost of all those victims.
+    cost: Cost,
+    /// Whether one of them also holds GPUs on other nodes (and so may already be chosen
+    /// with another node).
+    shared: bool,
+}
+
 fn multi_node<'s>(
     view: &View<'s>,
-    judge: &mut Judge<'_, 's>,
+    judge: &mut Judge<'_>,
     waiter: &Waiter<'s>,
     protected_until: i64,
 ) -> Option<(Vec<usize>, Vec<Candidate<'s>>)> {
     let gpn = waiter.shape.gpus_per_node;
-    // Usable nodes that can be made wholly free, with the victims that takes.
-    let mut options: Vec<(usize, Vec<Candidate<'s>>)> = Vec::new();
+    // Usable nodes that can be made wholly free, with the victims that takes (all options'
+    // victims in one array, so building an option allocates nothing).
+    let mut victims: Vec<Candidate<'s>> = Vec::new();
+    let mut options: Vec<NodeOption> = Vec::new();
     for (i, node) in view.nodes.iter().enumerate() {
         if node.capacity != gpn || node.taken > 0 || !node.accepts(judge.now, protected_until) {
             continue;
         }
-        let mut victims = Vec::new();
-        let mut ok = true;
-        for (id, _) in node.holdings {
-            if is_ordered_off(judge.state, id) {
+        let from = victims.len();
+        let (mut cost, mut shared, mut ok) = ((0, 0, 0), false, true);
+        for (id, h) in node.holdings {
+            if is_ordered_off(h) {
                 continue;
             }
-            match judge.candidate(id) {
-                Some(c) => victims.push(c),
+            match judge.judge(id, h) {
+                Some(c) => {
+                    cost = add(cost, c.cost);
+                    shared |= c.victim.gpus != u64::from(h.gpus);
+                    victims.push(c);
+                }
                 None => {
                     ok = false;
                     break;
@@ -444,7 +472,15 @@ fn multi_node<'s>(
             }
         }
         if ok {
-            options.push((i, victims));
+            options.push(NodeOption {
+                node: i,
+                from,
+                to: victims.len(),
+                cost,
+                shared,
+            });
+        } else {
+            victims.truncate(from);
         }
     }
     let k = waiter.shape.nodes as usize;
@@ -456,22 +492,29 @@ fn multi_node<'s>(
     let mut used = vec![false; options.len()];
     for _ in 0..k {
         let mut pick: Option<(Cost, usize)> = None;
-        for (o, (_, victims)) in options.iter().enumerate() {
+        for (o, option) in options.iter().enumerate() {
             if used[o] {
                 continue;
             }
-            let marginal = victims
-                .iter()
-                .filter(|c| !chosen.contains_key(c.victim.job_id))
-                .fold((0, 0, 0), |acc, c| add(acc, c.cost));
+            // A victim held on this node only can be chosen only with this node, which is not
+            // chosen yet: then the marginal cost is the whole cost.
+            let marginal = if option.shared {
+                victims[option.from..option.to]
+                    .iter()
+                    .filter(|c| !chosen.contains_key(c.victim.job_id))
+                    .fold((0, 0, 0), |acc, c| add(acc, c.cost))
+            } else {
+                option.cost
+            };
             if pick.is_none_or(|p| marginal < p.0) {
                 pick = Some((marginal, o));
             }
         }
         let (_, o) = pick?;
         used[o] = true;
-        chosen_nodes.push(options[o].0);
-        for c in &options[o].1 {
+        let option = &options[o];
+        chosen_nodes.push(option.node);
+        for c in &victims[option.from..option.to] {
             chosen.insert(c.victim.job_id, *c);
         }
     }
@@ -481,13 +524,7 @@ fn multi_node<'s>(
 
 /// Independent recount: with `victims` gone (and jobs already ordered off gone), does the
 /// waiter fit `nodes`? Nothing is ordered unless this holds.
-fn fits_after(
-    view: &View<'_>,
-    state: &PreemptionState,
-    nodes: &[usize],
-    victims: &[Candidate<'_>],
-    shape: Shape,
-) -> bool {
+fn fits_after(view: &View<'_>, nodes: &[usize], victims: &[Candidate<'_>], shape: Shape) -> bool {
     if nodes.len() != shape.nodes.max(1) as usize {
         return false;
     }
@@ -498,8 +535,8 @@ fn fits_after(
         let staying: u64 = node
             .holdings
             .iter()
-            .filter(|(id, _)| {
-                !is_ordered_off(state, id) && !victims.iter().any(|v| *v.victim.job_id == **id)
+            .filter(|(id, h)| {
+                !is_ordered_off(h) && !victims.iter().any(|v| *v.victim.job_id == **id)
             })
             .map(|(_, h)| u64::from(h.gpus))
             .sum();
@@ -515,9 +552,7 @@ fn fits_after(
 }
 
 /// Chooses victims for `waiter` of allocation `leaf` against `view`, ranking with `base`.
-#[allow(clippy::too_many_arguments)]
 fn choose<'s, 't>(
-    state: &'s PreemptionState,
     view: &View<'s>,
     base: &FairTree<'t>,
     tree: &'t BudgetTree,
@@ -530,13 +565,11 @@ fn choose<'s, 't>(
     let charge =
         u128::from(waiter.shape.total_gpus()) * u128::try_from(waiter.min_runtime_ms).unwrap_or(0);
     let mut judge = Judge {
-        state,
         rule: RankRule::new(base, tree, leaf, charge, cfg),
-        waiter_allocation: waiter.allocation,
+        leaf,
         now,
         cfg,
         by_allocation: vec![None; tree.accounts.len()],
-        by_job: HashMap::new(),
     };
     let protected_until = now.saturating_add(waiter.min_runtime_ms);
     let (nodes, mut victims) = if waiter.shape.nodes <= 1 {
@@ -548,7 +581,7 @@ fn choose<'s, 't>(
     if victims.is_empty() {
         return Err(NoVictims::AlreadyFits(waiter.job_id.to_owned()));
     }
-    if !fits_after(view, state, &nodes, &victims, waiter.shape) {
+    if !fits_after(view, &nodes, &victims, waiter.shape) {
         return Err(would_not_fit());
     }
     victims.sort_by(|a, b| a.victim.job_id.cmp(b.victim.job_id));
@@ -567,14 +600,14 @@ fn choose<'s, 't>(
     })
 }
 
-fn waiter<'s>(job_id: &'s str, job: &'s Job, cfg: &Config) -> Waiter<'s> {
-    let mr = contract::effective_min_runtime_ms(job.request.min_runtime_ms, cfg);
+fn waiter<'s>(job_id: &'s str, allocation: &'s str, request: Request, cfg: &Config) -> Waiter<'s> {
+    let mr = contract::effective_min_runtime_ms(request.min_runtime_ms, cfg);
     Waiter {
         job_id,
-        allocation: &job.allocation,
-        shape: job.request.shape,
+        allocation,
+        shape: request.shape,
         min_runtime_ms: mr,
-        debug: contract::is_debug(job.request.shape.total_gpus(), mr, cfg),
+        debug: contract::is_debug(request.shape.total_gpus(), mr, cfg),
     }
 }
 
@@ -585,27 +618,39 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
     let Some(tree) = d.budget_tree() else {
         return FairShare::NothingToDo;
     };
-    let base = FairTree::new(tree, &leaf_usage(d, tree, now));
-    let mut walk = base.clone();
-    let mut view = View::new(state);
+    // Per allocation, its path and its queued allocated jobs in queue order. The queue holds
+    // each job's request, so the walk never looks a job up by id.
     let mut cursors: Vec<Option<_>> = vec![None; tree.accounts.len()];
+    let mut any_waiting = false;
     for (allocation, q) in d.queues() {
         if let Some(id) = tree.allocation(allocation)
             && !q.allocated.is_empty()
         {
-            cursors[id] = Some(q.allocated.iter());
+            cursors[id] = Some((&**allocation, q.allocated.iter()));
+            any_waiting = true;
+        }
+    }
+    if !any_waiting {
+        // Nobody to make room for: no ranking or view needed.
+        return FairShare::NothingToDo;
+    }
+    let base = FairTree::new(tree, &leaf_usage(d, tree, now));
+    let mut walk = base.clone();
+    for (id, cursor) in cursors.iter().enumerate() {
+        if cursor.is_some() {
             walk.set_pending(id);
         }
     }
+    let mut view = View::new(state);
     while let Some(leaf) = walk.next_pending_leaf() {
-        let Some((key, _)) = cursors[leaf].as_mut().and_then(Iterator::next) else {
+        let Some((allocation, (key, request))) = cursors[leaf]
+            .as_mut()
+            .and_then(|(a, jobs)| Some((*a, jobs.next()?)))
+        else {
             walk.exhaust(leaf);
             continue;
         };
-        let Some(job) = d.job(&key.job_id) else {
-            continue;
-        };
-        let w = waiter(&key.job_id, job, cfg);
+        let w = waiter(&key.job_id, allocation, *request, cfg);
         let protected_until = now.saturating_add(w.min_runtime_ms);
         if let Some(nodes) = view.find(w.shape, now, protected_until) {
             view.take(&nodes, w.shape.gpus_per_node);
@@ -619,7 +664,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             // and it must not hold up the jobs behind it.
             continue;
         }
-        return match choose(state, &view, &base, tree, leaf, w, now, cfg) {
+        return match choose(&view, &base, tree, leaf, w, now, cfg) {
             Ok(plan) => FairShare::Preempt(plan),
             Err(_) => FairShare::Blocked(w),
         };
@@ -657,6 +702,6 @@ pub fn select_victims<'s>(
         .ok_or_else(|| NoVictims::NotWaiting(id.to_owned()))?;
     let base = FairTree::new(tree, &leaf_usage(d, tree, now));
     let view = View::new(state);
-    let w = waiter(&key.job_id, job, cfg);
-    choose(state, &view, &base, tree, leaf, w, now, cfg)
+    let w = waiter(&key.job_id, &job.allocation, job.request, cfg);
+    choose(&view, &base, tree, leaf, w, now, cfg)
 }

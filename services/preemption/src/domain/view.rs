@@ -67,28 +67,31 @@ pub(crate) struct View<'s> {
 
 impl<'s> View<'s> {
     pub fn new(state: &'s PreemptionState) -> View<'s> {
-        let d = state.decision();
-        let nodes = d
-            .inventory()
-            .nodes
-            .iter()
-            .map(|(name, node)| {
-                let load = d.load(name);
-                let holdings = load.map_or(&[][..], |l| l.holdings.as_slice());
-                let used = load.map_or(0, |l| l.used);
-                let pending = holdings
-                    .iter()
-                    .filter(|(id, _)| is_ordered_off(state, id))
-                    .map(|(_, h)| h.gpus)
-                    .fold(0u32, u32::saturating_add);
+        // Usually no order is outstanding, and then no holding is ordered off (see
+        // `is_ordered_off`): the holdings need not be read at all.
+        let any_ordered = !state.orders().is_empty();
+        let nodes = state
+            .decision()
+            .nodes_with_loads()
+            .map(|row| {
+                let holdings = row.holdings();
+                let pending = if any_ordered {
+                    holdings
+                        .iter()
+                        .filter(|(_, h)| is_ordered_off(h))
+                        .map(|(_, h)| h.gpus)
+                        .fold(0u32, u32::saturating_add)
+                } else {
+                    0
+                };
                 NodeView {
-                    name,
-                    capacity: node.gpus,
-                    free: node.gpus.saturating_sub(used),
+                    name: row.name,
+                    capacity: row.node.gpus,
+                    free: row.node.gpus.saturating_sub(row.used()),
                     pending,
                     taken: 0,
-                    cordoned: node.cordoned,
-                    windows: d.maintenance(name),
+                    cordoned: row.node.cordoned,
+                    windows: row.windows,
                     holdings,
                 }
             })
@@ -143,11 +146,13 @@ impl<'s> View<'s> {
     }
 }
 
-/// Whether a running job already has a preemption order (its GPUs are on their way back).
+/// Whether the job behind a holding already has a preemption order (its GPUs are on their
+/// way back).
 ///
 /// The state's order index holds exactly the placed jobs with a deadline (an order enters it
-/// when the decision fold accepts the order, and leaves when the job stops), and it is
-/// usually empty, so this is cheaper than looking the job up.
-pub(crate) fn is_ordered_off(state: &PreemptionState, job_id: &str) -> bool {
-    !state.orders().is_empty() && state.orders().contains_key(job_id)
+/// when the decision fold accepts the order, and leaves when the job stops), and the fold
+/// copies that deadline onto the job's holdings, so the holding answers without a search of
+/// the order index by job id.
+pub(crate) fn is_ordered_off(holding: &Holding) -> bool {
+    holding.holder.preempt_deadline_ms.is_some()
 }

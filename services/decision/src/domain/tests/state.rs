@@ -3,7 +3,7 @@
 use fairshare_events::pb::{self, event::Body};
 
 use super::support::{CLUSTER, H, HOUR, leaf};
-use crate::domain::state::{Holding, JobStatus, RECLAIMABLE_AT_ONCE};
+use crate::domain::state::{Holder, JobStatus, RECLAIMABLE_AT_ONCE};
 use crate::domain::{DecisionState, Ignored};
 
 fn ev(at_ms: i64, body: Body) -> pb::Event {
@@ -117,13 +117,27 @@ fn placement_holds_gpus_and_start_refines_when_they_are_reclaimable() {
     assert_eq!(h.state.queued_len(), 0);
     let load = h.state.load("n0").unwrap();
     assert_eq!(load.used, 5);
+    let j = load.holding("j").unwrap();
+    assert_eq!((j.gpus, j.reclaim_ms), (3, 1_000 + HOUR));
     assert_eq!(
-        load.holding("j").copied(),
-        Some(Holding {
+        j.holder,
+        Holder {
+            allocation: "a".into(),
+            min_runtime_ms: HOUR,
+            start_ms: 1_000,
+            started: false,
+            resumable: true,
+            preempt_deadline_ms: None,
             gpus: 3,
-            reclaim_ms: 1_000 + HOUR
-        })
+            account: None,
+        }
     );
+    // A tree set later resolves the holder's account.
+    h.tree(vec![leaf("a", 1)]);
+    let a = h.state.budget_tree().unwrap().allocation("a");
+    assert!(a.is_some());
+    let load = h.state.load("n0").unwrap();
+    assert_eq!(load.holding("j").unwrap().holder.account, a);
     assert_eq!(load.holding("u").unwrap().reclaim_ms, RECLAIMABLE_AT_ONCE);
     h.start(5_000, "j");
     assert_eq!(
@@ -139,10 +153,21 @@ fn placement_holds_gpus_and_start_refines_when_they_are_reclaimable() {
             ..Default::default()
         }),
     );
+    let j = h.state.load("n0").unwrap().holding("j").unwrap();
+    assert_eq!(j.reclaim_ms, 9_000);
+    // The holder copy follows the start and the order.
     assert_eq!(
-        h.state.load("n0").unwrap().holding("j").unwrap().reclaim_ms,
-        9_000
+        (
+            j.holder.start_ms,
+            j.holder.started,
+            j.holder.preempt_deadline_ms
+        ),
+        (5_000, true, Some(9_000))
     );
+    // A checkpoint does not carry the holder copies; loading one fills them in again.
+    let bytes = bincode::serialize(&h.state).unwrap();
+    let restored: DecisionState = bincode::deserialize(&bytes).unwrap();
+    assert_eq!(restored, h.state);
     // Placing again is refused and changes nothing.
     let before = h.state.clone();
     assert!(matches!(
@@ -376,4 +401,43 @@ fn replay_with_redeliveries_equals_a_clean_fold() {
     assert_eq!(twice, h.state);
     assert_eq!(twice.load("n0").unwrap().used, 2);
     assert_eq!(twice.queued_len(), 0);
+}
+
+#[test]
+fn the_node_walk_pairs_registered_nodes_with_their_loads() {
+    let mut h = H::new();
+    h.node("n1", 8);
+    h.node("n3", 8);
+    for id in ["j1", "j2", "j3"] {
+        h.submit(10, id, "a", 2, 60);
+    }
+    // A placement may name a node before it is registered (n2), or one never registered (n0).
+    h.place(20, "j1", &[("n2", 2)]);
+    h.place(20, "j2", &[("n0", 1), ("n3", 1)]);
+    let rows = |s: &DecisionState| -> Vec<(String, u32)> {
+        s.nodes_with_loads()
+            .map(|r| (r.name.to_owned(), r.used()))
+            .collect()
+    };
+    let want = |v: &[(&str, u32)]| -> Vec<(String, u32)> {
+        v.iter().map(|(n, g)| (n.to_string(), *g)).collect()
+    };
+    assert_eq!(rows(&h.state), want(&[("n1", 0), ("n3", 1)]));
+    h.node("n2", 8);
+    assert_eq!(rows(&h.state), want(&[("n1", 0), ("n2", 2), ("n3", 1)]));
+    h.place(30, "j3", &[("n1", 2)]);
+    assert_eq!(rows(&h.state), want(&[("n1", 2), ("n2", 2), ("n3", 1)]));
+    h.ok(40, finished("j1"));
+    assert_eq!(rows(&h.state), want(&[("n1", 2), ("n2", 0), ("n3", 1)]));
+    h.ok(
+        50,
+        Body::NodeRemoved(pb::NodeRemoved {
+            cluster: CLUSTER.into(),
+            node: "n3".into(),
+        }),
+    );
+    assert_eq!(rows(&h.state), want(&[("n1", 2), ("n2", 0)]));
+    h.ok(60, finished("j2"));
+    h.ok(60, finished("j3"));
+    assert_eq!(rows(&h.state), want(&[("n1", 0), ("n2", 0)]));
 }

@@ -44,7 +44,17 @@ impl H {
             body: Some(body),
         };
         self.log.push((self.seq, event.clone()));
-        self.state.apply(self.seq, &event)
+        let result = self.state.apply(self.seq, &event);
+        // The derived parts of the state (node index, holders), kept in step event by event,
+        // must equal what loading a checkpoint builds from scratch.
+        let bytes = bincode::serialize(&self.state).unwrap();
+        let restored: DecisionState = bincode::deserialize(&bytes).unwrap();
+        assert_eq!(
+            restored, self.state,
+            "derived state drifted at {}",
+            self.seq
+        );
+        result
     }
 
     pub fn ok(&mut self, at: i64, body: Body) {

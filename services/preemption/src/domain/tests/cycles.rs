@@ -32,7 +32,7 @@ use fairshare_events::pb::{self, event::Body};
 use proptest::prelude::*;
 
 use super::support::{H, HOUR, MIN, SEC, leaf};
-use crate::domain::{Config, decide_preemptions, next_due};
+use crate::domain::{Config, PreemptionState, decide_preemptions, next_due};
 
 const WINDOW: i64 = 7 * 24 * HOUR;
 const STEP: i64 = 5 * MIN;
@@ -331,6 +331,11 @@ impl Sim {
                 self.apply(t, Body::JobStarted(pb::JobStarted { job_id: id }));
             }
             if !any {
+                // The derived parts of the state, kept in step event by event, must equal
+                // what loading a checkpoint builds from scratch.
+                let bytes = bincode::serialize(&self.h.state).unwrap();
+                let restored: PreemptionState = bincode::deserialize(&bytes).unwrap();
+                prop_assert!(restored == self.h.state, "derived state drifted at {}", t);
                 return Ok(());
             }
         }

@@ -1,0 +1,134 @@
+//! Every registered node with what the state knows about it, in one ordered walk.
+//!
+//! Place in the flow: the decision cycle ([`crate::domain::place`]) and every preemption pass
+//! read each registered node with its holdings and maintenance windows, several times per
+//! event in a busy cluster. Looking each node's load up by name costs string comparisons
+//! (node names share long prefixes) and a B-tree walk chases pointers, so the state keeps a
+//! derived index (`NodeIndex`) that lists the registered nodes in name order with the
+//! position of each one's load, and the walk reads arrays only. Maintenance windows are
+//! joined by name, which costs nothing while no window is scheduled.
+
+use std::sync::Arc;
+
+use fairshare_model::inventory::{Inventory, Node};
+
+use super::flat::FlatMap;
+use super::join::take_matching;
+use super::state::{DecisionState, Holding, NodeLoad, Window};
+
+/// One registered node, its load and its maintenance windows.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeRow<'s> {
+    /// The node's name.
+    pub name: &'s str,
+    /// Its registration (GPUs, cordon).
+    pub node: &'s Node,
+    /// Who holds its GPUs; `None` when nobody does.
+    pub load: Option<&'s NodeLoad>,
+    /// Its maintenance windows, sorted by start (empty if none).
+    pub windows: &'s [Window],
+}
+
+impl<'s> NodeRow<'s> {
+    /// The holdings on the node, sorted by job id (empty when nobody holds GPUs there).
+    pub fn holdings(&self) -> &'s [(Arc<str>, Holding)] {
+        self.load.map_or(&[], |l| l.holdings.as_slice())
+    }
+
+    /// GPUs held on the node.
+    pub fn used(&self) -> u32 {
+        self.load.map_or(0, |l| l.used)
+    }
+}
+
+/// A registered node, copied from the inventory, with the position of its load in the
+/// state's loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Registered {
+    name: String,
+    node: Node,
+    load: Option<usize>,
+}
+
+/// The registered nodes in name order, each with the position of its load: derived from the
+/// inventory and the loads (not checkpointed), so a walk over every node reads two arrays and
+/// compares no names.
+///
+/// The inventory changes rarely (node events), and then the index is built again; the loads
+/// gain or lose an entry whenever a node gets its first job or loses its last, and then the
+/// positions are shifted in place ([`NodeIndex::load_inserted`], [`NodeIndex::load_removed`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NodeIndex {
+    nodes: Vec<Registered>,
+    /// How many of them are cordoned (a cordon is a node event, so this is built with the
+    /// index and never goes stale).
+    cordoned: usize,
+}
+
+impl NodeIndex {
+    /// The index of `inventory` over `loads`.
+    pub fn build(inventory: &Inventory, loads: &FlatMap<Arc<str>, NodeLoad>) -> NodeIndex {
+        NodeIndex {
+            nodes: inventory
+                .nodes
+                .iter()
+                .map(|(name, node)| Registered {
+                    name: name.clone(),
+                    node: node.clone(),
+                    load: loads.index_of(name.as_str()),
+                })
+                .collect(),
+            cordoned: inventory.nodes.values().filter(|n| n.cordoned).count(),
+        }
+    }
+
+    /// A load for node `name` was inserted at position `at`.
+    pub fn load_inserted(&mut self, at: usize, name: &str) {
+        for r in &mut self.nodes {
+            if let Some(i) = &mut r.load
+                && *i >= at
+            {
+                *i += 1;
+            }
+        }
+        if let Ok(k) = self.nodes.binary_search_by(|r| r.name.as_str().cmp(name)) {
+            self.nodes[k].load = Some(at);
+        }
+    }
+
+    /// The load at position `at` was removed.
+    pub fn load_removed(&mut self, at: usize) {
+        for r in &mut self.nodes {
+            r.load = match r.load {
+                Some(i) if i == at => None,
+                Some(i) if i > at => Some(i - 1),
+                other => other,
+            };
+        }
+    }
+}
+
+impl DecisionState {
+    /// Whether any registered node is cordoned.
+    pub fn any_cordoned(&self) -> bool {
+        self.registered.cordoned > 0
+    }
+
+    /// Every registered node in name order, with its load and maintenance windows (loads of
+    /// nodes that are not registered are skipped, as a lookup by registered name would).
+    pub fn nodes_with_loads(&self) -> impl Iterator<Item = NodeRow<'_>> {
+        let mut maintenance = self.maintenance.iter().peekable();
+        // Usually no window is scheduled at all: then there is nothing to join.
+        let any_windows = !self.maintenance.is_empty();
+        self.registered.nodes.iter().map(move |r| NodeRow {
+            name: &r.name,
+            node: &r.node,
+            load: r.load.map(|i| self.loads.value_at(i)),
+            windows: if any_windows {
+                take_matching(&mut maintenance, &r.name).map_or(&[][..], Vec::as_slice)
+            } else {
+                &[]
+            },
+        })
+    }
+}
