@@ -167,6 +167,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_event_has_the_subject_its_writer_uses() {
+        use crate::pb::{self, event::Body};
+        let e = |body| pb::Event {
+            at_ms: 1,
+            body: Some(body),
+        };
+        let job = e(Body::JobStarted(pb::JobStarted {
+            job_id: "j1".into(),
+        }));
+        assert_eq!(
+            for_event("c", &job).as_deref(),
+            Some("fairshare.events.c.job.j1.job_started")
+        );
+        let cordon = e(Body::NodeCordoned(pb::NodeCordoned {
+            cluster: "c".into(),
+            node: "n7".into(),
+            reason: String::new(),
+        }));
+        assert_eq!(for_event("c", &cordon), Some(node("c", "n7")));
+        let snapshot = e(Body::UsageSnapshot(pb::UsageSnapshot::default()));
+        assert_eq!(for_event("c", &snapshot), Some(usage("c")));
+        let tree = e(Body::BudgetTreeSet(pb::BudgetTreeSet::default()));
+        assert_eq!(for_event("c", &tree), Some(policy("c")));
+        let empty = pb::Event {
+            at_ms: 1,
+            body: None,
+        };
+        assert_eq!(for_event("c", &empty), None);
+    }
+
+    #[test]
     fn tokens() {
         assert!(is_valid_token("alpha"));
         assert!(is_valid_token("gpu-007_a"));

@@ -240,6 +240,10 @@ struct Cycle<'s> {
     reservation: Option<Reservation<'s>>,
     placements: Vec<Placement<'s>>,
     waiting: Vec<Waiting<'s>>,
+    /// Whether to work out and record why each unplaced job waits. Reasons never change what
+    /// is placed (the reservation is still taken), so a caller that only acts on placements
+    /// skips them.
+    reasons: bool,
 }
 
 impl<'s> Cycle<'s> {
@@ -276,6 +280,7 @@ impl<'s> Cycle<'s> {
                 });
                 return true;
             }
+            Found::Blocked if !self.reasons => return false,
             Found::Blocked => match &self.reservation {
                 Some(r) => WaitReason::BlockedByReservation {
                     reserved_for: r.job_id,
@@ -283,9 +288,13 @@ impl<'s> Cycle<'s> {
                 },
                 None => self.classify(req, protected_until),
             },
-            Found::Nowhere => self
-                .reserve(key, req, allocation)
-                .unwrap_or_else(|| self.classify(req, protected_until)),
+            Found::Nowhere => {
+                let reserved = self.reserve(key, req, allocation);
+                if !self.reasons {
+                    return false;
+                }
+                reserved.unwrap_or_else(|| self.classify(req, protected_until))
+            }
         };
         self.waiting.push(Waiting {
             job_id: &key.job_id,
@@ -352,6 +361,9 @@ impl<'s> Cycle<'s> {
         jobs: impl Iterator<Item = &'s QueueKey>,
         reason: WaitReason<'s>,
     ) {
+        if !self.reasons {
+            return;
+        }
         for key in jobs {
             self.waiting.push(Waiting {
                 job_id: &key.job_id,
@@ -365,13 +377,25 @@ impl<'s> Cycle<'s> {
 /// Computes one decision cycle for `state` at `now_ms` (Unix ms). Pure: same state and time,
 /// same decision.
 pub fn decide(state: &DecisionState, now_ms: i64) -> Decision<'_> {
+    run_cycle(state, now_ms, true)
+}
+
+/// The same cycle as [`decide`] with the same placements and reservation, but without a
+/// reason for each waiting job ([`Decision::waiting`] is empty): for callers that only act on
+/// placements (the simulator), where reasons cost about as much as the placing itself.
+pub fn decide_placements(state: &DecisionState, now_ms: i64) -> Decision<'_> {
+    run_cycle(state, now_ms, false)
+}
+
+fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> {
     let mut cycle = Cycle {
         now: now_ms,
         pool: Pool::new(state, now_ms),
         guard: None,
         reservation: None,
         placements: Vec::new(),
-        waiting: Vec::with_capacity(state.queued_len()),
+        waiting: Vec::with_capacity(if reasons { state.queued_len() } else { 0 }),
+        reasons,
     };
     let mut ranking = Vec::new();
     match &state.tree {

@@ -38,7 +38,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
-pub use decide::{Decision, NodeGpus, Placement, WaitReason, Waiting, decide};
+pub use decide::{Decision, NodeGpus, Placement, WaitReason, Waiting, decide, decide_placements};
 pub use explain::explain;
 pub use rank::{FairTree, LeafUsage, cmp_ratio, fair_tree_order};
 pub use reserve::Reservation;

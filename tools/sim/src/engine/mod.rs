@@ -6,7 +6,8 @@
 //! nothing more happens at that time:
 //!
 //! 1. the accounting service publishes a `UsageSnapshot` if its interval has passed;
-//! 2. the decision service runs a cycle ([`decide`]) if some open GPU is free and work waits,
+//! 2. the decision service runs a cycle ([`decide_placements`]: `decide` without the waiting
+//!    reasons, the same placements) if some open GPU is free and work waits,
 //!    appending its `JobPlaced` events with their basis; the [`launcher`] confirms each with
 //!    `JobStarted`;
 //! 3. the preemption service runs a pass ([`decide_preemptions`]);
@@ -22,7 +23,7 @@ pub mod services;
 use std::sync::Arc;
 
 use fairshare_accounting::domain::FoldConfig;
-use fairshare_decision::domain::{DecisionState, decide};
+use fairshare_decision::domain::{DecisionState, decide_placements};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_preemption::domain::{self as preemption, decide_preemptions, next_due};
 use fairshare_submission::domain::{Checked, Limits, check_submission, job_submitted};
@@ -164,10 +165,8 @@ fn event(at_ms: i64, body: Body) -> pb::Event {
 /// Whether some GPU of an uncordoned node is free: otherwise a cycle cannot place anything.
 fn has_free_gpu(state: &DecisionState) -> bool {
     state
-        .inventory()
-        .nodes
-        .iter()
-        .any(|(name, node)| !node.cordoned && state.load(name).map_or(0, |l| l.used) < node.gpus)
+        .nodes_with_loads()
+        .any(|r| !r.node.cordoned && r.used() < r.node.gpus)
 }
 
 impl Engine<'_> {
@@ -301,7 +300,7 @@ impl Engine<'_> {
         self.snapshot_if_due(now);
         self.cycle += 1;
         self.stats.cycles += 1;
-        let placed = decide(self.services.preemption.decision(), now).events(self.cycle);
+        let placed = decide_placements(self.services.preemption.decision(), now).events(self.cycle);
         if placed.is_empty() {
             return false;
         }

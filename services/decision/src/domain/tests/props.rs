@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::support::{H, HOUR, MIN, acc, leaf};
-use crate::domain::{Decision, WaitReason, decide};
+use crate::domain::{Decision, WaitReason, decide, decide_placements};
 
 const NOW: i64 = 50 * HOUR;
 const LEAVES: [&str; 5] = ["g/a", "g/b", "h/c", "h/d", "zz-unknown"];
@@ -279,5 +279,11 @@ proptest! {
         // A clone of the state (a rebuilt one) gives the same decision.
         let copy = sc.h.state.clone();
         prop_assert_eq!(&d, &decide(&copy, NOW));
+        // Skipping the waiting reasons changes nothing that is placed or reserved.
+        let quick = decide_placements(&sc.h.state, NOW);
+        prop_assert_eq!(&quick.placements, &d.placements);
+        prop_assert_eq!(&quick.reservation, &d.reservation);
+        prop_assert_eq!(&quick.ranking, &d.ranking);
+        prop_assert!(quick.waiting.is_empty());
     }
 }
