@@ -48,13 +48,12 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn bench(name: &str, setup: &Setup, workload: &Workload, rounds: usize) {
-    let supply = setup.total_gpus() as f64 * (setup.end_ms - EPOCH_MS) as f64;
     println!(
         "{name}: {} GPUs, {} days, {} jobs, demand/supply {:.2}",
         setup.total_gpus(),
         (setup.end_ms - EPOCH_MS) / DAY,
         workload.jobs.len(),
-        workload.gpu_ms() as f64 / supply
+        workload.demand_over_supply(setup)
     );
     let config = EngineConfig::default();
     for policy in Policy::all() {

@@ -217,16 +217,16 @@ impl CommonArgs {
     }
 
     /// Runs every policy, writes the report (and the log), prints the summary.
+    /// `title`, `source` and `rules` describe the workload at the top of the report.
     fn simulate_and_report(
         &self,
         setup: &Setup,
         workload: &Workload,
-        mut inputs: ReportInputs,
+        (title, source, rules): (String, String, Vec<String>),
     ) -> anyhow::Result<()> {
         let config = self.engine()?;
         let policies = self.policies()?;
-        inputs.window_ms = i64::try_from(config.window.window_ms()).unwrap_or(i64::MAX);
-        inputs.grace_ms = config.preemption.grace_ms;
+        let inputs = ReportInputs::new(title, source, rules, setup, workload, &config);
         let span = (setup.end_ms - EPOCH_MS).max(1);
         let mut bars: Vec<Progress> = policies
             .iter()
@@ -314,16 +314,12 @@ impl TraceArgs {
         // Whole hours, so the ledger's last hour closes at the end.
         let span_ms = (span_ms + HOUR_MS - 1) / HOUR_MS * HOUR_MS;
         let budget = read(&self.budget)?;
-        let (setup, nodes) = match &self.inventory {
-            Some(path) => {
-                let setup = Setup::from_files(&budget, &read(path)?, EPOCH_MS + span_ms)?;
-                let n = setup.nodes.len();
-                (setup, n)
-            }
+        let setup = match &self.inventory {
+            Some(path) => Setup::from_files(&budget, &read(path)?, EPOCH_MS + span_ms)?,
             None => {
                 let budget = fairshare_model::files::parse_budget(&budget)?;
                 let nodes = Setup::uniform_nodes("node", self.nodes, self.gpus_per_node);
-                (Setup::new(budget, nodes, EPOCH_MS + span_ms)?, self.nodes)
+                Setup::new(budget, nodes, EPOCH_MS + span_ms)?
             }
         };
         let allocations = setup.allocations();
@@ -348,23 +344,16 @@ impl TraceArgs {
             bail!("no GPU jobs in the chosen part of the trace");
         }
         let workload = Workload::new(jobs, Vec::new());
-        let supply = u128::from(setup.total_gpus()) * u128::try_from(span_ms).unwrap_or(0);
-        let inputs = ReportInputs {
-            title: format!("{} on {} GPUs", trace_name(&self.trace), setup.total_gpus()),
-            workload: format!(
+        let described = (
+            format!("{} on {} GPUs", trace_name(&self.trace), setup.total_gpus()),
+            format!(
                 "{} (attribution: see the README beside the trace)",
                 self.trace.display()
             ),
-            rules: rules.describe(),
-            gpus: setup.total_gpus(),
-            nodes: nodes as u64,
-            span_ms,
-            jobs: workload.jobs.len() as u64,
-            oversubscription: workload.gpu_ms() as f64 / supply.max(1) as f64,
-            window_ms: 0,
-            grace_ms: 0,
-        };
-        self.common.simulate_and_report(&setup, &workload, inputs)
+            rules.describe(),
+        );
+        self.common
+            .simulate_and_report(&setup, &workload, described)
     }
 }
 
@@ -391,23 +380,13 @@ impl ScenarioArgs {
         };
         let scenario = scenarios::by_name(name)
             .with_context(|| format!("no scenario named {name:?} (see --list)"))??;
-        let setup = &scenario.setup;
-        let span_ms = setup.end_ms - EPOCH_MS;
-        let supply = u128::from(setup.total_gpus()) * u128::try_from(span_ms).unwrap_or(0);
-        let inputs = ReportInputs {
-            title: format!("scenario {}", scenario.name),
-            workload: scenario.description.to_owned(),
-            rules: vec!["constructed jobs (see tools/sim/src/scenarios.rs)".to_owned()],
-            gpus: setup.total_gpus(),
-            nodes: setup.nodes.len() as u64,
-            span_ms,
-            jobs: scenario.workload.jobs.len() as u64,
-            oversubscription: scenario.workload.gpu_ms() as f64 / supply.max(1) as f64,
-            window_ms: 0,
-            grace_ms: 0,
-        };
+        let described = (
+            format!("scenario {}", scenario.name),
+            scenario.description.to_owned(),
+            vec!["constructed jobs (see tools/sim/src/scenarios.rs)".to_owned()],
+        );
         self.common
-            .simulate_and_report(setup, &scenario.workload, inputs)
+            .simulate_and_report(&scenario.setup, &scenario.workload, described)
     }
 }
 

@@ -186,6 +186,14 @@ impl Workload {
             .map(|j| u128::from(j.gpus) * u128::try_from(j.duration_ms.max(0)).unwrap_or(0))
             .sum()
     }
+
+    /// Demand over supply: GPU time the jobs need over the GPU time `setup`'s cluster offers
+    /// from the epoch to its end (2-3 for the clusters this product is built for).
+    pub fn demand_over_supply(&self, setup: &crate::setup::Setup) -> f64 {
+        let span = u128::try_from(setup.end_ms - crate::setup::EPOCH_MS).unwrap_or(0);
+        let supply = u128::from(setup.total_gpus()) * span;
+        self.gpu_ms() as f64 / supply.max(1) as f64
+    }
 }
 
 /// The id of the `index`-th job of a workload: a UUIDv7 whose time is the submission time

@@ -33,18 +33,14 @@ fn helios_slice() -> (Setup, Workload) {
 }
 
 fn inputs(setup: &Setup, workload: &Workload) -> ReportInputs {
-    ReportInputs {
-        title: "test".into(),
-        workload: "helios slice".into(),
-        rules: MappingRules::default().describe(),
-        gpus: setup.total_gpus(),
-        nodes: setup.nodes.len() as u64,
-        span_ms: setup.end_ms - EPOCH_MS,
-        jobs: workload.jobs.len() as u64,
-        oversubscription: 2.5,
-        window_ms: 7 * 24 * HOUR,
-        grace_ms: 30_000,
-    }
+    ReportInputs::new(
+        "test".into(),
+        "helios slice".into(),
+        MappingRules::default().describe(),
+        setup,
+        workload,
+        &EngineConfig::default(),
+    )
 }
 
 #[test]

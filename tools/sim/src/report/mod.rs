@@ -30,6 +30,31 @@ pub struct ReportInputs {
     pub grace_ms: i64,
 }
 
+impl ReportInputs {
+    /// The inputs of a run of `workload` on `setup` with `config`'s window and grace.
+    pub fn new(
+        title: String,
+        workload_source: String,
+        rules: Vec<String>,
+        setup: &crate::setup::Setup,
+        workload: &crate::workload::Workload,
+        config: &crate::engine::EngineConfig,
+    ) -> ReportInputs {
+        ReportInputs {
+            title,
+            workload: workload_source,
+            rules,
+            gpus: setup.total_gpus(),
+            nodes: setup.nodes.len() as u64,
+            span_ms: setup.end_ms - crate::setup::EPOCH_MS,
+            jobs: workload.jobs.len() as u64,
+            oversubscription: workload.demand_over_supply(setup),
+            window_ms: i64::try_from(config.window.window_ms()).unwrap_or(i64::MAX),
+            grace_ms: config.preemption.grace_ms,
+        }
+    }
+}
+
 /// A whole report: the inputs and one measured run per policy, fairshare first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
