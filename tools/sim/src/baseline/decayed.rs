@@ -19,10 +19,10 @@ use std::f64::consts::LN_2;
 
 use fairshare_model::budget::Fraction;
 
+use super::by_allocation::ByAllocation;
 use super::pass::{Start, Unlimited, walk};
 use super::place::Nodes;
 use super::policy::{Job, Policy};
-use super::queue::Queue;
 
 /// Half-life of recorded usage: 7 days, in ms (Slurm's default `PriorityDecayHalfLife`).
 pub const HALF_LIFE_MS: f64 = 7.0 * 24.0 * 3_600_000.0;
@@ -30,14 +30,12 @@ pub const HALF_LIFE_MS: f64 = 7.0 * 24.0 * 3_600_000.0;
 /// Decayed fair share.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DecayedFairShare {
-    /// Waiting jobs by allocation slot.
-    queues: Vec<Queue>,
+    /// Waiting jobs and running GPUs by allocation slot.
+    by_allocation: ByAllocation,
     /// Each allocation's fraction of the cluster.
     shares: Vec<f64>,
     /// Each allocation's decayed usage, in GPU-ms, as of `clock_ms`.
     usage: Vec<f64>,
-    /// GPUs each allocation holds.
-    running: Vec<u64>,
     /// The time `usage` is up to.
     clock_ms: Option<i64>,
 }
@@ -66,10 +64,8 @@ pub(crate) fn factor(usage_share: f64, share: f64) -> f64 {
 
 impl Policy for DecayedFairShare {
     fn set_shares(&mut self, fractions: &[Fraction]) {
-        let slots = fractions.len().max(self.queues.len());
-        self.queues.resize_with(slots, Queue::default);
+        let slots = self.by_allocation.grow(fractions.len());
         self.usage.resize(slots, 0.0);
-        self.running.resize(slots, 0);
         self.shares = fractions
             .iter()
             .map(|f| f.num as f64 / f.den as f64)
@@ -82,30 +78,26 @@ impl Policy for DecayedFairShare {
             return;
         }
         let elapsed = (now_ms - last) as f64;
-        for (usage, &gpus) in self.usage.iter_mut().zip(&self.running) {
+        for (usage, &gpus) in self.usage.iter_mut().zip(&self.by_allocation.running) {
             *usage = decay(*usage, gpus, elapsed);
         }
         self.clock_ms = Some(now_ms);
     }
 
     fn enqueue(&mut self, ticket: usize, job: &Job) {
-        if let Some(queue) = self.queues.get_mut(job.allocation) {
-            queue.push(job.shape, job.priority, ticket);
-        }
+        self.by_allocation.enqueue(ticket, job);
     }
 
     fn finished(&mut self, job: &Job) {
-        if let Some(running) = self.running.get_mut(job.allocation) {
-            *running = running.saturating_sub(job.gpus());
-        }
+        self.by_allocation.finished(job);
     }
 
     fn pass(&mut self, jobs: &[Job], nodes: &mut Nodes, started: &mut Vec<Start>) {
         let total: f64 = self.usage.iter().sum();
         // Non-negative floats order like their bits, which gives the rank a total order.
-        let rank: Vec<Reverse<u64>> = (0..self.queues.len())
+        let rank: Vec<Reverse<u64>> = (0..self.by_allocation.queues.len())
             .map(|slot| {
-                if self.queues[slot].is_empty() {
+                if self.by_allocation.queues[slot].is_empty() {
                     return Reverse(0);
                 }
                 let usage_share = if total > 0.0 {
@@ -119,7 +111,7 @@ impl Policy for DecayedFairShare {
             .collect();
         let first = started.len();
         walk(
-            &mut self.queues,
+            &mut self.by_allocation.queues,
             &rank,
             jobs,
             nodes,
@@ -128,7 +120,7 @@ impl Policy for DecayedFairShare {
         );
         for start in &started[first..] {
             let job = &jobs[start.ticket];
-            self.running[job.allocation] += job.gpus();
+            self.by_allocation.running[job.allocation] += job.gpus();
         }
     }
 }

@@ -18,6 +18,7 @@
 //!   otherwise ignored (nothing drains for a baseline).
 
 mod allocations;
+mod by_allocation;
 mod decayed;
 mod fifo;
 mod pass;

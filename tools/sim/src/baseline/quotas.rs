@@ -15,21 +15,19 @@
 
 use fairshare_model::budget::Fraction;
 
+use super::by_allocation::ByAllocation;
 use super::pass::{Limit, Start, walk};
 use super::place::Nodes;
 use super::policy::{Job, Policy};
-use super::queue::Queue;
 
 /// Static per-allocation GPU quotas.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct StaticQuotas {
-    /// Waiting jobs by allocation slot.
-    queues: Vec<Queue>,
+    /// Waiting jobs and running GPUs by allocation slot.
+    by_allocation: ByAllocation,
     fractions: Vec<Fraction>,
     /// GPUs each allocation may hold.
     quotas: Vec<u64>,
-    /// GPUs each allocation holds.
-    running: Vec<u64>,
     /// The uncordoned GPUs `quotas` were computed for; `None` after a budget change.
     quotas_for: Option<u64>,
 }
@@ -50,23 +48,17 @@ impl Limit for Headroom {
 
 impl Policy for StaticQuotas {
     fn set_shares(&mut self, fractions: &[Fraction]) {
-        let slots = fractions.len().max(self.queues.len());
-        self.queues.resize_with(slots, Queue::default);
-        self.running.resize(slots, 0);
+        self.by_allocation.grow(fractions.len());
         self.fractions = fractions.to_vec();
         self.quotas_for = None;
     }
 
     fn enqueue(&mut self, ticket: usize, job: &Job) {
-        if let Some(queue) = self.queues.get_mut(job.allocation) {
-            queue.push(job.shape, job.priority, ticket);
-        }
+        self.by_allocation.enqueue(ticket, job);
     }
 
     fn finished(&mut self, job: &Job) {
-        if let Some(running) = self.running.get_mut(job.allocation) {
-            *running = running.saturating_sub(job.gpus());
-        }
+        self.by_allocation.finished(job);
     }
 
     fn pass(&mut self, jobs: &[Job], nodes: &mut Nodes, started: &mut Vec<Start>) {
@@ -75,13 +67,13 @@ impl Policy for StaticQuotas {
             self.quotas = quotas(&self.fractions, capacity);
             self.quotas_for = Some(capacity);
         }
-        for (slot, queue) in self.queues.iter_mut().enumerate() {
+        for (slot, queue) in self.by_allocation.queues.iter_mut().enumerate() {
             if nodes.free_gpus() == 0 {
                 break;
             }
             let quota = self.quotas.get(slot).copied().unwrap_or(0);
             let mut headroom = Headroom {
-                gpus: quota.saturating_sub(self.running[slot]),
+                gpus: quota.saturating_sub(self.by_allocation.running[slot]),
             };
             if headroom.gpus == 0 || queue.is_empty() {
                 continue;
@@ -95,7 +87,7 @@ impl Policy for StaticQuotas {
                 &mut headroom,
                 started,
             );
-            self.running[slot] += before - headroom.gpus;
+            self.by_allocation.running[slot] += before - headroom.gpus;
         }
     }
 }
