@@ -6,6 +6,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use fairshare_accounting::domain::FoldConfig;
+use fairshare_decision::domain::debug::DEFAULT_DEBUG_ALLOWANCE_GPUS;
 use fairshare_model::duration::parse_duration;
 use fairshare_model::trace::parse_replay;
 use fairshare_sim::engine::EngineConfig;
@@ -144,6 +145,11 @@ struct CommonArgs {
     /// How often accounting publishes usage snapshots while the log moves.
     #[arg(long, default_value = "10s")]
     snapshot_interval: String,
+    /// GPUs of debug work (minimum runtime <= 15 min, at most this many GPUs) each allocation
+    /// may run ahead of rank, displacing work past its minimum runtime; 0 turns the allowance
+    /// off. The services use the default; `--audit` needs it too.
+    #[arg(long, default_value_t = DEFAULT_DEBUG_ALLOWANCE_GPUS)]
+    debug_allowance_gpus: u32,
     /// Re-derive every fairshare placement from the log prefix its basis names (the decision
     /// service's audit, in-process) and fail if any differs.
     #[arg(long)]
@@ -191,8 +197,16 @@ impl CommonArgs {
             window: FoldConfig::new(window).context("--window")?,
             snapshot_interval_ms: ms(&self.snapshot_interval, "snapshot-interval")?,
             stop_delay_ms: ms(&self.stop_delay, "stop-delay")?,
+            debug_allowance_gpus: self.debug_allowance_gpus,
             ..EngineConfig::default()
         };
+        if self.audit && self.debug_allowance_gpus != DEFAULT_DEBUG_ALLOWANCE_GPUS {
+            bail!(
+                "--audit re-derives placements as the decision service does, with its debug \
+                 allowance of {DEFAULT_DEBUG_ALLOWANCE_GPUS} GPUs: drop --audit or \
+                 --debug-allowance-gpus"
+            );
+        }
         config.preemption.grace_ms = ms(&self.grace, "grace")?;
         config.preemption.min_runtime_cap_ms = ms(&self.protection_cap, "protection-cap")?;
         config.preemption.checkpoint_interval_ms =

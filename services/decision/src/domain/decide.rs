@@ -14,15 +14,18 @@
 //! A cycle:
 //! 1. Rank allocations by Fair Tree ([`crate::domain::rank`]) from the usage snapshot plus work
 //!    placed since.
-//! 2. Allocated pass: take waiting allocated jobs in rank order (best allocation with waiting
+//! 2. Debug pass: debug jobs under their allocation's allowance ([`crate::domain::debug`])
+//!    are placed first where they fit, charging like any placement; those that do not fit
+//!    are met again in step 3.
+//! 3. Allocated pass: take waiting allocated jobs in rank order (best allocation with waiting
 //!    work, then within it by priority, submit time, id) and place each where it fits
 //!    ([`crate::domain::place`]). Each placement charges `gpus x min_runtime` to its allocation
 //!    before the next pick, so the ranking moves as the cycle goes. The first job that does not
 //!    fit gets the cycle's reservation ([`crate::domain::reserve`]); later work respects it.
-//! 3. Unallocated pass: jobs with minimum runtime 0 fill what is left, allocations in their
+//! 4. Unallocated pass: jobs with minimum runtime 0 fill what is left, allocations in their
 //!    rank order after step 2, each allocation's jobs in queue order. They charge nothing, so
 //!    the order does not move during this pass.
-//! 4. Every job not placed gets a [`WaitReason`].
+//! 5. Every job not placed gets a [`WaitReason`].
 //!
 //! Determinism: every collection iterated is ordered (`BTreeMap`, sorted `Vec`), ties always
 //! break on names or ids, and no clock is read.
@@ -31,6 +34,7 @@ use std::fmt;
 
 use fairshare_events::pb;
 
+use super::debug;
 use super::place::{Found, Pool};
 use super::rank::{self, FairTree};
 use super::reserve::{self, Guard, Reservation};
@@ -256,28 +260,7 @@ impl<'s> Cycle<'s> {
             .find(req.shape, protected_until, self.guard.as_ref())
         {
             Found::Nodes(nodes) => {
-                let reclaim = if req.is_unallocated() {
-                    RECLAIMABLE_AT_ONCE
-                } else {
-                    protected_until
-                };
-                let mut placed = Vec::with_capacity(nodes.len());
-                for (idx, gpus) in nodes {
-                    self.pool.take(idx, gpus, reclaim);
-                    if let Some(guard) = &mut self.guard {
-                        guard.commit(idx, gpus, protected_until);
-                    }
-                    placed.push(NodeGpus {
-                        node: self.pool.nodes[idx as usize].name,
-                        gpus,
-                    });
-                }
-                self.placements.push(Placement {
-                    job_id: &key.job_id,
-                    allocation,
-                    unallocated: req.is_unallocated(),
-                    nodes: placed,
-                });
+                self.place(key, req, allocation, nodes, protected_until);
                 return true;
             }
             Found::Blocked if !self.reasons => return false,
@@ -302,6 +285,55 @@ impl<'s> Cycle<'s> {
             reason,
         });
         false
+    }
+
+    /// Places a debug job under its allocation's allowance if it fits now. Nothing else:
+    /// one that does not fit is met again in rank order, where it may wait, reserve, or
+    /// record why.
+    fn place_if_fits(&mut self, key: &'s QueueKey, req: Request, allocation: &'s str) -> bool {
+        let protected_until = self.now.saturating_add(req.min_runtime_ms);
+        match self
+            .pool
+            .find(req.shape, protected_until, self.guard.as_ref())
+        {
+            Found::Nodes(nodes) => {
+                self.place(key, req, allocation, nodes, protected_until);
+                true
+            }
+            Found::Blocked | Found::Nowhere => false,
+        }
+    }
+
+    fn place(
+        &mut self,
+        key: &'s QueueKey,
+        req: Request,
+        allocation: &'s str,
+        nodes: Vec<(u32, u32)>,
+        protected_until: i64,
+    ) {
+        let reclaim = if req.is_unallocated() {
+            RECLAIMABLE_AT_ONCE
+        } else {
+            protected_until
+        };
+        let mut placed = Vec::with_capacity(nodes.len());
+        for (idx, gpus) in nodes {
+            self.pool.take(idx, gpus, reclaim);
+            if let Some(guard) = &mut self.guard {
+                guard.commit(idx, gpus, protected_until);
+            }
+            placed.push(NodeGpus {
+                node: self.pool.nodes[idx as usize].name,
+                gpus,
+            });
+        }
+        self.placements.push(Placement {
+            job_id: &key.job_id,
+            allocation,
+            unallocated: req.is_unallocated(),
+            nodes: placed,
+        });
     }
 
     /// Gives the job the cycle's reservation if it is allocated, none is held yet and the
@@ -387,6 +419,11 @@ pub fn decide_placements(state: &DecisionState, now_ms: i64) -> Decision<'_> {
     run_cycle(state, now_ms, false)
 }
 
+/// What placing a job charges its allocation for the rest of the cycle: its protected run.
+fn charge_of(req: &Request) -> u128 {
+    u128::from(req.shape.total_gpus()) * u128::try_from(req.min_runtime_ms).unwrap_or(0)
+}
+
 fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> {
     let mut cycle = Cycle {
         now: now_ms,
@@ -408,8 +445,8 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
         Some(tree) => {
             let usage = rank::leaf_usage(state, tree, now_ms);
             let mut fair = FairTree::new(tree, &usage);
-            ranking = fair
-                .leaf_order()
+            let opening_order = fair.leaf_order();
+            ranking = opening_order
                 .iter()
                 .map(|&id| tree.accounts[id].path.as_str())
                 .collect();
@@ -420,6 +457,16 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
                 match tree.allocation(allocation) {
                     Some(id) => queues[id] = Some((allocation, q)),
                     None => unknown.push((allocation, q)),
+                }
+            }
+
+            // Debug pass: debug jobs under their allocation's allowance go first, in the
+            // opening rank order, and charge like any placement.
+            let mut debug_placed: Vec<&str> = Vec::new();
+            for w in debug::waiters(state, tree, &opening_order) {
+                if cycle.place_if_fits(w.key, w.request, w.allocation) {
+                    fair.charge(w.leaf, charge_of(&w.request));
+                    debug_placed.push(&w.key.job_id);
                 }
             }
 
@@ -446,10 +493,11 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
                         fair.exhaust(leaf);
                         break;
                     };
+                    if !debug_placed.is_empty() && debug_placed.contains(&&*key.job_id) {
+                        continue;
+                    }
                     if cycle.consider(key, *req, allocation) {
-                        let gpu_ms = u128::from(req.shape.total_gpus())
-                            * u128::try_from(req.min_runtime_ms).unwrap_or(0);
-                        fair.charge(leaf, gpu_ms);
+                        fair.charge(leaf, charge_of(req));
                         break;
                     }
                 }

@@ -23,6 +23,7 @@
 //!
 //! [`DecisionBasis`]: fairshare_events::pb::DecisionBasis
 
+pub mod debug;
 pub mod decide;
 pub mod explain;
 mod flat;

@@ -19,6 +19,7 @@ use fairshare_model::shape::Shape;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::debug;
 use super::flat::FlatMap;
 use super::nodes::NodeIndex;
 use super::queue::SortedChunks;
@@ -65,7 +66,17 @@ impl From<Stored> for DecisionState {
             queues: s.queues,
             in_flight: s.in_flight,
             usage: s.usage,
+            debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
         };
+        for queue in state.queues.values_mut() {
+            queue.short = queue
+                .allocated
+                .iter()
+                .filter(|(_, r)| debug::is_short(r))
+                .count()
+                .try_into()
+                .unwrap_or(u32::MAX);
+        }
         state.copy_inventory();
         state.refill_holders();
         state

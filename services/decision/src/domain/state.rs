@@ -39,6 +39,7 @@ use fairshare_model::inventory::Inventory;
 use fairshare_model::shape::{self, Shape};
 use serde::{Deserialize, Serialize};
 
+use super::debug;
 use super::flat::FlatMap;
 use super::nodes::NodeIndex;
 use super::persist;
@@ -161,6 +162,11 @@ pub struct AllocationQueue {
     pub allocated: SortedChunks<QueueKey, Request>,
     /// Jobs with minimum runtime 0 (fill idle capacity).
     pub unallocated: SortedChunks<QueueKey, Request>,
+    /// How many of `allocated` have a debug-length minimum runtime ([`debug::is_short`]), so
+    /// the debug pass skips queues without any. Derived: counted again when a checkpoint is
+    /// loaded.
+    #[serde(skip)]
+    pub short: u32,
 }
 
 impl AllocationQueue {
@@ -432,6 +438,10 @@ pub struct DecisionState {
     pub(crate) queues: BTreeMap<Arc<str>, AllocationQueue>,
     pub(crate) in_flight: BTreeMap<Arc<str>, SortedChunks<Arc<str>, InFlight>>,
     pub(crate) usage: Option<Usage>,
+    /// GPUs of debug work each allocation may run ahead of rank ([`debug`]). A setting, not
+    /// folded state: never checkpointed, the product default unless set.
+    #[serde(skip)]
+    pub(crate) debug_allowance_gpus: u32,
 }
 
 fn check_cluster(ours: &str, theirs: &str) -> Result<(), Ignored> {
@@ -460,7 +470,20 @@ impl DecisionState {
             queues: BTreeMap::new(),
             in_flight: BTreeMap::new(),
             usage: None,
+            debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
         }
+    }
+
+    /// GPUs of debug work each allocation may run ahead of rank ([`debug`]).
+    pub fn debug_allowance_gpus(&self) -> u32 {
+        self.debug_allowance_gpus
+    }
+
+    /// Sets the debug allowance (0 turns it off). The services keep the product default; the
+    /// simulator sets it to compare policies. Decisions re-derived by an audit must use the
+    /// same setting.
+    pub fn set_debug_allowance_gpus(&mut self, gpus: u32) {
+        self.debug_allowance_gpus = gpus;
     }
 
     /// The cluster this state follows.
@@ -701,6 +724,9 @@ impl DecisionState {
             Some(q) => q,
             None => self.queues.entry(Arc::clone(&job.allocation)).or_default(),
         };
+        if debug::is_short(&job.request) {
+            queue.short += 1;
+        }
         queue
             .part_mut(job.request.is_unallocated())
             .insert(job.key(id), job.request);
@@ -708,9 +734,12 @@ impl DecisionState {
 
     fn dequeue(&mut self, id: &Arc<str>, job: &Job) {
         if let Some(queue) = self.queues.get_mut(&job.allocation) {
-            queue
+            let removed = queue
                 .part_mut(job.request.is_unallocated())
                 .remove(&job.key(id));
+            if removed.is_some() && debug::is_short(&job.request) {
+                queue.short = queue.short.saturating_sub(1);
+            }
             if queue.is_empty() {
                 self.queues.remove(&job.allocation);
             }

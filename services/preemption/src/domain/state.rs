@@ -67,6 +67,12 @@ impl PreemptionState {
         &self.decision
     }
 
+    /// Sets the debug allowance of the decision fold inside (see
+    /// [`DecisionState::set_debug_allowance_gpus`]).
+    pub fn set_debug_allowance_gpus(&mut self, gpus: u32) {
+        self.decision.set_debug_allowance_gpus(gpus);
+    }
+
     /// The cluster this state follows.
     pub fn cluster(&self) -> &str {
         self.decision.cluster()

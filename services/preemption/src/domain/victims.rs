@@ -22,6 +22,14 @@
 //! - never a job inside its minimum runtime, never a job already ordered off (its GPUs already
 //!   count as free).
 //!
+//! Debug jobs first: the walk opens with the debug jobs under their allocation's allowance
+//! ([`fairshare_decision::domain::debug`]), in the order the decision cycle places them. For
+//! one that does not fit, the victims are those below, plus its *own* allocation's work past
+//! its minimum runtime, but never a debug job (two allowances would take GPUs back and
+//! forth). So a team over its share debugs on GPUs its own long jobs give up, not on anyone
+//! else's; a team under its share takes them as any of its waiters would. If nothing can
+//! make room, the job is met again in rank order.
+//!
 //! Why charging first rules out ping-pong: if `A`'s job preempts `V`'s job, `A` ranks before
 //! `V` even with the waiter's whole protected run counted. For `V` to take GPUs back from `A`,
 //! `V` (plus its own waiter's charge) must rank before `A`, which needs `A`'s usage to grow
@@ -51,6 +59,7 @@
 
 use std::collections::BTreeMap;
 
+use fairshare_decision::domain::debug;
 use fairshare_decision::domain::rank::leaf_usage;
 use fairshare_decision::domain::state::{Holding, JobStatus, Request};
 use fairshare_decision::domain::{FairTree, cmp_ratio};
@@ -269,6 +278,9 @@ struct Candidate<'s> {
 /// each, so nothing is remembered per job.
 struct Judge<'a> {
     rule: RankRule<'a>,
+    /// For a debug job under its allocation's allowance, the allowance (GPUs): it may also
+    /// take its own allocation's work past its minimum runtime, and never takes a debug job.
+    debug_allowance: Option<u32>,
     /// The waiter's allocation.
     leaf: AccountId,
     now: i64,
@@ -290,21 +302,27 @@ impl Judge<'_> {
             // The holder's account is resolved in the tree in force, the one ranked here, and
             // allocation paths and accounts correspond one to one: the same account is the
             // same allocation, and no account is one outside the tree.
-            if contract::is_protected(job.start_ms, mr, self.now, self.cfg)
-                || job.account == Some(self.leaf)
-            {
+            if contract::is_protected(job.start_ms, mr, self.now, self.cfg) {
                 return None;
             }
-            let allowed = match job.account {
-                // No longer in the tree: no claim at all.
-                None => true,
-                Some(v) => match self.by_allocation[v] {
-                    Some(a) => a,
-                    None => {
-                        let a = self.rule.allows(v);
-                        self.by_allocation[v] = Some(a);
-                        a
-                    }
+            let own = job.account == Some(self.leaf);
+            let allowed = match self.debug_allowance {
+                // A debug job never displaces another (two allowances would take GPUs back
+                // and forth); its own allocation's other work makes room first of all.
+                Some(allowance) if debug::is_debug(job.gpus, mr, allowance) => false,
+                Some(_) if own => true,
+                _ if own => false,
+                _ => match job.account {
+                    // No longer in the tree: no claim at all.
+                    None => true,
+                    Some(v) => match self.by_allocation[v] {
+                        Some(a) => a,
+                        None => {
+                            let a = self.rule.allows(v);
+                            self.by_allocation[v] = Some(a);
+                            a
+                        }
+                    },
                 },
             };
             if !allowed {
@@ -551,10 +569,25 @@ fn fits_after(view: &View<'_>, nodes: &[usize], victims: &[Candidate<'_>], shape
     })
 }
 
+/// Which waiter victims are judged for: one in rank order, or a debug job under its
+/// allocation's allowance of this many GPUs (see [`Judge::debug_allowance`]).
+#[derive(Clone, Copy)]
+enum Rule {
+    Rank,
+    Debug(u32),
+}
+
+/// What placing `waiter` charges its allocation: its protected run.
+fn charge_of(waiter: &Waiter<'_>) -> u128 {
+    u128::from(waiter.shape.total_gpus()) * u128::try_from(waiter.min_runtime_ms).unwrap_or(0)
+}
+
 /// Chooses victims for `waiter` of allocation `leaf` against `view`, ranking with `base`.
+#[allow(clippy::too_many_arguments)]
 fn choose<'s, 't>(
     view: &View<'s>,
     base: &FairTree<'t>,
+    rule: Rule,
     tree: &'t BudgetTree,
     leaf: AccountId,
     waiter: Waiter<'s>,
@@ -562,10 +595,12 @@ fn choose<'s, 't>(
     cfg: &Config,
 ) -> Result<VictimPlan<'s>, NoVictims> {
     let would_not_fit = || NoVictims::WouldNotFit(waiter.job_id.to_owned());
-    let charge =
-        u128::from(waiter.shape.total_gpus()) * u128::try_from(waiter.min_runtime_ms).unwrap_or(0);
     let mut judge = Judge {
-        rule: RankRule::new(base, tree, leaf, charge, cfg),
+        rule: RankRule::new(base, tree, leaf, charge_of(&waiter), cfg),
+        debug_allowance: match rule {
+            Rule::Rank => None,
+            Rule::Debug(allowance) => Some(allowance),
+        },
         leaf,
         now,
         cfg,
@@ -642,6 +677,35 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
         }
     }
     let mut view = View::new(state);
+    // Debug jobs under their allowance first, as the decision cycle takes them. One that does
+    // not fit may displace work past its minimum runtime; if nothing can make room, it is met
+    // again in rank order below.
+    let allowance = d.debug_allowance_gpus();
+    let mut debug_taken: Vec<&str> = Vec::new();
+    for dw in debug::waiters(d, tree, &base.leaf_order()) {
+        let w = waiter(&dw.key.job_id, dw.allocation, dw.request, cfg);
+        let protected_until = now.saturating_add(w.min_runtime_ms);
+        if let Some(nodes) = view.find(w.shape, now, protected_until) {
+            view.take(&nodes, w.shape.gpus_per_node);
+            walk.charge(dw.leaf, charge_of(&w));
+            debug_taken.push(w.job_id);
+            continue;
+        }
+        if view.could_ever_fit(w.shape, now, protected_until)
+            && let Ok(plan) = choose(
+                &view,
+                &base,
+                Rule::Debug(allowance),
+                tree,
+                dw.leaf,
+                w,
+                now,
+                cfg,
+            )
+        {
+            return FairShare::Preempt(plan);
+        }
+    }
     while let Some(leaf) = walk.next_pending_leaf() {
         let Some((allocation, (key, request))) = cursors[leaf]
             .as_mut()
@@ -650,13 +714,14 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             walk.exhaust(leaf);
             continue;
         };
+        if !debug_taken.is_empty() && debug_taken.contains(&&*key.job_id) {
+            continue;
+        }
         let w = waiter(&key.job_id, allocation, *request, cfg);
         let protected_until = now.saturating_add(w.min_runtime_ms);
         if let Some(nodes) = view.find(w.shape, now, protected_until) {
             view.take(&nodes, w.shape.gpus_per_node);
-            let charge =
-                u128::from(w.shape.total_gpus()) * u128::try_from(w.min_runtime_ms).unwrap_or(0);
-            walk.charge(leaf, charge);
+            walk.charge(leaf, charge_of(&w));
             continue;
         }
         if !view.could_ever_fit(w.shape, now, protected_until) {
@@ -664,7 +729,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             // and it must not hold up the jobs behind it.
             continue;
         }
-        return match choose(&view, &base, tree, leaf, w, now, cfg) {
+        return match choose(&view, &base, Rule::Rank, tree, leaf, w, now, cfg) {
             Ok(plan) => FairShare::Preempt(plan),
             Err(_) => FairShare::Blocked(w),
         };
@@ -703,5 +768,5 @@ pub fn select_victims<'s>(
     let base = FairTree::new(tree, &leaf_usage(d, tree, now));
     let view = View::new(state);
     let w = waiter(&key.job_id, &job.allocation, job.request, cfg);
-    choose(&view, &base, tree, leaf, w, now, cfg)
+    choose(&view, &base, Rule::Rank, tree, leaf, w, now, cfg)
 }

@@ -23,6 +23,7 @@ pub mod services;
 use std::sync::Arc;
 
 use fairshare_accounting::domain::FoldConfig;
+use fairshare_decision::domain::debug::DEFAULT_DEBUG_ALLOWANCE_GPUS;
 use fairshare_decision::domain::{DecisionState, decide_placements};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_preemption::domain::{self as preemption, decide_preemptions, next_due};
@@ -49,6 +50,8 @@ pub struct EngineConfig {
     /// How long a job ordered off takes to stop and be confirmed by the launcher; at or past
     /// the grace period the preemption service kills it at the deadline instead.
     pub stop_delay_ms: i64,
+    /// GPUs of debug work each allocation may run ahead of rank (0: no allowance).
+    pub debug_allowance_gpus: u32,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +62,7 @@ impl Default for EngineConfig {
             limits: Limits::default(),
             snapshot_interval_ms: 10_000,
             stop_delay_ms: 10_000,
+            debug_allowance_gpus: DEFAULT_DEBUG_ALLOWANCE_GPUS,
         }
     }
 }
@@ -120,7 +124,7 @@ pub fn run(
         setup,
         workload,
         config,
-        services: Services::new(&setup.cluster, config.window),
+        services: Services::new(&setup.cluster, config.window, config.debug_allowance_gpus),
         launcher: SimLauncher::new(config.preemption.checkpoint_interval_ms),
         agenda: Agenda::default(),
         stats: EngineStats::default(),

@@ -24,13 +24,15 @@ pub struct Services {
 }
 
 impl Services {
-    /// Empty folds for cluster `cluster`.
-    pub fn new(cluster: &str, window: FoldConfig) -> Services {
+    /// Empty folds for cluster `cluster`, with this debug allowance in the decision fold.
+    pub fn new(cluster: &str, window: FoldConfig, debug_allowance_gpus: u32) -> Services {
+        let mut preemption = PreemptionState::new(cluster);
+        preemption.set_debug_allowance_gpus(debug_allowance_gpus);
         Services {
             log: Vec::new(),
             submission: SubmissionState::default(),
             accounting: UsageFold::new(window),
-            preemption: PreemptionState::new(cluster),
+            preemption,
         }
     }
 

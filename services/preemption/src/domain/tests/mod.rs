@@ -2,5 +2,6 @@
 //! workloads.
 
 mod cycles;
+mod debug;
 mod rules;
 mod support;

@@ -522,9 +522,10 @@ fn a_waiter_that_cannot_be_helped_holds_the_line() {
     h.running(0, "p", "b", 8 * 3600, &[("n1", 8)]);
     h.running(0, "u", "b", 0, &[("n2", 8)]);
     // a ranks first and needs two whole nodes; n1 is protected. c's 1-GPU job could take u's
-    // GPUs, but they are what a waits for.
+    // GPUs, but they are what a waits for (20 min: too long for a debug job, which would go
+    // first under its allowance).
     h.submit_full(0, "big", "a", 2, 8, 3600, 0, true);
-    h.submit(0, "small", "c", 1, 600);
+    h.submit(0, "small", "c", 1, 1200);
     let now = HOUR;
     h.snapshot(
         now,

@@ -1,0 +1,109 @@
+//! The debug allowance: debug jobs under it go before rank order, in the decision cycle and in
+//! the preemption walk alike, and make room only with work past its minimum runtime that is
+//! not another debug job.
+
+use fairshare_decision::domain::decide;
+use fairshare_events::pb::event::Body;
+
+use super::support::{H, HOUR, MIN, leaf, orders};
+use crate::domain::{FairShare, fair_share};
+
+/// Allocated time of each team in the snapshots: 1,000 GPU-hours.
+const ALLOC: u64 = 1000 * HOUR as u64;
+/// Usage that puts a team far over its share.
+const HEAVY: u64 = 500 * HOUR as u64;
+
+/// Two teams on one 8-GPU node; `b` is far over its share.
+fn over_served_b() -> H {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n1", 8);
+    h
+}
+
+fn placed(h: &H, now: i64) -> Vec<String> {
+    decide(h.state.decision(), now)
+        .placements
+        .iter()
+        .map(|p| p.job_id.to_owned())
+        .collect()
+}
+
+#[test]
+fn a_debug_job_is_placed_before_better_ranked_work() {
+    let mut h = over_served_b();
+    h.running(0, "b-long", "b", 8 * 3600, &[("n1", 7)]);
+    h.submit(0, "a-train", "a", 1, 3600);
+    h.submit(MIN, "b-debug", "b", 1, 600);
+    let now = HOUR;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    assert_eq!(placed(&h, now), ["b-debug"], "the allowance goes first");
+
+    h.state.set_debug_allowance_gpus(0);
+    assert_eq!(placed(&h, now), ["a-train"], "without it, rank order");
+}
+
+#[test]
+fn the_allowance_counts_debug_jobs_already_running() {
+    let mut h = over_served_b();
+    // b already runs 4 GPUs of debug work: its allowance (4 GPUs) is used up.
+    h.running(0, "b-dbg1", "b", 600, &[("n1", 2)]);
+    h.running(0, "b-dbg2", "b", 600, &[("n1", 2)]);
+    h.running(0, "a-long", "a", 8 * 3600, &[("n1", 3)]);
+    h.submit(0, "a-train", "a", 1, 3600);
+    h.submit(MIN, "b-debug", "b", 1, 600);
+    let now = 5 * MIN;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    assert_eq!(placed(&h, now), ["a-train"]);
+}
+
+#[test]
+fn an_over_served_team_debugs_on_its_own_long_work() {
+    let mut h = over_served_b();
+    h.running(0, "b-long", "b", 3600, &[("n1", 8)]);
+    h.submit(0, "b-debug", "b", 1, 600);
+    let now = 2 * HOUR;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    assert_eq!(
+        orders(&h.decide(now)),
+        [("b-long".to_owned(), "b-debug".to_owned())]
+    );
+
+    // Without the allowance the rank rule never takes a team's own work.
+    h.state.set_debug_allowance_gpus(0);
+    assert!(matches!(
+        fair_share(&h.state, now, &h.cfg),
+        FairShare::Blocked(w) if w.job_id == "b-debug"
+    ));
+}
+
+#[test]
+fn a_debug_job_never_takes_another_debug_job_or_protected_work() {
+    let mut h = over_served_b();
+    // a is under its share: the rank rule gives b nothing of a's. a's 2-GPU debug job is past
+    // its minimum runtime, its other job is protected.
+    h.running(0, "a-debug", "a", 600, &[("n1", 2)]);
+    h.running(0, "a-long", "a", 8 * 3600, &[("n1", 6)]);
+    h.submit(0, "b-debug", "b", 1, 600);
+    let now = HOUR;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    let out = h.decide(now);
+    assert!(
+        !out.iter().any(|b| matches!(b, Body::PreemptionOrdered(_))),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_debug_job_takes_unallocated_work_of_anyone() {
+    let mut h = over_served_b();
+    h.running(0, "a-long", "a", 8 * 3600, &[("n1", 6)]);
+    h.running(0, "a-free", "a", 0, &[("n1", 2)]);
+    h.submit(0, "b-debug", "b", 2, 900);
+    let now = HOUR;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    assert_eq!(
+        orders(&h.decide(now)),
+        [("a-free".to_owned(), "b-debug".to_owned())]
+    );
+}
