@@ -42,10 +42,14 @@ pub fn is_debug(gpus: u64, min_runtime_ms: i64, allowance: u32) -> bool {
         && gpus <= u64::from(DEBUG_MAX_GPUS.min(allowance))
 }
 
-/// Whether a request counts for the per-queue tally of short jobs (the candidates for the
-/// allowance whatever its size), which lets a cycle skip queues with none.
-pub(crate) fn is_short(request: &Request) -> bool {
-    !request.is_unallocated() && request.min_runtime_ms <= DEBUG_MAX_MIN_RUNTIME_MS
+/// Whether a queued request is a debug job under the largest allowance: the jobs each queue
+/// lists apart for the debug pass.
+pub fn is_candidate(request: &Request) -> bool {
+    is_debug(
+        request.shape.total_gpus(),
+        request.min_runtime_ms,
+        DEBUG_MAX_GPUS,
+    )
 }
 
 /// A queued debug job under its allocation's allowance.
@@ -70,7 +74,7 @@ pub fn waiters<'s>(
 ) -> Vec<DebugWaiter<'s>> {
     let allowance = state.debug_allowance_gpus();
     let mut out = Vec::new();
-    if allowance == 0 || !state.queues.values().any(|q| q.short > 0) {
+    if allowance == 0 || state.queues.values().all(|q| q.debug.is_empty()) {
         return out;
     }
     let held = held_by_allocation(state, tree, allowance);
@@ -79,11 +83,8 @@ pub fn waiters<'s>(
         let Some((allocation, queue)) = state.queues.get_key_value(path) else {
             continue;
         };
-        if queue.short == 0 {
-            continue;
-        }
         let mut left = u64::from(allowance).saturating_sub(held[leaf]);
-        for (key, request) in queue.allocated.iter() {
+        for (key, request) in &queue.debug {
             if left == 0 {
                 break;
             }

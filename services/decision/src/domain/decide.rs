@@ -469,6 +469,7 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
                     debug_placed.push(&w.key.job_id);
                 }
             }
+            debug_placed.sort_unstable();
 
             // Allocated pass. Each allocation's queue is walked once with a cursor; the tree
             // is consulted again only after a placement (which moves the ranking) or when an
@@ -493,7 +494,8 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
                         fair.exhaust(leaf);
                         break;
                     };
-                    if !debug_placed.is_empty() && debug_placed.contains(&&*key.job_id) {
+                    if debug::is_candidate(req) && debug_placed.binary_search(&&*key.job_id).is_ok()
+                    {
                         continue;
                     }
                     if cycle.consider(key, *req, allocation) {

@@ -69,13 +69,12 @@ impl From<Stored> for DecisionState {
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
         };
         for queue in state.queues.values_mut() {
-            queue.short = queue
+            queue.debug = queue
                 .allocated
                 .iter()
-                .filter(|(_, r)| debug::is_short(r))
-                .count()
-                .try_into()
-                .unwrap_or(u32::MAX);
+                .filter(|(_, r)| debug::is_candidate(r))
+                .map(|(k, r)| (k.clone(), *r))
+                .collect();
         }
         state.copy_inventory();
         state.refill_holders();

@@ -162,11 +162,11 @@ pub struct AllocationQueue {
     pub allocated: SortedChunks<QueueKey, Request>,
     /// Jobs with minimum runtime 0 (fill idle capacity).
     pub unallocated: SortedChunks<QueueKey, Request>,
-    /// How many of `allocated` have a debug-length minimum runtime ([`debug::is_short`]), so
-    /// the debug pass skips queues without any. Derived: counted again when a checkpoint is
-    /// loaded.
+    /// The jobs of `allocated` that are debug-sized ([`debug::is_candidate`]), in the same
+    /// order, so the debug pass reads a handful of entries rather than the whole queue.
+    /// Derived: listed again when a checkpoint is loaded.
     #[serde(skip)]
-    pub short: u32,
+    pub debug: BTreeMap<QueueKey, Request>,
 }
 
 impl AllocationQueue {
@@ -724,8 +724,8 @@ impl DecisionState {
             Some(q) => q,
             None => self.queues.entry(Arc::clone(&job.allocation)).or_default(),
         };
-        if debug::is_short(&job.request) {
-            queue.short += 1;
+        if debug::is_candidate(&job.request) {
+            queue.debug.insert(job.key(id), job.request);
         }
         queue
             .part_mut(job.request.is_unallocated())
@@ -737,8 +737,8 @@ impl DecisionState {
             let removed = queue
                 .part_mut(job.request.is_unallocated())
                 .remove(&job.key(id));
-            if removed.is_some() && debug::is_short(&job.request) {
-                queue.short = queue.short.saturating_sub(1);
+            if removed.is_some() && debug::is_candidate(&job.request) {
+                queue.debug.remove(&job.key(id));
             }
             if queue.is_empty() {
                 self.queues.remove(&job.allocation);

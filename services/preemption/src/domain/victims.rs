@@ -706,6 +706,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             return FairShare::Preempt(plan);
         }
     }
+    debug_taken.sort_unstable();
     while let Some(leaf) = walk.next_pending_leaf() {
         let Some((allocation, (key, request))) = cursors[leaf]
             .as_mut()
@@ -714,7 +715,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             walk.exhaust(leaf);
             continue;
         };
-        if !debug_taken.is_empty() && debug_taken.contains(&&*key.job_id) {
+        if debug::is_candidate(request) && debug_taken.binary_search(&&*key.job_id).is_ok() {
             continue;
         }
         let w = waiter(&key.job_id, allocation, *request, cfg);
