@@ -46,7 +46,8 @@ fn a_debug_job_is_placed_before_better_ranked_work() {
 #[test]
 fn the_allowance_counts_debug_jobs_already_running() {
     let mut h = over_served_b();
-    // b already runs 4 GPUs of debug work: its allowance (4 GPUs) is used up.
+    h.state.set_debug_allowance_gpus(4);
+    // b already runs 4 GPUs of debug work: its allowance (4 GPUs here) is used up.
     h.running(0, "b-dbg1", "b", 600, &[("n1", 2)]);
     h.running(0, "b-dbg2", "b", 600, &[("n1", 2)]);
     h.running(0, "a-long", "a", 8 * 3600, &[("n1", 3)]);
