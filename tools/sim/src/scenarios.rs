@@ -28,8 +28,9 @@ pub struct Scenario {
 }
 
 /// Every scenario name, in the order `fairshare-sim scenario --list` prints them.
-pub const NAMES: [&str; 5] = [
+pub const NAMES: [&str; 6] = [
     "debug-burst",
+    "debug-while-over-served",
     "idle-team-returns",
     "unallocated-fill",
     "cordon-under-load",
@@ -40,6 +41,7 @@ pub const NAMES: [&str; 5] = [
 pub fn by_name(name: &str) -> Option<Result<Scenario, SetupError>> {
     Some(match name {
         "debug-burst" => debug_burst(),
+        "debug-while-over-served" => debug_while_over_served(),
         "idle-team-returns" => idle_team_returns(),
         "unallocated-fill" => unallocated_fill(),
         "cordon-under-load" => cordon_under_load(),
@@ -126,6 +128,32 @@ pub fn debug_burst() -> Result<Scenario, SetupError> {
         name: "debug-burst",
         description: "a burst of debug jobs from an idle team on a full cluster",
         setup: cluster(&[("train", 45), ("research", 45), ("evals", 10)], 4, 1)?,
+        workload: Workload::new(jobs, Vec::new()),
+    })
+}
+
+/// Teams `a` and `b` hold 50% each of 32 GPUs and both send more 8-GPU work (1 h minimum
+/// runtime) than the cluster holds, so they rotate around 16 GPUs each and one of them is
+/// always a little over its share. From 6 h on, `a`'s researchers send a one-GPU debug job
+/// every 30 min. Whenever `a` is the over-served one, rank order alone makes those wait for
+/// `b`'s queue; the debug allowance starts them at once on GPUs `a`'s own long jobs give up,
+/// leaving `b`'s share alone.
+pub fn debug_while_over_served() -> Result<Scenario, SetupError> {
+    let mut jobs = Vec::new();
+    for team in ["a", "b"] {
+        jobs.extend(stream(team, 150, 0, 20 * MIN, |n, at| {
+            job(n, at, team, 8, 3 * HOUR, HOUR)
+        }));
+    }
+    jobs.extend(stream("a-debug", 60, 6 * HOUR, 30 * MIN, |n, at| {
+        let mut j = job(n, at, "a", 1, 5 * MIN, 10 * MIN);
+        j.resumable = false;
+        j
+    }));
+    Ok(Scenario {
+        name: "debug-while-over-served",
+        description: "debug jobs of a team that is over its share, on a full cluster",
+        setup: cluster(&[("a", 50), ("b", 50)], 4, 2)?,
         workload: Workload::new(jobs, Vec::new()),
     })
 }

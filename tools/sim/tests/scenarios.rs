@@ -226,3 +226,57 @@ fn a_share_change_moves_delivery_to_the_new_shares() {
     );
     assert_eq!(m.violations, 0);
 }
+
+#[test]
+fn debug_jobs_of_an_over_served_team_all_start_without_costing_owed_delivery() {
+    let s = scenario("debug-while-over-served");
+    let run_with = |allowance: u32| {
+        let config = EngineConfig {
+            debug_allowance_gpus: allowance,
+            ..EngineConfig::default()
+        };
+        let out = engine::run(&s.setup, &s.workload, &config, |_| {});
+        let metrics = measure("fairshare", &out.log, &measure_config(&s.setup, &config));
+        (read(&out.log), metrics)
+    };
+    // A job never started counts as waiting for ever.
+    let waits = |seen: &SeenLog| -> Vec<i64> {
+        let mut w: Vec<i64> = seen
+            .named("a-debug-")
+            .iter()
+            .map(|j| j.wait().unwrap_or(i64::MAX))
+            .collect();
+        w.sort_unstable();
+        w
+    };
+    let (with_seen, with) = run_with(EngineConfig::default().debug_allowance_gpus);
+    let (without_seen, without) = run_with(0);
+    let (with_waits, without_waits) = (waits(&with_seen), waits(&without_seen));
+    assert_eq!(with_waits.len(), 60);
+    // Every running job holds a whole node, so no victim is small enough to displace for one
+    // GPU (it would strand seven): with the allowance each debug job waits for the next node
+    // to free up (jobs run 3 h) and then goes first.
+    assert!(
+        with_waits.iter().all(|&w| w <= 3 * HOUR),
+        "with the allowance: {with_waits:?}"
+    );
+    // Without it, the two teams settle at exactly their shares (no rotation pays), a's
+    // debug jobs rank behind b's queue, and most never start.
+    let never = without_waits.iter().filter(|&&w| w == i64::MAX).count();
+    assert!(never >= 30, "without the allowance: {without_waits:?}");
+    // No team's owed delivery drops by more than rounding.
+    let owed_pct = |m: &fairshare_sim::metrics::RunMetrics, path: &str| {
+        let a = m.allocations.iter().find(|a| a.path == path).unwrap();
+        a.delivered_owed_gpu_ms as f64 / a.owed_gpu_ms as f64
+    };
+    for team in ["a", "b"] {
+        assert!(
+            owed_pct(&with, team) >= owed_pct(&without, team) - 0.005,
+            "{team}: {} with, {} without",
+            owed_pct(&with, team),
+            owed_pct(&without, team)
+        );
+    }
+    assert!(with.owed_delivered_pct() >= without.owed_delivered_pct() - 0.5);
+    assert_eq!((with.violations, without.violations), (0, 0));
+}

@@ -24,11 +24,13 @@
 //!
 //! Debug jobs first: the walk opens with the debug jobs under their allocation's allowance
 //! ([`fairshare_decision::domain::debug`]), in the order the decision cycle places them. For
-//! one that does not fit, the victims are those below, plus its *own* allocation's work past
-//! its minimum runtime, but never a debug job (two allowances would take GPUs back and
-//! forth). So a team over its share debugs on GPUs its own long jobs give up, not on anyone
-//! else's; a team under its share takes them as any of its waiters would. If nothing can
-//! make room, the job is met again in rank order.
+//! one that does not fit, the victims are those the rules below allow, plus its *own*
+//! allocation's work past its minimum runtime; but never a debug job (two allowances would
+//! take GPUs back and forth) and never a job of more than [`STRAND_LIMIT_GPUS`] GPUs (ordering
+//! a whole node off for one GPU leaves the rest idle: the constructed scenario
+//! `debug-while-over-served` lost 9 points of owed delivery that way). So a team over its
+//! share debugs on GPUs its own small jobs give up, not on anyone else's. If nothing can make
+//! room, the job is met again in rank order, and goes first again when GPUs free up.
 //!
 //! Why charging first rules out ping-pong: if `A`'s job preempts `V`'s job, `A` ranks before
 //! `V` even with the waiter's whole protected run counted. For `V` to take GPUs back from `A`,
@@ -70,6 +72,10 @@ use super::config::Config;
 use super::contract;
 use super::state::PreemptionState;
 use super::view::{View, is_ordered_off};
+
+/// Largest job a debug job may displace (twice the largest debug job): a larger one would
+/// leave most of its GPUs stranded, unusable by the whole-node work queued behind.
+const STRAND_LIMIT_GPUS: u32 = 2 * debug::DEBUG_MAX_GPUS;
 
 /// The waiting job victims are chosen for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,8 +314,14 @@ impl Judge<'_> {
             let own = job.account == Some(self.leaf);
             let allowed = match self.debug_allowance {
                 // A debug job never displaces another (two allowances would take GPUs back
-                // and forth); its own allocation's other work makes room first of all.
-                Some(allowance) if debug::is_debug(job.gpus, mr, allowance) => false,
+                // and forth), nor a job much larger than itself (the GPUs left over would
+                // strand); its own allocation's other work makes room first of all.
+                Some(allowance)
+                    if debug::is_debug(job.gpus, mr, allowance)
+                        || job.gpus > u64::from(STRAND_LIMIT_GPUS) =>
+                {
+                    false
+                }
                 Some(_) if own => true,
                 _ if own => false,
                 _ => match job.account {

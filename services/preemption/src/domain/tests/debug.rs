@@ -61,7 +61,8 @@ fn the_allowance_counts_debug_jobs_already_running() {
 #[test]
 fn an_over_served_team_debugs_on_its_own_long_work() {
     let mut h = over_served_b();
-    h.running(0, "b-long", "b", 3600, &[("n1", 8)]);
+    h.running(0, "b-long", "b", 3600, &[("n1", 4)]);
+    h.running(0, "b-new", "b", 8 * 3600, &[("n1", 4)]);
     h.submit(0, "b-debug", "b", 1, 600);
     let now = 2 * HOUR;
     h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
@@ -107,4 +108,26 @@ fn a_debug_job_takes_unallocated_work_of_anyone() {
         orders(&h.decide(now)),
         [("a-free".to_owned(), "b-debug".to_owned())]
     );
+}
+
+#[test]
+fn a_debug_job_never_strands_a_whole_node() {
+    let mut h = over_served_b();
+    // b's own 8-GPU job is past its minimum runtime, but ordering it off for one GPU would
+    // leave seven idle that no queued whole-node job could use.
+    h.running(0, "b-long", "b", 3600, &[("n1", 8)]);
+    h.submit(0, "b-debug", "b", 1, 600);
+    let now = 2 * HOUR;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    assert!(orders(&h.decide(now)).is_empty());
+    // It is still first in line: the node goes to it when b-long ends.
+    h.ok(
+        now,
+        Body::JobFinished(fairshare_events::pb::JobFinished {
+            job_id: "b-long".into(),
+            exit_code: 0,
+        }),
+    );
+    h.submit(now, "a-train", "a", 8, 3600);
+    assert_eq!(placed(&h, now + 1), ["b-debug"]);
 }
