@@ -71,6 +71,12 @@ pub struct DebugWaiter<'s> {
     pub request: Request,
 }
 
+/// Whether any debug job is queued and the allowance is on: without, [`waiters`] is empty and
+/// a caller need not work out the order it takes.
+pub fn any_queued(state: &DecisionState) -> bool {
+    state.debug_allowance_gpus() > 0 && state.queues.values().any(|q| !q.debug.is_empty())
+}
+
 /// The queued debug jobs under their allocation's allowance, allocations in `order` (the
 /// cycle's opening rank order), each allocation's jobs in queue order.
 pub fn waiters<'s>(
@@ -80,7 +86,7 @@ pub fn waiters<'s>(
 ) -> Vec<DebugWaiter<'s>> {
     let allowance = state.debug_allowance_gpus();
     let mut out = Vec::new();
-    if allowance == 0 || state.queues.values().all(|q| q.debug.is_empty()) {
+    if !any_queued(state) {
         return out;
     }
     let held = held_by_allocation(state, tree, allowance);

@@ -694,7 +694,12 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
     // again in rank order below.
     let allowance = d.debug_allowance_gpus();
     let mut debug_taken: Vec<&str> = Vec::new();
-    for dw in debug::waiters(d, tree, &base.leaf_order()) {
+    let debug_waiters = if debug::any_queued(d) {
+        debug::waiters(d, tree, &base.leaf_order())
+    } else {
+        Vec::new()
+    };
+    for dw in debug_waiters {
         let w = waiter(&dw.key.job_id, dw.allocation, dw.request, cfg);
         let protected_until = now.saturating_add(w.min_runtime_ms);
         if let Some(nodes) = view.find(w.shape, now, protected_until) {
