@@ -34,10 +34,10 @@ pub const DEBUG_MAX_GPUS: u32 = 2;
 /// unless set otherwise with [`DecisionState::set_debug_allowance_gpus`] (the simulator does,
 /// to compare).
 ///
-/// Chosen by simulation (see the README's simulator section): on Helios (256 and 384 GPUs)
-/// and msft-itp (384 and 512 GPUs, 30 days) it brings the debug p90 wait to 10 s, where 4 GPUs
-/// left msft-itp's bursts of short jobs waiting 13 min at p90 and 8 GPUs 4 min; owed delivery
-/// moved by no more than run-to-run noise (about 2 points either way).
+/// Chosen with `fairshare-sim`: on Helios (256 and 384 GPUs) and msft-itp (384 and 512 GPUs,
+/// 30 days) it brings the debug p90 wait to 10 s, where 4 GPUs left msft-itp's bursts of
+/// short jobs waiting 13 min at p90 and 8 GPUs 4 min; owed delivery moved by no more than
+/// run-to-run noise (about 2 points either way) against no allowance at all.
 pub const DEFAULT_DEBUG_ALLOWANCE_GPUS: u32 = 16;
 
 /// Whether a job of `gpus` GPUs and minimum runtime `min_runtime_ms` is a debug job under an

@@ -23,7 +23,7 @@
 //!    before the next pick, so the ranking moves as the cycle goes. The first job that does not
 //!    fit gets the cycle's reservation ([`crate::domain::reserve`]); later work respects it.
 //! 4. Unallocated pass: jobs with minimum runtime 0 fill what is left, allocations in their
-//!    rank order after step 2, each allocation's jobs in queue order. They charge nothing, so
+//!    rank order after step 3, each allocation's jobs in queue order. They charge nothing, so
 //!    the order does not move during this pass.
 //! 5. Every job not placed gets a [`WaitReason`].
 //!

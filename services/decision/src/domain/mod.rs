@@ -10,13 +10,15 @@
 //!    [`nodes`] (every registered node with its load, read as arrays), a copy on each holding
 //!    of what preemption reads about its job ([`state::Holder`]) and the allocations in path
 //!    order.
-//! 2. [`rank`]: Fair Tree over the budget tree, exact integer ratios, re-ranked incrementally as
+//! 2. [`debug`]: the debug allowance, which jobs go before rank order (read by the
+//!    preemption service too).
+//! 3. [`rank`]: Fair Tree over the budget tree, exact integer ratios, re-ranked incrementally as
 //!    the cycle charges projected usage.
-//! 3. [`place`]: best-fit packing of single-node jobs, whole nodes for multi-node jobs, never on
+//! 4. [`place`]: best-fit packing of single-node jobs, whole nodes for multi-node jobs, never on
 //!    cordoned nodes or across a maintenance window.
-//! 4. [`reserve`]: the cycle's reservation for the top blocked job and the backfill rule that
+//! 5. [`reserve`]: the cycle's reservation for the top blocked job and the backfill rule that
 //!    keeps it safe.
-//! 5. [`decide`](mod@decide): [`decide()`] runs one cycle and returns a [`Decision`]
+//! 6. [`decide`](mod@decide): [`decide()`] runs one cycle and returns a [`Decision`]
 //!    (placements, reservation, a reason for every waiting job), which
 //!    [`Decision::events`] turns into `JobPlaced` events with their [`DecisionBasis`]
 //!    (`fairshare_events::pb::DecisionBasis`).

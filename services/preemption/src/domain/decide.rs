@@ -54,6 +54,12 @@ fn fair_share_reason(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> Str
     let kind = if w.debug { "debug job" } else { "job" };
     let why = if victim.unallocated {
         "the victim is unallocated work".to_owned()
+    } else if victim.allocation == w.allocation {
+        // Only a debug job under its allocation's allowance takes its own allocation's work.
+        format!(
+            "the victim is {}'s own work past its minimum runtime, given up for its debug allowance",
+            w.allocation
+        )
     } else {
         format!(
             "allocation {} ranks below {} after charging the waiter {} GPUs x {} s",

@@ -66,9 +66,15 @@ fn an_over_served_team_debugs_on_its_own_long_work() {
     h.submit(0, "b-debug", "b", 1, 600);
     let now = 2 * HOUR;
     h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
-    assert_eq!(
-        orders(&h.decide(now)),
-        [("b-long".to_owned(), "b-debug".to_owned())]
+    let out = h.decide(now);
+    assert_eq!(orders(&out), [("b-long".to_owned(), "b-debug".to_owned())]);
+    let Some(Body::PreemptionOrdered(p)) = out.first() else {
+        panic!("{out:?}");
+    };
+    assert!(
+        p.reason.contains("b's own work past its minimum runtime"),
+        "{}",
+        p.reason
     );
 
     // Without the allowance the rank rule never takes a team's own work.
