@@ -69,7 +69,6 @@ async fn main() -> anyhow::Result<()> {
         min_runtime_cap_ms: millis(args.max_min_runtime),
         checkpoint_interval_ms: millis(args.checkpoint_interval),
         hysteresis_permille: args.hysteresis_per_mille,
-        ..domain::Config::default()
     };
     policy.validate()?;
     let client = args.nats.connect("fairshare-preemption").await?;

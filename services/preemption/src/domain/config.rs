@@ -23,12 +23,6 @@ pub struct Config {
     /// Jobs are assumed to checkpoint every this much of run (SPEC section 6: 30 min); work
     /// since the last checkpoint is what a preemption throws away.
     pub checkpoint_interval_ms: i64,
-    /// Debug jobs use at most this many GPUs (default 2: one or two GPUs of an 8-GPU node is
-    /// what interactive debugging takes; anything bigger is a real run).
-    pub debug_max_gpus: u64,
-    /// Debug jobs have a minimum runtime of at most this (SPEC: 15 min), and more than 0
-    /// (minimum runtime 0 means unallocated, which is not debug work).
-    pub debug_max_min_runtime_ms: i64,
     /// Hysteresis, in per mille: an allocated victim is taken only if, at the level of the
     /// budget tree where the waiter's and the victim's paths part, the victim's side's usage
     /// ratio is at least `(1 + hysteresis_permille / 1000)` times the waiter's side's ratio
@@ -43,8 +37,6 @@ impl Default for Config {
             min_runtime_cap_ms: 8 * HOUR,
             grace_ms: 30 * SECOND,
             checkpoint_interval_ms: 30 * MINUTE,
-            debug_max_gpus: 2,
-            debug_max_min_runtime_ms: 15 * MINUTE,
             hysteresis_permille: 100,
         }
     }
@@ -72,7 +64,6 @@ impl Config {
         for (name, value) in [
             ("min_runtime_cap_ms", self.min_runtime_cap_ms),
             ("checkpoint_interval_ms", self.checkpoint_interval_ms),
-            ("debug_max_min_runtime_ms", self.debug_max_min_runtime_ms),
         ] {
             if value <= 0 {
                 return Err(ConfigError::NotPositive { name, value });

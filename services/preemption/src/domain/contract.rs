@@ -8,11 +8,14 @@
 //! - A minimum runtime of 0 means unallocated: charged to no budget, never protected.
 //! - Any other minimum runtime protects the job from `start` to `start + min(min_runtime,
 //!   cap)`; the cap is [`Config::min_runtime_cap_ms`] (8 h by default).
-//! - A debug job uses at most [`Config::debug_max_gpus`] GPUs and has a minimum runtime in
-//!   `(0, debug_max_min_runtime_ms]` (15 min by default).
+//! - A debug job uses at most 2 GPUs and has a minimum runtime in `(0, 15 min]`: the decision
+//!   service's definition ([`fairshare_decision::domain::debug`]), which its debug allowance
+//!   and this service's walk share, so there is one.
 //! - Lost work of a preemption is `gpus x time since the last checkpoint`, checkpoints falling
 //!   every [`Config::checkpoint_interval_ms`] of run; a job that is not resumable restarts from
 //!   nothing, so it loses its whole run.
+
+use fairshare_decision::domain::debug;
 
 use super::config::Config;
 
@@ -39,11 +42,8 @@ pub fn is_protected(start_ms: i64, min_runtime_ms: i64, now_ms: i64, config: &Co
 
 /// Whether a job of `gpus` GPUs and this minimum runtime is a debug job: few GPUs, a short
 /// minimum runtime, and allocated (minimum runtime 0 is unallocated work, not debugging).
-pub fn is_debug(gpus: u64, min_runtime_ms: i64, config: &Config) -> bool {
-    gpus > 0
-        && gpus <= config.debug_max_gpus
-        && !is_unallocated(min_runtime_ms)
-        && min_runtime_ms <= config.debug_max_min_runtime_ms
+pub fn is_debug(gpus: u64, min_runtime_ms: i64) -> bool {
+    gpus > 0 && debug::is_debug(gpus, min_runtime_ms, debug::DEBUG_MAX_GPUS)
 }
 
 /// GPU-ms a preemption at `now_ms` throws away for a job of `gpus` GPUs that has run since
@@ -93,13 +93,12 @@ mod tests {
 
     #[test]
     fn debug_jobs() {
-        let c = Config::default();
-        assert!(is_debug(1, 15 * MIN, &c));
-        assert!(is_debug(2, MIN, &c));
-        assert!(!is_debug(3, 15 * MIN, &c));
-        assert!(!is_debug(2, 15 * MIN + 1, &c));
-        assert!(!is_debug(1, 0, &c), "unallocated work is not debug work");
-        assert!(!is_debug(0, MIN, &c));
+        assert!(is_debug(1, 15 * MIN));
+        assert!(is_debug(2, MIN));
+        assert!(!is_debug(3, 15 * MIN));
+        assert!(!is_debug(2, 15 * MIN + 1));
+        assert!(!is_debug(1, 0), "unallocated work is not debug work");
+        assert!(!is_debug(0, MIN));
     }
 
     #[test]

@@ -654,7 +654,7 @@ fn waiter<'s>(job_id: &'s str, allocation: &'s str, request: Request, cfg: &Conf
         allocation,
         shape: request.shape,
         min_runtime_ms: mr,
-        debug: contract::is_debug(request.shape.total_gpus(), mr, cfg),
+        debug: contract::is_debug(request.shape.total_gpus(), mr),
     }
 }
 
