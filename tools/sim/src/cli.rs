@@ -145,9 +145,9 @@ struct CommonArgs {
     /// How often accounting publishes usage snapshots while the log moves.
     #[arg(long, default_value = "10s")]
     snapshot_interval: String,
-    /// GPUs of debug work (minimum runtime <= 15 min, at most this many GPUs) each allocation
-    /// may run ahead of rank, displacing work past its minimum runtime; 0 turns the allowance
-    /// off. The services use the default; `--audit` needs it too.
+    /// GPUs of debug work (jobs of at most 2 GPUs with a minimum runtime of at most 15 min)
+    /// each allocation may run ahead of rank order; 0 turns the allowance off. The services
+    /// use the default; `--audit` needs it too.
     #[arg(long, default_value_t = DEFAULT_DEBUG_ALLOWANCE_GPUS)]
     debug_allowance_gpus: u32,
     /// Re-derive every fairshare placement from the log prefix its basis names (the decision
