@@ -88,9 +88,10 @@ fn an_over_served_team_debugs_on_its_own_long_work() {
 #[test]
 fn a_debug_job_never_takes_another_debug_job_or_protected_work() {
     let mut h = over_served_b();
-    // a is under its share: the rank rule gives b nothing of a's. a's 2-GPU debug job is past
-    // its minimum runtime, its other job is protected.
-    h.running(0, "a-debug", "a", 600, &[("n1", 2)]);
+    // b's own earlier debug job is past its minimum runtime (own work that is not debug work
+    // would be fair game). a is under its share, so the rank rule gives b nothing of a's, and
+    // a's job is protected anyway.
+    h.running(0, "b-debug-old", "b", 600, &[("n1", 2)]);
     h.running(0, "a-long", "a", 8 * 3600, &[("n1", 6)]);
     h.submit(0, "b-debug", "b", 1, 600);
     let now = HOUR;
@@ -103,16 +104,25 @@ fn a_debug_job_never_takes_another_debug_job_or_protected_work() {
 }
 
 #[test]
-fn a_debug_job_takes_unallocated_work_of_anyone() {
+fn a_debug_job_takes_unallocated_work_of_anyone_before_better_ranked_waiters() {
     let mut h = over_served_b();
     h.running(0, "a-long", "a", 8 * 3600, &[("n1", 6)]);
     h.running(0, "a-free", "a", 0, &[("n1", 2)]);
-    h.submit(0, "b-debug", "b", 2, 900);
+    // a ranks first and waits for the same two GPUs.
+    h.submit(0, "a-train", "a", 2, 3600);
+    h.submit(MIN, "b-debug", "b", 2, 900);
     let now = HOUR;
     h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
     assert_eq!(
         orders(&h.decide(now)),
         [("a-free".to_owned(), "b-debug".to_owned())]
+    );
+
+    h.state.set_debug_allowance_gpus(0);
+    assert_eq!(
+        orders(&h.decide(now)),
+        [("a-free".to_owned(), "a-train".to_owned())],
+        "without the allowance, rank order"
     );
 }
 
