@@ -16,6 +16,10 @@ use fairshare_sim::setup::{EPOCH_MS, Setup};
 use fairshare_sim::simulate::Policy;
 use fairshare_sim::workload::Workload;
 
+/// The same allocator as the `fairshare-sim` binary, so the bench times what users run.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const DAY: i64 = 24 * 3_600_000;
 
 fn workload(trace: &str, nodes: usize, days: i64) -> (Setup, Workload) {
