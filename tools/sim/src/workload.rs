@@ -194,6 +194,29 @@ impl Workload {
         let supply = u128::from(setup.total_gpus()) * span;
         self.gpu_ms() as f64 / supply.max(1) as f64
     }
+
+    /// The share (0 to 1) of allocated GPU time (GPUs x run time, minimum runtime > 0) that is
+    /// in jobs needing more GPUs than their allocation's fraction of `setup`'s cluster. While
+    /// such a job runs, its allocation gets more than its hourly owed time and the rest of the
+    /// cluster less than theirs, whatever the policy: the hourly owed metric cannot reach 100%
+    /// on a workload where this is large. Jobs of allocations outside the tree count as
+    /// oversized (their fraction is 0).
+    pub fn oversized_share(&self, setup: &crate::setup::Setup) -> f64 {
+        let total_gpus = u128::from(setup.total_gpus());
+        let (mut oversized, mut allocated) = (0u128, 0u128);
+        for job in self.jobs.iter().filter(|j| j.min_runtime_ms > 0) {
+            let gpu_ms = u128::from(job.gpus) * u128::try_from(job.duration_ms.max(0)).unwrap_or(0);
+            allocated += gpu_ms;
+            let fits_share = setup.tree.allocation(&job.allocation).is_some_and(|id| {
+                let f = setup.tree.fraction(id);
+                u128::from(job.gpus).saturating_mul(f.den) <= f.num.saturating_mul(total_gpus)
+            });
+            if !fits_share {
+                oversized += gpu_ms;
+            }
+        }
+        oversized as f64 / allocated.max(1) as f64
+    }
 }
 
 /// The id of the `index`-th job of a workload: a UUIDv7 whose time is the submission time
@@ -218,6 +241,32 @@ mod tests {
         assert_eq!(JobClass::of(2, 15 * 60_000), JobClass::Debug);
         assert_eq!(JobClass::of(3, 60_000), JobClass::Allocated);
         assert_eq!(JobClass::of(1, 15 * 60_000 + 1), JobClass::Allocated);
+    }
+
+    #[test]
+    fn oversized_share_counts_allocated_jobs_bigger_than_their_allocation_share() {
+        use crate::scenarios::{flat_budget, job};
+        use crate::setup::{EPOCH_MS, Setup};
+        const H: i64 = 3_600_000;
+        // 16 GPUs: a's share is 12 GPUs, b's 4.
+        let setup = Setup::new(
+            flat_budget("sim", &[("a", 75), ("b", 25)]),
+            Setup::uniform_nodes("node", 2, 8),
+            EPOCH_MS + H,
+        )
+        .expect("a valid setup");
+        let jobs = vec![
+            job("fits".into(), 0, "a", 8, H, H),
+            job("too-big".into(), 0, "a", 16, H, H),
+            job("exactly".into(), 0, "b", 4, 2 * H, H),
+            job("b-too-big".into(), 0, "b", 8, H, H),
+            job("free".into(), 0, "a", 16, 10 * H, 0),
+            job("ghost".into(), 0, "gone", 1, H, H),
+        ];
+        let share = Workload::new(jobs, Vec::new()).oversized_share(&setup);
+        // Allocated: 8 + 16 + 8 + 8 + 1 = 41 GPU-h; oversized: 16 + 8 + 1 = 25 (the
+        // unallocated job counts in neither).
+        assert!((share - 25.0 / 41.0).abs() < 1e-12, "{share}");
     }
 
     #[test]

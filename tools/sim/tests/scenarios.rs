@@ -125,6 +125,31 @@ fn a_team_idle_for_a_week_comes_back_first() {
 }
 
 #[test]
+fn owed_time_the_busy_team_misses_after_the_idle_one_returns_is_window_payback() {
+    let s = scenario("idle-team-returns");
+    let (_, m) = run(&s);
+    let row = |path: &str| {
+        m.allocations
+            .iter()
+            .find(|a| a.path == path)
+            .unwrap_or_else(|| panic!("no row {path} in {:?}", m.allocations))
+    };
+    let (a, b) = (row("a"), row("b"));
+    // From day 7 b holds all 32 GPUs, and a, with work queued, is owed its 16 every hour of
+    // the 3 days left: about 16 x 72 GPU-h missed. a ran the first week at twice its share,
+    // so every one of those hours began with its window ratio above 1.
+    let gpu_hour = 3_600_000u128;
+    let a_missed = a.owed_gpu_ms - a.delivered_owed_gpu_ms;
+    assert!(a_missed >= 16 * 70 * gpu_hour, "a missed {a_missed}");
+    assert!(a_missed <= 16 * 73 * gpu_hour, "a missed {a_missed}");
+    assert_eq!(a.missed_over_served_gpu_ms, a_missed);
+    // b, back from a week of nothing, is never over-served.
+    assert_eq!(b.missed_over_served_gpu_ms, 0);
+    assert_eq!(m.missed_over_served_gpu_ms, a_missed);
+    assert!(m.missed_over_served_gpu_ms <= m.missed_gpu_ms());
+}
+
+#[test]
 fn a_cordoned_node_drains_as_minimum_runtimes_end() {
     let s = scenario("cordon-under-load");
     let (seen, m) = run(&s);

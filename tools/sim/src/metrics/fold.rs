@@ -13,6 +13,7 @@ use fairshare_model::budget::BudgetTree;
 use fairshare_preemption::domain::Config as ContractConfig;
 use fairshare_preemption::domain::contract;
 
+use super::missed::MissedOwed;
 use super::{AllocationMetrics, HourPoint, RunMetrics, Waits};
 use crate::workload::JobClass;
 
@@ -131,6 +132,8 @@ struct Measure<'c> {
     clock: i64,
     out: RunMetrics,
     usage: UsageFold,
+    /// Owed time missed, split by what the window said (see [`MissedOwed`]).
+    missed: MissedOwed,
     tree: Option<BudgetTree>,
 }
 
@@ -337,7 +340,18 @@ impl Measure<'_> {
         out.unallocated_gpu_ms = i.unallocated;
         out.idle_while_waiting_gpu_ms = i.idle_while_waiting;
         out.hourly = i.hourly;
+        let mut missed = self.missed;
+        missed.close_hours(&self.usage, end);
         out.allocations = allocation_rows(&self.usage, self.tree.as_ref(), end);
+        for a in &mut out.allocations {
+            a.missed_over_served_gpu_ms =
+                missed.missed_over_served.get(&a.path).copied().unwrap_or(0);
+        }
+        out.missed_over_served_gpu_ms = out
+            .allocations
+            .iter()
+            .map(|a| a.missed_over_served_gpu_ms)
+            .sum();
         out.owed_gpu_ms = out.allocations.iter().map(|a| a.owed_gpu_ms).sum();
         out.delivered_owed_gpu_ms = out
             .allocations
@@ -373,6 +387,7 @@ fn allocation_rows(
                     owed_gpu_ms: 0,
                     delivered_gpu_ms: 0,
                     delivered_owed_gpu_ms: 0,
+                    missed_over_served_gpu_ms: 0,
                 },
             );
         }
@@ -387,6 +402,7 @@ fn allocation_rows(
                 owed_gpu_ms: 0,
                 delivered_gpu_ms: 0,
                 delivered_owed_gpu_ms: 0,
+                missed_over_served_gpu_ms: 0,
             });
         entry.demand_gpu_ms = row.totals.demand_gpu_ms;
         entry.owed_gpu_ms = row.totals.owed_gpu_ms;
@@ -407,6 +423,7 @@ pub fn measure(policy: &str, events: &[pb::Event], config: &MeasureConfig) -> Ru
         clock: config.start_ms,
         out: empty(policy, events.len()),
         usage: UsageFold::new(config.window),
+        missed: MissedOwed::default(),
         tree: None,
     };
     for (i, event) in events.iter().enumerate() {
@@ -414,6 +431,7 @@ pub fn measure(policy: &str, events: &[pb::Event], config: &MeasureConfig) -> Ru
             break;
         }
         m.advance(event.at_ms);
+        m.missed.close_hours(&m.usage, event.at_ms);
         m.apply(event);
         m.usage.apply(i as u64 + 1, event);
     }
@@ -426,6 +444,7 @@ fn empty(policy: &str, events: usize) -> RunMetrics {
         allocations: Vec::new(),
         owed_gpu_ms: 0,
         delivered_owed_gpu_ms: 0,
+        missed_over_served_gpu_ms: 0,
         used_gpu_ms: 0,
         available_gpu_ms: 0,
         contention_used_gpu_ms: 0,

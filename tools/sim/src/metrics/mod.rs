@@ -10,6 +10,7 @@
 //! capacity, demand) and delivered counts up to owed.
 
 mod fold;
+mod missed;
 mod series;
 
 pub use fold::{MeasureConfig, measure};
@@ -30,6 +31,9 @@ pub struct AllocationMetrics {
     pub delivered_gpu_ms: u128,
     /// Sum over hours of min(delivered, owed).
     pub delivered_owed_gpu_ms: u128,
+    /// Owed GPU-ms not delivered in hours that began with the allocation's window usage at or
+    /// above its allocated time (window ratio >= 1): see [`RunMetrics::missed_over_served_gpu_ms`].
+    pub missed_over_served_gpu_ms: u128,
 }
 
 /// One hour of the cluster, for the occupancy chart.
@@ -64,6 +68,11 @@ pub struct RunMetrics {
     pub owed_gpu_ms: u128,
     /// Sum of min(delivered, owed) over allocations and hours.
     pub delivered_owed_gpu_ms: u128,
+    /// The part of the owed time missed (`owed - delivered_owed`) that fell in hours which began
+    /// with the allocation at a window ratio of 1 or more: it had already used its allocation
+    /// over the window, so a window-ranked policy gives way to the others. Hourly owed time
+    /// missed this way is the window paying back earlier use, not GPUs lost.
+    pub missed_over_served_gpu_ms: u128,
     /// GPU-ms any job ran.
     pub used_gpu_ms: u128,
     /// GPU-ms available over the run.
@@ -142,6 +151,11 @@ impl RunMetrics {
     /// Unallocated share of delivered GPU time, in per cent.
     pub fn unallocated_pct(&self) -> f64 {
         percent(self.unallocated_gpu_ms, self.used_gpu_ms)
+    }
+
+    /// Owed GPU-ms not delivered, over all allocations and hours.
+    pub fn missed_gpu_ms(&self) -> u128 {
+        self.owed_gpu_ms.saturating_sub(self.delivered_owed_gpu_ms)
     }
 
     /// Lost work as a share of delivered GPU time, in per cent.

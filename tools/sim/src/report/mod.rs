@@ -24,6 +24,9 @@ pub struct ReportInputs {
     /// Demand over supply: GPU time the jobs need over GPU time the cluster offers in the
     /// span (2-3 for the clusters this product is built for).
     pub oversubscription: f64,
+    /// Share (0 to 1) of allocated GPU time in jobs bigger than their allocation's share of
+    /// the cluster ([`Workload::oversized_share`](crate::workload::Workload::oversized_share)).
+    pub oversized_share: f64,
     /// Fair-share window in ms.
     pub window_ms: i64,
     /// Grace period in ms.
@@ -49,6 +52,7 @@ impl ReportInputs {
             span_ms: setup.end_ms - crate::setup::EPOCH_MS,
             jobs: workload.jobs.len() as u64,
             oversubscription: workload.demand_over_supply(setup),
+            oversized_share: workload.oversized_share(setup),
             window_ms: i64::try_from(config.window.window_ms()).unwrap_or(i64::MAX),
             grace_ms: config.preemption.grace_ms,
         }
@@ -264,6 +268,7 @@ pub(crate) mod sample {
             owed_gpu_ms: owed_h * H,
             delivered_gpu_ms: (delivered_owed_h + 5) * H,
             delivered_owed_gpu_ms: delivered_owed_h * H,
+            missed_over_served_gpu_ms: 0,
         }
     }
 
@@ -298,6 +303,7 @@ pub(crate) mod sample {
             ],
             owed_gpu_ms: 1000 * H,
             delivered_owed_gpu_ms: 990 * H,
+            missed_over_served_gpu_ms: 6 * H,
             used_gpu_ms: 1100 * H,
             available_gpu_ms: 1200 * H,
             contention_used_gpu_ms: 980 * H,
@@ -330,6 +336,7 @@ pub(crate) mod sample {
             ],
             owed_gpu_ms: 1010 * H,
             delivered_owed_gpu_ms: 946 * H,
+            missed_over_served_gpu_ms: 16 * H,
             used_gpu_ms: 1000 * H,
             available_gpu_ms: 1200 * H,
             contention_used_gpu_ms: 900 * H,
@@ -358,6 +365,7 @@ pub(crate) mod sample {
                 span_ms: 4 * 3_600_000,
                 jobs: 120,
                 oversubscription: 2.5,
+                oversized_share: 0.125,
                 window_ms: 7 * 86_400_000,
                 grace_ms: 30_000,
             },
