@@ -143,7 +143,12 @@ fn owed_time_the_busy_team_misses_after_the_idle_one_returns_is_window_payback()
     assert!(a_missed >= 16 * 70 * gpu_hour, "a missed {a_missed}");
     assert!(a_missed <= 16 * 73 * gpu_hour, "a missed {a_missed}");
     assert_eq!(a.missed_over_served_gpu_ms, a_missed);
+    // a was over its allocation from its first hour (32 GPUs on a 16-GPU share) to the end:
+    // nearly all its owed time fell in such hours.
+    assert!(a.owed_over_served_gpu_ms >= 16 * 235 * gpu_hour);
+    assert!(a.owed_over_served_gpu_ms <= a.owed_gpu_ms);
     // b, back from a week of nothing, is never over-served.
+    assert_eq!(b.owed_over_served_gpu_ms, 0);
     assert_eq!(b.missed_over_served_gpu_ms, 0);
     assert_eq!(m.missed_over_served_gpu_ms, a_missed);
     assert!(m.missed_over_served_gpu_ms <= m.missed_gpu_ms());

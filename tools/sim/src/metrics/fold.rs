@@ -344,9 +344,19 @@ impl Measure<'_> {
         missed.close_hours(&self.usage, end);
         out.allocations = allocation_rows(&self.usage, self.tree.as_ref(), end);
         for a in &mut out.allocations {
-            a.missed_over_served_gpu_ms =
-                missed.missed_over_served.get(&a.path).copied().unwrap_or(0);
+            let (owed, missed) = missed
+                .over_served_hours
+                .get(&a.path)
+                .copied()
+                .unwrap_or((0, 0));
+            a.owed_over_served_gpu_ms = owed;
+            a.missed_over_served_gpu_ms = missed;
         }
+        out.owed_over_served_gpu_ms = out
+            .allocations
+            .iter()
+            .map(|a| a.owed_over_served_gpu_ms)
+            .sum();
         out.missed_over_served_gpu_ms = out
             .allocations
             .iter()
@@ -387,6 +397,7 @@ fn allocation_rows(
                     owed_gpu_ms: 0,
                     delivered_gpu_ms: 0,
                     delivered_owed_gpu_ms: 0,
+                    owed_over_served_gpu_ms: 0,
                     missed_over_served_gpu_ms: 0,
                 },
             );
@@ -402,6 +413,7 @@ fn allocation_rows(
                 owed_gpu_ms: 0,
                 delivered_gpu_ms: 0,
                 delivered_owed_gpu_ms: 0,
+                owed_over_served_gpu_ms: 0,
                 missed_over_served_gpu_ms: 0,
             });
         entry.demand_gpu_ms = row.totals.demand_gpu_ms;
@@ -444,6 +456,7 @@ fn empty(policy: &str, events: usize) -> RunMetrics {
         allocations: Vec::new(),
         owed_gpu_ms: 0,
         delivered_owed_gpu_ms: 0,
+        owed_over_served_gpu_ms: 0,
         missed_over_served_gpu_ms: 0,
         used_gpu_ms: 0,
         available_gpu_ms: 0,

@@ -30,8 +30,9 @@ pub(super) struct MissedOwed {
     over_served: BTreeSet<String>,
     /// Ledger totals (owed, owed delivered) per allocation at the end of the last hour closed.
     last: HashMap<String, (u128, u128)>,
-    /// Per allocation: owed GPU-ms missed in hours that began with it over-served.
-    pub missed_over_served: BTreeMap<String, u128>,
+    /// Per allocation: (owed GPU-ms, owed GPU-ms missed) in hours that began with it
+    /// over-served.
+    pub over_served_hours: BTreeMap<String, (u128, u128)>,
 }
 
 impl MissedOwed {
@@ -61,11 +62,13 @@ impl MissedOwed {
                     .0
                     .saturating_sub(owed)
                     .saturating_sub(now.1.saturating_sub(met));
-                if missed > 0 && self.over_served.contains(&row.allocation) {
-                    *self
-                        .missed_over_served
+                if self.over_served.contains(&row.allocation) {
+                    let sums = self
+                        .over_served_hours
                         .entry(row.allocation.clone())
-                        .or_default() += missed;
+                        .or_default();
+                    sums.0 += now.0.saturating_sub(owed);
+                    sums.1 += missed;
                 }
             }
         }

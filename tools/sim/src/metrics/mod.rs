@@ -31,8 +31,10 @@ pub struct AllocationMetrics {
     pub delivered_gpu_ms: u128,
     /// Sum over hours of min(delivered, owed).
     pub delivered_owed_gpu_ms: u128,
-    /// Owed GPU-ms not delivered in hours that began with the allocation's window usage at or
-    /// above its allocated time (window ratio >= 1): see [`RunMetrics::missed_over_served_gpu_ms`].
+    /// Owed GPU-ms in hours that began with the allocation's window usage at or above its
+    /// allocated time (window ratio >= 1): see [`RunMetrics::missed_over_served_gpu_ms`].
+    pub owed_over_served_gpu_ms: u128,
+    /// The part of those owed GPU-ms not delivered.
     pub missed_over_served_gpu_ms: u128,
 }
 
@@ -68,6 +70,9 @@ pub struct RunMetrics {
     pub owed_gpu_ms: u128,
     /// Sum of min(delivered, owed) over allocations and hours.
     pub delivered_owed_gpu_ms: u128,
+    /// The part of the owed time that fell in hours which began with the allocation at a window
+    /// ratio of 1 or more.
+    pub owed_over_served_gpu_ms: u128,
     /// The part of the owed time missed (`owed - delivered_owed`) that fell in hours which began
     /// with the allocation at a window ratio of 1 or more: it had already used its allocation
     /// over the window, so a window-ranked policy gives way to the others. Hourly owed time

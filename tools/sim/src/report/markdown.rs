@@ -114,6 +114,7 @@ fn missed_table(out: &mut String, runs: &[RunMetrics], window_ms: i64) {
             "Owed GPU-h missed",
             "of which the allocation had used its allocation over the window",
             "of which it had not",
+            "Owed delivered in hours below its window allocation",
             "GPU-h delivered beyond owed",
         ],
     );
@@ -136,6 +137,10 @@ fn missed_table(out: &mut String, runs: &[RunMetrics], window_ms: i64) {
                     percent_cell(over, missed, 1)
                 ),
                 gpu_hours_text(missed - over),
+                {
+                    let owed = run.owed_gpu_ms.saturating_sub(run.owed_over_served_gpu_ms);
+                    percent_cell(owed.saturating_sub(missed - over), owed, 2)
+                },
                 gpu_hours_text(beyond),
             ],
         );
@@ -482,10 +487,15 @@ mod tests {
         // fairshare: 1000 owed, 990 delivered: 10 missed, 6 of them while over-served; every
         // allocation ran 5 GPU-h beyond its owed time.
         let fs = row(&md, "## Owed time missed", "fairshare");
-        assert!(fs.contains("| 10.0 | 6.0 (60.0%) | 4.0 | 15.0 |"), "{fs}");
-        let fifo = row(&md, "## Owed time missed", "fifo");
+        // Hours below the window allocation: 900 owed, 4 missed.
         assert!(
-            fifo.contains("| 64.0 | 16.0 (25.0%) | 48.0 | 15.0 |"),
+            fs.contains("| 10.0 | 6.0 (60.0%) | 4.0 | 99.56% | 15.0 |"),
+            "{fs}"
+        );
+        let fifo = row(&md, "## Owed time missed", "fifo");
+        // 810 owed, 48 missed.
+        assert!(
+            fifo.contains("| 64.0 | 16.0 (25.0%) | 48.0 | 94.07% | 15.0 |"),
             "{fifo}"
         );
         assert!(md.contains("over the last 7.0 d at or above"));

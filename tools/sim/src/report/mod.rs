@@ -268,6 +268,7 @@ pub(crate) mod sample {
             owed_gpu_ms: owed_h * H,
             delivered_gpu_ms: (delivered_owed_h + 5) * H,
             delivered_owed_gpu_ms: delivered_owed_h * H,
+            owed_over_served_gpu_ms: 0,
             missed_over_served_gpu_ms: 0,
         }
     }
@@ -303,6 +304,7 @@ pub(crate) mod sample {
             ],
             owed_gpu_ms: 1000 * H,
             delivered_owed_gpu_ms: 990 * H,
+            owed_over_served_gpu_ms: 100 * H,
             missed_over_served_gpu_ms: 6 * H,
             used_gpu_ms: 1100 * H,
             available_gpu_ms: 1200 * H,
@@ -336,6 +338,7 @@ pub(crate) mod sample {
             ],
             owed_gpu_ms: 1010 * H,
             delivered_owed_gpu_ms: 946 * H,
+            owed_over_served_gpu_ms: 200 * H,
             missed_over_served_gpu_ms: 16 * H,
             used_gpu_ms: 1000 * H,
             available_gpu_ms: 1200 * H,

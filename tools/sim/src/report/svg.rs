@@ -942,6 +942,7 @@ mod tests {
                     owed_gpu_ms: 100 * sample::H,
                     delivered_gpu_ms: 100 * sample::H,
                     delivered_owed_gpu_ms: 97 * sample::H,
+                    owed_over_served_gpu_ms: 0,
                     missed_over_served_gpu_ms: 0,
                 })
                 .collect();
