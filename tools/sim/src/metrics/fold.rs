@@ -344,13 +344,11 @@ impl Measure<'_> {
         missed.close_hours(&self.usage, end);
         out.allocations = allocation_rows(&self.usage, self.tree.as_ref(), end);
         for a in &mut out.allocations {
-            let (owed, missed) = missed
+            (a.owed_over_served_gpu_ms, a.missed_over_served_gpu_ms) = missed
                 .over_served_hours
                 .get(&a.path)
                 .copied()
                 .unwrap_or((0, 0));
-            a.owed_over_served_gpu_ms = owed;
-            a.missed_over_served_gpu_ms = missed;
         }
         out.owed_over_served_gpu_ms = out
             .allocations
