@@ -13,6 +13,7 @@ use fairshare_model::budget::BudgetTree;
 use fairshare_preemption::domain::Config as ContractConfig;
 use fairshare_preemption::domain::contract;
 
+use super::idle::{Holes, Shape};
 use super::missed::MissedOwed;
 use super::{AllocationMetrics, HourPoint, RunMetrics, Waits};
 use crate::workload::JobClass;
@@ -33,8 +34,15 @@ pub struct MeasureConfig {
 
 /// A job as the measurement follows it.
 struct Tracked {
+    /// Its number in the measurement (the idle split keys holders by it).
+    serial: u32,
     submit_ms: i64,
     gpus: u64,
+    shape: Shape,
+    /// `(node index, GPUs)` of its current placement, while placed or running.
+    placed_on: Vec<(u32, u32)>,
+    /// Placed and not started yet.
+    pending: bool,
     class: JobClass,
     min_runtime_ms: i64,
     resumable: bool,
@@ -54,6 +62,13 @@ struct Levels {
     used: u64,
     unallocated_used: u64,
     queued: u64,
+}
+
+impl Levels {
+    /// Whether queued work exceeds idle GPUs: the time occupancy is judged over.
+    fn contended(&self) -> bool {
+        self.queued > self.capacity.saturating_sub(self.used)
+    }
 }
 
 /// The running integrals.
@@ -80,7 +95,7 @@ impl Integrals {
         self.used += used * dt;
         self.available += capacity * dt;
         self.unallocated += u128::from(levels.unallocated_used) * dt;
-        if levels.queued > idle {
+        if levels.contended() {
             self.contention_used += used * dt;
             self.contention_available += capacity * dt;
         }
@@ -134,6 +149,8 @@ struct Measure<'c> {
     usage: UsageFold,
     /// Owed time missed, split by what the window said (see [`MissedOwed`]).
     missed: MissedOwed,
+    /// Where idle GPUs went under contention (see [`Holes`]).
+    holes: Holes,
     tree: Option<BudgetTree>,
 }
 
@@ -147,6 +164,9 @@ impl Measure<'_> {
         if to > self.clock {
             self.integrals
                 .add(&self.levels, self.clock, to, self.config.start_ms);
+            if self.levels.contended() {
+                self.holes.add(self.clock, to);
+            }
             self.clock = to;
         }
     }
@@ -167,11 +187,43 @@ impl Measure<'_> {
         {
             job.queued = false;
             self.levels.queued = self.levels.queued.saturating_sub(job.gpus);
+            self.holes
+                .queue(job.shape, job.class != JobClass::Unallocated, false);
         }
+    }
+
+    fn placed(&mut self, p: &pb::JobPlaced) {
+        self.leave_queue(&p.job_id);
+        self.release_nodes(&p.job_id);
+        let Some(job) = self.jobs.get_mut(&p.job_id) else {
+            return;
+        };
+        for n in &p.nodes {
+            let idx = self.holes.node(&n.node);
+            self.holes.pending(idx, n.gpus, true);
+            job.placed_on.push((idx, n.gpus));
+        }
+        job.pending = true;
+    }
+
+    /// Gives back the nodes a job was placed on or ran on.
+    fn release_nodes(&mut self, job_id: &str) {
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        for (idx, gpus) in job.placed_on.drain(..) {
+            if job.pending {
+                self.holes.pending(idx, gpus, false);
+            } else {
+                self.holes.stop(idx, job.serial);
+            }
+        }
+        job.pending = false;
     }
 
     fn end_job(&mut self, job_id: &str, finished: bool) {
         self.leave_queue(job_id);
+        self.release_nodes(job_id);
         self.stop_run(job_id);
         if let Some(job) = self.jobs.get_mut(job_id)
             && !job.ended
@@ -201,15 +253,17 @@ impl Measure<'_> {
                     },
                 );
                 self.levels.capacity = open_gpus(&self.nodes);
+                self.holes.set_capacity(&n.node, n.gpus);
             }
             Some(Body::NodeCordoned(n)) => self.set_cordoned(&n.node, true),
             Some(Body::NodeUncordoned(n)) => self.set_cordoned(&n.node, false),
             Some(Body::NodeRemoved(n)) => {
                 self.nodes.remove(&n.node);
                 self.levels.capacity = open_gpus(&self.nodes);
+                self.holes.set_capacity(&n.node, 0);
             }
             Some(Body::JobSubmitted(s)) => self.submitted(s, now),
-            Some(Body::JobPlaced(p)) => self.leave_queue(&p.job_id),
+            Some(Body::JobPlaced(p)) => self.placed(p),
             Some(Body::JobStarted(s)) => self.started(&s.job_id, now),
             Some(Body::JobFinished(f)) => self.end_job(&f.job_id, true),
             Some(Body::JobFailed(f)) => self.end_job(&f.job_id, false),
@@ -224,6 +278,8 @@ impl Measure<'_> {
                 {
                     job.queued = true;
                     self.levels.queued += job.gpus;
+                    self.holes
+                        .queue(job.shape, job.class != JobClass::Unallocated, true);
                 }
             }
             Some(Body::JobRejected(_) | Body::MaintenanceScheduled(_))
@@ -237,20 +293,33 @@ impl Measure<'_> {
             n.cordoned = cordoned;
         }
         self.levels.capacity = open_gpus(&self.nodes);
+        self.holes.set_cordoned(node, cordoned);
     }
 
     fn submitted(&mut self, s: &pb::JobSubmitted, now: i64) {
         let Some(spec) = &s.spec else { return };
         let gpus = u64::try_from(spec.gpus).unwrap_or(0);
         let min_runtime_ms = spec.min_runtime_s.saturating_mul(1000);
+        let class = JobClass::of(gpus, min_runtime_ms);
+        let shape = s.shape.as_ref().map_or_else(
+            || (1, u32::try_from(gpus).unwrap_or(u32::MAX)),
+            |sh| (sh.nodes, sh.gpus_per_node),
+        );
         self.out.jobs_submitted += 1;
         self.levels.queued += gpus;
+        self.holes
+            .queue(shape, class != JobClass::Unallocated, true);
+        let serial = u32::try_from(self.jobs.len()).unwrap_or(u32::MAX);
         self.jobs.insert(
             s.job_id.clone(),
             Tracked {
+                serial,
                 submit_ms: now,
                 gpus,
-                class: JobClass::of(gpus, min_runtime_ms),
+                shape,
+                placed_on: Vec::new(),
+                pending: false,
+                class,
                 min_runtime_ms,
                 resumable: spec.resumable,
                 first_start_ms: None,
@@ -271,6 +340,17 @@ impl Measure<'_> {
         }
         job.running_since = Some(now);
         job.first_start_ms.get_or_insert(now);
+        if job.pending {
+            job.pending = false;
+            let unallocated = job.class == JobClass::Unallocated;
+            let protected_until =
+                contract::protected_until_ms(now, job.min_runtime_ms, &self.config.contract);
+            for &(idx, gpus) in &job.placed_on {
+                self.holes.pending(idx, gpus, false);
+                self.holes
+                    .start(idx, job.serial, gpus, unallocated, protected_until);
+            }
+        }
         self.levels.used += job.gpus;
         if job.class == JobClass::Unallocated {
             self.levels.unallocated_used += job.gpus;
@@ -291,6 +371,7 @@ impl Measure<'_> {
 
     fn preempted(&mut self, job_id: &str, now: i64) {
         self.out.preempted += 1;
+        self.release_nodes(job_id);
         if let Some((since, gpus, resumable)) = self.stop_run(job_id) {
             self.out.lost_gpu_ms += contract::lost_work_gpu_ms(
                 gpus,
@@ -339,6 +420,7 @@ impl Measure<'_> {
         out.contention_available_gpu_ms = i.contention_available;
         out.unallocated_gpu_ms = i.unallocated;
         out.idle_while_waiting_gpu_ms = i.idle_while_waiting;
+        out.idle_under_contention = self.holes.split;
         out.hourly = i.hourly;
         let mut missed = self.missed;
         missed.close_hours(&self.usage, end);
@@ -434,6 +516,7 @@ pub fn measure(policy: &str, events: &[pb::Event], config: &MeasureConfig) -> Ru
         out: empty(policy, events.len()),
         usage: UsageFold::new(config.window),
         missed: MissedOwed::default(),
+        holes: Holes::default(),
         tree: None,
     };
     for (i, event) in events.iter().enumerate() {
@@ -462,6 +545,7 @@ fn empty(policy: &str, events: usize) -> RunMetrics {
         contention_available_gpu_ms: 0,
         unallocated_gpu_ms: 0,
         idle_while_waiting_gpu_ms: 0,
+        idle_under_contention: Default::default(),
         debug_waits: Waits::default(),
         allocated_waits: Waits::default(),
         unallocated_waits: Waits::default(),

@@ -10,6 +10,7 @@
 //! capacity, demand) and delivered counts up to owed.
 
 mod fold;
+mod idle;
 mod missed;
 mod series;
 
@@ -90,6 +91,9 @@ pub struct RunMetrics {
     pub unallocated_gpu_ms: u128,
     /// GPU-ms idle while some job waited: the integral of min(idle GPUs, GPUs waited for).
     pub idle_while_waiting_gpu_ms: u128,
+    /// The idle GPU-ms of open nodes while queued work exceeded idle GPUs (the occupancy
+    /// shortfall), split by what kept them idle.
+    pub idle_under_contention: IdleUnderContention,
     /// Waits of debug jobs.
     pub debug_waits: Waits,
     /// Waits of other allocated jobs.
@@ -113,6 +117,38 @@ pub struct RunMetrics {
     pub events: u64,
     /// Occupancy per hour.
     pub hourly: Vec<HourPoint>,
+}
+
+/// Idle GPU-ms of open nodes while queued work exceeded idle GPUs, filed node by node under
+/// the first cause that holds (see the `idle` module). The parts add up to the occupancy
+/// shortfall (`contention_available - contention_used`) whenever no job runs on a cordoned
+/// node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IdleUnderContention {
+    /// Placed, and the launcher had not confirmed the start yet.
+    pub awaiting_start_gpu_ms: u128,
+    /// A waiting job fitted the node's free GPUs as they were (a reservation kept them, or the
+    /// next decision cycle had not run).
+    pub waiting_job_fits_gpu_ms: u128,
+    /// The smallest waiting allocated job would have fitted had the node's unallocated work
+    /// (always preemptible) left.
+    pub fits_without_unallocated_gpu_ms: u128,
+    /// It would have fitted only had allocated work past its minimum runtime left too (which
+    /// the rank rule allows only for a better-ranked waiter).
+    pub fits_without_past_minimum_gpu_ms: u128,
+    /// No waiting allocated job would have fitted even with every preemptible job gone.
+    pub nothing_fits_gpu_ms: u128,
+}
+
+impl IdleUnderContention {
+    /// All the idle GPU-ms filed.
+    pub fn total(&self) -> u128 {
+        self.awaiting_start_gpu_ms
+            + self.waiting_job_fits_gpu_ms
+            + self.fits_without_unallocated_gpu_ms
+            + self.fits_without_past_minimum_gpu_ms
+            + self.nothing_fits_gpu_ms
+    }
 }
 
 /// A share `num / den` as a percentage, 0 when `den` is 0.

@@ -24,6 +24,7 @@ pub fn render(report: &Report, charts: &[(&str, &str)]) -> String {
     }
     delivery_table(&mut out, &report.runs);
     missed_table(&mut out, &report.runs, report.inputs.window_ms);
+    idle_table(&mut out, &report.runs);
     waits_table(&mut out, &report.runs);
     targets_section(&mut out, &report.runs[0]);
     allocation_table(&mut out, &report.runs);
@@ -155,6 +156,54 @@ fn missed_table(out: &mut String, runs: &[RunMetrics], window_ms: i64) {
          use being paid back. Delivered beyond owed: GPU time allocations ran above their hourly \
          owed (jobs bigger than the hourly share, or GPUs nobody else asked for).\n",
         human_duration(window_ms)
+    );
+}
+
+fn idle_table(out: &mut String, runs: &[RunMetrics]) {
+    out.push_str("## Idle GPUs under contention\n\n");
+    table_head(
+        out,
+        &[
+            "Policy",
+            "Idle GPU-h",
+            "awaiting the launcher's start",
+            "a waiting job fitted",
+            "fits once unallocated work leaves",
+            "fits once work past its minimum runtime leaves",
+            "nothing waiting fits",
+        ],
+    );
+    for run in runs {
+        let split = &run.idle_under_contention;
+        let of_time = |gpu_ms: u128| {
+            format!(
+                "{} ({})",
+                gpu_hours_text(gpu_ms),
+                percent_cell(gpu_ms, run.contention_available_gpu_ms, 2)
+            )
+        };
+        table_row(
+            out,
+            &[
+                escape(&run.policy),
+                of_time(split.total()),
+                of_time(split.awaiting_start_gpu_ms),
+                of_time(split.waiting_job_fits_gpu_ms),
+                of_time(split.fits_without_unallocated_gpu_ms),
+                of_time(split.fits_without_past_minimum_gpu_ms),
+                of_time(split.nothing_fits_gpu_ms),
+            ],
+        );
+    }
+    out.push_str(
+        "\nThe occupancy shortfall, node by node: each idle GPU of an open node, while queued work \
+         exceeded idle GPUs, is filed under the first cause that held. Percentages are of the GPU \
+         time available then, so with occupancy they add up to 100%. \"A waiting job fitted\": \
+         the scheduler left usable GPUs idle (a reservation, or the next cycle). \"Fits once ... \
+         leaves\": the smallest waiting allocated job would fit had that work gone; unallocated \
+         work may always be preempted, work past its minimum runtime only for a better-ranked \
+         waiter. \"Nothing waiting fits\": protected work holds the rest of the node, or every \
+         waiting job is bigger (fragmentation).\n\n",
     );
 }
 
@@ -501,6 +550,22 @@ mod tests {
         );
         assert!(md.contains("over the last 7.0 d at or above"));
         assert!(md.contains("share of the cluster: 12.5% (while"));
+    }
+
+    #[test]
+    fn idle_gpus_are_split_by_cause_as_shares_of_the_contended_time() {
+        let md = rendered();
+        // fairshare: 1000 GPU-h available under contention, 20 idle: 1 + 2 + 3 + 4 + 10.
+        let fs = row(&md, "## Idle GPUs under contention", "fairshare");
+        assert!(
+            fs.contains(
+                "| 20.0 (2.00%) | 1.0 (0.10%) | 2.0 (0.20%) | 3.0 (0.30%) | 4.0 (0.40%) | 10.0 (1.00%) |"
+            ),
+            "{fs}"
+        );
+        // fifo filed nothing (a log without placements on nodes).
+        let fifo = row(&md, "## Idle GPUs under contention", "fifo");
+        assert!(fifo.contains("| 0.0 (0.00%) | 0.0 (0.00%) |"), "{fifo}");
     }
 
     #[test]

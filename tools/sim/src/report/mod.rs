@@ -255,7 +255,7 @@ mod tests {
 #[cfg(test)]
 pub(crate) mod sample {
     use super::{Report, ReportInputs};
-    use crate::metrics::{AllocationMetrics, HourPoint, RunMetrics, Waits};
+    use crate::metrics::{AllocationMetrics, HourPoint, IdleUnderContention, RunMetrics, Waits};
 
     /// One GPU-hour in GPU-ms.
     pub(crate) const H: u128 = 3_600_000;
@@ -312,6 +312,13 @@ pub(crate) mod sample {
             contention_available_gpu_ms: 1000 * H,
             unallocated_gpu_ms: 50 * H,
             idle_while_waiting_gpu_ms: 3 * H / 2,
+            idle_under_contention: IdleUnderContention {
+                awaiting_start_gpu_ms: H,
+                waiting_job_fits_gpu_ms: 2 * H,
+                fits_without_unallocated_gpu_ms: 3 * H,
+                fits_without_past_minimum_gpu_ms: 4 * H,
+                nothing_fits_gpu_ms: 10 * H,
+            },
             debug_waits: waits(
                 &[
                     0, 5_000, 10_000, 12_000, 15_000, 20_000, 25_000, 28_000, 29_000, 3_600_000,
@@ -346,6 +353,7 @@ pub(crate) mod sample {
             contention_available_gpu_ms: 1000 * H,
             unallocated_gpu_ms: 0,
             idle_while_waiting_gpu_ms: 40 * H,
+            idle_under_contention: IdleUnderContention::default(),
             debug_waits: waits(&[40_000], 0),
             allocated_waits: Waits::default(),
             unallocated_waits: waits(&[2 * 86_400_000], 0),

@@ -1,0 +1,314 @@
+//! Where the idle GPUs went while work waited: the occupancy shortfall, node by node.
+//!
+//! Place in the flow: [`measure`](super::measure) tells [`Holes`] about every queue change,
+//! placement, start and stop it folds, and calls [`Holes::add`] for each stretch of time
+//! between events in which queued work exceeded idle GPUs (the stretches occupancy counts).
+//! `add` files each open node's idle GPUs under the first of these that holds at the stretch's
+//! start:
+//!
+//! 1. *awaiting start*: placed, and the launcher has not confirmed the start yet;
+//! 2. *a waiting job fits*: some queued job fits the node's free GPUs (a single-node job no
+//!    bigger than them, or a multi-node job of the node's size on a wholly free node). The
+//!    scheduler chose not to use them: a reservation kept them, or the next cycle had not run;
+//! 3. *fits once unallocated work leaves*: the smallest waiting allocated job would fit if the
+//!    node's unallocated work (always preemptible) were gone;
+//! 4. *fits once work past its minimum runtime leaves*: it would fit only if allocated work past
+//!    its minimum runtime left too, which the rank rule allows only for a better-ranked waiter;
+//! 5. *nothing waiting fits*: even with every preemptible job gone, no waiting allocated job
+//!    fits (protected work holds the rest, or the waiting jobs are all bigger than the node).
+//!
+//! Why: SPEC section 6 calls fragmentation the enemy of occupancy. Counting only the idle
+//! total cannot tell a fragmented cluster (4, 5) from a scheduler that leaves usable GPUs idle
+//! (1, 2) or one that does not preempt what it may (3).
+//!
+//! Cost: only nodes with idle or pending GPUs are visited (kept in an ordered set), and only
+//! under contention.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::IdleUnderContention;
+
+/// A running job on one node, as the split needs it.
+#[derive(Debug, Clone, Copy)]
+struct Holder {
+    /// The job's serial number in the measurement.
+    job: u32,
+    gpus: u32,
+    unallocated: bool,
+    /// End of its protection from fair-share preemption.
+    protected_until_ms: i64,
+}
+
+/// One node's GPUs.
+#[derive(Debug, Default)]
+struct Node {
+    capacity: u32,
+    cordoned: bool,
+    /// Placed and not started yet.
+    pending: u32,
+    holders: Vec<Holder>,
+}
+
+impl Node {
+    fn running(&self) -> u32 {
+        self.holders.iter().map(|h| h.gpus).sum()
+    }
+
+    fn free(&self) -> u32 {
+        self.capacity
+            .saturating_sub(self.running())
+            .saturating_sub(self.pending)
+    }
+}
+
+/// Counts of queued jobs: (all, allocated only).
+type Counts = (u32, u32);
+
+/// What the split keeps between events.
+#[derive(Debug, Default)]
+pub(super) struct Holes {
+    nodes: Vec<Node>,
+    by_name: HashMap<String, u32>,
+    /// Nodes with free or pending GPUs: the only ones `add` visits.
+    idle: BTreeSet<u32>,
+    /// Queued single-node jobs by GPUs.
+    single: BTreeMap<u32, Counts>,
+    /// Queued multi-node jobs by GPUs per node.
+    multi: BTreeMap<u32, Counts>,
+    /// The split so far.
+    pub split: IdleUnderContention,
+}
+
+/// A queued job's shape: `(nodes, GPUs per node)`.
+pub(super) type Shape = (u32, u32);
+
+fn count(map: &mut BTreeMap<u32, Counts>, key: u32, allocated: bool, up: bool) {
+    let entry = map.entry(key).or_default();
+    let step = |c: u32| if up { c + 1 } else { c.saturating_sub(1) };
+    entry.0 = step(entry.0);
+    if allocated {
+        entry.1 = step(entry.1);
+    }
+    if entry.0 == 0 {
+        map.remove(&key);
+    }
+}
+
+impl Holes {
+    /// The node's index, registering it if new.
+    pub fn node(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.by_name.get(name) {
+            return i;
+        }
+        let i = u32::try_from(self.nodes.len()).unwrap_or(u32::MAX);
+        self.nodes.push(Node::default());
+        self.by_name.insert(name.to_owned(), i);
+        i
+    }
+
+    /// A node registered (again) with `gpus`, or left service (`gpus` 0).
+    pub fn set_capacity(&mut self, name: &str, gpus: u32) {
+        let i = self.node(name);
+        self.nodes[i as usize].capacity = gpus;
+        self.touch(i);
+    }
+
+    /// A node cordoned or uncordoned: a cordoned node's idle GPUs are not available.
+    pub fn set_cordoned(&mut self, name: &str, cordoned: bool) {
+        let i = self.node(name);
+        self.nodes[i as usize].cordoned = cordoned;
+        self.touch(i);
+    }
+
+    /// A job joined (`up`) or left the queue.
+    pub fn queue(&mut self, shape: Shape, allocated: bool, up: bool) {
+        let (nodes, gpus_per_node) = shape;
+        if nodes <= 1 {
+            count(&mut self.single, gpus_per_node, allocated, up);
+        } else {
+            count(&mut self.multi, gpus_per_node, allocated, up);
+        }
+    }
+
+    /// GPUs placed on a node, not started yet (`up`), or no longer pending.
+    pub fn pending(&mut self, node: u32, gpus: u32, up: bool) {
+        if let Some(n) = self.nodes.get_mut(node as usize) {
+            n.pending = if up {
+                n.pending.saturating_add(gpus)
+            } else {
+                n.pending.saturating_sub(gpus)
+            };
+            self.touch(node);
+        }
+    }
+
+    /// Job `job` started holding `gpus` on `node`.
+    pub fn start(
+        &mut self,
+        node: u32,
+        job: u32,
+        gpus: u32,
+        unallocated: bool,
+        protected_until_ms: i64,
+    ) {
+        if let Some(n) = self.nodes.get_mut(node as usize) {
+            n.holders.push(Holder {
+                job,
+                gpus,
+                unallocated,
+                protected_until_ms,
+            });
+            self.touch(node);
+        }
+    }
+
+    /// Job `job` stopped running on `node`.
+    pub fn stop(&mut self, node: u32, job: u32) {
+        if let Some(n) = self.nodes.get_mut(node as usize) {
+            n.holders.retain(|h| h.job != job);
+            self.touch(node);
+        }
+    }
+
+    fn touch(&mut self, i: u32) {
+        let n = &self.nodes[i as usize];
+        if n.free() > 0 || n.pending > 0 {
+            self.idle.insert(i);
+        } else {
+            self.idle.remove(&i);
+        }
+    }
+
+    /// Files the idle GPUs of `[from, to)`, a stretch under contention.
+    pub fn add(&mut self, from: i64, to: i64) {
+        let Ok(dt) = u128::try_from(to - from) else {
+            return;
+        };
+        if dt == 0 {
+            return;
+        }
+        let smallest_single = self.single.keys().next().copied();
+        let smallest_allocated = self.single.iter().find(|(_, c)| c.1 > 0).map(|(&g, _)| g);
+        let s = &mut self.split;
+        for &i in &self.idle {
+            let n = &self.nodes[i as usize];
+            if n.cordoned || n.capacity == 0 {
+                continue;
+            }
+            s.awaiting_start_gpu_ms += u128::from(n.pending) * dt;
+            let free = n.free();
+            if free == 0 {
+                continue;
+            }
+            let idle = u128::from(free) * dt;
+            let whole = free == n.capacity;
+            let multi = self.multi.get(&n.capacity);
+            if smallest_single.is_some_and(|g| g <= free) || (whole && multi.is_some()) {
+                s.waiting_job_fits_gpu_ms += idle;
+                continue;
+            }
+            // The room the smallest waiting allocated job needs here: its GPUs, or the whole
+            // node for a multi-node job of this node's size.
+            let need = match (smallest_allocated, multi.is_some_and(|c| c.1 > 0)) {
+                (Some(g), _) if g <= n.capacity => g,
+                (_, true) => n.capacity,
+                _ => {
+                    s.nothing_fits_gpu_ms += idle;
+                    continue;
+                }
+            };
+            let unallocated: u32 = n
+                .holders
+                .iter()
+                .filter(|h| h.unallocated)
+                .map(|h| h.gpus)
+                .sum();
+            let past: u32 = n
+                .holders
+                .iter()
+                .filter(|h| !h.unallocated && h.protected_until_ms <= from)
+                .map(|h| h.gpus)
+                .sum();
+            if free + unallocated >= need {
+                s.fits_without_unallocated_gpu_ms += idle;
+            } else if free + unallocated + past >= need {
+                s.fits_without_past_minimum_gpu_ms += idle;
+            } else {
+                s.nothing_fits_gpu_ms += idle;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60_000;
+
+    fn cluster() -> Holes {
+        let mut h = Holes::default();
+        h.set_capacity("n1", 8);
+        h
+    }
+
+    #[test]
+    fn a_hole_is_filed_by_what_would_have_to_leave_for_the_smallest_waiter() {
+        // One 8-GPU node: an unallocated 2-GPU job, an allocated 2-GPU job past its minimum
+        // runtime at minute 10, a protected 1-GPU job; 3 GPUs free.
+        let mut h = cluster();
+        h.start(0, 1, 2, true, 0);
+        h.start(0, 2, 2, false, 10 * MIN);
+        h.start(0, 3, 1, false, 100 * MIN);
+        // Waiting: an allocated 5-GPU job. Unallocated work gone: 3 + 2 = 5 fits.
+        h.queue((1, 5), true, true);
+        h.add(0, MIN);
+        assert_eq!(h.split.fits_without_unallocated_gpu_ms, 3 * MIN as u128);
+        // An allocated 7-GPU job instead: fits only once the allocated 2-GPU job past its
+        // minimum runtime leaves too, and only from minute 10.
+        h.queue((1, 5), true, false);
+        h.queue((1, 7), true, true);
+        h.add(MIN, 2 * MIN);
+        assert_eq!(h.split.nothing_fits_gpu_ms, 3 * MIN as u128);
+        h.add(10 * MIN, 11 * MIN);
+        assert_eq!(h.split.fits_without_past_minimum_gpu_ms, 3 * MIN as u128);
+        // A waiting unallocated 3-GPU job fits the hole as it is.
+        h.queue((1, 3), false, true);
+        h.add(11 * MIN, 12 * MIN);
+        assert_eq!(h.split.waiting_job_fits_gpu_ms, 3 * MIN as u128);
+        assert_eq!(h.split.total(), 12 * MIN as u128);
+    }
+
+    #[test]
+    fn unallocated_waiters_never_count_as_room_made_by_preemption() {
+        // Only an unallocated 8-GPU job waits: unallocated work never preempts, so the hole
+        // next to a 1-GPU unallocated job is not room preemption could make.
+        let mut h = cluster();
+        h.start(0, 1, 1, true, 0);
+        h.queue((1, 8), false, true);
+        h.add(0, MIN);
+        assert_eq!(h.split.nothing_fits_gpu_ms, 7 * MIN as u128);
+        assert_eq!(h.split.fits_without_unallocated_gpu_ms, 0);
+    }
+
+    #[test]
+    fn whole_free_nodes_count_for_multi_node_waiters_and_pending_gpus_for_the_launcher() {
+        let mut h = cluster();
+        h.set_capacity("n2", 8);
+        h.queue((2, 8), true, true);
+        h.pending(1, 8, true);
+        h.add(0, MIN);
+        // n1 is wholly free and a 2 x 8 job waits; n2's GPUs await their start.
+        assert_eq!(h.split.waiting_job_fits_gpu_ms, 8 * MIN as u128);
+        assert_eq!(h.split.awaiting_start_gpu_ms, 8 * MIN as u128);
+        // Started: n2 holds it, nothing idle there any more.
+        h.pending(1, 8, false);
+        h.start(1, 9, 8, false, 100 * MIN);
+        h.set_cordoned("n1", true);
+        h.add(MIN, 2 * MIN);
+        assert_eq!(h.split.total(), 16 * MIN as u128);
+        h.stop(1, 9);
+        h.add(2 * MIN, 3 * MIN);
+        assert_eq!(h.split.waiting_job_fits_gpu_ms, 16 * MIN as u128);
+    }
+}
