@@ -1,5 +1,5 @@
-//! The report's text: inputs, one row per policy (delivery, where owed time was missed, waits),
-//! the SPEC targets and a per-allocation table.
+//! The report's text: inputs, one row per policy (delivery, where owed time was missed, where
+//! idle GPUs went under contention, waits), the SPEC targets and a per-allocation table.
 //!
 //! Place in the flow: [`report::write`](super::write()) calls [`render`] with the measured runs
 //! and the chart files it writes beside `report.md`. Every figure is formatted from integers
