@@ -100,6 +100,16 @@ fn the_idle_split_accounts_for_the_whole_occupancy_shortfall_of_every_policy() {
             m.policy
         );
     }
+    // Only fairshare preempts, so only its holes can wait on victims that are stopping.
+    for run in &runs {
+        let stopping = run.metrics.idle_under_contention.victims_stopping_gpu_ms;
+        assert_eq!(
+            stopping > 0,
+            run.policy == Policy::Fairshare,
+            "{}: {stopping}",
+            run.metrics.policy
+        );
+    }
     // Helios jobs come in 1 to 8 GPUs and whole nodes: some holes are too small for any
     // waiting job, under every policy.
     assert!(

@@ -362,6 +362,11 @@ impl Measure<'_> {
         let Some(job) = self.jobs.get(job_id) else {
             return;
         };
+        if !job.pending {
+            for &(idx, _) in &job.placed_on {
+                self.holes.ordered_off(idx, job.serial);
+            }
+        }
         if let Some(since) = job.running_since
             && contract::is_protected(since, job.min_runtime_ms, now, &self.config.contract)
         {

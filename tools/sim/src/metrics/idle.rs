@@ -10,16 +10,19 @@
 //! 2. *a waiting job fits*: some queued job fits the node's free GPUs (a single-node job no
 //!    bigger than them, or a multi-node job of the node's size on a wholly free node). The
 //!    scheduler chose not to use them: a reservation kept them, or the next cycle had not run;
-//! 3. *fits once unallocated work leaves*: the smallest waiting allocated job would fit if the
-//!    node's unallocated work (always preemptible) were gone;
-//! 4. *fits once work past its minimum runtime leaves*: it would fit only if allocated work past
+//! 3. *victims still stopping*: the smallest waiting allocated job fits once the jobs already
+//!    ordered off the node stop (the grace period and the launcher's stop at work);
+//! 4. *fits once unallocated work leaves*: it would fit if the node's unallocated work (always
+//!    preemptible) were gone too;
+//! 5. *fits once work past its minimum runtime leaves*: it would fit only if allocated work past
 //!    its minimum runtime left too, which the rank rule allows only for a better-ranked waiter;
-//! 5. *nothing waiting fits*: even with every preemptible job gone, no waiting allocated job
+//! 6. *nothing waiting fits*: even with every preemptible job gone, no waiting allocated job
 //!    fits (protected work holds the rest, or the waiting jobs are all bigger than the node).
 //!
 //! Why: SPEC section 6 calls fragmentation the enemy of occupancy. Counting only the idle
-//! total cannot tell a fragmented cluster (4, 5) from a scheduler that leaves usable GPUs idle
-//! (1, 2) or one that does not preempt what it may (3).
+//! total cannot tell a fragmented cluster (5, 6) from a scheduler that leaves usable GPUs idle
+//! (1, 2), the cost of preempting at all (3), or a scheduler that does not preempt what it may
+//! (4).
 //!
 //! Cost: only nodes with idle or pending GPUs are visited (kept in an ordered set), and only
 //! under contention.
@@ -37,6 +40,8 @@ struct Holder {
     unallocated: bool,
     /// End of its protection from fair-share preemption.
     protected_until_ms: i64,
+    /// Ordered off and not stopped yet.
+    leaving: bool,
 }
 
 /// One node's GPUs.
@@ -157,8 +162,18 @@ impl Holes {
                 gpus,
                 unallocated,
                 protected_until_ms,
+                leaving: false,
             });
             self.touch(node);
+        }
+    }
+
+    /// Job `job`, running on `node`, was ordered off.
+    pub fn ordered_off(&mut self, node: u32, job: u32) {
+        if let Some(n) = self.nodes.get_mut(node as usize) {
+            for h in n.holders.iter_mut().filter(|h| h.job == job) {
+                h.leaving = true;
+            }
         }
     }
 
@@ -217,19 +232,20 @@ impl Holes {
                     continue;
                 }
             };
-            let unallocated: u32 = n
-                .holders
-                .iter()
-                .filter(|h| h.unallocated)
-                .map(|h| h.gpus)
-                .sum();
-            let past: u32 = n
-                .holders
-                .iter()
-                .filter(|h| !h.unallocated && h.protected_until_ms <= from)
-                .map(|h| h.gpus)
-                .sum();
-            if free + unallocated >= need {
+            let (mut leaving, mut unallocated, mut past) = (0, 0, 0);
+            for h in &n.holders {
+                if h.leaving {
+                    leaving += h.gpus;
+                } else if h.unallocated {
+                    unallocated += h.gpus;
+                } else if h.protected_until_ms <= from {
+                    past += h.gpus;
+                }
+            }
+            let free = free + leaving;
+            if leaving > 0 && free >= need {
+                s.victims_stopping_gpu_ms += idle;
+            } else if free + unallocated >= need {
                 s.fits_without_unallocated_gpu_ms += idle;
             } else if free + unallocated + past >= need {
                 s.fits_without_past_minimum_gpu_ms += idle;
@@ -272,11 +288,22 @@ mod tests {
         assert_eq!(h.split.nothing_fits_gpu_ms, 3 * MIN as u128);
         h.add(10 * MIN, 11 * MIN);
         assert_eq!(h.split.fits_without_past_minimum_gpu_ms, 3 * MIN as u128);
+        // The allocated job past its minimum runtime is ordered off: the 7-GPU job now needs
+        // only the unallocated work gone besides.
+        h.ordered_off(0, 2);
+        h.add(11 * MIN, 12 * MIN);
+        assert_eq!(h.split.fits_without_unallocated_gpu_ms, 6 * MIN as u128);
+        // For a 5-GPU job, the hole waits on a preemption already under way, not on one the
+        // scheduler could still order.
+        h.queue((1, 7), true, false);
+        h.queue((1, 5), true, true);
+        h.add(12 * MIN, 13 * MIN);
+        assert_eq!(h.split.victims_stopping_gpu_ms, 3 * MIN as u128);
         // A waiting unallocated 3-GPU job fits the hole as it is.
         h.queue((1, 3), false, true);
-        h.add(11 * MIN, 12 * MIN);
+        h.add(13 * MIN, 14 * MIN);
         assert_eq!(h.split.waiting_job_fits_gpu_ms, 3 * MIN as u128);
-        assert_eq!(h.split.total(), 12 * MIN as u128);
+        assert_eq!(h.split.total(), 18 * MIN as u128);
     }
 
     #[test]

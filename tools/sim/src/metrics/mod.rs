@@ -130,8 +130,10 @@ pub struct IdleUnderContention {
     /// A waiting job fitted the node's free GPUs as they were (a reservation kept them, or the
     /// next decision cycle had not run).
     pub waiting_job_fits_gpu_ms: u128,
-    /// The smallest waiting allocated job would have fitted had the node's unallocated work
-    /// (always preemptible) left.
+    /// The smallest waiting allocated job fitted once jobs already ordered off the node stopped
+    /// (grace period and the launcher's stop).
+    pub victims_stopping_gpu_ms: u128,
+    /// It would have fitted had the node's unallocated work (always preemptible) left too.
     pub fits_without_unallocated_gpu_ms: u128,
     /// It would have fitted only had allocated work past its minimum runtime left too (which
     /// the rank rule allows only for a better-ranked waiter).
@@ -145,6 +147,7 @@ impl IdleUnderContention {
     pub fn total(&self) -> u128 {
         self.awaiting_start_gpu_ms
             + self.waiting_job_fits_gpu_ms
+            + self.victims_stopping_gpu_ms
             + self.fits_without_unallocated_gpu_ms
             + self.fits_without_past_minimum_gpu_ms
             + self.nothing_fits_gpu_ms

@@ -168,6 +168,7 @@ fn idle_table(out: &mut String, runs: &[RunMetrics]) {
             "Idle GPU-h",
             "awaiting the launcher's start",
             "a waiting job fitted",
+            "victims still stopping",
             "fits once unallocated work leaves",
             "fits once work past its minimum runtime leaves",
             "nothing waiting fits",
@@ -189,6 +190,7 @@ fn idle_table(out: &mut String, runs: &[RunMetrics]) {
                 of_time(split.total()),
                 of_time(split.awaiting_start_gpu_ms),
                 of_time(split.waiting_job_fits_gpu_ms),
+                of_time(split.victims_stopping_gpu_ms),
                 of_time(split.fits_without_unallocated_gpu_ms),
                 of_time(split.fits_without_past_minimum_gpu_ms),
                 of_time(split.nothing_fits_gpu_ms),
@@ -199,8 +201,9 @@ fn idle_table(out: &mut String, runs: &[RunMetrics]) {
         "\nThe occupancy shortfall, node by node: each idle GPU of an open node, while queued work \
          exceeded idle GPUs, is filed under the first cause that held. Percentages are of the GPU \
          time available then, so with occupancy they add up to 100%. \"A waiting job fitted\": \
-         the scheduler left usable GPUs idle (a reservation, or the next cycle). \"Fits once ... \
-         leaves\": the smallest waiting allocated job would fit had that work gone; unallocated \
+         the scheduler left usable GPUs idle (a reservation, or the next cycle). \"Victims still \
+         stopping\": the smallest waiting allocated job fits once the jobs already ordered off the \
+         node stop. \"Fits once ... leaves\": it would fit had that work gone too; unallocated \
          work may always be preempted, work past its minimum runtime only for a better-ranked \
          waiter. \"Nothing waiting fits\": protected work holds the rest of the node, or every \
          waiting job is bigger (fragmentation).\n\n",
@@ -555,11 +558,11 @@ mod tests {
     #[test]
     fn idle_gpus_are_split_by_cause_as_shares_of_the_contended_time() {
         let md = rendered();
-        // fairshare: 1000 GPU-h available under contention, 20 idle: 1 + 2 + 3 + 4 + 10.
+        // fairshare: 1000 GPU-h available under contention, 25 idle: 1 + 2 + 5 + 3 + 4 + 10.
         let fs = row(&md, "## Idle GPUs under contention", "fairshare");
         assert!(
             fs.contains(
-                "| 20.0 (2.00%) | 1.0 (0.10%) | 2.0 (0.20%) | 3.0 (0.30%) | 4.0 (0.40%) | 10.0 (1.00%) |"
+                "| 25.0 (2.50%) | 1.0 (0.10%) | 2.0 (0.20%) | 5.0 (0.50%) | 3.0 (0.30%) | 4.0 (0.40%) | 10.0 (1.00%) |"
             ),
             "{fs}"
         );

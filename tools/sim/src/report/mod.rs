@@ -315,6 +315,7 @@ pub(crate) mod sample {
             idle_under_contention: IdleUnderContention {
                 awaiting_start_gpu_ms: H,
                 waiting_job_fits_gpu_ms: 2 * H,
+                victims_stopping_gpu_ms: 5 * H,
                 fits_without_unallocated_gpu_ms: 3 * H,
                 fits_without_past_minimum_gpu_ms: 4 * H,
                 nothing_fits_gpu_ms: 10 * H,
