@@ -11,8 +11,10 @@ use fairshare_model::duration::parse_duration;
 use fairshare_model::trace::parse_replay;
 use fairshare_sim::engine::EngineConfig;
 use fairshare_sim::mapping::{MappingRules, parse_tenant_map};
+use fairshare_sim::metrics::RunMetrics;
 use fairshare_sim::progress::Progress;
-use fairshare_sim::report::{self, Report, ReportInputs};
+use fairshare_sim::replicas::{self, Spread};
+use fairshare_sim::report::{self, MIN_OWED_GPU_MS, Report, ReportInputs};
 use fairshare_sim::scenarios;
 use fairshare_sim::setup::{EPOCH_MS, Setup};
 use fairshare_sim::simulate::{Policy, PolicyRun, simulate};
@@ -157,6 +159,15 @@ struct CommonArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Runs of each policy, the main one included. The others replay the same jobs with each
+    /// arrival nudged by up to `--replica-jitter`; the report then gives the lowest, median and
+    /// highest headline figures over all runs, which says how large a difference between two
+    /// settings must be to mean more than noise. Costs one more simulation per replica.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    replicas: u32,
+    /// Largest nudge of a job's arrival in a replica ("1m", "10s").
+    #[arg(long, default_value = "1m")]
+    replica_jitter: String,
 }
 
 #[derive(Debug, Args)]
@@ -218,6 +229,34 @@ impl CommonArgs {
             .context("preemption settings")?;
         config.limits.max_min_runtime_s = config.preemption.min_runtime_cap_ms / 1000;
         Ok(config)
+    }
+
+    /// Runs the replicas beyond the main run (`--replicas`) and their spread, if any.
+    fn replicate(
+        &self,
+        setup: &Setup,
+        workload: &Workload,
+        config: &EngineConfig,
+        policies: &[Policy],
+        main: &[RunMetrics],
+    ) -> anyhow::Result<Option<Spread>> {
+        if self.replicas <= 1 {
+            return Ok(None);
+        }
+        let jitter_ms = ms(&self.replica_jitter, "replica-jitter")?;
+        let mut all = vec![main.to_vec()];
+        for replica in 1..self.replicas {
+            let started = Instant::now();
+            let nudged = replicas::jittered(workload, replica, jitter_ms);
+            let runs = simulate(setup, &nudged, config, policies, |_, _| {});
+            eprintln!(
+                "replica {replica}/{}: simulated in {:.3} s",
+                self.replicas - 1,
+                started.elapsed().as_secs_f64()
+            );
+            all.push(runs.into_iter().map(|r| r.metrics).collect());
+        }
+        Ok(replicas::spread(&all, jitter_ms, MIN_OWED_GPU_MS))
     }
 
     fn policies(&self) -> anyhow::Result<Vec<Policy>> {
@@ -286,9 +325,12 @@ impl CommonArgs {
                 );
             }
         }
+        let main: Vec<RunMetrics> = runs.iter().map(|r| r.metrics.clone()).collect();
+        let spread = self.replicate(setup, workload, &config, &policies, &main)?;
         let report = Report {
             inputs,
-            runs: runs.iter().map(|r| r.metrics.clone()).collect(),
+            runs: main,
+            spread,
         };
         let written = report::write(&self.out, &report)
             .with_context(|| format!("cannot write the report to {}", self.out.display()))?;

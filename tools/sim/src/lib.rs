@@ -15,7 +15,9 @@
 //!    fair share) each turn the workload into a log.
 //! 4. [`metrics`] measures every log with one fold; [`report`] renders the figures side by
 //!    side as markdown and SVG.
-//! 5. [`simulate`] ties the steps together for the command line and the tests; [`logfile`]
+//! 5. [`replicas`] replays the workload with every arrival nudged, so the report can say how
+//!    much of a difference between policies or settings is noise.
+//! 6. [`simulate`] ties the steps together for the command line and the tests; [`logfile`]
 //!    writes and reads a log, and [`load`] publishes one to JetStream for an audit;
 //!    [`audit`] runs the decision service's audit over a log in-process.
 
@@ -27,6 +29,7 @@ pub mod logfile;
 pub mod mapping;
 pub mod metrics;
 pub mod progress;
+pub mod replicas;
 pub mod report;
 pub mod scenarios;
 pub mod setup;

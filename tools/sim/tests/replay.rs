@@ -52,6 +52,7 @@ fn same_inputs_give_a_byte_identical_report() {
         let report = Report {
             inputs: inputs(&setup, &workload),
             runs: runs.iter().map(|r| r.metrics.clone()).collect(),
+            spread: None,
         };
         let files = report::write(dir, &report).unwrap();
         let bytes: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
@@ -116,6 +117,34 @@ fn the_idle_split_accounts_for_the_whole_occupancy_shortfall_of_every_policy() {
         runs.iter()
             .all(|r| r.metrics.idle_under_contention.nothing_fits_gpu_ms > 0)
     );
+}
+
+#[test]
+fn replicas_with_nudged_arrivals_give_a_reproducible_spread() {
+    let (setup, workload) = helios_slice();
+    let config = EngineConfig::default();
+    let policies = Policy::all();
+    let spread_of = || {
+        let runs: Vec<Vec<_>> = (0..3)
+            .map(|r| {
+                let w = fairshare_sim::replicas::jittered(&workload, r, 60_000);
+                simulate(&setup, &w, &config, &policies, |_, _| {})
+                    .into_iter()
+                    .map(|run| run.metrics)
+                    .collect()
+            })
+            .collect();
+        fairshare_sim::replicas::spread(&runs, 60_000, 0).unwrap()
+    };
+    let spread = spread_of();
+    assert_eq!(spread, spread_of(), "replicas are the same every run");
+    assert_eq!(spread.replicas, 3);
+    let fs = &spread.rows[0];
+    assert_eq!(fs.policy, "fairshare");
+    // Nudged arrivals change the outcome: the runs are not copies of each other.
+    let pct = |s: (u128, u128)| s.0 as f64 / s.1 as f64;
+    assert!(pct(fs.owed.min) < pct(fs.owed.max), "{:?}", fs.owed);
+    assert!(pct(fs.owed.min) <= pct(fs.owed.median) && pct(fs.owed.median) <= pct(fs.owed.max));
 }
 
 #[test]

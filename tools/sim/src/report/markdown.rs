@@ -12,6 +12,7 @@ use super::{
     MIN_OWED_GPU_MS, Report, allocation_rows, at_least, fixed, gpu_hours_text, human_duration, pct,
 };
 use crate::metrics::{AllocationMetrics, Percentiles, RunMetrics, Waits};
+use crate::replicas::{Range, Spread};
 
 /// Renders the whole report as markdown; `charts` are (file name, caption) of the SVGs to link.
 pub fn render(report: &Report, charts: &[(&str, &str)]) -> String {
@@ -26,6 +27,9 @@ pub fn render(report: &Report, charts: &[(&str, &str)]) -> String {
     missed_table(&mut out, &report.runs, report.inputs.window_ms);
     idle_table(&mut out, &report.runs);
     waits_table(&mut out, &report.runs);
+    if let Some(spread) = &report.spread {
+        spread_table(&mut out, spread);
+    }
     targets_section(&mut out, &report.runs[0]);
     allocation_table(&mut out, &report.runs);
     charts_section(&mut out, charts);
@@ -207,6 +211,48 @@ fn idle_table(out: &mut String, runs: &[RunMetrics]) {
          work may always be preempted, work past its minimum runtime only for a better-ranked \
          waiter. \"Nothing waiting fits\": protected work holds the rest of the node, or every \
          waiting job is bigger (fragmentation).\n\n",
+    );
+}
+
+fn spread_table(out: &mut String, spread: &Spread) {
+    out.push_str("## Spread over replicas\n\n");
+    table_head(
+        out,
+        &[
+            "Policy",
+            "Owed delivered",
+            "Worst allocation",
+            "Occupancy under contention",
+            "Lost work",
+        ],
+    );
+    let cell = |r: &Range, decimals: u32| {
+        format!(
+            "{} / {} / {}",
+            percent_cell(r.min.0, r.min.1, decimals),
+            percent_cell(r.median.0, r.median.1, decimals),
+            percent_cell(r.max.0, r.max.1, decimals)
+        )
+    };
+    for row in &spread.rows {
+        table_row(
+            out,
+            &[
+                escape(&row.policy),
+                cell(&row.owed, 2),
+                cell(&row.worst, 2),
+                cell(&row.occupancy, 1),
+                cell(&row.lost, 2),
+            ],
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nLowest / median / highest over {} runs of each policy: the run above, and in each \
+         other run the same jobs arriving up to {} earlier or later (by a hash of the job and \
+         the run). A difference between policies or settings inside these ranges is noise.\n",
+        spread.replicas,
+        human_duration(spread.jitter_ms)
     );
 }
 
@@ -569,6 +615,24 @@ mod tests {
         // fifo filed nothing (a log without placements on nodes).
         let fifo = row(&md, "## Idle GPUs under contention", "fifo");
         assert!(fifo.contains("| 0.0 (0.00%) | 0.0 (0.00%) |"), "{fifo}");
+    }
+
+    #[test]
+    fn the_spread_over_replicas_is_printed_only_when_replicas_ran() {
+        assert!(!rendered().contains("## Spread over replicas"));
+        let mut report = sample::report();
+        let mut nudged = report.runs.clone();
+        nudged[0].delivered_owed_gpu_ms = 950 * 3_600_000;
+        nudged[0].lost_gpu_ms = 0;
+        report.spread =
+            crate::replicas::spread(&[report.runs.clone(), nudged], 60_000, MIN_OWED_GPU_MS);
+        let md = render(&report, &CHARTS);
+        let fs = row(&md, "## Spread over replicas", "fairshare");
+        // Owed 950 or 990 of 1000 (median: the lower); lost 0 or 11 of 1100.
+        assert!(fs.contains("| 95.00% / 95.00% / 99.00% |"), "{fs}");
+        assert!(fs.contains("| 0.00% / 0.00% / 1.00% |"), "{fs}");
+        assert!(md.contains("over 2 runs of each policy: the run above, and in each other"));
+        assert!(md.contains("arriving up to 1 min earlier or later"));
     }
 
     #[test]

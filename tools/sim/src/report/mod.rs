@@ -66,6 +66,8 @@ pub struct Report {
     pub inputs: ReportInputs,
     /// One entry per policy.
     pub runs: Vec<crate::metrics::RunMetrics>,
+    /// The headline figures over replicas of the run (`--replicas`), if any were run.
+    pub spread: Option<crate::replicas::Spread>,
 }
 
 pub mod markdown;
@@ -382,6 +384,7 @@ pub(crate) mod sample {
                 grace_ms: 30_000,
             },
             runs: vec![fairshare, fifo],
+            spread: None,
         }
     }
 }
