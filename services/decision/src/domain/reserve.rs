@@ -224,3 +224,28 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
         guard: Guard { start_ms, spare },
     })
 }
+
+/// The nodes a decision cycle would reserve for a job of `shape` and `min_runtime_ms` if it were
+/// the cycle's first allocated job that does not fit, planned on `state` as folded (before any
+/// placement of the cycle); empty if no uncordoned nodes could ever hold it.
+///
+/// For the preemption pass: when it cannot help the first waiter that does not fit, it may
+/// still order unallocated work off for the waiters behind it, but never on these nodes. The
+/// cycle that follows keeps them for the blocked job, so GPUs freed there would go to the next
+/// unallocated job instead of the waiter they were freed for.
+pub fn reserved_nodes(
+    state: &super::state::DecisionState,
+    shape: Shape,
+    min_runtime_ms: i64,
+    now: i64,
+) -> Vec<&str> {
+    let pool = Pool::new(state, now);
+    plan(&pool, shape, min_runtime_ms, now)
+        .map(|p| {
+            p.nodes
+                .iter()
+                .map(|&(idx, _)| pool.nodes[idx as usize].name)
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -15,7 +15,8 @@
 //! 3. `PreemptionOrdered` for jobs on nodes leaving service ([`drain::drain_victims`]), then
 //!    `NodeDrained` for cordoned nodes now empty ([`drain::drained`]).
 //! 4. Only if steps 2 and 3 ordered or killed nothing: `PreemptionOrdered` for the victims of
-//!    the first waiting allocated job that does not fit ([`victims::fair_share`]). Fair share
+//!    the first waiting allocated job that does not fit, or, if it cannot be helped, unallocated
+//!    victims for one of the jobs behind it ([`victims::fair_share`]). Fair share
 //!    waits for the next pass when something else changed because its view of soon-free GPUs
 //!    would be stale until those events are folded (it could otherwise pick a job ordered off
 //!    in the same pass).

@@ -11,7 +11,8 @@
 //! 3. `view` (internal): the GPUs a waiter could get, as the decision service
 //!    would place it.
 //! 4. [`victims`]: the first waiting allocated job that does not fit, and the cheapest
-//!    allowed victims that make it fit, ranked with the decision service's Fair Tree.
+//!    allowed victims that make it fit, ranked with the decision service's Fair Tree (or, when
+//!    it cannot be helped, unallocated victims for a job behind it).
 //! 5. [`grace`]: kills at the grace deadline and requeues.
 //! 6. [`drain`]: cordoned nodes and maintenance windows.
 //! 7. [`decide`](mod@decide): [`decide_preemptions()`] runs one pass and returns the event

@@ -136,6 +136,48 @@ impl<'s> View<'s> {
         }
     }
 
+    /// Per node, the GPUs of unallocated work not yet ordered off (always preemptible).
+    pub fn unallocated_gpus(&self) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                n.holdings
+                    .iter()
+                    .filter(|(_, h)| h.holder.min_runtime_ms <= 0 && !is_ordered_off(h))
+                    .map(|(_, h)| h.gpus)
+                    .fold(0, u32::saturating_add)
+            })
+            .collect()
+    }
+
+    /// Whether a job of `shape` would fit if the unallocated work of each node (`unallocated`,
+    /// from [`View::unallocated_gpus`]) left. A count only: which victims, and on which
+    /// nodes, is `victims::choose`'s work.
+    pub fn fits_without_unallocated(
+        &self,
+        unallocated: &[u32],
+        shape: Shape,
+        now: i64,
+        protected_until: i64,
+    ) -> bool {
+        let mut usable = self
+            .nodes
+            .iter()
+            .zip(unallocated)
+            .filter(|(n, _)| n.accepts(now, protected_until))
+            .map(|(n, &u)| (n, n.available().saturating_add(u)));
+        if shape.nodes <= 1 {
+            usable.any(|(_, room)| room >= shape.gpus_per_node)
+        } else {
+            usable
+                .filter(|(n, room)| {
+                    n.capacity == shape.gpus_per_node && n.taken == 0 && *room >= n.capacity
+                })
+                .count()
+                >= shape.nodes as usize
+        }
+    }
+
     /// Gives `gpus` on each of `nodes` to a waiter.
     pub fn take(&mut self, nodes: &[usize], gpus: u32) {
         for &i in nodes {

@@ -542,6 +542,75 @@ fn a_waiter_that_cannot_be_helped_holds_the_line() {
     ));
 }
 
+/// Three nodes under b's work: n1 protected for 10 h; n2 protected 4 GPUs (until 1 h) beside
+/// 4 unallocated; n3 protected 2 GPUs (20 h) beside 6 GPUs of `n3_job` (unallocated, or b's
+/// work past its minimum runtime). a's 8-GPU job fits nowhere even with every preemptible job
+/// gone, and its reservation takes n2 (free earliest, at 1 h). c's 4-GPU job waits behind it.
+fn blocked_line(n3_min_runtime_s: i64) -> (H, i64) {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
+    h.running(0, "p2", "b", 3600, &[("n2", 4)]);
+    h.running(0, "u2", "b", 0, &[("n2", 4)]);
+    h.running(0, "p3", "b", 20 * 3600, &[("n3", 2)]);
+    h.running(0, "j3", "b", n3_min_runtime_s, &[("n3", 6)]);
+    h.submit(0, "big", "a", 8, 3600);
+    h.submit(0, "small", "c", 4, 1200);
+    let now = 30 * MIN;
+    h.snapshot(
+        now,
+        &[
+            ("a", 0, ALLOC),
+            ("b", gpu_h(50.0), ALLOC),
+            ("c", gpu_h(1.0), ALLOC),
+        ],
+    );
+    (h, now)
+}
+
+#[test]
+fn behind_a_blocked_waiter_unallocated_work_off_its_reserved_nodes_makes_room() {
+    let (mut h, now) = blocked_line(0);
+    // u2 would be the cheaper victim for c (4 GPUs of lost work against 6), but n2 is what a's
+    // reservation holds: the 6 unallocated GPUs on n3 go instead.
+    match fair_share(&h.state, now, &h.cfg) {
+        FairShare::Preempt(plan) => {
+            assert_eq!(plan.waiter.job_id, "small");
+            assert_eq!(plan.nodes, vec!["n3"]);
+            assert_eq!(
+                plan.victims.iter().map(|v| v.job_id).collect::<Vec<_>>(),
+                vec!["j3"]
+            );
+        }
+        other => panic!("expected victims for the job behind, got {other:?}"),
+    }
+    assert_eq!(
+        render(&h.decide(now)),
+        vec![format!("order j3 for \"small\" by {}", now + 30 * SEC)]
+    );
+    // Once that order is folded, c fits and nothing more is taken for it; a still waits.
+    h.step(now);
+    assert!(matches!(
+        fair_share(&h.state, now, &h.cfg),
+        FairShare::Blocked(w) if w.job_id == "big"
+    ));
+}
+
+#[test]
+fn behind_a_blocked_waiter_allocated_work_is_never_taken() {
+    // The same line with b's 6 GPUs on n3 allocated and past its minimum runtime: c ranks far
+    // above b, so c could take them if it were first in line, but not behind a's job.
+    let (h, now) = blocked_line(60);
+    assert_eq!(h.decide(now), vec![]);
+    assert!(matches!(
+        fair_share(&h.state, now, &h.cfg),
+        FairShare::Blocked(w) if w.job_id == "big"
+    ));
+}
+
 #[test]
 fn a_waiter_no_node_can_take_does_not_block_the_others() {
     let mut h = H::new();
