@@ -4,7 +4,8 @@
 //! It walks the waiting allocated jobs in the decision service's order (Fair Tree over the same
 //! folded state, charging each job as it is given GPUs, exactly like the decision cycle) and
 //! stops at the first one that the free and soon-free GPUs cannot hold: the *waiter*. For it,
-//! it looks for running jobs to order off ([`select_victims`] does the same for a named job).
+//! it looks for running jobs to order off ([`select_victims`] does the same for a named job);
+//! if none may go, it walks on behind it (below).
 //! Victims are ordered for at most one waiter per call; once their orders are folded, their
 //! GPUs count as soon free, the waiter fits, and the next call moves on to the next waiter. A
 //! waiter that no usable node could ever hold (cordons, maintenance) is skipped.
