@@ -157,6 +157,47 @@ fn reservation_lets_work_ending_before_its_start_backfill_and_not_longer_work() 
 }
 
 #[test]
+fn reserved_nodes_names_the_nodes_the_cycle_reserves() {
+    use crate::domain::reserve::reserved_nodes;
+    use fairshare_model::shape::Shape;
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1", "n2"], 8);
+    // b's work: n0 protected until NOW+1h on 4 GPUs, n1 until NOW+3h, n2 until NOW+2h.
+    h.running(NOW - 30 * MIN, "r0", "b", 90 * 60, &[("n0", 4)]);
+    h.running(NOW - HOUR, "r1", "b", 4 * 3600, &[("n1", 8)]);
+    h.running(NOW - HOUR, "r2", "b", 3 * 3600, &[("n2", 6)]);
+    h.submit(NOW - 100, "big", "a", 8, 3600);
+    let d = h.decide(NOW);
+    let reserved: Vec<&str> = d
+        .reservation
+        .as_ref()
+        .unwrap()
+        .nodes
+        .iter()
+        .map(|n| n.node)
+        .collect();
+    assert_eq!(reserved, ["n0"]);
+    let one_node = Shape {
+        nodes: 1,
+        gpus_per_node: 8,
+    };
+    assert_eq!(reserved_nodes(&h.state, one_node, HOUR, NOW), reserved);
+    // Two whole nodes: the two that free first (n0 at NOW+1h, n2 at NOW+2h).
+    let two_nodes = Shape {
+        nodes: 2,
+        gpus_per_node: 8,
+    };
+    assert_eq!(reserved_nodes(&h.state, two_nodes, HOUR, NOW), ["n0", "n2"]);
+    // Nothing could ever hold three 16-GPU nodes here.
+    let too_big = Shape {
+        nodes: 3,
+        gpus_per_node: 16,
+    };
+    assert!(reserved_nodes(&h.state, too_big, HOUR, NOW).is_empty());
+}
+
+#[test]
 fn long_work_may_use_a_reserved_node_s_spare_gpus() {
     let mut h = H::new();
     h.tree(vec![leaf("a", 1), leaf("b", 1)]);
