@@ -10,10 +10,11 @@ use std::collections::HashMap;
 use fairshare_accounting::domain::{FoldConfig, UsageFold};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::budget::BudgetTree;
+use fairshare_model::shape::Shape;
 use fairshare_preemption::domain::Config as ContractConfig;
 use fairshare_preemption::domain::contract;
 
-use super::idle::{Holes, Shape};
+use super::idle::Holes;
 use super::missed::MissedOwed;
 use super::{AllocationMetrics, HourPoint, RunMetrics, Waits};
 use crate::workload::JobClass;
@@ -302,8 +303,14 @@ impl Measure<'_> {
         let min_runtime_ms = spec.min_runtime_s.saturating_mul(1000);
         let class = JobClass::of(gpus, min_runtime_ms);
         let shape = s.shape.as_ref().map_or_else(
-            || (1, u32::try_from(gpus).unwrap_or(u32::MAX)),
-            |sh| (sh.nodes, sh.gpus_per_node),
+            || Shape {
+                nodes: 1,
+                gpus_per_node: u32::try_from(gpus).unwrap_or(u32::MAX),
+            },
+            |sh| Shape {
+                nodes: sh.nodes,
+                gpus_per_node: sh.gpus_per_node,
+            },
         );
         self.out.jobs_submitted += 1;
         self.levels.queued += gpus;

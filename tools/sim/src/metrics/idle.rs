@@ -29,6 +29,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use fairshare_model::shape::Shape;
+
 use super::IdleUnderContention;
 
 /// A running job on one node, as the split needs it.
@@ -84,9 +86,6 @@ pub(super) struct Holes {
     pub split: IdleUnderContention,
 }
 
-/// A queued job's shape: `(nodes, GPUs per node)`.
-pub(super) type Shape = (u32, u32);
-
 fn count(map: &mut BTreeMap<u32, Counts>, key: u32, allocated: bool, up: bool) {
     let entry = map.entry(key).or_default();
     let step = |c: u32| if up { c + 1 } else { c.saturating_sub(1) };
@@ -127,11 +126,10 @@ impl Holes {
 
     /// A job joined (`up`) or left the queue.
     pub fn queue(&mut self, shape: Shape, allocated: bool, up: bool) {
-        let (nodes, gpus_per_node) = shape;
-        if nodes <= 1 {
-            count(&mut self.single, gpus_per_node, allocated, up);
+        if shape.nodes <= 1 {
+            count(&mut self.single, shape.gpus_per_node, allocated, up);
         } else {
-            count(&mut self.multi, gpus_per_node, allocated, up);
+            count(&mut self.multi, shape.gpus_per_node, allocated, up);
         }
     }
 
@@ -262,6 +260,13 @@ mod tests {
 
     const MIN: i64 = 60_000;
 
+    fn shape(nodes: u32, gpus_per_node: u32) -> Shape {
+        Shape {
+            nodes,
+            gpus_per_node,
+        }
+    }
+
     fn cluster() -> Holes {
         let mut h = Holes::default();
         h.set_capacity("n1", 8);
@@ -277,13 +282,13 @@ mod tests {
         h.start(0, 2, 2, false, 10 * MIN);
         h.start(0, 3, 1, false, 100 * MIN);
         // Waiting: an allocated 5-GPU job. Unallocated work gone: 3 + 2 = 5 fits.
-        h.queue((1, 5), true, true);
+        h.queue(shape(1, 5), true, true);
         h.add(0, MIN);
         assert_eq!(h.split.fits_without_unallocated_gpu_ms, 3 * MIN as u128);
         // An allocated 7-GPU job instead: fits only once the allocated 2-GPU job past its
         // minimum runtime leaves too, and only from minute 10.
-        h.queue((1, 5), true, false);
-        h.queue((1, 7), true, true);
+        h.queue(shape(1, 5), true, false);
+        h.queue(shape(1, 7), true, true);
         h.add(MIN, 2 * MIN);
         assert_eq!(h.split.nothing_fits_gpu_ms, 3 * MIN as u128);
         h.add(10 * MIN, 11 * MIN);
@@ -295,12 +300,12 @@ mod tests {
         assert_eq!(h.split.fits_without_unallocated_gpu_ms, 6 * MIN as u128);
         // For a 5-GPU job, the hole waits on a preemption already under way, not on one the
         // scheduler could still order.
-        h.queue((1, 7), true, false);
-        h.queue((1, 5), true, true);
+        h.queue(shape(1, 7), true, false);
+        h.queue(shape(1, 5), true, true);
         h.add(12 * MIN, 13 * MIN);
         assert_eq!(h.split.victims_stopping_gpu_ms, 3 * MIN as u128);
         // A waiting unallocated 3-GPU job fits the hole as it is.
-        h.queue((1, 3), false, true);
+        h.queue(shape(1, 3), false, true);
         h.add(13 * MIN, 14 * MIN);
         assert_eq!(h.split.waiting_job_fits_gpu_ms, 3 * MIN as u128);
         assert_eq!(h.split.total(), 18 * MIN as u128);
@@ -312,7 +317,7 @@ mod tests {
         // next to a 1-GPU unallocated job is not room preemption could make.
         let mut h = cluster();
         h.start(0, 1, 1, true, 0);
-        h.queue((1, 8), false, true);
+        h.queue(shape(1, 8), false, true);
         h.add(0, MIN);
         assert_eq!(h.split.nothing_fits_gpu_ms, 7 * MIN as u128);
         assert_eq!(h.split.fits_without_unallocated_gpu_ms, 0);
@@ -322,7 +327,7 @@ mod tests {
     fn whole_free_nodes_count_for_multi_node_waiters_and_pending_gpus_for_the_launcher() {
         let mut h = cluster();
         h.set_capacity("n2", 8);
-        h.queue((2, 8), true, true);
+        h.queue(shape(2, 8), true, true);
         h.pending(1, 8, true);
         h.add(0, MIN);
         // n1 is wholly free and a 2 x 8 job waits; n2's GPUs await their start.
