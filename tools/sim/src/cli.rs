@@ -152,6 +152,11 @@ struct CommonArgs {
     /// use the default; `--audit` needs it too.
     #[arg(long, default_value_t = DEFAULT_DEBUG_ALLOWANCE_GPUS)]
     debug_allowance_gpus: u32,
+    /// The share floor: allocations holding fewer GPUs than their fraction of the cluster go
+    /// first and may take work past its minimum runtime (see README, "Share floor"). `false`
+    /// ranks by the window alone, to compare. The services keep it on; `--audit` needs it on.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
+    share_floor: bool,
     /// Re-derive every fairshare placement from the log prefix its basis names (the decision
     /// service's audit, in-process) and fail if any differs.
     #[arg(long)]
@@ -209,8 +214,15 @@ impl CommonArgs {
             snapshot_interval_ms: ms(&self.snapshot_interval, "snapshot-interval")?,
             stop_delay_ms: ms(&self.stop_delay, "stop-delay")?,
             debug_allowance_gpus: self.debug_allowance_gpus,
+            share_floor: self.share_floor,
             ..EngineConfig::default()
         };
+        if self.audit && !self.share_floor {
+            bail!(
+                "--audit re-derives placements as the decision service does, with the share \
+                 floor on: drop --audit or --share-floor false"
+            );
+        }
         if self.audit && self.debug_allowance_gpus != DEFAULT_DEBUG_ALLOWANCE_GPUS {
             bail!(
                 "--audit re-derives placements as the decision service does, with its debug \

@@ -18,7 +18,8 @@
 //!    are placed first where they fit, charging like any placement; those that do not fit
 //!    are met again in step 3.
 //! 3. Allocated pass: take waiting allocated jobs in rank order (best allocation with waiting
-//!    work, then within it by priority, submit time, id) and place each where it fits
+//!    work, those below their share floor first ([`crate::domain::rank`]), then within it by
+//!    priority, submit time, id) and place each where it fits
 //!    ([`crate::domain::place`]). Each placement charges `gpus x min_runtime` to its allocation
 //!    before the next pick, so the ranking moves as the cycle goes. The first job that does not
 //!    fit gets the cycle's reservation ([`crate::domain::reserve`]); later work respects it.
@@ -36,7 +37,7 @@ use fairshare_events::pb;
 
 use super::debug;
 use super::place::{Found, Pool};
-use super::rank::{self, FairTree};
+use super::rank;
 use super::reserve::{self, Guard, Reservation};
 use super::state::{DecisionState, QueueKey, RECLAIMABLE_AT_ONCE, Request};
 
@@ -443,8 +444,7 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
             }
         }
         Some(tree) => {
-            let usage = rank::leaf_usage(state, tree, now_ms);
-            let mut fair = FairTree::new(tree, &usage);
+            let mut fair = rank::ranking(state, tree, now_ms);
             let opening_order = fair.leaf_order();
             ranking = opening_order
                 .iter()
@@ -466,6 +466,7 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
             for w in debug::waiters(state, tree, &opening_order) {
                 if cycle.place_if_fits(w.key, w.request, w.allocation) {
                     fair.charge(w.leaf, charge_of(&w.request));
+                    fair.hold(w.leaf, w.request.shape.total_gpus());
                     debug_placed.push(&w.key.job_id);
                 }
             }
@@ -500,6 +501,7 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
                     }
                     if cycle.consider(key, *req, allocation) {
                         fair.charge(leaf, charge_of(req));
+                        fair.hold(leaf, req.shape.total_gpus());
                         break;
                     }
                 }

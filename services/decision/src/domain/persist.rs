@@ -67,6 +67,7 @@ impl From<Stored> for DecisionState {
             in_flight: s.in_flight,
             usage: s.usage,
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
+            share_floor: true,
         };
         for queue in state.queues.values_mut() {
             queue.debug = queue

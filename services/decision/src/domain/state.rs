@@ -384,6 +384,10 @@ pub struct InFlight {
     pub start_ms: i64,
     /// Minimum runtime in ms.
     pub min_runtime_ms: i64,
+    /// Whether a preemption is ordered: its GPUs count as soon free, so it no longer counts
+    /// towards its allocation's share floor ([`crate::domain::rank`]).
+    #[serde(default)]
+    pub stopping: bool,
 }
 
 /// One allocation's window usage as the accounting service reported it.
@@ -442,6 +446,10 @@ pub struct DecisionState {
     /// folded state: never checkpointed, the product default unless set.
     #[serde(skip)]
     pub(crate) debug_allowance_gpus: u32,
+    /// Whether the share floor orders work and limits victims ([`crate::domain::rank`]). A
+    /// setting like the debug allowance: never checkpointed, on unless set off.
+    #[serde(skip)]
+    pub(crate) share_floor: bool,
 }
 
 fn check_cluster(ours: &str, theirs: &str) -> Result<(), Ignored> {
@@ -471,6 +479,7 @@ impl DecisionState {
             in_flight: BTreeMap::new(),
             usage: None,
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
+            share_floor: true,
         }
     }
 
@@ -484,6 +493,17 @@ impl DecisionState {
     /// same setting.
     pub fn set_debug_allowance_gpus(&mut self, gpus: u32) {
         self.debug_allowance_gpus = gpus;
+    }
+
+    /// Whether the share floor is on ([`crate::domain::rank`]).
+    pub fn share_floor(&self) -> bool {
+        self.share_floor
+    }
+
+    /// Turns the share floor on or off. The services keep it on; the simulator turns it off
+    /// to compare. Decisions re-derived by an audit must use the same setting.
+    pub fn set_share_floor(&mut self, on: bool) {
+        self.share_floor = on;
     }
 
     /// The cluster this state follows.
@@ -821,6 +841,7 @@ impl DecisionState {
                         gpus,
                         start_ms: placed.start_ms,
                         min_runtime_ms: job.request.min_runtime_ms,
+                        stopping: placed.preempt_deadline_ms.is_some(),
                     },
                 );
         }

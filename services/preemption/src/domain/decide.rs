@@ -32,7 +32,7 @@ use super::contract;
 use super::drain;
 use super::grace;
 use super::state::PreemptionState;
-use super::victims::{self, FairShare, VictimPlan};
+use super::victims::{self, FairShare, Grounds, VictimPlan};
 
 fn order(
     job_id: &str,
@@ -62,13 +62,24 @@ fn fair_share_reason(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> Str
             w.allocation
         )
     } else {
-        format!(
-            "allocation {} ranks below {} after charging the waiter {} GPUs x {} s",
-            victim.allocation,
-            w.allocation,
-            w.shape.total_gpus(),
-            w.min_runtime_ms / 1000
-        )
+        match plan.grounds {
+            Grounds::Window => format!(
+                "allocation {} ranks below {} after charging the waiter {} GPUs x {} s",
+                victim.allocation,
+                w.allocation,
+                w.shape.total_gpus(),
+                w.min_runtime_ms / 1000
+            ),
+            Grounds::BelowFloor => format!(
+                "allocation {} holds fewer GPUs than its share floor, and {} is left no \
+                 further below its own",
+                w.allocation, victim.allocation
+            ),
+            Grounds::DebugAllowance => format!(
+                "allocation {} keeps at least its share floor",
+                victim.allocation
+            ),
+        }
     };
     format!(
         "fair share: makes room for {kind} {} of {} on {}; {why}; lost work {} GPU-s",

@@ -43,4 +43,6 @@ pub use contract::is_debug;
 pub use decide::{decide_preemptions, into_events, next_due, stamp_cycle};
 pub use grace::{expired, requeues};
 pub use state::{Order, PreemptionState};
-pub use victims::{FairShare, NoVictims, Victim, VictimPlan, Waiter, fair_share, select_victims};
+pub use victims::{
+    FairShare, Grounds, NoVictims, Victim, VictimPlan, Waiter, fair_share, select_victims,
+};

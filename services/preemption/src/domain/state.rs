@@ -73,6 +73,12 @@ impl PreemptionState {
         self.decision.set_debug_allowance_gpus(gpus);
     }
 
+    /// Turns the share floor of the decision fold inside on or off (see
+    /// [`DecisionState::set_share_floor`]).
+    pub fn set_share_floor(&mut self, on: bool) {
+        self.decision.set_share_floor(on);
+    }
+
     /// The cluster this state follows.
     pub fn cluster(&self) -> &str {
         self.decision.cluster()

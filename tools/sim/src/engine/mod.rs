@@ -52,6 +52,9 @@ pub struct EngineConfig {
     pub stop_delay_ms: i64,
     /// GPUs of debug work each allocation may run ahead of rank (0: no allowance).
     pub debug_allowance_gpus: u32,
+    /// Whether the share floor is on (the services' setting), or ranking is by the window
+    /// alone.
+    pub share_floor: bool,
 }
 
 impl Default for EngineConfig {
@@ -63,6 +66,7 @@ impl Default for EngineConfig {
             snapshot_interval_ms: 10_000,
             stop_delay_ms: 10_000,
             debug_allowance_gpus: DEFAULT_DEBUG_ALLOWANCE_GPUS,
+            share_floor: true,
         }
     }
 }
@@ -124,7 +128,7 @@ pub fn run(
         setup,
         workload,
         config,
-        services: Services::new(&setup.cluster, config.window, config.debug_allowance_gpus),
+        services: Services::new(&setup.cluster, config),
         launcher: SimLauncher::new(config.preemption.checkpoint_interval_ms),
         agenda: Agenda::default(),
         stats: EngineStats::default(),

@@ -6,10 +6,12 @@
 //! decision cycle reads it). Sequence numbers are positions in the log, from 1, exactly as a
 //! fresh JetStream stream holding only this log would number them.
 
-use fairshare_accounting::domain::{FoldConfig, UsageFold};
+use fairshare_accounting::domain::UsageFold;
 use fairshare_events::pb;
 use fairshare_preemption::domain::PreemptionState;
 use fairshare_submission::domain::SubmissionState;
+
+use super::EngineConfig;
 
 /// The log and every fold of it.
 pub struct Services {
@@ -24,14 +26,16 @@ pub struct Services {
 }
 
 impl Services {
-    /// Empty folds for cluster `cluster`, with this debug allowance in the decision fold.
-    pub fn new(cluster: &str, window: FoldConfig, debug_allowance_gpus: u32) -> Services {
+    /// Empty folds for cluster `cluster`, with `config`'s window, debug allowance and share
+    /// floor.
+    pub fn new(cluster: &str, config: &EngineConfig) -> Services {
         let mut preemption = PreemptionState::new(cluster);
-        preemption.set_debug_allowance_gpus(debug_allowance_gpus);
+        preemption.set_debug_allowance_gpus(config.debug_allowance_gpus);
+        preemption.set_share_floor(config.share_floor);
         Services {
             log: Vec::new(),
             submission: SubmissionState::default(),
-            accounting: UsageFold::new(window),
+            accounting: UsageFold::new(config.window),
             preemption,
         }
     }

@@ -308,6 +308,8 @@ fn projected_usage_spreads_gpus_over_equally_behind_allocations() {
 #[test]
 fn an_allocation_far_behind_gets_more_until_it_catches_up() {
     let mut h = H::new();
+    // The window alone (the share floor would split the node 4 / 4: see the next test).
+    h.state.set_share_floor(false);
     h.tree(vec![leaf("a", 1), leaf("b", 1)]);
     h.node("n0", 8);
     let allocated = 100 * HOUR as u64;
@@ -326,6 +328,57 @@ fn an_allocation_far_behind_gets_more_until_it_catches_up() {
         placed_ids(&d),
         ["a1", "a2", "a3", "a4", "b1", "a5", "b2", "a6"]
     );
+}
+
+#[test]
+fn below_their_share_floor_allocations_go_first_until_they_reach_it() {
+    // The same as above with the share floor: each floor is 4 of the 8 GPUs.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    let allocated = 100 * HOUR as u64;
+    h.snapshot(
+        NOW,
+        &[("a", 0, allocated), ("b", 3 * HOUR as u64, allocated)],
+    );
+    for i in 1..=8 {
+        h.submit(NOW - 100 + i, &format!("a{i}"), "a", 1, 3600);
+        h.submit(NOW - 100 + i, &format!("b{i}"), "b", 1, 3600);
+    }
+    let d = h.decide(NOW);
+    // Both below their floor: window order (a) until a holds 4; then b, below its floor
+    // still, though the window ranks it last.
+    assert_eq!(
+        placed_ids(&d),
+        ["a1", "a2", "a3", "a4", "b1", "b2", "b3", "b4"]
+    );
+    // Both at their floor: the window's order again, a (4 GPU-h charged) before b (7).
+    assert_eq!(reason(&d, "a5"), "reservation_pending");
+    assert_eq!(reason(&d, "b5"), "below_others_in_rank");
+}
+
+#[test]
+fn an_allocation_below_its_floor_goes_before_better_window_ranks() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    // a holds its floor (4 GPUs) and has used nothing; b holds nothing and used a lot.
+    h.running(NOW - HOUR, "a-run", "a", 3600, &[("n0", 4)]);
+    let allocated = 100 * HOUR as u64;
+    h.snapshot(
+        NOW,
+        &[("a", 0, allocated), ("b", 50 * HOUR as u64, allocated)],
+    );
+    h.submit(NOW - 10, "a1", "a", 2, 3600);
+    h.submit(NOW - 5, "b1", "b", 2, 3600);
+    h.submit(NOW - 5, "b2", "b", 2, 3600);
+    let d = h.decide(NOW);
+    assert_eq!(placed_ids(&d), ["b1", "b2"]);
+    // Then b holds its floor too, and a's job is first by the window: it waits for the node.
+    assert_eq!(reason(&d, "a1"), "reservation_pending");
+    // Without the floor the window goes first.
+    h.state.set_share_floor(false);
+    assert_eq!(placed_ids(&h.decide(NOW)), ["a1", "b1"]);
 }
 
 #[test]

@@ -22,6 +22,7 @@ fn usage(t: &BudgetTree, rows: &[(&str, u128, u128)]) -> Vec<LeafUsage> {
         v[id] = LeafUsage {
             charged_gpu_ms: *charged,
             allocated_gpu_ms: *allocated,
+            held_gpus: 0,
         };
     }
     v
@@ -308,7 +309,7 @@ proptest! {
         let leaves: Vec<usize> = (0..t.accounts.len()).filter(|&i| t.accounts[i].is_allocation()).collect();
         let mut u = vec![LeafUsage::default(); t.accounts.len()];
         for &id in &leaves {
-            u[id] = LeafUsage { charged_gpu_ms: seed[id % 64].0, allocated_gpu_ms: seed[id % 64].1 };
+            u[id] = LeafUsage { charged_gpu_ms: seed[id % 64].0, allocated_gpu_ms: seed[id % 64].1, ..Default::default() };
         }
         let mut f = FairTree::new(&t, &u);
         for &id in &leaves {
@@ -324,4 +325,40 @@ proptest! {
             prop_assert_eq!(f.next_pending_leaf(), expected);
         }
     }
+}
+
+#[test]
+fn the_share_floor_serves_allocations_below_it_first_and_stops_once_they_reach_it() {
+    // 10 GPUs: floors a 2.5, b 2.5, c 5. Window order a (0), c (10/200), b (90/100).
+    let t = tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 2)]);
+    let mut u = usage(&t, &[("a", 0, 100), ("b", 90, 100), ("c", 10, 200)]);
+    let (a, b, c) = (
+        t.allocation("a").unwrap(),
+        t.allocation("b").unwrap(),
+        t.allocation("c").unwrap(),
+    );
+    u[a].held_gpus = 3;
+    u[b].held_gpus = 2;
+    u[c].held_gpus = 5;
+    let mut f = FairTree::new(&t, &u).with_floor(&u, 10);
+    assert!(!f.below_floor(a) && f.below_floor(b) && !f.below_floor(c));
+    // Held minus floor, over the floor's denominator (floors 10/4, 10/4, 20/4).
+    let excess = |f: &FairTree<'_>, id| f.floor_standing(id).unwrap().excess();
+    assert_eq!((excess(&f, a), excess(&f, b), excess(&f, c)), (2, -2, 0));
+    for id in [a, b, c] {
+        f.set_pending(id);
+    }
+    // b, worst by the window, is the only one below its floor: it goes first...
+    assert_eq!(f.next_pending_leaf(), Some(b));
+    // ...until one more GPU takes it to 3 >= 2.5; then the window order again.
+    f.hold(b, 1);
+    assert!(!f.below_floor(b));
+    assert_eq!(f.next_pending_leaf(), Some(a));
+    f.exhaust(a);
+    assert_eq!(f.next_pending_leaf(), Some(c));
+    // The floor only orders: the window ranking itself is untouched.
+    assert_eq!(f.leaf_order(), [a, c, b]);
+    // Without the floor, nobody is below it.
+    let plain = FairTree::new(&t, &u);
+    assert!(!plain.below_floor(b) && plain.floor_standing(b).is_none());
 }

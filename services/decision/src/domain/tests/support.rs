@@ -48,7 +48,9 @@ impl H {
         // The derived parts of the state (node index, holders), kept in step event by event,
         // must equal what loading a checkpoint builds from scratch.
         let bytes = bincode::serialize(&self.state).unwrap();
-        let restored: DecisionState = bincode::deserialize(&bytes).unwrap();
+        let mut restored: DecisionState = bincode::deserialize(&bytes).unwrap();
+        // A setting, not checkpointed: the service sets it again on loading.
+        restored.set_share_floor(self.state.share_floor());
         assert_eq!(
             restored, self.state,
             "derived state drifted at {}",

@@ -78,6 +78,12 @@ struct Preemption {
     victim_allocation: String,
     /// `usage(waiter_allocation) + charge` at `at`.
     charged_usage: u128,
+    /// Whether the waiter's allocation was below its share floor: a floor order, which the
+    /// window need not justify.
+    below_floor: bool,
+    /// Whether the waiter was a debug job under its allowance: with the floor on, it takes
+    /// what leaves the victim's allocation at its floor, whatever the window says.
+    debug: bool,
 }
 
 struct Sim {
@@ -91,12 +97,16 @@ struct Sim {
     allocated: BTreeMap<&'static str, u64>,
     preemptions: Vec<Preemption>,
     legit_reversals: usize,
+    /// Reversals the window need not explain: one of the two orders was a floor order (its
+    /// waiter's allocation below its floor) or a debug job's under the floor.
+    floor_reversals: usize,
 }
 
 impl Sim {
-    fn new(seed: u64, hysteresis_permille: u32) -> Sim {
+    fn new(seed: u64, hysteresis_permille: u32, share_floor: bool) -> Sim {
         let mut rng = Rng(seed | 1);
         let mut h = H::new();
+        h.state.set_share_floor(share_floor);
         h.cfg = Config {
             hysteresis_permille,
             ..Config::default()
@@ -129,6 +139,7 @@ impl Sim {
             allocated,
             preemptions: Vec::new(),
             legit_reversals: 0,
+            floor_reversals: 0,
         }
     }
 
@@ -219,6 +230,21 @@ impl Sim {
         let d = self.h.state.decision();
         let tree = d.budget_tree().unwrap();
         let usage = leaf_usage(d, tree, t);
+        let capacity = u128::from(d.inventory().total_gpus());
+        let below_floor = |id: usize, held: u64| {
+            let f = tree.fraction(id);
+            u128::from(held) * f.den < f.num * capacity
+        };
+        // An allocation's floor minus what it holds, over its fraction's denominator.
+        let deficit = |id: usize, held: u64| {
+            let f = tree.fraction(id);
+            (
+                i128::try_from(f.num * capacity).unwrap() - i128::from(held) * f.den as i128,
+                f.den,
+            )
+        };
+        // GPUs each allocation keeps once this batch's orders are carried out.
+        let mut held: Vec<u64> = usage.iter().map(|u| u.held_gpus).collect();
         for b in out {
             let Body::PreemptionOrdered(p) = b else {
                 continue;
@@ -255,6 +281,31 @@ impl Sim {
                 continue;
             }
             let x = tree.allocation(&waiter.allocation).unwrap();
+            let y = tree.allocation(&victim.allocation).unwrap();
+            let debug_waiter = debug::is_debug(
+                waiter.request.shape.total_gpus(),
+                waiter.request.min_runtime_ms,
+                d.debug_allowance_gpus(),
+            );
+            // A debug job may take whole jobs of an allocation at or above its floor (before
+            // the batch: one waiter's victims).
+            let at_floor_before = !below_floor(y, usage[y].held_gpus);
+            held[y] = held[y].saturating_sub(victim.request.shape.total_gpus());
+            // Else the victim's allocation ends no further below its floor than the
+            // waiter's was.
+            let (after_y, den_y) = deficit(y, held[y]);
+            let (before_x, den_x) = deficit(x, usage[x].held_gpus);
+            prop_assert!(
+                !d.share_floor()
+                    || (debug_waiter && at_floor_before)
+                    || after_y * den_x as i128 <= before_x.max(0) * den_y as i128,
+                "{} ordered off for {}{} takes {} further below its share floor than {} is",
+                p.job_id,
+                p.for_job_id,
+                if debug_waiter { " (debug)" } else { "" },
+                victim.allocation,
+                waiter.allocation
+            );
             let charge = u128::from(waiter.request.shape.total_gpus())
                 * u128::try_from(waiter.request.min_runtime_ms).unwrap();
             let now = Preemption {
@@ -264,13 +315,18 @@ impl Sim {
                 victim: p.job_id.clone(),
                 victim_allocation: victim.allocation.to_string(),
                 charged_usage: usage[x].charged_gpu_ms + charge,
+                below_floor: d.share_floor() && below_floor(x, usage[x].held_gpus),
+                debug: d.share_floor() && debug_waiter,
             };
             // Every earlier order the other way round.
-            let y = tree.allocation(&victim.allocation).unwrap();
             for p1 in &self.preemptions {
                 if p1.waiter_allocation == now.victim_allocation
                     && p1.victim_allocation == now.waiter_allocation
                 {
+                    if now.below_floor || p1.below_floor || now.debug || p1.debug {
+                        self.floor_reversals += 1;
+                        continue;
+                    }
                     prop_assert!(
                         usage[y].charged_gpu_ms > p1.charged_usage,
                         "cycle: at {} {} ({}) was ordered off for {} ({}); at {} {} ({}) is ordered off for {} ({}) though {} has used {} <= {} since",
@@ -354,7 +410,9 @@ impl Sim {
                 // The derived parts of the state, kept in step event by event, must equal
                 // what loading a checkpoint builds from scratch.
                 let bytes = bincode::serialize(&self.h.state).unwrap();
-                let restored: PreemptionState = bincode::deserialize(&bytes).unwrap();
+                let mut restored: PreemptionState = bincode::deserialize(&bytes).unwrap();
+                // A setting, not checkpointed: the service sets it again on loading.
+                restored.set_share_floor(self.h.state.decision().share_floor());
                 prop_assert!(restored == self.h.state, "derived state drifted at {}", t);
                 return Ok(());
             }
@@ -401,8 +459,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
-    fn no_preemption_cycle_between_two_allocations(seed in any::<u64>(), hysteresis in prop_oneof![Just(0u32), Just(100u32)]) {
-        let mut sim = Sim::new(seed, hysteresis);
+    fn no_preemption_cycle_between_two_allocations(seed in any::<u64>(), hysteresis in prop_oneof![Just(0u32), Just(100u32)], share_floor in any::<bool>()) {
+        let mut sim = Sim::new(seed, hysteresis, share_floor);
         sim.run()?;
     }
 }
@@ -412,14 +470,35 @@ proptest! {
 /// the property above is not vacuous.
 #[test]
 fn the_simulation_preempts_and_rotates() {
-    let (mut orders, mut reversals) = (0, 0);
-    for seed in 1..=24u64 {
-        let mut sim = Sim::new(seed * 0x9e37_79b9, 0);
-        sim.run().unwrap();
-        orders += sim.preemptions.len();
-        reversals += sim.legit_reversals;
+    for share_floor in [false, true] {
+        let (mut orders, mut reversals, mut floor_orders, mut floor_reversals) = (0, 0, 0, 0);
+        for seed in 1..=24u64 {
+            let mut sim = Sim::new(seed * 0x9e37_79b9, 0, share_floor);
+            sim.run().unwrap();
+            orders += sim.preemptions.len();
+            floor_orders += sim.preemptions.iter().filter(|p| p.below_floor).count();
+            reversals += sim.legit_reversals;
+            floor_reversals += sim.floor_reversals;
+        }
+        println!(
+            "floor {share_floor}: {orders} allocated victims ordered ({floor_orders} for \
+             allocations below their floor), {reversals} legitimate reversals, \
+             {floor_reversals} after floor or debug orders"
+        );
+        assert!(orders > 20, "only {orders} allocated victims ordered");
+        if share_floor {
+            // Allocations take turns too, but the floor or a debug allowance explains each.
+            assert!(
+                floor_reversals > 0,
+                "no rotation between allocations at all"
+            );
+        } else {
+            assert!(reversals > 0, "no rotation between allocations at all");
+        }
+        assert_eq!(
+            floor_orders > 0,
+            share_floor,
+            "floor orders with the floor {share_floor}"
+        );
     }
-    println!("{orders} allocated victims ordered, {reversals} legitimate reversals");
-    assert!(orders > 20, "only {orders} allocated victims ordered");
-    assert!(reversals > 0, "no rotation between allocations at all");
 }

@@ -121,8 +121,14 @@ fn a_debug_job_takes_unallocated_work_of_anyone_before_better_ranked_waiters() {
     h.state.set_debug_allowance_gpus(0);
     assert_eq!(
         orders(&h.decide(now)),
+        [("a-free".to_owned(), "b-debug".to_owned())],
+        "without the allowance, b still goes first: it holds nothing, below its share floor"
+    );
+    h.state.set_share_floor(false);
+    assert_eq!(
+        orders(&h.decide(now)),
         [("a-free".to_owned(), "a-train".to_owned())],
-        "without the allowance, rank order"
+        "without the floor either, window rank order"
     );
 }
 

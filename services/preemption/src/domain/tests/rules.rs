@@ -24,6 +24,8 @@ fn usage(h: &mut H, now: i64, b_used: u64) {
 #[test]
 fn never_inside_the_minimum_runtime() {
     let mut h = H::new();
+    // The window rule alone: these allocations hold no more than their share floor.
+    h.state.set_share_floor(false);
     h.two_teams();
     h.node("n1", 8);
     h.running(0, "v", "b", 2 * 3600, &[("n1", 8)]);
@@ -51,6 +53,8 @@ fn never_inside_the_minimum_runtime() {
 #[test]
 fn the_cap_limits_protection() {
     let mut h = H::new();
+    // The window rule alone: these allocations hold no more than their share floor.
+    h.state.set_share_floor(false);
     h.two_teams();
     h.node("n1", 8);
     // Asks for 10 h of protection (an old event, above the cap); 8 h is all it gets.
@@ -95,6 +99,8 @@ fn never_when_the_waiter_would_still_not_fit() {
 #[test]
 fn orders_only_a_set_that_makes_it_fit() {
     let mut h = H::new();
+    // The window rule alone: these allocations hold no more than their share floor.
+    h.state.set_share_floor(false);
     h.two_teams();
     h.node("n1", 8);
     h.node("n2", 8);
@@ -186,6 +192,8 @@ fn a_job_that_is_not_resumable_loses_its_whole_run() {
 /// with 1 h minimum runtime, so charging `a` adds 8 GPU-hours. `a` has used nothing.
 fn rank_case(b_used: u64, hysteresis_permille: u32) -> Vec<Body> {
     let mut h = H::new();
+    // The window rule alone: these allocations hold no more than their share floor.
+    h.state.set_share_floor(false);
     h.cfg.hysteresis_permille = hysteresis_permille;
     h.two_teams();
     h.node("n1", 8);
@@ -227,6 +235,8 @@ fn hysteresis_applies_where_the_paths_part_in_the_tree() {
     // org g (share 1) holds a and b; org h (share 1) holds c. a's waiter vs c's job: the
     // comparison is between g and h, whose usage includes b's.
     let mut h = H::new();
+    // The window rule alone: these allocations hold no more than their share floor.
+    h.state.set_share_floor(false);
     h.tree(vec![
         acc("g", 1, vec![leaf("a", 1), leaf("b", 1)]),
         acc("h", 1, vec![leaf("c", 1)]),
@@ -299,6 +309,8 @@ fn a_confirmation_before_the_deadline_ends_it_as_preempted() {
 #[test]
 fn a_requeued_job_keeps_its_place_in_its_allocation() {
     let mut h = H::new();
+    // The window rule alone: these allocations hold no more than their share floor.
+    h.state.set_share_floor(false);
     h.two_teams();
     h.node("n1", 8);
     h.running(0, "v", "b", 3600, &[("n1", 8)]);
@@ -452,6 +464,8 @@ fn maintenance_scheduled_inside_a_protection_says_so() {
 #[test]
 fn multi_node_waiters_get_whole_nodes() {
     let mut h = H::new();
+    // The window rule alone: these allocations hold no more than their share floor.
+    h.state.set_share_floor(false);
     h.two_teams();
     for n in ["n1", "n2", "n3"] {
         h.node(n, 8);
@@ -471,6 +485,8 @@ fn multi_node_waiters_get_whole_nodes() {
 #[test]
 fn a_multi_node_victim_is_paid_for_once() {
     let mut h = H::new();
+    // The window rule alone: these allocations hold no more than their share floor.
+    h.state.set_share_floor(false);
     h.two_teams();
     for n in ["n1", "n2", "n3"] {
         h.node(n, 8);
@@ -647,4 +663,106 @@ fn config_is_validated() {
         ..Config::default()
     };
     assert!(bad.validate().is_err());
+}
+
+/// Two teams on two 8-GPU nodes (floors of 8 GPUs each); `a` has used far more than `b` in
+/// the window, so the window alone never lets `a` take `b`'s work.
+fn floor_case() -> H {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.node("n2", 8);
+    h
+}
+
+fn a_over_served(h: &mut H, now: i64) {
+    h.snapshot(now, &[("a", gpu_h(500.0), ALLOC), ("b", 0, ALLOC)]);
+}
+
+fn reasons(out: &[Body]) -> Vec<String> {
+    out.iter()
+        .filter_map(|b| match b {
+            Body::PreemptionOrdered(p) => Some(p.reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn below_its_floor_a_waiter_takes_work_the_window_would_keep() {
+    let mut h = floor_case();
+    // b holds all 16 GPUs; x1 is past its minimum runtime, x2 and x3 are protected.
+    h.running(0, "x1", "b", 3600, &[("n1", 4)]);
+    h.running(0, "x2", "b", 8 * 3600, &[("n1", 4)]);
+    h.running(0, "x3", "b", 8 * 3600, &[("n2", 8)]);
+    h.submit(MIN, "w", "a", 4, 3600);
+    // 5 min after x1's last checkpoint (at 2 h).
+    let now = 2 * HOUR + 5 * MIN;
+    a_over_served(&mut h, now);
+    let out = h.decide(now);
+    assert_eq!(orders(&out), [("x1".to_owned(), "w".to_owned())]);
+    assert!(
+        reasons(&out)[0].contains("a holds fewer GPUs than its share floor"),
+        "{:?}",
+        reasons(&out)
+    );
+    // Without the floor, the window keeps b's work.
+    h.state.set_share_floor(false);
+    assert!(orders(&h.decide(now)).is_empty());
+}
+
+#[test]
+fn a_floor_order_waits_for_a_victim_that_checkpointed_lately() {
+    let mut h = floor_case();
+    h.running(0, "x1", "b", 3600, &[("n1", 4)]);
+    h.running(0, "x2", "b", 8 * 3600, &[("n1", 4)]);
+    h.running(0, "x3", "b", 8 * 3600, &[("n2", 8)]);
+    h.submit(MIN, "w", "a", 4, 3600);
+    // 11 min after x1's last checkpoint: more than a third of the 30 min interval to lose.
+    let late = 2 * HOUR + 11 * MIN;
+    a_over_served(&mut h, late);
+    assert!(orders(&h.decide(late)).is_empty());
+    // After its next checkpoint (2.5 h) it goes.
+    let fresh = 2 * HOUR + 31 * MIN;
+    a_over_served(&mut h, fresh);
+    assert_eq!(victims(&h.decide(fresh)), ["x1"]);
+}
+
+#[test]
+fn a_floor_order_leaves_the_victims_allocation_better_off_than_the_waiters() {
+    // One 8-GPU node: floors of 4 each. a holds nothing (4 below its floor); b holds all 8 in
+    // 2-GPU jobs past their minimum runtime.
+    let case = |need: u32| {
+        let mut h = H::new();
+        h.two_teams();
+        h.node("n1", 8);
+        for i in 0..4 {
+            h.running(0, &format!("x{i}"), "b", 3600, &[("n1", 2)]);
+        }
+        h.submit(MIN, "w", "a", need, 3600);
+        let now = 2 * HOUR + 5 * MIN;
+        a_over_served(&mut h, now);
+        victims(&h.decide(now)).len()
+    };
+    // 6 GPUs leave b 2 below its floor: better off than a (4 below) by more than the 10%
+    // margin of a's floor (0.4 GPU).
+    assert_eq!(case(6), 3);
+    // 8 GPUs would leave b 4 below: no better off than a was. The window decides, and it
+    // ranks a last.
+    assert_eq!(case(8), 0);
+}
+
+#[test]
+fn the_window_never_takes_an_allocation_below_its_floor() {
+    let mut h = floor_case();
+    // a has used nothing and holds its floor; b has used a lot and holds its floor too.
+    h.running(0, "own", "a", 8 * 3600, &[("n1", 8)]);
+    h.running(0, "x1", "b", 3600, &[("n2", 4)]);
+    h.running(0, "x2", "b", 3600, &[("n2", 4)]);
+    h.submit(MIN, "w", "a", 4, 3600);
+    let now = 2 * HOUR + 5 * MIN;
+    usage(&mut h, now, gpu_h(500.0));
+    assert!(orders(&h.decide(now)).is_empty());
+    h.state.set_share_floor(false);
+    assert_eq!(victims(&h.decide(now)).len(), 1, "the window alone rotates");
 }
