@@ -68,7 +68,8 @@ pub struct Placement<'s> {
 /// waiting jobs formats nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitReason<'s> {
-    /// GPUs it could use were free at the start of the cycle, but went to higher-ranked work.
+    /// GPUs it could use were free at the start of the cycle, but went to higher-ranked work
+    /// (allocations below their share floor first, then by the window).
     BelowOthersInRank,
     /// Not enough free GPUs of its shape on the nodes that take work.
     TooLargeForFreeNodes {
@@ -123,7 +124,8 @@ impl fmt::Display for WaitReason<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WaitReason::BelowOthersInRank => f.write_str(
-                "GPUs that fit it were free at the start of the cycle but went to higher-ranked work",
+                "GPUs that fit it were free at the start of the cycle but went to higher-ranked work \
+                 (allocations below their share floor first, then by window usage)",
             ),
             WaitReason::TooLargeForFreeNodes {
                 nodes,

@@ -766,3 +766,29 @@ fn the_window_never_takes_an_allocation_below_its_floor() {
     h.state.set_share_floor(false);
     assert_eq!(victims(&h.decide(now)).len(), 1, "the window alone rotates");
 }
+
+#[test]
+fn a_multi_node_floor_order_waits_until_its_victims_lose_little_on_average() {
+    // Three 8-GPU nodes: floors of 12. b holds all 24 GPUs, a nothing; a's two-node job may
+    // take 16 of them (b ends 4 below its floor, a was 12 below).
+    let mut h = H::new();
+    h.two_teams();
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    h.running(0, "x1", "b", 3600, &[("n1", 8)]);
+    h.running(0, "x2", "b", 3600, &[("n2", 8)]);
+    h.running(15 * MIN, "x3", "b", 3600, &[("n3", 8)]);
+    h.submit_full(MIN, "w", "a", 2, 8, 3600, 0, true);
+    // At 2 h 20: x1 and x2 lost 20 min since their checkpoint, x3 5 min. The cheapest two
+    // nodes lose 12.5 min per GPU on average, over a third of the 30 min interval.
+    let early = 2 * HOUR + 20 * MIN;
+    a_over_served(&mut h, early);
+    assert!(orders(&h.decide(early)).is_empty());
+    // At 2 h 32: x1 and x2 checkpointed 2 min ago.
+    let fresh = 2 * HOUR + 32 * MIN;
+    a_over_served(&mut h, fresh);
+    let mut v = victims(&h.decide(fresh));
+    v.sort();
+    assert_eq!(v, ["x1", "x2"]);
+}
