@@ -305,11 +305,10 @@ fn projected_usage_spreads_gpus_over_equally_behind_allocations() {
     }
 }
 
-#[test]
-fn an_allocation_far_behind_gets_more_until_it_catches_up() {
+/// Two equal teams on one 8-GPU node, `b` 3 GPU-h ahead in the window, eight 1-GPU jobs each.
+fn a_far_behind(share_floor: bool) -> H {
     let mut h = H::new();
-    // The window alone (the share floor would split the node 4 / 4: see the next test).
-    h.state.set_share_floor(false);
+    h.state.set_share_floor(share_floor);
     h.tree(vec![leaf("a", 1), leaf("b", 1)]);
     h.node("n0", 8);
     let allocated = 100 * HOUR as u64;
@@ -321,6 +320,13 @@ fn an_allocation_far_behind_gets_more_until_it_catches_up() {
         h.submit(NOW - 100 + i, &format!("a{i}"), "a", 1, 3600);
         h.submit(NOW - 100 + i, &format!("b{i}"), "b", 1, 3600);
     }
+    h
+}
+
+#[test]
+fn an_allocation_far_behind_gets_more_until_it_catches_up() {
+    // The window alone (the share floor would split the node 4 / 4: see the next test).
+    let h = a_far_behind(false);
     let d = h.decide(NOW);
     // a: 0, 1, 2 GPU-h are below b's 3; at 3-3 the name decides (a); then they alternate:
     // a a a a b a b a.
@@ -333,18 +339,7 @@ fn an_allocation_far_behind_gets_more_until_it_catches_up() {
 #[test]
 fn below_their_share_floor_allocations_go_first_until_they_reach_it() {
     // The same as above with the share floor: each floor is 4 of the 8 GPUs.
-    let mut h = H::new();
-    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
-    h.node("n0", 8);
-    let allocated = 100 * HOUR as u64;
-    h.snapshot(
-        NOW,
-        &[("a", 0, allocated), ("b", 3 * HOUR as u64, allocated)],
-    );
-    for i in 1..=8 {
-        h.submit(NOW - 100 + i, &format!("a{i}"), "a", 1, 3600);
-        h.submit(NOW - 100 + i, &format!("b{i}"), "b", 1, 3600);
-    }
+    let h = a_far_behind(true);
     let d = h.decide(NOW);
     // Both below their floor: window order (a) until a holds 4; then b, below its floor
     // still, though the window ranks it last.
