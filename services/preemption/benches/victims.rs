@@ -10,7 +10,9 @@
 //! - `decide_preemptions`: a whole pass (grace, drains, the rank-order walk to the first job
 //!   that does not fit, and its victims);
 //! - `select_victims` for one 8-GPU waiter (every node searched);
-//! - `select_victims` for one 2x8-GPU waiter (whole nodes).
+//! - `select_victims` for one 2x8-GPU waiter (whole nodes);
+//!
+//! each with the share floor on (the services' setting) and off (the window alone).
 //!
 //! Run: `cargo bench -p fairshare-preemption --bench victims`.
 
@@ -225,7 +227,7 @@ fn time<F: FnMut()>(runs: usize, mut f: F) -> (Duration, Duration) {
 
 fn main() {
     let cfg = Config::default();
-    let (state, w8, w16) = build();
+    let (mut state, w8, w16) = build();
     println!(
         "cluster: {} nodes x {} GPUs, {} queued, {} events folded",
         NODES,
@@ -233,30 +235,36 @@ fn main() {
         state.decision().queued_len(),
         state.last_applied()
     );
-    let out = decide_preemptions(&state, NOW, &cfg);
-    println!("decide_preemptions orders {} victims", out.len());
-    for (name, id) in [("8-GPU", &w8), ("2x8-GPU", &w16)] {
-        match select_victims(&state, id, NOW, &cfg) {
-            Ok(plan) => println!(
-                "{name} waiter: {} victims on {:?}, lost {:.2} GPU-h",
-                plan.victims.len(),
-                plan.nodes,
-                plan.lost_gpu_ms as f64 / HOUR as f64
-            ),
-            Err(e) => println!("{name} waiter: {e}"),
+    // With the share floor (the services' setting) and by the window alone: the floor keeps
+    // most allocations' work here, so the victim search ends early more often.
+    for share_floor in [true, false] {
+        state.set_share_floor(share_floor);
+        println!("share floor {}:", if share_floor { "on" } else { "off" });
+        let out = decide_preemptions(&state, NOW, &cfg);
+        println!("  decide_preemptions orders {} victims", out.len());
+        for (name, id) in [("8-GPU", &w8), ("2x8-GPU", &w16)] {
+            match select_victims(&state, id, NOW, &cfg) {
+                Ok(plan) => println!(
+                    "  {name} waiter: {} victims on {:?}, lost {:.2} GPU-h",
+                    plan.victims.len(),
+                    plan.nodes,
+                    plan.lost_gpu_ms as f64 / HOUR as f64
+                ),
+                Err(e) => println!("  {name} waiter: {e}"),
+            }
         }
+        let runs = 300;
+        let (m, p) = time(runs, || {
+            black_box(decide_preemptions(black_box(&state), NOW, &cfg));
+        });
+        println!("  decide_preemptions      median {m:>10.2?}  p99 {p:>10.2?}");
+        let (m, p) = time(runs, || {
+            let _ = black_box(select_victims(black_box(&state), &w8, NOW, &cfg));
+        });
+        println!("  select_victims 8 GPUs   median {m:>10.2?}  p99 {p:>10.2?}");
+        let (m, p) = time(runs, || {
+            let _ = black_box(select_victims(black_box(&state), &w16, NOW, &cfg));
+        });
+        println!("  select_victims 2x8 GPUs median {m:>10.2?}  p99 {p:>10.2?}");
     }
-    let runs = 300;
-    let (m, p) = time(runs, || {
-        black_box(decide_preemptions(black_box(&state), NOW, &cfg));
-    });
-    println!("decide_preemptions      median {m:>10.2?}  p99 {p:>10.2?}");
-    let (m, p) = time(runs, || {
-        let _ = black_box(select_victims(black_box(&state), &w8, NOW, &cfg));
-    });
-    println!("select_victims 8 GPUs   median {m:>10.2?}  p99 {p:>10.2?}");
-    let (m, p) = time(runs, || {
-        let _ = black_box(select_victims(black_box(&state), &w16, NOW, &cfg));
-    });
-    println!("select_victims 2x8 GPUs median {m:>10.2?}  p99 {p:>10.2?}");
 }

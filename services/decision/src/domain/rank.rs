@@ -134,7 +134,8 @@ pub struct FloorStanding {
 impl FloorStanding {
     /// `held - floor`, as a fraction over `floor_den`.
     pub fn excess(&self) -> i128 {
-        let held = i128::try_from(u128::from(self.held) * self.floor_den).unwrap_or(i128::MAX);
+        let held = i128::try_from(u128::from(self.held).saturating_mul(self.floor_den))
+            .unwrap_or(i128::MAX);
         held.saturating_sub(i128::try_from(self.floor_num).unwrap_or(i128::MAX))
     }
 }
@@ -154,7 +155,7 @@ struct Floor {
 impl Floor {
     fn below(&self, leaf: AccountId) -> bool {
         let (num, den) = self.share[leaf];
-        u128::from(self.held[leaf]) * den < num
+        u128::from(self.held[leaf]).saturating_mul(den) < num
     }
 }
 

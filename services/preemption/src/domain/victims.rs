@@ -328,6 +328,9 @@ impl<'t> RankRule<'t> {
         if let Some(standing_a) = walk.floor_standing(leaf) {
             let slack = (0..tree.accounts.len())
                 .map(|v| match base.floor_standing(v) {
+                    // At or below its floor, with the waiter at or above its own: nothing
+                    // to take, whatever the window says (the common case, so it is not asked).
+                    Some(standing) if standing.excess() <= 0 && standing_a.excess() >= 0 => 0,
                     Some(standing) if tree.accounts[v].is_allocation() => {
                         let window = rule.window_allows(v);
                         if window && waiter.debug && standing.excess() >= 0 {
