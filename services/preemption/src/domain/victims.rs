@@ -328,9 +328,9 @@ impl<'t> RankRule<'t> {
         if let Some(standing_a) = walk.floor_standing(leaf) {
             let slack = (0..tree.accounts.len())
                 .map(|v| match base.floor_standing(v) {
-                    // At or below its floor, with the waiter at or above its own: nothing
-                    // to take, whatever the window says (the common case, so it is not asked).
-                    Some(standing) if standing.excess() <= 0 && standing_a.excess() >= 0 => 0,
+                    // Below its floor, with the waiter at or above its own: nothing to take,
+                    // whatever the window says (a common case, so it is not asked).
+                    Some(standing) if standing.excess() < 0 && standing_a.excess() >= 0 => 0,
                     Some(standing) if tree.accounts[v].is_allocation() => {
                         let window = rule.window_allows(v);
                         if window && waiter.debug && standing.excess() >= 0 {
@@ -427,9 +427,13 @@ struct Candidate<'s> {
     floor_account: Option<AccountId>,
 }
 
-/// What victims may still take from each allocation without pushing it below its share floor.
+/// What victims may still take from each allocation under the share floor. The search asks
+/// it about the cheapest set on each node (single-node waiters) or each node's whole set
+/// (multi-node); a node whose cheapest set is refused is passed over, even if a dearer set
+/// there would do.
 struct FloorBudget<'r> {
-    /// Per allocation, GPUs it holds beyond its floor (`None`: the floor is off, no limit).
+    /// Per allocation, the most GPUs victims may take from it ([`floor_slack`]; `None`: the
+    /// floor is off, no limit).
     slack: Option<&'r [u64]>,
     /// Per allocation, GPUs the plan takes from it so far (allocated lazily).
     taken: Vec<u64>,
