@@ -7,6 +7,7 @@
 use fairshare_events::pb;
 
 use super::decide::decide;
+use super::rank;
 use super::state::{DecisionState, JobStatus};
 
 fn rejection(code: pb::RejectionCode, message: String) -> pb::Rejection {
@@ -72,7 +73,31 @@ pub fn explain(
                 explanation.reason =
                     "GPUs are free for it: the next decision cycle starts it".into();
             }
+            if !explanation.reason.is_empty()
+                && let Some(note) = floor_note(state, allocation, now_ms)
+            {
+                explanation.reason.push_str(&note);
+            }
         }
     }
     Ok(explanation)
+}
+
+/// Where the job's allocation stands against its share floor ([`rank`]), as a clause to add
+/// to the reason: whether it goes before the others or after those below their floors.
+fn floor_note(state: &DecisionState, allocation: &str, now_ms: i64) -> Option<String> {
+    let tree = state.budget_tree()?;
+    let leaf = tree.allocation(allocation)?;
+    let standing = rank::ranking(state, tree, now_ms).floor_standing(leaf)?;
+    // For people: one decimal is enough (ranking compares exactly).
+    let floor = standing.floor_num as f64 / standing.floor_den as f64;
+    let order = if standing.excess() < 0 {
+        "it goes before every allocation at or above its own"
+    } else {
+        "allocations below theirs go first, then the window decides"
+    };
+    Some(format!(
+        "; {allocation} holds {} GPUs against a share floor of {floor:.1}: {order}",
+        standing.held
+    ))
 }

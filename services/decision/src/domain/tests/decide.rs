@@ -564,3 +564,43 @@ fn decisions_become_job_placed_events_that_the_fold_accepts() {
     assert_eq!(again.waiting.len(), waiting);
     assert_eq!(h.state.queued_len(), 12 - placed);
 }
+
+#[test]
+fn explain_says_where_the_allocation_stands_against_its_floor() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 2)]);
+    h.node("n0", 8);
+    // 8 GPUs: floors 2.7 (a) and 5.3 (b). a holds all 8; both wait for more.
+    h.running(NOW - HOUR, "a-run", "a", 3600, &[("n0", 8)]);
+    h.submit(NOW - 10, "a1", "a", 1, 3600);
+    h.submit(NOW - 5, "b1", "b", 1, 3600);
+    let reason_in = |h: &H, id: &str| {
+        crate::domain::explain(&h.state, id, NOW)
+            .map(|e| e.reason)
+            .unwrap_or_default()
+    };
+    let reason = |id: &str| reason_in(&h, id);
+    assert!(
+        reason("b1").ends_with(
+            "; b holds 0 GPUs against a share floor of 5.3: it goes before every allocation at \
+             or above its own"
+        ),
+        "{}",
+        reason("b1")
+    );
+    assert!(
+        reason("a1").ends_with(
+            "; a holds 8 GPUs against a share floor of 2.7: allocations below theirs go first, \
+             then the window decides"
+        ),
+        "{}",
+        reason("a1")
+    );
+    // Without the floor there is nothing to say about it.
+    h.state.set_share_floor(false);
+    let plain = reason_in(&h, "b1");
+    assert!(
+        !plain.is_empty() && !plain.contains("share floor"),
+        "{plain}"
+    );
+}
