@@ -34,7 +34,7 @@
 //!   behind everyone this week, even while it holds less than its share. On msft-itp at 512
 //!   GPUs, 95% of the owed time the window alone missed fell in such hours. With the floor
 //!   (and its preemption rule, `fairshare_preemption::domain::victims`) owed delivery there
-//!   rose from 92.3% to 99.6%; the window still decides who gets the GPUs beyond the floors
+//!   rose from 92.3% to 99.5%; the window still decides who gets the GPUs beyond the floors
 //!   (the idle capacity of others), which is what it is for.
 //! - The floor orders allocations; it charges nothing and leaves [`FairTree::leaf_order`],
 //!   the window's ranking, as it is. Lineage: the minimum share of the Hadoop/YARN fair
