@@ -253,6 +253,9 @@ struct RankRule<'t> {
     /// With the share floor on, per allocation: the most GPUs victims may take from it
     /// ([`floor_slack`]).
     slack: Option<Vec<u64>>,
+    /// Per allocation (by account id), the window's verdict once asked ([`Self::window`]):
+    /// working out the slack and judging victims ask the same question.
+    window: Vec<Option<bool>>,
 }
 
 /// The most GPUs victims may take from allocation `v` for a waiter of allocation `a`.
@@ -324,6 +327,7 @@ impl<'t> RankRule<'t> {
             margin_permille: cfg.hysteresis_permille,
             below_floor: walk.below_floor(leaf),
             slack: None,
+            window: vec![None; tree.accounts.len()],
         };
         if let Some(standing_a) = walk.floor_standing(leaf) {
             let slack = (0..tree.accounts.len())
@@ -332,7 +336,7 @@ impl<'t> RankRule<'t> {
                     // whatever the window says (a common case, so it is not asked).
                     Some(standing) if standing.excess() < 0 && standing_a.excess() >= 0 => 0,
                     Some(standing) if tree.accounts[v].is_allocation() => {
-                        let window = rule.window_allows(v);
+                        let window = rule.window(v);
                         if window && waiter.debug && standing.excess() >= 0 {
                             // A debug job the window ranks first may take a whole job of an
                             // allocation at or above its floor, even one that leaves it below
@@ -357,7 +361,17 @@ impl<'t> RankRule<'t> {
         self.slack.as_ref().is_none_or(|s| gpus <= s[v])
     }
 
-    /// Whether the window lets allocated work of allocation `v` make room for the waiter.
+    /// Whether the window lets allocated work of allocation `v` make room for the waiter,
+    /// worked out once per allocation.
+    fn window(&mut self, v: AccountId) -> bool {
+        if let Some(w) = self.window[v] {
+            return w;
+        }
+        let w = self.window_allows(v);
+        self.window[v] = Some(w);
+        w
+    }
+
     fn window_allows(&self, v: AccountId) -> bool {
         let Some(&a) = self.waiter_path.last() else {
             return false;
@@ -496,8 +510,6 @@ struct Judge<'a> {
     leaf: AccountId,
     now: i64,
     cfg: &'a Config,
-    /// Rank rule verdicts per allocation (by account id).
-    by_allocation: Vec<Option<bool>>,
     /// Only unallocated work may be a victim (behind a blocked waiter).
     unallocated_only: bool,
     /// Whether the waiter fits on one node.
@@ -550,14 +562,7 @@ impl Judge<'_> {
                         self.rule.keeps_floor(v, job.gpus)
                     }
                     Some(v) => {
-                        let window = match self.by_allocation[v] {
-                            Some(w) => w,
-                            None => {
-                                let w = self.rule.window_allows(v);
-                                self.by_allocation[v] = Some(w);
-                                w
-                            }
-                        };
+                        let window = self.rule.window(v);
                         floor_only = !window;
                         (window || self.rule.below_floor) && self.rule.keeps_floor(v, job.gpus)
                     }
@@ -889,7 +894,6 @@ fn choose<'s, 't>(
         leaf,
         now,
         cfg,
-        by_allocation: vec![None; tree.accounts.len()],
     };
     let protected_until = now.saturating_add(waiter.min_runtime_ms);
     let (nodes, mut victims) = if waiter.shape.nodes <= 1 {
@@ -917,13 +921,13 @@ fn choose<'s, 't>(
     if waiter.shape.nodes > 1 && judge.rule.below_floor && judge.debug_allowance.is_none() {
         // A multi-node floor order picks its moment as a whole: its allocated victims may
         // throw away no more than `interval / FLOOR_FRESH_DIVISOR` per GPU on average.
-        let (gpus, lost) = victims
+        let (gpus, allocated_lost) = victims
             .iter()
             .filter(|c| !c.victim.unallocated)
             .fold((0u64, 0u128), |(g, l), c| {
                 (g + c.victim.gpus, l.saturating_add(c.victim.lost_gpu_ms))
             });
-        if lost > fresh_limit_gpu_ms(cfg, gpus) {
+        if allocated_lost > fresh_limit_gpu_ms(cfg, gpus) {
             return Err(would_not_fit());
         }
     }
