@@ -76,8 +76,9 @@ fn fair_share_reason(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> Str
                 w.allocation, victim.allocation
             ),
             Grounds::DebugAllowance => format!(
-                "allocation {} keeps at least its share floor",
-                victim.allocation
+                "the share floor allows it: allocation {} is left no further below its floor \
+                 than {} is, or was at or above it and ranks below {} by the window",
+                victim.allocation, w.allocation, w.allocation
             ),
         }
     };

@@ -177,8 +177,9 @@ pub enum Grounds {
     /// The waiter's allocation holds less than its share floor; the victim's is left better
     /// off than the waiter's was.
     BelowFloor,
-    /// A debug job under its allowance, with the share floor on: the victim's allocation
-    /// keeps its floor.
+    /// A debug job under its allowance, with the share floor on: the victim's allocation is
+    /// left no further below its floor than the waiter's, or was at or above its floor and the
+    /// window ranks it below the waiter's.
     DebugAllowance,
 }
 
