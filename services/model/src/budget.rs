@@ -105,6 +105,9 @@ pub struct BudgetTree {
     pub roots: Vec<AccountId>,
     /// Allocation path -> account id, for every leaf.
     by_path: BTreeMap<String, AccountId>,
+    /// [`Self::fraction`] of every account, by id, worked out once: ranking reads every
+    /// allocation's in each cycle and pass.
+    fractions: Vec<Fraction>,
 }
 
 impl BudgetTree {
@@ -117,8 +120,10 @@ impl BudgetTree {
             accounts: Vec::new(),
             roots: Vec::new(),
             by_path: BTreeMap::new(),
+            fractions: Vec::new(),
         };
         tree.roots = tree.add_level(accounts, None, "", 0)?;
+        tree.fractions = tree.all_fractions();
         Ok(tree)
     }
 
@@ -204,6 +209,38 @@ impl BudgetTree {
         }
     }
 
+    /// [`Self::fraction`] of every account, by id.
+    pub fn fractions(&self) -> &[Fraction] {
+        &self.fractions
+    }
+
+    /// Every account's fraction in one pass from the roots down (parents have smaller ids
+    /// than their children).
+    fn all_fractions(&self) -> Vec<Fraction> {
+        let mut out: Vec<Fraction> = Vec::with_capacity(self.accounts.len());
+        for (id, account) in self.accounts.iter().enumerate() {
+            let share = u128::from(account.share);
+            let total: u128 = self
+                .siblings(id)
+                .iter()
+                .map(|&s| u128::from(self.accounts[s].share))
+                .sum();
+            let above = account
+                .parent
+                .and_then(|p| out.get(p).copied())
+                .unwrap_or(Fraction { num: 1, den: 1 });
+            out.push(if share == 0 || total == 0 || above.num == 0 {
+                Fraction { num: 0, den: 1 }
+            } else {
+                Fraction {
+                    num: above.num * share,
+                    den: above.den * total,
+                }
+            });
+        }
+        out
+    }
+
     /// The exact fraction of the cluster that account `id` (leaf or inner) holds.
     pub fn fraction(&self, id: AccountId) -> Fraction {
         let mut num: u128 = 1;
@@ -270,6 +307,35 @@ mod tests {
         assert_eq!(f("research/nlp"), Fraction { num: 3, den: 16 });
         assert_eq!(f("infra"), Fraction { num: 1, den: 4 });
         assert_eq!(f("guests"), Fraction { num: 0, den: 1 });
+    }
+
+    #[test]
+    fn all_fractions_at_once_match_each_one() {
+        // A zero share above a leaf zeroes the whole subtree.
+        let t = BudgetTree::from_accounts(&[
+            acc(
+                "research",
+                3,
+                vec![acc("nlp", 1, vec![]), acc("vision", 3, vec![])],
+            ),
+            acc("paused", 0, vec![acc("a", 1, vec![]), acc("b", 2, vec![])]),
+            acc(
+                "infra",
+                1,
+                vec![acc("ops", 0, vec![]), acc("ci", 5, vec![])],
+            ),
+        ])
+        .unwrap();
+        let all = t.fractions();
+        assert_eq!(all.len(), t.accounts.len());
+        for (id, f) in all.iter().enumerate() {
+            assert_eq!(*f, t.fraction(id), "account {}", t.accounts[id].path);
+        }
+        assert_eq!(all[t.allocation("paused/b").unwrap()].num, 0);
+        assert_eq!(
+            all[t.allocation("infra/ci").unwrap()],
+            Fraction { num: 5, den: 20 }
+        );
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub(crate) struct NodeIndex {
     /// How many of them are cordoned (a cordon is a node event, so this is built with the
     /// index and never goes stale).
     cordoned: usize,
+    /// GPUs of all of them, cordoned or not (likewise built with the index).
+    total_gpus: u64,
 }
 
 impl NodeIndex {
@@ -79,6 +81,7 @@ impl NodeIndex {
                 })
                 .collect(),
             cordoned: inventory.nodes.values().filter(|n| n.cordoned).count(),
+            total_gpus: inventory.total_gpus(),
         }
     }
 
@@ -112,6 +115,12 @@ impl DecisionState {
     /// Whether any registered node is cordoned.
     pub fn any_cordoned(&self) -> bool {
         self.registered.cordoned > 0
+    }
+
+    /// GPUs of every registered node, cordoned ones too (the inventory's total, kept with
+    /// the node index: ranking asks for it in every cycle and pass).
+    pub fn total_gpus(&self) -> u64 {
+        self.registered.total_gpus
     }
 
     /// Every registered node in name order, with its load and maintenance windows (loads of

@@ -235,10 +235,11 @@ impl<'t> FairTree<'t> {
         let n = self.tree.accounts.len();
         let mut held = vec![0u64; n];
         let mut share = vec![(0u128, 1u128); n];
+        let fractions = self.tree.fractions();
         for (id, account) in self.tree.accounts.iter().enumerate() {
             if account.is_allocation() {
                 held[id] = leaves.get(id).map_or(0, |l| l.held_gpus);
-                let f = self.tree.fraction(id);
+                let f = fractions[id];
                 share[id] = (f.num.saturating_mul(u128::from(capacity_gpus)), f.den);
             }
         }
@@ -463,7 +464,7 @@ pub fn ranking<'t>(state: &DecisionState, tree: &'t BudgetTree, now_ms: i64) -> 
     let usage = leaf_usage(state, tree, now_ms);
     let fair = FairTree::new(tree, &usage);
     if state.share_floor() {
-        fair.with_floor(&usage, state.inventory().total_gpus())
+        fair.with_floor(&usage, state.total_gpus())
     } else {
         fair
     }

@@ -541,6 +541,14 @@ impl DecisionState {
         &self.queues
     }
 
+    /// Every placed or running allocated job, once each (a multi-node job too), by
+    /// allocation path and job id.
+    pub fn in_flight(&self) -> impl Iterator<Item = &InFlight> {
+        self.in_flight
+            .values()
+            .flat_map(|jobs| jobs.iter().map(|(_, job)| job))
+    }
+
     /// GPUs held on node `node` and by whom.
     pub fn load(&self, node: &str) -> Option<&NodeLoad> {
         self.loads.get(node)

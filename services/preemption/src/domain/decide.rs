@@ -158,16 +158,12 @@ pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option
     let d = state.decision();
     let waiting = d.queues().values().any(|q| !q.allocated.is_empty());
     if waiting {
-        for row in d.nodes_with_loads() {
-            for (_, h) in row.holdings() {
-                let end = contract::protected_until_ms(
-                    h.holder.start_ms,
-                    h.holder.min_runtime_ms,
-                    config,
-                );
-                if end > now_ms && next.is_none_or(|n| end < n) {
-                    next = Some(end);
-                }
+        // Only allocated work is ever protected, and the in-flight list holds each such job
+        // once (the nodes' holdings hold a multi-node job once per node).
+        for job in d.in_flight() {
+            let end = contract::protected_until_ms(job.start_ms, job.min_runtime_ms, config);
+            if end > now_ms && next.is_none_or(|n| end < n) {
+                next = Some(end);
             }
         }
     }

@@ -137,6 +137,12 @@ pub fn run(
         last_snapshot: None,
         wake_at: None,
     };
+    // About six events per job (submitted, placed, started, finished, a share of snapshots and
+    // preemptions): reserved once, the log is not copied each time it doubles.
+    engine
+        .services
+        .log
+        .reserve(workload.jobs.len().saturating_mul(6));
     for event in setup.initial_events(EPOCH_MS) {
         engine.services.append(event);
     }

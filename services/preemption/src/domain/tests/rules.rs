@@ -792,3 +792,25 @@ fn a_multi_node_floor_order_waits_until_its_victims_lose_little_on_average() {
     v.sort();
     assert_eq!(v, ["x1", "x2"]);
 }
+
+#[test]
+fn the_next_due_time_is_the_earliest_protection_end_while_allocated_work_waits() {
+    let mut h = H::new();
+    h.two_teams();
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    // A two-node job protected for 2 h, a one-node job for 1 h (started 10 min later), and
+    // unallocated work, which is never protected.
+    h.running(0, "big", "b", 2 * 3600, &[("n1", 8), ("n2", 8)]);
+    h.running(10 * MIN, "small", "b", 3600, &[("n3", 4)]);
+    h.running(0, "free", "b", 0, &[("n3", 4)]);
+    let now = 20 * MIN;
+    // Nothing waits: no protection end is due.
+    assert_eq!(next_due(&h.state, now, &h.cfg), None);
+    h.submit(now, "w", "a", 8, 3600);
+    assert_eq!(next_due(&h.state, now, &h.cfg), Some(10 * MIN + HOUR));
+    // Past that end, the two-node job's is next: named once, from its own start.
+    assert_eq!(next_due(&h.state, 10 * MIN + HOUR, &h.cfg), Some(2 * HOUR));
+    assert_eq!(next_due(&h.state, 2 * HOUR, &h.cfg), None);
+}
