@@ -352,10 +352,11 @@ impl CommonArgs {
         for run in &runs {
             if let Some(stats) = &run.engine {
                 eprintln!(
-                    "fairshare: {} steps, {} cycles ({} placing), {} preemption passes, {} snapshots, {} rejected",
+                    "fairshare: {} steps, {} cycles ({} placing, {} known empty), {} preemption passes, {} snapshots, {} rejected",
                     stats.steps,
                     stats.cycles,
                     stats.placing_cycles,
+                    stats.known_empty_cycles,
                     stats.passes,
                     stats.snapshots,
                     stats.rejected

@@ -14,7 +14,8 @@
 //!    preemption service too).
 //! 3. [`rank`]: Fair Tree over the budget tree, exact integer ratios, re-ranked incrementally as
 //!    the cycle charges projected usage.
-//! 4. [`place`]: best-fit packing of single-node jobs, whole nodes for multi-node jobs, never on
+//! 4. [`fit`]: whether any queued shape fits the free GPUs at all (else a cycle places
+//!    nothing, and the simulator skips it). [`place`]: best-fit packing of single-node jobs, whole nodes for multi-node jobs, never on
 //!    cordoned nodes or across a maintenance window.
 //! 5. [`reserve`]: the cycle's reservation for the top blocked job and the backfill rule that
 //!    keeps it safe.
@@ -28,6 +29,7 @@
 pub mod debug;
 pub mod decide;
 pub mod explain;
+pub mod fit;
 mod flat;
 mod join;
 pub mod nodes;

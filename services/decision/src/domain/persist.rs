@@ -24,7 +24,9 @@ use super::flat::FlatMap;
 use super::nodes::NodeIndex;
 use super::queue::SortedChunks;
 use super::rank;
-use super::state::{AllocationQueue, DecisionState, InFlight, Job, NodeLoad, Usage, Window};
+use super::state::{
+    AllocationQueue, DecisionState, InFlight, Job, NodeLoad, Usage, Window, shape_key,
+};
 
 /// [`DecisionState`] as a checkpoint holds it: the same fields, names, order and serde forms
 /// as the state's derived `Serialize` writes (a field added to the state must be added here
@@ -64,6 +66,7 @@ impl From<Stored> for DecisionState {
             loads: s.loads,
             jobs: s.jobs,
             queues: s.queues,
+            queued_shapes: BTreeMap::new(),
             in_flight: s.in_flight,
             usage: s.usage,
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
@@ -76,6 +79,9 @@ impl From<Stored> for DecisionState {
                 .filter(|(_, r)| debug::is_candidate(r))
                 .map(|(k, r)| (k.clone(), *r))
                 .collect();
+            for (_, r) in queue.allocated.iter().chain(queue.unallocated.iter()) {
+                *state.queued_shapes.entry(shape_key(r.shape)).or_insert(0) += 1;
+            }
         }
         state.copy_inventory();
         state.refill_holders();

@@ -440,6 +440,12 @@ pub struct DecisionState {
     pub(crate) loads: FlatMap<Arc<str>, NodeLoad>,
     pub(crate) jobs: BTreeMap<Arc<str>, Job>,
     pub(crate) queues: BTreeMap<Arc<str>, AllocationQueue>,
+    /// How many queued jobs have each shape, as `(nodes, GPUs per node)`: a cluster's jobs
+    /// come in a few shapes, so "could any of them fit now" is a short walk
+    /// ([`crate::domain::fit`]). Derived: not checkpointed, counted again when a checkpoint
+    /// is loaded, kept in step by `enqueue` and `dequeue`.
+    #[serde(skip)]
+    pub(crate) queued_shapes: BTreeMap<(u32, u32), usize>,
     pub(crate) in_flight: BTreeMap<Arc<str>, SortedChunks<Arc<str>, InFlight>>,
     pub(crate) usage: Option<Usage>,
     /// GPUs of debug work each allocation may run ahead of rank ([`debug`]). A setting, not
@@ -450,6 +456,22 @@ pub struct DecisionState {
     /// setting like the debug allowance: never checkpointed, on unless set off.
     #[serde(skip)]
     pub(crate) share_floor: bool,
+}
+
+/// The key of `shape` in [`DecisionState::queued_shapes`].
+pub(crate) fn shape_key(shape: Shape) -> (u32, u32) {
+    (shape.nodes, shape.gpus_per_node)
+}
+
+/// Counts one queued job of `shape` less.
+fn forget_shape(shapes: &mut BTreeMap<(u32, u32), usize>, shape: Shape) {
+    let key = shape_key(shape);
+    if let Some(n) = shapes.get_mut(&key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            shapes.remove(&key);
+        }
+    }
 }
 
 fn check_cluster(ours: &str, theirs: &str) -> Result<(), Ignored> {
@@ -476,6 +498,7 @@ impl DecisionState {
             loads: FlatMap::default(),
             jobs: BTreeMap::new(),
             queues: BTreeMap::new(),
+            queued_shapes: BTreeMap::new(),
             in_flight: BTreeMap::new(),
             usage: None,
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
@@ -755,9 +778,15 @@ impl DecisionState {
         if debug::is_candidate(&job.request) {
             queue.debug.insert(job.key(id), job.request);
         }
-        queue
+        let replaced = queue
             .part_mut(job.request.is_unallocated())
             .insert(job.key(id), job.request);
+        if replaced.is_none() {
+            *self
+                .queued_shapes
+                .entry(shape_key(job.request.shape))
+                .or_insert(0) += 1;
+        }
     }
 
     fn dequeue(&mut self, id: &Arc<str>, job: &Job) {
@@ -770,6 +799,9 @@ impl DecisionState {
             }
             if queue.is_empty() {
                 self.queues.remove(&job.allocation);
+            }
+            if let Some(r) = removed {
+                forget_shape(&mut self.queued_shapes, r.shape);
             }
         }
     }

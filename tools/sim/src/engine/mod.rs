@@ -80,6 +80,10 @@ pub struct EngineStats {
     pub cycles: u64,
     /// Decision cycles that placed something.
     pub placing_cycles: u64,
+    /// Decision cycles known to place nothing without ranking or packing: no queued job's
+    /// shape fitted the free GPUs ([`DecisionState::any_queued_shape_fits`]). Counted in
+    /// `cycles` too.
+    pub known_empty_cycles: u64,
     /// Preemption passes run.
     pub passes: u64,
     /// Usage snapshots published.
@@ -314,6 +318,12 @@ impl Engine<'_> {
         self.snapshot_if_due(now);
         self.cycle += 1;
         self.stats.cycles += 1;
+        // In a full cluster most cycles find no queued shape that fits what is free: their
+        // outcome (nothing) is known without the ranking and packing.
+        if !self.services.preemption.decision().any_queued_shape_fits() {
+            self.stats.known_empty_cycles += 1;
+            return false;
+        }
         let placed = decide_placements(self.services.preemption.decision(), now).events(self.cycle);
         if placed.is_empty() {
             return false;

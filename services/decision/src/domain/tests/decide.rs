@@ -604,3 +604,48 @@ fn explain_says_where_the_allocation_stands_against_its_floor() {
         "{plain}"
     );
 }
+
+#[test]
+fn a_cycle_can_place_only_queued_shapes_that_fit_the_free_gpus() {
+    use fairshare_events::pb::{self, event::Body};
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    nodes(&mut h, &["n1", "n2"], 8);
+    // Wholly free, but cordoned: it takes nothing.
+    h.node("big", 16);
+    h.cordon("big");
+    assert!(!h.state.any_queued_shape_fits(), "nothing queued");
+    h.running(0, "r1", "a", 3600, &[("n1", 5)]);
+    h.running(0, "r2", "a", 3600, &[("n2", 5)]);
+    // 3 GPUs free on each 8-GPU node.
+    h.submit(0, "four", "a", 4, 3600);
+    h.submit_full(0, "two-nodes", "a", 2, 8, 3600, 0, true);
+    assert!(!h.state.any_queued_shape_fits());
+    assert!(h.decide(NOW).placements.is_empty());
+    h.submit(0, "three", "a", 3, 3600);
+    assert!(h.state.any_queued_shape_fits());
+    assert_eq!(placed_ids(&h.decide(NOW)), vec!["three"]);
+    // Placed, it leaves the queue and its shape's count.
+    h.place(NOW, "three", &[("n1", 3)]);
+    assert!(!h.state.any_queued_shape_fits());
+    let finish = |h: &mut H, id: &str| {
+        h.ok(
+            NOW,
+            Body::JobFinished(pb::JobFinished {
+                job_id: id.into(),
+                exit_code: 0,
+            }),
+        )
+    };
+    finish(&mut h, "r2");
+    // n2 is wholly free: the 4-GPU job fits, the two-node job (two whole 8-GPU nodes) not.
+    assert!(h.state.any_queued_shape_fits());
+    assert_eq!(placed_ids(&h.decide(NOW)), vec!["four"]);
+    h.place(NOW, "four", &[("n2", 4)]);
+    assert!(!h.state.any_queued_shape_fits());
+    finish(&mut h, "four");
+    finish(&mut h, "r1");
+    finish(&mut h, "three");
+    assert!(h.state.any_queued_shape_fits());
+    assert_eq!(placed_ids(&h.decide(NOW)), vec!["two-nodes"]);
+}

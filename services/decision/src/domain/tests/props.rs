@@ -285,5 +285,9 @@ proptest! {
         prop_assert_eq!(&quick.reservation, &d.reservation);
         prop_assert_eq!(&quick.ranking, &d.ranking);
         prop_assert!(quick.waiting.is_empty());
+        // A cycle places only queued shapes that fit the free GPUs.
+        if !sc.h.state.any_queued_shape_fits() {
+            prop_assert!(d.placements.is_empty(), "placed though no queued shape fits");
+        }
     }
 }
