@@ -332,6 +332,20 @@ pub struct NodeLoad {
     /// Holdings sorted by job id. A node holds a handful of jobs (at most one per GPU), so a
     /// small sorted array is both the cheapest to update and the cheapest for a cycle to read.
     pub holdings: Vec<(Arc<str>, Holding)>,
+    /// GPUs held by jobs already ordered off (their holder has a preemption deadline): soon
+    /// free, as every preemption pass counts them. Derived from the holders, so not
+    /// checkpointed: counted again when they are refilled on loading.
+    #[serde(skip)]
+    pub ordered_off: u32,
+}
+
+/// GPUs of `holding` that are on their way back (its job has a preemption order).
+fn ordered_off_gpus(holding: &Holding) -> u32 {
+    if holding.holder.preempt_deadline_ms.is_some() {
+        holding.gpus
+    } else {
+        0
+    }
 }
 
 impl NodeLoad {
@@ -345,24 +359,38 @@ impl NodeLoad {
 
     fn insert(&mut self, job_id: &Arc<str>, holding: Holding) {
         let gpus = holding.gpus;
+        let off = ordered_off_gpus(&holding);
         match self
             .holdings
             .binary_search_by(|(id, _)| (**id).cmp(&**job_id))
         {
             Ok(i) => {
-                self.used = self.used.saturating_sub(self.holdings[i].1.gpus);
+                let old = &self.holdings[i].1;
+                self.used = self.used.saturating_sub(old.gpus);
+                self.ordered_off = self.ordered_off.saturating_sub(ordered_off_gpus(old));
                 self.holdings[i].1 = holding;
             }
             Err(i) => self.holdings.insert(i, (Arc::clone(job_id), holding)),
         }
         self.used = self.used.saturating_add(gpus);
+        self.ordered_off = self.ordered_off.saturating_add(off);
     }
 
     fn remove(&mut self, job_id: &str) {
         if let Ok(i) = self.holdings.binary_search_by(|(id, _)| (**id).cmp(job_id)) {
             let (_, h) = self.holdings.remove(i);
             self.used = self.used.saturating_sub(h.gpus);
+            self.ordered_off = self.ordered_off.saturating_sub(ordered_off_gpus(&h));
         }
+    }
+
+    /// Counts [`Self::ordered_off`] again from the holders.
+    fn recount_ordered_off(&mut self) {
+        self.ordered_off = self
+            .holdings
+            .iter()
+            .map(|(_, h)| ordered_off_gpus(h))
+            .fold(0, u32::saturating_add);
     }
 }
 
@@ -1023,6 +1051,9 @@ impl DecisionState {
                     load.holdings[i].1.holder = holder.clone();
                 }
             }
+        }
+        for load in self.loads.values_mut() {
+            load.recount_ordered_off();
         }
     }
 

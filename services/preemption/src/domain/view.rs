@@ -67,33 +67,19 @@ pub(crate) struct View<'s> {
 
 impl<'s> View<'s> {
     pub fn new(state: &'s PreemptionState) -> View<'s> {
-        // Usually no order is outstanding, and then no holding is ordered off (see
-        // `is_ordered_off`): the holdings need not be read at all.
-        let any_ordered = !state.orders().is_empty();
         let nodes = state
             .decision()
             .nodes_with_loads()
-            .map(|row| {
-                let holdings = row.holdings();
-                let pending = if any_ordered {
-                    holdings
-                        .iter()
-                        .filter(|(_, h)| is_ordered_off(h))
-                        .map(|(_, h)| h.gpus)
-                        .fold(0u32, u32::saturating_add)
-                } else {
-                    0
-                };
-                NodeView {
-                    name: row.name,
-                    capacity: row.node.gpus,
-                    free: row.node.gpus.saturating_sub(row.used()),
-                    pending,
-                    taken: 0,
-                    cordoned: row.node.cordoned,
-                    windows: row.windows,
-                    holdings,
-                }
+            .map(|row| NodeView {
+                name: row.name,
+                capacity: row.node.gpus,
+                free: row.node.gpus.saturating_sub(row.used()),
+                // Kept with the node's load, so the holdings need not be read here.
+                pending: row.load.map_or(0, |l| l.ordered_off),
+                taken: 0,
+                cordoned: row.node.cordoned,
+                windows: row.windows,
+                holdings: row.holdings(),
             })
             .collect();
         View { nodes }

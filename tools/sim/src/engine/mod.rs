@@ -141,12 +141,13 @@ pub fn run(
         last_snapshot: None,
         wake_at: None,
     };
-    // About six events per job (submitted, placed, started, finished, a share of snapshots and
-    // preemptions): reserved once, the log is not copied each time it doubles.
+    // Seven to nine events per job on the bundled traces (submitted, placed, started,
+    // finished, a share of snapshots and preemptions): reserved once for ten, the log is not
+    // copied as it grows (a copy of a 30-day log costs more than a day of simulation).
     engine
         .services
         .log
-        .reserve(workload.jobs.len().saturating_mul(6));
+        .reserve(workload.jobs.len().saturating_mul(10));
     for event in setup.initial_events(EPOCH_MS) {
         engine.services.append(event);
     }

@@ -814,3 +814,21 @@ fn the_next_due_time_is_the_earliest_protection_end_while_allocated_work_waits()
     assert_eq!(next_due(&h.state, 10 * MIN + HOUR, &h.cfg), Some(2 * HOUR));
     assert_eq!(next_due(&h.state, 2 * HOUR, &h.cfg), None);
 }
+
+#[test]
+fn gpus_of_work_already_ordered_off_count_as_soon_free() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.node("n2", 8);
+    h.running(0, "u", "b", 3600, &[("n1", 8)]);
+    h.running(0, "v", "b", 3600, &[("n2", 8)]);
+    h.submit(0, "w", "a", 8, 3600);
+    let now = 2 * HOUR;
+    let first = orders(&h.step(now));
+    assert_eq!(first.len(), 1, "one node's work makes room: {first:?}");
+    // The order is folded; its victim still runs (grace) but its GPUs are on their way back:
+    // the waiter needs nobody else.
+    assert_eq!(h.decide(now), vec![]);
+    assert_eq!(h.decide(now + 10 * SEC), vec![]);
+}
