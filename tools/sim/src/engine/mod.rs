@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use fairshare_accounting::domain::FoldConfig;
 use fairshare_decision::domain::debug::DEFAULT_DEBUG_ALLOWANCE_GPUS;
-use fairshare_decision::domain::{DecisionState, decide_placements};
+use fairshare_decision::domain::decide_placements;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_preemption::domain::{self as preemption, decide_preemptions, next_due};
 use fairshare_submission::domain::{Checked, Limits, check_submission, job_submitted};
@@ -81,7 +81,8 @@ pub struct EngineStats {
     /// Decision cycles that placed something.
     pub placing_cycles: u64,
     /// Decision cycles known to place nothing without ranking or packing: no queued job's
-    /// shape fitted the free GPUs ([`DecisionState::any_queued_shape_fits`]). Counted in
+    /// shape fitted the free GPUs
+    /// ([`fairshare_decision::domain::DecisionState::any_queued_shape_fits_in`]). Counted in
     /// `cycles` too.
     pub known_empty_cycles: u64,
     /// Preemption passes run.
@@ -179,13 +180,6 @@ fn event(at_ms: i64, body: Body) -> pb::Event {
         at_ms,
         body: Some(body),
     }
-}
-
-/// Whether some GPU of an uncordoned node is free: otherwise a cycle cannot place anything.
-fn has_free_gpu(state: &DecisionState) -> bool {
-    state
-        .nodes_with_loads()
-        .any(|r| !r.node.cordoned && r.used() < r.node.gpus)
 }
 
 impl Engine<'_> {
@@ -310,18 +304,30 @@ impl Engine<'_> {
     }
 
     fn decision_cycle(&mut self, now: i64) -> bool {
-        {
+        let room = {
             let state = self.services.preemption.decision();
-            if state.queued_len() == 0 || !has_free_gpu(state) {
+            if state.queued_len() == 0 {
                 return false;
             }
-        }
+            // No free GPU on an uncordoned node: no cycle (and no snapshot for one).
+            let room = state.free_room();
+            if !room.any_free() {
+                return false;
+            }
+            room
+        };
         self.snapshot_if_due(now);
         self.cycle += 1;
         self.stats.cycles += 1;
         // In a full cluster most cycles find no queued shape that fits what is free: their
-        // outcome (nothing) is known without the ranking and packing.
-        if !self.services.preemption.decision().any_queued_shape_fits() {
+        // outcome (nothing) is known without the ranking and packing. (The snapshot just
+        // appended changes no node's load.)
+        if !self
+            .services
+            .preemption
+            .decision()
+            .any_queued_shape_fits_in(&room)
+        {
             self.stats.known_empty_cycles += 1;
             return false;
         }
