@@ -515,11 +515,35 @@ struct Judge<'a> {
     unallocated_only: bool,
     /// Whether the waiter fits on one node.
     single_node: bool,
-    /// Nodes the waiter may not be made room on (a blocked waiter's reservation).
-    off_limits: &'a [&'a str],
+    /// Per node of the view, whether the waiter may not be made room there (a blocked
+    /// waiter's reservation); empty when every node may be used.
+    off_limits: Vec<bool>,
+}
+
+/// Per node of `view`, whether it is one of `names` (empty if `names` is). Both are in name
+/// order after a sort of `names`, so one merge walk answers, not a search per node.
+pub(crate) fn node_mask(view: &View<'_>, names: &[&str]) -> Vec<bool> {
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let mut sorted = names.to_vec();
+    sorted.sort_unstable();
+    let mut next = sorted.iter().peekable();
+    view.nodes
+        .iter()
+        .map(|n| {
+            while next.next_if(|name| **name < n.name).is_some() {}
+            next.peek().is_some_and(|name| **name == n.name)
+        })
+        .collect()
 }
 
 impl Judge<'_> {
+    /// Whether the waiter may not be made room on node `i` of the view.
+    fn off_limits(&self, i: usize) -> bool {
+        self.off_limits.get(i).copied().unwrap_or(false)
+    }
+
     /// The job holding `holding` as a candidate, if it may be one.
     fn judge<'s>(&mut self, job_id: &'s str, holding: &'s Holding) -> Option<Candidate<'s>> {
         let job = &holding.holder;
@@ -680,9 +704,7 @@ fn single_node<'s>(
     let slack = judge.rule.slack.clone();
     let floor = FloorBudget::new(slack.as_deref());
     for (i, node) in view.nodes.iter().enumerate() {
-        if node.capacity < need
-            || !node.accepts(judge.now, protected_until)
-            || judge.off_limits.contains(&node.name)
+        if node.capacity < need || !node.accepts(judge.now, protected_until) || judge.off_limits(i)
         {
             continue;
         }
@@ -740,7 +762,7 @@ fn multi_node<'s>(
         if node.capacity != gpn
             || node.taken > 0
             || !node.accepts(judge.now, protected_until)
-            || judge.off_limits.contains(&node.name)
+            || judge.off_limits(i)
         {
             continue;
         }
@@ -799,9 +821,11 @@ fn multi_node<'s>(
             } else {
                 option.cost
             };
+            // Only a victim also held elsewhere can have been chosen already (with another
+            // node): the lookups are skipped for a node whose victims are all its own.
             let fresh = victims[option.from..option.to]
                 .iter()
-                .filter(|c| !chosen.contains_key(c.victim.job_id));
+                .filter(|c| !option.shared || !chosen.contains_key(c.victim.job_id));
             if pick.is_none_or(|p| marginal < p.0) && floor.allows(fresh) {
                 pick = Some((marginal, o));
             }
@@ -813,7 +837,7 @@ fn multi_node<'s>(
         floor.take(
             victims[option.from..option.to]
                 .iter()
-                .filter(|c| !chosen.contains_key(c.victim.job_id)),
+                .filter(|c| !option.shared || !chosen.contains_key(c.victim.job_id)),
         );
         for c in &victims[option.from..option.to] {
             chosen.insert(c.victim.job_id, *c);
@@ -891,7 +915,7 @@ fn choose<'s, 't>(
         },
         unallocated_only: matches!(rule, Rule::UnallocatedOnly),
         single_node: waiter.shape.nodes <= 1,
-        off_limits,
+        off_limits: node_mask(view, off_limits),
         leaf,
         now,
         cfg,

@@ -832,3 +832,19 @@ fn gpus_of_work_already_ordered_off_count_as_soon_free() {
     assert_eq!(h.decide(now), vec![]);
     assert_eq!(h.decide(now + 10 * SEC), vec![]);
 }
+
+#[test]
+fn nodes_off_limits_are_matched_by_name_whatever_their_order() {
+    let mut h = H::new();
+    for n in ["n1", "n2", "n3", "n4"] {
+        h.node(n, 8);
+    }
+    let view = crate::domain::view::View::new(&h.state);
+    let mask = crate::domain::victims::node_mask;
+    assert_eq!(
+        mask(&view, &["n4", "gone", "n2"]),
+        vec![false, true, false, true]
+    );
+    assert_eq!(mask(&view, &["n1"]), vec![true, false, false, false]);
+    assert!(mask(&view, &[]).is_empty(), "nothing off limits");
+}
