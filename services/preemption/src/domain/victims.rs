@@ -86,6 +86,7 @@
 //!   victims.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use fairshare_decision::domain::rank::{FloorStanding, ranking};
 use fairshare_decision::domain::state::{Holding, JobStatus, Request};
@@ -544,6 +545,29 @@ impl Judge<'_> {
         self.off_limits.get(i).copied().unwrap_or(false)
     }
 
+    /// The most GPUs of `holdings` that [`Self::judge`] could accept: work not yet ordered
+    /// off that is unallocated, or allocated and past its minimum runtime where allocated
+    /// work may be taken at all. A node whose bound is short of what the waiter needs is
+    /// passed over without judging its jobs one by one (in a full cluster, most nodes).
+    fn could_free(&self, holdings: &[(Arc<str>, Holding)]) -> u64 {
+        holdings
+            .iter()
+            .filter(|(_, h)| {
+                let job = &h.holder;
+                job.preempt_deadline_ms.is_none()
+                    && (contract::is_unallocated(job.min_runtime_ms)
+                        || (!self.unallocated_only
+                            && !contract::is_protected(
+                                job.start_ms,
+                                job.min_runtime_ms,
+                                self.now,
+                                self.cfg,
+                            )))
+            })
+            .map(|(_, h)| u64::from(h.gpus))
+            .sum()
+    }
+
     /// The job holding `holding` as a candidate, if it may be one.
     fn judge<'s>(&mut self, job_id: &'s str, holding: &'s Holding) -> Option<Candidate<'s>> {
         let job = &holding.holder;
@@ -712,6 +736,9 @@ fn single_node<'s>(
         if shortfall == 0 {
             return Some((vec![i], Vec::new()));
         }
+        if judge.could_free(node.holdings) < u64::from(shortfall) {
+            continue;
+        }
         items.clear();
         items.extend(
             node.holdings
@@ -764,6 +791,15 @@ fn multi_node<'s>(
             || !node.accepts(judge.now, protected_until)
             || judge.off_limits(i)
         {
+            continue;
+        }
+        // Every job still on the node must go: one the cheap bound already refuses rules the
+        // node out.
+        let staying = node
+            .capacity
+            .saturating_sub(node.free)
+            .saturating_sub(node.pending);
+        if judge.could_free(node.holdings) < u64::from(staying) {
             continue;
         }
         let from = victims.len();
