@@ -202,6 +202,27 @@ async fn killed_and_restarted_service_equals_a_from_scratch_fold() {
             .any(|a| a.path == "research/nlp" && a.charged_gpu_ms > 0)
     );
     assert!(restarted.unallocated_gpu_ms > 0);
+    // Odd-numbered jobs never finish: the allocated ones of research/nlp (every third job)
+    // still run, and research counts both of its allocations.
+    let still_running = |allocation: usize| -> u64 {
+        (1..100u64)
+            .step_by(2)
+            .filter(|i| i % 5 != 0 && i % 3 == allocation as u64)
+            .map(|i| 1 + i % 8)
+            .sum()
+    };
+    let running_gpus = |path: &str, allocation: bool| {
+        restarted
+            .accounts
+            .iter()
+            .find(|a| a.path == path && a.allocation == allocation)
+            .map(|a| a.running_gpus)
+    };
+    assert_eq!(running_gpus("research/nlp", true), Some(still_running(0)));
+    assert_eq!(
+        running_gpus("research", false),
+        Some(still_running(0) + still_running(1))
+    );
     let _ = running.stop.send(());
     running.task.await.unwrap().unwrap();
 }

@@ -28,6 +28,10 @@ pub struct AccountUsage {
     /// Allocated GPU-ms inside the window: the account's fraction times available capacity,
     /// integrated (floored once per budget tree in force, see `domain::budget`).
     pub allocated_gpu_ms: u64,
+    /// GPUs its allocated jobs run at the window's end (for a subtree, every allocation at or
+    /// below the path): what it holds against its share floor, as accounting sees it.
+    #[serde(default)]
+    pub running_gpus: u64,
 }
 
 /// Window usage of one cluster at `window_end_ms`.
@@ -49,6 +53,9 @@ pub struct WindowReport {
     pub subtrees: Vec<AccountUsage>,
     /// GPU-ms run by unallocated jobs inside the window (charged to no one).
     pub unallocated_gpu_ms: u64,
+    /// GPUs of every registered node at the window's end, cordoned ones too.
+    #[serde(default)]
+    pub cluster_gpus: u64,
 }
 
 impl WindowReport {

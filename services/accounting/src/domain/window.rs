@@ -6,6 +6,7 @@
 //! Callers (the fold) guarantee `now` is at or after the cluster's clock.
 
 use super::cluster::ClusterState;
+use super::curve::Curve;
 use super::ledger::{HOUR_MS, LedgerTotals, hour_of};
 use super::report::{AccountUsage, LedgerReport, LedgerRow, WindowReport, saturate};
 
@@ -22,6 +23,10 @@ impl ClusterState {
         let mut own = vec![0u128; n];
         let mut subtree = vec![0u128; n];
         let mut listed = vec![0u8; n];
+        // GPUs running now, own and per subtree (a job started at `now` runs but has charged
+        // nothing yet, so this is summed apart from the window's usage).
+        let mut running = vec![0u64; n];
+        let mut subtree_running = vec![0u64; n];
         for epoch in self.budget.overlapping(from, now) {
             for &id in &epoch.leaves {
                 if let Some(l) = listed.get_mut(id as usize) {
@@ -37,6 +42,16 @@ impl ClusterState {
         for (slot, curve) in self.usage.iter().enumerate().take(n) {
             if curve.is_empty() {
                 continue;
+            }
+            let rate = curve.rate();
+            if rate > 0 {
+                running[slot] = rate;
+                let mut cursor = u32::try_from(slot).ok();
+                while let Some(id) = cursor {
+                    let r = &mut subtree_running[id as usize];
+                    *r = r.saturating_add(rate);
+                    cursor = self.paths.parent(id);
+                }
             }
             let charged = curve.between(from, now);
             if charged == 0 {
@@ -71,6 +86,7 @@ impl ClusterState {
                     path: path.to_owned(),
                     charged_gpu_ms: saturate(own[slot]),
                     allocated_gpu_ms: allocated,
+                    running_gpus: running[slot],
                 });
             }
             if mark & SUBTREE != 0 {
@@ -78,6 +94,7 @@ impl ClusterState {
                     path: path.to_owned(),
                     charged_gpu_ms: saturate(subtree[slot]),
                     allocated_gpu_ms: allocated,
+                    running_gpus: subtree_running[slot],
                 });
             }
         }
@@ -89,6 +106,7 @@ impl ClusterState {
             allocations,
             subtrees,
             unallocated_gpu_ms: saturate(self.unallocated.between(from, now)),
+            cluster_gpus: self.capacity.gpus(),
         }
     }
 
@@ -96,12 +114,15 @@ impl ClusterState {
     /// below it) inside `[now - window, now]`. Unknown paths have zero usage.
     pub fn account_usage(&self, path: &str, now: i64, window: i64) -> AccountUsage {
         let from = now.saturating_sub(window);
-        let charged = self
-            .paths
-            .subtree(path)
-            .filter_map(|id| self.usage.get(id as usize))
+        let curves = || {
+            self.paths
+                .subtree(path)
+                .filter_map(|id| self.usage.get(id as usize))
+        };
+        let charged = curves()
             .map(|curve| curve.between(from, now))
             .fold(0u128, u128::saturating_add);
+        let running = curves().map(Curve::rate).fold(0u64, u64::saturating_add);
         let allocated = match self.paths.get(path) {
             Some(id) => {
                 let pieces = self.budget.pieces(&self.capacity.curve, from, now);
@@ -113,6 +134,7 @@ impl ClusterState {
             path: path.to_owned(),
             charged_gpu_ms: saturate(charged),
             allocated_gpu_ms: saturate(allocated),
+            running_gpus: running,
         }
     }
 

@@ -49,6 +49,7 @@ pub fn report(
         allocation,
         charged_gpu_ms: a.charged_gpu_ms,
         allocated_gpu_ms: a.allocated_gpu_ms,
+        running_gpus: a.running_gpus,
     };
     let mut accounts: Vec<pb::AccountUsage> = window
         .allocations
@@ -85,6 +86,7 @@ pub fn report(
         ledger: entries,
         ledger_overall: Some(ledger_entry("", &ledger.overall)),
         snapshot_sequence: 0,
+        cluster_gpus: window.cluster_gpus,
     })
 }
 

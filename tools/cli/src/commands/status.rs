@@ -1,5 +1,6 @@
 //! `fairshare status`: per allocation, its share of the cluster, window usage against allocated
-//! time, and the owed/delivered ledger, as the accounting service folded them.
+//! time, the owed/delivered ledger, and the GPUs it runs now against its share floor (its share
+//! of the cluster's GPUs), as the accounting service folded them.
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -71,22 +72,31 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
         hours(report.unallocated_gpu_ms)
     );
     println!(
-        "{:<40} {:>8} {:>12} {:>12} {:>7} {:>12}",
-        "account", "share", "used GPU-h", "alloc GPU-h", "ratio", "owed deliv."
+        "{:<40} {:>8} {:>12} {:>12} {:>7} {:>12} {:>8} {:>8}",
+        "account", "share", "used GPU-h", "alloc GPU-h", "ratio", "owed deliv.", "running", "floor"
     );
     for a in &report.accounts {
-        let share = tree
-            .as_ref()
-            .and_then(|t| {
-                t.accounts
-                    .iter()
-                    .position(|n| n.path == a.path)
-                    .map(|id| t.fraction(id))
-            })
-            .map_or_else(
-                || "-".to_owned(),
-                |f| format!("{:.2}%", f.num as f64 * 100.0 / f.den as f64),
-            );
+        let fraction = tree.as_ref().and_then(|t| {
+            t.accounts
+                .iter()
+                .position(|n| n.path == a.path)
+                .map(|id| t.fraction(id))
+        });
+        // Display only: the floor is the fraction of the cluster's GPUs (SPEC departure, see
+        // README "Share floor"); the services compare exact integers.
+        let share = fraction.map_or_else(
+            || "-".to_owned(),
+            |f| format!("{:.2}%", f.num as f64 * 100.0 / f.den as f64),
+        );
+        let floor = match fraction {
+            Some(f) if report.cluster_gpus > 0 => {
+                format!(
+                    "{:.1}",
+                    f.num as f64 * report.cluster_gpus as f64 / f.den as f64
+                )
+            }
+            _ => "-".to_owned(),
+        };
         // Display only; ranking compares the exact integers.
         let ratio = if a.allocated_gpu_ms == 0 {
             "-".to_owned()
@@ -112,9 +122,10 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
             format!("{}/", a.path)
         };
         println!(
-            "{name:<40} {share:>8} {:>12.1} {:>12.1} {ratio:>7} {owed:>12}",
+            "{name:<40} {share:>8} {:>12.1} {:>12.1} {ratio:>7} {owed:>12} {:>8} {floor:>8}",
             hours(a.charged_gpu_ms),
-            hours(a.allocated_gpu_ms)
+            hours(a.allocated_gpu_ms),
+            a.running_gpus
         );
     }
     Ok(())

@@ -294,6 +294,23 @@ impl Brute {
         })
     }
 
+    /// GPUs of allocated jobs of `path` (with `subtree`, also below it) running at `now`:
+    /// started by then and not stopped by then.
+    pub fn running(&self, cluster: &str, path: &str, now: i64, subtree: bool) -> u64 {
+        let prefix = format!("{path}/");
+        self.runs
+            .iter()
+            .filter(|s| {
+                s.cluster == cluster
+                    && s.allocated
+                    && (s.allocation == path || (subtree && s.allocation.starts_with(&prefix)))
+                    && s.start <= now
+                    && s.end.is_none_or(|e| e > now)
+            })
+            .map(|s| s.gpus)
+            .sum()
+    }
+
     pub fn unallocated(&self, cluster: &str, now: i64) -> u128 {
         Self::spans_between(&self.runs, now - self.window, now, now, |s| {
             s.cluster == cluster && !s.allocated
@@ -346,6 +363,7 @@ impl Brute {
             path: p.clone(),
             charged_gpu_ms: self.charged(cluster, p, now, subtree) as u64,
             allocated_gpu_ms: self.allocated(cluster, p, from, now) as u64,
+            running_gpus: self.running(cluster, p, now, subtree),
         };
         (
             leaves.iter().map(|p| row(p, false)).collect(),

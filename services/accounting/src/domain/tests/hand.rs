@@ -89,6 +89,13 @@ fn unallocated_is_tracked_apart_and_never_charged() {
     assert_eq!(f.unallocated(C, 500).unwrap(), 400);
     assert_eq!(report.allocation("a").map(|r| r.charged_gpu_ms), Some(200)); // 200 ms x 1
     assert_eq!(report.subtree("a"), None);
+    // At 250 (both jobs started, neither finished) the allocated job runs its 1 GPU;
+    // unallocated work holds none against a floor.
+    let mid = fold(1_000, &events[..events.len() - 2])
+        .window(C, 250)
+        .unwrap();
+    assert_eq!(mid.allocation("a").map(|r| r.running_gpus), Some(1));
+    assert_eq!(report.allocation("a").map(|r| r.running_gpus), Some(0));
 }
 
 #[test]
@@ -103,6 +110,8 @@ fn capacity_change_mid_window() {
     // Capacity over [0, 1000]: 8 x 400 + 16 x 300 + 8 x 300 = 10_400 GPU-ms.
     let report = f.window(C, 1_000).unwrap();
     assert_eq!(report.capacity_gpu_ms, 10_400);
+    // GPUs registered at the window's end: n2 alone.
+    assert_eq!(report.cluster_gpus, 8);
     // a holds 1/4, b 3/4.
     assert_eq!(allocated(&f, "a", 1_000), 2_600);
     assert_eq!(allocated(&f, "b", 1_000), 7_800);
