@@ -809,12 +809,13 @@ impl DecisionState {
         let replaced = queue
             .part_mut(job.request.is_unallocated())
             .insert(job.key(id), job.request);
-        if replaced.is_none() {
-            *self
-                .queued_shapes
-                .entry(shape_key(job.request.shape))
-                .or_insert(0) += 1;
+        if let Some(old) = replaced {
+            forget_shape(&mut self.queued_shapes, old.shape);
         }
+        *self
+            .queued_shapes
+            .entry(shape_key(job.request.shape))
+            .or_insert(0) += 1;
     }
 
     fn dequeue(&mut self, id: &Arc<str>, job: &Job) {
