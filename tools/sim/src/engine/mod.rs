@@ -143,8 +143,8 @@ pub fn run(
         wake_at: None,
     };
     // Seven to nine events per job on the bundled traces (submitted, placed, started,
-    // finished, a share of snapshots and preemptions): reserved once for ten, the log is not
-    // copied as it grows (a copy of a 30-day log costs more than a day of simulation).
+    // finished, a share of snapshots and preemptions): reserved once for ten, the log of
+    // hundreds of thousands of events is not copied each time it outgrows its buffer.
     engine
         .services
         .log
