@@ -1053,6 +1053,11 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
         }
     }
     let mut view = View::new(state);
+    // Every choice in this pass ranks against `base`, in `tree`, at `now`: only the view and
+    // the walk (which change as waiters are given GPUs) and the waiter are its own.
+    let choose_here = |view: &View<'s>, walk: &FairTree<'_>, rule, leaf, w, off_limits: &[&str]| {
+        choose(view, &base, walk, rule, tree, leaf, w, now, cfg, off_limits)
+    };
     // Debug jobs under their allowance first, as the decision cycle takes them. One that does
     // not fit may displace work past its minimum runtime; if nothing can make room, it is met
     // again in rank order below.
@@ -1086,7 +1091,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             &[Rule::Debug(allowance)]
         };
         for &rule in rules {
-            if let Ok(plan) = choose(&view, &base, &walk, rule, tree, dw.leaf, w, now, cfg, &[]) {
+            if let Ok(plan) = choose_here(&view, &walk, rule, dw.leaf, w, &[]) {
                 return FairShare::Preempt(plan);
             }
         }
@@ -1129,18 +1134,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             continue;
         }
         let Some(b) = &mut behind else {
-            match choose(
-                &view,
-                &base,
-                &walk,
-                Rule::Rank,
-                tree,
-                leaf,
-                w,
-                now,
-                cfg,
-                &[],
-            ) {
+            match choose_here(&view, &walk, Rule::Rank, leaf, w, &[]) {
                 Ok(plan) => return FairShare::Preempt(plan),
                 Err(_) => {
                     let blocked = Behind::new(&view, w, *request);
@@ -1160,7 +1154,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
                 .reserved
                 .get_or_insert_with(|| reserve::reserved_nodes(d, shape, min_runtime_ms, now));
             let rule = Rule::UnallocatedOnly;
-            if let Ok(plan) = choose(&view, &base, &walk, rule, tree, leaf, w, now, cfg, reserved) {
+            if let Ok(plan) = choose_here(&view, &walk, rule, leaf, w, reserved) {
                 return FairShare::Preempt(plan);
             }
         }
