@@ -40,6 +40,11 @@ struct Args {
     /// after the waiter is charged.
     #[arg(long, env = "FAIRSHARE_HYSTERESIS_PER_MILLE", default_value_t = 100)]
     hysteresis_per_mille: u32,
+    /// Packing moves: when the first waiting job that cannot start fits one node, resumable
+    /// jobs past their minimum runtime that checkpointed lately may be moved off a node into
+    /// free GPUs elsewhere so it fits there. `false` turns them off.
+    #[arg(long, env = "FAIRSHARE_PACKING", default_value_t = true, action = clap::ArgAction::Set)]
+    packing: bool,
     /// Replicas for streams this service creates: 1 on one server, 3 on a 3-node cluster.
     #[arg(long, env = "FAIRSHARE_STREAM_REPLICAS", default_value_t = 1)]
     stream_replicas: usize,
@@ -69,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
         min_runtime_cap_ms: millis(args.max_min_runtime),
         checkpoint_interval_ms: millis(args.checkpoint_interval),
         hysteresis_permille: args.hysteresis_per_mille,
+        packing: args.packing,
     };
     policy.validate()?;
     let client = args.nats.connect("fairshare-preemption").await?;

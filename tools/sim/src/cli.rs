@@ -157,6 +157,11 @@ struct CommonArgs {
     /// ranks by the window alone, to compare. The services keep it on; `--audit` needs it on.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     share_floor: bool,
+    /// Packing moves: a blocked waiter that fits one node may have resumable jobs that
+    /// checkpointed lately moved off a node into free GPUs elsewhere (see README, "Packing
+    /// moves"). `false` turns them off, to compare. The services keep them on.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
+    packing: bool,
     /// Re-derive every fairshare placement from the log prefix its basis names (the decision
     /// service's audit, in-process) and fail if any differs.
     #[arg(long)]
@@ -235,6 +240,7 @@ impl CommonArgs {
         config.preemption.checkpoint_interval_ms =
             ms(&self.checkpoint_interval, "checkpoint-interval")?;
         config.preemption.hysteresis_permille = self.hysteresis_permille;
+        config.preemption.packing = self.packing;
         config
             .preemption
             .validate()

@@ -19,7 +19,9 @@
 //!    victims for one of the jobs behind it ([`victims::fair_share`]). Fair share
 //!    waits for the next pass when something else changed because its view of soon-free GPUs
 //!    would be stale until those events are folded (it could otherwise pick a job ordered off
-//!    in the same pass).
+//!    in the same pass). When that first job is blocked (no rule lets it take anyone's
+//!    work), `PreemptionOrdered` for the jobs a packing move shifts to free GPUs elsewhere so
+//!    it fits on one node ([`pack::moves`]).
 //!
 //! Every `PreemptionOrdered` carries `grace_deadline_ms = now + grace` and a
 //! [`pb::DecisionBasis`] naming the last sequence folded and `now`; `cycle` is 0 here and the
@@ -31,6 +33,7 @@ use super::config::Config;
 use super::contract;
 use super::drain;
 use super::grace;
+use super::pack::{self, PackPlan};
 use super::state::PreemptionState;
 use super::victims::{self, FairShare, Grounds, VictimPlan};
 
@@ -91,6 +94,24 @@ fn fair_share_reason(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> Str
     )
 }
 
+fn pack_reason(plan: &PackPlan<'_>, mover: &victims::Victim<'_>) -> String {
+    let w = &plan.waiter;
+    let kind = if mover.unallocated {
+        "unallocated work"
+    } else {
+        "past its minimum runtime"
+    };
+    format!(
+        "packing: moves {} ({kind}) to free GPUs on another node so that job {} of {}, \
+         first in line and blocked, fits on {}; lost work {} GPU-s",
+        mover.job_id,
+        w.job_id,
+        w.allocation,
+        plan.node,
+        mover.lost_gpu_ms / 1000
+    )
+}
+
 /// Everything the preemption service should append now (see the module doc for the order).
 pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config) -> Vec<Body> {
     let basis = pb::DecisionBasis {
@@ -108,16 +129,35 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
         changed = true;
     }
     out.extend(drain::drained(state));
-    if !changed && let FairShare::Preempt(plan) = victims::fair_share(state, now_ms, config) {
-        for v in &plan.victims {
-            out.push(order(
-                v.job_id,
-                plan.waiter.job_id,
-                fair_share_reason(&plan, v),
-                basis,
-                deadline,
-            ));
+    if changed {
+        return out;
+    }
+    match victims::fair_share(state, now_ms, config) {
+        FairShare::Preempt(plan) => {
+            for v in &plan.victims {
+                out.push(order(
+                    v.job_id,
+                    plan.waiter.job_id,
+                    fair_share_reason(&plan, v),
+                    basis,
+                    deadline,
+                ));
+            }
         }
+        FairShare::Blocked(line) => {
+            if let Some(plan) = pack::moves(state, &line, now_ms, config) {
+                for v in &plan.movers {
+                    out.push(order(
+                        v.job_id,
+                        plan.waiter.job_id,
+                        pack_reason(&plan, v),
+                        basis,
+                        deadline,
+                    ));
+                }
+            }
+        }
+        FairShare::NothingToDo => {}
     }
     out
 }

@@ -13,6 +13,8 @@
 //! 4. [`victims`]: the first waiting allocated job that does not fit, and the cheapest
 //!    allowed victims that make it fit, ranked with the decision service's Fair Tree (or, when
 //!    it cannot be helped, unallocated victims for a job behind it).
+//!    When no rule lets that waiter take anyone's work, [`pack`] may move small jobs off one
+//!    node into free GPUs elsewhere so it fits there.
 //! 5. [`grace`]: kills at the grace deadline and requeues.
 //! 6. [`drain`]: cordoned nodes and maintenance windows.
 //! 7. [`decide`](mod@decide): [`decide_preemptions()`] runs one pass and returns the event
@@ -31,6 +33,7 @@ pub mod contract;
 pub mod decide;
 pub mod drain;
 pub mod grace;
+pub mod pack;
 pub mod state;
 pub mod victims;
 mod view;
@@ -42,7 +45,8 @@ pub use config::{Config, ConfigError};
 pub use contract::is_debug;
 pub use decide::{decide_preemptions, into_events, next_due, stamp_cycle};
 pub use grace::{expired, requeues};
+pub use pack::PackPlan;
 pub use state::{Order, PreemptionState};
 pub use victims::{
-    FairShare, Grounds, NoVictims, Victim, VictimPlan, Waiter, fair_share, select_victims,
+    FairShare, Grounds, Line, NoVictims, Victim, VictimPlan, Waiter, fair_share, select_victims,
 };

@@ -194,7 +194,20 @@ pub enum FairShare<'s> {
     Preempt(VictimPlan<'s>),
     /// The first job that does not fit cannot be helped without breaking a rule, and no
     /// unallocated work off its reserved nodes makes room for a job behind it.
-    Blocked(Waiter<'s>),
+    Blocked(Line<'s>),
+}
+
+/// Where a fair-share walk stopped: the blocked waiter, and the waiters behind it that did
+/// not fit either (for [`crate::domain::pack`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line<'s> {
+    /// The first job that does not fit and cannot be helped.
+    pub first: Waiter<'s>,
+    /// Its request, as the decision service reserves nodes for it.
+    pub request: Request,
+    /// The waiters behind it that the walk met and could not fit, in rank order (at most
+    /// `BEHIND_BLOCKED`).
+    pub behind: Vec<Waiter<'s>>,
 }
 
 /// Why no victims were chosen for a named job.
@@ -1116,8 +1129,8 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
         {
             // Fits no node, even with all unallocated work gone: nothing to do for it. (The
             // bound only shrinks as the walk gives GPUs away, so it stays a bound.)
-            if b.pass_over() {
-                return FairShare::Blocked(b.first);
+            if b.pass_over(w) {
+                return FairShare::Blocked(b.take_line());
             }
             continue;
         }
@@ -1137,11 +1150,11 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             match choose_here(&view, &walk, Rule::Rank, leaf, w, &[]) {
                 Ok(plan) => return FairShare::Preempt(plan),
                 Err(_) => {
-                    let blocked = Behind::new(&view, w, *request);
+                    let mut blocked = Behind::new(&view, w, *request);
                     if blocked.best_room == 0 {
                         // No unallocated work and no free GPU anywhere: nobody behind can
                         // be helped.
-                        return FairShare::Blocked(w);
+                        return FairShare::Blocked(blocked.take_line());
                     }
                     behind = Some(blocked);
                     continue;
@@ -1158,12 +1171,12 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
                 return FairShare::Preempt(plan);
             }
         }
-        if b.pass_over() {
-            return FairShare::Blocked(b.first);
+        if b.pass_over(w) {
+            return FairShare::Blocked(b.take_line());
         }
     }
     match behind {
-        Some(b) => FairShare::Blocked(b.first),
+        Some(mut b) => FairShare::Blocked(b.take_line()),
         None => FairShare::NothingToDo,
     }
 }
@@ -1181,8 +1194,8 @@ struct Behind<'s> {
     best_room: u32,
     /// The nodes the blocked waiter's reservation will hold, once needed.
     reserved: Option<Vec<&'s str>>,
-    /// Waiters behind it that did not fit so far.
-    waiters: usize,
+    /// Waiters behind it that did not fit so far, in rank order.
+    waiters: Vec<Waiter<'s>>,
 }
 
 impl<'s> Behind<'s> {
@@ -1201,14 +1214,23 @@ impl<'s> Behind<'s> {
             unallocated,
             best_room,
             reserved: None,
-            waiters: 0,
+            waiters: Vec::new(),
         }
     }
 
-    /// Counts a waiter behind that could not be helped; true once [`BEHIND_BLOCKED`] were.
-    fn pass_over(&mut self) -> bool {
-        self.waiters += 1;
-        self.waiters >= BEHIND_BLOCKED
+    /// Notes a waiter behind that could not be helped; true once [`BEHIND_BLOCKED`] were.
+    fn pass_over(&mut self, w: Waiter<'s>) -> bool {
+        self.waiters.push(w);
+        self.waiters.len() >= BEHIND_BLOCKED
+    }
+
+    /// Where the walk stopped (leaves the waiters list empty).
+    fn take_line(&mut self) -> Line<'s> {
+        Line {
+            first: self.first,
+            request: self.request,
+            behind: std::mem::take(&mut self.waiters),
+        }
     }
 }
 

@@ -26,8 +26,9 @@
 //! allocation's work, and are the only orders allowed to take the waiter's own allocation's.
 //!
 //! Along the way it also checks, for every order: never a job inside its minimum runtime,
-//! never a job of the waiter's own allocation (but for a debug waiter), and every kill comes
-//! after a grace deadline.
+//! never a job of the waiter's own allocation (but for a debug waiter, or a packing move,
+//! which moves a resumable single-node job into free GPUs elsewhere and involves no rank), and
+//! every kill comes after a grace deadline.
 
 use std::collections::BTreeMap;
 
@@ -262,6 +263,16 @@ impl Sim {
             prop_assert_eq!(p.grace_deadline_ms, t + 30 * SEC);
             if p.for_job_id.is_empty() || mr == 0 {
                 // Drains, and unallocated victims (no rank involved).
+                continue;
+            }
+            if p.reason.starts_with("packing:") {
+                // A packing move: the job keeps running on free GPUs elsewhere, so no rank is
+                // involved; it must be able to resume there, on one node.
+                prop_assert!(
+                    victim.resumable && placed.nodes.len() == 1,
+                    "{} moved but cannot resume on one node",
+                    p.job_id
+                );
                 continue;
             }
             let waiter = d.job(&p.for_job_id).unwrap();

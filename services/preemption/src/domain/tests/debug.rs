@@ -81,7 +81,7 @@ fn an_over_served_team_debugs_on_its_own_long_work() {
     h.state.set_debug_allowance_gpus(0);
     assert!(matches!(
         fair_share(&h.state, now, &h.cfg),
-        FairShare::Blocked(w) if w.job_id == "b-debug"
+        FairShare::Blocked(line) if line.first.job_id == "b-debug"
     ));
 }
 

@@ -3,5 +3,6 @@
 
 mod cycles;
 mod debug;
+mod pack;
 mod rules;
 mod support;

@@ -35,7 +35,7 @@ fn never_inside_the_minimum_runtime() {
     assert_eq!(h.decide(now), vec![]);
     assert!(matches!(
         fair_share(&h.state, now, &h.cfg),
-        FairShare::Blocked(w) if w.job_id == "w"
+        FairShare::Blocked(line) if line.first.job_id == "w"
     ));
     assert_eq!(
         select_victims(&h.state, "w", now, &h.cfg),
@@ -554,7 +554,7 @@ fn a_waiter_that_cannot_be_helped_holds_the_line() {
     assert_eq!(h.decide(now), vec![]);
     assert!(matches!(
         fair_share(&h.state, now, &h.cfg),
-        FairShare::Blocked(w) if w.job_id == "big"
+        FairShare::Blocked(line) if line.first.job_id == "big"
     ));
 }
 
@@ -611,7 +611,7 @@ fn behind_a_blocked_waiter_unallocated_work_off_its_reserved_nodes_makes_room() 
     h.step(now);
     assert!(matches!(
         fair_share(&h.state, now, &h.cfg),
-        FairShare::Blocked(w) if w.job_id == "big"
+        FairShare::Blocked(line) if line.first.job_id == "big"
     ));
 }
 
@@ -623,7 +623,7 @@ fn behind_a_blocked_waiter_allocated_work_is_never_taken() {
     assert_eq!(h.decide(now), vec![]);
     assert!(matches!(
         fair_share(&h.state, now, &h.cfg),
-        FairShare::Blocked(w) if w.job_id == "big"
+        FairShare::Blocked(line) if line.first.job_id == "big"
     ));
 }
 

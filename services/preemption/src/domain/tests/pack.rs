@@ -1,0 +1,156 @@
+//! Hand-computed tests of packing moves ([`crate::domain::pack`]): which jobs move, when, and
+//! that the decision service then puts them in the holes and the waiter on the emptied node.
+
+use fairshare_decision::domain::decide;
+use fairshare_events::pb::event::Body;
+
+use super::support::{H, HOUR, MIN, SEC, orders, render};
+use crate::domain::{Config, FairShare, fair_share};
+
+/// Allocated time of each team in the snapshots.
+const ALLOC: u64 = 1000 * HOUR as u64;
+
+/// Two 8-GPU nodes: on `n1` job `m` of team `a` (2 GPUs, 10 min minimum runtime, started at
+/// `m_start`, `m_resumable`); on `n2` job `p` of team `a` holding `p_gpus`, protected for 8 h.
+/// Team `a` waits with `w`, 8 GPUs on one node. Nobody else runs, so no rule lets `w` take
+/// anything: its own allocation's work is never a victim of a job that is not debug.
+fn fragmented(m_start: i64, m_resumable: bool, p_gpus: u32) -> H {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.node("n2", 8);
+    h.running_full(m_start, "m", "a", 600, &[("n1", 2)], m_resumable);
+    h.running(0, "p", "a", 8 * 3600, &[("n2", p_gpus)]);
+    h.submit(0, "w", "a", 8, 3600);
+    h
+}
+
+fn usage(h: &mut H, now: i64) {
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", 0, ALLOC)]);
+}
+
+#[test]
+fn a_blocked_waiter_gets_a_node_by_moving_a_small_job_into_a_hole_elsewhere() {
+    let mut h = fragmented(0, true, 6);
+    let now = HOUR + 5 * MIN;
+    usage(&mut h, now);
+    assert!(matches!(
+        fair_share(&h.state, now, &h.cfg),
+        FairShare::Blocked(line) if line.first.job_id == "w"
+    ));
+    let out = h.step(now);
+    assert_eq!(
+        render(&out),
+        vec![format!("order m for \"w\" by {}", now + 30 * SEC)]
+    );
+    let Body::PreemptionOrdered(order) = &out[0] else {
+        unreachable!()
+    };
+    // Ran 65 min, checkpointed at 60: 5 min of 2 GPUs lost.
+    assert_eq!(
+        order.reason,
+        "packing: moves m (past its minimum runtime) to free GPUs on another node so that job \
+         w of a, first in line and blocked, fits on n1; lost work 600 GPU-s"
+    );
+    // One move at a time: nothing more while it is under way.
+    assert_eq!(h.decide(now), vec![]);
+
+    // The launcher stops it; it is requeued; the decision cycle puts it in the hole on n2 and
+    // the waiter on the emptied n1.
+    let stop = now + 10 * SEC;
+    h.confirm(stop, "m");
+    assert_eq!(render(&h.step(stop)), vec!["requeued m"]);
+    let placed: Vec<(String, Vec<String>)> = decide(h.state.decision(), stop)
+        .placements
+        .iter()
+        .map(|p| {
+            let nodes = p.nodes.iter().map(|n| n.node.to_string()).collect();
+            (p.job_id.to_string(), nodes)
+        })
+        .collect();
+    let mut placed = placed;
+    placed.sort();
+    assert_eq!(
+        placed,
+        vec![
+            ("m".to_owned(), vec!["n2".to_owned()]),
+            ("w".to_owned(), vec!["n1".to_owned()]),
+        ]
+    );
+}
+
+#[test]
+fn no_move_when_the_holes_cannot_hold_the_jobs_in_the_way() {
+    // n2 and n3 have 1 free GPU each: 2 in all, but no hole holds `m` (2 GPUs).
+    let mut h = fragmented(0, true, 7);
+    h.node("n3", 8);
+    h.running(0, "q", "a", 8 * 3600, &[("n3", 7)]);
+    let now = HOUR + 5 * MIN;
+    usage(&mut h, now);
+    assert_eq!(h.decide(now), vec![]);
+}
+
+#[test]
+fn never_moves_protected_or_unresumable_work() {
+    // Inside its 10 min minimum runtime.
+    let mut h = fragmented(0, true, 6);
+    let now = 9 * MIN;
+    usage(&mut h, now);
+    assert_eq!(h.decide(now), vec![]);
+    // The first instant it is past it, it may move.
+    let now = 10 * MIN;
+    usage(&mut h, now);
+    assert_eq!(orders(&h.decide(now)), vec![("m".into(), "w".into())]);
+
+    // A job that cannot resume would lose its whole run.
+    let mut h = fragmented(0, false, 6);
+    let now = HOUR + 5 * MIN;
+    usage(&mut h, now);
+    assert_eq!(h.decide(now), vec![]);
+}
+
+#[test]
+fn packing_can_be_turned_off() {
+    let mut h = fragmented(0, true, 6);
+    h.cfg = Config {
+        packing: false,
+        ..Config::default()
+    };
+    let now = HOUR + 5 * MIN;
+    usage(&mut h, now);
+    assert_eq!(h.decide(now), vec![]);
+}
+
+#[test]
+fn no_move_while_a_queued_job_fits_the_free_gpus() {
+    let mut h = fragmented(0, true, 6);
+    // A 2-GPU job fits the hole on n2: the next decision cycle places it there, so the hole
+    // is not free for `m`.
+    h.submit(HOUR, "small", "b", 2, 600);
+    let now = HOUR + 5 * MIN;
+    usage(&mut h, now);
+    assert_eq!(h.decide(now), vec![]);
+}
+
+#[test]
+fn the_node_whose_moves_lose_the_least_work_is_emptied() {
+    let mut h = H::new();
+    h.two_teams();
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    // n1: `old` ran 50 min, 20 min past its last checkpoint. n3: `fresh` ran 35 min, 5 min
+    // past. n2: a 4-GPU hole beside protected work.
+    h.running(0, "old", "a", 600, &[("n1", 2)]);
+    h.running(15 * MIN, "fresh", "a", 600, &[("n3", 2)]);
+    h.running(0, "p", "a", 8 * 3600, &[("n2", 4)]);
+    h.submit(0, "w", "a", 8, 3600);
+    let now = 50 * MIN;
+    usage(&mut h, now);
+    let out = h.decide(now);
+    assert_eq!(orders(&out), vec![("fresh".into(), "w".into())]);
+    let Body::PreemptionOrdered(order) = &out[0] else {
+        unreachable!()
+    };
+    assert!(order.reason.contains("fits on n3; lost work 600 GPU-s"));
+}
