@@ -100,81 +100,151 @@ pub fn moves<'s>(
     if d.any_queued_shape_fits() {
         return None;
     }
-    let view = View::new(state);
+    let mut packer = Packer::new(View::new(state), now, cfg);
     if single(&line.first)
-        && let Some(plan) = move_for(&view, line.first, &[], now, cfg)
+        && let Some(plan) = packer.move_for(line.first, &[])
     {
         return Some(plan);
     }
-    let behind: Vec<&Waiter<'s>> = line.behind.iter().filter(|w| single(w)).collect();
-    if behind.is_empty() {
-        return None;
+    // Waiters of the same shape and protection fare alike: each is tried once.
+    let mut tried: Vec<(u32, i64)> = Vec::new();
+    let mut off_limits: Option<Vec<bool>> = None;
+    for w in line.behind.iter().filter(|w| single(w)) {
+        let kind = (w.shape.gpus_per_node, w.min_runtime_ms);
+        if tried.contains(&kind) {
+            continue;
+        }
+        tried.push(kind);
+        if !packer.could_help(w.shape.gpus_per_node) {
+            continue;
+        }
+        // The decision cycle keeps the blocked waiter's reserved nodes from the jobs behind
+        // it: neither the emptied node nor the holes may be there.
+        let off = off_limits.get_or_insert_with(|| {
+            let first = &line.request;
+            let reserved = reserve::reserved_nodes(d, first.shape, first.min_runtime_ms, now);
+            node_mask(&packer.view, &reserved)
+        });
+        if let Some(plan) = packer.move_for(*w, off) {
+            return Some(plan);
+        }
     }
-    // The decision cycle keeps the blocked waiter's reserved nodes from the jobs behind it:
-    // neither the emptied node nor the holes may be there.
-    let first = &line.request;
-    let reserved = reserve::reserved_nodes(d, first.shape, first.min_runtime_ms, now);
-    let off_limits = node_mask(&view, &reserved);
-    behind
-        .into_iter()
-        .find_map(|w| move_for(&view, *w, &off_limits, now, cfg))
+    None
 }
 
-/// The cheapest move that lets single-node `waiter` fit, using no node `off_limits` marks.
-fn move_for<'s>(
-    view: &View<'s>,
-    waiter: Waiter<'s>,
-    off_limits: &[bool],
+/// One call's search: the view, and each node's movable jobs once looked at.
+struct Packer<'s, 'c> {
+    view: View<'s>,
     now: i64,
-    cfg: &Config,
-) -> Option<PackPlan<'s>> {
-    let usable = |i: usize| !off_limits.get(i).copied().unwrap_or(false);
-    let need = waiter.shape.gpus_per_node;
-    let waiter_until = now.saturating_add(waiter.min_runtime_ms);
-    let total_free: u32 = view
-        .nodes
-        .iter()
-        .enumerate()
-        .filter(|&(i, n)| !n.cordoned && usable(i))
-        .map(|(_, n)| n.free)
-        .fold(0, u32::saturating_add);
-    let mut best: Option<(Key, PackPlan<'s>)> = None;
-    for (x, node) in view.nodes.iter().enumerate() {
-        if !usable(x)
-            || node.capacity < need
-            || node.free >= need
-            || !node.accepts(now, waiter_until)
-        {
-            continue;
+    cfg: &'c Config,
+    /// Per node, its movable jobs, cheapest first (filled when first needed).
+    movers: Vec<Option<Vec<Mover<'s>>>>,
+    /// The most free GPUs on an uncordoned node, and the next most on another: the largest
+    /// hole any node but the first could send a job to is the first, and the first's is the
+    /// second.
+    largest: [(u32, usize); 2],
+    /// Free GPUs of the uncordoned nodes in all.
+    total_free: u32,
+}
+
+impl<'s, 'c> Packer<'s, 'c> {
+    fn new(view: View<'s>, now: i64, cfg: &'c Config) -> Self {
+        let mut largest = [(0, usize::MAX); 2];
+        let mut total_free = 0u32;
+        for (i, n) in view.nodes.iter().enumerate() {
+            if n.cordoned {
+                continue;
+            }
+            total_free = total_free.saturating_add(n.free);
+            if n.free > largest[0].0 {
+                largest = [(n.free, i), largest[0]];
+            } else if n.free > largest[1].0 {
+                largest[1] = (n.free, i);
+            }
+        }
+        let movers = vec![None; view.nodes.len()];
+        Packer {
+            view,
+            now,
+            cfg,
+            movers,
+            largest,
+            total_free,
+        }
+    }
+
+    /// The largest hole outside node `x` (an upper bound: reservations and maintenance may
+    /// rule it out).
+    fn largest_hole_besides(&self, x: usize) -> u32 {
+        if self.largest[0].1 == x {
+            self.largest[1].0
+        } else {
+            self.largest[0].0
+        }
+    }
+
+    /// Whether some node could be emptied for `need` GPUs, by the counts alone.
+    fn could_help(&mut self, need: u32) -> bool {
+        (0..self.view.nodes.len()).any(|x| self.shortfall_coverable(x, need).is_some())
+    }
+
+    /// The GPUs node `x` lacks for `need`, if its movable jobs that fit the largest hole
+    /// elsewhere could cover them.
+    fn shortfall_coverable(&mut self, x: usize, need: u32) -> Option<u32> {
+        let node = &self.view.nodes[x];
+        if node.cordoned || node.capacity < need || node.free >= need {
+            return None;
         }
         let shortfall = need - node.free;
-        // The holes are the free GPUs of the other nodes.
-        if total_free.saturating_sub(node.free) < shortfall {
-            continue;
+        let hole = self.largest_hole_besides(x);
+        if hole == 0 || self.total_free.saturating_sub(node.free) < shortfall {
+            return None;
         }
-        let movers = movable(node, now, cfg);
-        let movable_gpus: u32 = movers.iter().map(|m| m.gpus).fold(0, u32::saturating_add);
-        if movable_gpus < shortfall {
-            continue;
-        }
-        let placeable = |set: &[Mover<'s>]| fits_holes(view, x, off_limits, set, now);
-        let Some(set) = cheapest_set(&movers, shortfall, placeable) else {
-            continue;
-        };
-        let key = key_of(&set, node.name);
-        if best.as_ref().is_some_and(|(k, _)| *k <= key) {
-            continue;
-        }
-        let lost_gpu_ms = set.iter().map(|m| m.victim.lost_gpu_ms).sum();
-        let plan = PackPlan {
-            waiter,
-            node: node.name,
-            movers: set.iter().map(|m| m.victim).collect(),
-            lost_gpu_ms,
-        };
-        best = Some((key, plan));
+        let (now, cfg) = (self.now, self.cfg);
+        let movers = self.movers[x].get_or_insert_with(|| movable(&self.view.nodes[x], now, cfg));
+        let coverable: u32 = movers
+            .iter()
+            .filter(|m| m.gpus <= hole)
+            .map(|m| m.gpus)
+            .fold(0, u32::saturating_add);
+        (coverable >= shortfall).then_some(shortfall)
     }
-    best.map(|(_, plan)| plan)
+
+    /// The cheapest move that lets single-node `waiter` fit, using no node `off_limits` marks.
+    fn move_for(&mut self, waiter: Waiter<'s>, off_limits: &[bool]) -> Option<PackPlan<'s>> {
+        let usable = |i: usize| !off_limits.get(i).copied().unwrap_or(false);
+        let need = waiter.shape.gpus_per_node;
+        let now = self.now;
+        let waiter_until = now.saturating_add(waiter.min_runtime_ms);
+        let mut best: Option<(Key, PackPlan<'s>)> = None;
+        for x in 0..self.view.nodes.len() {
+            if !usable(x) || !self.view.nodes[x].accepts(now, waiter_until) {
+                continue;
+            }
+            let Some(shortfall) = self.shortfall_coverable(x, need) else {
+                continue;
+            };
+            let (view, movers) = (&self.view, self.movers[x].as_deref().unwrap_or(&[]));
+            let placeable = |set: &[Mover<'s>]| fits_holes(view, x, off_limits, set, now);
+            let Some(set) = cheapest_set(movers, shortfall, placeable) else {
+                continue;
+            };
+            let node = view.nodes[x].name;
+            let key = key_of(&set, node);
+            if best.as_ref().is_some_and(|(k, _)| *k <= key) {
+                continue;
+            }
+            let lost_gpu_ms = set.iter().map(|m| m.victim.lost_gpu_ms).sum();
+            let plan = PackPlan {
+                waiter,
+                node,
+                movers: set.iter().map(|m| m.victim).collect(),
+                lost_gpu_ms,
+            };
+            best = Some((key, plan));
+        }
+        best.map(|(_, plan)| plan)
+    }
 }
 
 /// How plans compare: lost work, jobs moved, node name.
