@@ -16,6 +16,9 @@
 //!   (`JobPreempted{killed:true}`, message id `killed:…`, not before the deadline) and requeues
 //!   it (resumable).
 //!
+//! Packing (its own run): a blocked 8-GPU job of `a` starts once the service moves a small
+//! job of `a` from one node into the hole beside a protected job on the other.
+//!
 //! The sled checkpoint: after such a run, a restart on the same checkpoint directory resumes
 //! past sequence 0 and holds the fold a start from scratch builds; so does a restart after the
 //! directory is deleted, which folds from sequence 1.
@@ -243,6 +246,19 @@ impl Stack {
     }
 
     async fn submit(&self, key: &str, allocation: &str, gpus: i64, min_runtime_s: i64) -> String {
+        self.submit_to_run(key, allocation, gpus, min_runtime_s, 100_000)
+            .await
+    }
+
+    /// As [`Stack::submit`], for a job the launcher runs `run_s` seconds.
+    async fn submit_to_run(
+        &self,
+        key: &str,
+        allocation: &str,
+        gpus: i64,
+        min_runtime_s: i64,
+        run_s: u64,
+    ) -> String {
         let request = pb::SubmitRequest {
             idempotency_key: key.into(),
             spec: Some(pb::JobSpec {
@@ -252,7 +268,7 @@ impl Stack {
                 gpus,
                 min_runtime_s,
                 resumable: true,
-                payload: "sleep 100000".into(),
+                payload: format!("sleep {run_s}").into(),
                 name: key.into(),
                 ..Default::default()
             }),
@@ -514,6 +530,95 @@ async fn a_debug_job_of_an_under_served_allocation_starts_within_a_cycle_and_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfirmed_order_is_killed_at_the_grace_deadline_and_requeued() {
     debug_job_gets_a_victims_gpu(false).await;
+}
+
+/// Packing: `a` holds 6 GPUs on one node (`p`, protected for an hour) and 2 on the other
+/// (`m`, past its 1 s minimum runtime), after a 2-GPU job beside `p` finished. `a`'s 8-GPU
+/// job `w` fits neither node, and no rule lets a job take its own allocation's work: the
+/// preemption service moves `m` into the hole beside `p`, and `w` starts on the emptied node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_job_starts_once_a_small_job_is_moved_into_a_hole_elsewhere() {
+    let stack = Stack::start(true).await;
+    let p = stack.submit("p", "a", 6, 3_600).await;
+    let q = stack.submit_to_run("q", "a", 2, 1, 3).await;
+    let m = stack.submit("m", "a", 2, 1).await;
+    let log = stack
+        .wait_for(Duration::from_secs(10), "p, q and m started", |log| {
+            [&p, &q, &m].iter().all(|j| started(log, j).is_some())
+        })
+        .await;
+    let (_, p_node) = placed_seq(&log, &p).unwrap();
+    let (_, m_node) = placed_seq(&log, &m).unwrap();
+    assert_ne!(p_node, m_node, "q filled p's node, so m went to the other");
+    let finished = |log: &[(u64, String, pb::Event)], job: &str| {
+        log.iter()
+            .any(|(_, _, e)| matches!(&e.body, Some(Body::JobFinished(f)) if f.job_id == job))
+    };
+    stack
+        .wait_for(Duration::from_secs(10), "q finished", |log| {
+            finished(log, &q)
+        })
+        .await;
+
+    let w = stack.submit("w", "a", 8, 3_600).await;
+    let log = stack
+        .wait_for(Duration::from_secs(15), "w starts", |log| {
+            started(log, &w).is_some()
+        })
+        .await;
+    if std::env::var_os("E2E_PRINT_LOG").is_some() {
+        println!("{}", render(&log));
+    }
+    let orders = orders(&log);
+    assert_eq!(
+        orders.len(),
+        1,
+        "one move:
+{}",
+        render(&log)
+    );
+    let (_, _, order) = &orders[&m];
+    assert_eq!(order.for_job_id, w);
+    assert!(
+        order.reason.starts_with(&format!("packing: moves {m} ")),
+        "{}",
+        order.reason
+    );
+    let (_, w_node) = placed_seq(&log, &w).unwrap();
+    assert_eq!(w_node, m_node, "w runs on the node m left");
+    // m was requeued and placed again, in the hole beside p.
+    let m_nodes: Vec<String> = log
+        .iter()
+        .filter_map(|(_, _, e)| match &e.body {
+            Some(Body::JobPlaced(pl)) if pl.job_id == m => Some(pl.nodes[0].node.clone()),
+            _ => None,
+        })
+        .collect();
+    let log = if m_nodes.len() < 2 {
+        stack
+            .wait_for(Duration::from_secs(5), "m placed again", |log| {
+                log.iter()
+                    .filter(
+                        |(_, _, e)| matches!(&e.body, Some(Body::JobPlaced(pl)) if pl.job_id == m),
+                    )
+                    .count()
+                    >= 2
+            })
+            .await
+    } else {
+        log
+    };
+    let m_again = log
+        .iter()
+        .filter_map(|(_, _, e)| match &e.body {
+            Some(Body::JobPlaced(pl)) if pl.job_id == m => Some(pl.nodes[0].node.clone()),
+            _ => None,
+        })
+        .nth(1)
+        .unwrap();
+    assert_eq!(m_again, p_node, "m moved into the hole beside p");
+    assert!(!orders.contains_key(&p), "p is protected");
+    stack.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
