@@ -5,6 +5,8 @@
 //! [`crate::scenarios`] scenario. Every policy of a run replays the same workload; each job's
 //! id is derived from its index ([`job_id`]), so the same job has the same id in every log.
 
+use std::collections::BTreeMap;
+
 use fairshare_events::pb;
 
 /// The longest minimum runtime a job may declare (SPEC section 2), in ms.
@@ -202,20 +204,43 @@ impl Workload {
     /// on a workload where this is large. Jobs of allocations outside the tree count as
     /// oversized (their fraction is 0).
     pub fn oversized_share(&self, setup: &crate::setup::Setup) -> f64 {
+        let (oversized, allocated) = self
+            .oversized_split(setup)
+            .values()
+            .fold((0u128, 0u128), |(o, a), (jo, ja)| (o + jo, a + ja));
+        oversized as f64 / allocated.max(1) as f64
+    }
+
+    /// [`Self::oversized_share`] of each allocation's own GPU time, by allocation path: why an
+    /// allocation misses its hourly owed time under any policy (its work comes in jobs bigger
+    /// than its share, which overshoot its owed time while they run and miss it while they
+    /// wait).
+    pub fn oversized_by_allocation(&self, setup: &crate::setup::Setup) -> BTreeMap<String, f64> {
+        self.oversized_split(setup)
+            .into_iter()
+            .map(|(allocation, (oversized, allocated))| {
+                (allocation, oversized as f64 / allocated.max(1) as f64)
+            })
+            .collect()
+    }
+
+    /// Per allocation: allocated GPU-ms in oversized jobs, and in all its jobs.
+    fn oversized_split(&self, setup: &crate::setup::Setup) -> BTreeMap<String, (u128, u128)> {
         let total_gpus = u128::from(setup.total_gpus());
-        let (mut oversized, mut allocated) = (0u128, 0u128);
+        let mut split: BTreeMap<String, (u128, u128)> = BTreeMap::new();
         for job in self.jobs.iter().filter(|j| j.min_runtime_ms > 0) {
             let gpu_ms = u128::from(job.gpus) * u128::try_from(job.duration_ms.max(0)).unwrap_or(0);
-            allocated += gpu_ms;
             let fits_share = setup.tree.allocation(&job.allocation).is_some_and(|id| {
                 let f = setup.tree.fraction(id);
                 u128::from(job.gpus).saturating_mul(f.den) <= f.num.saturating_mul(total_gpus)
             });
+            let entry = split.entry(job.allocation.clone()).or_default();
+            entry.1 += gpu_ms;
             if !fits_share {
-                oversized += gpu_ms;
+                entry.0 += gpu_ms;
             }
         }
-        oversized as f64 / allocated.max(1) as f64
+        split
     }
 }
 
@@ -263,10 +288,21 @@ mod tests {
             job("free".into(), 0, "a", 16, 10 * H, 0),
             job("ghost".into(), 0, "gone", 1, H, H),
         ];
-        let share = Workload::new(jobs, Vec::new()).oversized_share(&setup);
+        let workload = Workload::new(jobs, Vec::new());
+        let share = workload.oversized_share(&setup);
         // Allocated: 8 + 16 + 8 + 8 + 1 = 41 GPU-h; oversized: 16 + 8 + 1 = 25 (the
         // unallocated job counts in neither).
         assert!((share - 25.0 / 41.0).abs() < 1e-12, "{share}");
+        // a: 16 of 24 GPU-h; b: 8 of 16; the allocation outside the tree: all of it.
+        let by = workload.oversized_by_allocation(&setup);
+        let expected: Vec<(&str, f64)> = vec![("a", 16.0 / 24.0), ("b", 0.5), ("gone", 1.0)];
+        assert_eq!(by.len(), expected.len(), "{by:?}");
+        for (allocation, share) in expected {
+            assert!(
+                (by[allocation] - share).abs() < 1e-12,
+                "{allocation}: {by:?}"
+            );
+        }
     }
 
     #[test]

@@ -31,7 +31,11 @@ pub fn render(report: &Report, charts: &[(&str, &str)]) -> String {
         spread_table(&mut out, spread);
     }
     targets_section(&mut out, &report.runs[0]);
-    allocation_table(&mut out, &report.runs);
+    allocation_table(
+        &mut out,
+        &report.runs,
+        &report.inputs.oversized_by_allocation,
+    );
     charts_section(&mut out, charts);
     out
 }
@@ -369,7 +373,11 @@ fn targets(run: &RunMetrics) -> Vec<Target> {
     ]
 }
 
-fn allocation_table(out: &mut String, runs: &[RunMetrics]) {
+fn allocation_table(
+    out: &mut String,
+    runs: &[RunMetrics],
+    oversized: &std::collections::BTreeMap<String, f64>,
+) {
     let rows = allocation_rows(runs);
     out.push_str("## Per allocation\n\n");
     if rows.is_empty() {
@@ -379,6 +387,7 @@ fn allocation_table(out: &mut String, runs: &[RunMetrics]) {
     let mut head = vec![
         "Allocation".to_owned(),
         "Fraction".to_owned(),
+        "In jobs over its share".to_owned(),
         format!("Owed GPU-h ({})", escape(&runs[0].policy)),
     ];
     head.extend(
@@ -394,6 +403,9 @@ fn allocation_table(out: &mut String, runs: &[RunMetrics]) {
                 || "-".to_owned(),
                 |a| format!("{}%", fixed(u128::from(a.fraction_ppm), 10_000, 2)),
             ),
+            oversized
+                .get(*path)
+                .map_or_else(|| "-".to_owned(), |share| format!("{:.1}%", share * 100.0)),
             cells[0].map_or_else(|| "-".to_owned(), |a| gpu_hours_text(a.owed_gpu_ms)),
         ];
         row.extend(
@@ -406,7 +418,10 @@ fn allocation_table(out: &mut String, runs: &[RunMetrics]) {
     out.push_str(
         "\nEach policy's share is of its own owed time: owed follows demand, and demand follows \
          how long each policy keeps work queued. Bold: under 95% while owed at least a GPU-day. \
-         \\*: owed under one GPU-day in that run, reported but not held to the target.\n\n",
+         \\*: owed under one GPU-day in that run, reported but not held to the target. \"In jobs \
+         over its share\": the allocation's GPU time in jobs of more GPUs than its fraction of the \
+         cluster; while one runs the allocation gets more than its hourly owed time, while it \
+         waits less, under any policy.\n\n",
     );
 }
 
@@ -678,13 +693,22 @@ mod tests {
             .expect("tiny row, escaped");
         assert_eq!(
             tiny,
-            "| lab/&lt;tiny&gt; | 1.00% | 10.0 | 50.00% \\* | 100.00% \\* |"
+            "| lab/&lt;tiny&gt; | 1.00% | - | 10.0 | 50.00% \\* | 100.00% \\* |"
         );
         let ab = md
             .lines()
             .find(|l| l.starts_with("| lab/a\\&b |"))
             .expect("a&b row");
-        assert_eq!(ab, "| lab/a\\&b | 50.00% | 600.0 | 99.50% | **90.00%** |");
+        assert_eq!(
+            ab,
+            "| lab/a\\&b | 50.00% | - | 600.0 | 99.50% | **90.00%** |"
+        );
+        // The share of its GPU time in jobs bigger than its share, where the workload has it.
+        let c = md
+            .lines()
+            .find(|l| l.starts_with("| lab/c |"))
+            .expect("c row");
+        assert!(c.starts_with("| lab/c | 49.00% | 25.0% | 390.0 |"), "{c}");
         let order: Vec<_> = ["| lab/&lt;tiny&gt; |", "| lab/a\\&b |", "| lab/c |"]
             .iter()
             .map(|r| md.find(r).expect("row"))

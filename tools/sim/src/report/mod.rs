@@ -27,6 +27,9 @@ pub struct ReportInputs {
     /// Share (0 to 1) of allocated GPU time in jobs bigger than their allocation's share of
     /// the cluster ([`Workload::oversized_share`](crate::workload::Workload::oversized_share)).
     pub oversized_share: f64,
+    /// The same share per allocation path
+    /// ([`Workload::oversized_by_allocation`](crate::workload::Workload::oversized_by_allocation)).
+    pub oversized_by_allocation: std::collections::BTreeMap<String, f64>,
     /// Fair-share window in ms.
     pub window_ms: i64,
     /// Grace period in ms.
@@ -53,6 +56,7 @@ impl ReportInputs {
             jobs: workload.jobs.len() as u64,
             oversubscription: workload.demand_over_supply(setup),
             oversized_share: workload.oversized_share(setup),
+            oversized_by_allocation: workload.oversized_by_allocation(setup),
             window_ms: i64::try_from(config.window.window_ms()).unwrap_or(i64::MAX),
             grace_ms: config.preemption.grace_ms,
         }
@@ -380,6 +384,7 @@ pub(crate) mod sample {
                 jobs: 120,
                 oversubscription: 2.5,
                 oversized_share: 0.125,
+                oversized_by_allocation: [("lab/c".to_owned(), 0.25)].into_iter().collect(),
                 window_ms: 7 * 86_400_000,
                 grace_ms: 30_000,
             },
