@@ -154,3 +154,87 @@ fn the_node_whose_moves_lose_the_least_work_is_emptied() {
     };
     assert!(order.reason.contains("fits on n3; lost work 600 GPU-s"));
 }
+
+#[test]
+fn behind_a_blocked_multi_node_job_a_move_stays_off_its_reserved_nodes() {
+    let mut h = H::new();
+    h.two_teams();
+    for n in ["n1", "n2", "n3", "n4"] {
+        h.node(n, 8);
+    }
+    // Whole nodes come free for `f` (2 x 8 GPUs) at 2 h (n1) and 3 h (n2): its reservation.
+    // n3: a 2-GPU hole beside work protected for 8 h. n4: `m` (2 GPUs, past its minimum
+    // runtime), 2 GPUs protected for 8 h, and 4 free.
+    h.running(0, "m", "a", 600, &[("n4", 2)]);
+    h.running(0, "p1", "a", 2 * 3600, &[("n1", 8)]);
+    h.running(0, "p2", "a", 3 * 3600, &[("n2", 8)]);
+    h.running(0, "p3", "a", 8 * 3600, &[("n3", 6)]);
+    h.running(0, "r4", "a", 8 * 3600, &[("n4", 2)]);
+    h.submit_full(0, "f", "a", 2, 8, 3600, 0, true);
+    h.submit(0, "w", "a", 6, 3600);
+    let now = HOUR + 5 * MIN;
+    usage(&mut h, now);
+    let FairShare::Blocked(line) = fair_share(&h.state, now, &h.cfg) else {
+        panic!("f is blocked")
+    };
+    assert_eq!(line.first.job_id, "f");
+    assert_eq!(
+        line.behind.iter().map(|w| w.job_id).collect::<Vec<_>>(),
+        vec!["w"]
+    );
+    // `f` spans nodes: no move for it. `w` fits n4 once `m` is in the hole on n3; neither
+    // is a reserved node.
+    let out = h.step(now);
+    assert_eq!(orders(&out), vec![("m".into(), "w".into())]);
+    let stop = now + 10 * SEC;
+    h.confirm(stop, "m");
+    assert_eq!(render(&h.step(stop)), vec!["requeued m"]);
+    let decision = decide(h.state.decision(), stop);
+    let mut placed: Vec<(String, String)> = decision
+        .placements
+        .iter()
+        .map(|p| (p.job_id.to_string(), p.nodes[0].node.to_string()))
+        .collect();
+    placed.sort();
+    assert_eq!(
+        placed,
+        vec![("m".into(), "n3".into()), ("w".into(), "n4".into())]
+    );
+    let reserved: Vec<&str> = decision
+        .reservation
+        .iter()
+        .flat_map(|r| r.nodes.iter().map(|n| n.node))
+        .collect();
+    assert_eq!(reserved, vec!["n1", "n2"], "f keeps its reservation");
+}
+
+#[test]
+fn no_move_onto_or_out_of_a_blocked_jobs_reserved_nodes() {
+    let mut h = H::new();
+    h.two_teams();
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    // `f` (2 x 8) is reserved n1 (2 h) and n3, whose only work is `m`, past its minimum
+    // runtime. Moving `m` to the hole on n2 would let `w` (6 GPUs) start on n3, inside the
+    // reservation: not done.
+    h.running(0, "m", "a", 600, &[("n3", 2)]);
+    h.running(0, "p1", "a", 2 * 3600, &[("n1", 8)]);
+    h.running(0, "p2", "a", 8 * 3600, &[("n2", 6)]);
+    h.submit_full(0, "f", "a", 2, 8, 3600, 0, true);
+    h.submit(0, "w", "a", 7, 3600);
+    let now = HOUR + 5 * MIN;
+    usage(&mut h, now);
+    assert!(matches!(
+        fair_share(&h.state, now, &h.cfg),
+        FairShare::Blocked(line) if line.first.job_id == "f" && line.behind.len() == 1
+    ));
+    let decision = decide(h.state.decision(), now);
+    let reserved: Vec<&str> = decision
+        .reservation
+        .iter()
+        .flat_map(|r| r.nodes.iter().map(|n| n.node))
+        .collect();
+    assert_eq!(reserved, vec!["n1", "n3"]);
+    assert_eq!(h.decide(now), vec![]);
+}
