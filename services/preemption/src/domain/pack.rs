@@ -23,6 +23,11 @@
 //! off the nodes the blocked waiter's reservation holds, both for the emptied node and for the
 //! holes, as the decision cycle keeps those nodes for the blocked waiter alone.
 //!
+//! Multi-node waiters are not helped. Emptying whole nodes for them (every job on the cheapest
+//! nodes of their size moved at once) was tried on the same runs as below: occupancy rose to
+//! 99.2% on msft-itp at 512 GPUs, but owed delivery fell to 99.40% (median of 5) and lost work
+//! rose to 1.08%, and on Helios nothing moved beyond the spread.
+//!
 //! Which jobs may be moved (whatever their allocation's rank, since they keep running):
 //! - started, single-node, resumable, not already ordered off;
 //! - unallocated, or allocated and past its minimum runtime (never a protected job).
