@@ -132,32 +132,25 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
     if changed {
         return out;
     }
-    match victims::fair_share(state, now_ms, config) {
-        FairShare::Preempt(plan) => {
-            for v in &plan.victims {
-                out.push(order(
-                    v.job_id,
-                    plan.waiter.job_id,
-                    fair_share_reason(&plan, v),
-                    basis,
-                    deadline,
-                ));
-            }
-        }
-        FairShare::Blocked(line) => {
-            if let Some(plan) = pack::moves(state, &line, now_ms, config) {
-                for v in &plan.movers {
-                    out.push(order(
-                        v.job_id,
-                        plan.waiter.job_id,
-                        pack_reason(&plan, v),
-                        basis,
-                        deadline,
-                    ));
-                }
-            }
-        }
-        FairShare::NothingToDo => {}
+    // (victim, the job it makes room for, why)
+    let orders: Vec<(&str, &str, String)> = match victims::fair_share(state, now_ms, config) {
+        FairShare::Preempt(plan) => plan
+            .victims
+            .iter()
+            .map(|v| (v.job_id, plan.waiter.job_id, fair_share_reason(&plan, v)))
+            .collect(),
+        FairShare::Blocked(line) => pack::moves(state, &line, now_ms, config)
+            .map(|plan| {
+                plan.movers
+                    .iter()
+                    .map(|v| (v.job_id, plan.waiter.job_id, pack_reason(&plan, v)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        FairShare::NothingToDo => Vec::new(),
+    };
+    for (victim, for_job, reason) in orders {
+        out.push(order(victim, for_job, reason, basis, deadline));
     }
     out
 }

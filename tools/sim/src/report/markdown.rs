@@ -687,27 +687,21 @@ mod tests {
     #[test]
     fn per_allocation_rows_mark_small_and_missed_allocations() {
         let md = rendered();
-        let tiny = md
-            .lines()
-            .find(|l| l.starts_with("| lab/&lt;tiny&gt; |"))
-            .expect("tiny row, escaped");
+        let row = |start: &str| {
+            md.lines()
+                .find(|l| l.starts_with(start))
+                .unwrap_or_else(|| panic!("no row {start}"))
+        };
         assert_eq!(
-            tiny,
+            row("| lab/&lt;tiny&gt; |"),
             "| lab/&lt;tiny&gt; | 1.00% | - | 10.0 | 50.00% \\* | 100.00% \\* |"
         );
-        let ab = md
-            .lines()
-            .find(|l| l.starts_with("| lab/a\\&b |"))
-            .expect("a&b row");
         assert_eq!(
-            ab,
+            row("| lab/a\\&b |"),
             "| lab/a\\&b | 50.00% | - | 600.0 | 99.50% | **90.00%** |"
         );
         // The share of its GPU time in jobs bigger than its share, where the workload has it.
-        let c = md
-            .lines()
-            .find(|l| l.starts_with("| lab/c |"))
-            .expect("c row");
+        let c = row("| lab/c |");
         assert!(c.starts_with("| lab/c | 49.00% | 25.0% | 390.0 |"), "{c}");
         let order: Vec<_> = ["| lab/&lt;tiny&gt; |", "| lab/a\\&b |", "| lab/c |"]
             .iter()

@@ -15,10 +15,7 @@ const ALLOC: u64 = 1000 * HOUR as u64;
 /// Team `a` waits with `w`, 8 GPUs on one node. Nobody else runs, so no rule lets `w` take
 /// anything: its own allocation's work is never a victim of a job that is not debug.
 fn fragmented(m_start: i64, m_resumable: bool, p_gpus: u32) -> H {
-    let mut h = H::new();
-    h.two_teams();
-    h.node("n1", 8);
-    h.node("n2", 8);
+    let mut h = H::two_teams_on(&["n1", "n2"]);
     h.running_full(m_start, "m", "a", 600, &[("n1", 2)], m_resumable);
     h.running(0, "p", "a", 8 * 3600, &[("n2", p_gpus)]);
     h.submit(0, "w", "a", 8, 3600);
@@ -134,11 +131,7 @@ fn no_move_while_a_queued_job_fits_the_free_gpus() {
 
 #[test]
 fn the_node_whose_moves_lose_the_least_work_is_emptied() {
-    let mut h = H::new();
-    h.two_teams();
-    for n in ["n1", "n2", "n3"] {
-        h.node(n, 8);
-    }
+    let mut h = H::two_teams_on(&["n1", "n2", "n3"]);
     // n1: `old` ran 50 min, 20 min past its last checkpoint. n3: `fresh` ran 35 min, 5 min
     // past. n2: a 4-GPU hole beside protected work.
     h.running(0, "old", "a", 600, &[("n1", 2)]);
@@ -157,11 +150,7 @@ fn the_node_whose_moves_lose_the_least_work_is_emptied() {
 
 #[test]
 fn behind_a_blocked_multi_node_job_a_move_stays_off_its_reserved_nodes() {
-    let mut h = H::new();
-    h.two_teams();
-    for n in ["n1", "n2", "n3", "n4"] {
-        h.node(n, 8);
-    }
+    let mut h = H::two_teams_on(&["n1", "n2", "n3", "n4"]);
     // Whole nodes come free for `f` (2 x 8 GPUs) at 2 h (n1) and 3 h (n2): its reservation.
     // n3: a 2-GPU hole beside work protected for 8 h. n4: `m` (2 GPUs, past its minimum
     // runtime), 2 GPUs protected for 8 h, and 4 free.
@@ -210,11 +199,7 @@ fn behind_a_blocked_multi_node_job_a_move_stays_off_its_reserved_nodes() {
 
 #[test]
 fn no_move_onto_or_out_of_a_blocked_jobs_reserved_nodes() {
-    let mut h = H::new();
-    h.two_teams();
-    for n in ["n1", "n2", "n3"] {
-        h.node(n, 8);
-    }
+    let mut h = H::two_teams_on(&["n1", "n2", "n3"]);
     // `f` (2 x 8) is reserved n1 (2 h) and n3, whose only work is `m`, past its minimum
     // runtime. Moving `m` to the hole on n2 would let `w` (6 GPUs) start on n3, inside the
     // reservation: not done.

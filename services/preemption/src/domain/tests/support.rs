@@ -72,6 +72,16 @@ impl H {
         self.tree(vec![leaf("a", 1), leaf("b", 1)]);
     }
 
+    /// [`H::two_teams`] on `nodes` of 8 GPUs each.
+    pub fn two_teams_on(nodes: &[&str]) -> H {
+        let mut h = H::new();
+        h.two_teams();
+        for n in nodes {
+            h.node(n, 8);
+        }
+        h
+    }
+
     pub fn node(&mut self, name: &str, gpus: u32) {
         self.ok(
             0,
