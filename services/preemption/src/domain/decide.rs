@@ -101,9 +101,13 @@ fn pack_reason(plan: &PackPlan<'_>, mover: &victims::Victim<'_>) -> String {
     } else {
         "past its minimum runtime"
     };
+    let place = match plan.behind {
+        None => "first in line and blocked".to_owned(),
+        Some(blocked) => format!("behind blocked job {blocked}, off the nodes reserved for it"),
+    };
     format!(
-        "packing: moves {} ({kind}) to free GPUs on another node so that job {} of {}, \
-         first in line and blocked, fits on {}; lost work {} GPU-s",
+        "packing: moves {} ({kind}) to free GPUs on another node so that job {} of {}, {place}, \
+         fits on {}; lost work {} GPU-s",
         mover.job_id,
         w.job_id,
         w.allocation,

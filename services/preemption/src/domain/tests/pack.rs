@@ -175,6 +175,16 @@ fn behind_a_blocked_multi_node_job_a_move_stays_off_its_reserved_nodes() {
     // is a reserved node.
     let out = h.step(now);
     assert_eq!(orders(&out), vec![("m".into(), "w".into())]);
+    let Body::PreemptionOrdered(order) = &out[0] else {
+        unreachable!()
+    };
+    assert!(
+        order.reason.contains(
+            "so that job w of a, behind blocked job f, off the nodes reserved for it, fits on n4"
+        ),
+        "{}",
+        order.reason
+    );
     let stop = now + 10 * SEC;
     h.confirm(stop, "m");
     assert_eq!(render(&h.step(stop)), vec!["requeued m"]);
