@@ -28,13 +28,14 @@ pub struct Scenario {
 }
 
 /// Every scenario name, in the order `fairshare-sim scenario --list` prints them.
-pub const NAMES: [&str; 6] = [
+pub const NAMES: [&str; 7] = [
     "debug-burst",
     "debug-while-over-served",
     "idle-team-returns",
     "unallocated-fill",
     "cordon-under-load",
     "share-change",
+    "fragmented",
 ];
 
 /// The scenario named `name`.
@@ -46,6 +47,7 @@ pub fn by_name(name: &str) -> Option<Result<Scenario, SetupError>> {
         "unallocated-fill" => unallocated_fill(),
         "cordon-under-load" => cordon_under_load(),
         "share-change" => share_change(),
+        "fragmented" => fragmented(),
         _ => return None,
     })
 }
@@ -246,5 +248,37 @@ pub fn share_change() -> Result<Scenario, SetupError> {
         description: "a manager changes shares mid-run",
         setup: cluster(&[("a", 50), ("b", 50)], 4, 6)?,
         workload: Workload::new(jobs, actions),
+    })
+}
+
+/// A 32-GPU cluster, all of it team `a`'s work: after half an hour, best-fit placement has
+/// left `node000` and `node001` each with a 6-GPU job protected for 8 hours and 2 GPUs free,
+/// and `node002` and `node003` each with a 2-GPU job past its 10-minute minimum runtime and 6
+/// GPUs free. Then `a` sends two 8-GPU jobs. No rule lets a job take its own allocation's
+/// work, and 12 GPUs sit idle; packing moves put each small job in a 2-GPU hole and each big
+/// job on the node it left. With `--packing false` they wait for the small jobs to end (10 h).
+pub fn fragmented() -> Result<Scenario, SetupError> {
+    let long = |name: &str, gpus, min_runtime_ms| {
+        job(name.to_owned(), 0, "a", gpus, 10 * HOUR, min_runtime_ms)
+    };
+    let filler = |name: &str, gpus| job(name.to_owned(), 0, "a", gpus, 30 * MIN, 20 * MIN);
+    // Submission order decides best-fit placement: each filler tops up the node before it.
+    let jobs = vec![
+        long("protected-0", 6, 8 * HOUR),
+        long("protected-1", 6, 8 * HOUR),
+        filler("filler-0", 2),
+        filler("filler-1", 2),
+        long("small-2", 2, 20 * MIN),
+        filler("filler-2", 6),
+        long("small-3", 2, 20 * MIN),
+        filler("filler-3", 6),
+        job("big-0".to_owned(), 35 * MIN, "a", 8, 2 * HOUR, HOUR),
+        job("big-1".to_owned(), 35 * MIN, "a", 8, 2 * HOUR, HOUR),
+    ];
+    Ok(Scenario {
+        name: "fragmented",
+        description: "free GPUs scattered beside small jobs while whole-node jobs wait (packing moves)",
+        setup: cluster(&[("a", 50), ("b", 50)], 4, 1)?,
+        workload: Workload::new(jobs, Vec::new()),
     })
 }

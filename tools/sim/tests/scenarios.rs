@@ -419,3 +419,53 @@ fn debug_jobs_of_an_over_served_team_all_start_without_costing_owed_delivery() {
     }
     assert_eq!(floor.violations, 0);
 }
+
+#[test]
+fn fragmented_free_gpus_are_packed_so_whole_node_jobs_start_at_once() {
+    let s = scenario("fragmented");
+    let (seen, m) = run(&s);
+    let one = |name: &str| {
+        let jobs = seen.named(name);
+        assert_eq!(jobs.len(), 1, "{name}");
+        jobs[0].clone()
+    };
+    let at = |t: i64| EPOCH_MS + t;
+    // At 35 min: 2 GPUs free beside each protected job (node000, node001), 6 beside each small
+    // job (node002, node003). The first big job's move: small-2 ordered off at once, stopped
+    // 10 s later, placed again in the hole on node000; big-0 starts on node002.
+    let (small2, small3) = (one("small-2"), one("small-3"));
+    let (big0, big1) = (one("big-0"), one("big-1"));
+    assert_eq!(small2.ordered, vec![at(35 * MIN)]);
+    assert_eq!(small2.nodes, vec![vec!["node002"], vec!["node000"]]);
+    assert_eq!(small2.runs[1].0, at(35 * MIN + 10 * S));
+    assert_eq!(big0.wait(), Some(10 * S));
+    assert_eq!(big0.nodes, vec![vec!["node002"]]);
+    // Then the second, one move at a time: small-3 into node001's hole, big-1 on node003.
+    assert_eq!(small3.ordered, vec![at(35 * MIN + 10 * S)]);
+    assert_eq!(small3.nodes, vec![vec!["node003"], vec!["node001"]]);
+    assert_eq!(big1.wait(), Some(20 * S));
+    assert_eq!(big1.nodes, vec![vec!["node003"]]);
+    // The protected jobs are never touched; only the two small jobs moved.
+    for j in seen.named("protected-") {
+        assert!(j.ordered.is_empty(), "{}", j.name);
+    }
+    assert_eq!(m.preemptions, 2);
+    assert_eq!(m.violations, 0);
+    // Lost work: the run since the last 30-minute checkpoint, 2 GPUs each: 5 min 10 s for
+    // small-2 (stopped at 35:10), 5 min 20 s for small-3 (stopped at 35:20).
+    assert_eq!(m.lost_gpu_ms, 2 * (310 + 320) * S as u128);
+
+    // Without packing moves, both wait until the small jobs end at 10 h.
+    let config = EngineConfig {
+        preemption: fairshare_preemption::domain::Config {
+            packing: false,
+            ..EngineConfig::default().preemption
+        },
+        ..EngineConfig::default()
+    };
+    let out = engine::run(&s.setup, &s.workload, &config, |_| {});
+    let seen = read(&out.log);
+    for big in seen.named("big-") {
+        assert_eq!(big.wait(), Some(10 * HOUR - 35 * MIN), "{}", big.name);
+    }
+}
