@@ -40,9 +40,10 @@ struct Args {
     /// after the waiter is charged.
     #[arg(long, env = "FAIRSHARE_HYSTERESIS_PER_MILLE", default_value_t = 100)]
     hysteresis_per_mille: u32,
-    /// Packing moves: when the first waiting job that cannot start fits one node, resumable
-    /// jobs past their minimum runtime that checkpointed lately may be moved off a node into
-    /// free GPUs elsewhere so it fits there. `false` turns them off.
+    /// Packing moves: when no rule lets the first waiting job that cannot start take anyone's
+    /// work, resumable single-node jobs past their minimum runtime may be moved off a node
+    /// into free GPUs elsewhere so that it (or a single-node job behind it) fits there.
+    /// `false` turns them off.
     #[arg(long, env = "FAIRSHARE_PACKING", default_value_t = true, action = clap::ArgAction::Set)]
     packing: bool,
     /// Replicas for streams this service creates: 1 on one server, 3 on a 3-node cluster.

@@ -587,35 +587,20 @@ async fn a_blocked_job_starts_once_a_small_job_is_moved_into_a_hole_elsewhere() 
     let (_, w_node) = placed_seq(&log, &w).unwrap();
     assert_eq!(w_node, m_node, "w runs on the node m left");
     // m was requeued and placed again, in the hole beside p.
-    let m_nodes: Vec<String> = log
-        .iter()
-        .filter_map(|(_, _, e)| match &e.body {
-            Some(Body::JobPlaced(pl)) if pl.job_id == m => Some(pl.nodes[0].node.clone()),
-            _ => None,
-        })
-        .collect();
-    let log = if m_nodes.len() < 2 {
-        stack
-            .wait_for(Duration::from_secs(5), "m placed again", |log| {
-                log.iter()
-                    .filter(
-                        |(_, _, e)| matches!(&e.body, Some(Body::JobPlaced(pl)) if pl.job_id == m),
-                    )
-                    .count()
-                    >= 2
+    let placements_of_m = |log: &[(u64, String, pb::Event)]| -> Vec<String> {
+        log.iter()
+            .filter_map(|(_, _, e)| match &e.body {
+                Some(Body::JobPlaced(pl)) if pl.job_id == m => Some(pl.nodes[0].node.clone()),
+                _ => None,
             })
-            .await
-    } else {
-        log
+            .collect()
     };
-    let m_again = log
-        .iter()
-        .filter_map(|(_, _, e)| match &e.body {
-            Some(Body::JobPlaced(pl)) if pl.job_id == m => Some(pl.nodes[0].node.clone()),
-            _ => None,
+    let log = stack
+        .wait_for(Duration::from_secs(5), "m placed again", |log| {
+            placements_of_m(log).len() >= 2
         })
-        .nth(1)
-        .unwrap();
+        .await;
+    let m_again = placements_of_m(&log)[1].clone();
     assert_eq!(m_again, p_node, "m moved into the hole beside p");
     assert!(!orders.contains_key(&p), "p is protected");
     stack.stop().await;

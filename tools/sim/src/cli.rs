@@ -157,9 +157,9 @@ struct CommonArgs {
     /// ranks by the window alone, to compare. The services keep it on; `--audit` needs it on.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     share_floor: bool,
-    /// Packing moves: a blocked waiter that fits one node may have resumable jobs that
-    /// checkpointed lately moved off a node into free GPUs elsewhere (see README, "Packing
-    /// moves"). `false` turns them off, to compare. The services keep them on.
+    /// Packing moves: a blocked single-node waiter (or one behind a blocked job) may have
+    /// resumable jobs past their minimum runtime moved off a node into free GPUs elsewhere (see
+    /// README, "Packing moves"). `false` turns them off, to compare. The services keep them on.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     packing: bool,
     /// Re-derive every fairshare placement from the log prefix its basis names (the decision

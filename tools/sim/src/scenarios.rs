@@ -253,9 +253,10 @@ pub fn share_change() -> Result<Scenario, SetupError> {
 
 /// A 32-GPU cluster, all of it team `a`'s work: after half an hour, best-fit placement has
 /// left `node000` and `node001` each with a 6-GPU job protected for 8 hours and 2 GPUs free,
-/// and `node002` and `node003` each with a 2-GPU job past its 10-minute minimum runtime and 6
-/// GPUs free. Then `a` sends two 8-GPU jobs. No rule lets a job take its own allocation's
-/// work, and 12 GPUs sit idle; packing moves put each small job in a 2-GPU hole and each big
+/// and `node002` and `node003` each with a 2-GPU job past its 20-minute minimum runtime
+/// (longer than a debug job's, so the small jobs are placed in submission order) and 6 GPUs
+/// free. Then `a` sends two 8-GPU jobs. No rule lets a job take its own allocation's work,
+/// and 16 GPUs sit idle; packing moves put each small job in a 2-GPU hole and each big
 /// job on the node it left. With `--packing false` they wait for the small jobs to end (10 h).
 pub fn fragmented() -> Result<Scenario, SetupError> {
     let long = |name: &str, gpus, min_runtime_ms| {

@@ -29,8 +29,8 @@ pub struct Config {
     /// *after* the waiter is charged its GPUs x minimum runtime. Default 100 (10 %): rank
     /// changes of a few per cent (a snapshot arriving, a job ending) do not rotate work.
     pub hysteresis_permille: u32,
-    /// Whether a blocked single-node waiter may have jobs moved off a node into free GPUs
-    /// elsewhere so it fits there ([`crate::domain::pack`]). On by default; off only to
+    /// Whether a blocked single-node waiter (or one behind a blocked job) may have jobs moved
+    /// off a node into free GPUs elsewhere so it fits there ([`crate::domain::pack`]). On by default; off only to
     /// measure what packing moves are worth.
     pub packing: bool,
 }

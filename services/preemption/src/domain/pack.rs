@@ -245,13 +245,12 @@ impl<'s, 'c> Packer<'s, 'c> {
             if best.as_ref().is_some_and(|(k, _)| *k <= key) {
                 continue;
             }
-            let lost_gpu_ms = set.iter().map(|m| m.victim.lost_gpu_ms).sum();
             let plan = PackPlan {
                 waiter,
                 behind: None,
                 node,
                 movers: set.iter().map(|m| m.victim).collect(),
-                lost_gpu_ms,
+                lost_gpu_ms: key.0,
             };
             best = Some((key, plan));
         }

@@ -1,7 +1,6 @@
 //! Hand-computed tests of packing moves ([`crate::domain::pack`]): which jobs move, when, and
 //! that the decision service then puts them in the holes and the waiter on the emptied node.
 
-use fairshare_decision::domain::decide;
 use fairshare_events::pb::event::Body;
 
 use super::support::{H, HOUR, MIN, SEC, orders, render};
@@ -57,22 +56,9 @@ fn a_blocked_waiter_gets_a_node_by_moving_a_small_job_into_a_hole_elsewhere() {
     let stop = now + 10 * SEC;
     h.confirm(stop, "m");
     assert_eq!(render(&h.step(stop)), vec!["requeued m"]);
-    let placed: Vec<(String, Vec<String>)> = decide(h.state.decision(), stop)
-        .placements
-        .iter()
-        .map(|p| {
-            let nodes = p.nodes.iter().map(|n| n.node.to_string()).collect();
-            (p.job_id.to_string(), nodes)
-        })
-        .collect();
-    let mut placed = placed;
-    placed.sort();
     assert_eq!(
-        placed,
-        vec![
-            ("m".to_owned(), vec!["n2".to_owned()]),
-            ("w".to_owned(), vec!["n1".to_owned()]),
-        ]
+        h.placements(stop),
+        vec![("m".into(), "n2".into()), ("w".into(), "n1".into())]
     );
 }
 
@@ -188,30 +174,22 @@ fn behind_a_blocked_multi_node_job_a_move_stays_off_its_reserved_nodes() {
     let stop = now + 10 * SEC;
     h.confirm(stop, "m");
     assert_eq!(render(&h.step(stop)), vec!["requeued m"]);
-    let decision = decide(h.state.decision(), stop);
-    let mut placed: Vec<(String, String)> = decision
-        .placements
-        .iter()
-        .map(|p| (p.job_id.to_string(), p.nodes[0].node.to_string()))
-        .collect();
-    placed.sort();
     assert_eq!(
-        placed,
+        h.placements(stop),
         vec![("m".into(), "n3".into()), ("w".into(), "n4".into())]
     );
-    let reserved: Vec<&str> = decision
-        .reservation
-        .iter()
-        .flat_map(|r| r.nodes.iter().map(|n| n.node))
-        .collect();
-    assert_eq!(reserved, vec!["n1", "n2"], "f keeps its reservation");
+    assert_eq!(
+        h.reserved(stop),
+        vec!["n1", "n2"],
+        "f keeps its reservation"
+    );
 }
 
 #[test]
 fn no_move_onto_or_out_of_a_blocked_jobs_reserved_nodes() {
     let mut h = H::two_teams_on(&["n1", "n2", "n3"]);
     // `f` (2 x 8) is reserved n1 (2 h) and n3, whose only work is `m`, past its minimum
-    // runtime. Moving `m` to the hole on n2 would let `w` (6 GPUs) start on n3, inside the
+    // runtime. Moving `m` to the hole on n2 would let `w` (7 GPUs) start on n3, inside the
     // reservation: not done.
     h.running(0, "m", "a", 600, &[("n3", 2)]);
     h.running(0, "p1", "a", 2 * 3600, &[("n1", 8)]);
@@ -224,12 +202,6 @@ fn no_move_onto_or_out_of_a_blocked_jobs_reserved_nodes() {
         fair_share(&h.state, now, &h.cfg),
         FairShare::Blocked(line) if line.first.job_id == "f" && line.behind.len() == 1
     ));
-    let decision = decide(h.state.decision(), now);
-    let reserved: Vec<&str> = decision
-        .reservation
-        .iter()
-        .flat_map(|r| r.nodes.iter().map(|n| n.node))
-        .collect();
-    assert_eq!(reserved, vec!["n1", "n3"]);
+    assert_eq!(h.reserved(now), vec!["n1", "n3"]);
     assert_eq!(h.decide(now), vec![]);
 }

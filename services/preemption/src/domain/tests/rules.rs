@@ -404,15 +404,8 @@ fn maintenance_at_t_is_respected() {
     // to n1 (best fit), a 4 h job to n2.
     h.submit(HOUR, "short", "a", 4, 3600);
     h.submit(HOUR, "long", "a", 4, 4 * 3600);
-    let d = fairshare_decision::domain::decide(h.state.decision(), HOUR);
-    let mut placed: Vec<(String, String)> = d
-        .placements
-        .iter()
-        .map(|p| (p.job_id.to_string(), p.nodes[0].node.to_string()))
-        .collect();
-    placed.sort();
     assert_eq!(
-        placed,
+        h.placements(HOUR),
         vec![
             ("long".to_string(), "n2".to_string()),
             ("short".to_string(), "n1".to_string())

@@ -260,6 +260,31 @@ impl H {
         );
     }
 
+    /// What a decision cycle at `now` would place: `(job, its nodes joined by ",")`, sorted.
+    pub fn placements(&self, now: i64) -> Vec<(String, String)> {
+        let decision = fairshare_decision::domain::decide(self.state.decision(), now);
+        let mut placed: Vec<(String, String)> = decision
+            .placements
+            .iter()
+            .map(|p| {
+                let nodes: Vec<&str> = p.nodes.iter().map(|n| n.node).collect();
+                (p.job_id.to_owned(), nodes.join(","))
+            })
+            .collect();
+        placed.sort();
+        placed
+    }
+
+    /// The nodes a decision cycle at `now` would reserve, in its order.
+    pub fn reserved(&self, now: i64) -> Vec<String> {
+        let decision = fairshare_decision::domain::decide(self.state.decision(), now);
+        decision
+            .reservation
+            .iter()
+            .flat_map(|r| r.nodes.iter().map(|n| n.node.to_owned()))
+            .collect()
+    }
+
     pub fn decide(&self, now: i64) -> Vec<Body> {
         decide_preemptions(&self.state, now, &self.cfg)
     }
