@@ -63,9 +63,14 @@ async fn submit_trace(
             break;
         }
         let n = per_tenant.entry(job.tenant.clone()).or_default();
-        let Some(request) =
-            workload::to_request(job, *n, &args.cluster, &args.allocations, "demo-trace-")
-        else {
+        let Some(request) = workload::to_request(
+            job,
+            *n,
+            &args.cluster,
+            &args.allocations,
+            "demo-trace-",
+            args.time_scale,
+        ) else {
             continue;
         };
         *n += 1;

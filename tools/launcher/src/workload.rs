@@ -5,8 +5,11 @@
 //! - the job's tenant (user, else group) is hashed onto the given allocations, so one tenant
 //!   always charges the same allocation;
 //! - every fifth job of a tenant is unallocated (minimum runtime 0); jobs of at most 2 GPUs that
-//!   ran at most 15 minutes are debug jobs with a 10-minute minimum runtime; the rest get
-//!   min(duration, 2 h) as minimum runtime;
+//!   ran at most 15 minutes are debug jobs with a 10-minute minimum runtime; the rest get their
+//!   duration clamped to [1 min, 30 min] (the simulator's default: the checkpoint interval);
+//! - minimum runtimes are in job time, so they are divided by the time scale like durations
+//!   (at least 1 s): the services protect a job for clock time, and at 60x a 30-minute
+//!   protection unscaled would outlast the job, and nothing would ever be rotated;
 //! - the payload is `sleep <duration>`, which the demo launcher honours.
 
 use fairshare_events::pb;
@@ -18,24 +21,31 @@ fn stable_hash(s: &str) -> u64 {
 }
 
 /// The submission for trace job `job` (the `n`-th of its tenant), charging one of
-/// `allocations` on `cluster`; `None` for CPU-only rows.
+/// `allocations` on `cluster`, with job time running `time_scale` times faster than the clock;
+/// `None` for CPU-only rows.
 pub fn to_request(
     job: &TraceJob,
     n: u64,
     cluster: &str,
     allocations: &[String],
     key_prefix: &str,
+    time_scale: u32,
 ) -> Option<pb::SubmitRequest> {
     if job.gpus <= 0 || allocations.is_empty() {
         return None;
     }
     let allocation = &allocations[(stable_hash(&job.tenant) % allocations.len() as u64) as usize];
-    let min_runtime_s = if n % 5 == 4 {
+    let min_runtime_in_job_time = if n % 5 == 4 {
         0
     } else if job.gpus <= 2 && job.duration_s <= 900 {
         600
     } else {
-        job.duration_s.clamp(60, 2 * 3600)
+        job.duration_s.clamp(60, 1800)
+    };
+    let min_runtime_s = if min_runtime_in_job_time == 0 {
+        0
+    } else {
+        (min_runtime_in_job_time / i64::from(time_scale.max(1))).max(1)
     };
     Some(pb::SubmitRequest {
         idempotency_key: format!("{key_prefix}{}", job.id),
@@ -72,22 +82,30 @@ mod tests {
             tenant: "u".into(),
         };
         let spec = |r: pb::SubmitRequest| r.spec.unwrap();
-        assert!(to_request(&job(0, 10), 0, "c", &allocs, "").is_none());
+        assert!(to_request(&job(0, 10), 0, "c", &allocs, "", 1).is_none());
         assert_eq!(
-            spec(to_request(&job(1, 300), 0, "c", &allocs, "").unwrap()).min_runtime_s,
+            spec(to_request(&job(1, 300), 0, "c", &allocs, "", 1).unwrap()).min_runtime_s,
             600
         );
         assert_eq!(
-            spec(to_request(&job(8, 90_000), 0, "c", &allocs, "").unwrap()).min_runtime_s,
-            7200
+            spec(to_request(&job(8, 90_000), 0, "c", &allocs, "", 1).unwrap()).min_runtime_s,
+            1800
         );
+        // At 60x, protections shrink with the jobs: 10 min of job time is 10 s of clock time,
+        // and none falls to 0 (which would make the job unallocated).
+        let at_60x = |gpus, duration_s| {
+            spec(to_request(&job(gpus, duration_s), 0, "c", &allocs, "", 60).unwrap()).min_runtime_s
+        };
+        assert_eq!(at_60x(1, 300), 10);
+        assert_eq!(at_60x(8, 90_000), 30);
+        assert_eq!(at_60x(8, 61), 1);
         assert_eq!(
-            spec(to_request(&job(8, 90_000), 4, "c", &allocs, "").unwrap()).min_runtime_s,
+            spec(to_request(&job(8, 90_000), 4, "c", &allocs, "", 1).unwrap()).min_runtime_s,
             0
         );
         // One tenant, one allocation.
-        let a1 = spec(to_request(&job(1, 10), 0, "c", &allocs, "").unwrap()).allocation;
-        let a2 = spec(to_request(&job(4, 10), 1, "c", &allocs, "").unwrap()).allocation;
+        let a1 = spec(to_request(&job(1, 10), 0, "c", &allocs, "", 1).unwrap()).allocation;
+        let a2 = spec(to_request(&job(4, 10), 1, "c", &allocs, "", 1).unwrap()).allocation;
         assert_eq!(a1, a2);
     }
 }

@@ -86,9 +86,11 @@ struct TraceArgs {
     /// Minimum runtime debug jobs declare.
     #[arg(long, default_value = "15m")]
     debug_min_runtime: String,
-    /// Largest minimum runtime other jobs declare (their run time, clamped to it).
-    #[arg(long, default_value = "2h")]
-    min_runtime_cap: String,
+    /// Largest minimum runtime other jobs declare (their run time, clamped to it). Default: the
+    /// checkpoint interval, the shortest run that banks progress (see README, "Minimum
+    /// runtimes"; `2h` was the default before)
+    #[arg(long)]
+    min_runtime_cap: Option<String>,
     /// Jobs cannot resume after a preemption (they lose their whole run).
     #[arg(long)]
     not_resumable: bool,
@@ -408,7 +410,10 @@ impl TraceArgs {
             debug_max_gpus: self.debug_max_gpus,
             debug_max_duration_ms: ms(&self.debug_max_duration, "debug-max-duration")?,
             debug_min_runtime_ms: ms(&self.debug_min_runtime, "debug-min-runtime")?,
-            min_runtime_cap_ms: ms(&self.min_runtime_cap, "min-runtime-cap")?,
+            min_runtime_cap_ms: match &self.min_runtime_cap {
+                Some(cap) => ms(cap, "min-runtime-cap")?,
+                None => ms(&self.common.checkpoint_interval, "checkpoint-interval")?,
+            },
             resumable: !self.not_resumable,
             tenant_map,
             skip_ms,

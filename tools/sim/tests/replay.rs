@@ -225,3 +225,46 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
         assert_eq!(again.len(), log.len());
     });
 }
+
+/// The mapping's minimum-runtime cap follows `--checkpoint-interval` (the shortest run that
+/// banks progress) unless `--min-runtime-cap` names one; the report's rules say which.
+#[test]
+fn the_minimum_runtime_cap_defaults_to_the_checkpoint_interval() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let rules_of = |extra: &[&str]| {
+        let out = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+            .current_dir(root)
+            .args([
+                "trace",
+                "--trace",
+                "tests/data/traces/helios-15k/replay.csv",
+            ])
+            .args([
+                "--nodes",
+                "4",
+                "--span",
+                "2h",
+                "--policies",
+                "fifo",
+                "--quiet",
+            ])
+            .args(extra)
+            .arg("--out")
+            .arg(out.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+        md.lines()
+            .find(|l| l.contains("others: minimum runtime"))
+            .unwrap()
+            .to_owned()
+    };
+    assert!(rules_of(&[]).contains("clamped to [1, 30] min"));
+    assert!(rules_of(&["--checkpoint-interval", "45m"]).contains("clamped to [1, 45] min"));
+    assert!(
+        rules_of(&["--checkpoint-interval", "45m", "--min-runtime-cap", "2h"])
+            .contains("clamped to [1, 120] min")
+    );
+}
