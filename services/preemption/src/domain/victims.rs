@@ -30,7 +30,8 @@
 //!   waiter at or above its floor never takes an allocation below its own, and one below it
 //!   leaves the victim's allocation better off than its own by the hysteresis margin. A
 //!   victim allowed by the floor rule alone must also have checkpointed lately when the
-//!   waiter fits one node (`FLOOR_FRESH_DIVISOR`);
+//!   waiter fits one node (`FLOOR_FRESH_DIVISOR`); one allowed by the window, for a waiter
+//!   whose allocation holds its floor already, less lately (`WINDOW_FRESH_DIVISOR`);
 //! - a job of an allocation no longer in the budget tree, past its minimum runtime (it has no
 //!   claim, so it ranks below every allocation);
 //! - never a job inside its minimum runtime, never a job already ordered off (its GPUs already
@@ -117,9 +118,17 @@ const BEHIND_BLOCKED: usize = 8;
 /// owed delivery staying within the spread of 5 runs.
 const FLOOR_FRESH_DIVISOR: i64 = 3;
 
-/// The most work victims holding `gpus` GPUs may throw away for a floor order.
-fn fresh_limit_gpu_ms(cfg: &Config, gpus: u64) -> u128 {
-    u128::try_from(cfg.checkpoint_interval_ms / FLOOR_FRESH_DIVISOR)
+/// With the share floor on, a single-node waiter (not a debug job) whose allocation holds at
+/// least its floor takes allocated work the window allows (or work of an allocation no longer
+/// in the tree) only within `checkpoint interval / WINDOW_FRESH_DIVISOR` of the victim's last
+/// checkpoint (15 min at the default 30). Such a waiter gets its hourly owed time already, so
+/// the wait costs it none.
+const WINDOW_FRESH_DIVISOR: i64 = 2;
+
+/// The most work victims holding `gpus` GPUs may throw away for an order limited to
+/// `checkpoint interval / divisor` per GPU.
+fn fresh_limit_gpu_ms(cfg: &Config, divisor: i64, gpus: u64) -> u128 {
+    u128::try_from(cfg.checkpoint_interval_ms / divisor.max(1))
         .unwrap_or(0)
         .saturating_mul(u128::from(gpus))
 }
@@ -529,6 +538,10 @@ struct Judge<'a> {
     unallocated_only: bool,
     /// Whether the waiter fits on one node.
     single_node: bool,
+    /// Whether allocated victims must have checkpointed within `WINDOW_FRESH_DIVISOR`: the
+    /// waiter is no debug job, and its allocation holds at least its share floor, so waiting
+    /// for a victim's checkpoint costs it no owed time.
+    window_fresh: bool,
     /// Per node of the view, whether the waiter may not be made room there (a blocked
     /// waiter's reservation); empty when every node may be used.
     off_limits: Vec<bool>,
@@ -643,11 +656,23 @@ impl Judge<'_> {
             self.now,
             self.cfg,
         );
-        // A floor order picks its moment: a job that did not checkpoint lately would throw
-        // away too much. (A multi-node waiter needs whole nodes at once, and waiting for all
-        // of them to be fresh would keep it waiting for good: its plan is limited on average
-        // instead, in `choose`.)
-        if floor_only && self.single_node && lost > fresh_limit_gpu_ms(self.cfg, gpus) {
+        // An order for allocated work picks its moment: a job that did not checkpoint lately
+        // would throw away too much. For the floor rule, which overrides the window; and for
+        // the window when the waiter's allocation holds its floor already, so the wait costs
+        // it no owed time. (A multi-node waiter needs whole nodes at once, and waiting for all
+        // of them to be fresh would keep it waiting for good: a floor plan is limited on
+        // average instead, in `choose`. A debug job takes what it needs at once.)
+        let fresh_divisor = if floor_only {
+            Some(FLOOR_FRESH_DIVISOR)
+        } else if !unallocated && self.window_fresh {
+            Some(WINDOW_FRESH_DIVISOR)
+        } else {
+            None
+        };
+        if let Some(divisor) = fresh_divisor
+            && self.single_node
+            && lost > fresh_limit_gpu_ms(self.cfg, divisor, gpus)
+        {
             return None;
         }
         Some(Candidate {
@@ -964,11 +989,16 @@ fn choose<'s, 't>(
         },
         unallocated_only: matches!(rule, Rule::UnallocatedOnly),
         single_node: waiter.shape.nodes <= 1,
+        window_fresh: false,
         off_limits: node_mask(view, off_limits),
         leaf,
         now,
         cfg,
     };
+    judge.window_fresh = matches!(rule, Rule::Rank)
+        && !waiter.debug
+        && judge.rule.slack.is_some()
+        && !judge.rule.below_floor;
     let protected_until = now.saturating_add(waiter.min_runtime_ms);
     let (nodes, mut victims) = if waiter.shape.nodes <= 1 {
         single_node(view, &mut judge, &waiter, protected_until)
@@ -1001,7 +1031,7 @@ fn choose<'s, 't>(
             .fold((0u64, 0u128), |(g, l), c| {
                 (g + c.victim.gpus, l.saturating_add(c.victim.lost_gpu_ms))
             });
-        if allocated_lost > fresh_limit_gpu_ms(cfg, gpus) {
+        if allocated_lost > fresh_limit_gpu_ms(cfg, FLOOR_FRESH_DIVISOR, gpus) {
             return Err(would_not_fit());
         }
     }

@@ -722,6 +722,40 @@ fn a_floor_order_waits_for_a_victim_that_checkpointed_lately() {
 }
 
 #[test]
+fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
+    // Three teams on three 8-GPU nodes: floors of 8. n1 is held by a (its floor), or by c if
+    // `below` (then a holds nothing); b holds 16. b has used far more than a, so the window
+    // lets a take b's `v`, past its 1 h minimum runtime and checkpointing every 30 min.
+    let case = |now: i64, below: bool, victim_min_runtime_s: i64| {
+        let mut h = H::new();
+        h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+        for n in ["n1", "n2", "n3"] {
+            h.node(n, 8);
+        }
+        let holder = if below { "c" } else { "a" };
+        h.running(0, "own", holder, 8 * 3600, &[("n1", 8)]);
+        h.running(0, "v", "b", victim_min_runtime_s, &[("n2", 8)]);
+        h.running(0, "x", "b", 8 * 3600, &[("n3", 8)]);
+        h.submit(MIN, "w", "a", 8, 3600);
+        h.snapshot(
+            now,
+            &[("a", 0, ALLOC), ("b", gpu_h(100.0), ALLOC), ("c", 0, ALLOC)],
+        );
+        victims(&h.decide(now))
+    };
+    // Its last checkpoint 15 min ago: half the interval, the most it may lose.
+    assert_eq!(case(HOUR + 15 * MIN, false, 3600), ["v"]);
+    // 16 min ago: it waits for the next checkpoint, and goes just after it.
+    assert!(case(HOUR + 16 * MIN, false, 3600).is_empty());
+    assert!(case(HOUR + 29 * MIN, false, 3600).is_empty());
+    assert_eq!(case(HOUR + 30 * MIN, false, 3600), ["v"]);
+    // Below its floor, a is owed the GPUs now: it does not wait.
+    assert_eq!(case(HOUR + 16 * MIN, true, 3600), ["v"]);
+    // Unallocated work goes whenever it is asked to.
+    assert_eq!(case(HOUR + 16 * MIN, false, 0), ["v"]);
+}
+
+#[test]
 fn a_floor_order_leaves_the_victims_allocation_better_off_than_the_waiters() {
     // One 8-GPU node: floors of 4 each. a holds nothing (4 below its floor); b holds all 8 in
     // 2-GPU jobs past their minimum runtime.
