@@ -603,6 +603,23 @@ async fn a_blocked_job_starts_once_a_small_job_is_moved_into_a_hole_elsewhere() 
     let m_again = placements_of_m(&log)[1].clone();
     assert_eq!(m_again, p_node, "m moved into the hole beside p");
     assert!(!orders.contains_key(&p), "p is protected");
+    // Asked why m stopped, the decision service answers with the order that moved it.
+    let reply = stack
+        .client
+        .request(
+            subjects::explain_api(CLUSTER),
+            codec::encode(&pb::ExplainRequest { job_id: m.clone() }),
+        )
+        .await
+        .unwrap();
+    let Some(pb::explain_reply::Result::Explanation(e)) =
+        codec::decode_explain_reply(&reply.payload).unwrap().result
+    else {
+        panic!("no explanation for {m}");
+    };
+    let note = e.last_preemption.expect("m's last preemption order");
+    assert_eq!(note.for_job_id, w);
+    assert_eq!(note.reason, order.reason);
     stack.stop().await;
 }
 

@@ -47,9 +47,21 @@ pub fn explain(
         allocations_ranked: u32::try_from(decision.ranking.len()).unwrap_or(u32::MAX),
         ..Default::default()
     };
+    explanation.last_preemption = job.last_order.as_deref().map(|o| pb::PreemptionNote {
+        ordered_at_ms: o.ordered_at_ms,
+        for_job_id: o.for_job_id.to_string(),
+        reason: o.reason.to_string(),
+        grace_deadline_ms: o.grace_deadline_ms,
+    });
     match &job.status {
         JobStatus::Placed(placed) => {
             explanation.status = if placed.started { "running" } else { "placed" }.into();
+            if placed.preempt_deadline_ms.is_some()
+                && let Some(order) = &job.last_order
+            {
+                explanation.reason_code = "ordered_off".into();
+                explanation.reason = format!("ordered off: {}", order.reason);
+            }
             explanation.nodes = placed
                 .nodes
                 .iter()
@@ -61,7 +73,11 @@ pub fn explain(
         }
         JobStatus::Preempted => {
             explanation.status = "preempted".into();
-            explanation.reason = "preempted; waiting for its requeue".into();
+            explanation.reason_code = "awaiting_requeue".into();
+            explanation.reason = match &job.last_order {
+                Some(order) => format!("preempted ({}); waiting for its requeue", order.reason),
+                None => "preempted; waiting for its requeue".into(),
+            };
         }
         JobStatus::Queued => {
             explanation.status = "queued".into();

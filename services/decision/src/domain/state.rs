@@ -238,6 +238,22 @@ pub struct Job {
     pub resumable: bool,
     /// Current status.
     pub status: JobStatus,
+    /// The last preemption order it received, for `explain`: why it is being stopped, or was.
+    pub last_order: Option<Arc<OrderNote>>,
+}
+
+/// A preemption order as a job's record keeps it (the `PreemptionOrdered` event, minus what
+/// the job record holds already).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderNote {
+    /// When the order was given.
+    pub ordered_at_ms: i64,
+    /// The waiting job it made room for (empty for a drain or maintenance).
+    pub for_job_id: Arc<str>,
+    /// The preemption service's reason.
+    pub reason: Arc<str>,
+    /// When the job had to be off its GPUs.
+    pub grace_deadline_ms: i64,
 }
 
 impl Job {
@@ -643,7 +659,7 @@ impl DecisionState {
             Body::JobFinished(e) => self.ended(&e.job_id),
             Body::JobFailed(e) => self.ended(&e.job_id),
             Body::JobCancelled(e) => self.ended(&e.job_id),
-            Body::PreemptionOrdered(p) => self.preemption_ordered(p),
+            Body::PreemptionOrdered(p) => self.preemption_ordered(at, p),
             Body::JobPreempted(p) => self.preempted(&p.job_id),
             Body::JobRequeued(r) => self.requeued(&r.job_id),
             Body::JobRejected(r) => check_cluster(&self.cluster, &r.cluster),
@@ -792,6 +808,7 @@ impl DecisionState {
             submitted_ms: at,
             resumable: spec.resumable,
             status: JobStatus::Queued,
+            last_order: None,
         };
         self.enqueue(&id, &job);
         self.jobs.insert(id, job);
@@ -968,7 +985,7 @@ impl DecisionState {
         Ok(())
     }
 
-    fn preemption_ordered(&mut self, p: &pb::PreemptionOrdered) -> Result<(), Ignored> {
+    fn preemption_ordered(&mut self, at: i64, p: &pb::PreemptionOrdered) -> Result<(), Ignored> {
         let (id, job) = self.live(&p.job_id)?;
         let JobStatus::Placed(placed) = &job.status else {
             return Err(Ignored::WrongStatus {
@@ -976,6 +993,17 @@ impl DecisionState {
                 event: "preemption_ordered",
                 status: job.status.name(),
             });
+        };
+        // The first order of a run is the one that stops it (a later one can only bring the
+        // deadline forward): its reason is the one to explain.
+        let note = match (&placed.preempt_deadline_ms, &job.last_order) {
+            (Some(_), Some(note)) => Arc::clone(note),
+            _ => Arc::new(OrderNote {
+                ordered_at_ms: at,
+                for_job_id: Arc::from(p.for_job_id.as_str()),
+                reason: Arc::from(p.reason.as_str()),
+                grace_deadline_ms: p.grace_deadline_ms,
+            }),
         };
         let mut placed = placed.clone();
         placed.preempt_deadline_ms = Some(
@@ -987,6 +1015,7 @@ impl DecisionState {
         self.rehold(&id, &job, &placed);
         if let Some(j) = self.jobs.get_mut(&id) {
             j.status = JobStatus::Placed(placed);
+            j.last_order = Some(note);
         }
         Ok(())
     }

@@ -52,6 +52,22 @@ pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()>
     for n in &e.nodes {
         println!("  holds {} GPUs on {}", n.gpus, n.node);
     }
+    if let Some(p) = &e.last_preemption {
+        let for_job = if p.for_job_id.is_empty() {
+            String::new()
+        } else {
+            format!(" for job {}", p.for_job_id)
+        };
+        println!(
+            "  last preemption order: {}{for_job}, to stop by {}",
+            format_ms(p.ordered_at_ms),
+            format_ms(p.grace_deadline_ms)
+        );
+        // Running or preempted, the reason is the "why" above; queued again, it is not.
+        if e.status == "queued" {
+            println!("    {}", p.reason);
+        }
+    }
     if let Some(b) = e.basis {
         println!(
             "  (as of sequence {}, {})",

@@ -606,6 +606,73 @@ fn explain_says_where_the_allocation_stands_against_its_floor() {
 }
 
 #[test]
+fn explain_says_why_a_job_is_being_stopped_and_was_stopped() {
+    use fairshare_events::pb::{self, event::Body};
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    h.running(NOW - 2 * HOUR, "v", "a", 3600, &[("n0", 8)]);
+    h.submit(NOW - 10, "w", "b", 8, 3600);
+    let explain = |h: &H, now: i64| crate::domain::explain(&h.state, "v", now).unwrap();
+    // Running, never ordered off: nothing to say.
+    let e = explain(&h, NOW);
+    assert_eq!((e.status.as_str(), e.reason.as_str()), ("running", ""));
+    assert!(e.last_preemption.is_none());
+
+    let order = |reason: &str, deadline: i64| {
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "v".into(),
+            grace_deadline_ms: deadline,
+            reason: reason.into(),
+            for_job_id: "w".into(),
+            basis: None,
+        })
+    };
+    h.ok(NOW, order("fair share: makes room for job w", NOW + 30_000));
+    // A second order in the same run (another pass) may only bring the deadline forward: the
+    // first one's reason is what stops the job.
+    h.ok(NOW + 1, order("a later reason", NOW + 20_000));
+    let e = explain(&h, NOW + 2);
+    assert_eq!(e.status, "running");
+    assert_eq!(e.reason_code, "ordered_off");
+    assert_eq!(e.reason, "ordered off: fair share: makes room for job w");
+    assert_eq!(
+        e.last_preemption,
+        Some(pb::PreemptionNote {
+            ordered_at_ms: NOW,
+            for_job_id: "w".into(),
+            reason: "fair share: makes room for job w".into(),
+            grace_deadline_ms: NOW + 30_000,
+        })
+    );
+
+    h.ok(
+        NOW + 10_000,
+        Body::JobPreempted(pb::JobPreempted {
+            job_id: "v".into(),
+            killed: false,
+        }),
+    );
+    let e = explain(&h, NOW + 10_000);
+    assert_eq!(e.status, "preempted");
+    assert_eq!(e.reason_code, "awaiting_requeue");
+    assert_eq!(
+        e.reason,
+        "preempted (fair share: makes room for job w); waiting for its requeue"
+    );
+
+    // Requeued, it waits like any job, and the note says why it ran before and waits again.
+    h.ok(
+        NOW + 10_000,
+        Body::JobRequeued(pb::JobRequeued { job_id: "v".into() }),
+    );
+    let e = explain(&h, NOW + 10_000);
+    assert_eq!(e.status, "queued");
+    assert_ne!(e.reason_code, "ordered_off");
+    assert_eq!(e.last_preemption.map(|n| n.ordered_at_ms), Some(NOW));
+}
+
+#[test]
 fn a_cycle_can_place_only_queued_shapes_that_fit_the_free_gpus() {
     use fairshare_events::pb::{self, event::Body};
     let mut h = H::new();
