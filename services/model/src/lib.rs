@@ -9,6 +9,7 @@
 //! - [`files`]: the TOML files managers and operators write (budget tree, inventory), parsed
 //!   and validated into the events they publish.
 //! - [`duration`]: human durations on the command line ("8h", "15m").
+//! - [`timestamp`]: instants for people (RFC 3339 UTC) in reasons and explanations.
 //! - [`trace`]: real job traces in the `replay.csv` schema.
 
 pub mod budget;
@@ -16,4 +17,5 @@ pub mod duration;
 pub mod files;
 pub mod inventory;
 pub mod shape;
+pub mod timestamp;
 pub mod trace;

@@ -34,6 +34,7 @@
 use std::fmt;
 
 use fairshare_events::pb;
+use fairshare_model::timestamp::utc;
 
 use super::debug;
 use super::place::{Found, Pool};
@@ -146,14 +147,16 @@ impl fmt::Display for WaitReason<'_> {
             }
             WaitReason::ReservationPending { start_ms } => write!(
                 f,
-                "holds a reservation; its GPUs are expected to free up at {start_ms} ms"
+                "holds a reservation; its GPUs are expected to free up at {}",
+                utc(*start_ms)
             ),
             WaitReason::BlockedByReservation {
                 reserved_for,
                 start_ms,
             } => write!(
                 f,
-                "would fit only on GPUs reserved for job {reserved_for} from {start_ms} ms, and its minimum runtime ends later"
+                "would fit only on GPUs reserved for job {reserved_for} from {}, and its minimum runtime ends later",
+                utc(*start_ms)
             ),
             WaitReason::NodesCordoned => {
                 f.write_str("would fit only on cordoned nodes")

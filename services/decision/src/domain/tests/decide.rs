@@ -716,3 +716,14 @@ fn a_cycle_can_place_only_queued_shapes_that_fit_the_free_gpus() {
     assert!(h.state.any_queued_shape_fits());
     assert_eq!(placed_ids(&h.decide(NOW)), vec!["two-nodes"]);
 }
+
+#[test]
+fn waiting_reasons_give_instants_as_utc_dates() {
+    let r = WaitReason::ReservationPending {
+        start_ms: 1_796_026_868_873,
+    };
+    assert_eq!(
+        r.to_string(),
+        "holds a reservation; its GPUs are expected to free up at 2026-11-30T08:21:08.873Z"
+    );
+}
