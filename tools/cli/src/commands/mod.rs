@@ -28,13 +28,4 @@ impl Connection {
 }
 
 /// Milliseconds since the epoch as RFC 3339 UTC, for people.
-pub fn format_ms(ms: i64) -> String {
-    let nanos = i128::from(ms) * 1_000_000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| format!("{ms}ms"))
-}
+pub use fairshare_model::timestamp::utc as format_ms;
