@@ -498,3 +498,24 @@ async fn submission_service_survives_a_broker_restart_with_nothing_lost() {
     let again = stack.submit(&request("before-restart")).await.unwrap();
     assert_eq!(accepted(&again).unwrap().job_id, first.job_id);
 }
+
+#[tokio::test]
+async fn submission_service_stops_when_asked_even_with_the_broker_gone() {
+    let mut stack = stack().await;
+    accepted(
+        &stack
+            .submit(&request("before-the-broker-dies"))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    // The broker dies first; an operator then stops the service (SIGTERM in production). It
+    // must exit rather than wait for a server that may never come back.
+    stack.server.kill();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(15), stack.stop_submission()).await;
+    assert!(
+        stopped.is_ok(),
+        "the service hung on shutdown with the broker gone"
+    );
+}

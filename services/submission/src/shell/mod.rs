@@ -18,6 +18,7 @@ mod submit;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::jetstream;
 use fairshare_events::subjects;
@@ -29,6 +30,11 @@ use tokio::task::JoinSet;
 
 use crate::domain::Limits;
 use shared::Shared;
+
+/// How long a stopping service waits for requests it already took and for the broker's
+/// last acknowledgement: a JetStream publish gives up after 5 s, so this covers a handler
+/// that started just before the stop.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(8);
 
 /// How the service runs.
 #[derive(Debug, Clone)]
@@ -198,15 +204,24 @@ impl Service {
             }
         };
         // Stop taking new requests, finish the ones already taken, then stop the background
-        // tasks; an intake message being handled is simply redelivered after a restart.
-        let _ = submits.unsubscribe().await;
-        let _ = cancels.unsubscribe().await;
-        while in_flight.join_next().await.is_some() {}
+        // tasks; an intake message being handled is simply redelivered after a restart. With
+        // the broker gone the flush would wait for it for ever: the drain is bounded, and what
+        // it cuts short is a request its sender retries with the same idempotency key.
+        let drain = async {
+            let _ = submits.unsubscribe().await;
+            let _ = cancels.unsubscribe().await;
+            while in_flight.join_next().await.is_some() {}
+            let _ = client.flush().await;
+        };
+        if tokio::time::timeout(SHUTDOWN_DRAIN, drain).await.is_err() {
+            tracing::warn!(
+                "NATS did not answer within {SHUTDOWN_DRAIN:?}: stopping without a full drain"
+            );
+        }
         if let Some(t) = intake_task {
             t.abort();
         }
         follower_task.abort();
-        let _ = client.flush().await;
         tracing::info!("submission service stopped");
         result
     }
