@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::nats::{ConnectError, connect};
+use crate::nats::{ConnectError, Identity, connect};
 
 /// Where NATS is and who this process is there.
 #[derive(Debug, Clone, clap::Args)]
@@ -14,14 +14,19 @@ pub struct NatsArgs {
         default_value = "nats://127.0.0.1:4222"
     )]
     pub nats_url: String,
-    /// NATS credentials file for this process (none: connect without authentication).
-    #[arg(long, env = "FAIRSHARE_NATS_CREDS")]
+    /// NATS credentials file (JWT) for this process (none: connect without authentication).
+    #[arg(long, env = "FAIRSHARE_NATS_CREDS", conflicts_with = "nats_nkey")]
     pub nats_creds: Option<PathBuf>,
+    /// Nkey seed file of this process's role, as `fairshare auth init` writes them (e.g.
+    /// `.run/auth/decision.nk`), for a server configured with their `auth.conf`.
+    #[arg(long, env = "FAIRSHARE_NATS_NKEY")]
+    pub nats_nkey: Option<PathBuf>,
 }
 
 impl NatsArgs {
     /// Connects as `name` (shown in the server's connection list).
     pub async fn connect(&self, name: &str) -> Result<async_nats::Client, ConnectError> {
-        connect(&self.nats_url, name, self.nats_creds.as_deref()).await
+        let identity = Identity::from_files(self.nats_creds.as_deref(), self.nats_nkey.as_deref());
+        connect(&self.nats_url, name, identity).await
     }
 }

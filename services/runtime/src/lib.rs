@@ -4,6 +4,7 @@
 //! touches the outside world for them lives here, once:
 //!
 //! - [`admin`]: appending budget trees and node registrations.
+//! - [`auth`]: per-service NATS identities (nkeys) and the server permissions of each.
 //! - [`checkpoint`]: the sled checkpoint (state plus last applied sequence), a cache of the fold.
 //! - [`cli`]: the NATS flags every binary shares.
 //! - [`clock`]: the injected clock (system time in production, a manual clock in tests).
@@ -15,6 +16,7 @@
 //! - [`telemetry`]: tracing set-up for binaries.
 
 pub mod admin;
+pub mod auth;
 pub mod checkpoint;
 pub mod cli;
 pub mod clock;

@@ -16,6 +16,14 @@ pub enum ConnectError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The nkey seed file could not be read.
+    #[error("cannot read NATS nkey seed {path}: {source}")]
+    Nkey {
+        /// The file given.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// The server did not accept the connection.
     #[error("cannot connect to NATS at {url}: {source}")]
     Connect {
@@ -26,22 +34,53 @@ pub enum ConnectError {
     },
 }
 
-/// Connects as `name` (shown in the server's connection list), with optional credentials.
+/// How a process proves who it is to the server.
+#[derive(Debug, Clone, Copy)]
+pub enum Identity<'a> {
+    /// No authentication (a server without an `authorization` block).
+    None,
+    /// A JWT credentials file (operator-mode servers).
+    Credentials(&'a Path),
+    /// An nkey seed file of one [`crate::auth::Role`] (servers configured with the block
+    /// `fairshare auth init` writes).
+    Nkey(&'a Path),
+}
+
+impl<'a> Identity<'a> {
+    /// The identity named by the `--nats-creds` and `--nats-nkey` flags (credentials win).
+    pub fn from_files(credentials: Option<&'a Path>, nkey: Option<&'a Path>) -> Self {
+        match (credentials, nkey) {
+            (Some(path), _) => Identity::Credentials(path),
+            (None, Some(path)) => Identity::Nkey(path),
+            (None, None) => Identity::None,
+        }
+    }
+}
+
+/// Connects as `name` (shown in the server's connection list) with `identity`.
 pub async fn connect(
     url: &str,
     name: &str,
-    credentials: Option<&Path>,
+    identity: Identity<'_>,
 ) -> Result<async_nats::Client, ConnectError> {
     let mut options = async_nats::ConnectOptions::new().name(name);
-    if let Some(path) = credentials {
-        options =
-            options
-                .credentials_file(path)
-                .await
-                .map_err(|source| ConnectError::Credentials {
+    match identity {
+        Identity::None => {}
+        Identity::Credentials(path) => {
+            options = options.credentials_file(path).await.map_err(|source| {
+                ConnectError::Credentials {
                     path: path.display().to_string(),
                     source,
-                })?;
+                }
+            })?;
+        }
+        Identity::Nkey(path) => {
+            let seed = std::fs::read_to_string(path).map_err(|source| ConnectError::Nkey {
+                path: path.display().to_string(),
+                source,
+            })?;
+            options = options.nkey(seed.trim().to_owned());
+        }
     }
     options
         .connect(url)

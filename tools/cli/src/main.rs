@@ -8,6 +8,7 @@ mod commands;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use fairshare_runtime::nats::Identity;
 
 /// Operate a fairshare installation.
 ///
@@ -23,9 +24,18 @@ struct Cli {
         default_value = "nats://127.0.0.1:4222"
     )]
     nats_url: String,
-    /// NATS credentials file (none: connect without authentication).
-    #[arg(long, global = true, env = "FAIRSHARE_NATS_CREDS")]
+    /// NATS credentials file (JWT; none: connect without authentication).
+    #[arg(
+        long,
+        global = true,
+        env = "FAIRSHARE_NATS_CREDS",
+        conflicts_with = "nats_nkey"
+    )]
     nats_creds: Option<PathBuf>,
+    /// Nkey seed file, for a server configured by `fairshare auth init` (the operator's is
+    /// `<dir>/operator.nk`).
+    #[arg(long, global = true, env = "FAIRSHARE_NATS_NKEY")]
+    nats_nkey: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -48,11 +58,27 @@ enum Command {
     Status(commands::status::StatusArgs),
     /// Print events from the log, decoded, as they arrive.
     Tail(commands::tail::TailArgs),
+    /// Per-service NATS identities: one nkey per role and the server's permissions.
+    #[command(subcommand)]
+    Auth(AuthCommand),
     /// Create or update the JetStream streams (services do this at start too).
     Streams {
         /// Replicas: 1 on one server, 3 on a 3-node cluster.
         #[arg(long, default_value_t = 1)]
         replicas: usize,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuthCommand {
+    /// Write an nkey seed file per role (submission, accounting, decision, preemption,
+    /// launcher, operator; seeds already there are kept) and `auth.conf`, the
+    /// `authorization` block to append to the nats-server config. Each process then connects
+    /// with `--nats-nkey <dir>/<role>.nk`; a launcher cannot publish decisions or budgets.
+    Init {
+        /// Directory for the seeds and `auth.conf`.
+        #[arg(long, default_value = ".run/auth")]
+        dir: PathBuf,
     },
 }
 
@@ -71,7 +97,8 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let connect = || commands::Connection::new(&cli.nats_url, cli.nats_creds.as_deref());
+    let identity = Identity::from_files(cli.nats_creds.as_deref(), cli.nats_nkey.as_deref());
+    let connect = || commands::Connection::new(&cli.nats_url, identity);
     match cli.command {
         Command::Budget(cmd) => commands::policy::budget(cmd, connect).await,
         Command::Inventory(cmd) => commands::policy::inventory(cmd, connect).await,
@@ -80,6 +107,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Explain(args) => commands::explain::explain(args, &connect().await?).await,
         Command::Status(args) => commands::status::status(args, &connect().await?).await,
         Command::Tail(args) => commands::tail::tail(args, &connect().await?).await,
+        Command::Auth(AuthCommand::Init { dir }) => {
+            fairshare_runtime::auth::init(&dir)?;
+            println!(
+                "wrote a seed per role and {}",
+                fairshare_runtime::auth::server_block_path(&dir).display()
+            );
+            Ok(())
+        }
         Command::Streams { replicas } => {
             let conn = connect().await?;
             fairshare_runtime::nats::ensure_streams(&conn.js, replicas).await?;

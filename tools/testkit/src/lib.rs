@@ -128,6 +128,8 @@ pub struct NatsServer {
     port: u16,
     store: tempfile::TempDir,
     log: PathBuf,
+    /// A config file passed with `-c` (flags still set the port, store and log).
+    config: Option<PathBuf>,
 }
 
 /// How long a server may take to accept connections.
@@ -136,11 +138,29 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 impl NatsServer {
     /// Starts a server with JetStream on a free loopback port and a new temporary store.
     pub fn start() -> Result<Self, HarnessError> {
+        Self::start_inner(None)
+    }
+
+    /// Like [`NatsServer::start`], with `config` (nats-server config text, for example an
+    /// `authorization` block) as the server's config file.
+    pub fn start_with_config(config: &str) -> Result<Self, HarnessError> {
+        Self::start_inner(Some(config))
+    }
+
+    fn start_inner(config: Option<&str>) -> Result<Self, HarnessError> {
         let binary = find_nats_server()?;
         let store = tempfile::Builder::new()
             .prefix("fairshare-nats-")
             .tempdir()?;
         let log = store.path().join("server.log");
+        let config = match config {
+            Some(text) => {
+                let path = store.path().join("server.conf");
+                std::fs::write(&path, text)?;
+                Some(path)
+            }
+            None => None,
+        };
         let port = free_port()?;
         let mut server = Self {
             child: None,
@@ -148,6 +168,7 @@ impl NatsServer {
             port,
             store,
             log,
+            config,
         };
         server.spawn()?;
         Ok(server)
@@ -155,7 +176,11 @@ impl NatsServer {
 
     fn spawn(&mut self) -> Result<(), HarnessError> {
         let store = self.store.path().join("jetstream");
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if let Some(config) = &self.config {
+            command.arg("-c").arg(config);
+        }
+        let child = command
             .args([
                 "-a",
                 "127.0.0.1",

@@ -6,7 +6,7 @@ pub mod status;
 pub mod submit;
 pub mod tail;
 
-use std::path::Path;
+use fairshare_runtime::nats::Identity;
 
 use async_nats::jetstream;
 
@@ -20,8 +20,8 @@ pub struct Connection {
 
 impl Connection {
     /// Connects as the CLI.
-    pub async fn new(url: &str, creds: Option<&Path>) -> anyhow::Result<Self> {
-        let client = fairshare_runtime::nats::connect(url, "fairshare-cli", creds).await?;
+    pub async fn new(url: &str, identity: Identity<'_>) -> anyhow::Result<Self> {
+        let client = fairshare_runtime::nats::connect(url, "fairshare-cli", identity).await?;
         let js = jetstream::new(client.clone());
         Ok(Self { client, js })
     }

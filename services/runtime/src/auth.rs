@@ -1,0 +1,328 @@
+//! Per-service NATS identities and what each may publish (SPEC section 6, reliability: a
+//! launcher cannot publish a decision and cannot change budgets).
+//!
+//! Place in the flow: nothing here runs in a service's loop. `fairshare auth init` calls
+//! [`init`] once per installation: it writes one nkey seed file per [`Role`] and the
+//! `authorization` block of the nats-server config, which lists each role's public key with
+//! its permissions. Each process then connects with its own seed (`--nats-nkey`, see
+//! [`crate::cli::NatsArgs`]) and the server refuses what its role may not publish; a refused
+//! append never reaches the log.
+//!
+//! The event log's subjects name the event kind (`fairshare.events.<cluster>.job.<id>.<kind>`,
+//! see [`fairshare_events::subjects`]), so a role is granted the kinds it writes and no
+//! others: the decision service `job_placed`, a launcher `job_started` and the other reports
+//! of its runs, and only the operator the budget tree (`policy`) and the inventory. Node
+//! events share one subject per node, so the preemption service, which appends `NodeDrained`,
+//! could also append other node events there; the rest is kind by kind.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::subjects::{self, INTAKE_PREFIX};
+
+/// Who a connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The submission service: accepts, rejects and cancels jobs.
+    Submission,
+    /// The accounting service: usage snapshots and usage queries.
+    Accounting,
+    /// The decision service: placements and explain.
+    Decision,
+    /// The preemption service: orders, kills, requeues, drained nodes.
+    Preemption,
+    /// A job launcher: submits and cancels jobs, follows the log, reports its runs.
+    Launcher,
+    /// An operator (the `fairshare` CLI): budgets, inventory, streams, and everything else.
+    Operator,
+}
+
+impl Role {
+    /// Every role, in the order [`init`] writes them.
+    pub const ALL: [Role; 6] = [
+        Role::Submission,
+        Role::Accounting,
+        Role::Decision,
+        Role::Preemption,
+        Role::Launcher,
+        Role::Operator,
+    ];
+
+    /// The role's name, also the stem of its seed file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Submission => "submission",
+            Role::Accounting => "accounting",
+            Role::Decision => "decision",
+            Role::Preemption => "preemption",
+            Role::Launcher => "launcher",
+            Role::Operator => "operator",
+        }
+    }
+
+    /// Event kinds of job subjects this role appends.
+    fn job_kinds(self) -> &'static [&'static str] {
+        match self {
+            Role::Submission => &["job_submitted", "job_cancelled"],
+            Role::Decision => &["job_placed"],
+            Role::Preemption => &["preemption_ordered", "job_preempted", "job_requeued"],
+            // A launcher reports what its runs did; `job_preempted` is its confirmation of a
+            // stop it was ordered to make.
+            Role::Launcher => &["job_started", "job_finished", "job_failed", "job_preempted"],
+            Role::Accounting | Role::Operator => &[],
+        }
+    }
+
+    /// Subjects this role may publish on (nats-server wildcards).
+    pub fn publish(self) -> Vec<String> {
+        if self == Role::Operator {
+            return vec![">".to_owned()];
+        }
+        let mut out: Vec<String> = self
+            .job_kinds()
+            .iter()
+            .map(|k| subjects::job_event("*", "*", k))
+            .collect();
+        match self {
+            Role::Submission => out.push(subjects::rejected("*")),
+            Role::Accounting => out.push(subjects::usage("*")),
+            Role::Preemption => out.push(subjects::node("*", "*")),
+            _ => {}
+        }
+        if self == Role::Launcher {
+            out.extend([
+                subjects::SUBMIT_API.to_owned(),
+                subjects::CANCEL_API.to_owned(),
+                subjects::usage_api("*"),
+                subjects::explain_api("*"),
+                format!("{INTAKE_PREFIX}.*"),
+            ]);
+            // Reading the log: an ordered consumer of its own on the events stream. It can
+            // neither change, purge nor delete a stream, nor list or delete anyone's consumers.
+            out.extend([
+                "$JS.API.INFO".to_owned(),
+                format!("$JS.API.STREAM.INFO.{EVENTS_STREAM}"),
+                format!("$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}"),
+                format!("$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}.>"),
+                format!("$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.>"),
+                format!("$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.>"),
+            ]);
+        } else {
+            // Services create and update the streams they depend on and keep their own
+            // consumers on both streams.
+            out.push("$JS.API.>".to_owned());
+        }
+        out
+    }
+
+    /// Subjects this role may subscribe to.
+    pub fn subscribe(self) -> Vec<String> {
+        let mut out = vec!["_INBOX.>".to_owned()];
+        match self {
+            Role::Submission => out.extend([
+                subjects::SUBMIT_API.to_owned(),
+                subjects::CANCEL_API.to_owned(),
+            ]),
+            Role::Accounting => out.push(subjects::USAGE_API_ALL.to_owned()),
+            Role::Decision => out.push(subjects::explain_api("*")),
+            Role::Operator => out = vec![">".to_owned()],
+            Role::Preemption | Role::Launcher => {}
+        }
+        out
+    }
+
+    /// Whether the role answers requests (it may then publish to each request's reply
+    /// subject, once).
+    fn answers_requests(self) -> bool {
+        matches!(self, Role::Submission | Role::Accounting | Role::Decision)
+    }
+}
+
+/// The `authorization` block of a nats-server config: each role's public nkey and
+/// permissions. Appended to a server config (`deploy/nats/single.conf`), it makes every
+/// connection authenticate with one of the roles' seeds.
+pub fn server_block(public_keys: &[(Role, String)]) -> String {
+    fn list(items: &[String]) -> String {
+        items
+            .iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+    let mut out = String::from(
+        "# Written by `fairshare auth init`: one nkey per role, and what each may publish.\n\
+         authorization {\n  users = [\n",
+    );
+    for (role, key) in public_keys {
+        let _ = writeln!(out, "    # {}", role.name());
+        let _ = writeln!(out, "    {{ nkey: \"{key}\", permissions: {{");
+        let _ = writeln!(
+            out,
+            "      publish: {{ allow: [{}] }}",
+            list(&role.publish())
+        );
+        let _ = writeln!(
+            out,
+            "      subscribe: {{ allow: [{}] }}",
+            list(&role.subscribe())
+        );
+        if role.answers_requests() {
+            let _ = writeln!(out, "      allow_responses: true");
+        }
+        out.push_str("    } }\n");
+    }
+    out.push_str("  ]\n}\n");
+    out
+}
+
+/// Why the identities could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthInitError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// An existing seed file does not hold a user nkey seed.
+    #[error("{path} does not hold an nkey user seed ({detail}); remove it to have a new one made")]
+    BadSeed {
+        /// The file.
+        path: String,
+        /// What nkeys said.
+        detail: String,
+    },
+}
+
+/// The seed file of `role` under `dir`.
+pub fn seed_path(dir: &Path, role: Role) -> PathBuf {
+    dir.join(format!("{}.nk", role.name()))
+}
+
+/// The server config block [`init`] writes under `dir`.
+pub fn server_block_path(dir: &Path) -> PathBuf {
+    dir.join("auth.conf")
+}
+
+/// Writes a seed file per role under `dir` (keeping seeds already there, so identities
+/// survive a re-run) and the server's `authorization` block (`auth.conf`), which it returns.
+/// Seed files are readable by their owner only.
+pub fn init(dir: &Path) -> Result<String, AuthInitError> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| AuthInitError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let mut keys = Vec::new();
+    for role in Role::ALL {
+        let path = seed_path(dir, role);
+        let pair = match std::fs::read_to_string(&path) {
+            Ok(seed) => {
+                nkeys::KeyPair::from_seed(seed.trim()).map_err(|e| AuthInitError::BadSeed {
+                    path: path.display().to_string(),
+                    detail: e.to_string(),
+                })?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let pair = nkeys::KeyPair::new_user();
+                let seed = pair.seed().map_err(|e| AuthInitError::BadSeed {
+                    path: path.display().to_string(),
+                    detail: e.to_string(),
+                })?;
+                write_private(&path, &seed).map_err(io(&path))?;
+                pair
+            }
+            Err(e) => return Err(io(&path)(e)),
+        };
+        keys.push((role, pair.public_key()));
+    }
+    let block = server_block(&keys);
+    let path = server_block_path(dir);
+    std::fs::write(&path, &block).map_err(io(&path))?;
+    Ok(block)
+}
+
+/// Writes `text` to a new file only its owner can read.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.write_all(b"\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fairshare_events::subjects::EVENTS_PREFIX;
+
+    #[test]
+    fn a_launcher_may_publish_its_reports_but_no_decision_and_no_budget() {
+        let publish = Role::Launcher.publish();
+        assert!(publish.contains(&format!("{EVENTS_PREFIX}.*.job.*.job_started")));
+        assert!(publish.contains(&format!("{EVENTS_PREFIX}.*.job.*.job_preempted")));
+        for forbidden in [
+            "job_placed",
+            "preemption_ordered",
+            "job_requeued",
+            "job_submitted",
+        ] {
+            assert!(
+                !publish.iter().any(|s| s.ends_with(forbidden)),
+                "{forbidden}"
+            );
+        }
+        assert!(
+            !publish
+                .iter()
+                .any(|s| s.ends_with(".policy") || s.contains(".node."))
+        );
+        // No wildcard over the JetStream API: it could delete or purge the log.
+        assert!(!publish.iter().any(|s| s == ">" || s == "$JS.API.>"));
+    }
+
+    #[test]
+    fn only_the_operator_sets_budgets() {
+        for role in Role::ALL {
+            let may = role
+                .publish()
+                .iter()
+                .any(|s| s == ">" || s.ends_with(".policy"));
+            assert_eq!(may, role == Role::Operator, "{}", role.name());
+        }
+    }
+
+    #[test]
+    fn init_keeps_existing_seeds_and_lists_every_role() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = init(dir.path()).expect("init");
+        let again = init(dir.path()).expect("init again");
+        assert_eq!(first, again, "the same seeds give the same block");
+        assert_eq!(first.matches("nkey: \"U").count(), Role::ALL.len());
+        let seed = std::fs::read_to_string(seed_path(dir.path(), Role::Decision)).expect("seed");
+        assert!(seed.starts_with("SU"), "a user seed: {seed}");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(seed_path(dir.path(), Role::Decision))
+                .expect("metadata")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "seed readable by its owner only");
+        }
+        std::fs::write(seed_path(dir.path(), Role::Launcher), "not a seed").expect("write");
+        assert!(matches!(
+            init(dir.path()),
+            Err(AuthInitError::BadSeed { .. })
+        ));
+    }
+}

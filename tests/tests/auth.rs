@@ -1,0 +1,165 @@
+//! Per-service NATS identities against a real nats-server configured with the block
+//! `fairshare auth init` writes: each role can do its own work, and a launcher cannot publish
+//! a decision or change the budget (SPEC section 6, reliability).
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use fairshare_e2e::{BUDGET, CLUSTER, INVENTORY, accepted, request};
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::{codec, subjects};
+use fairshare_model::files;
+use fairshare_runtime::auth::{self, Role};
+use fairshare_runtime::clock::SystemClock;
+use fairshare_runtime::log::Follower;
+use fairshare_runtime::nats::{Identity, connect};
+use fairshare_testkit::NatsServer;
+
+/// A connection as `role`, with a short JetStream timeout: a refused publish is never
+/// acknowledged, and the test need not wait the default 5 s to see it.
+async fn as_role(
+    server: &NatsServer,
+    dir: &Path,
+    role: Role,
+) -> (async_nats::Client, jetstream::Context) {
+    let seed = auth::seed_path(dir, role);
+    let client = connect(&server.url(), role.name(), Identity::Nkey(&seed))
+        .await
+        .unwrap();
+    let mut js = jetstream::new(client.clone());
+    js.set_timeout(Duration::from_millis(500));
+    (client, js)
+}
+
+fn event(body: Body) -> bytes::Bytes {
+    codec::encode(&pb::Event {
+        at_ms: 1,
+        body: Some(body),
+    })
+}
+
+async fn last_sequence(js: &jetstream::Context) -> u64 {
+    let mut stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+    stream.info().await.unwrap().state.last_sequence
+}
+
+/// Publishes on the events stream and reports whether JetStream stored it.
+async fn stored(js: &jetstream::Context, subject: String, payload: bytes::Bytes) -> bool {
+    match js.publish(subject, payload).await {
+        Ok(ack) => ack.await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets() {
+    let dir = tempfile::tempdir().unwrap();
+    let block = auth::init(dir.path()).unwrap();
+    let server = NatsServer::start_with_config(&block).unwrap();
+
+    // Nobody gets in without a role's seed.
+    assert!(
+        async_nats::connect(server.url()).await.is_err(),
+        "an anonymous connection must be refused"
+    );
+
+    // The operator puts the streams and the policy in place.
+    let (_op, op_js) = as_role(&server, dir.path(), Role::Operator).await;
+    fairshare_runtime::nats::ensure_streams(&op_js, 1)
+        .await
+        .unwrap();
+    let budget = files::parse_budget(BUDGET).unwrap();
+    fairshare_runtime::admin::set_budget(&op_js, 1, budget.clone())
+        .await
+        .unwrap();
+    let nodes = files::parse_inventory(INVENTORY).unwrap().registrations();
+    fairshare_runtime::admin::register_nodes(&op_js, 1, nodes)
+        .await
+        .unwrap();
+
+    // The submission service runs as its own role and answers a launcher's request.
+    let (submission, _) = as_role(&server, dir.path(), Role::Submission).await;
+    let service = fairshare_submission::shell::Service::start(
+        submission,
+        fairshare_submission::Config::default(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(service.serve(async {
+        let _ = stopped.await;
+    }));
+    let (launcher, launcher_js) = as_role(&server, dir.path(), Role::Launcher).await;
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        launcher.request(subjects::SUBMIT_API, codec::encode(&request("auth-1"))),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let job_id = accepted(&codec::decode_submit_reply(&reply.payload).unwrap())
+        .unwrap()
+        .job_id
+        .clone();
+
+    // A launcher reports its runs...
+    let started = Body::JobStarted(pb::JobStarted {
+        job_id: job_id.clone(),
+    });
+    let subject = subjects::job_event(CLUSTER, &job_id, "job_started");
+    assert!(stored(&launcher_js, subject, event(started)).await);
+
+    // ...but cannot place a job, order a preemption or change the budget: nothing lands.
+    let before = last_sequence(&op_js).await;
+    let placed = Body::JobPlaced(pb::JobPlaced {
+        job_id: job_id.clone(),
+        ..Default::default()
+    });
+    let placed_subject = subjects::job_event(CLUSTER, &job_id, "job_placed");
+    assert!(!stored(&launcher_js, placed_subject.clone(), event(placed.clone())).await);
+    let order = Body::PreemptionOrdered(pb::PreemptionOrdered {
+        job_id: job_id.clone(),
+        ..Default::default()
+    });
+    let order_subject = subjects::job_event(CLUSTER, &job_id, "preemption_ordered");
+    assert!(!stored(&launcher_js, order_subject, event(order)).await);
+    assert!(
+        fairshare_runtime::admin::set_budget(&launcher_js, 2, budget.clone())
+            .await
+            .is_err()
+    );
+    // Nor delete or purge the log.
+    assert!(launcher_js.delete_stream(EVENTS_STREAM).await.is_err());
+    assert_eq!(
+        last_sequence(&op_js).await,
+        before,
+        "a refused append left a trace"
+    );
+
+    // It can still follow the log, as launchers do.
+    let mut follower = Follower::start(&launcher_js, 1, vec![subjects::cluster_events(CLUSTER)])
+        .await
+        .unwrap();
+    let mut seen = 0;
+    follower.catch_up(|_| seen += 1).await.unwrap();
+    assert_eq!(seen, before, "the launcher reads the whole log");
+
+    // The decision service places; it cannot change the budget either.
+    let (_decision, decision_js) = as_role(&server, dir.path(), Role::Decision).await;
+    assert!(stored(&decision_js, placed_subject, event(placed)).await);
+    assert!(
+        fairshare_runtime::admin::set_budget(&decision_js, 3, budget)
+            .await
+            .is_err()
+    );
+    assert_eq!(last_sequence(&op_js).await, before + 1);
+
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
