@@ -129,10 +129,12 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
     });
     let order_subject = subjects::job_event(CLUSTER, &job_id, "preemption_ordered");
     assert!(!stored(&launcher_js, order_subject, event(order)).await);
+    let refused = fairshare_runtime::admin::set_budget(&launcher_js, 2, budget.clone())
+        .await
+        .unwrap_err();
     assert!(
-        fairshare_runtime::admin::set_budget(&launcher_js, 2, budget.clone())
-            .await
-            .is_err()
+        refused.to_string().contains("may not publish there"),
+        "the error names the likely cause: {refused}"
     );
     // Nor delete or purge the log.
     assert!(launcher_js.delete_stream(EVENTS_STREAM).await.is_err());

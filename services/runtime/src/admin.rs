@@ -5,6 +5,7 @@
 //! duplicate window writes nothing the second time.
 
 use async_nats::jetstream;
+use async_nats::jetstream::context::PublishErrorKind;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, headers, subjects};
 
@@ -31,12 +32,21 @@ pub async fn append(
         subject: subject.clone(),
         detail,
     };
+    // A publish the server refuses for permissions is dropped without a reply: the only sign
+    // is the missing acknowledgement, so the error says what that can mean.
+    let explain = |e: jetstream::context::PublishError| match e.kind() {
+        PublishErrorKind::TimedOut => format!(
+            "{e} (the server is unreachable, or this NATS identity may not publish there: \
+             budgets and inventory need the operator's, see `fairshare auth init`)"
+        ),
+        _ => e.to_string(),
+    };
     let ack = js
         .publish_with_headers(subject.clone(), envelope.to_headers(), codec::encode(event))
         .await
-        .map_err(|e| err(e.to_string()))?
+        .map_err(|e| err(explain(e)))?
         .await
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| err(explain(e)))?;
     Ok(ack.sequence)
 }
 

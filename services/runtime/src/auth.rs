@@ -180,7 +180,7 @@ pub fn server_block(public_keys: &[(Role, String)]) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum AuthInitError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("cannot write NATS identities: {path}")]
     Io {
         /// The file.
         path: String,

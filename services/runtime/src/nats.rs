@@ -9,7 +9,7 @@ use fairshare_events::streams::{self, Storage, StreamSpec};
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The credentials file could not be read.
-    #[error("cannot read NATS credentials {path}: {source}")]
+    #[error("cannot read NATS credentials {path}")]
     Credentials {
         /// The file given.
         path: String,
@@ -17,7 +17,7 @@ pub enum ConnectError {
         source: std::io::Error,
     },
     /// The nkey seed file could not be read.
-    #[error("cannot read NATS nkey seed {path}: {source}")]
+    #[error("cannot read NATS nkey seed {path}")]
     Nkey {
         /// The file given.
         path: String,
@@ -25,7 +25,7 @@ pub enum ConnectError {
         source: std::io::Error,
     },
     /// The server did not accept the connection.
-    #[error("cannot connect to NATS at {url}: {source}")]
+    #[error("cannot connect to NATS at {url}")]
     Connect {
         /// The URL tried.
         url: String,
