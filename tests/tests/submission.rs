@@ -519,3 +519,44 @@ async fn submission_service_stops_when_asked_even_with_the_broker_gone() {
         "the service hung on shutdown with the broker gone"
     );
 }
+
+#[tokio::test]
+async fn a_launcher_submission_waits_out_a_service_restart_and_gives_up_on_a_dead_one() {
+    use fairshare_launcher::submit::{Retry, SubmitError, submit};
+    let mut stack = stack().await;
+    stack.stop_submission().await.unwrap();
+    let retry = Retry {
+        attempt_timeout: Duration::from_millis(500),
+        backoff: Duration::from_millis(100),
+        give_up_after: Duration::from_secs(30),
+    };
+    // Nobody answers for a second; the same request again is answered once the service is back.
+    let client = stack.client.clone();
+    let pending = tokio::spawn(async move { submit(&client, &request("restart-1"), retry).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !pending.is_finished(),
+        "it keeps trying while nobody answers"
+    );
+    stack.start_submission(Config::default()).await.unwrap();
+    let reply = pending.await.unwrap().unwrap();
+    assert!(!accepted(&reply).unwrap().duplicate);
+    // A final rejection is returned at once, not retried.
+    let mut bad = request("restart-2");
+    bad.spec.as_mut().unwrap().gpus = 0;
+    let reply = submit(&stack.client, &bad, retry).await.unwrap();
+    assert_eq!(
+        rejected(&reply).unwrap().code,
+        RejectionCode::InvalidGpus as i32
+    );
+    // With the service gone for good it gives up, saying why.
+    stack.stop_submission().await.unwrap();
+    let short = Retry {
+        give_up_after: Duration::from_secs(2),
+        ..retry
+    };
+    match submit(&stack.client, &request("restart-3"), short).await {
+        Err(SubmitError::GaveUp { attempts, .. }) => assert!(attempts > 1, "{attempts} tries"),
+        other => panic!("expected to give up, got {other:?}"),
+    }
+}

@@ -7,7 +7,7 @@ use crate::nats::{ConnectError, Identity, connect};
 /// Where NATS is and who this process is there.
 #[derive(Debug, Clone, clap::Args)]
 pub struct NatsArgs {
-    /// NATS server to connect to.
+    /// NATS server to connect to (a cluster: its members, comma-separated).
     #[arg(
         long,
         env = "FAIRSHARE_NATS_URL",

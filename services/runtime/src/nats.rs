@@ -57,7 +57,8 @@ impl<'a> Identity<'a> {
     }
 }
 
-/// Connects as `name` (shown in the server's connection list) with `identity`.
+/// Connects as `name` (shown in the server's connection list) with `identity` to `url`, one
+/// server or a comma-separated list of a cluster's members.
 pub async fn connect(
     url: &str,
     name: &str,
@@ -82,8 +83,15 @@ pub async fn connect(
             options = options.nkey(seed.trim().to_owned());
         }
     }
+    // A comma-separated list names several members of a cluster; the client also learns the
+    // rest from the server it reaches, and fails over among them.
+    let addrs: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
     options
-        .connect(url)
+        .connect(addrs.as_slice())
         .await
         .map_err(|source| ConnectError::Connect {
             url: url.to_owned(),

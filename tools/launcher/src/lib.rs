@@ -7,8 +7,10 @@
 //!
 //! - [`state`]: the pure part: which jobs are placed, running, due to finish.
 //! - [`runner`]: the NATS loop that turns due actions into events.
+//! - [`submit`]: a submission sent again with its key until a final answer comes.
 //! - [`workload`]: jobs from a `replay.csv` trace, mapped onto a budget tree.
 
 pub mod runner;
 pub mod state;
+pub mod submit;
 pub mod workload;

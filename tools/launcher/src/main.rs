@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use fairshare_events::{codec, pb, subjects};
-use fairshare_launcher::{runner, workload};
+use fairshare_events::pb;
+use fairshare_launcher::{runner, submit, workload};
 use fairshare_model::duration::parse_duration;
 use fairshare_runtime::cli::NatsArgs;
 use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
@@ -78,10 +78,15 @@ async fn submit_trace(
             u64::try_from(job.submit_s - first).unwrap_or(0) / u64::from(args.time_scale.max(1)),
         );
         tokio::time::sleep_until(start + offset).await;
-        let reply = client
-            .request(subjects::SUBMIT_API, codec::encode(&request))
-            .await?;
-        match codec::decode_submit_reply(&reply.payload)?.result {
+        let reply = match submit::submit(&client, &request, submit::Retry::default()).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                // The service is gone for good: later jobs would fare no better.
+                tracing::error!(trace_id = job.id, "not submitted: {e}");
+                break;
+            }
+        };
+        match reply.result {
             Some(pb::submit_reply::Result::Accepted(a)) => {
                 tracing::info!(job_id = a.job_id, trace_id = job.id, "submitted")
             }

@@ -130,6 +130,8 @@ pub struct NatsServer {
     log: PathBuf,
     /// A config file passed with `-c` (flags still set the port, store and log).
     config: Option<PathBuf>,
+    /// More flags (a cluster member's name, cluster port and routes).
+    extra: Vec<String>,
 }
 
 /// How long a server may take to accept connections.
@@ -138,16 +140,20 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 impl NatsServer {
     /// Starts a server with JetStream on a free loopback port and a new temporary store.
     pub fn start() -> Result<Self, HarnessError> {
-        Self::start_inner(None)
+        Self::start_inner(None, free_port()?, Vec::new())
     }
 
     /// Like [`NatsServer::start`], with `config` (nats-server config text, for example an
     /// `authorization` block) as the server's config file.
     pub fn start_with_config(config: &str) -> Result<Self, HarnessError> {
-        Self::start_inner(Some(config))
+        Self::start_inner(Some(config), free_port()?, Vec::new())
     }
 
-    fn start_inner(config: Option<&str>) -> Result<Self, HarnessError> {
+    fn start_inner(
+        config: Option<&str>,
+        port: u16,
+        extra: Vec<String>,
+    ) -> Result<Self, HarnessError> {
         let binary = find_nats_server()?;
         let store = tempfile::Builder::new()
             .prefix("fairshare-nats-")
@@ -161,7 +167,6 @@ impl NatsServer {
             }
             None => None,
         };
-        let port = free_port()?;
         let mut server = Self {
             child: None,
             binary,
@@ -169,6 +174,7 @@ impl NatsServer {
             store,
             log,
             config,
+            extra,
         };
         server.spawn()?;
         Ok(server)
@@ -192,6 +198,7 @@ impl NatsServer {
             .arg(&store)
             .arg("-l")
             .arg(&self.log)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -265,6 +272,57 @@ impl NatsServer {
         // The log is appended to; ready detection must only see the new run's line.
         std::fs::write(&self.log, b"")?;
         self.spawn()
+    }
+}
+
+/// A JetStream cluster of nats-servers on loopback, each with its own store; every member
+/// is killed on drop. Members name each other as routes, so a client connected to one learns
+/// the others and fails over to them.
+pub struct NatsCluster {
+    /// The members, in start order.
+    pub servers: Vec<NatsServer>,
+}
+
+impl NatsCluster {
+    /// Starts `size` members (3 for a cluster that survives the loss of one).
+    pub fn start(size: usize) -> Result<Self, HarnessError> {
+        let client_ports = (0..size)
+            .map(|_| free_port())
+            .collect::<Result<Vec<_>, _>>()?;
+        let cluster_ports = (0..size)
+            .map(|_| free_port())
+            .collect::<Result<Vec<_>, _>>()?;
+        let routes = cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        // Start every member before waiting for any: a member only reports ready once it
+        // could reach the others.
+        let mut servers = Vec::with_capacity(size);
+        for (i, (&port, &cluster_port)) in client_ports.iter().zip(&cluster_ports).enumerate() {
+            let extra = vec![
+                "--name".to_owned(),
+                format!("fairshare-test-{i}"),
+                "--cluster_name".to_owned(),
+                "fairshare-test".to_owned(),
+                "--cluster".to_owned(),
+                format!("nats://127.0.0.1:{cluster_port}"),
+                "--routes".to_owned(),
+                routes.clone(),
+            ];
+            servers.push(NatsServer::start_inner(None, port, extra)?);
+        }
+        Ok(Self { servers })
+    }
+
+    /// Every member's URL, comma-separated (what `--nats-url` takes).
+    pub fn urls(&self) -> String {
+        self.servers
+            .iter()
+            .map(NatsServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 

@@ -1,0 +1,99 @@
+//! Submitting as the contract asks a launcher to: one idempotency key per job, sent again until
+//! an answer comes.
+//!
+//! Place in the flow: a launcher's request on `fairshare.api.submit`, answered by the
+//! submission service with `Accepted` or `Rejected`. No reply in time (the service restarting,
+//! a cluster member dying under it) and `Unavailable` (the log could not be written, for
+//! example while JetStream elects a new stream leader) say nothing was decided yet; the same
+//! request again is safe because the service de-duplicates by the key, so a job accepted on a
+//! try whose answer was lost is answered as a duplicate, never placed twice. Every other
+//! rejection is final.
+
+use std::time::{Duration, Instant};
+
+use fairshare_events::pb::{self, RejectionCode};
+use fairshare_events::{codec, subjects};
+
+/// How long to keep trying one submission.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    /// How long one try waits for its answer.
+    pub attempt_timeout: Duration,
+    /// Pause between tries (doubling up to 8 times this).
+    pub backoff: Duration,
+    /// When to give up, from the first try.
+    pub give_up_after: Duration,
+}
+
+impl Default for Retry {
+    /// 5 s per try, from 250 ms apart, for up to 2 minutes.
+    fn default() -> Self {
+        Retry {
+            attempt_timeout: Duration::from_secs(5),
+            backoff: Duration::from_millis(250),
+            give_up_after: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Why a submission got no final answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// Every try went unanswered or was answered `Unavailable` until `give_up_after`.
+    #[error("no final answer after {attempts} tries: {last}")]
+    GaveUp {
+        /// Tries made.
+        attempts: u32,
+        /// What the last one got.
+        last: String,
+    },
+    /// The answer was not a `SubmitReply`.
+    #[error("the submission service answered with bytes that are not a SubmitReply")]
+    BadReply(#[source] fairshare_events::codec::DecodeError),
+}
+
+/// Sends `request` and returns the service's final answer: `Accepted` (perhaps a duplicate
+/// of an earlier try) or a rejection other than `Unavailable`.
+pub async fn submit(
+    client: &async_nats::Client,
+    request: &pb::SubmitRequest,
+    retry: Retry,
+) -> Result<pb::SubmitReply, SubmitError> {
+    let body = codec::encode(request);
+    let started = Instant::now();
+    let mut pause = retry.backoff;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let last = match tokio::time::timeout(
+            retry.attempt_timeout,
+            client.request(subjects::SUBMIT_API, body.clone()),
+        )
+        .await
+        {
+            Err(_) => format!("no answer within {:?}", retry.attempt_timeout),
+            Ok(Err(e)) => e.to_string(),
+            Ok(Ok(message)) => {
+                let reply =
+                    codec::decode_submit_reply(&message.payload).map_err(SubmitError::BadReply)?;
+                match &reply.result {
+                    Some(pb::submit_reply::Result::Rejected(r))
+                        if r.code == RejectionCode::Unavailable as i32 =>
+                    {
+                        r.message.clone()
+                    }
+                    _ => return Ok(reply),
+                }
+            }
+        };
+        if started.elapsed() + pause >= retry.give_up_after {
+            return Err(SubmitError::GaveUp { attempts, last });
+        }
+        tracing::debug!(
+            key = request.idempotency_key,
+            "submission not answered, retrying: {last}"
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(retry.backoff * 8);
+    }
+}
