@@ -1,6 +1,7 @@
 //! A 3-member JetStream cluster loses a member under load (SPEC section 6, reliability): the
-//! submission service carries on, and every submission a launcher got accepted is in the log
-//! exactly once.
+//! submission and decision services and the launchers' runner carry on, every submission a
+//! launcher got accepted is in the log exactly once, and every job is placed once and runs to
+//! its end.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -10,9 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use fairshare_e2e::{BUDGET, INVENTORY, request};
+use fairshare_decision::shell as decision;
+use fairshare_e2e::{BUDGET, CLUSTER, INVENTORY, request};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
+use fairshare_launcher::runner::{self, RunnerConfig};
 use fairshare_launcher::submit::{Retry, submit};
 use fairshare_model::files;
 use fairshare_runtime::clock::SystemClock;
@@ -46,6 +49,7 @@ async fn retry<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
+    fairshare_runtime::telemetry::init("cluster-test");
     let mut cluster = NatsCluster::start(3).unwrap();
     let urls = cluster.urls();
     let operator = connect(&urls, "operator", Identity::None).await.unwrap();
@@ -60,7 +64,14 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
         .await
         .unwrap();
 
-    let service_client = connect(&urls, "submission", Identity::None).await.unwrap();
+    // The services and the runner of the launchers' jobs all start on member 0, the one that
+    // dies: their connections, their consumers and perhaps the streams' leaders go with it.
+    // They were given that member alone and must find the others from it.
+    let doomed_url = cluster.servers[0].url();
+    let doomed = cluster.servers[0].port();
+    let service_client = connect(&doomed_url, "submission", Identity::None)
+        .await
+        .unwrap();
     let service = fairshare_submission::shell::Service::start(
         service_client.clone(),
         fairshare_submission::Config {
@@ -75,11 +86,45 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
     let serving = tokio::spawn(service.serve(async {
         let _ = stopped.await;
     }));
+    let decision_client = connect(&doomed_url, "decision", Identity::None)
+        .await
+        .unwrap();
+    let decision = decision::Service::start(
+        decision_client.clone(),
+        decision::Config {
+            stream_replicas: 3,
+            ..decision::Config::new(CLUSTER)
+        },
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let (stop_decision, decision_stopped) = tokio::sync::oneshot::channel::<()>();
+    let deciding = tokio::spawn(decision.serve(async {
+        let _ = decision_stopped.await;
+    }));
+    let runner_client = connect(&doomed_url, "runner", Identity::None)
+        .await
+        .unwrap();
+    let runner_config = RunnerConfig {
+        cluster: CLUSTER.into(),
+        time_scale: 10,
+        default_duration: Duration::from_secs(1),
+        honour_preemption: true,
+        tick: Duration::from_millis(10),
+    };
+    let (stop_runner, runner_stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(runner::run(
+        runner_client,
+        runner_config,
+        Arc::new(SystemClock),
+        async {
+            let _ = runner_stopped.await;
+        },
+    ));
 
-    // The member the service talks to is the one that dies: its connection, its consumers
-    // and perhaps the streams' leader go with it. Several launchers submit at once, so
-    // requests are in flight when it does.
-    let doomed = service_client.server_info().port;
+    // Several launchers submit at once (to any member), so requests are in flight when
+    // member 0 dies.
     let done = Arc::new(AtomicUsize::new(0));
     let mut launchers = Vec::new();
     for l in 0..LAUNCHERS {
@@ -120,11 +165,16 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
         killed_after < SUBMISSIONS,
         "the member died before the load ended"
     );
-    assert_ne!(
-        service_client.server_info().port,
-        doomed,
-        "the service moved to a surviving member"
-    );
+    for (name, client) in [
+        ("submission", &service_client),
+        ("decision", &decision_client),
+    ] {
+        assert_ne!(
+            client.server_info().port,
+            doomed,
+            "{name} moved to a survivor"
+        );
+    }
     assert!(
         !serving.is_finished(),
         "the submission service stopped: {:?}",
@@ -132,35 +182,65 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
     );
     assert_eq!(accepted.len(), SUBMISSIONS);
 
-    // Every accepted job is in the log once, under the id its launcher was given.
+    // Every accepted job is in the log once, under the id its launcher was given, and is
+    // placed exactly once and finishes (nothing preempts here, so a second placement would
+    // be a job placed twice).
     let reader = connect(&urls, "reader", Identity::None).await.unwrap();
     let reader_js = jetstream::new(reader);
-    let mut follower = retry(Duration::from_secs(30), || {
-        Follower::start(&reader_js, 1, vec![subjects::job_kind("job_submitted")])
-    })
-    .await;
-    let mut logged: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    follower
-        .catch_up(|entry| {
-            if let Ok(pb::Event {
-                body: Some(Body::JobSubmitted(s)),
-                ..
-            }) = entry.event
-            {
-                logged.entry(s.idempotency_key).or_default().push(s.job_id);
-            }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (submitted, placed, finished) = loop {
+        let mut follower = retry(Duration::from_secs(30), || {
+            Follower::start(&reader_js, 1, vec![subjects::cluster_events(CLUSTER)])
         })
-        .await
-        .unwrap();
+        .await;
+        let mut submitted: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut placed: BTreeMap<String, usize> = BTreeMap::new();
+        let mut finished = 0;
+        follower
+            .catch_up(|entry| match entry.event.map(|e| e.body) {
+                Ok(Some(Body::JobSubmitted(s))) => {
+                    submitted
+                        .entry(s.idempotency_key)
+                        .or_default()
+                        .push(s.job_id);
+                }
+                Ok(Some(Body::JobPlaced(p))) => *placed.entry(p.job_id).or_default() += 1,
+                Ok(Some(Body::JobFinished(_))) => finished += 1,
+                _ => {}
+            })
+            .await
+            .unwrap();
+        if finished >= SUBMISSIONS || Instant::now() > deadline {
+            break (submitted, placed, finished);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!(
+        "submitted {}, placed {} ({} more than once), finished {finished}",
+        submitted.len(),
+        placed.len(),
+        placed.values().filter(|&&n| n > 1).count()
+    );
     for (key, job_id) in &accepted {
         assert_eq!(
-            logged.get(key),
+            submitted.get(key),
             Some(&vec![job_id.clone()]),
             "{key} must be logged once, as {job_id}"
         );
+        assert_eq!(placed.get(job_id), Some(&1), "{key} ({job_id}) placed once");
     }
-    assert_eq!(logged.len(), SUBMISSIONS, "nothing else was logged");
+    assert_eq!(submitted.len(), SUBMISSIONS, "nothing else was submitted");
+    assert_eq!(finished, SUBMISSIONS, "every job ran to its end");
+    assert!(
+        !deciding.is_finished(),
+        "the decision service stopped: {:?}",
+        deciding.await
+    );
 
+    let _ = stop_runner.send(());
+    let _ = stop_decision.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(15), running).await;
+    let _ = tokio::time::timeout(Duration::from_secs(15), deciding).await;
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(15), serving).await;
 }

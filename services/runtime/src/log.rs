@@ -5,6 +5,8 @@
 //! transparently on gaps, so nothing is skipped). Entries that do not decode are delivered as
 //! errors with their sequence: the service reports and skips them, it never stops on them.
 
+use std::time::Duration;
+
 use async_nats::jetstream::{self, consumer};
 use fairshare_events::{DecodeError, codec, pb, streams::EVENTS_STREAM};
 use futures::StreamExt;
@@ -54,6 +56,9 @@ pub struct Follower {
     pub pending_at_start: u64,
 }
 
+/// How long one pull of a [`Follower`] waits for entries (see [`Follower::start`]).
+pub const FOLLOW_PULL_EXPIRES: Duration = Duration::from_secs(5);
+
 impl Follower {
     /// Follows the entries whose subject matches one of `filters`, from sequence `from` on
     /// (the first sequence is 1; `from <= 1` starts at the beginning).
@@ -75,6 +80,12 @@ impl Follower {
         };
         let mut config = consumer::pull::OrderedConfig {
             deliver_policy,
+            // Each pull waits at most this long, and the server's idle heartbeat follows it
+            // (half of it). Two missed heartbeats make the ordered consumer re-create itself
+            // where the last delivered entry left off: with the defaults (30 s, 15 s) a
+            // follower whose cluster member died stalled for about a minute; with 5 s it is
+            // back within seconds (tests/tests/cluster.rs).
+            max_expires: FOLLOW_PULL_EXPIRES,
             ..Default::default()
         };
         match filters.len() {
