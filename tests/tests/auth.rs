@@ -20,8 +20,9 @@ use fairshare_runtime::log::Follower;
 use fairshare_runtime::nats::{Identity, connect};
 use fairshare_testkit::NatsServer;
 
-/// A connection as `role`, with a short JetStream timeout: a refused publish is never
-/// acknowledged, and the test need not wait the default 5 s to see it.
+/// A connection as `role`, with a shorter JetStream timeout: a refused publish is never
+/// acknowledged, and the test need not wait the default 5 s to see it (2 s still leaves an
+/// allowed publish on a busy machine plenty of time).
 async fn as_role(
     server: &NatsServer,
     dir: &Path,
@@ -32,7 +33,7 @@ async fn as_role(
         .await
         .unwrap();
     let mut js = jetstream::new(client.clone());
-    js.set_timeout(Duration::from_millis(500));
+    js.set_timeout(Duration::from_secs(2));
     (client, js)
 }
 

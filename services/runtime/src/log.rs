@@ -54,10 +54,20 @@ pub struct Follower {
     messages: consumer::pull::Ordered,
     /// Matching entries in the stream when the follower started.
     pub pending_at_start: u64,
+    /// To re-create the consumer when it has gone quiet (see [`Follower::next`]).
+    js: jetstream::Context,
+    /// The subject filters it was started with.
+    filters: Vec<String>,
+    /// Stream sequence of the last entry delivered (or the one before the first wanted).
+    last_delivered: u64,
 }
 
 /// How long one pull of a [`Follower`] waits for entries (see [`Follower::start`]).
 pub const FOLLOW_PULL_EXPIRES: Duration = Duration::from_secs(5);
+
+/// How long a [`Follower`] may deliver nothing before it asks the stream whether it missed
+/// anything (see [`Follower::next`]).
+pub const FOLLOW_IDLE_CHECK: Duration = Duration::from_secs(10);
 
 impl Follower {
     /// Follows the entries whose subject matches one of `filters`, from sequence `from` on
@@ -67,6 +77,22 @@ impl Follower {
         from: u64,
         filters: Vec<String>,
     ) -> Result<Self, FollowError> {
+        let (messages, pending_at_start) = Self::consume(js, from, filters.clone()).await?;
+        Ok(Self {
+            messages,
+            pending_at_start,
+            js: js.clone(),
+            filters,
+            last_delivered: from.saturating_sub(1),
+        })
+    }
+
+    /// An ordered consumer from sequence `from` on, and how many matching entries it has.
+    async fn consume(
+        js: &jetstream::Context,
+        from: u64,
+        filters: Vec<String>,
+    ) -> Result<(consumer::pull::Ordered, u64), FollowError> {
         let stream = js
             .get_stream(EVENTS_STREAM)
             .await
@@ -106,10 +132,7 @@ impl Follower {
             .messages()
             .await
             .map_err(|e| FollowError::Consumer(e.to_string()))?;
-        Ok(Self {
-            messages,
-            pending_at_start,
-        })
+        Ok((messages, pending_at_start))
     }
 
     /// Delivers every entry that existed when the follower started to `apply`, in order, and
@@ -135,20 +158,66 @@ impl Follower {
     }
 
     /// The next entry; waits for one to be published. `None` when the connection is closed.
+    ///
+    /// After [`FOLLOW_IDLE_CHECK`] with nothing delivered it asks the stream for its last
+    /// sequence. If the stream has moved past the last entry delivered, the consumer may be
+    /// gone without the client noticing (its cluster member died and the re-created pull
+    /// never came back): a new one is made from the entry after the last delivered, which
+    /// skips and repeats nothing. (Entries other than the filtered ones also move the stream,
+    /// so a follower of a quiet part of a busy log is re-created every 10 s: one request or
+    /// two, no entries lost.)
     pub async fn next(&mut self) -> Option<Result<LogEntry, FollowError>> {
-        let message = match self.messages.next().await? {
-            Ok(m) => m,
-            Err(e) => return Some(Err(FollowError::Delivery(e.to_string()))),
+        let message = loop {
+            match tokio::time::timeout(FOLLOW_IDLE_CHECK, self.messages.next()).await {
+                Ok(Some(Ok(m))) => break m,
+                Ok(Some(Err(e))) => return Some(Err(FollowError::Delivery(e.to_string()))),
+                Ok(None) => return None,
+                Err(_) => self.renew_if_behind().await,
+            }
         };
         let (sequence, pending) = match message.info() {
             Ok(info) => (info.stream_sequence, info.pending),
             Err(e) => return Some(Err(FollowError::Delivery(e.to_string()))),
         };
+        self.last_delivered = sequence;
         Some(Ok(LogEntry {
             sequence,
             subject: message.subject.to_string(),
             event: codec::decode_event(&message.payload),
             pending,
         }))
+    }
+
+    /// Re-creates the consumer from the entry after the last delivered if the stream holds
+    /// later entries (see [`Follower::next`]); on any error keeps the current one.
+    async fn renew_if_behind(&mut self) {
+        let last = match self.js.get_stream(EVENTS_STREAM).await {
+            Ok(mut stream) => match stream.info().await {
+                Ok(info) => info.state.last_sequence,
+                Err(e) => {
+                    tracing::debug!("log follower idle; cannot read the stream's end: {e}");
+                    return;
+                }
+            },
+            Err(e) => {
+                tracing::debug!("log follower idle; cannot open the stream: {e}");
+                return;
+            }
+        };
+        if last <= self.last_delivered {
+            return;
+        }
+        let from = self.last_delivered + 1;
+        match Self::consume(&self.js, from, self.filters.clone()).await {
+            Ok((messages, _)) => {
+                tracing::info!(
+                    from,
+                    stream_end = last,
+                    "log follower idle while the log moved on: following it anew"
+                );
+                self.messages = messages;
+            }
+            Err(e) => tracing::warn!("log follower idle; cannot follow the log anew: {e}"),
+        }
     }
 }

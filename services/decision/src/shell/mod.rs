@@ -83,7 +83,7 @@ use publish::{Outcome, ToPublish};
 const LOOKUP_RETRY: Duration = Duration::from_secs(1);
 
 /// How long the fold may lag behind the last cycle's placements, with no entry arriving,
-/// before it is reported and the log followed anew.
+/// before it is reported.
 const STALL_WARNING: Duration = Duration::from_secs(10);
 
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes
@@ -408,19 +408,10 @@ impl Service {
                 },
                 _ = checkpoint_timer.tick(), if self.store.is_some() => self.checkpoint(),
                 () = tokio::time::sleep(STALL_WARNING), if pacer.behind(self.fold.last_applied()) => {
-                    // The log holds entries the follower has not delivered: its consumer may
-                    // be gone with a cluster member without the client noticing. A new one
-                    // from the last applied entry skips and repeats nothing.
-                    let from = self.fold.last_applied() + 1;
                     tracing::warn!(
                         last_applied = self.fold.last_applied(),
-                        "no cycle for {STALL_WARNING:?}: the log has not delivered the last cycle's placements yet; following it anew from {from}"
+                        "no cycle for {STALL_WARNING:?}: the log has not delivered the last cycle's placements yet"
                     );
-                    let filters = vec![subjects::cluster_events(&self.config.cluster)];
-                    match Follower::start(&self.js, from, filters).await {
-                        Ok(follower) => self.follower = follower,
-                        Err(e) => tracing::warn!("cannot follow the log anew: {e}"),
-                    }
                 }
             }
         };

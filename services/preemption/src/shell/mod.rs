@@ -94,10 +94,6 @@ pub use fold::ShellFold;
 /// How long to wait before deciding again after an effect of unknown outcome.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// How long the fold may lag behind the last pass's appends, with no entry arriving, before
-/// the log is followed anew.
-const STALL_RESTART: Duration = Duration::from_secs(10);
-
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes
 /// (older checkpoints are then refused and rebuilt from the log).
 const CHECKPOINT_VERSION: u32 = 2;
@@ -390,22 +386,6 @@ impl Service {
                     None => break Err(ServiceError::FollowerStopped("connection closed".into())),
                 },
                 _ = checkpoint_timer.tick(), if self.store.is_some() => self.checkpoint(),
-                () = tokio::time::sleep(STALL_RESTART), if !caught_up => {
-                    // The log holds this service's own appends the follower has not delivered:
-                    // its consumer may be gone with a cluster member without the client
-                    // noticing. A new one from the last applied entry skips and repeats nothing.
-                    let from = self.fold.last_applied() + 1;
-                    tracing::warn!(
-                        last_applied = self.fold.last_applied(),
-                        barrier,
-                        "no pass for {STALL_RESTART:?}: the log has not delivered the last pass's appends yet; following it anew from {from}"
-                    );
-                    let filters = vec![subjects::cluster_events(&self.config.cluster)];
-                    match Follower::start(&self.js, from, filters).await {
-                        Ok(follower) => self.follower = follower,
-                        Err(e) => tracing::warn!("cannot follow the log anew: {e}"),
-                    }
-                }
             }
         };
         // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
