@@ -244,3 +244,19 @@ pub fn rejected(reply: &pb::SubmitReply) -> anyhow::Result<&pb::Rejection> {
         other => anyhow::bail!("expected rejection, got {other:?}"),
     }
 }
+
+/// A task that runs until its stop is sent: `run` gets the shutdown future a service's `serve`
+/// (or the launcher's `runner::run`) takes.
+pub fn spawn_until_stopped<T, Fut>(
+    run: impl FnOnce(futures::future::BoxFuture<'static, ()>) -> Fut,
+) -> (oneshot::Sender<()>, JoinHandle<T>)
+where
+    T: Send + 'static,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(run(Box::pin(async move {
+        let _ = stopped.await;
+    })));
+    (stop, task)
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use fairshare_e2e::{BUDGET, CLUSTER, INVENTORY, accepted, request};
+use fairshare_e2e::{BUDGET, CLUSTER, INVENTORY, accepted, request, spawn_until_stopped};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, subjects};
@@ -92,10 +92,7 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
     )
     .await
     .unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(service.serve(async {
-        let _ = stopped.await;
-    }));
+    let (stop, serving) = spawn_until_stopped(|stopped| service.serve(stopped));
     let (launcher, launcher_js) = as_role(&server, dir.path(), Role::Launcher).await;
     let reply = tokio::time::timeout(
         Duration::from_secs(10),

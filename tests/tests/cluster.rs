@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use fairshare_accounting::shell as accounting;
 use fairshare_decision::shell as decision;
-use fairshare_e2e::{BUDGET, CLUSTER, INVENTORY, request};
+use fairshare_e2e::{BUDGET, CLUSTER, INVENTORY, request, spawn_until_stopped};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::subjects;
@@ -98,10 +98,7 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
     )
     .await
     .unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(service.serve(async {
-        let _ = stopped.await;
-    }));
+    let (stop, serving) = spawn_until_stopped(|stopped| service.serve(stopped));
     let decision_client = connect(&doomed_url, "decision", Identity::None)
         .await
         .unwrap();
@@ -115,10 +112,7 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
     )
     .await
     .unwrap();
-    let (stop_decision, decision_stopped) = tokio::sync::oneshot::channel::<()>();
-    let deciding = tokio::spawn(decision.serve(async {
-        let _ = decision_stopped.await;
-    }));
+    let (stop_decision, deciding) = spawn_until_stopped(|stopped| decision.serve(stopped));
     let runner_client = connect(&doomed_url, "runner", Identity::None)
         .await
         .unwrap();
@@ -142,10 +136,7 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
     )
     .await
     .unwrap();
-    let (stop_preemption, preemption_stopped) = tokio::sync::oneshot::channel::<()>();
-    let preempting = tokio::spawn(preemption.serve(async {
-        let _ = preemption_stopped.await;
-    }));
+    let (stop_preemption, preempting) = spawn_until_stopped(|stopped| preemption.serve(stopped));
     let accounting_dir = tempfile::tempdir().unwrap();
     let accounting_client = connect(&doomed_url, "accounting", Identity::None)
         .await
@@ -162,19 +153,11 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
     )
     .await
     .unwrap();
-    let (stop_accounting, accounting_stopped) = tokio::sync::oneshot::channel::<()>();
-    let accounting_task = tokio::spawn(accounting.serve(async {
-        let _ = accounting_stopped.await;
-    }));
-    let (stop_runner, runner_stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(runner::run(
-        runner_client,
-        runner_config,
-        Arc::new(SystemClock),
-        async {
-            let _ = runner_stopped.await;
-        },
-    ));
+    let (stop_accounting, accounting_task) =
+        spawn_until_stopped(|stopped| accounting.serve(stopped));
+    let (stop_runner, running) = spawn_until_stopped(|stopped| {
+        runner::run(runner_client, runner_config, Arc::new(SystemClock), stopped)
+    });
 
     // Several launchers submit at once (to any member), so requests are in flight when
     // member 0 dies.

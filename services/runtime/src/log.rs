@@ -209,12 +209,18 @@ impl Follower {
         }
         let from = self.last_delivered + 1;
         match Self::consume(&self.js, from, self.filters.clone()).await {
-            Ok((messages, _)) => {
-                tracing::info!(
-                    from,
-                    stream_end = last,
-                    "log follower idle while the log moved on: following it anew"
-                );
+            Ok((messages, missed)) => {
+                // Usually the log moved on only outside this follower's filters: nothing was
+                // missed, and that is not worth more than a debug line every 10 s.
+                if missed > 0 {
+                    tracing::info!(
+                        from,
+                        missed,
+                        "log follower idle while the log moved on: following it anew"
+                    );
+                } else {
+                    tracing::debug!(from, "log follower idle; nothing missed");
+                }
                 self.messages = messages;
             }
             Err(e) => tracing::warn!("log follower idle; cannot follow the log anew: {e}"),
