@@ -12,7 +12,7 @@ use fairshare_runtime::nats::Identity;
 
 /// Operate a fairshare installation.
 ///
-/// Every command connects to NATS (`--nats-url`, or FAIRSHARE_NATS_URL).
+/// Every command but `auth init` connects to NATS (`--nats-url`, or FAIRSHARE_NATS_URL).
 #[derive(Debug, Parser)]
 #[command(name = "fairshare", version, about, long_about)]
 struct Cli {
