@@ -51,13 +51,10 @@ struct TraceArgs {
     /// The trace file (`replay.csv`).
     #[arg(long, env = "FAIRSHARE_SIM_TRACE")]
     trace: PathBuf,
-    /// Budget tree file (the format `fairshare budget apply` takes).
-    #[arg(
-        long,
-        env = "FAIRSHARE_SIM_BUDGET",
-        default_value = "deploy/sim/budget.toml"
-    )]
-    budget: PathBuf,
+    /// Budget tree file (the format `fairshare budget apply` takes). Default: the copy of
+    /// `deploy/sim/budget.toml` built into the binary, so it runs from any directory.
+    #[arg(long, env = "FAIRSHARE_SIM_BUDGET")]
+    budget: Option<PathBuf>,
     /// Cluster size: nodes of `--gpus-per-node` GPUs (ignored with `--inventory`).
     #[arg(long, default_value_t = 32)]
     nodes: usize,
@@ -197,6 +194,9 @@ fn ms(text: &str, what: &str) -> anyhow::Result<i64> {
     let d = parse_duration(text).with_context(|| format!("--{what} {text:?}"))?;
     i64::try_from(d.as_millis()).with_context(|| format!("--{what} is too long"))
 }
+
+/// `deploy/sim/budget.toml`, the budget tree `trace` uses without `--budget`.
+const DEFAULT_BUDGET: &str = include_str!("../../../deploy/sim/budget.toml");
 
 fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
@@ -390,7 +390,10 @@ impl TraceArgs {
         };
         // Whole hours, so the ledger's last hour closes at the end.
         let span_ms = (span_ms + HOUR_MS - 1) / HOUR_MS * HOUR_MS;
-        let budget = read(&self.budget)?;
+        let budget = match &self.budget {
+            Some(path) => read(path)?,
+            None => DEFAULT_BUDGET.to_owned(),
+        };
         let setup = match &self.inventory {
             Some(path) => Setup::from_files(&budget, &read(path)?, EPOCH_MS + span_ms)?,
             None => {

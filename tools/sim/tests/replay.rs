@@ -268,3 +268,44 @@ fn the_minimum_runtime_cap_defaults_to_the_checkpoint_interval() {
             .contains("clamped to [1, 120] min")
     );
 }
+
+/// Without `--budget` the simulator uses its built-in copy of `deploy/sim/budget.toml`, so it
+/// runs from any directory, and gives the same report as with the file named.
+#[test]
+fn the_default_budget_is_built_in_and_is_the_deploy_file() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let trace = root.join("tests/data/traces/helios-15k/replay.csv");
+    let report = |budget: Option<&std::path::Path>| {
+        let elsewhere = tempfile::tempdir().unwrap();
+        let out = elsewhere.path().join("out");
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"));
+        command
+            .current_dir(elsewhere.path())
+            .arg("trace")
+            .arg("--trace")
+            .arg(&trace);
+        if let Some(b) = budget {
+            command.arg("--budget").arg(b);
+        }
+        let status = command
+            .args([
+                "--nodes",
+                "4",
+                "--span",
+                "2h",
+                "--policies",
+                "fifo",
+                "--quiet",
+            ])
+            .arg("--out")
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::fs::read_to_string(out.join("report.md")).unwrap()
+    };
+    assert_eq!(
+        report(None),
+        report(Some(&root.join("deploy/sim/budget.toml")))
+    );
+}
