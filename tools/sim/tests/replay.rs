@@ -226,37 +226,43 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
     });
 }
 
+/// Runs the `fairshare-sim` binary in `dir` on the first 2 h of the Helios trace (FIFO only,
+/// 32 GPUs) with `extra` flags, and returns its report.
+fn small_run(dir: &std::path::Path, extra: &[&std::ffi::OsStr]) -> String {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let out = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+        .current_dir(dir)
+        .arg("trace")
+        .arg("--trace")
+        .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
+        .args([
+            "--nodes",
+            "4",
+            "--span",
+            "2h",
+            "--policies",
+            "fifo",
+            "--quiet",
+        ])
+        .args(extra)
+        .arg("--out")
+        .arg(out.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::read_to_string(out.path().join("report.md")).unwrap()
+}
+
 /// The mapping's minimum-runtime cap follows `--checkpoint-interval` (the shortest run that
 /// banks progress) unless `--min-runtime-cap` names one; the report's rules say which.
 #[test]
 fn the_minimum_runtime_cap_defaults_to_the_checkpoint_interval() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let rules_of = |extra: &[&str]| {
-        let out = tempfile::tempdir().unwrap();
-        let status = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
-            .current_dir(root)
-            .args([
-                "trace",
-                "--trace",
-                "tests/data/traces/helios-15k/replay.csv",
-            ])
-            .args([
-                "--nodes",
-                "4",
-                "--span",
-                "2h",
-                "--policies",
-                "fifo",
-                "--quiet",
-            ])
-            .args(extra)
-            .arg("--out")
-            .arg(out.path())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
-        md.lines()
+        let extra: Vec<&std::ffi::OsStr> = extra.iter().map(std::ffi::OsStr::new).collect();
+        small_run(root, &extra)
+            .lines()
             .find(|l| l.contains("others: minimum runtime"))
             .unwrap()
             .to_owned()
@@ -274,38 +280,13 @@ fn the_minimum_runtime_cap_defaults_to_the_checkpoint_interval() {
 #[test]
 fn the_default_budget_is_built_in_and_is_the_deploy_file() {
     let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let trace = root.join("tests/data/traces/helios-15k/replay.csv");
-    let report = |budget: Option<&std::path::Path>| {
-        let elsewhere = tempfile::tempdir().unwrap();
-        let out = elsewhere.path().join("out");
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"));
-        command
-            .current_dir(elsewhere.path())
-            .arg("trace")
-            .arg("--trace")
-            .arg(&trace);
-        if let Some(b) = budget {
-            command.arg("--budget").arg(b);
-        }
-        let status = command
-            .args([
-                "--nodes",
-                "4",
-                "--span",
-                "2h",
-                "--policies",
-                "fifo",
-                "--quiet",
-            ])
-            .arg("--out")
-            .arg(&out)
-            .status()
-            .unwrap();
-        assert!(status.success());
-        std::fs::read_to_string(out.join("report.md")).unwrap()
-    };
+    let elsewhere = tempfile::tempdir().unwrap();
+    let budget = root.join("deploy/sim/budget.toml");
     assert_eq!(
-        report(None),
-        report(Some(&root.join("deploy/sim/budget.toml")))
+        small_run(elsewhere.path(), &[]),
+        small_run(
+            elsewhere.path(),
+            &[std::ffi::OsStr::new("--budget"), budget.as_os_str()]
+        )
     );
 }
