@@ -994,23 +994,26 @@ impl DecisionState {
                 status: job.status.name(),
             });
         };
+        let deadline = placed
+            .preempt_deadline_ms
+            .map_or(p.grace_deadline_ms, |d| d.min(p.grace_deadline_ms));
         // The first order of a run is the one that stops it (a later one can only bring the
-        // deadline forward): its reason is the one to explain.
+        // deadline forward): its reason is the one to explain, with the deadline in force.
         let note = match (&placed.preempt_deadline_ms, &job.last_order) {
-            (Some(_), Some(note)) => Arc::clone(note),
+            (Some(_), Some(note)) if note.grace_deadline_ms == deadline => Arc::clone(note),
+            (Some(_), Some(note)) => Arc::new(OrderNote {
+                grace_deadline_ms: deadline,
+                ..OrderNote::clone(note)
+            }),
             _ => Arc::new(OrderNote {
                 ordered_at_ms: at,
                 for_job_id: Arc::from(p.for_job_id.as_str()),
                 reason: Arc::from(p.reason.as_str()),
-                grace_deadline_ms: p.grace_deadline_ms,
+                grace_deadline_ms: deadline,
             }),
         };
         let mut placed = placed.clone();
-        placed.preempt_deadline_ms = Some(
-            placed
-                .preempt_deadline_ms
-                .map_or(p.grace_deadline_ms, |d| d.min(p.grace_deadline_ms)),
-        );
+        placed.preempt_deadline_ms = Some(deadline);
         let job = job.clone();
         self.rehold(&id, &job, &placed);
         if let Some(j) = self.jobs.get_mut(&id) {

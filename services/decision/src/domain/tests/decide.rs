@@ -630,7 +630,7 @@ fn explain_says_why_a_job_is_being_stopped_and_was_stopped() {
     };
     h.ok(NOW, order("fair share: makes room for job w", NOW + 30_000));
     // A second order in the same run (another pass) may only bring the deadline forward: the
-    // first one's reason is what stops the job.
+    // first one's reason is what stops the job, by the earlier deadline.
     h.ok(NOW + 1, order("a later reason", NOW + 20_000));
     let e = explain(&h, NOW + 2);
     assert_eq!(e.status, "running");
@@ -642,7 +642,7 @@ fn explain_says_why_a_job_is_being_stopped_and_was_stopped() {
             ordered_at_ms: NOW,
             for_job_id: "w".into(),
             reason: "fair share: makes room for job w".into(),
-            grace_deadline_ms: NOW + 30_000,
+            grace_deadline_ms: NOW + 20_000,
         })
     );
 
