@@ -185,9 +185,9 @@ pub fn into_events(bodies: Vec<Body>, now_ms: i64) -> Vec<pb::Event> {
 /// new event folded: a grace deadline, a drain or window becoming due, or, while allocated work
 /// waits, the end of some running job's minimum runtime (it may become a victim). Not a
 /// victim's next checkpoint, after which an order held back for lost work may go: that waiter
-/// is met again at the next event (the accounting service's usage snapshots come every 10 s
-/// while the log moves), and listing every running job's checkpoints would wake the service
-/// every few seconds on a busy cluster.
+/// is met again at the next event or at the service's periodic pass (every 5 s by default),
+/// and listing every running job's checkpoints would wake the service every few seconds on a
+/// busy cluster. (The simulator runs no periodic pass: there the next event it is.)
 pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option<i64> {
     let mut next = [
         grace::next_deadline(state, now_ms),
