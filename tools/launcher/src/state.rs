@@ -131,9 +131,20 @@ impl LauncherState {
             Body::JobPreempted(e) => (&e.job_id, Phase::Ended),
             _ => return,
         };
+        // A job that finished, failed or was cancelled never comes back (only a preempted
+        // one is requeued): it is forgotten, so `due` looks at live jobs only, not at every
+        // job the cluster ever ran.
+        let terminal = matches!(
+            body,
+            Body::JobFinished(_) | Body::JobFailed(_) | Body::JobCancelled(_)
+        );
         if let Some(job) = self.jobs.get_mut(job_id)
             && sequence > job.last_sequence
         {
+            if terminal {
+                self.jobs.remove(job_id);
+                return;
+            }
             job.phase = phase;
             job.last_sequence = sequence;
             job.acted = false;
@@ -304,6 +315,85 @@ mod tests {
             ),
         );
         assert!(s.due(10, 1).is_empty());
+    }
+
+    #[test]
+    fn ended_jobs_are_forgotten_but_a_preempted_one_comes_back() {
+        let placed = |id: &str| {
+            Body::JobPlaced(pb::JobPlaced {
+                job_id: id.into(),
+                ..Default::default()
+            })
+        };
+        let mut s = LauncherState::new(1_000, true);
+        for (i, id) in ["done", "failed", "cancelled", "preempted"]
+            .iter()
+            .enumerate()
+        {
+            s.apply(i as u64 + 1, &ev(0, submitted(id, b"sleep 1")));
+        }
+        s.apply(
+            10,
+            &ev(
+                0,
+                Body::JobFinished(pb::JobFinished {
+                    job_id: "done".into(),
+                    exit_code: 0,
+                }),
+            ),
+        );
+        s.apply(
+            11,
+            &ev(
+                0,
+                Body::JobFailed(pb::JobFailed {
+                    job_id: "failed".into(),
+                    ..Default::default()
+                }),
+            ),
+        );
+        s.apply(
+            12,
+            &ev(
+                0,
+                Body::JobCancelled(pb::JobCancelled {
+                    job_id: "cancelled".into(),
+                    ..Default::default()
+                }),
+            ),
+        );
+        s.apply(
+            13,
+            &ev(
+                0,
+                Body::JobPreempted(pb::JobPreempted {
+                    job_id: "preempted".into(),
+                    killed: false,
+                }),
+            ),
+        );
+        assert_eq!(
+            s.jobs.keys().collect::<Vec<_>>(),
+            ["preempted"],
+            "only a job that may be requeued is kept"
+        );
+        s.apply(
+            14,
+            &ev(
+                0,
+                Body::JobRequeued(pb::JobRequeued {
+                    job_id: "preempted".into(),
+                }),
+            ),
+        );
+        s.apply(15, &ev(0, placed("preempted")));
+        assert_eq!(
+            s.due(1, 1),
+            vec![Action::Start {
+                job_id: "preempted".into(),
+                expected: 15
+            }]
+        );
     }
 
     #[test]
