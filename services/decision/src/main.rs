@@ -15,8 +15,8 @@ use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 /// The fairshare decision service of one GPU cluster.
 ///
 /// Folds `fairshare.events.<cluster>.>` (jobs, budget tree, nodes, maintenance, usage
-/// snapshots), runs a decision cycle on every change (debounced) and on a timer, and appends a
-/// `JobPlaced` per placement. Keeps a sled checkpoint of its fold (delete it at any time: the
+/// snapshots), runs a decision cycle on every change (at most one per debounce) and on a
+/// timer, and appends a `JobPlaced` per placement. Keeps a sled checkpoint of its fold (delete it at any time: the
 /// next start rebuilds it from the log). Run exactly one per cluster. Every flag can also be
 /// set with the environment variable named in brackets.
 #[derive(Debug, Parser)]
@@ -27,8 +27,10 @@ struct Args {
     /// The GPU cluster this instance decides for.
     #[arg(long, env = "FAIRSHARE_CLUSTER")]
     cluster: String,
-    /// A cycle runs this long after the first change since the last cycle (e.g. 20ms, 1s).
-    #[arg(long, env = "FAIRSHARE_DEBOUNCE", default_value = "20ms", value_parser = parse_duration)]
+    /// Least time between a cycle's end and the next cycle a change triggers (e.g. 2ms,
+    /// 20ms); a change after a quiet spell is decided at once. Longer batches more changes per
+    /// cycle, at the cost of each submission's wait.
+    #[arg(long, env = "FAIRSHARE_DEBOUNCE", default_value = "2ms", value_parser = parse_duration)]
     debounce: Duration,
     /// A cycle runs at least this often, changes or not (e.g. 5s, 1m).
     #[arg(long, env = "FAIRSHARE_CYCLE_EVERY", default_value = "5s", value_parser = parse_duration)]

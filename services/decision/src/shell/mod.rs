@@ -24,8 +24,8 @@
 //! - It keeps folding new entries. Any entry that changes the state (submission, requeue, job
 //!   end, start, preemption order, node or budget change, maintenance, usage snapshot) makes
 //!   the state dirty; its own placements do not (they free nothing).
-//! - A cycle runs after catch-up, then `debounce` after the first change since the last cycle,
-//!   and every `cycle_every` regardless (see `pace`). Cycle numbers grow monotonically, also
+//! - A cycle runs after catch-up, then on each change (at once after a quiet spell, at most
+//!   one per `debounce`, see `pace`), and every `cycle_every` regardless. Cycle numbers grow monotonically, also
 //!   across restarts (they continue from the highest cycle any placement in the log names).
 //! - A cycle runs [`decide()`](crate::domain::decide()) at the clock's "now" and publishes each
 //!   placement (see `publish`: deterministic message id `placed:<job>:<expected>` and
@@ -101,7 +101,8 @@ pub fn checkpoint_kind(cluster: &str) -> String {
 pub struct Config {
     /// The GPU cluster this instance decides for.
     pub cluster: String,
-    /// A change-driven cycle runs this long after the first change since the last cycle.
+    /// The least time between a cycle's end and the next change-driven cycle (longer if the
+    /// last cycle took longer to decide); a change after a quiet spell is decided at once.
     pub debounce: Duration,
     /// A cycle runs at least this often, changes or not.
     pub cycle_every: Duration,
@@ -117,12 +118,12 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults (20 ms debounce, a cycle at least every 5 s, no checkpoint; with one, every
+    /// Defaults (2 ms debounce, a cycle at least every 5 s, no checkpoint; with one, every
     /// 10,000 entries or 5 s) for cluster `cluster`.
     pub fn new(cluster: impl Into<String>) -> Self {
         Self {
             cluster: cluster.into(),
-            debounce: Duration::from_millis(20),
+            debounce: Duration::from_millis(2),
             cycle_every: Duration::from_secs(5),
             stream_replicas: 1,
             checkpoint_dir: None,
@@ -369,8 +370,8 @@ impl Service {
                         self.resolve(&mut pacer).await;
                         continue;
                     }
-                    let outcome = self.cycle().await;
-                    pacer.ran(Instant::now(), outcome.max_sequence);
+                    let (outcome, deciding) = self.cycle().await;
+                    pacer.ran(Instant::now(), outcome.max_sequence, deciding);
                     if !outcome.failed.is_empty() {
                         self.unresolved = outcome.failed;
                         pacer.block(Instant::now());
@@ -472,8 +473,9 @@ impl Service {
         Some((reply_to, codec::encode(&reply)))
     }
 
-    /// Runs one cycle and publishes its placements.
-    async fn cycle(&mut self) -> Outcome {
+    /// Runs one cycle: what became of its placements, and how long deciding took (without
+    /// publishing).
+    async fn cycle(&mut self) -> (Outcome, Duration) {
         let cycle = self.next_cycle.max(self.fold.last_cycle() + 1);
         self.next_cycle = cycle + 1;
         let now_ms = self.clock.now_ms();
@@ -504,7 +506,8 @@ impl Service {
             }
             (batch, decision.through_sequence, decision.waiting.len())
         };
-        let decided_us = started.elapsed().as_micros() as u64;
+        let deciding = started.elapsed();
+        let decided_us = deciding.as_micros() as u64;
         let placements = batch.len();
         let outcome = if batch.is_empty() {
             Outcome::default()
@@ -524,7 +527,7 @@ impl Service {
             published_us = started.elapsed().as_micros() as u64 - decided_us,
             "cycle"
         );
-        outcome
+        (outcome, deciding)
     }
 }
 
