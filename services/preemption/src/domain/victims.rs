@@ -256,16 +256,31 @@ fn add(a: Cost, b: Cost) -> Cost {
     (a.0.saturating_add(b.0), a.1 + b.1, a.2 + b.2)
 }
 
-/// Allocation `id`'s ancestors and itself, root first.
-fn path(tree: &BudgetTree, id: AccountId) -> Vec<AccountId> {
-    let mut out = vec![id];
-    let mut cur = tree.accounts[id].parent;
-    while let Some(p) = cur {
-        out.push(p);
-        cur = tree.accounts[p].parent;
+/// Where the paths of accounts `a` and `v` part in the tree: the ancestor-or-self of each
+/// that are siblings. `None` if one path contains the other (the same account, or an
+/// ancestor). Walks up by depth, so judging a victim allocates nothing.
+fn parting(
+    tree: &BudgetTree,
+    mut a: AccountId,
+    mut v: AccountId,
+) -> Option<(AccountId, AccountId)> {
+    let account = |x: AccountId| &tree.accounts[x];
+    while account(a).depth > account(v).depth {
+        a = account(a).parent?;
     }
-    out.reverse();
-    out
+    while account(v).depth > account(a).depth {
+        v = account(v).parent?;
+    }
+    if a == v {
+        return None;
+    }
+    loop {
+        let (up_a, up_v) = (account(a).parent, account(v).parent);
+        if up_a == up_v {
+            return Some((a, v));
+        }
+        (a, v) = (up_a?, up_v?);
+    }
 }
 
 /// The rank rule for one waiter: Fair Tree order after charging its allocation.
@@ -273,7 +288,8 @@ struct RankRule<'t> {
     tree: &'t BudgetTree,
     charged: FairTree<'t>,
     pos: Vec<usize>,
-    waiter_path: Vec<AccountId>,
+    /// The waiter's allocation.
+    leaf: AccountId,
     margin_permille: u32,
     /// Whether the waiter's allocation is below its share floor: then it may take any other
     /// allocation's work past its minimum runtime, whatever the window says.
@@ -351,7 +367,7 @@ impl<'t> RankRule<'t> {
             tree,
             charged,
             pos,
-            waiter_path: path(tree, leaf),
+            leaf,
             margin_permille: cfg.hysteresis_permille,
             below_floor: walk.below_floor(leaf),
             slack: None,
@@ -401,20 +417,12 @@ impl<'t> RankRule<'t> {
     }
 
     fn window_allows(&self, v: AccountId) -> bool {
-        let Some(&a) = self.waiter_path.last() else {
-            return false;
-        };
+        let a = self.leaf;
         if v == a || self.pos[v] <= self.pos[a] {
             return false;
         }
-        let victim_path = path(self.tree, v);
-        let Some(i) = (0..self.waiter_path.len().min(victim_path.len()))
-            .find(|&i| self.waiter_path[i] != victim_path[i])
-        else {
-            // One path contains the other: impossible for two distinct leaves.
-            return false;
-        };
-        self.beyond_margin(self.waiter_path[i], victim_path[i])
+        // One path containing the other is impossible for two distinct leaves.
+        parting(self.tree, a, v).is_some_and(|(a, v)| self.beyond_margin(a, v))
     }
 
     /// Hysteresis between siblings `a` (waiter's side) and `v` (victim's side).

@@ -142,13 +142,14 @@ pub fn run(
         last_snapshot: None,
         wake_at: None,
     };
-    // Seven to nine events per job on the bundled traces (submitted, placed, started,
-    // finished, a share of snapshots and preemptions): reserved once for ten, the log of
-    // hundreds of thousands of events is not copied each time it outgrows its buffer.
+    // Seven to ten events per job on the bundled traces (submitted, placed, started,
+    // finished, a share of snapshots and preemptions; 10.2 for msft-itp at 1,024 GPUs):
+    // reserved once for twelve, the log of hundreds of thousands of events is not copied
+    // (and its pages cleared) when it outgrows its buffer.
     engine
         .services
         .log
-        .reserve(workload.jobs.len().saturating_mul(10));
+        .reserve(workload.jobs.len().saturating_mul(12));
     for event in setup.initial_events(EPOCH_MS) {
         engine.services.append(event);
     }
