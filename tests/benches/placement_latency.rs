@@ -22,7 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fairshare_decision::shell as decision;
-use fairshare_e2e::spawn_until_stopped;
+use fairshare_e2e::{
+    BIG, BIG_ALLOCATIONS as ALLOCATIONS, BIG_BUDGET, BIG_INVENTORY, spawn_until_stopped,
+};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_launcher::runner::{self, RunnerConfig};
@@ -32,34 +34,6 @@ use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
 use fairshare_runtime::log::Follower;
 use fairshare_testkit::NatsServer;
-
-const CLUSTER: &str = "bench";
-
-const INVENTORY: &str = r#"
-cluster = "bench"
-[[nodes]]
-prefix = "g"
-count = 128
-gpus = 8
-"#;
-
-const BUDGET: &str = r#"
-cluster = "bench"
-[accounts.research]
-share = 3
-[accounts.research.nlp]
-share = 1
-[accounts.research.vision]
-share = 2
-[accounts.ops]
-share = 1
-[accounts.ops.infra]
-share = 1
-[accounts.ops.debug]
-share = 1
-"#;
-
-const ALLOCATIONS: [&str; 4] = ["research/nlp", "research/vision", "ops/infra", "ops/debug"];
 
 /// The launcher runs job time this many times faster: a job's 120 s take 0.1 s.
 const TIME_SCALE: u32 = 1_200;
@@ -98,7 +72,7 @@ fn request(i: u64) -> pb::SubmitRequest {
     pb::SubmitRequest {
         idempotency_key: format!("latency-{i}"),
         spec: Some(pb::JobSpec {
-            cluster: CLUSTER.into(),
+            cluster: BIG.into(),
             allocation: ALLOCATIONS[(i % 4) as usize].into(),
             user: "ada".into(),
             gpus: [1, 1, 1, 2, 4][(i % 5) as usize],
@@ -134,8 +108,13 @@ async fn main() -> anyhow::Result<()> {
     let js = async_nats::jetstream::new(client.clone());
     fairshare_runtime::nats::ensure_streams(&js, 1).await?;
     let now = SystemClock.now_ms();
-    admin::set_budget(&js, now, files::parse_budget(BUDGET)?).await?;
-    admin::register_nodes(&js, now, files::parse_inventory(INVENTORY)?.registrations()).await?;
+    admin::set_budget(&js, now, files::parse_budget(BIG_BUDGET)?).await?;
+    admin::register_nodes(
+        &js,
+        now,
+        files::parse_inventory(BIG_INVENTORY)?.registrations(),
+    )
+    .await?;
 
     let submission = fairshare_submission::shell::Service::start(
         async_nats::connect(server.url()).await?,
@@ -145,7 +124,7 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     let (stop_submission, submission_task) = spawn_until_stopped(|s| submission.serve(s));
 
-    let mut decision_config = decision::Config::new(CLUSTER);
+    let mut decision_config = decision::Config::new(BIG);
     if let Some(d) = o.debounce {
         decision_config.debounce = d;
     }
@@ -160,7 +139,7 @@ async fn main() -> anyhow::Result<()> {
 
     let runner_client = async_nats::connect(server.url()).await?;
     let runner_config = RunnerConfig {
-        cluster: CLUSTER.into(),
+        cluster: BIG.into(),
         time_scale: TIME_SCALE,
         default_duration: Duration::from_secs(120),
         honour_preemption: true,
@@ -173,7 +152,7 @@ async fn main() -> anyhow::Result<()> {
     // When each job's submission and placement were seen, by job id.
     let placed: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let logged: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let mut follower = Follower::start(&js, 1, vec![subjects::cluster_events(CLUSTER)]).await?;
+    let mut follower = Follower::start(&js, 1, vec![subjects::cluster_events(BIG)]).await?;
     let (seen_placed, seen_logged) = (placed.clone(), logged.clone());
     // The most GPUs held at once: well under the cluster's 1,024, or jobs waited for
     // capacity and the figures would not be the decision's latency.

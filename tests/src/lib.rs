@@ -42,6 +42,40 @@ count = 4
 gpus = 8
 "#;
 
+/// The SPEC's reference size (1,024 GPUs), used by the decision end-to-end test and the
+/// latency bench: its cluster name.
+pub const BIG: &str = "big";
+
+/// [`BIG`]'s inventory: 128 nodes of 8 GPUs.
+pub const BIG_INVENTORY: &str = r#"
+cluster = "big"
+[[nodes]]
+prefix = "g"
+count = 128
+gpus = 8
+"#;
+
+/// [`BIG`]'s budget tree: research 3 (nlp 1, vision 2), ops 1 (infra 1, debug 1).
+pub const BIG_BUDGET: &str = r#"
+cluster = "big"
+[accounts.research]
+share = 3
+[accounts.research.nlp]
+share = 1
+[accounts.research.vision]
+share = 2
+[accounts.ops]
+share = 1
+[accounts.ops.infra]
+share = 1
+[accounts.ops.debug]
+share = 1
+"#;
+
+/// [`BIG_BUDGET`]'s allocations.
+pub const BIG_ALLOCATIONS: [&str; 4] =
+    ["research/nlp", "research/vision", "ops/infra", "ops/debug"];
+
 /// A running submission service and the way to stop it.
 struct RunningService {
     stop: oneshot::Sender<()>,

@@ -28,7 +28,10 @@ use std::time::{Duration, Instant};
 use fairshare_decision::domain::{DecisionState, decide};
 use fairshare_decision::shell::audit::{LoggedPlacement, replay_cycles};
 use fairshare_decision::shell::{self as decision, Explainer, audit, read_log};
-use fairshare_e2e::{Stack, accepted};
+use fairshare_e2e::{
+    BIG, BIG_ALLOCATIONS as ALLOCATIONS, BIG_BUDGET as BUDGET, BIG_INVENTORY as INVENTORY, Stack,
+    accepted,
+};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_launcher::runner::{self, RunnerConfig};
@@ -39,36 +42,9 @@ use fairshare_runtime::log::{Follower, LogEntry};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-const BIG: &str = "big";
 const NODES: u32 = 128;
 const GPUS_PER_NODE: u32 = 8;
 const JOBS: usize = 1_000;
-
-const INVENTORY: &str = r#"
-cluster = "big"
-[[nodes]]
-prefix = "g"
-count = 128
-gpus = 8
-"#;
-
-const BUDGET: &str = r#"
-cluster = "big"
-[accounts.research]
-share = 3
-[accounts.research.nlp]
-share = 1
-[accounts.research.vision]
-share = 2
-[accounts.ops]
-share = 1
-[accounts.ops.infra]
-share = 1
-[accounts.ops.debug]
-share = 1
-"#;
-
-const ALLOCATIONS: [&str; 4] = ["research/nlp", "research/vision", "ops/infra", "ops/debug"];
 
 /// xorshift64*: a deterministic workload without dependencies.
 struct Rng(u64);
