@@ -27,8 +27,8 @@ struct Args {
     /// The GPU cluster this instance decides for.
     #[arg(long, env = "FAIRSHARE_CLUSTER")]
     cluster: String,
-    /// Least time between a cycle's end and the next cycle a change triggers (e.g. 2ms,
-    /// 20ms); a change after a quiet spell is decided at once. Longer batches more changes per
+    /// Least time between the starts of two cycles that changes trigger (e.g. 2ms, 20ms);
+    /// a change after a quiet spell is decided at once. Longer batches more changes per
     /// cycle, at the cost of each submission's wait.
     #[arg(long, env = "FAIRSHARE_DEBOUNCE", default_value = "2ms", value_parser = parse_duration)]
     debounce: Duration,

@@ -101,8 +101,8 @@ pub fn checkpoint_kind(cluster: &str) -> String {
 pub struct Config {
     /// The GPU cluster this instance decides for.
     pub cluster: String,
-    /// The least time between a cycle's end and the next change-driven cycle (longer if the
-    /// last cycle took longer to decide); a change after a quiet spell is decided at once.
+    /// The least time between the starts of two change-driven cycles (longer after a cycle
+    /// that took longer to decide); a change after a quiet spell is decided at once.
     pub debounce: Duration,
     /// A cycle runs at least this often, changes or not.
     pub cycle_every: Duration,
@@ -370,8 +370,9 @@ impl Service {
                         self.resolve(&mut pacer).await;
                         continue;
                     }
+                    let started = Instant::now();
                     let (outcome, deciding) = self.cycle().await;
-                    pacer.ran(Instant::now(), outcome.max_sequence, deciding);
+                    pacer.ran(started, Instant::now(), outcome.max_sequence, deciding);
                     if !outcome.failed.is_empty() {
                         self.unresolved = outcome.failed;
                         pacer.block(Instant::now());
