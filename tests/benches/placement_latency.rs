@@ -172,14 +172,14 @@ async fn main() -> anyhow::Result<()> {
             let (seen, job_id) = match body {
                 Body::JobPlaced(p) => {
                     let gpus = p.nodes.iter().map(|n| n.gpus).sum();
-                    held += gpus;
+                    held = held.saturating_add(gpus);
                     peak.fetch_max(held, std::sync::atomic::Ordering::Relaxed);
                     holding.insert(p.job_id.clone(), gpus);
                     (&seen_placed, p.job_id)
                 }
                 Body::JobSubmitted(s) => (&seen_logged, s.job_id),
                 Body::JobFinished(f) => {
-                    held -= holding.remove(&f.job_id).unwrap_or(0);
+                    held = held.saturating_sub(holding.remove(&f.job_id).unwrap_or(0));
                     continue;
                 }
                 _ => continue,
