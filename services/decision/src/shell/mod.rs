@@ -25,8 +25,9 @@
 //!   end, start, preemption order, node or budget change, maintenance, usage snapshot) makes
 //!   the state dirty; its own placements do not (they free nothing).
 //! - A cycle runs after catch-up, then on each change (at once after a quiet spell, at most
-//!   one per `debounce`, see `pace`), and every `cycle_every` regardless. Cycle numbers grow monotonically, also
-//!   across restarts (they continue from the highest cycle any placement in the log names).
+//!   one per `debounce`, see `pace`), and every `cycle_every` regardless. Cycle numbers grow
+//!   monotonically, also across restarts (they continue from the highest cycle any placement
+//!   in the log names).
 //! - A cycle runs [`decide()`](crate::domain::decide()) at the clock's "now" and publishes each
 //!   placement (see `publish`: deterministic message id `placed:<job>:<expected>` and
 //!   optimistic concurrency over the job's subjects, expected = the newest event of the job

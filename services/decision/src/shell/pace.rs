@@ -6,14 +6,15 @@
 //!   so the changes of a burst are decided together and a steady stream of them cannot
 //!   postpone the cycle forever. After a cycle's end, at least as long as it took to decide
 //!   passes before the next, so a service whose cycles grow costly (a queue of 100,000 jobs)
-//!   spends at most about half its time deciding under a steady stream of changes. A change after a quiet spell waits for nothing: a submission
-//!   to an idle cluster is placed within one cycle (SPEC section 6: submit to placement p99
-//!   within 10 ms at 1,000 submissions/s). Waiting `debounce` after the first change instead,
-//!   as this did at first (with 20 ms), put most of it on every job's wait: `--bench
-//!   placement_latency` at 1,000/s gave p50 16.4 ms and p99 32 ms from submit to placement,
-//!   where this rule with 2 ms gives p50 3.6-3.8 ms and p99 9.3-11.8 ms. Counting the
-//!   debounce from the cycle's end rather than its start gave p99 14-15 ms: the placements'
-//!   round trip was waited on top of it.
+//!   spends at most about half its time deciding under a steady stream of changes.
+//! - So a change after a quiet spell waits for nothing: a submission to an idle cluster is
+//!   placed within one cycle (SPEC section 6: submit to placement p99 within 10 ms at 1,000
+//!   submissions/s). Waiting `debounce` after the first change instead, as this did at first
+//!   (with 20 ms), put most of it on every job's wait: `--bench placement_latency` at
+//!   1,000/s gave p50 16.4 ms and p99 32 ms from submit to placement, where this rule with
+//!   2 ms gives p50 3.6-3.8 ms and p99 9.3-11.8 ms. Counting the debounce from the cycle's
+//!   end rather than its start gave p99 14-15 ms: the placements' round trip was waited on
+//!   top of it.
 //! - Independently, a cycle runs `every` after the previous one even if nothing changed: time
 //!   alone matters (minimum runtimes end, reservations come due, maintenance windows open).
 //! - The barrier: no cycle runs until the fold has applied the highest sequence acknowledged
