@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use async_nats::jetstream::{self, consumer};
 use fairshare_events::{DecodeError, codec, pb, streams::EVENTS_STREAM};
 use futures::StreamExt;
@@ -60,6 +62,14 @@ pub struct Follower {
     filters: Vec<String>,
     /// Stream sequence of the last entry delivered (or the one before the first wanted).
     last_delivered: u64,
+    /// When it last delivered an entry or checked for missed ones. The idle check counts
+    /// from here, not from the call to [`Follower::next`]: every service calls `next` inside
+    /// a `select!` that drops it whenever another branch fires (a pass or cycle timer every
+    /// 5 s), so a timeout per call never expired and a follower whose consumer was lost stayed
+    /// stalled for good.
+    checked_at: Instant,
+    /// How many idle checks it made (see [`Follower::idle_checks`]).
+    idle_checks: u64,
 }
 
 /// How long one pull of a [`Follower`] waits for entries (see [`Follower::start`]).
@@ -84,6 +94,8 @@ impl Follower {
             js: js.clone(),
             filters,
             last_delivered: from.saturating_sub(1),
+            checked_at: Instant::now(),
+            idle_checks: 0,
         })
     }
 
@@ -168,13 +180,20 @@ impl Follower {
     /// two, no entries lost.)
     pub async fn next(&mut self) -> Option<Result<LogEntry, FollowError>> {
         let message = loop {
-            match tokio::time::timeout(FOLLOW_IDLE_CHECK, self.messages.next()).await {
+            let idle_until = self.checked_at + FOLLOW_IDLE_CHECK;
+            match tokio::time::timeout_at(idle_until, self.messages.next()).await {
                 Ok(Some(Ok(m))) => break m,
                 Ok(Some(Err(e))) => return Some(Err(FollowError::Delivery(e.to_string()))),
                 Ok(None) => return None,
-                Err(_) => self.renew_if_behind().await,
+                Err(_) => {
+                    self.renew_if_behind().await;
+                    // Only once the check is done: a call dropped during it checks again.
+                    self.checked_at = Instant::now();
+                    self.idle_checks += 1;
+                }
             }
         };
+        self.checked_at = Instant::now();
         let (sequence, pending) = match message.info() {
             Ok(info) => (info.stream_sequence, info.pending),
             Err(e) => return Some(Err(FollowError::Delivery(e.to_string()))),
@@ -186,6 +205,12 @@ impl Follower {
             event: codec::decode_event(&message.payload),
             pending,
         }))
+    }
+
+    /// How many times it went [`FOLLOW_IDLE_CHECK`] without delivering and asked the stream
+    /// whether it missed anything (for tests and diagnostics).
+    pub fn idle_checks(&self) -> u64 {
+        self.idle_checks
     }
 
     /// Re-creates the consumer from the entry after the last delivered if the stream holds

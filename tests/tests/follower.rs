@@ -1,0 +1,47 @@
+//! The log follower's idle check against a real nats-server: services call
+//! `Follower::next` inside a `select!` whose other branches (pass and cycle timers) fire more
+//! often than the check's period, dropping each call. The check must still come due, or a
+//! follower whose consumer the client lost without noticing (seen after a cluster member
+//! died) never recovers.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::time::Duration;
+
+use fairshare_e2e::{CLUSTER, Stack};
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::subjects;
+use fairshare_runtime::log::{FOLLOW_IDLE_CHECK, Follower};
+
+#[tokio::test]
+async fn the_idle_check_comes_due_even_when_every_call_is_dropped() {
+    let stack = Stack::start().await.unwrap();
+    // A filter nothing matches: the follower delivers nothing while the log moves on.
+    let mut follower = Follower::start(&stack.js, 1, vec![subjects::usage(CLUSTER)])
+        .await
+        .unwrap();
+    let until = tokio::time::Instant::now() + FOLLOW_IDLE_CHECK + Duration::from_secs(3);
+    let mut appended = 0;
+    while tokio::time::Instant::now() < until {
+        tokio::select! {
+            entry = follower.next() => panic!("nothing matches the filter, got {:?}", entry.map(|e| e.map(|e| e.sequence))),
+            // Like a service's timer: fires long before the idle check would.
+            () = tokio::time::sleep(Duration::from_millis(500)) => {
+                appended += 1;
+                stack
+                    .append(
+                        subjects::job_event(CLUSTER, "j", "job_started"),
+                        Body::JobStarted(pb::JobStarted { job_id: "j".into() }),
+                        &format!("started-{appended}"),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    assert!(
+        follower.idle_checks() >= 1,
+        "no idle check in {:?} of dropped calls",
+        FOLLOW_IDLE_CHECK + Duration::from_secs(3)
+    );
+}
