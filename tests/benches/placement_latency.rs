@@ -5,10 +5,11 @@
 //! --debounce-ms D]`
 //!
 //! One nats-server (loopback, file storage), a 1,024-GPU cluster (128 nodes x 8) with four
-//! allocations, and in-process: the submission service, the decision service (its defaults
-//! unless `--debounce-ms` is given) and the demo launcher's runner, which confirms each
-//! placement and ends the job 0.1 s later, so GPUs keep coming free and jobs wait for the
-//! decision, not for capacity (the bench prints the most GPUs held at once to show it).
+//! allocations, and in-process the whole system with its defaults: the submission,
+//! accounting, decision (`--debounce-ms` sets its debounce) and preemption services, and the
+//! demo launcher's runner, which confirms each placement and ends the job 0.1 s later, so GPUs
+//! keep coming free and jobs wait for the decision, not for capacity (the bench prints the
+//! most GPUs held at once to show it).
 //!
 //! Submissions are sent open-loop at `rate` per second (each on schedule, whether or not
 //! earlier ones were answered, so a slow moment shows in the latencies instead of slowing the
@@ -136,6 +137,26 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let (stop_decision, decision_task) = spawn_until_stopped(|s| decision.serve(s));
+
+    // Not on the measured path, but they follow the same log on the same cores.
+    let preemption = fairshare_preemption::shell::Service::start(
+        async_nats::connect(server.url()).await?,
+        fairshare_preemption::shell::Config::new(BIG),
+        Arc::new(SystemClock),
+    )
+    .await?;
+    let (stop_preemption, preemption_task) = spawn_until_stopped(|s| preemption.serve(s));
+    let accounting_dir = tempfile::tempdir()?;
+    let accounting = fairshare_accounting::shell::Service::start(
+        async_nats::connect(server.url()).await?,
+        fairshare_accounting::shell::Config {
+            cluster: Some(BIG.to_owned()),
+            ..fairshare_accounting::shell::Config::new(accounting_dir.path().to_path_buf())
+        },
+        Arc::new(SystemClock),
+    )
+    .await?;
+    let (stop_accounting, accounting_task) = spawn_until_stopped(|s| accounting.serve(s));
 
     let runner_client = async_nats::connect(server.url()).await?;
     let runner_config = RunnerConfig {
@@ -288,9 +309,13 @@ async fn main() -> anyhow::Result<()> {
 
     let _ = stop_runner.send(());
     let _ = stop_decision.send(());
+    let _ = stop_preemption.send(());
+    let _ = stop_accounting.send(());
     let _ = stop_submission.send(());
     runner_task.await??;
     decision_task.await??;
+    preemption_task.await??;
+    accounting_task.await??;
     submission_task.await??;
     watcher.abort();
     Ok(())
