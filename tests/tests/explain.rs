@@ -37,20 +37,11 @@ async fn explanation(stack: &Stack, job_id: &str) -> pb::Explanation {
 async fn a_job_that_does_not_fit_is_told_why_and_placed_jobs_say_where() {
     let mut stack = Stack::start().await.unwrap();
     stack.start_submission(Default::default()).await.unwrap();
-    let client = async_nats::connect(stack.server.url()).await.unwrap();
-    let service = decision::Service::start(
-        client,
-        decision::Config::new(CLUSTER),
-        Arc::new(SystemClock),
-    )
-    .await
-    .unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(service.serve(async {
-        let _ = stopped.await;
-    }));
 
-    // Five 8-GPU jobs for a 4 x 8 cluster: one has to wait (no launcher ends anything).
+    // Five 8-GPU jobs for a 4 x 8 cluster: one has to wait (no launcher ends anything). They
+    // are all queued before the decision service starts, so its first cycle ranks them
+    // together: a service already running decides each as it comes (the first ones onto free
+    // GPUs, whatever their rank).
     let mut ids = Vec::new();
     for i in 0..5 {
         let mut r = request(&format!("full-{i}"));
@@ -67,7 +58,34 @@ async fn a_job_that_does_not_fit_is_told_why_and_placed_jobs_say_where() {
                 .clone(),
         );
     }
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let service = decision::Service::start(
+        client,
+        decision::Config::new(CLUSTER),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(service.serve(async {
+        let _ = stopped.await;
+    }));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // The explain API answers once the service serves.
+    let probe = codec::encode(&pb::ExplainRequest {
+        job_id: ids[0].clone(),
+    });
+    while let Err(e) = stack
+        .client
+        .request(subjects::explain_api(CLUSTER), probe.clone())
+        .await
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no explain answer: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let all = loop {
         let mut all = Vec::new();
         for id in &ids {
