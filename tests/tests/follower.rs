@@ -24,7 +24,10 @@ async fn the_idle_check_comes_due_even_when_every_call_is_dropped() {
     let mut appended = 0;
     while tokio::time::Instant::now() < until {
         tokio::select! {
-            entry = follower.next() => panic!("nothing matches the filter, got {:?}", entry.map(|e| e.map(|e| e.sequence))),
+            entry = follower.next() => {
+                let got = entry.map(|e| e.map(|e| e.sequence));
+                panic!("nothing matches the filter, got {got:?}");
+            }
             // Like a service's timer: fires long before the idle check would.
             () = tokio::time::sleep(Duration::from_millis(500)) => {
                 appended += 1;

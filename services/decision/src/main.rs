@@ -16,9 +16,9 @@ use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 ///
 /// Folds `fairshare.events.<cluster>.>` (jobs, budget tree, nodes, maintenance, usage
 /// snapshots), runs a decision cycle on every change (at most one per debounce) and on a
-/// timer, and appends a `JobPlaced` per placement. Keeps a sled checkpoint of its fold (delete it at any time: the
-/// next start rebuilds it from the log). Run exactly one per cluster. Every flag can also be
-/// set with the environment variable named in brackets.
+/// timer, and appends a `JobPlaced` per placement. Keeps a sled checkpoint of its fold
+/// (delete it at any time: the next start rebuilds it from the log). Run exactly one per
+/// cluster. Every flag can also be set with the environment variable named in brackets.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Args {

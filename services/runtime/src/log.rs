@@ -7,11 +7,10 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use async_nats::jetstream::{self, consumer};
 use fairshare_events::{DecodeError, codec, pb, streams::EVENTS_STREAM};
 use futures::StreamExt;
+use tokio::time::Instant;
 
 /// One entry of the log.
 #[derive(Debug, Clone)]

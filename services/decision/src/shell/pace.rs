@@ -12,9 +12,9 @@
 //!   submissions/s). Waiting `debounce` after the first change instead, as this did at first
 //!   (with 20 ms), put most of it on every job's wait: `--bench placement_latency` at
 //!   1,000/s gave p50 16.4 ms and p99 32 ms from submit to placement, where this rule with
-//!   2 ms gives p50 3.6-3.8 ms and p99 9.3-11.8 ms. Counting the debounce from the cycle's
-//!   end rather than its start gave p99 14-15 ms: the placements' round trip was waited on
-//!   top of it.
+//!   2 ms gives p50 3.4-4.1 ms and p99 8.7-13.4 ms (eight runs on a busy 2-core machine).
+//!   Counting the debounce from the cycle's end rather than its start gave p99 14-15 ms: the
+//!   placements' round trip was waited on top of it.
 //! - Independently, a cycle runs `every` after the previous one even if nothing changed: time
 //!   alone matters (minimum runtimes end, reservations come due, maintenance windows open).
 //! - The barrier: no cycle runs until the fold has applied the highest sequence acknowledged
