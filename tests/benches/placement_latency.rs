@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use fairshare_decision::shell as decision;
 use fairshare_e2e::{
-    BIG, BIG_ALLOCATIONS as ALLOCATIONS, BIG_BUDGET, BIG_INVENTORY, spawn_until_stopped,
+    BIG, BIG_ALLOCATIONS as ALLOCATIONS, BIG_BUDGET, BIG_INVENTORY, bench_arg, spawn_until_stopped,
 };
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
@@ -46,27 +46,11 @@ struct Options {
 }
 
 fn options() -> Options {
-    let mut o = Options {
-        rate: 1_000,
-        seconds: 10,
-        debounce: None,
-    };
-    let args: Vec<String> = std::env::args().collect();
-    let mut i = 1;
-    while i < args.len() {
-        let next: Option<u64> = args.get(i + 1).and_then(|v| v.parse().ok());
-        match (args[i].as_str(), next) {
-            ("--rate", Some(v)) => o.rate = u32::try_from(v).unwrap_or(u32::MAX).max(1),
-            ("--seconds", Some(v)) => o.seconds = u32::try_from(v).unwrap_or(u32::MAX).max(2),
-            ("--debounce-ms", Some(v)) => o.debounce = Some(Duration::from_millis(v)),
-            _ => {
-                i += 1;
-                continue;
-            }
-        }
-        i += 2;
+    Options {
+        rate: bench_arg("--rate").unwrap_or(1_000u32).max(1),
+        seconds: bench_arg("--seconds").unwrap_or(10u32).max(2),
+        debounce: bench_arg("--debounce-ms").map(Duration::from_millis),
     }
-    o
 }
 
 fn request(i: u64) -> pb::SubmitRequest {

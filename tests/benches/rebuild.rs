@@ -12,21 +12,12 @@ use std::time::Instant;
 use async_nats::jetstream::{self, consumer};
 use fairshare_accounting::domain::{FoldConfig, UsageFold};
 use fairshare_accounting::shell::log_filters;
-use fairshare_e2e::{CLUSTER, Stack};
+use fairshare_e2e::{CLUSTER, Stack, bench_arg};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::log::Follower;
 use futures::StreamExt;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Publishes `jobs` job lifecycles (submitted, started, finished), pipelined.
 async fn fill(js: &jetstream::Context, jobs: usize, base: i64) -> anyhow::Result<usize> {
@@ -140,8 +131,8 @@ async fn rebuild(js: &jetstream::Context) -> anyhow::Result<(usize, f64, UsageFo
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let jobs = arg("--jobs", 100_000);
-    let rounds = arg("--rounds", 3);
+    let jobs = bench_arg("--jobs").unwrap_or(100_000);
+    let rounds = bench_arg("--rounds").unwrap_or(3);
     let stack = Stack::start().await?;
     let base = 1_900_000_000_000;
     let t = Instant::now();

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_nats::jetstream::{self, stream};
-use fairshare_e2e::{Stack, accepted, request};
+use fairshare_e2e::{Stack, accepted, bench_arg, request};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, headers, subjects};
 use fairshare_submission::Config;
@@ -23,27 +23,11 @@ struct Options {
 }
 
 fn options() -> Options {
-    let mut o = Options {
-        submissions: 20_000,
-        concurrency: 64,
-        rounds: 3,
-    };
-    let args: Vec<String> = std::env::args().collect();
-    let mut i = 1;
-    while i < args.len() {
-        let next = args.get(i + 1).and_then(|v| v.parse().ok());
-        match (args[i].as_str(), next) {
-            ("--submissions", Some(v)) => o.submissions = v,
-            ("--concurrency", Some(v)) => o.concurrency = v,
-            ("--rounds", Some(v)) => o.rounds = v,
-            _ => {
-                i += 1;
-                continue;
-            }
-        }
-        i += 2;
+    Options {
+        submissions: bench_arg("--submissions").unwrap_or(20_000),
+        concurrency: bench_arg("--concurrency").unwrap_or(64),
+        rounds: bench_arg("--rounds").unwrap_or(3),
     }
-    o
 }
 
 /// CPU seconds (user + system) a process has used, from /proc (Linux only; 0 elsewhere).

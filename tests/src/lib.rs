@@ -279,6 +279,16 @@ pub fn rejected(reply: &pb::SubmitReply) -> anyhow::Result<&pb::Rejection> {
     }
 }
 
+/// The value after flag `name` on a bench's command line (`cargo bench ... -- --name V`), if
+/// it is there and parses.
+pub fn bench_arg<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+}
+
 /// A task that runs until its stop is sent: `run` gets the shutdown future a service's `serve`
 /// (or the launcher's `runner::run`) takes.
 pub fn spawn_until_stopped<T, Fut>(
