@@ -76,6 +76,19 @@ pub fn job_event(cluster: &str, job_id: &str, kind: &str) -> String {
     format!("{EVENTS_PREFIX}.{cluster}.job.{job_id}.{kind}")
 }
 
+/// The job id and event kind of a job event's subject ([`job_event`]), if it is one.
+pub fn job_event_parts(subject: &str) -> Option<(&str, &str)> {
+    let rest = subject.strip_prefix(EVENTS_PREFIX)?.strip_prefix('.')?;
+    let mut tokens = rest.split('.');
+    let (_cluster, job, job_id, kind) = (
+        tokens.next()?,
+        tokens.next()?,
+        tokens.next()?,
+        tokens.next()?,
+    );
+    (job == "job" && tokens.next().is_none()).then_some((job_id, kind))
+}
+
 /// Every event of one job (a wildcard over kinds): the scope of optimistic concurrency.
 pub fn job(cluster: &str, job_id: &str) -> String {
     format!("{EVENTS_PREFIX}.{cluster}.job.{job_id}.*")
@@ -165,6 +178,16 @@ pub fn cluster_of_intake(subject: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_event_subject_names_its_job_and_kind() {
+        let s = job_event("gpu-a", "0190-ab", "job_placed");
+        assert_eq!(job_event_parts(&s), Some(("0190-ab", "job_placed")));
+        assert_eq!(job_event_parts(&policy("gpu-a")), None);
+        assert_eq!(job_event_parts(&job("gpu-a", "x")), Some(("x", "*")));
+        assert_eq!(job_event_parts("fairshare.events.a.job.x.y.z"), None);
+        assert_eq!(job_event_parts("other.a.job.x.y"), None);
+    }
 
     #[test]
     fn every_event_has_the_subject_its_writer_uses() {

@@ -87,7 +87,7 @@ fn ms(d: Duration) -> f64 {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let o = options();
-    fairshare_runtime::telemetry::init("placement-latency-bench");
+    let _telemetry = fairshare_runtime::telemetry::init("placement-latency-bench");
     let server = NatsServer::start()?;
     let client = async_nats::connect(server.url()).await?;
     let js = async_nats::jetstream::new(client.clone());

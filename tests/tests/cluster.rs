@@ -65,7 +65,7 @@ async fn last_sequence(js: &jetstream::Context) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
-    fairshare_runtime::telemetry::init("cluster-test");
+    let _telemetry = fairshare_runtime::telemetry::init("cluster-test");
     let mut cluster = NatsCluster::start(3).unwrap();
     let urls = cluster.urls();
     let operator = connect(&urls, "operator", Identity::None).await.unwrap();

@@ -55,7 +55,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    telemetry::init("fairshare-accounting");
+    let _telemetry = telemetry::init("fairshare-accounting");
     let window_ms = u64::try_from(args.window.as_millis()).context("--window is too large")?;
     let config = Config {
         fold: FoldConfig::new(window_ms)?,

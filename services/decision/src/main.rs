@@ -59,7 +59,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    telemetry::init("fairshare-decision");
+    let _telemetry = telemetry::init("fairshare-decision");
     anyhow::ensure!(!args.cycle_every.is_zero(), "--cycle-every must be above 0");
     let client = args.nats.connect("fairshare-decision").await?;
     if args.audit {

@@ -69,7 +69,7 @@ fn millis(d: Duration) -> i64 {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    telemetry::init("fairshare-preemption");
+    let _telemetry = telemetry::init("fairshare-preemption");
     let policy = domain::Config {
         grace_ms: millis(args.grace),
         min_runtime_cap_ms: millis(args.max_min_runtime),

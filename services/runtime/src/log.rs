@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
+use fairshare_events::headers::TraceParent;
 use fairshare_events::{DecodeError, codec, pb, streams::EVENTS_STREAM};
 use futures::StreamExt;
 use tokio::time::Instant;
@@ -23,6 +24,8 @@ pub struct LogEntry {
     pub event: Result<pb::Event, DecodeError>,
     /// Matching entries still to come after this one when it was delivered; 0 means caught up.
     pub pending: u64,
+    /// The trace context it was published with (`traceparent`), if any.
+    pub trace: Option<TraceParent>,
 }
 
 impl LogEntry {
@@ -203,6 +206,7 @@ impl Follower {
             subject: message.subject.to_string(),
             event: codec::decode_event(&message.payload),
             pending,
+            trace: crate::envelope::incoming_trace(message.headers.as_ref()),
         }))
     }
 

@@ -37,7 +37,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    telemetry::init("fairshare-submission");
+    let _telemetry = telemetry::init("fairshare-submission");
     let client = args.nats.connect("fairshare-submission").await?;
     let config = Config {
         limits: Limits {

@@ -104,7 +104,7 @@ async fn submit_trace(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    telemetry::init("fairshare-demo-launcher");
+    let _telemetry = telemetry::init("fairshare-demo-launcher");
     let client = args.nats.connect("fairshare-demo-launcher").await?;
     if let Some(path) = args.trace.clone() {
         anyhow::ensure!(!args.allocations.is_empty(), "--trace needs --allocations");

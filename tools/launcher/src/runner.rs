@@ -10,6 +10,7 @@ use fairshare_events::{codec, subjects};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::envelope::Envelope;
 use fairshare_runtime::log::{FollowError, Follower};
+use fairshare_runtime::telemetry::{Handling, JobTraces, Relation, Role};
 
 use crate::state::{Action, LauncherState};
 
@@ -48,6 +49,8 @@ pub async fn run(
     let mut follower = Follower::start(&js, 1, vec![filter]).await?;
     let default_ms = i64::try_from(config.default_duration.as_millis()).unwrap_or(i64::MAX);
     let mut state = LauncherState::new(default_ms, config.honour_preemption);
+    // Each job's newest trace context: a start is a child of its placement, and so on.
+    let mut traces = JobTraces::default();
     let mut tick = tokio::time::interval(config.tick);
     tokio::pin!(shutdown);
     loop {
@@ -58,14 +61,15 @@ pub async fn run(
                     if let Ok(event) = &entry.event {
                         state.apply(entry.sequence, event);
                     }
+                    traces.note(&entry);
                     if entry.pending == 0 {
-                        act(&js, &config, clock.now_ms(), &mut state).await;
+                        act(&js, &config, clock.now_ms(), &mut state, &traces).await;
                     }
                 }
                 Some(Err(e)) => tracing::warn!("launcher log follower: {e}"),
                 None => return Err(FollowError::Delivery("connection closed".into()).into()),
             },
-            _ = tick.tick() => act(&js, &config, clock.now_ms(), &mut state).await,
+            _ = tick.tick() => act(&js, &config, clock.now_ms(), &mut state, &traces).await,
         }
     }
 }
@@ -75,6 +79,7 @@ async fn act(
     config: &RunnerConfig,
     now_ms: i64,
     state: &mut LauncherState,
+    traces: &JobTraces,
 ) {
     // Every report is sent before any acknowledgement is awaited: one round trip for all that
     // is due, not one per job (at 1,000 placements a second, one at a time fell behind and
@@ -104,9 +109,18 @@ async fn act(
                 (job_id, expected, "job_preempted", body)
             }
         };
+        // Open until the report is sent: a child of the job's newest traced event.
+        let span = Handling::start(
+            format!("launcher {kind}"),
+            Role::Decision,
+            traces.get(&job_id),
+            Relation::Child,
+            &[("fairshare.job_id", &job_id)],
+        );
         let envelope = Envelope {
             // One start/finish per placement: the expected sequence tells placements apart.
             message_id: format!("{kind}:{job_id}:{expected}"),
+            trace: Some(span.hand_on()),
             expected_last_subject_sequence: Some((
                 expected,
                 Some(subjects::job(&config.cluster, &job_id)),

@@ -20,6 +20,7 @@ pub fn entries(cluster: &str, log: &[pb::Event]) -> Vec<LogEntry> {
             subject: subjects::for_event(cluster, event).unwrap_or_default(),
             event: Ok(event.clone()),
             pending: total - i as u64 - 1,
+            trace: None,
         })
         .collect()
 }

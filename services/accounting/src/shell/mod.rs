@@ -25,6 +25,7 @@ use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
+use fairshare_runtime::telemetry::{self, Relation};
 use futures::StreamExt;
 
 use crate::domain::{Applied, FoldConfig, UsageFold};
@@ -167,7 +168,12 @@ impl Service {
         let from = resumed_from + 1;
         let mut follower =
             Follower::start(&js, from, log_filters(config.cluster.as_deref())).await?;
-        let applied = follower.catch_up(|entry| apply(&mut fold, &entry)).await?;
+        let applied = follower
+            .catch_up(|entry| {
+                let _span = telemetry::entry_span("accounting", &entry, Relation::Linked);
+                apply(&mut fold, &entry);
+            })
+            .await?;
         tracing::info!(from, applied, last = fold.last_applied(), "log folded");
         let usage_subject = match &config.cluster {
             Some(c) => subjects::usage_api(c),
@@ -230,6 +236,7 @@ impl Service {
                 () = &mut shutdown => break,
                 entry = self.follower.next() => match entry {
                     Some(Ok(entry)) => {
+                        let _span = telemetry::entry_span("accounting", &entry, Relation::Child);
                         apply(&mut self.fold, &entry);
                         self.since_checkpoint += 1;
                         if self.since_checkpoint >= self.config.checkpoint_every_events {

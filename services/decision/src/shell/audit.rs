@@ -345,6 +345,7 @@ mod tests {
                 body: Some(body),
             }),
             pending: 0,
+            trace: None,
         }
     }
 
@@ -422,6 +423,7 @@ mod tests {
                 subject: subjects::job_event(C, &p.job_id, "job_placed"),
                 event: Ok(event.clone()),
                 pending: 0,
+                trace: None,
             });
         }
         log
@@ -566,6 +568,7 @@ mod tests {
                 subject: subjects::job_event(C, &p.job_id, "job_placed"),
                 event: Ok(event.clone()),
                 pending: 0,
+                trace: None,
             });
         }
         let mut seen = Vec::new();

@@ -166,6 +166,7 @@ mod tests {
             subject: subject.to_owned(),
             event: Ok(pb::Event { at_ms: 5, body }),
             pending: 0,
+            trace: None,
         }
     }
 
@@ -273,6 +274,7 @@ mod tests {
                 subject,
                 event: Ok(pb::Event { at_ms, body }),
                 pending: 0,
+                trace: None,
             };
             driver.apply(&e);
             log.push(e);
@@ -607,6 +609,7 @@ mod tests {
                 expected: "fairshare.v1.Event",
             }),
             pending: 0,
+            trace: None,
         };
         assert_eq!(f.apply(&bad), Applied::Ignored(Ignored::NoBody));
         assert_eq!(f.last_applied(), 4);

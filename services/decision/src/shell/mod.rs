@@ -70,6 +70,7 @@ use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
+use fairshare_runtime::telemetry::{self, Handling, JobTraces, Relation, Role};
 use futures::StreamExt;
 use tokio::time::Instant;
 
@@ -95,6 +96,15 @@ const CHECKPOINT_VERSION: u32 = 2;
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
 pub fn checkpoint_kind(cluster: &str) -> String {
     format!("fairshare-decision/LogFold/{cluster}")
+}
+
+/// A placement's nodes for its span: `node:gpus,...`.
+fn nodes_text(nodes: &[fairshare_events::pb::NodeGpus]) -> String {
+    let parts: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{}:{}", n.node, n.gpus))
+        .collect();
+    parts.join(",")
 }
 
 /// How the service runs.
@@ -181,6 +191,10 @@ pub struct Service {
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
+    /// Each live job's trace context from the log, the parent of its placement's span (not
+    /// checkpointed: jobs submitted before a restart from a checkpoint are placed in traces
+    /// of their own).
+    traces: JobTraces,
 }
 
 impl Service {
@@ -242,10 +256,13 @@ impl Service {
             vec![subjects::cluster_events(&config.cluster)],
         )
         .await?;
+        let mut traces = JobTraces::default();
         let applied = follower
             .catch_up(|entry| {
+                let _span = telemetry::entry_span("decision", &entry, Relation::Linked);
                 entry.report_if_undecodable();
                 fold.apply(&entry);
+                traces.note(&entry);
             })
             .await?;
         tracing::info!(
@@ -283,6 +300,7 @@ impl Service {
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
+            traces,
         };
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
@@ -392,7 +410,9 @@ impl Service {
                 }
                 entry = self.follower.next() => match entry {
                     Some(Ok(entry)) => {
+                        let _span = telemetry::entry_span("decision", &entry, Relation::Child);
                         entry.report_if_undecodable();
+                        self.traces.note(&entry);
                         match self.fold.apply(&entry) {
                             Applied::Changed => pacer.changed(Instant::now()),
                             Applied::Placed => {}
@@ -482,20 +502,39 @@ impl Service {
         self.next_cycle = cycle + 1;
         let now_ms = self.clock.now_ms();
         let started = std::time::Instant::now();
+        // One span per placement, open until its acknowledgement: a child of the job's
+        // submission, and the parent of the launcher's start.
+        let mut spans = Vec::new();
         let (batch, through_sequence, waiting) = {
             let decision = decide(self.fold.state(), now_ms);
             self.board.publish(&decision, cycle);
             let mut batch = Vec::with_capacity(decision.placements.len());
+            let cycle_text = cycle.to_string();
             for event in decision.events(cycle) {
                 let Some(fairshare_events::pb::event::Body::JobPlaced(p)) = &event.body else {
                     continue;
                 };
                 match self.fold.job_sequence(&p.job_id) {
-                    Some(expected) => batch.push(ToPublish {
-                        job_id: p.job_id.clone(),
-                        expected,
-                        event,
-                    }),
+                    Some(expected) => {
+                        let span = Handling::start(
+                            "decision place",
+                            Role::Decision,
+                            self.traces.get(&p.job_id),
+                            Relation::Child,
+                            &[
+                                ("fairshare.job_id", &p.job_id),
+                                ("fairshare.cycle", &cycle_text),
+                                ("fairshare.nodes", &nodes_text(&p.nodes)),
+                            ],
+                        );
+                        batch.push(ToPublish {
+                            job_id: p.job_id.clone(),
+                            expected,
+                            trace: span.hand_on(),
+                            event,
+                        });
+                        spans.push(span);
+                    }
                     // Only if its submission came on a foreign subject: it cannot be placed
                     // safely, so it is not placed at all.
                     None => {
@@ -516,6 +555,7 @@ impl Service {
         } else {
             publish::publish(&self.js, &self.config.cluster, batch).await
         };
+        drop(spans);
         tracing::debug!(
             cycle,
             through_sequence,
@@ -570,6 +610,7 @@ mod tests {
                 })),
             }),
             pending: 0,
+            trace: None,
         });
         fold
     }

@@ -16,6 +16,7 @@
 //! (one connection preserves publish order).
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
+use fairshare_events::headers::TraceParent;
 use fairshare_events::{codec, pb, subjects};
 use fairshare_runtime::envelope::Envelope;
 
@@ -31,6 +32,8 @@ pub(crate) struct ToPublish {
     pub job_id: String,
     /// Sequence of the job's newest folded event.
     pub expected: u64,
+    /// The trace context the placement carries (its span's).
+    pub trace: TraceParent,
     /// The `JobPlaced` event.
     pub event: pb::Event,
 }
@@ -62,6 +65,7 @@ pub(crate) async fn publish(
     for p in batch {
         let envelope = Envelope {
             message_id: placement_id(&p.job_id, p.expected),
+            trace: Some(p.trace),
             expected_last_subject_sequence: Some((
                 p.expected,
                 Some(subjects::job(cluster, &p.job_id)),
@@ -150,6 +154,7 @@ mod tests {
         ToPublish {
             job_id: job.into(),
             expected,
+            trace: TraceParent::new_root((1, 1)),
             event: pb::Event {
                 at_ms: 2,
                 body: Some(Body::JobPlaced(pb::JobPlaced {

@@ -216,6 +216,7 @@ mod tests {
                 subject,
                 event,
                 pending: 0,
+                trace: None,
             };
             driver.apply(&e);
             log.push(e);

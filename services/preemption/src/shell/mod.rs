@@ -86,6 +86,7 @@ use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
+use fairshare_runtime::telemetry::{self, JobTraces, Relation};
 use tokio::time::Instant;
 
 use crate::domain::{self, decide_preemptions, into_events, next_due, stamp_cycle};
@@ -182,6 +183,8 @@ pub struct Service {
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
+    /// Each live job's trace context from the log, the parent of the orders about it.
+    traces: JobTraces,
 }
 
 impl Service {
@@ -242,6 +245,7 @@ impl Service {
             vec![subjects::cluster_events(&config.cluster)],
         )
         .await?;
+        let mut traces = JobTraces::default();
         if follower.pending_at_start > 0 {
             loop {
                 let Some(entry) = follower.next().await else {
@@ -250,8 +254,10 @@ impl Service {
                     ));
                 };
                 let entry = entry?;
+                let _span = telemetry::entry_span("preemption", &entry, Relation::Linked);
                 entry.report_if_undecodable();
                 fold.apply(&entry);
+                traces.note(&entry);
                 if entry.pending == 0 {
                     break;
                 }
@@ -277,6 +283,7 @@ impl Service {
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
+            traces,
         };
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
@@ -373,7 +380,9 @@ impl Service {
                 }
                 entry = self.follower.next() => match entry {
                     Some(Ok(entry)) => {
+                        let _span = telemetry::entry_span("preemption", &entry, Relation::Child);
                         entry.report_if_undecodable();
+                        self.traces.note(&entry);
                         if self.fold.apply(&entry) && change_due.is_none() {
                             change_due = Some(Instant::now() + self.config.debounce);
                         }
@@ -415,6 +424,7 @@ impl Service {
             &self.js,
             &self.config.cluster,
             &self.fold,
+            &self.traces,
             into_events(bodies, now_ms),
         )
         .await;
@@ -469,6 +479,7 @@ mod tests {
                 })),
             }),
             pending: 0,
+            trace: None,
         });
         fold
     }

@@ -24,6 +24,7 @@ use async_nats::jetstream::{self, context::PublishErrorKind};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::envelope::Envelope;
+use fairshare_runtime::telemetry::{Handling, JobTraces, Relation, Role};
 
 use super::fold::ShellFold;
 
@@ -99,6 +100,7 @@ pub(crate) async fn publish(
     js: &jetstream::Context,
     cluster: &str,
     fold: &ShellFold,
+    traces: &JobTraces,
     events: Vec<pb::Event>,
 ) -> Outcome {
     let mut outcome = Outcome::default();
@@ -119,8 +121,21 @@ pub(crate) async fn publish(
             );
             continue;
         };
+        // A job's order, kill or requeue is a child of the job's newest traced event (its
+        // start, for a running victim); a drained node belongs to no job's trace.
+        let span = match body {
+            Body::NodeDrained(_) => None,
+            _ => Some(Handling::start(
+                format!("preemption {}", codec::event_kind(&event)),
+                Role::Decision,
+                traces.get(&key),
+                Relation::Child,
+                &[("fairshare.job_id", &key)],
+            )),
+        };
         let envelope = Envelope {
             message_id: message_id.clone(),
+            trace: span.as_ref().map(Handling::hand_on),
             expected_last_subject_sequence: Some((expected, Some(scope))),
             ..Default::default()
         };
@@ -188,6 +203,7 @@ mod tests {
             subject,
             event: Ok(event),
             pending: 0,
+            trace: None,
         });
     }
 
@@ -201,6 +217,7 @@ mod tests {
                 subject: m.subject.to_string(),
                 event: codec::decode_event(&m.payload),
                 pending: 0,
+                trace: None,
             });
         }
     }
@@ -260,7 +277,7 @@ mod tests {
                 Body::JobRequeued(pb::JobRequeued { job_id: "j".into() }),
             ])
         };
-        let out = publish(&js, C, &fold, kill_and_requeue()).await;
+        let out = publish(&js, C, &fold, &JobTraces::default(), kill_and_requeue()).await;
         assert_eq!((out.landed, out.refused, out.failed), (2, 0, 0));
         let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
         let requeue = stream.get_raw_message(out.max_sequence).await.unwrap();
@@ -276,7 +293,7 @@ mod tests {
         assert_eq!(id(&requeue), format!("requeue:j:{}", out.max_sequence - 1));
 
         // The same pass decided again from the same (stale) fold: nothing lands twice.
-        let again = publish(&js, C, &fold, kill_and_requeue()).await;
+        let again = publish(&js, C, &fold, &JobTraces::default(), kill_and_requeue()).await;
         assert_eq!(again.landed, 0);
         assert_eq!(
             again.refused + again.duplicates,
@@ -314,11 +331,11 @@ mod tests {
                 node: "n1".into(),
             })])
         };
-        let out = publish(&js, C, &fold, drained()).await;
+        let out = publish(&js, C, &fold, &JobTraces::default(), drained()).await;
         assert_eq!(out.landed, 1);
         let m = stream.get_raw_message(out.max_sequence).await.unwrap();
         assert_eq!(id(&m), format!("drained:n1:{cordon}"));
-        let again = publish(&js, C, &fold, drained()).await;
+        let again = publish(&js, C, &fold, &JobTraces::default(), drained()).await;
         assert_eq!(again.landed, 0);
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use fairshare_events::pb::{self, cancel_reply, event::Body};
 use fairshare_events::{codec, headers, subjects};
 use fairshare_runtime::envelope::{Envelope, incoming_trace};
+use fairshare_runtime::telemetry::{Handling, Relation, Role};
 
 use super::shared::{AppendError, Shared, malformed, unavailable};
 use crate::domain::{CancelTarget, check_cancel};
@@ -25,11 +26,20 @@ pub(super) async fn handle(
         tracing::warn!("cancel request without a reply subject ignored");
         return;
     };
-    let trace = incoming_trace(msg.headers.as_ref());
+    let mut handling = Handling::start(
+        "cancel",
+        Role::Request,
+        incoming_trace(msg.headers.as_ref()),
+        Relation::Child,
+        &[],
+    );
     let result = match codec::decode_cancel_request(&msg.payload) {
         Err(e) => Err(malformed(&e.to_string())),
-        Ok(request) => cancel(&shared, &request, trace).await,
+        Ok(request) => cancel(&shared, &request, Some(handling.hand_on())).await,
     };
+    if let Err(rejection) = &result {
+        handling.fail(&rejection.message);
+    }
     let reply = pb::CancelReply {
         result: Some(match result {
             Ok(c) => cancel_reply::Result::Cancelled(c),

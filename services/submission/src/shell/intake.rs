@@ -14,6 +14,7 @@ use fairshare_events::pb::{self, event::Body};
 use fairshare_events::streams::{INTAKE_CONSUMER, INTAKE_STREAM};
 use fairshare_events::{codec, headers, subjects};
 use fairshare_runtime::envelope::{Envelope, incoming_trace};
+use fairshare_runtime::telemetry::{Handling, Relation, Role};
 use futures::StreamExt;
 
 use super::ServiceError;
@@ -81,7 +82,14 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
     let intake_sequence = message.info().map_err(|e| e.to_string())?.stream_sequence;
     let cluster =
         subjects::cluster_of_intake(&message.subject).unwrap_or(subjects::INVALID_CLUSTER_TOKEN);
-    let trace = incoming_trace(message.headers.as_ref());
+    let handling = Handling::start(
+        "intake",
+        Role::Entry,
+        incoming_trace(message.headers.as_ref()),
+        Relation::Child,
+        &[("fairshare.cluster", cluster)],
+    );
+    let trace = handling.hand_on();
     let header_key = message
         .headers
         .as_ref()

@@ -7,6 +7,7 @@ use fairshare_events::pb::{self, event::Body, submit_reply};
 use fairshare_events::{codec, subjects};
 use fairshare_model::shape::Shape;
 use fairshare_runtime::envelope::{Envelope, incoming_trace};
+use fairshare_runtime::telemetry::{Handling, Relation, Role};
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -25,11 +26,20 @@ pub(super) async fn handle(
         );
         return;
     };
-    let trace = incoming_trace(msg.headers.as_ref());
+    let mut handling = Handling::start(
+        "submit",
+        Role::Request,
+        incoming_trace(msg.headers.as_ref()),
+        Relation::Child,
+        &[],
+    );
     let result = match codec::decode_submit_request(&msg.payload) {
         Err(e) => Err(malformed(&e.to_string())),
-        Ok(request) => submit(&shared, &request, trace).await,
+        Ok(request) => submit(&shared, &request, handling.hand_on()).await,
     };
+    if let Err(rejection) = &result {
+        handling.fail(&rejection.message);
+    }
     let reply = pb::SubmitReply {
         result: Some(match result {
             Ok(accepted) => submit_reply::Result::Accepted(accepted),
@@ -51,7 +61,7 @@ pub(super) async fn handle(
 async fn submit(
     shared: &Shared,
     request: &pb::SubmitRequest,
-    trace: Option<TraceParent>,
+    trace: TraceParent,
 ) -> Result<pb::Accepted, pb::Rejection> {
     let checked = check_submission(&shared.state(), request, &shared.limits)?;
     match checked {
@@ -75,22 +85,17 @@ fn new_job_id(now_ms: i64) -> Uuid {
     ))
 }
 
-/// Appends the job-submitted event of a checked submission. If JetStream reports the key's
-/// message id as a duplicate (a concurrent or retried submit won the race), the first event is
-/// read back so the answer names the first job, never a second one.
+/// Appends the job-submitted event of a checked submission, carrying `trace` (the context of
+/// the span that handles the submission). If JetStream reports the key's message id as a
+/// duplicate (a concurrent or retried submit won the race), the first event is read back so
+/// the answer names the first job, never a second one.
 pub(super) async fn append_submitted(
     shared: &Shared,
     request: &pb::SubmitRequest,
     shape: Shape,
-    trace: Option<TraceParent>,
+    trace: TraceParent,
 ) -> Result<pb::Accepted, pb::Rejection> {
-    let job_id = new_job_id(shared.clock.now_ms());
-    let span_id = job_id.as_u64_pair().1;
-    let trace = match trace {
-        Some(t) => t.child(span_id),
-        None => TraceParent::new_root((job_id.as_u128(), span_id)),
-    };
-    let job_id = job_id.to_string();
+    let job_id = new_job_id(shared.clock.now_ms()).to_string();
     let cluster = request
         .spec
         .as_ref()
