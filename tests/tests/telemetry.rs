@@ -32,6 +32,8 @@ struct Received {
     span_id: u64,
     /// 0: a root span.
     parent_id: u64,
+    /// `(trace id, span id)` of each linked span.
+    links: Vec<(u128, u64)>,
 }
 
 fn id128(bytes: &[u8]) -> u128 {
@@ -97,6 +99,11 @@ async fn serve_connection(mut conn: tokio::net::TcpStream, sink: Arc<Mutex<Vec<R
                             trace_id: id128(&span.trace_id),
                             span_id: id64(&span.span_id),
                             parent_id: id64(&span.parent_span_id),
+                            links: span
+                                .links
+                                .iter()
+                                .map(|l| (id128(&l.trace_id), id64(&l.span_id)))
+                                .collect(),
                         });
                     }
                 }
@@ -241,6 +248,36 @@ async fn one_jobs_trace_runs_from_submit_to_start_in_spans_and_headers() {
     let _ = stop_decision.send(());
     runner_task.await.unwrap().unwrap();
     decision_task.await.unwrap().unwrap();
+
+    // A decision service started afresh folds the log again: its span for the submission is
+    // linked to the job's trace, not a child in it.
+    let before = received.lock().unwrap().len();
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let again = decision::Service::start(
+        client,
+        decision::Config::new(CLUSTER),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let flushing = provider.clone();
+    tokio::task::spawn_blocking(move || flushing.force_flush())
+        .await
+        .unwrap()
+        .unwrap();
+    let replayed: Vec<Received> = received.lock().unwrap()[before..]
+        .iter()
+        .filter(|s| s.name == "decision job_submitted")
+        .cloned()
+        .collect();
+    assert_eq!(replayed.len(), 1, "one replayed submission: {replayed:?}");
+    assert_ne!(
+        replayed[0].trace_id, launcher.trace_id,
+        "not in the old trace"
+    );
+    assert_eq!(replayed[0].parent_id, 0);
+    assert_eq!(replayed[0].links, vec![(launcher.trace_id, submit.span_id)]);
+    drop(again);
     tokio::task::spawn_blocking(move || provider.shutdown())
         .await
         .unwrap()

@@ -211,6 +211,8 @@ pub enum Role {
     Entry,
     /// A decision this service publishes (a placement, a preemption order).
     Decision,
+    /// A request this process sends (a launcher's submit).
+    Call,
 }
 
 /// The span for handling one message. It ends when dropped.
@@ -236,6 +238,7 @@ impl Handling {
             Role::Request => SpanKind::Server,
             Role::Entry => SpanKind::Consumer,
             Role::Decision => SpanKind::Producer,
+            Role::Call => SpanKind::Client,
         };
         let mut builder = tracer.span_builder(name).with_kind(kind).with_attributes(
             attributes

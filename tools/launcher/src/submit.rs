@@ -11,8 +11,10 @@
 
 use std::time::{Duration, Instant};
 
+use fairshare_events::headers::TRACEPARENT;
 use fairshare_events::pb::{self, RejectionCode};
 use fairshare_events::{codec, subjects};
+use fairshare_runtime::telemetry::{Handling, Relation, Role};
 
 /// How long to keep trying one submission.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +62,17 @@ pub async fn submit(
     retry: Retry,
 ) -> Result<pb::SubmitReply, SubmitError> {
     let body = codec::encode(request);
+    // The launcher's span is the trace's root: every try carries it, so the submission
+    // service's span (and all that follows) is its child.
+    let span = Handling::start(
+        "launcher submit",
+        Role::Call,
+        None,
+        Relation::Child,
+        &[("fairshare.idempotency_key", &request.idempotency_key)],
+    );
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(TRACEPARENT, span.hand_on().to_string().as_str());
     let started = Instant::now();
     let mut pause = retry.backoff;
     let mut attempts = 0;
@@ -67,7 +80,7 @@ pub async fn submit(
         attempts += 1;
         let last = match tokio::time::timeout(
             retry.attempt_timeout,
-            client.request(subjects::SUBMIT_API, body.clone()),
+            client.request_with_headers(subjects::SUBMIT_API, headers.clone(), body.clone()),
         )
         .await
         {
