@@ -122,6 +122,19 @@ impl Stack {
         })
     }
 
+    /// Starts a decision service for [`CLUSTER`] with `config` on its own connection: it has
+    /// folded the log to its end and waits for `serve`.
+    pub async fn start_decision(
+        &self,
+        config: fairshare_decision::shell::Config,
+    ) -> anyhow::Result<fairshare_decision::shell::Service> {
+        let client = async_nats::connect(self.server.url()).await?;
+        Ok(
+            fairshare_decision::shell::Service::start(client, config, Arc::new(SystemClock))
+                .await?,
+        )
+    }
+
     /// Starts the submission service on its own connection; returns once it serves.
     pub async fn start_submission(
         &mut self,

@@ -2,14 +2,12 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use fairshare_decision::shell as decision;
 use fairshare_e2e::{CLUSTER, Stack, accepted, request};
 use fairshare_events::pb::{self, explain_reply};
 use fairshare_events::{codec, subjects};
-use fairshare_runtime::clock::SystemClock;
 
 async fn explain(stack: &Stack, job_id: &str) -> explain_reply::Result {
     let req = pb::ExplainRequest {
@@ -58,14 +56,10 @@ async fn a_job_that_does_not_fit_is_told_why_and_placed_jobs_say_where() {
                 .clone(),
         );
     }
-    let client = async_nats::connect(stack.server.url()).await.unwrap();
-    let service = decision::Service::start(
-        client,
-        decision::Config::new(CLUSTER),
-        Arc::new(SystemClock),
-    )
-    .await
-    .unwrap();
+    let service = stack
+        .start_decision(decision::Config::new(CLUSTER))
+        .await
+        .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(service.serve(async {
         let _ = stopped.await;

@@ -141,14 +141,10 @@ async fn one_jobs_trace_runs_from_submit_to_start_in_spans_and_headers() {
 
     let mut stack = Stack::start().await.unwrap();
     stack.start_submission(Default::default()).await.unwrap();
-    let client = async_nats::connect(stack.server.url()).await.unwrap();
-    let service = decision::Service::start(
-        client,
-        decision::Config::new(CLUSTER),
-        Arc::new(SystemClock),
-    )
-    .await
-    .unwrap();
+    let service = stack
+        .start_decision(decision::Config::new(CLUSTER))
+        .await
+        .unwrap();
     let (stop_decision, decision_task) = spawn_until_stopped(|s| service.serve(s));
     let runner_client = async_nats::connect(stack.server.url()).await.unwrap();
     let config = RunnerConfig {
@@ -252,14 +248,10 @@ async fn one_jobs_trace_runs_from_submit_to_start_in_spans_and_headers() {
     // A decision service started afresh folds the log again: its span for the submission is
     // linked to the job's trace, not a child in it.
     let before = received.lock().unwrap().len();
-    let client = async_nats::connect(stack.server.url()).await.unwrap();
-    let again = decision::Service::start(
-        client,
-        decision::Config::new(CLUSTER),
-        Arc::new(SystemClock),
-    )
-    .await
-    .unwrap();
+    let again = stack
+        .start_decision(decision::Config::new(CLUSTER))
+        .await
+        .unwrap();
     let flushing = provider.clone();
     tokio::task::spawn_blocking(move || flushing.force_flush())
         .await
