@@ -31,6 +31,7 @@ pub mod decide;
 pub mod explain;
 pub mod fit;
 mod flat;
+mod flight;
 mod join;
 pub mod nodes;
 mod persist;

@@ -21,6 +21,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::debug;
 use super::flat::FlatMap;
+use super::flight::FlightIndex;
 use super::nodes::NodeIndex;
 use super::queue::SortedChunks;
 use super::rank;
@@ -68,6 +69,7 @@ impl From<Stored> for DecisionState {
             queues: s.queues,
             queued_shapes: BTreeMap::new(),
             in_flight: s.in_flight,
+            flight: FlightIndex::default(),
             usage: s.usage,
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,
@@ -81,6 +83,11 @@ impl From<Stored> for DecisionState {
                 .collect();
             for (_, r) in queue.allocated.iter().chain(queue.unallocated.iter()) {
                 *state.queued_shapes.entry(shape_key(r.shape)).or_insert(0) += 1;
+            }
+        }
+        for (allocation, runs) in &state.in_flight {
+            for (job, run) in runs.iter() {
+                state.flight.insert(allocation, job, *run);
             }
         }
         state.copy_inventory();

@@ -57,7 +57,7 @@ use std::cmp::Ordering;
 use fairshare_model::budget::{AccountId, BudgetTree};
 
 use super::join::take_matching;
-use super::state::DecisionState;
+use super::state::{DecisionState, InFlight};
 
 /// One allocation's inputs to ranking.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -492,6 +492,102 @@ pub(crate) fn allocations_by_path(tree: &BudgetTree) -> Vec<AccountId> {
 /// one placed now weigh alike and consecutive cycles between snapshots do not all favour the
 /// same allocation. Without a snapshot, `W` is minus infinity (everything counts from start).
 pub fn leaf_usage(state: &DecisionState, tree: &BudgetTree, now_ms: i64) -> Vec<LeafUsage> {
+    match state.usage.as_ref().map(|u| u.window_end_ms) {
+        Some(window_end)
+            if window_end <= now_ms
+                && state.flight.shortest_min_runtime().is_none_or(|m| m >= 0) =>
+        {
+            leaf_usage_recent(state, tree, now_ms, window_end)
+        }
+        // Before the first snapshot, or with a window end ahead of `now` (another clock), or a
+        // negative minimum runtime (never accepted): every run is charged one by one.
+        _ => leaf_usage_by_run(state, tree, now_ms),
+    }
+}
+
+/// The allocations of `tree` in path order: the state's own list when `tree` is its tree.
+fn ids_in_path_order<'a>(
+    state: &'a DecisionState,
+    tree: &BudgetTree,
+    listed: &'a mut Vec<AccountId>,
+) -> &'a [AccountId] {
+    if state.tree.as_ref().is_some_and(|t| std::ptr::eq(t, tree)) {
+        &state.allocations_by_path
+    } else {
+        *listed = allocations_by_path(tree);
+        listed
+    }
+}
+
+/// What one run charges beyond the snapshot's window end `window_end` at `now_ms`: what it
+/// ran since then plus what is left of its minimum runtime (see [`leaf_usage`]).
+fn run_charge(run: &InFlight, window_end: i64, now_ms: i64) -> u128 {
+    let from = run.start_ms.max(window_end);
+    let to = run.start_ms.saturating_add(run.min_runtime_ms).max(now_ms);
+    // Under 2^63 ms times under 2^64 GPUs: the product fits in a u128 (one widening multiply,
+    // no overflow check needed).
+    let ms = u64::try_from(to.saturating_sub(from)).unwrap_or(0);
+    u128::from(ms) * u128::from(run.gpus)
+}
+
+/// [`leaf_usage`] with a snapshot whose window end `window_end` is not after `now_ms` and no
+/// negative minimum runtime in flight. A run that started at or before `settled`, the earlier
+/// of the window end and `now` minus the longest minimum runtime in flight, charges exactly
+/// `gpus x (now - window end)`: it started before the window end and its minimum runtime is
+/// over. So each allocation is charged its GPU total times that, plus the runs started since
+/// `settled` one by one ([`FlightIndex`](super::flight::FlightIndex)). The same sums as
+/// [`leaf_usage_by_run`], in integers.
+fn leaf_usage_recent(
+    state: &DecisionState,
+    tree: &BudgetTree,
+    now_ms: i64,
+    window_end: i64,
+) -> Vec<LeafUsage> {
+    let mut out = vec![LeafUsage::default(); tree.accounts.len()];
+    let since_window_end = u128::try_from(i128::from(now_ms) - i128::from(window_end)).unwrap_or(0);
+    let longest = state.flight.longest_min_runtime().unwrap_or(0);
+    let settled = window_end.min(now_ms.saturating_sub(longest));
+    let mut snapshot = state
+        .usage
+        .as_ref()
+        .map(|u| u.by_allocation.iter().peekable());
+    let mut flights = state.flight.by_allocation.iter().peekable();
+    let mut listed = Vec::new();
+    for &id in ids_in_path_order(state, tree, &mut listed) {
+        let path = tree.accounts[id].path.as_str();
+        let mut leaf = LeafUsage::default();
+        if let Some(u) = snapshot.as_mut().and_then(|s| take_matching(s, path)) {
+            leaf.charged_gpu_ms = u128::from(u.charged_gpu_ms);
+            leaf.allocated_gpu_ms = u128::from(u.allocated_gpu_ms);
+        }
+        if let Some(flight) = take_matching(&mut flights, path) {
+            let mut recent_gpus = 0u128;
+            let mut recent_charge = 0u128;
+            for run in flight.started_after(settled) {
+                recent_gpus += u128::from(run.gpus);
+                recent_charge = recent_charge.saturating_add(run_charge(run, window_end, now_ms));
+            }
+            let settled_charge = flight
+                .gpus
+                .saturating_sub(recent_gpus)
+                .saturating_mul(since_window_end);
+            leaf.charged_gpu_ms = leaf
+                .charged_gpu_ms
+                .saturating_add(settled_charge)
+                .saturating_add(recent_charge);
+            leaf.held_gpus = flight.held;
+        }
+        out[id] = leaf;
+    }
+    out
+}
+
+/// [`leaf_usage`] charging every run in flight one by one.
+pub(crate) fn leaf_usage_by_run(
+    state: &DecisionState,
+    tree: &BudgetTree,
+    now_ms: i64,
+) -> Vec<LeafUsage> {
     let mut out = vec![LeafUsage::default(); tree.accounts.len()];
     let window_end = state.usage.as_ref().map_or(i64::MIN, |u| u.window_end_ms);
     // Paths, the snapshot's rows and the running work are all sorted by path: walk them in
@@ -501,15 +597,8 @@ pub fn leaf_usage(state: &DecisionState, tree: &BudgetTree, now_ms: i64) -> Vec<
         .as_ref()
         .map(|u| u.by_allocation.iter().peekable());
     let mut in_flight = state.in_flight.iter().peekable();
-    // The state's own tree has its allocations in path order at hand; another is listed here.
-    let listed;
-    let ids: &[AccountId] = if state.tree.as_ref().is_some_and(|t| std::ptr::eq(t, tree)) {
-        &state.allocations_by_path
-    } else {
-        listed = allocations_by_path(tree);
-        &listed
-    };
-    for &id in ids {
+    let mut listed = Vec::new();
+    for &id in ids_in_path_order(state, tree, &mut listed) {
         let path = tree.accounts[id].path.as_str();
         let mut leaf = LeafUsage::default();
         if let Some(u) = snapshot.as_mut().and_then(|s| take_matching(s, path)) {
@@ -518,14 +607,9 @@ pub fn leaf_usage(state: &DecisionState, tree: &BudgetTree, now_ms: i64) -> Vec<
         }
         if let Some(runs) = take_matching(&mut in_flight, path) {
             for (_, run) in runs.iter() {
-                let from = run.start_ms.max(window_end);
-                let to = run.start_ms.saturating_add(run.min_runtime_ms).max(now_ms);
-                // Under 2^63 ms times under 2^64 GPUs: the product fits in a u128 (one
-                // widening multiply, no overflow check needed).
-                let ms = u64::try_from(to.saturating_sub(from)).unwrap_or(0);
                 leaf.charged_gpu_ms = leaf
                     .charged_gpu_ms
-                    .saturating_add(u128::from(ms) * u128::from(run.gpus));
+                    .saturating_add(run_charge(run, window_end, now_ms));
                 if !run.stopping {
                     leaf.held_gpus = leaf.held_gpus.saturating_add(run.gpus);
                 }

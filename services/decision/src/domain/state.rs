@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use super::debug;
 use super::flat::FlatMap;
+use super::flight::FlightIndex;
 use super::nodes::NodeIndex;
 use super::persist;
 use super::queue::SortedChunks;
@@ -491,6 +492,11 @@ pub struct DecisionState {
     #[serde(skip)]
     pub(crate) queued_shapes: BTreeMap<(u32, u32), usize>,
     pub(crate) in_flight: BTreeMap<Arc<str>, SortedChunks<Arc<str>, InFlight>>,
+    /// `in_flight` by start time with per-allocation totals ([`FlightIndex`]). Derived: not
+    /// checkpointed, built again when a checkpoint is loaded, kept in step by `hold` and
+    /// `release` otherwise.
+    #[serde(skip)]
+    pub(crate) flight: FlightIndex,
     pub(crate) usage: Option<Usage>,
     /// GPUs of debug work each allocation may run ahead of rank ([`debug`]). A setting, not
     /// folded state: never checkpointed, the product default unless set.
@@ -544,6 +550,7 @@ impl DecisionState {
             queues: BTreeMap::new(),
             queued_shapes: BTreeMap::new(),
             in_flight: BTreeMap::new(),
+            flight: FlightIndex::default(),
             usage: None,
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,
@@ -614,6 +621,18 @@ impl DecisionState {
         self.in_flight
             .values()
             .flat_map(|jobs| jobs.iter().map(|(_, job)| job))
+    }
+
+    /// The placed or running allocated jobs that started after `after_ms`, once each (see
+    /// [`Self::in_flight`]), by allocation path and start.
+    pub fn in_flight_started_after(&self, after_ms: i64) -> impl Iterator<Item = &InFlight> {
+        self.flight.started_after(after_ms)
+    }
+
+    /// The longest minimum runtime a placed or running allocated job declares: no job that
+    /// started longer ago than this is still inside its minimum runtime.
+    pub fn longest_min_runtime_in_flight(&self) -> Option<i64> {
+        self.flight.longest_min_runtime()
     }
 
     /// GPUs held on node `node` and by whom.
@@ -918,18 +937,21 @@ impl DecisionState {
         }
         if !job.request.is_unallocated() {
             let gpus = placed.nodes.iter().map(|(_, g)| u64::from(*g)).sum();
-            self.in_flight
+            let run = InFlight {
+                gpus,
+                start_ms: placed.start_ms,
+                min_runtime_ms: job.request.min_runtime_ms,
+                stopping: placed.preempt_deadline_ms.is_some(),
+            };
+            let replaced = self
+                .in_flight
                 .entry(Arc::clone(&job.allocation))
                 .or_default()
-                .insert(
-                    Arc::clone(id),
-                    InFlight {
-                        gpus,
-                        start_ms: placed.start_ms,
-                        min_runtime_ms: job.request.min_runtime_ms,
-                        stopping: placed.preempt_deadline_ms.is_some(),
-                    },
-                );
+                .insert(Arc::clone(id), run);
+            if let Some(old) = replaced {
+                self.flight.remove(&job.allocation, id, &old);
+            }
+            self.flight.insert(&job.allocation, id, run);
         }
     }
 
@@ -945,7 +967,9 @@ impl DecisionState {
             }
         }
         if let Some(runs) = self.in_flight.get_mut(&job.allocation) {
-            runs.remove(id);
+            if let Some(run) = runs.remove(id) {
+                self.flight.remove(&job.allocation, id, &run);
+            }
             if runs.is_empty() {
                 self.in_flight.remove(&job.allocation);
             }

@@ -200,8 +200,13 @@ pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option
     let waiting = d.queues().values().any(|q| !q.allocated.is_empty());
     if waiting {
         // Only allocated work is ever protected, and the in-flight list holds each such job
-        // once (the nodes' holdings hold a multi-node job once per node).
-        for job in d.in_flight() {
+        // once (the nodes' holdings hold a multi-node job once per node). A job that started
+        // longer ago than the longest protection in flight is past it: only the recent ones
+        // are read.
+        let longest = d
+            .longest_min_runtime_in_flight()
+            .map_or(0, |m| contract::effective_min_runtime_ms(m, config));
+        for job in d.in_flight_started_after(now_ms.saturating_sub(longest)) {
             let end = contract::protected_until_ms(job.start_ms, job.min_runtime_ms, config);
             if end > now_ms && next.is_none_or(|n| end < n) {
                 next = Some(end);

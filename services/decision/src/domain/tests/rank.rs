@@ -362,3 +362,57 @@ fn the_share_floor_serves_allocations_below_it_first_and_stops_once_they_reach_i
     let plain = FairTree::new(&t, &u);
     assert!(!plain.below_floor(b) && plain.floor_standing(b).is_none());
 }
+
+proptest! {
+    // Each case folds up to 40 jobs into a fresh state: fewer cases than the default.
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Ranking inputs read through the in-flight index (GPU totals plus the runs started
+    /// lately) equal charging every run one by one, whatever started, stopped, was ordered
+    /// off or ended, at any time after the snapshot's window end.
+    #[test]
+    fn ranking_inputs_from_the_flight_index_equal_charging_run_by_run(
+        jobs in proptest::collection::vec(
+            (0usize..3, 1u32..=8, 0i64..3_000, 1i64..2_000, 0u8..4),
+            1..40,
+        ),
+        window_end in 0i64..4_000,
+        later in proptest::collection::vec(0i64..5_000, 1..6),
+    ) {
+        use super::support::H;
+        use crate::domain::rank::{leaf_usage, leaf_usage_by_run};
+        const S: i64 = 1_000;
+        let allocations = ["org/a", "org/b", "other"];
+        let mut h = H::new();
+        h.tree(vec![acc("org", 3, vec![leaf("a", 1), leaf("b", 2)]), leaf("other", 1)]);
+        for n in 0..40 {
+            h.node(&format!("n{n:02}"), 8);
+        }
+        let mut sorted = jobs.clone();
+        sorted.sort_by_key(|j| j.2);
+        for (i, (a, gpus, start_s, min_runtime_s, fate)) in sorted.into_iter().enumerate() {
+            let id = format!("j{i:02}");
+            h.running(start_s * S, &id, allocations[a], min_runtime_s, &[(&format!("n{i:02}"), gpus)]);
+            match fate {
+                // Ordered off: its GPUs no longer count towards its allocation's floor.
+                1 => h.ok(start_s * S + 1, pb::event::Body::PreemptionOrdered(pb::PreemptionOrdered {
+                    job_id: id.clone(),
+                    grace_deadline_ms: start_s * S + 30 * S,
+                    ..Default::default()
+                })),
+                // Ended: out of flight.
+                2 => h.ok(start_s * S + 2, pb::event::Body::JobFinished(pb::JobFinished {
+                    job_id: id.clone(),
+                    exit_code: 0,
+                })),
+                _ => {}
+            }
+        }
+        h.snapshot(window_end * S, &[("org/a", 5, 100), ("org/b", 7, 200), ("other", 1, 50)]);
+        let tree = h.state.budget_tree().unwrap();
+        for l in later {
+            let now = (window_end + l) * S;
+            prop_assert_eq!(leaf_usage(&h.state, tree, now), leaf_usage_by_run(&h.state, tree, now));
+        }
+    }
+}
