@@ -13,7 +13,8 @@
 //! - [`log`]: following the event log in stream order from a given sequence.
 //! - [`envelope`]: building the headers every published message carries.
 //! - [`shutdown`]: the process signal future `main` hands to a service's `run`.
-//! - [`telemetry`]: tracing set-up for binaries.
+//! - [`telemetry`]: logs and OpenTelemetry export for binaries, and the span each service opens
+//!   per message it handles.
 
 pub mod admin;
 pub mod auth;

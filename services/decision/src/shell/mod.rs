@@ -37,6 +37,9 @@
 //!   again. A placement whose outcome is unknown (timeout) is looked up in the stream (the
 //!   newest event of that job) and the barrier raised to it before any further cycle.
 //! - The latest cycle's waiting reasons are kept for [`Explainer`]s (see `explain`).
+//! - Each placement has its own span, a child of the job's newest traced entry (its
+//!   submission, or its requeue), and `JobPlaced` carries it as `traceparent`
+//!   ([`fairshare_runtime::telemetry`]); with export on, each traced entry folded has one too.
 //!
 //! How the services coordinate, all through `FAIRSHARE_EVENTS`:
 //!

@@ -10,6 +10,7 @@
 //!   `expected` is the newest event of the job the deciding state had folded, so the placement
 //!   is refused if anything happened to the job since (a cancel, another placement). A refusal
 //!   is not an error: the log moved, the fold will see why, and the next cycle decides again.
+//! - `traceparent`: the placement's span, so the launcher's start joins the job's trace.
 //!
 //! All of a cycle's messages are sent first and their acknowledgements awaited together, so a
 //! cycle of hundreds of placements costs about one round trip, and they land in decision order

@@ -17,6 +17,9 @@
 //! When one pass emits two events for the same job (a kill, then its requeue), the second is
 //! sent after the first is acknowledged, expecting the first's sequence; if the first did not
 //! land, the second is not sent (the next pass decides it again from the log).
+//!
+//! A job's effect carries, as `traceparent`, its own span: a child of the job's newest traced
+//! entry, so an order joins the trace of the job it stops.
 
 use std::collections::HashMap;
 
