@@ -543,43 +543,30 @@ fn leaf_usage_recent(
     now_ms: i64,
     window_end: i64,
 ) -> Vec<LeafUsage> {
-    let mut out = vec![LeafUsage::default(); tree.accounts.len()];
     let since_window_end = u128::try_from(i128::from(now_ms) - i128::from(window_end)).unwrap_or(0);
     let longest = state.flight.longest_min_runtime().unwrap_or(0);
     let settled = window_end.min(now_ms.saturating_sub(longest));
-    let mut snapshot = state
-        .usage
-        .as_ref()
-        .map(|u| u.by_allocation.iter().peekable());
     let mut flights = state.flight.by_allocation.iter().peekable();
-    let mut listed = Vec::new();
-    for &id in ids_in_path_order(state, tree, &mut listed) {
-        let path = tree.accounts[id].path.as_str();
-        let mut leaf = LeafUsage::default();
-        if let Some(u) = snapshot.as_mut().and_then(|s| take_matching(s, path)) {
-            leaf.charged_gpu_ms = u128::from(u.charged_gpu_ms);
-            leaf.allocated_gpu_ms = u128::from(u.allocated_gpu_ms);
+    from_snapshot(state, tree, |path, leaf| {
+        let Some(flight) = take_matching(&mut flights, path) else {
+            return;
+        };
+        let mut recent_gpus = 0u128;
+        let mut recent_charge = 0u128;
+        for run in flight.started_after(settled) {
+            recent_gpus += u128::from(run.gpus);
+            recent_charge = recent_charge.saturating_add(run_charge(run, window_end, now_ms));
         }
-        if let Some(flight) = take_matching(&mut flights, path) {
-            let mut recent_gpus = 0u128;
-            let mut recent_charge = 0u128;
-            for run in flight.started_after(settled) {
-                recent_gpus += u128::from(run.gpus);
-                recent_charge = recent_charge.saturating_add(run_charge(run, window_end, now_ms));
-            }
-            let settled_charge = flight
-                .gpus
-                .saturating_sub(recent_gpus)
-                .saturating_mul(since_window_end);
-            leaf.charged_gpu_ms = leaf
-                .charged_gpu_ms
-                .saturating_add(settled_charge)
-                .saturating_add(recent_charge);
-            leaf.held_gpus = flight.held;
-        }
-        out[id] = leaf;
-    }
-    out
+        let settled_charge = flight
+            .gpus
+            .saturating_sub(recent_gpus)
+            .saturating_mul(since_window_end);
+        leaf.charged_gpu_ms = leaf
+            .charged_gpu_ms
+            .saturating_add(settled_charge)
+            .saturating_add(recent_charge);
+        leaf.held_gpus = flight.held;
+    })
 }
 
 /// [`leaf_usage`] charging every run in flight one by one.
@@ -588,15 +575,37 @@ pub(crate) fn leaf_usage_by_run(
     tree: &BudgetTree,
     now_ms: i64,
 ) -> Vec<LeafUsage> {
-    let mut out = vec![LeafUsage::default(); tree.accounts.len()];
     let window_end = state.usage.as_ref().map_or(i64::MIN, |u| u.window_end_ms);
-    // Paths, the snapshot's rows and the running work are all sorted by path: walk them in
-    // lockstep rather than searching the other two by path.
+    let mut in_flight = state.in_flight.iter().peekable();
+    from_snapshot(state, tree, |path, leaf| {
+        let Some(runs) = take_matching(&mut in_flight, path) else {
+            return;
+        };
+        for (_, run) in runs.iter() {
+            leaf.charged_gpu_ms = leaf
+                .charged_gpu_ms
+                .saturating_add(run_charge(run, window_end, now_ms));
+            if !run.stopping {
+                leaf.held_gpus = leaf.held_gpus.saturating_add(run.gpus);
+            }
+        }
+    })
+}
+
+/// One [`LeafUsage`] per account id of `tree`: each allocation's row of the state's usage
+/// snapshot, plus what `add` charges for its work in flight. `add` is called once per
+/// allocation in path order (paths, the snapshot's rows and the running work are all sorted by
+/// path: they are walked in lockstep rather than searched by path).
+fn from_snapshot(
+    state: &DecisionState,
+    tree: &BudgetTree,
+    mut add: impl FnMut(&str, &mut LeafUsage),
+) -> Vec<LeafUsage> {
+    let mut out = vec![LeafUsage::default(); tree.accounts.len()];
     let mut snapshot = state
         .usage
         .as_ref()
         .map(|u| u.by_allocation.iter().peekable());
-    let mut in_flight = state.in_flight.iter().peekable();
     let mut listed = Vec::new();
     for &id in ids_in_path_order(state, tree, &mut listed) {
         let path = tree.accounts[id].path.as_str();
@@ -605,16 +614,7 @@ pub(crate) fn leaf_usage_by_run(
             leaf.charged_gpu_ms = u128::from(u.charged_gpu_ms);
             leaf.allocated_gpu_ms = u128::from(u.allocated_gpu_ms);
         }
-        if let Some(runs) = take_matching(&mut in_flight, path) {
-            for (_, run) in runs.iter() {
-                leaf.charged_gpu_ms = leaf
-                    .charged_gpu_ms
-                    .saturating_add(run_charge(run, window_end, now_ms));
-                if !run.stopping {
-                    leaf.held_gpus = leaf.held_gpus.saturating_add(run.gpus);
-                }
-            }
-        }
+        add(path, &mut leaf);
         out[id] = leaf;
     }
     out
