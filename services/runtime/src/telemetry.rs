@@ -20,10 +20,11 @@
 //! it happened, not every rebuild since.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use fairshare_events::headers::TraceParent;
+use fairshare_events::pb;
 use opentelemetry::trace::{
     Link, Span as _, SpanContext, SpanId, SpanKind, TraceContextExt, TraceFlags, TraceId,
     TraceState, Tracer as _,
@@ -307,24 +308,39 @@ pub fn entry_span(
 pub struct JobTraces {
     /// Per job id, the context of its newest entry that carried one.
     by_job: HashMap<String, TraceParent>,
+    /// Live jobs whose submission says they cannot resume: a preemption ends them.
+    not_resumable: HashSet<String>,
 }
 
 impl JobTraces {
     /// Notes one entry: a job event with a trace context becomes the job's; the job's end
-    /// (finished, failed, cancelled) forgets it.
+    /// forgets it (finished, failed, cancelled, or preempted when it cannot resume, which no
+    /// later event of the job follows).
     pub fn note(&mut self, entry: &crate::log::LogEntry) {
         let Some((job_id, kind)) = fairshare_events::subjects::job_event_parts(&entry.subject)
         else {
             return;
         };
-        match (kind, entry.trace) {
-            ("job_finished" | "job_failed" | "job_cancelled", _) => {
-                self.by_job.remove(job_id);
-            }
-            (_, Some(trace)) => {
-                self.by_job.insert(job_id.to_owned(), trace);
-            }
-            (_, None) => {}
+        let ended = match kind {
+            "job_finished" | "job_failed" | "job_cancelled" => true,
+            "job_preempted" => self.not_resumable.contains(job_id),
+            _ => false,
+        };
+        if ended {
+            self.by_job.remove(job_id);
+            self.not_resumable.remove(job_id);
+            return;
+        }
+        if let Ok(pb::Event {
+            body: Some(pb::event::Body::JobSubmitted(s)),
+            ..
+        }) = &entry.event
+            && s.spec.as_ref().is_some_and(|spec| !spec.resumable)
+        {
+            self.not_resumable.insert(job_id.to_owned());
+        }
+        if let Some(trace) = entry.trace {
+            self.by_job.insert(job_id.to_owned(), trace);
         }
     }
 
@@ -471,6 +487,38 @@ mod tests {
         traces.note(&entry("job_finished", Some(t(3))));
         assert_eq!(traces.get("j1"), None, "an ended job is forgotten");
         assert!(traces.is_empty());
+
+        // A preemption ends a job that cannot resume, and only such a job.
+        let submitted = |id: &str, resumable: bool| LogEntry {
+            sequence: 2,
+            subject: fairshare_events::subjects::job_event("c", id, "job_submitted"),
+            event: Ok(fairshare_events::pb::Event {
+                at_ms: 1,
+                body: Some(fairshare_events::pb::event::Body::JobSubmitted(
+                    fairshare_events::pb::JobSubmitted {
+                        job_id: id.into(),
+                        spec: Some(fairshare_events::pb::JobSpec {
+                            resumable,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                )),
+            }),
+            pending: 0,
+            trace: Some(t(4)),
+        };
+        let preempted = |id: &str| LogEntry {
+            subject: fairshare_events::subjects::job_event("c", id, "job_preempted"),
+            ..entry("job_preempted", Some(t(5)))
+        };
+        traces.note(&submitted("once", false));
+        traces.note(&submitted("again", true));
+        traces.note(&preempted("once"));
+        traces.note(&preempted("again"));
+        assert_eq!(traces.get("once"), None, "not resumable: ended");
+        assert_eq!(traces.get("again"), Some(t(5)), "resumable: requeued next");
+        assert_eq!(traces.len(), 1);
     }
 
     #[test]
