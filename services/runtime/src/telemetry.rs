@@ -210,8 +210,9 @@ pub enum Role {
     Request,
     /// A log entry folded or acted on.
     Entry,
-    /// A decision this service publishes (a placement, a preemption order).
-    Decision,
+    /// An event this process publishes of its own accord (a placement, a preemption order,
+    /// a launcher's report).
+    Publish,
     /// A request this process sends (a launcher's submit).
     Call,
 }
@@ -238,7 +239,7 @@ impl Handling {
         let kind = match role {
             Role::Request => SpanKind::Server,
             Role::Entry => SpanKind::Consumer,
-            Role::Decision => SpanKind::Producer,
+            Role::Publish => SpanKind::Producer,
             Role::Call => SpanKind::Client,
         };
         let mut builder = tracer.span_builder(name).with_kind(kind).with_attributes(

@@ -112,7 +112,7 @@ async fn act(
         // Open until the report is sent: a child of the job's newest traced event.
         let span = Handling::start(
             format!("launcher {kind}"),
-            Role::Decision,
+            Role::Publish,
             traces.get(&job_id),
             Relation::Child,
             &[("fairshare.job_id", &job_id)],

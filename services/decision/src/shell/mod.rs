@@ -521,7 +521,7 @@ impl Service {
                     Some(expected) => {
                         let span = Handling::start(
                             "decision place",
-                            Role::Decision,
+                            Role::Publish,
                             self.traces.get(&p.job_id),
                             Relation::Child,
                             &[

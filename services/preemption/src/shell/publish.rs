@@ -130,7 +130,7 @@ pub(crate) async fn publish(
             Body::NodeDrained(_) => None,
             _ => Some(Handling::start(
                 format!("preemption {}", codec::event_kind(&event)),
-                Role::Decision,
+                Role::Publish,
                 traces.get(&key),
                 Relation::Child,
                 &[("fairshare.job_id", &key)],
