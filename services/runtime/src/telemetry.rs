@@ -66,7 +66,7 @@ impl Drop for Telemetry {
         if let Some(provider) = self.provider.take()
             && let Err(e) = provider.shutdown()
         {
-            eprintln!("OpenTelemetry: could not flush the last spans: {e}");
+            tracing::warn!("OpenTelemetry: could not flush the last spans: {e}");
         }
     }
 }
