@@ -219,8 +219,8 @@ pub enum Role {
 
 /// The span for handling one message. It ends when dropped.
 pub struct Handling {
-    /// The OpenTelemetry span (a no-op one when nothing is exported).
-    span: global::BoxedSpan,
+    /// The OpenTelemetry span; none when nothing is exported.
+    span: Option<global::BoxedSpan>,
     /// The context messages caused by this one carry.
     hand_on: TraceParent,
 }
@@ -235,6 +235,14 @@ impl Handling {
         relation: Relation,
         attributes: &[(&'static str, &str)],
     ) -> Self {
+        // Without export a span records nothing: skip the tracer and the attributes (this
+        // runs per submission, placement and launcher report), keep handing the trace on.
+        if !exporting() {
+            return Self {
+                span: None,
+                hand_on: hand_on(&SpanContext::NONE, incoming, relation),
+            };
+        }
         let tracer = global::tracer(SCOPE);
         let kind = match role {
             Role::Request => SpanKind::Server,
@@ -259,7 +267,10 @@ impl Handling {
         };
         let span = builder.start_with_context(&tracer, &parent);
         let hand_on = hand_on(span.span_context(), incoming, relation);
-        Self { span, hand_on }
+        Self {
+            span: Some(span),
+            hand_on,
+        }
     }
 
     /// The trace context to put on messages this one causes.
@@ -269,8 +280,9 @@ impl Handling {
 
     /// Marks the span as failed with `why`.
     pub fn fail(&mut self, why: &str) {
-        self.span
-            .set_status(opentelemetry::trace::Status::error(why.to_owned()));
+        if let Some(span) = &mut self.span {
+            span.set_status(opentelemetry::trace::Status::error(why.to_owned()));
+        }
     }
 }
 
