@@ -51,8 +51,9 @@ pub fn content_hash(bytes: &[u8]) -> u64 {
     })
 }
 
-/// A W3C `traceparent` value (version 00).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A W3C `traceparent` value (version 00). Serializable so services can keep each job's
+/// context in their checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TraceParent {
     /// 16-byte trace id shared by every span of one trace.
     pub trace_id: u128,

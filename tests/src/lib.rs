@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
+use fairshare_events::headers::{TRACEPARENT, TraceParent};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, subjects};
@@ -195,6 +196,17 @@ impl Stack {
         )
         .await??;
         Ok(codec::decode_cancel_reply(&reply.payload)?)
+    }
+
+    /// The `traceparent` the newest event of `kind` (`job_placed`, ...) of job `job_id` of
+    /// [`CLUSTER`] was published with; `None` if there is no such event or header.
+    pub async fn traceparent_of(&self, job_id: &str, kind: &str) -> Option<TraceParent> {
+        let stream = self.js.get_stream(EVENTS_STREAM).await.ok()?;
+        let message = stream
+            .get_last_raw_message_by_subject(&subjects::job_event(CLUSTER, job_id, kind))
+            .await
+            .ok()?;
+        TraceParent::parse(message.headers.get(TRACEPARENT)?.as_str()).ok()
     }
 
     /// Messages in the events stream.

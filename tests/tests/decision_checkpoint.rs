@@ -6,7 +6,8 @@
 //! again on the same directory and must resume from the checkpoint, hold exactly the fold a
 //! from-scratch replay of the log gives, and place the freed GPUs without placing any job
 //! twice. Then the directory is deleted: the next start folds from sequence 1 and ends up with
-//! the same fold. Every cycle in the log still re-derives byte for byte. Finally the old
+//! the same fold. Every cycle in the log still re-derives byte for byte. A job submitted
+//! before the stop and placed after the restart is placed in its submission's trace. Finally the old
 //! checkpoint meets a fresh server whose log is shorter than it, and is not used.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -166,8 +167,9 @@ async fn a_restart_resumes_from_the_checkpoint_and_a_deleted_one_is_rebuilt() {
     // 12 jobs of 4 GPUs for 32 GPUs: 8 placed, 4 waiting (no launcher ends anything).
     let first = start(&stack, &cp).await;
     assert_eq!(first.resumed_from, 0, "no checkpoint yet");
-    submit(&stack, "before", 12).await;
+    let before = submit(&stack, "before", 12).await;
     let placed = wait_for_placements(&stack, 8).await;
+    let placed_first = placed.clone();
     // Let the fold take in its own placements before stopping.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopped = first.stop().await;
@@ -228,6 +230,28 @@ async fn a_restart_resumes_from_the_checkpoint_and_a_deleted_one_is_rebuilt() {
         "a job was placed twice: {placed:?}"
     );
     assert_eq!(placed.len(), 11);
+    // A job submitted before the stop and placed after the restart is placed in the trace
+    // its submission started: the trace contexts came back with the checkpoint.
+    let resumed_jobs: Vec<&String> = before
+        .iter()
+        .filter(|j| placed.contains_key(*j) && !placed_first.contains_key(*j))
+        .collect();
+    assert!(
+        !resumed_jobs.is_empty(),
+        "a waiting job was placed after the restart"
+    );
+    for job in resumed_jobs {
+        let submitted = stack.traceparent_of(job, "job_submitted").await.unwrap();
+        let placed = stack.traceparent_of(job, "job_placed").await.unwrap();
+        assert_eq!(
+            placed.trace_id, submitted.trace_id,
+            "job {job} was placed outside its submission's trace"
+        );
+        assert_ne!(
+            placed.parent_id, submitted.parent_id,
+            "the placement's own span"
+        );
+    }
 
     // The cache deleted: the next start folds the whole log and holds the same fold.
     std::fs::remove_dir_all(&cp).unwrap();

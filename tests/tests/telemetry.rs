@@ -15,7 +15,6 @@ use std::time::Duration;
 use fairshare_decision::shell as decision;
 use fairshare_e2e::{CLUSTER, Stack, accepted, request, spawn_until_stopped};
 use fairshare_events::headers::{TRACEPARENT, TraceParent};
-use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, subjects};
 use fairshare_launcher::runner::{self, RunnerConfig};
 use fairshare_runtime::clock::SystemClock;
@@ -117,16 +116,6 @@ async fn serve_connection(mut conn: tokio::net::TcpStream, sink: Arc<Mutex<Vec<R
     }
 }
 
-/// The `traceparent` the newest event of `kind` of job `job_id` was published with.
-async fn traceparent_of(stack: &Stack, job_id: &str, kind: &str) -> Option<TraceParent> {
-    let stream = stack.js.get_stream(EVENTS_STREAM).await.unwrap();
-    let message = stream
-        .get_last_raw_message_by_subject(&subjects::job_event(CLUSTER, job_id, kind))
-        .await
-        .ok()?;
-    TraceParent::parse(message.headers.get(TRACEPARENT)?.as_str()).ok()
-}
-
 fn named(spans: &[Received], name: &str) -> Option<Received> {
     spans.iter().find(|s| s.name == name).cloned()
 }
@@ -180,7 +169,7 @@ async fn one_jobs_trace_runs_from_submit_to_start_in_spans_and_headers() {
     // Placed by the decision service and started by the launcher.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let started = loop {
-        if let Some(t) = traceparent_of(&stack, &job_id, "job_started").await {
+        if let Some(t) = stack.traceparent_of(&job_id, "job_started").await {
             break t;
         }
         assert!(
@@ -189,10 +178,12 @@ async fn one_jobs_trace_runs_from_submit_to_start_in_spans_and_headers() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let submitted = traceparent_of(&stack, &job_id, "job_submitted")
+    let submitted = stack
+        .traceparent_of(&job_id, "job_submitted")
         .await
         .expect("JobSubmitted carries a traceparent");
-    let placed = traceparent_of(&stack, &job_id, "job_placed")
+    let placed = stack
+        .traceparent_of(&job_id, "job_placed")
         .await
         .expect("JobPlaced carries a traceparent");
 

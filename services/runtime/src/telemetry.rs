@@ -316,8 +316,10 @@ pub fn entry_span(
 }
 
 /// The trace context of each live job, from the log: the parent of what a service publishes
-/// about the job (the decision service's placement, a launcher's start).
-#[derive(Debug, Default)]
+/// about the job (the decision service's placement, a launcher's start). A fold of the log
+/// like any other, so the services keep it in their checkpoints: a job submitted before a
+/// restart from a checkpoint is still placed in its launcher's trace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JobTraces {
     /// Per job id, the context of its newest entry that carried one.
     by_job: HashMap<String, TraceParent>,

@@ -8,16 +8,20 @@
 //!   job's scope ([`subjects::job`]) a placement is published with, so a placement never lands
 //!   after anything else happened to the job (a cancel, another placement);
 //! - the highest cycle number named by any `JobPlaced` in the log, so cycle numbers keep
-//!   growing across restarts.
+//!   growing across restarts;
+//! - each live job's newest W3C trace context ([`JobTraces`]), the parent of its placement's
+//!   span, so a job submitted before a restart from a checkpoint stays in its launcher's trace.
 //!
 //! Entries whose bytes do not decode are folded as an event without a body: they change
 //! nothing but advance the last applied sequence, exactly as on every replay.
 
 use std::collections::HashMap;
 
+use fairshare_events::headers::TraceParent;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_runtime::log::LogEntry;
+use fairshare_runtime::telemetry::JobTraces;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{DecisionState, Ignored};
@@ -47,6 +51,8 @@ pub struct LogFold {
     job_sequences: HashMap<String, u64>,
     /// Highest `basis.cycle` of any placement folded.
     last_cycle: u64,
+    /// Each live job's newest trace context.
+    traces: JobTraces,
 }
 
 /// An event without a body, folded in place of entries that do not decode.
@@ -63,6 +69,7 @@ impl LogFold {
             job_prefix: format!("{}.{cluster}.job.", subjects::EVENTS_PREFIX),
             job_sequences: HashMap::new(),
             last_cycle: 0,
+            traces: JobTraces::default(),
         }
     }
 
@@ -98,6 +105,11 @@ impl LogFold {
         self.job_sequences.get(job_id).copied()
     }
 
+    /// The trace context of live job `job_id`'s newest traced entry.
+    pub fn job_trace(&self, job_id: &str) -> Option<TraceParent> {
+        self.traces.get(job_id)
+    }
+
     /// The job id of a job event subject of this cluster.
     fn job_of<'a>(&self, subject: &'a str) -> Option<&'a str> {
         subject
@@ -114,6 +126,7 @@ impl LogFold {
         if let Err(why @ Ignored::Duplicate { .. }) = result {
             return Applied::Ignored(why);
         }
+        self.traces.note(entry);
         if let Some(job) = self.job_of(&entry.subject) {
             if self.state.job(job).is_some() {
                 match self.job_sequences.get_mut(job) {
@@ -170,6 +183,17 @@ mod tests {
         }
     }
 
+    fn traced(sequence: u64, subject: &str, body: Option<Body>, span: u64) -> LogEntry {
+        LogEntry {
+            trace: Some(TraceParent {
+                trace_id: 7,
+                parent_id: span,
+                flags: 1,
+            }),
+            ..entry(sequence, subject, body)
+        }
+    }
+
     fn submitted(job: &str) -> Body {
         Body::JobSubmitted(pb::JobSubmitted {
             job_id: job.into(),
@@ -193,10 +217,16 @@ mod tests {
         let mut f = LogFold::new("c");
         let s = |j: &str, k: &str| subjects::job_event("c", j, k);
         assert_eq!(
-            f.apply(&entry(3, &s("j1", "job_submitted"), Some(submitted("j1")))),
+            f.apply(&traced(
+                3,
+                &s("j1", "job_submitted"),
+                Some(submitted("j1")),
+                1
+            )),
             Applied::Changed
         );
         assert_eq!(f.job_sequence("j1"), Some(3));
+        assert_eq!(f.job_trace("j1").map(|t| t.parent_id), Some(1));
         let placed = Body::JobPlaced(pb::JobPlaced {
             job_id: "j1".into(),
             nodes: vec![pb::NodeGpus {
@@ -210,10 +240,18 @@ mod tests {
             }),
         });
         assert_eq!(
-            f.apply(&entry(7, &s("j1", "job_placed"), Some(placed))),
+            f.apply(&traced(7, &s("j1", "job_placed"), Some(placed.clone()), 2)),
             Applied::Placed
         );
         assert_eq!(f.job_sequence("j1"), Some(7));
+        // The newest traced entry is the job's context; an untraced one keeps it, and a
+        // redelivery changes nothing.
+        assert_eq!(f.job_trace("j1").map(|t| t.parent_id), Some(2));
+        assert!(matches!(
+            f.apply(&traced(7, &s("j1", "job_placed"), Some(placed), 3)),
+            Applied::Ignored(Ignored::Duplicate { .. })
+        ));
+        assert_eq!(f.job_trace("j1").map(|t| t.parent_id), Some(2));
         assert_eq!(f.last_cycle(), 41);
         // A refused event on the job's subject still moves the job's scope.
         let again = Body::JobRequeued(pb::JobRequeued {
@@ -233,6 +271,11 @@ mod tests {
             Applied::Changed
         );
         assert_eq!(f.job_sequence("j1"), None);
+        assert_eq!(
+            f.job_trace("j1"),
+            None,
+            "an ended job's context is forgotten"
+        );
         // Redeliveries change nothing.
         assert!(matches!(
             f.apply(&entry(9, &s("j2", "job_submitted"), Some(submitted("j2")))),
@@ -269,12 +312,18 @@ mod tests {
         let mut seq = 0u64;
         let mut push = |driver: &mut LogFold, subject: String, at_ms: i64, body: Option<Body>| {
             seq += 1;
+            // Every other entry traced, so the checkpoint must carry the jobs' contexts.
+            let trace = seq.is_multiple_of(2).then_some(TraceParent {
+                trace_id: u128::from(seq),
+                parent_id: seq,
+                flags: 1,
+            });
             let e = LogEntry {
                 sequence: seq,
                 subject,
                 event: Ok(pb::Event { at_ms, body }),
                 pending: 0,
-                trace: None,
+                trace,
             };
             driver.apply(&e);
             log.push(e);
@@ -527,6 +576,7 @@ mod tests {
         assert!(state.queues.values().any(|q| q.allocated.chunk_count() > 1));
         assert!(state.usage().is_some());
         assert!(whole.last_cycle() > 10);
+        assert!(!whole.traces.is_empty(), "live jobs' trace contexts");
         let statuses: Vec<JobStatusKind> = state.jobs.values().map(|j| kind(&j.status)).collect();
         assert!(
             statuses

@@ -73,7 +73,7 @@ use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
-use fairshare_runtime::telemetry::{self, Handling, JobTraces, Relation, Role};
+use fairshare_runtime::telemetry::{self, Handling, Relation, Role};
 use futures::StreamExt;
 use tokio::time::Instant;
 
@@ -93,7 +93,7 @@ const STALL_WARNING: Duration = Duration::from_secs(10);
 
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes
 /// (older checkpoints are then refused and rebuilt from the log).
-const CHECKPOINT_VERSION: u32 = 2;
+const CHECKPOINT_VERSION: u32 = 3;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -194,10 +194,6 @@ pub struct Service {
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
-    /// Each live job's trace context from the log, the parent of its placement's span (not
-    /// checkpointed: jobs submitted before a restart from a checkpoint are placed in traces
-    /// of their own).
-    traces: JobTraces,
 }
 
 impl Service {
@@ -259,13 +255,11 @@ impl Service {
             vec![subjects::cluster_events(&config.cluster)],
         )
         .await?;
-        let mut traces = JobTraces::default();
         let applied = follower
             .catch_up(|entry| {
                 let _span = telemetry::entry_span("decision", &entry, Relation::Linked);
                 entry.report_if_undecodable();
                 fold.apply(&entry);
-                traces.note(&entry);
             })
             .await?;
         tracing::info!(
@@ -303,7 +297,6 @@ impl Service {
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
-            traces,
         };
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
@@ -415,7 +408,6 @@ impl Service {
                     Some(Ok(entry)) => {
                         let _span = telemetry::entry_span("decision", &entry, Relation::Child);
                         entry.report_if_undecodable();
-                        self.traces.note(&entry);
                         match self.fold.apply(&entry) {
                             Applied::Changed => pacer.changed(Instant::now()),
                             Applied::Placed => {}
@@ -522,7 +514,7 @@ impl Service {
                         let span = Handling::start(
                             "decision place",
                             Role::Publish,
-                            self.traces.get(&p.job_id),
+                            self.fold.job_trace(&p.job_id),
                             Relation::Child,
                             &[
                                 ("fairshare.job_id", &p.job_id),

@@ -2,16 +2,20 @@
 //! publish safely: the stream sequence of each live job's newest event (the expected last
 //! sequence over the job's subjects), each node's newest event and the sequence of its last
 //! cordon (the message id of its `NodeDrained`), and the highest cycle named by any
-//! `PreemptionOrdered` folded (so cycle numbers keep growing across restarts).
+//! `PreemptionOrdered` folded (so cycle numbers keep growing across restarts), and each live
+//! job's newest W3C trace context (the parent of an order's span, kept across restarts from a
+//! checkpoint).
 //!
 //! Entries whose bytes do not decode are folded as an event without a body: they change nothing
 //! but advance the last applied sequence, exactly as on every replay.
 
 use std::collections::HashMap;
 
+use fairshare_events::headers::TraceParent;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_runtime::log::LogEntry;
+use fairshare_runtime::telemetry::JobTraces;
 use serde::{Deserialize, Serialize};
 
 use fairshare_decision::domain::Ignored;
@@ -39,6 +43,8 @@ pub struct ShellFold {
     node_sequences: HashMap<String, u64>,
     cordon_sequences: HashMap<String, u64>,
     last_cycle: u64,
+    /// Each live job's newest trace context.
+    traces: JobTraces,
 }
 
 impl ShellFold {
@@ -52,6 +58,7 @@ impl ShellFold {
             node_sequences: HashMap::new(),
             cordon_sequences: HashMap::new(),
             last_cycle: 0,
+            traces: JobTraces::default(),
         }
     }
 
@@ -66,6 +73,11 @@ impl ShellFold {
         self.state.cluster() == cluster
             && self.job_prefix == format!("{}.{cluster}.job.", subjects::EVENTS_PREFIX)
             && self.node_prefix == format!("{}.{cluster}.node.", subjects::EVENTS_PREFIX)
+    }
+
+    /// The trace context of live job `job_id`'s newest traced entry.
+    pub fn job_trace(&self, job_id: &str) -> Option<TraceParent> {
+        self.traces.get(job_id)
     }
 
     /// The domain state.
@@ -106,6 +118,7 @@ impl ShellFold {
         if let Err(Ignored::Duplicate { .. }) = result {
             return false;
         }
+        self.traces.note(entry);
         if let Some(job) = entry
             .subject
             .strip_prefix(self.job_prefix.as_str())
@@ -211,12 +224,19 @@ mod tests {
             subject: String,
             event: Result<pb::Event, fairshare_events::DecodeError>,
         ) {
+            let sequence = log.len() as u64 + 1;
+            // Every other entry traced, so the checkpoint must carry the jobs' contexts.
+            let trace = sequence.is_multiple_of(2).then_some(TraceParent {
+                trace_id: u128::from(sequence),
+                parent_id: sequence,
+                flags: 1,
+            });
             let e = LogEntry {
-                sequence: log.len() as u64 + 1,
+                sequence,
                 subject,
                 event,
                 pending: 0,
-                trace: None,
+                trace,
             };
             driver.apply(&e);
             log.push(e);
@@ -437,6 +457,10 @@ mod tests {
         for split in [1, log.len() / 3, log.len() / 2, log.len() - 1] {
             let mut before = ShellFold::new("c");
             fold(&log[..split], &mut before);
+            assert!(
+                split == 1 || !before.traces.is_empty(),
+                "live jobs' contexts"
+            );
             let bytes = bincode::serialize(&before).unwrap();
             let mut restored: ShellFold = bincode::deserialize(&bytes).unwrap();
             assert_eq!(restored, before, "split at {split}");

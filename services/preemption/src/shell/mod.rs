@@ -86,7 +86,7 @@ use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
-use fairshare_runtime::telemetry::{self, JobTraces, Relation};
+use fairshare_runtime::telemetry::{self, Relation};
 use tokio::time::Instant;
 
 use crate::domain::{self, decide_preemptions, into_events, next_due, stamp_cycle};
@@ -97,7 +97,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes
 /// (older checkpoints are then refused and rebuilt from the log).
-const CHECKPOINT_VERSION: u32 = 2;
+const CHECKPOINT_VERSION: u32 = 3;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -183,8 +183,6 @@ pub struct Service {
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
-    /// Each live job's trace context from the log, the parent of the orders about it.
-    traces: JobTraces,
 }
 
 impl Service {
@@ -245,7 +243,6 @@ impl Service {
             vec![subjects::cluster_events(&config.cluster)],
         )
         .await?;
-        let mut traces = JobTraces::default();
         if follower.pending_at_start > 0 {
             loop {
                 let Some(entry) = follower.next().await else {
@@ -257,7 +254,6 @@ impl Service {
                 let _span = telemetry::entry_span("preemption", &entry, Relation::Linked);
                 entry.report_if_undecodable();
                 fold.apply(&entry);
-                traces.note(&entry);
                 if entry.pending == 0 {
                     break;
                 }
@@ -283,7 +279,6 @@ impl Service {
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
-            traces,
         };
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
@@ -382,7 +377,6 @@ impl Service {
                     Some(Ok(entry)) => {
                         let _span = telemetry::entry_span("preemption", &entry, Relation::Child);
                         entry.report_if_undecodable();
-                        self.traces.note(&entry);
                         if self.fold.apply(&entry) && change_due.is_none() {
                             change_due = Some(Instant::now() + self.config.debounce);
                         }
@@ -424,7 +418,6 @@ impl Service {
             &self.js,
             &self.config.cluster,
             &self.fold,
-            &self.traces,
             into_events(bodies, now_ms),
         )
         .await;

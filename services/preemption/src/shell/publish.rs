@@ -27,7 +27,7 @@ use async_nats::jetstream::{self, context::PublishErrorKind};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::envelope::Envelope;
-use fairshare_runtime::telemetry::{Handling, JobTraces, Relation, Role};
+use fairshare_runtime::telemetry::{Handling, Relation, Role};
 
 use super::fold::ShellFold;
 
@@ -103,7 +103,6 @@ pub(crate) async fn publish(
     js: &jetstream::Context,
     cluster: &str,
     fold: &ShellFold,
-    traces: &JobTraces,
     events: Vec<pb::Event>,
 ) -> Outcome {
     let mut outcome = Outcome::default();
@@ -131,7 +130,7 @@ pub(crate) async fn publish(
             _ => Some(Handling::start(
                 format!("preemption {}", codec::event_kind(&event)),
                 Role::Publish,
-                traces.get(&key),
+                fold.job_trace(&key),
                 Relation::Child,
                 &[("fairshare.job_id", &key)],
             )),
@@ -280,7 +279,7 @@ mod tests {
                 Body::JobRequeued(pb::JobRequeued { job_id: "j".into() }),
             ])
         };
-        let out = publish(&js, C, &fold, &JobTraces::default(), kill_and_requeue()).await;
+        let out = publish(&js, C, &fold, kill_and_requeue()).await;
         assert_eq!((out.landed, out.refused, out.failed), (2, 0, 0));
         let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
         let requeue = stream.get_raw_message(out.max_sequence).await.unwrap();
@@ -296,7 +295,7 @@ mod tests {
         assert_eq!(id(&requeue), format!("requeue:j:{}", out.max_sequence - 1));
 
         // The same pass decided again from the same (stale) fold: nothing lands twice.
-        let again = publish(&js, C, &fold, &JobTraces::default(), kill_and_requeue()).await;
+        let again = publish(&js, C, &fold, kill_and_requeue()).await;
         assert_eq!(again.landed, 0);
         assert_eq!(
             again.refused + again.duplicates,
@@ -334,11 +333,11 @@ mod tests {
                 node: "n1".into(),
             })])
         };
-        let out = publish(&js, C, &fold, &JobTraces::default(), drained()).await;
+        let out = publish(&js, C, &fold, drained()).await;
         assert_eq!(out.landed, 1);
         let m = stream.get_raw_message(out.max_sequence).await.unwrap();
         assert_eq!(id(&m), format!("drained:n1:{cordon}"));
-        let again = publish(&js, C, &fold, &JobTraces::default(), drained()).await;
+        let again = publish(&js, C, &fold, drained()).await;
         assert_eq!(again.landed, 0);
     }
 }
