@@ -511,6 +511,13 @@ impl Service {
                 };
                 match self.fold.job_sequence(&p.job_id) {
                     Some(expected) => {
+                        // The attribute is only read by an exporter: no string per placement
+                        // without one.
+                        let nodes = if telemetry::exporting() {
+                            nodes_text(&p.nodes)
+                        } else {
+                            String::new()
+                        };
                         let span = Handling::start(
                             "decision place",
                             Role::Publish,
@@ -519,7 +526,7 @@ impl Service {
                             &[
                                 ("fairshare.job_id", &p.job_id),
                                 ("fairshare.cycle", &cycle_text),
-                                ("fairshare.nodes", &nodes_text(&p.nodes)),
+                                ("fairshare.nodes", &nodes),
                             ],
                         );
                         batch.push(ToPublish {
