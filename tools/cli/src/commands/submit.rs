@@ -1,10 +1,17 @@
 //! `fairshare submit` and `fairshare cancel`: what a launcher does, by hand.
+//!
+//! A submission carries a W3C `traceparent` like a launcher's (SPEC section 3, principle 5):
+//! the caller's (`--traceparent`, or the `TRACEPARENT` variable a workflow tool sets), else a
+//! new trace. The CLI exports no spans itself; it prints the trace id, under which the
+//! services' spans for the job (submit, placement, start, preemptions) can be found.
 
 use anyhow::{Context, bail};
 use clap::Args;
+use fairshare_events::headers::{TRACEPARENT, TraceParent};
 use fairshare_events::pb::{self, cancel_reply, submit_reply};
 use fairshare_events::{codec, subjects};
 use fairshare_model::duration::parse_duration;
+use fairshare_runtime::telemetry::{Handling, Relation, Role};
 use std::time::Duration;
 
 use super::Connection;
@@ -51,6 +58,10 @@ pub struct SubmitArgs {
     /// Publish to the durable intake instead of waiting for the submission service.
     #[arg(long)]
     intake: bool,
+    /// W3C trace context to submit under (`00-<trace id>-<span id>-<flags>`), e.g. a
+    /// workflow's; without it the submission starts a new trace. Its trace id is printed.
+    #[arg(long, env = "TRACEPARENT")]
+    traceparent: Option<String>,
 }
 
 /// A job to cancel.
@@ -74,9 +85,27 @@ fn secs(d: Duration) -> anyhow::Result<i64> {
 
 /// Submits one job and prints the answer.
 pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
+    // Checked before anything is sent: a bad context is the caller's mistake, not a reason
+    // to submit outside the trace it names.
+    let parent = args
+        .traceparent
+        .as_deref()
+        .map(TraceParent::parse)
+        .transpose()
+        .context("--traceparent")?;
     let key = args
         .key
         .unwrap_or_else(|| format!("cli-{}", uuid::Uuid::now_v7()));
+    let span = Handling::start(
+        "cli submit",
+        Role::Call,
+        parent,
+        Relation::Child,
+        &[("fairshare.idempotency_key", &key)],
+    );
+    let trace = span.hand_on();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(TRACEPARENT, trace.to_string().as_str());
     let request = pb::SubmitRequest {
         idempotency_key: key.clone(),
         spec: Some(pb::JobSpec {
@@ -94,7 +123,6 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
         }),
     };
     if args.intake {
-        let mut headers = async_nats::HeaderMap::new();
         headers.insert(
             fairshare_events::headers::MESSAGE_ID,
             fairshare_events::headers::submission_id(&key).as_str(),
@@ -113,12 +141,13 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             "queued in intake at sequence {} (key {key}); the outcome appears in the log",
             ack.sequence
         );
+        println!("trace {:032x}", trace.trace_id);
         return Ok(());
     }
     let reply = tokio::time::timeout(
         TIMEOUT,
         conn.client
-            .request(subjects::SUBMIT_API, codec::encode(&request)),
+            .request_with_headers(subjects::SUBMIT_API, headers, codec::encode(&request)),
     )
     .await
     .context("no answer from the submission service within 10 s")??;
@@ -133,6 +162,7 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
                 "accepted job {} at sequence {}{again}",
                 a.job_id, a.stream_sequence
             );
+            println!("trace {:032x}", trace.trace_id);
             Ok(())
         }
         Some(submit_reply::Result::Rejected(r)) => {

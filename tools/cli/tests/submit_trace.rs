@@ -1,0 +1,126 @@
+//! `fairshare submit` against a real nats-server and submission service: the submission
+//! carries the caller's W3C trace context (or a new one) on both paths, request and intake, so
+//! the job's events are in that trace, and the CLI prints the trace id. A malformed context
+//! is refused before anything is sent.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::Output;
+use std::time::Duration;
+
+use fairshare_e2e::{CLUSTER, Stack};
+use fairshare_events::pb::event::Body;
+
+const TRACE_ID: u128 = 0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c;
+const CALLER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+/// Runs the CLI binary's `submit` for a 1-GPU job with key `key` and `extra` arguments.
+async fn submit(stack: &Stack, key: &str, extra: &[&str]) -> Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+    command
+        .args([
+            "submit",
+            "--nats-url",
+            &stack.server.url(),
+            "--cluster",
+            CLUSTER,
+        ])
+        .args([
+            "--allocation",
+            "research/nlp",
+            "--min-runtime",
+            "15m",
+            "--key",
+            key,
+        ])
+        .args(extra)
+        .env_remove("TRACEPARENT");
+    tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// The 32 hex digits after "trace " in the CLI's output.
+fn printed_trace(output: &Output) -> u128 {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let hex = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("trace "))
+        .unwrap_or_else(|| panic!("no trace line in {stdout:?}"));
+    u128::from_str_radix(hex.trim(), 16).unwrap()
+}
+
+/// The job id in "accepted job <id> at sequence ...".
+fn accepted_job(output: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("accepted job "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("not accepted: {stdout:?} {:?}", output.stderr))
+        .to_owned()
+}
+
+/// The job id of the `JobSubmitted` with idempotency key `key`, once it is in the log.
+async fn submitted_with_key(stack: &Stack, key: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        for (_, _, event) in stack.all_events().await.unwrap() {
+            if let Some(Body::JobSubmitted(s)) = event.body
+                && s.idempotency_key == key
+            {
+                return s.job_id;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{key} never accepted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_cli_submission_carries_the_callers_trace_or_starts_one() {
+    let mut stack = Stack::start().await.unwrap();
+    stack.start_submission(Default::default()).await.unwrap();
+
+    // Request/reply under the caller's trace: the submission service's span, and so the
+    // event, is in it (a child of the CLI's span, not of the caller's).
+    let out = submit(&stack, "traced", &["--traceparent", CALLER]).await;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(printed_trace(&out), TRACE_ID);
+    let job = accepted_job(&out);
+    let submitted = stack.traceparent_of(&job, "job_submitted").await.unwrap();
+    assert_eq!(submitted.trace_id, TRACE_ID);
+    assert_ne!(submitted.parent_id, 0xb7ad_6b71_6920_3331);
+
+    // Without one: a new trace, the one printed.
+    let out = submit(&stack, "untraced", &[]).await;
+    assert!(out.status.success(), "{out:?}");
+    let job = accepted_job(&out);
+    let submitted = stack.traceparent_of(&job, "job_submitted").await.unwrap();
+    assert_eq!(submitted.trace_id, printed_trace(&out));
+    assert_ne!(submitted.trace_id, TRACE_ID);
+
+    // The durable intake carries it too.
+    let out = submit(&stack, "by-intake", &["--intake", "--traceparent", CALLER]).await;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(printed_trace(&out), TRACE_ID);
+    let job = submitted_with_key(&stack, "by-intake").await;
+    let submitted = stack.traceparent_of(&job, "job_submitted").await.unwrap();
+    assert_eq!(submitted.trace_id, TRACE_ID);
+
+    // A malformed context is refused with a reason, and nothing is submitted.
+    let before = stack.event_count().await.unwrap();
+    let out = submit(&stack, "bad-trace", &["--traceparent", "00-zz-01"]).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--traceparent") && stderr.contains("invalid traceparent"),
+        "{stderr}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(stack.event_count().await.unwrap(), before);
+}
