@@ -359,6 +359,24 @@ impl JobTraces {
         }
     }
 
+    /// Remembers `trace` as job `job_id`'s context. For a fold that knows which jobs are live
+    /// from its own state (and so which events it applied): it calls this and [`Self::forget`]
+    /// instead of [`Self::note`], which judges from subjects alone.
+    pub fn remember(&mut self, job_id: &str, trace: TraceParent) {
+        match self.by_job.get_mut(job_id) {
+            Some(t) => *t = trace,
+            None => {
+                self.by_job.insert(job_id.to_owned(), trace);
+            }
+        }
+    }
+
+    /// Forgets job `job_id` (it ended, or was never live).
+    pub fn forget(&mut self, job_id: &str) {
+        self.by_job.remove(job_id);
+        self.not_resumable.remove(job_id);
+    }
+
     /// The context of job `job_id`'s newest traced entry.
     pub fn get(&self, job_id: &str) -> Option<TraceParent> {
         self.by_job.get(job_id).copied()

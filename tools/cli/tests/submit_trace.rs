@@ -1,7 +1,9 @@
 //! `fairshare submit` against a real nats-server and submission service: the submission
-//! carries the caller's W3C trace context (or a new one) on both paths, request and intake, so
-//! the job's events are in that trace, and the CLI prints the trace id. A malformed context
-//! is refused before anything is sent.
+//! carries the caller's W3C trace context (`--traceparent` or the `TRACEPARENT` variable) on
+//! both paths, request and intake, so the job's events are in that trace; without one the
+//! submission service starts the trace. The CLI prints the id of the trace the job's events
+//! carry. A malformed `--traceparent` is refused before anything is sent; a malformed
+//! variable is ignored with a warning.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -12,10 +14,12 @@ use fairshare_e2e::{CLUSTER, Stack};
 use fairshare_events::pb::event::Body;
 
 const TRACE_ID: u128 = 0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c;
+const CALLER_SPAN: u64 = 0xb7ad_6b71_6920_3331;
 const CALLER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
-/// Runs the CLI binary's `submit` for a 1-GPU job with key `key` and `extra` arguments.
-async fn submit(stack: &Stack, key: &str, extra: &[&str]) -> Output {
+/// Runs the CLI binary's `submit` for a 1-GPU job with key `key`, `extra` arguments and the
+/// `TRACEPARENT` variable set to `env` (unset if `None`).
+async fn submit(stack: &Stack, key: &str, extra: &[&str], env: Option<&str>) -> Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
     command
         .args([
@@ -33,8 +37,11 @@ async fn submit(stack: &Stack, key: &str, extra: &[&str]) -> Output {
             "--key",
             key,
         ])
-        .args(extra)
-        .env_remove("TRACEPARENT");
+        .args(extra);
+    match env {
+        Some(value) => command.env("TRACEPARENT", value),
+        None => command.env_remove("TRACEPARENT"),
+    };
     tokio::task::spawn_blocking(move || command.output())
         .await
         .unwrap()
@@ -86,35 +93,59 @@ async fn a_cli_submission_carries_the_callers_trace_or_starts_one() {
     let mut stack = Stack::start().await.unwrap();
     stack.start_submission(Default::default()).await.unwrap();
 
-    // Request/reply under the caller's trace: the submission service's span, and so the
-    // event, is in it (a child of the CLI's span, not of the caller's).
-    let out = submit(&stack, "traced", &["--traceparent", CALLER]).await;
+    // Request/reply under the caller's trace, handed on unchanged: the submission service's
+    // span (and so the event) is in it, as the caller's child.
+    let out = submit(&stack, "traced", &["--traceparent", CALLER], None).await;
     assert!(out.status.success(), "{out:?}");
     assert_eq!(printed_trace(&out), TRACE_ID);
-    let job = accepted_job(&out);
-    let submitted = stack.traceparent_of(&job, "job_submitted").await.unwrap();
+    let traced_job = accepted_job(&out);
+    let submitted = stack
+        .traceparent_of(&traced_job, "job_submitted")
+        .await
+        .unwrap();
     assert_eq!(submitted.trace_id, TRACE_ID);
-    assert_ne!(submitted.parent_id, 0xb7ad_6b71_6920_3331);
+    assert_ne!(submitted.parent_id, CALLER_SPAN, "the service's own span");
 
-    // Without one: a new trace, the one printed.
-    let out = submit(&stack, "untraced", &[]).await;
+    // A repeat of the key is the same job, in the first submission's trace.
+    let out = submit(&stack, "traced", &[], None).await;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(accepted_job(&out), traced_job);
+    assert_eq!(printed_trace(&out), TRACE_ID);
+
+    // Without a context the submission service starts the trace; the CLI prints its id.
+    let out = submit(&stack, "untraced", &[], None).await;
     assert!(out.status.success(), "{out:?}");
     let job = accepted_job(&out);
     let submitted = stack.traceparent_of(&job, "job_submitted").await.unwrap();
-    assert_eq!(submitted.trace_id, printed_trace(&out));
+    assert_eq!(printed_trace(&out), submitted.trace_id);
     assert_ne!(submitted.trace_id, TRACE_ID);
 
+    // The variable a workflow tool sets is used; a malformed one is ignored with a warning.
+    let out = submit(&stack, "from-env", &[], Some(CALLER)).await;
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(printed_trace(&out), TRACE_ID);
+    let out = submit(&stack, "bad-env", &[], Some("garbage")).await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ignoring the TRACEPARENT variable"));
+    assert_ne!(printed_trace(&out), TRACE_ID);
+
     // The durable intake carries it too.
-    let out = submit(&stack, "by-intake", &["--intake", "--traceparent", CALLER]).await;
+    let out = submit(
+        &stack,
+        "by-intake",
+        &["--intake", "--traceparent", CALLER],
+        None,
+    )
+    .await;
     assert!(out.status.success(), "{out:?}");
     assert_eq!(printed_trace(&out), TRACE_ID);
     let job = submitted_with_key(&stack, "by-intake").await;
     let submitted = stack.traceparent_of(&job, "job_submitted").await.unwrap();
     assert_eq!(submitted.trace_id, TRACE_ID);
 
-    // A malformed context is refused with a reason, and nothing is submitted.
+    // A malformed --traceparent is refused with a reason, and nothing is submitted.
     let before = stack.event_count().await.unwrap();
-    let out = submit(&stack, "bad-trace", &["--traceparent", "00-zz-01"]).await;
+    let out = submit(&stack, "bad-trace", &["--traceparent", "00-zz-01"], None).await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

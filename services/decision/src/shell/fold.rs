@@ -126,7 +126,6 @@ impl LogFold {
         if let Err(why @ Ignored::Duplicate { .. }) = result {
             return Applied::Ignored(why);
         }
-        self.traces.note(entry);
         if let Some(job) = self.job_of(&entry.subject) {
             if self.state.job(job).is_some() {
                 match self.job_sequences.get_mut(job) {
@@ -135,8 +134,14 @@ impl LogFold {
                         self.job_sequences.insert(job.to_owned(), entry.sequence);
                     }
                 }
+                // The newest event the state took is the job's context; a refused one
+                // (a late report, a stale order) is not.
+                if let (Ok(()), Some(trace)) = (&result, entry.trace) {
+                    self.traces.remember(job, trace);
+                }
             } else {
                 self.job_sequences.remove(job);
+                self.traces.forget(job);
             }
         }
         let placed = match &event.body {
@@ -258,10 +263,12 @@ mod tests {
             job_id: "j1".into(),
         });
         assert!(matches!(
-            f.apply(&entry(8, &s("j1", "job_requeued"), Some(again))),
+            f.apply(&traced(8, &s("j1", "job_requeued"), Some(again), 4)),
             Applied::Ignored(Ignored::WrongStatus { .. })
         ));
         assert_eq!(f.job_sequence("j1"), Some(8));
+        // ...but is not the job's context.
+        assert_eq!(f.job_trace("j1").map(|t| t.parent_id), Some(2));
         let done = Body::JobFinished(pb::JobFinished {
             job_id: "j1".into(),
             exit_code: 0,
@@ -283,6 +290,16 @@ mod tests {
         ));
         assert_eq!(f.job_sequence("j2"), None);
         assert_eq!(f.last_applied(), 9);
+        // A late report for the ended job leaves no context behind.
+        let late = Body::JobStarted(pb::JobStarted {
+            job_id: "j1".into(),
+        });
+        assert!(matches!(
+            f.apply(&traced(10, &s("j1", "job_started"), Some(late), 5)),
+            Applied::Ignored(_)
+        ));
+        assert_eq!(f.job_trace("j1"), None);
+        assert!(f.traces.is_empty());
     }
 
     /// xorshift64*: a deterministic workload without dependencies.

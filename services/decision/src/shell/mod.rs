@@ -15,8 +15,9 @@
 //! Checkpoints are written after catch-up, every `checkpoint_every_events` entries or
 //! `checkpoint_every`, whichever comes first, and at shutdown. A failed write is logged and
 //! the service keeps deciding (the next write carries the then current fold). Writing is
-//! synchronous on the serving task: it encodes the whole fold (live jobs, nodes, budget tree,
-//! usage) with bincode and flushes sled, so a cycle can wait for it.
+//! synchronous on the serving task: it encodes the whole fold (live jobs and their trace
+//! contexts, nodes, budget tree, usage) with bincode and flushes sled, so a cycle can wait for
+//! it.
 //!
 //! Serving ([`Service::serve`]): one task owns the fold and the cycles, so a cycle always
 //! decides from a prefix of the log and names it exactly.

@@ -118,7 +118,6 @@ impl ShellFold {
         if let Err(Ignored::Duplicate { .. }) = result {
             return false;
         }
-        self.traces.note(entry);
         if let Some(job) = entry
             .subject
             .strip_prefix(self.job_prefix.as_str())
@@ -127,8 +126,13 @@ impl ShellFold {
         {
             if self.state.decision().job(job).is_some() {
                 self.job_sequences.insert(job.to_owned(), entry.sequence);
+                // The newest event the state took is the job's context; a refused one is not.
+                if let (Ok(()), Some(trace)) = (&result, entry.trace) {
+                    self.traces.remember(job, trace);
+                }
             } else {
                 self.job_sequences.remove(job);
+                self.traces.forget(job);
             }
         } else if let Some(node) = entry.subject.strip_prefix(self.node_prefix.as_str()) {
             self.node_sequences.insert(node.to_owned(), entry.sequence);

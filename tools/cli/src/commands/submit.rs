@@ -1,17 +1,18 @@
 //! `fairshare submit` and `fairshare cancel`: what a launcher does, by hand.
 //!
-//! A submission carries a W3C `traceparent` like a launcher's (SPEC section 3, principle 5):
-//! the caller's (`--traceparent`, or the `TRACEPARENT` variable a workflow tool sets), else a
-//! new trace. The CLI exports no spans itself; it prints the trace id, under which the
-//! services' spans for the job (submit, placement, start, preemptions) can be found.
+//! A submission carries the caller's W3C `traceparent` (`--traceparent`, or the `TRACEPARENT`
+//! variable a workflow tool sets), unchanged: the CLI records no span of its own, so the
+//! submission service's span is the caller's child. Without one the submission service starts
+//! the trace. Either way the CLI prints the trace id the job's events carry, under which the
+//! services' spans for it (submit, placement, start, preemptions) can be found.
 
 use anyhow::{Context, bail};
 use clap::Args;
 use fairshare_events::headers::{TRACEPARENT, TraceParent};
 use fairshare_events::pb::{self, cancel_reply, submit_reply};
+use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, subjects};
 use fairshare_model::duration::parse_duration;
-use fairshare_runtime::telemetry::{Handling, Relation, Role};
 use std::time::Duration;
 
 use super::Connection;
@@ -59,8 +60,10 @@ pub struct SubmitArgs {
     #[arg(long)]
     intake: bool,
     /// W3C trace context to submit under (`00-<trace id>-<span id>-<flags>`), e.g. a
-    /// workflow's; without it the submission starts a new trace. Its trace id is printed.
-    #[arg(long, env = "TRACEPARENT")]
+    /// workflow's; default: the `TRACEPARENT` variable if it holds a valid one (an invalid one
+    /// is ignored with a warning), else the submission service starts a new trace. The job's
+    /// trace id is printed. Flags `00` (not sampled) mean no service exports spans for it.
+    #[arg(long)]
     traceparent: Option<String>,
 }
 
@@ -85,27 +88,17 @@ fn secs(d: Duration) -> anyhow::Result<i64> {
 
 /// Submits one job and prints the answer.
 pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
-    // Checked before anything is sent: a bad context is the caller's mistake, not a reason
-    // to submit outside the trace it names.
-    let parent = args
-        .traceparent
-        .as_deref()
-        .map(TraceParent::parse)
-        .transpose()
-        .context("--traceparent")?;
+    let parent = caller_trace(
+        args.traceparent.as_deref(),
+        std::env::var("TRACEPARENT").ok().as_deref(),
+    )?;
     let key = args
         .key
         .unwrap_or_else(|| format!("cli-{}", uuid::Uuid::now_v7()));
-    let span = Handling::start(
-        "cli submit",
-        Role::Call,
-        parent,
-        Relation::Child,
-        &[("fairshare.idempotency_key", &key)],
-    );
-    let trace = span.hand_on();
     let mut headers = async_nats::HeaderMap::new();
-    headers.insert(TRACEPARENT, trace.to_string().as_str());
+    if let Some(parent) = parent {
+        headers.insert(TRACEPARENT, parent.to_string().as_str());
+    }
     let request = pb::SubmitRequest {
         idempotency_key: key.clone(),
         spec: Some(pb::JobSpec {
@@ -137,11 +130,21 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             )
             .await?
             .await?;
+        if ack.duplicate {
+            // The first publish's context is the one its submission carries.
+            println!(
+                "already in intake at sequence {} (key {key}); the outcome appears in the log",
+                ack.sequence
+            );
+            return Ok(());
+        }
         println!(
             "queued in intake at sequence {} (key {key}); the outcome appears in the log",
             ack.sequence
         );
-        println!("trace {:032x}", trace.trace_id);
+        if let Some(parent) = parent {
+            println!("trace {:032x}", parent.trace_id);
+        }
         return Ok(());
     }
     let reply = tokio::time::timeout(
@@ -162,7 +165,10 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
                 "accepted job {} at sequence {}{again}",
                 a.job_id, a.stream_sequence
             );
-            println!("trace {:032x}", trace.trace_id);
+            // From the log, not this request: a repeat's job lives in the first one's trace.
+            if let Some(t) = submitted_trace(conn, &args.cluster, &a.job_id).await {
+                println!("trace {:032x}", t.trace_id);
+            }
             Ok(())
         }
         Some(submit_reply::Result::Rejected(r)) => {
@@ -170,6 +176,36 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
         }
         None => bail!("empty reply from the submission service"),
     }
+}
+
+/// The trace context to submit under: `--traceparent` (which must be valid: the caller asked
+/// for that trace by name), else the `TRACEPARENT` variable when it holds a valid one. The
+/// variable is ambient, set by whatever tool ran the shell, so an empty or malformed one is
+/// ignored, with a warning for the latter, rather than blocking every submission.
+fn caller_trace(flag: Option<&str>, env: Option<&str>) -> anyhow::Result<Option<TraceParent>> {
+    if let Some(value) = flag {
+        return Ok(Some(TraceParent::parse(value).context("--traceparent")?));
+    }
+    match env.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(value) => match TraceParent::parse(value) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) => {
+                eprintln!("warning: ignoring the TRACEPARENT variable: {e}");
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// The `traceparent` job `job_id`'s `JobSubmitted` was appended with, if any.
+async fn submitted_trace(conn: &Connection, cluster: &str, job_id: &str) -> Option<TraceParent> {
+    let stream = conn.js.get_stream(EVENTS_STREAM).await.ok()?;
+    let message = stream
+        .get_last_raw_message_by_subject(&subjects::job_event(cluster, job_id, "job_submitted"))
+        .await
+        .ok()?;
+    TraceParent::parse(message.headers.get(TRACEPARENT)?.as_str()).ok()
 }
 
 /// Cancels one job and prints the answer.
@@ -205,4 +241,36 @@ fn code_name(code: i32) -> &'static str {
     pb::RejectionCode::try_from(code)
         .map(|c| c.as_str_name())
         .unwrap_or("UNKNOWN_CODE")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const VALID: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    const OTHER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn the_flag_wins_and_must_be_valid() {
+        let flag = caller_trace(Some(VALID), Some(OTHER)).unwrap().unwrap();
+        assert_eq!(flag.trace_id, 0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c);
+        let err = caller_trace(Some("00-zz-01"), Some(OTHER)).unwrap_err();
+        assert!(format!("{err:#}").contains("--traceparent"), "{err:#}");
+        assert!(caller_trace(Some(""), None).is_err());
+    }
+
+    #[test]
+    fn the_variable_is_used_when_valid_and_ignored_otherwise() {
+        let env = caller_trace(None, Some(OTHER)).unwrap().unwrap();
+        assert_eq!(env.parent_id, 0x00f0_67aa_0ba9_02b7);
+        assert_eq!(
+            caller_trace(None, Some(&format!(" {OTHER}\n"))).unwrap(),
+            Some(env)
+        );
+        assert_eq!(caller_trace(None, Some("")).unwrap(), None);
+        assert_eq!(caller_trace(None, Some("not-a-trace")).unwrap(), None);
+        assert_eq!(caller_trace(None, None).unwrap(), None);
+    }
 }
