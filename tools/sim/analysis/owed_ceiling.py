@@ -10,7 +10,8 @@ msft-itp. The freedom:
 - preemption is free and instant: every `--step` (default 2 min) all work stops and the
   running set is chosen afresh, and no work is lost (no minimum runtimes, no grace, no
   checkpoints);
-- the cluster is one pool of GPUs: no nodes, so no fragmentation and no whole-node rule;
+- the cluster is one pool of GPUs: no nodes, so no fragmentation and no whole-node rule
+  (`--gpus-per-node N` packs onto nodes instead, still repacked freely every step);
 - the choice looks at the metric itself: each step, every allocation first gets its jobs, in
   submission order, up to its owed rate (min(fraction x GPUs, the GPUs its unfinished jobs
   ask for)), never above it; then an allocation still short may run one job bigger than its
@@ -96,7 +97,34 @@ def load(path, span_s):
     return jobs
 
 
-def run(jobs, gpus, step, span_s):
+class Nodes:
+    """Free GPUs per node of `gpn` GPUs, refilled each step (free repacking). A job of more
+    than `gpn` GPUs takes whole empty nodes; a smaller one the fullest node it fits."""
+
+    def __init__(self, gpus, gpn):
+        self.gpn = gpn
+        self.free = [gpn] * (gpus // gpn)
+
+    def place(self, g):
+        if g > self.gpn:
+            empty = [i for i, f in enumerate(self.free) if f == self.gpn]
+            k = -(-g // self.gpn)
+            if len(empty) < k:
+                return False
+            for i in empty[:k]:
+                self.free[i] = 0
+            return True
+        best = None
+        for i, f in enumerate(self.free):
+            if f >= g and (best is None or f < self.free[best]):
+                best = i
+        if best is None:
+            return False
+        self.free[best] -= g
+        return True
+
+
+def run(jobs, gpus, step, span_s, gpn=0):
     # The simulator's run lasts the span (without one, to a second past the last submission),
     # rounded up to whole hours.
     end = min(span_s, max(j["submit"] for j in jobs) + 1)
@@ -168,11 +196,25 @@ def run(jobs, gpus, step, span_s):
             chosen.add(id(j))
             run_by[a] += j["gpus"]
             used += j["gpus"]
+        # With nodes: pack what A and B chose, multi-node jobs first, then the others largest
+        # first; what does not fit waits.
+        nodes = Nodes(gpus, gpn) if gpn else None
+        if nodes:
+            picked = [j for a in FRACTIONS for j in waiting[a] if id(j) in chosen]
+            for j in sorted(picked, key=lambda j: (j["gpus"] <= gpn, -j["gpus"], j["submit"])):
+                if not nodes.place(j["gpus"]):
+                    chosen.discard(id(j))
+                    run_by[j["alloc"]] -= j["gpus"]
+                    used -= j["gpus"]
+
+        def fits(g):
+            return nodes.place(g) if nodes else used + g <= gpus
+
         # C: fill what is left: allocations short of owed first, then the rest, unallocated last.
         order = sorted(FRACTIONS, key=lambda a: (run_by[a] >= owed_rate[a], a)) + [None]
         for a in order:
             for j in waiting[a]:
-                if id(j) not in chosen and used + j["gpus"] <= gpus:
+                if id(j) not in chosen and fits(j["gpus"]):
                     chosen.add(id(j))
                     run_by[a] += j["gpus"]
                     used += j["gpus"]
@@ -207,13 +249,19 @@ def main():
     p.add_argument("--budget", default=DEFAULT_BUDGET, help="budget tree (the simulator's format)")
     p.add_argument("--step", type=int, default=120, help="seconds between choices (divides an hour)")
     p.add_argument("--span-days", type=float, help="replay only this much of the trace")
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=0,
+        help="pack onto nodes of this many GPUs, repacked freely each step (default: one pool)",
+    )
     args = p.parse_args()
     if args.step <= 0 or HOUR % args.step:
         p.error("--step must divide 3600")
     with open(args.budget, "rb") as f:
         FRACTIONS.update(fractions(tomllib.load(f)["accounts"]))
     span_s = int(args.span_days * 86400) if args.span_days else 1 << 62
-    overall, per, owed = run(load(args.trace, span_s), args.gpus, args.step, span_s)
+    overall, per, owed = run(load(args.trace, span_s), args.gpus, args.step, span_s, args.gpus_per_node)
     print(f"owed delivered (estimate): {overall * 100:.2f}%")
     for a in sorted(per, key=per.get):
         flag = "" if owed[a] >= 24 else "  (owed < 1 GPU-day)"
