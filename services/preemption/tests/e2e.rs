@@ -740,6 +740,12 @@ async fn a_restart_resumes_from_the_checkpoint_and_a_deleted_one_is_rebuilt_from
     let (resumed_from, fold) = fold_once(&stack, Some(checkpoint.clone())).await;
     assert_eq!(resumed_from, log_end);
     assert_eq!(fold, scratch);
+    // Everything it holds came from the checkpoint, the live jobs' trace contexts too (the
+    // parents of the orders it would publish about them).
+    let debug_trace = fold
+        .job_trace(&debug)
+        .expect("the debug job's trace context");
+    assert_eq!(Some(debug_trace), scratch.job_trace(&debug));
 
     std::fs::remove_dir_all(&checkpoint).unwrap();
     let (resumed_from, fold) = fold_once(&stack, Some(checkpoint.clone())).await;
