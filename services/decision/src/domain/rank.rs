@@ -316,25 +316,41 @@ impl<'t> FairTree<'t> {
 
     /// Sibling order: accounts with a share first, then lower ratio, then name.
     fn cmp_siblings(&self, a: AccountId, b: AccountId, by_time: bool) -> Ordering {
+        self.cmp_sibling_values(a, self.used[a], b, self.used[b], by_time)
+    }
+
+    /// [`Self::cmp_siblings`] with the usages given.
+    fn cmp_sibling_values(
+        &self,
+        a: AccountId,
+        used_a: u128,
+        b: AccountId,
+        used_b: u128,
+        by_time: bool,
+    ) -> Ordering {
         let (sa, sb) = (self.tree.accounts[a].share, self.tree.accounts[b].share);
         (sa == 0)
             .cmp(&(sb == 0))
             .then_with(|| {
                 if sa == 0 {
-                    self.used[a].cmp(&self.used[b])
+                    used_a.cmp(&used_b)
                 } else if by_time {
-                    cmp_ratio(
-                        self.used[a],
-                        self.allocated[a],
-                        self.used[b],
-                        self.allocated[b],
-                    )
+                    cmp_ratio(used_a, self.allocated[a], used_b, self.allocated[b])
                 } else {
-                    cmp_ratio(self.used[a], u128::from(sa), self.used[b], u128::from(sb))
+                    cmp_ratio(used_a, u128::from(sa), used_b, u128::from(sb))
                 }
             })
             // Sibling ids follow name order (see the module doc).
             .then_with(|| a.cmp(&b))
+    }
+
+    /// How siblings `a` and `b` would compare (less: `a` ranks first) if `a`'s subtree were
+    /// charged `charge_a` more: the order [`Self::charge`] would leave them in, without
+    /// copying the tree to charge it. Both must be siblings, `b` off `a`'s path.
+    pub fn cmp_siblings_charged(&self, a: AccountId, b: AccountId, charge_a: u128) -> Ordering {
+        let used_a = self.used[a].saturating_add(charge_a);
+        let by_time = self.by_time[self.group_of(a)];
+        self.cmp_sibling_values(a, used_a, b, self.used[b], by_time)
     }
 
     /// Usage (with projections so far) of account `id`'s subtree.

@@ -284,10 +284,18 @@ fn parting(
 }
 
 /// The rank rule for one waiter: Fair Tree order after charging its allocation.
+///
+/// The charged order is read off the pass's ranking (`base`) with the waiter's charge added
+/// on its allocation's path, not from a charged copy: only the groups on that path change,
+/// and the rule compares a sibling on the path with one off it.
 struct RankRule<'t> {
     tree: &'t BudgetTree,
-    charged: FairTree<'t>,
-    pos: Vec<usize>,
+    /// What runs now, uncharged.
+    base: &'t FairTree<'t>,
+    /// The waiter's charge ([`charge_of`]).
+    charge: u128,
+    /// The waiter's allocation and its ancestors: the accounts the charge lands on.
+    path: Vec<AccountId>,
     /// The waiter's allocation.
     leaf: AccountId,
     margin_permille: u32,
@@ -350,23 +358,19 @@ impl<'t> RankRule<'t> {
     /// runs now), whether it is below its floor from `walk` (with the GPUs the walk has given
     /// waiters before it, so an allocation the walk already brought to its floor is not).
     fn new(
-        base: &FairTree<'t>,
+        base: &'t FairTree<'t>,
         walk: &FairTree<'t>,
         tree: &'t BudgetTree,
         leaf: AccountId,
         waiter: &Waiter<'_>,
         cfg: &Config,
     ) -> Self {
-        let mut charged = base.clone();
-        charged.charge(leaf, charge_of(waiter));
-        let mut pos = vec![usize::MAX; tree.accounts.len()];
-        for (i, id) in charged.leaf_order().into_iter().enumerate() {
-            pos[id] = i;
-        }
+        let path = std::iter::successors(Some(leaf), |&id| tree.accounts[id].parent).collect();
         let mut rule = RankRule {
             tree,
-            charged,
-            pos,
+            base,
+            charge: charge_of(waiter),
+            path,
             leaf,
             margin_permille: cfg.hysteresis_permille,
             below_floor: walk.below_floor(leaf),
@@ -418,11 +422,24 @@ impl<'t> RankRule<'t> {
 
     fn window_allows(&self, v: AccountId) -> bool {
         let a = self.leaf;
-        if v == a || self.pos[v] <= self.pos[a] {
+        if v == a {
             return false;
         }
-        // One path containing the other is impossible for two distinct leaves.
-        parting(self.tree, a, v).is_some_and(|(a, v)| self.beyond_margin(a, v))
+        // `v` ranks after `a` once charged exactly when, where their paths part, `a`'s side
+        // sorts first (one path containing the other is impossible for two distinct leaves).
+        parting(self.tree, a, v).is_some_and(|(a, v)| {
+            self.base.cmp_siblings_charged(a, v, self.charge).is_lt() && self.beyond_margin(a, v)
+        })
+    }
+
+    /// Usage of account `id`'s subtree with the waiter charged.
+    fn used(&self, id: AccountId) -> u128 {
+        let used = self.base.used(id);
+        if self.path.contains(&id) {
+            used.saturating_add(self.charge)
+        } else {
+            used
+        }
     }
 
     /// Hysteresis between siblings `a` (waiter's side) and `v` (victim's side).
@@ -432,14 +449,14 @@ impl<'t> RankRule<'t> {
         if share_v == 0 && share_a > 0 {
             return true;
         }
-        let (used_a, used_v) = (self.charged.used(a), self.charged.used(v));
+        let (used_a, used_v) = (self.used(a), self.used(v));
         let scale = 1000u128;
         let widened = scale + u128::from(self.margin_permille);
         let (den_a, den_v) = if share_a == 0 {
             // Both without a claim: compared by usage alone, as ranking does.
             (1, 1)
         } else if self.by_time(a) {
-            (self.charged.allocated(a), self.charged.allocated(v))
+            (self.base.allocated(a), self.base.allocated(v))
         } else {
             (u128::from(share_a), u128::from(share_v))
         };
@@ -458,7 +475,7 @@ impl<'t> RankRule<'t> {
         let mut any = false;
         for &s in self.tree.siblings(id) {
             if self.tree.accounts[s].share > 0 {
-                if self.charged.allocated(s) == 0 {
+                if self.base.allocated(s) == 0 {
                     return false;
                 }
                 any = true;

@@ -295,7 +295,48 @@ fn arb_tree() -> impl Strategy<Value = Vec<pb::Account>> {
     })
 }
 
+/// The ancestors-or-self of `a` and `b` that are siblings, if neither contains the other.
+fn parting(t: &BudgetTree, a: usize, b: usize) -> Option<(usize, usize)> {
+    let up =
+        |x: usize| std::iter::successors(Some(x), |&i| t.accounts[i].parent).collect::<Vec<_>>();
+    let (pa, pb) = (up(a), up(b));
+    pa.iter().find_map(|&x| {
+        let parent = t.accounts[x].parent;
+        pb.iter()
+            .find(|&&y| y != x && t.accounts[y].parent == parent)
+            .map(|&y| (x, y))
+    })
+}
+
 proptest! {
+    /// Reading the order a charge would make off the uncharged ranking, at the siblings where
+    /// two leaves' paths part, agrees with charging a copy and listing its leaves.
+    #[test]
+    fn charged_sibling_order_equals_charging_a_copy(
+        accounts in arb_tree(),
+        seed in proptest::collection::vec((0u128..50, 0u128..50), 64),
+        pick in 0usize..64,
+        charge in 0u128..60,
+    ) {
+        let t = tree(accounts);
+        let leaves: Vec<usize> = (0..t.accounts.len()).filter(|&i| t.accounts[i].is_allocation()).collect();
+        let mut u = vec![LeafUsage::default(); t.accounts.len()];
+        for &id in &leaves {
+            u[id] = LeafUsage { charged_gpu_ms: seed[id % 64].0, allocated_gpu_ms: seed[id % 64].1, ..Default::default() };
+        }
+        let base = FairTree::new(&t, &u);
+        let a = leaves[pick % leaves.len()];
+        let mut charged = base.clone();
+        charged.charge(a, charge);
+        let order = charged.leaf_order();
+        let pos = |x: usize| order.iter().position(|&y| y == x).unwrap();
+        for &v in leaves.iter().filter(|&&v| v != a) {
+            let (sa, sv) = parting(&t, a, v).unwrap();
+            let before = base.cmp_siblings_charged(sa, sv, charge) == Ordering::Less;
+            prop_assert_eq!(before, pos(a) < pos(v), "{} vs {}", a, v);
+        }
+    }
+
     /// Incremental re-ranking after any sequence of charges equals ranking from scratch with
     /// the charged usage; and the next pending leaf is the first pending leaf in that order.
     #[test]
