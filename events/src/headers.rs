@@ -72,16 +72,36 @@ pub struct TraceParentError {
 }
 
 impl TraceParent {
-    /// Parses a header value.
+    /// Parses a header value, as W3C Trace Context (level 1, section 3.2) asks of a receiver:
+    /// version `00` is exactly four fields of lowercase hex; a higher version (not `ff`) is
+    /// read for its first four fields, whatever follows them, so a newer sender's context is
+    /// kept rather than dropped.
     pub fn parse(value: &str) -> Result<Self, TraceParentError> {
         let err = || TraceParentError {
             value: value.to_owned(),
         };
         let parts: Vec<&str> = value.trim().split('-').collect();
-        let [version, trace, parent, flags] = parts.as_slice() else {
-            return Err(err());
+        let (version, fields) = match parts.as_slice() {
+            [version, fields @ ..] => (*version, fields),
+            [] => return Err(err()),
         };
-        if *version != "00" || trace.len() != 32 || parent.len() != 16 || flags.len() != 2 {
+        let [trace, parent, flags] = match fields {
+            [trace, parent, flags] => [*trace, *parent, *flags],
+            [trace, parent, flags, ..] if version != "00" => [*trace, *parent, *flags],
+            _ => return Err(err()),
+        };
+        let hex = |field: &str, len: usize| {
+            field.len() == len
+                && field
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        if !hex(version, 2)
+            || version == "ff"
+            || !hex(trace, 32)
+            || !hex(parent, 16)
+            || !hex(flags, 2)
+        {
             return Err(err());
         }
         let trace_id = u128::from_str_radix(trace, 16).map_err(|_| err())?;
@@ -144,10 +164,30 @@ mod tests {
     }
 
     #[test]
+    fn traceparent_of_a_later_version_is_read_for_its_first_fields() {
+        for v in [
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-the-future-holds",
+        ] {
+            let tp = TraceParent::parse(v).unwrap();
+            assert_eq!(tp.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+            assert_eq!(tp.parent_id, 0x00f067aa0ba902b7);
+            // Handed on as the version this side speaks.
+            assert!(tp.to_string().starts_with("00-"));
+        }
+    }
+
+    #[test]
     fn traceparent_rejects_bad_values() {
         for bad in [
             "",
-            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "-",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-+bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "0-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
             "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
