@@ -315,11 +315,10 @@ pub fn entry_span(
     ))
 }
 
-/// The trace context of each live job, from the log: the parent of what a service publishes
-/// about the job (the decision service's placement, a launcher's start). A fold of the log
-/// like any other, so the services keep it in their checkpoints: a job submitted before a
-/// restart from a checkpoint is still placed in its launcher's trace.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// The trace context of each live job, judged from the log's subjects alone: the parent of
+/// what a launcher publishes about the job. (The decision and preemption folds keep theirs
+/// beside their state, which knows which jobs are live.)
+#[derive(Debug, Default)]
 pub struct JobTraces {
     /// Per job id, the context of its newest entry that carried one.
     by_job: HashMap<String, TraceParent>,
@@ -357,24 +356,6 @@ impl JobTraces {
         if let Some(trace) = entry.trace {
             self.by_job.insert(job_id.to_owned(), trace);
         }
-    }
-
-    /// Remembers `trace` as job `job_id`'s context. For a fold that knows which jobs are live
-    /// from its own state (and so which events it applied): it calls this and [`Self::forget`]
-    /// instead of [`Self::note`], which judges from subjects alone.
-    pub fn remember(&mut self, job_id: &str, trace: TraceParent) {
-        match self.by_job.get_mut(job_id) {
-            Some(t) => *t = trace,
-            None => {
-                self.by_job.insert(job_id.to_owned(), trace);
-            }
-        }
-    }
-
-    /// Forgets job `job_id` (it ended, or was never live).
-    pub fn forget(&mut self, job_id: &str) {
-        self.by_job.remove(job_id);
-        self.not_resumable.remove(job_id);
     }
 
     /// The context of job `job_id`'s newest traced entry.

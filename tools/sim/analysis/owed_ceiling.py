@@ -131,7 +131,6 @@ def run(jobs, gpus, step, span_s, gpn=0):
     end = -(-end // HOUR) * HOUR
     waiting = defaultdict(list)  # allocation (None: unallocated) -> unfinished jobs, by submit
     nxt = 0
-    owed_h = defaultdict(float)
     delivered_h = defaultdict(float)
     demand_h = defaultdict(float)
     t = 0

@@ -9,7 +9,7 @@
 //!   after anything else happened to the job (a cancel, another placement);
 //! - the highest cycle number named by any `JobPlaced` in the log, so cycle numbers keep
 //!   growing across restarts;
-//! - each live job's newest W3C trace context ([`JobTraces`]), the parent of its placement's
+//! - each live job's newest W3C trace context, the parent of its placement's
 //!   span, so a job submitted before a restart from a checkpoint stays in its launcher's trace.
 //!
 //! Entries whose bytes do not decode are folded as an event without a body: they change
@@ -21,7 +21,6 @@ use fairshare_events::headers::TraceParent;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_runtime::log::LogEntry;
-use fairshare_runtime::telemetry::JobTraces;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{DecisionState, Ignored};
@@ -51,8 +50,8 @@ pub struct LogFold {
     job_sequences: HashMap<String, u64>,
     /// Highest `basis.cycle` of any placement folded.
     last_cycle: u64,
-    /// Each live job's newest trace context.
-    traces: JobTraces,
+    /// Each live job's trace context: that of the newest event the state took for it.
+    traces: HashMap<String, TraceParent>,
 }
 
 /// An event without a body, folded in place of entries that do not decode.
@@ -69,7 +68,7 @@ impl LogFold {
             job_prefix: format!("{}.{cluster}.job.", subjects::EVENTS_PREFIX),
             job_sequences: HashMap::new(),
             last_cycle: 0,
-            traces: JobTraces::default(),
+            traces: HashMap::new(),
         }
     }
 
@@ -107,7 +106,7 @@ impl LogFold {
 
     /// The trace context of live job `job_id`'s newest traced entry.
     pub fn job_trace(&self, job_id: &str) -> Option<TraceParent> {
-        self.traces.get(job_id)
+        self.traces.get(job_id).copied()
     }
 
     /// The job id of a job event subject of this cluster.
@@ -137,11 +136,11 @@ impl LogFold {
                 // The newest event the state took is the job's context; a refused one
                 // (a late report, a stale order) is not.
                 if let (Ok(()), Some(trace)) = (&result, entry.trace) {
-                    self.traces.remember(job, trace);
+                    self.traces.insert(job.to_owned(), trace);
                 }
             } else {
                 self.job_sequences.remove(job);
-                self.traces.forget(job);
+                self.traces.remove(job);
             }
         }
         let placed = match &event.body {

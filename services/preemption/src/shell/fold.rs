@@ -15,7 +15,6 @@ use fairshare_events::headers::TraceParent;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_runtime::log::LogEntry;
-use fairshare_runtime::telemetry::JobTraces;
 use serde::{Deserialize, Serialize};
 
 use fairshare_decision::domain::Ignored;
@@ -43,8 +42,8 @@ pub struct ShellFold {
     node_sequences: HashMap<String, u64>,
     cordon_sequences: HashMap<String, u64>,
     last_cycle: u64,
-    /// Each live job's newest trace context.
-    traces: JobTraces,
+    /// Each live job's trace context: that of the newest event the state took for it.
+    traces: HashMap<String, TraceParent>,
 }
 
 impl ShellFold {
@@ -58,7 +57,7 @@ impl ShellFold {
             node_sequences: HashMap::new(),
             cordon_sequences: HashMap::new(),
             last_cycle: 0,
-            traces: JobTraces::default(),
+            traces: HashMap::new(),
         }
     }
 
@@ -77,7 +76,7 @@ impl ShellFold {
 
     /// The trace context of live job `job_id`'s newest traced entry.
     pub fn job_trace(&self, job_id: &str) -> Option<TraceParent> {
-        self.traces.get(job_id)
+        self.traces.get(job_id).copied()
     }
 
     /// The domain state.
@@ -128,11 +127,11 @@ impl ShellFold {
                 self.job_sequences.insert(job.to_owned(), entry.sequence);
                 // The newest event the state took is the job's context; a refused one is not.
                 if let (Ok(()), Some(trace)) = (&result, entry.trace) {
-                    self.traces.remember(job, trace);
+                    self.traces.insert(job.to_owned(), trace);
                 }
             } else {
                 self.job_sequences.remove(job);
-                self.traces.forget(job);
+                self.traces.remove(job);
             }
         } else if let Some(node) = entry.subject.strip_prefix(self.node_prefix.as_str()) {
             self.node_sequences.insert(node.to_owned(), entry.sequence);
