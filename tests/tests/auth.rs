@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use fairshare_e2e::{BUDGET, CLUSTER, INVENTORY, accepted, request, spawn_until_stopped};
 use fairshare_events::pb::{self, event::Body};
-use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::streams::{EVENTS_STREAM, INTAKE_CONSUMER, INTAKE_STREAM};
 use fairshare_events::{codec, subjects};
 use fairshare_model::files;
 use fairshare_runtime::auth::{self, Role};
@@ -47,6 +47,14 @@ fn event(body: Body) -> bytes::Bytes {
 async fn last_sequence(js: &jetstream::Context) -> u64 {
     let mut stream = js.get_stream(EVENTS_STREAM).await.unwrap();
     stream.info().await.unwrap().state.last_sequence
+}
+
+/// The submission service's durable intake consumer, as the operator sees it.
+async fn intake_consumer_info(js: &jetstream::Context) -> jetstream::consumer::Info {
+    let stream = js.get_stream(INTAKE_STREAM).await.unwrap();
+    let mut consumer: jetstream::consumer::PullConsumer =
+        stream.get_consumer(INTAKE_CONSUMER).await.unwrap();
+    consumer.info().await.unwrap().clone()
 }
 
 /// Publishes on the events stream and reports whether JetStream stored it.
@@ -106,6 +114,35 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
         .job_id
         .clone();
 
+    // A launcher may also queue a submission in the durable intake: the submission service,
+    // as its own role, takes it into the log and acknowledges it, so the next one is not held
+    // up behind it until the acknowledgement times out (30 s).
+    let before_intake = last_sequence(&op_js).await;
+    launcher_js
+        .publish(
+            subjects::intake(CLUSTER),
+            codec::encode(&request("auth-intake-1")),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let intake_done = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let info = intake_consumer_info(&op_js).await;
+            if last_sequence(&op_js).await > before_intake
+                && info.delivered.stream_sequence >= 1
+                && info.num_ack_pending == 0
+            {
+                return info;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let info = intake_done.expect("the intake submission is in the log and acknowledged");
+    assert_eq!(info.num_redelivered, 0, "taken once, not redelivered");
+
     // A launcher reports its runs...
     let started = Body::JobStarted(pb::JobStarted {
         job_id: job_id.clone(),
@@ -159,6 +196,65 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
             .is_err()
     );
     assert_eq!(last_sequence(&op_js).await, before + 1);
+
+    // No service can destroy the log or rewrite its definition (a short maximum age would
+    // expire it): each may create a missing stream, read and follow, but not delete, purge or
+    // update. Updating the definition is the operator's (`fairshare streams`).
+    let definition = op_js
+        .get_stream(EVENTS_STREAM)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    for role in [
+        Role::Submission,
+        Role::Accounting,
+        Role::Decision,
+        Role::Preemption,
+    ] {
+        let (_client, mut js) = as_role(&server, dir.path(), role).await;
+        // Refusals (each waits out the timeout), but for one allowed look-up.
+        js.set_timeout(Duration::from_secs(1));
+        let events = js.get_stream(EVENTS_STREAM).await.unwrap();
+        assert!(js.delete_stream(EVENTS_STREAM).await.is_err(), "{role:?}");
+        assert!(events.purge().await.is_err(), "{role:?}");
+        let mut shortened = definition.clone();
+        shortened.max_age = Duration::from_secs(1);
+        assert!(js.update_stream(shortened).await.is_err(), "{role:?}");
+    }
+    let after = op_js
+        .get_stream(EVENTS_STREAM)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(after.config.max_age, definition.max_age);
+    assert_eq!(after.state.last_sequence, before + 1, "nothing purged");
+
+    // A stream whose definition is out of date (as after an upgrade) stops a service with an
+    // error that names the remedy; the operator's `fairshare streams` brings it up to date.
+    let mut older = definition.clone();
+    older.duplicate_window = definition.duplicate_window / 2;
+    assert_ne!(older.duplicate_window, definition.duplicate_window);
+    op_js.update_stream(older).await.unwrap();
+    let refused = fairshare_runtime::nats::ensure_streams(&decision_js, 1)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("fairshare streams"),
+        "the error names the remedy: {refused}"
+    );
+    fairshare_runtime::nats::ensure_streams(&op_js, 1)
+        .await
+        .unwrap();
+    fairshare_runtime::nats::ensure_streams(&decision_js, 1)
+        .await
+        .unwrap();
 
     let _ = stop.send(());
     serving.await.unwrap().unwrap();

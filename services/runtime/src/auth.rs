@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::streams::{EVENTS_STREAM, INTAKE_STREAM};
 use fairshare_events::subjects::{self, INTAKE_PREFIX};
 
 /// Who a connection is.
@@ -109,9 +109,7 @@ impl Role {
                 format!("$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.>"),
             ]);
         } else {
-            // Services create and update the streams they depend on and keep their own
-            // consumers on both streams.
-            out.push("$JS.API.>".to_owned());
+            out.extend(service_stream_api(self));
         }
         out
     }
@@ -137,6 +135,42 @@ impl Role {
     fn answers_requests(self) -> bool {
         matches!(self, Role::Submission | Role::Accounting | Role::Decision)
     }
+}
+
+/// The JetStream API a service may call: create a stream that is missing (never change,
+/// purge or delete one: an update to a short maximum age would expire the log, so bringing a
+/// stream to a new definition is the operator's `fairshare streams`), follow the events
+/// stream with consumers of its own (an ordered consumer deletes its predecessor when it
+/// recreates itself after a gap) and read single events from it. The submission service also
+/// keeps its durable consumer on the intake stream, which it acknowledges through the
+/// messages' reply subjects (`allow_responses`).
+fn service_stream_api(role: Role) -> Vec<String> {
+    let mut out = vec!["$JS.API.INFO".to_owned()];
+    for stream in [EVENTS_STREAM, INTAKE_STREAM] {
+        out.extend([
+            format!("$JS.API.STREAM.INFO.{stream}"),
+            format!("$JS.API.STREAM.CREATE.{stream}"),
+        ]);
+    }
+    let mut consume = |stream: &str| {
+        out.extend([
+            format!("$JS.API.CONSUMER.CREATE.{stream}"),
+            format!("$JS.API.CONSUMER.CREATE.{stream}.>"),
+            format!("$JS.API.CONSUMER.INFO.{stream}.>"),
+            format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.>"),
+        ]);
+    };
+    consume(EVENTS_STREAM);
+    if role == Role::Submission {
+        consume(INTAKE_STREAM);
+    }
+    out.extend([
+        format!("$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.>"),
+        format!("$JS.API.STREAM.MSG.GET.{EVENTS_STREAM}"),
+        format!("$JS.API.DIRECT.GET.{EVENTS_STREAM}"),
+        format!("$JS.API.DIRECT.GET.{EVENTS_STREAM}.>"),
+    ]);
+    out
 }
 
 /// The `authorization` block of a nats-server config: each role's public nkey and
@@ -298,6 +332,54 @@ mod tests {
                 .iter()
                 .any(|s| s == ">" || s.ends_with(".policy"));
             assert_eq!(may, role == Role::Operator, "{}", role.name());
+        }
+    }
+
+    #[test]
+    fn no_service_may_delete_purge_or_redefine_a_stream() {
+        for role in [
+            Role::Submission,
+            Role::Accounting,
+            Role::Decision,
+            Role::Preemption,
+            Role::Launcher,
+        ] {
+            let publish = role.publish();
+            for s in &publish {
+                assert!(
+                    !s.ends_with('>') || s.matches('.').count() >= 4,
+                    "{}: broad wildcard {s}",
+                    role.name()
+                );
+                for forbidden in ["DELETE.", "PURGE", "UPDATE", "MSG.DELETE", "SNAPSHOT"] {
+                    let allowed_delete = s.starts_with("$JS.API.CONSUMER.DELETE.");
+                    assert!(
+                        !s.contains(forbidden) || allowed_delete,
+                        "{}: {s}",
+                        role.name()
+                    );
+                }
+            }
+            // Consumers may be deleted on the events stream only, where each service's are
+            // ordered consumers that re-create themselves.
+            assert!(
+                !publish
+                    .iter()
+                    .any(|s| s.contains(&format!("DELETE.{INTAKE_STREAM}")))
+            );
+        }
+        // Only the submission service consumes the intake.
+        for role in Role::ALL {
+            let consumes_intake = role
+                .publish()
+                .iter()
+                .any(|s| s == ">" || s.contains(&format!("CONSUMER.CREATE.{INTAKE_STREAM}")));
+            assert_eq!(
+                consumes_intake,
+                matches!(role, Role::Submission | Role::Operator),
+                "{}",
+                role.name()
+            );
         }
     }
 

@@ -152,9 +152,14 @@ pub async fn ensure_streams(
                     || current.duplicate_window != config.duplicate_window
                     || current.max_age != config.max_age
                 {
-                    js.update_stream(config)
-                        .await
-                        .map_err(|e| err(e.to_string()))?;
+                    // Under per-role identities only the operator may change a stream's
+                    // definition (see `auth`): a service's update goes unanswered.
+                    js.update_stream(config).await.map_err(|e| {
+                        err(format!(
+                            "its definition is out of date and updating it failed ({e}); with \
+                             NATS authentication on, the operator updates it: `fairshare streams`"
+                        ))
+                    })?;
                 }
             }
             Err(_) => {
