@@ -13,3 +13,5 @@ NATS_SERVER_BIN="$("$repo/deploy/install-nats-server.sh")"
 export NATS_SERVER_BIN
 echo "test: using $("$NATS_SERVER_BIN" --version)" >&2
 cargo test --workspace --locked "$@"
+# The owed-delivery estimate the README quotes beside the simulator (Python, no dependencies).
+python3 -m unittest discover --start-directory tools/sim/analysis --pattern 'test_*.py'

@@ -74,11 +74,12 @@ def tenant(row):
 
 
 def load(path, span_s):
-    rows = [
-        r
-        for r in csv.DictReader(open(path))
-        if number(r["num_gpus"]) > 0 and number(r["duration"]) >= 0 and 0 <= number(r["submit_time"]) < span_s
-    ]
+    with open(path, newline="") as f:
+        rows = [
+            r
+            for r in csv.DictReader(f)
+            if number(r["num_gpus"]) > 0 and number(r["duration"]) >= 0 and 0 <= number(r["submit_time"]) < span_s
+        ]
     asked = defaultdict(int)
     for r in rows:
         asked[tenant(r)] += number(r["num_gpus"]) * number(r["duration"])
