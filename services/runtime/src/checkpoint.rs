@@ -6,7 +6,8 @@
 //! same way, so deleting the directory is always safe: the service rebuilds the identical state
 //! from the log.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -17,6 +18,13 @@ const KEY: &[u8] = b"checkpoint";
 const MAGIC: &[u8; 4] = b"FSCP";
 /// Header: magic, format version (u32), kind tag length (u16) and tag, sequence (u64).
 const HEADER_FIXED: usize = 4 + 4 + 2 + 8;
+/// How long [`CheckpointStore::open`] waits for a directory whose lock is still held. sled's
+/// background threads keep a dropped store's lock for a moment, so a service restarted in the
+/// same process (or a process restarted right after its predecessor exited) must wait for it;
+/// a lock held longer than this belongs to a live process.
+pub const LOCK_WAIT: Duration = Duration::from_secs(3);
+/// Pause between attempts to take a held lock.
+const LOCK_RETRY: Duration = Duration::from_millis(20);
 
 /// Why a checkpoint could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +32,16 @@ pub enum CheckpointError {
     /// The sled database failed.
     #[error("checkpoint store: {0}")]
     Store(#[from] sled::Error),
+    /// Another store (most likely another running instance of the same service) holds the
+    /// directory.
+    #[error(
+        "checkpoint directory {} is in use by another process; each service instance needs its own",
+        dir.display()
+    )]
+    Locked {
+        /// The directory whose lock could not be taken.
+        dir: PathBuf,
+    },
     /// The bytes are not a checkpoint this code wrote for this kind of state.
     #[error("unreadable checkpoint ({0}); it will be rebuilt from the log")]
     Corrupt(String),
@@ -59,9 +77,34 @@ pub struct CheckpointStore {
 }
 
 impl CheckpointStore {
-    /// Opens (or creates) the store in `dir` for states tagged `kind` at format `version`.
+    /// Opens (or creates) the store in `dir` for states tagged `kind` at format `version`,
+    /// waiting up to [`LOCK_WAIT`] for a lock still held by a store being closed.
     pub fn open(dir: &Path, kind: &str, version: u32) -> Result<Self, CheckpointError> {
-        let db = sled::Config::new().path(dir).open()?;
+        Self::open_waiting(dir, kind, version, LOCK_WAIT)
+    }
+
+    /// [`CheckpointStore::open`] with its own bound on the wait for a held lock.
+    pub fn open_waiting(
+        dir: &Path,
+        kind: &str,
+        version: u32,
+        wait: Duration,
+    ) -> Result<Self, CheckpointError> {
+        let deadline = Instant::now() + wait;
+        let db = loop {
+            match sled::Config::new().path(dir).open() {
+                Ok(db) => break db,
+                Err(e) if is_lock_held(&e) => {
+                    if Instant::now() >= deadline {
+                        return Err(CheckpointError::Locked {
+                            dir: dir.to_owned(),
+                        });
+                    }
+                    std::thread::sleep(LOCK_RETRY);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         Ok(Self {
             db,
             kind: kind.to_owned(),
@@ -162,6 +205,12 @@ impl CheckpointStore {
     }
 }
 
+/// Whether sled refused to open because another store holds the directory's lock. sled reports
+/// it only as an I/O error with this message (sled 0.34, `config.rs`).
+fn is_lock_held(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +238,44 @@ mod tests {
         );
         store.clear().unwrap();
         assert_eq!(store.load::<State>().unwrap(), None);
+    }
+
+    #[test]
+    fn a_directory_held_by_a_live_store_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let _holder = CheckpointStore::open(dir.path(), "test", 1).unwrap();
+        let started = Instant::now();
+        let refused =
+            CheckpointStore::open_waiting(dir.path(), "test", 1, Duration::from_millis(100));
+        match refused {
+            Err(e @ CheckpointError::Locked { .. }) => {
+                assert!(e.to_string().contains(&dir.path().display().to_string()));
+            }
+            Err(e) => panic!("expected Locked, got {e}"),
+            Ok(_) => panic!("a held directory was opened twice"),
+        }
+        assert!(
+            started.elapsed() >= Duration::from_millis(100),
+            "gave up early"
+        );
+    }
+
+    #[test]
+    fn a_lock_released_while_waiting_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let holder = CheckpointStore::open(dir.path(), "test", 1).unwrap();
+        holder.save(3, &State { usage: vec![] }).unwrap();
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(holder);
+        });
+        let store = CheckpointStore::open_waiting(dir.path(), "test", 1, Duration::from_secs(10))
+            .expect("the lock is released after 200 ms");
+        closer.join().unwrap();
+        assert_eq!(
+            store.load::<State>().unwrap().map(|cp| cp.sequence),
+            Some(3)
+        );
     }
 
     #[test]
