@@ -103,11 +103,8 @@ impl Role {
             out.extend([
                 "$JS.API.INFO".to_owned(),
                 format!("$JS.API.STREAM.INFO.{EVENTS_STREAM}"),
-                format!("$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}"),
-                format!("$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}.>"),
-                format!("$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.>"),
-                format!("$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.>"),
             ]);
+            out.extend(consumer_api(EVENTS_STREAM));
         } else {
             out.extend(service_stream_api(self));
         }
@@ -152,17 +149,9 @@ fn service_stream_api(role: Role) -> Vec<String> {
             format!("$JS.API.STREAM.CREATE.{stream}"),
         ]);
     }
-    let mut consume = |stream: &str| {
-        out.extend([
-            format!("$JS.API.CONSUMER.CREATE.{stream}"),
-            format!("$JS.API.CONSUMER.CREATE.{stream}.>"),
-            format!("$JS.API.CONSUMER.INFO.{stream}.>"),
-            format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.>"),
-        ]);
-    };
-    consume(EVENTS_STREAM);
+    out.extend(consumer_api(EVENTS_STREAM));
     if role == Role::Submission {
-        consume(INTAKE_STREAM);
+        out.extend(consumer_api(INTAKE_STREAM));
     }
     out.extend([
         format!("$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.>"),
@@ -171,6 +160,17 @@ fn service_stream_api(role: Role) -> Vec<String> {
         format!("$JS.API.DIRECT.GET.{EVENTS_STREAM}.>"),
     ]);
     out
+}
+
+/// Creating consumers of one's own on `stream`, looking them up and pulling from them; not
+/// listing, deleting or changing anyone else's.
+fn consumer_api(stream: &str) -> [String; 4] {
+    [
+        format!("$JS.API.CONSUMER.CREATE.{stream}"),
+        format!("$JS.API.CONSUMER.CREATE.{stream}.>"),
+        format!("$JS.API.CONSUMER.INFO.{stream}.>"),
+        format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.>"),
+    ]
 }
 
 /// The `authorization` block of a nats-server config: each role's public nkey and
