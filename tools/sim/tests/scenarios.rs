@@ -5,8 +5,9 @@
 
 mod support;
 
+use fairshare_events::pb::PreemptionCause;
 use fairshare_sim::engine::{self, EngineConfig};
-use fairshare_sim::metrics::measure;
+use fairshare_sim::metrics::{CausePreemptions, measure};
 use fairshare_sim::scenarios::{self, Scenario};
 use fairshare_sim::setup::EPOCH_MS;
 use fairshare_sim::simulate::measure_config;
@@ -76,6 +77,16 @@ fn unallocated_work_fills_idle_gpus_and_leaves_when_allocated_work_arrives() {
     // Each unallocated job had run 1 h (two 30-min checkpoints) when stopped 10 s later:
     // 10 s of one GPU lost per job.
     assert_eq!(m.lost_gpu_ms, 32 * 10 * S as u128);
+    // All of it filed under the one cause that applied.
+    assert_eq!(
+        m.by_cause,
+        [CausePreemptions {
+            cause: PreemptionCause::Unallocated,
+            orders: 32,
+            stopped: 32,
+            lost_gpu_ms: 32 * 10 * S as u128,
+        }]
+    );
 }
 
 #[test]
@@ -306,6 +317,13 @@ fn a_cordoned_node_drains_as_minimum_runtimes_end() {
             .any(|(r, n)| r.0 >= uncordon && n.iter().any(|x| x == "node003"))
     }));
     assert_eq!(m.violations, 0);
+    // Each job on the node was stopped for maintenance, whatever else the load ordered.
+    let maintenance = m
+        .by_cause
+        .iter()
+        .find(|c| c.cause == PreemptionCause::Maintenance)
+        .expect("maintenance orders");
+    assert_eq!(maintenance.stopped, on_node.len() as u64);
 }
 
 /// Average GPUs `allocation` ran, sampled every 20 minutes over `[from, to)`.
@@ -454,6 +472,15 @@ fn fragmented_free_gpus_are_packed_so_whole_node_jobs_start_at_once() {
     // Lost work: the run since the last 30-minute checkpoint, 2 GPUs each: 5 min 10 s for
     // small-2 (stopped at 35:10), 5 min 20 s for small-3 (stopped at 35:20).
     assert_eq!(m.lost_gpu_ms, 2 * (310 + 320) * S as u128);
+    assert_eq!(
+        m.by_cause,
+        [CausePreemptions {
+            cause: PreemptionCause::Packing,
+            orders: 2,
+            stopped: 2,
+            lost_gpu_ms: 2 * (310 + 320) * S as u128,
+        }]
+    );
 
     // Without packing moves, both wait until the small jobs end at 10 h.
     let config = EngineConfig {

@@ -23,7 +23,9 @@
 //!    work), `PreemptionOrdered` for the jobs a packing move shifts to free GPUs elsewhere so
 //!    it fits on one node ([`pack::moves`]).
 //!
-//! Every `PreemptionOrdered` carries `grace_deadline_ms = now + grace` and a
+//! Every `PreemptionOrdered` carries its rule as a `cause` (unallocated, window, share floor,
+//! debug allowance, packing, maintenance) beside the `reason` in words,
+//! `grace_deadline_ms = now + grace` and a
 //! [`pb::DecisionBasis`] naming the last sequence folded and `now`; `cycle` is 0 here and the
 //! shell stamps its own cycle number with [`stamp_cycle`].
 
@@ -37,20 +39,41 @@ use super::pack::{self, PackPlan};
 use super::state::PreemptionState;
 use super::victims::{self, FairShare, Grounds, VictimPlan};
 
-fn order(
-    job_id: &str,
-    for_job_id: &str,
+/// Why one job goes: the job it makes room for (empty for a drain), the rule as a
+/// [`pb::PreemptionCause`] and in words.
+struct Grounded<'s> {
+    victim: &'s str,
+    for_job: &'s str,
+    cause: pb::PreemptionCause,
     reason: String,
-    basis: pb::DecisionBasis,
-    deadline: i64,
-) -> Body {
-    Body::PreemptionOrdered(pb::PreemptionOrdered {
-        job_id: job_id.to_owned(),
+}
+
+fn order(grounded: Grounded<'_>, basis: pb::DecisionBasis, deadline: i64) -> Body {
+    let mut ordered = pb::PreemptionOrdered {
+        job_id: grounded.victim.to_owned(),
         grace_deadline_ms: deadline,
-        reason,
-        for_job_id: for_job_id.to_owned(),
+        reason: grounded.reason,
+        for_job_id: grounded.for_job.to_owned(),
         basis: Some(basis),
-    })
+        cause: 0,
+    };
+    ordered.set_cause(grounded.cause);
+    Body::PreemptionOrdered(ordered)
+}
+
+/// The rule that lets `victim` go for the plan's waiter, as [`fair_share_reason`] words it.
+fn fair_share_cause(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> pb::PreemptionCause {
+    if victim.unallocated {
+        pb::PreemptionCause::Unallocated
+    } else if victim.allocation == plan.waiter.allocation {
+        pb::PreemptionCause::DebugAllowance
+    } else {
+        match plan.grounds {
+            Grounds::Window => pb::PreemptionCause::Window,
+            Grounds::BelowFloor => pb::PreemptionCause::ShareFloor,
+            Grounds::DebugAllowance => pb::PreemptionCause::DebugAllowance,
+        }
+    }
 }
 
 fn fair_share_reason(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> String {
@@ -129,32 +152,47 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
     let mut changed = !kills.is_empty();
     out.extend(kills);
     for (job_id, reason) in drain::drain_victims(state, now_ms, config) {
-        out.push(order(&job_id, "", reason.to_string(), basis, deadline));
+        let grounded = Grounded {
+            victim: &job_id,
+            for_job: "",
+            cause: pb::PreemptionCause::Maintenance,
+            reason: reason.to_string(),
+        };
+        out.push(order(grounded, basis, deadline));
         changed = true;
     }
     out.extend(drain::drained(state));
     if changed {
         return out;
     }
-    // (victim, the job it makes room for, why)
-    let orders: Vec<(&str, &str, String)> = match victims::fair_share(state, now_ms, config) {
+    let orders: Vec<Grounded<'_>> = match victims::fair_share(state, now_ms, config) {
         FairShare::Preempt(plan) => plan
             .victims
             .iter()
-            .map(|v| (v.job_id, plan.waiter.job_id, fair_share_reason(&plan, v)))
+            .map(|v| Grounded {
+                victim: v.job_id,
+                for_job: plan.waiter.job_id,
+                cause: fair_share_cause(&plan, v),
+                reason: fair_share_reason(&plan, v),
+            })
             .collect(),
         FairShare::Blocked(line) => pack::moves(state, &line, now_ms, config)
             .map(|plan| {
                 plan.movers
                     .iter()
-                    .map(|v| (v.job_id, plan.waiter.job_id, pack_reason(&plan, v)))
+                    .map(|v| Grounded {
+                        victim: v.job_id,
+                        for_job: plan.waiter.job_id,
+                        cause: pb::PreemptionCause::Packing,
+                        reason: pack_reason(&plan, v),
+                    })
                     .collect()
             })
             .unwrap_or_default(),
         FairShare::NothingToDo => Vec::new(),
     };
-    for (victim, for_job, reason) in orders {
-        out.push(order(victim, for_job, reason, basis, deadline));
+    for grounded in orders {
+        out.push(order(grounded, basis, deadline));
     }
     out
 }

@@ -5,10 +5,10 @@
 //! time does not matter. Owed and delivered are read from the accounting fold's ledger, fed
 //! the same log.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use fairshare_accounting::domain::{FoldConfig, UsageFold};
-use fairshare_events::pb::{self, event::Body};
+use fairshare_events::pb::{self, PreemptionCause, event::Body};
 use fairshare_model::budget::BudgetTree;
 use fairshare_model::shape::Shape;
 use fairshare_preemption::domain::Config as ContractConfig;
@@ -16,7 +16,7 @@ use fairshare_preemption::domain::contract;
 
 use super::idle::Holes;
 use super::missed::MissedOwed;
-use super::{AllocationMetrics, HourPoint, RunMetrics, Waits};
+use super::{AllocationMetrics, CausePreemptions, HourPoint, RunMetrics, Waits};
 use crate::workload::JobClass;
 
 /// What measuring needs besides the log.
@@ -31,6 +31,14 @@ pub struct MeasureConfig {
     pub contract: ContractConfig,
     /// The accounting fold's window (only its ledger is read here).
     pub window: FoldConfig,
+}
+
+/// The orders of one cause and what the stops they caused threw away.
+#[derive(Default)]
+struct CauseTally {
+    orders: u64,
+    stopped: u64,
+    lost_gpu_ms: u128,
 }
 
 /// A job as the measurement follows it.
@@ -54,6 +62,8 @@ struct Tracked {
     /// Waiting to be placed.
     queued: bool,
     ended: bool,
+    /// The cause of its latest preemption order, which its stop is filed under.
+    order_cause: PreemptionCause,
 }
 
 /// Cluster-wide GPU counts between events.
@@ -147,6 +157,8 @@ struct Measure<'c> {
     integrals: Integrals,
     clock: i64,
     out: RunMetrics,
+    /// Preemptions by the orders' cause.
+    by_cause: BTreeMap<PreemptionCause, CauseTally>,
     usage: UsageFold,
     /// Owed time missed, split by what the window said (see [`MissedOwed`]).
     missed: MissedOwed,
@@ -269,7 +281,8 @@ impl Measure<'_> {
             Some(Body::JobFinished(f)) => self.end_job(&f.job_id, true),
             Some(Body::JobFailed(f)) => self.end_job(&f.job_id, false),
             Some(Body::JobCancelled(c)) => self.end_job(&c.job_id, false),
-            Some(Body::PreemptionOrdered(o)) => self.ordered(&o.job_id, now),
+            // A cause this code does not know (a newer writer's) is filed as unspecified.
+            Some(Body::PreemptionOrdered(o)) => self.ordered(&o.job_id, o.cause(), now),
             Some(Body::JobPreempted(p)) => self.preempted(&p.job_id, now),
             Some(Body::JobRequeued(r)) => {
                 if let Some(job) = self.jobs.get_mut(&r.job_id)
@@ -333,6 +346,7 @@ impl Measure<'_> {
                 running_since: None,
                 queued: true,
                 ended: false,
+                order_cause: PreemptionCause::Unspecified,
             },
         );
     }
@@ -364,11 +378,13 @@ impl Measure<'_> {
         }
     }
 
-    fn ordered(&mut self, job_id: &str, now: i64) {
+    fn ordered(&mut self, job_id: &str, cause: PreemptionCause, now: i64) {
         self.out.preemptions += 1;
-        let Some(job) = self.jobs.get(job_id) else {
+        self.by_cause.entry(cause).or_default().orders += 1;
+        let Some(job) = self.jobs.get_mut(job_id) else {
             return;
         };
+        job.order_cause = cause;
         if !job.pending {
             for &(idx, _) in &job.placed_on {
                 self.holes.ordered_off(idx, job.serial);
@@ -384,8 +400,12 @@ impl Measure<'_> {
     fn preempted(&mut self, job_id: &str, now: i64) {
         self.out.preempted += 1;
         self.release_nodes(job_id);
+        let cause = self
+            .jobs
+            .get(job_id)
+            .map_or(PreemptionCause::Unspecified, |j| j.order_cause);
         if let Some((since, gpus, resumable)) = self.stop_run(job_id) {
-            self.out.lost_gpu_ms += contract::lost_work_gpu_ms(
+            let lost = contract::lost_work_gpu_ms(
                 gpus,
                 since,
                 true,
@@ -393,6 +413,10 @@ impl Measure<'_> {
                 now,
                 &self.config.contract,
             );
+            self.out.lost_gpu_ms += lost;
+            let by_cause = self.by_cause.entry(cause).or_default();
+            by_cause.stopped += 1;
+            by_cause.lost_gpu_ms += lost;
         }
     }
 
@@ -434,6 +458,7 @@ impl Measure<'_> {
         out.idle_while_waiting_gpu_ms = i.idle_while_waiting;
         out.idle_under_contention = self.holes.split;
         out.hourly = i.hourly;
+        out.by_cause = by_cause_rows(&self.by_cause);
         let mut missed = self.missed;
         missed.close_hours(&self.usage, end);
         out.allocations = allocation_rows(&self.usage, self.tree.as_ref(), end);
@@ -526,6 +551,7 @@ pub fn measure(policy: &str, events: &[pb::Event], config: &MeasureConfig) -> Ru
         integrals: Integrals::default(),
         clock: config.start_ms,
         out: empty(policy, events.len()),
+        by_cause: BTreeMap::new(),
         usage: UsageFold::new(config.window),
         missed: MissedOwed::default(),
         holes: Holes::default(),
@@ -541,6 +567,19 @@ pub fn measure(policy: &str, events: &[pb::Event], config: &MeasureConfig) -> Ru
         m.usage.apply(i as u64 + 1, event);
     }
     m.finish()
+}
+
+/// The tallies as rows, in the contract's order of causes.
+fn by_cause_rows(tallies: &BTreeMap<PreemptionCause, CauseTally>) -> Vec<CausePreemptions> {
+    tallies
+        .iter()
+        .map(|(&cause, t)| CausePreemptions {
+            cause,
+            orders: t.orders,
+            stopped: t.stopped,
+            lost_gpu_ms: t.lost_gpu_ms,
+        })
+        .collect()
 }
 
 fn empty(policy: &str, events: usize) -> RunMetrics {
@@ -564,6 +603,7 @@ fn empty(policy: &str, events: usize) -> RunMetrics {
         preemptions: 0,
         preempted: 0,
         lost_gpu_ms: 0,
+        by_cause: Vec::new(),
         violations: 0,
         jobs_submitted: 0,
         jobs_finished: 0,

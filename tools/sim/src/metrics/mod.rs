@@ -9,6 +9,8 @@
 //! (`fairshare_accounting::domain::ledger`): per allocation and hour, owed = min(fraction x
 //! capacity, demand) and delivered counts up to owed.
 
+use fairshare_events::pb::PreemptionCause;
+
 mod fold;
 mod idle;
 mod missed;
@@ -107,6 +109,9 @@ pub struct RunMetrics {
     /// GPU-ms of work thrown away by preemptions (run since the last checkpoint; the whole run
     /// of jobs that cannot resume).
     pub lost_gpu_ms: u128,
+    /// Preemptions and the work they threw away, by the orders' cause, in the contract's order
+    /// of causes; causes that ordered nothing are left out.
+    pub by_cause: Vec<CausePreemptions>,
     /// Preemptions ordered for fair share while the victim was inside its minimum runtime.
     pub violations: u64,
     /// Jobs submitted.
@@ -117,6 +122,19 @@ pub struct RunMetrics {
     pub events: u64,
     /// Occupancy per hour.
     pub hourly: Vec<HourPoint>,
+}
+
+/// The preemptions of one cause (`PreemptionOrdered.cause`): which rules cost the lost work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CausePreemptions {
+    /// The rule behind the orders.
+    pub cause: PreemptionCause,
+    /// Orders given (a job ordered off twice counts twice, as in [`RunMetrics::preemptions`]).
+    pub orders: u64,
+    /// Jobs stopped whose latest order had this cause.
+    pub stopped: u64,
+    /// GPU-ms of work those stops threw away.
+    pub lost_gpu_ms: u128,
 }
 
 /// Idle GPU-ms of open nodes while queued work exceeded idle GPUs, filed node by node under

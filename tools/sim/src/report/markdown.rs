@@ -8,6 +8,8 @@
 
 use std::fmt::Write as _;
 
+use fairshare_events::pb::PreemptionCause;
+
 use super::{
     MIN_OWED_GPU_MS, Report, allocation_rows, at_least, fixed, gpu_hours_text, human_duration, pct,
 };
@@ -293,6 +295,61 @@ fn waits_table(out: &mut String, runs: &[RunMetrics]) {
         "\nWaits run from submission to first start; a job never started counts with the wait \
          it had at the end and is counted as unstarted.\n\n",
     );
+    cause_table(out, runs);
+}
+
+/// Which rules ordered work off and what each cost, for the runs that preempted at all.
+fn cause_table(out: &mut String, runs: &[RunMetrics]) {
+    if runs.iter().all(|r| r.by_cause.is_empty()) {
+        return;
+    }
+    table_head(
+        out,
+        &[
+            "Policy",
+            "Preemption cause",
+            "Orders",
+            "Jobs stopped",
+            "Lost GPU-h",
+            "Share of lost work",
+        ],
+    );
+    for run in runs {
+        for c in &run.by_cause {
+            table_row(
+                out,
+                &[
+                    escape(&run.policy),
+                    cause_name(c.cause).to_owned(),
+                    c.orders.to_string(),
+                    c.stopped.to_string(),
+                    gpu_hours_text(c.lost_gpu_ms),
+                    percent_cell(c.lost_gpu_ms, run.lost_gpu_ms, 1),
+                ],
+            );
+        }
+    }
+    out.push_str(
+        "\nBy the `cause` each `PreemptionOrdered` carries; a stop is filed under its job's \
+         latest order. Unallocated: the victim had minimum runtime 0. Window: its allocation \
+         ranked below the waiter's once the waiter was charged. Share floor: the waiter's \
+         allocation held fewer GPUs than its floor. Debug allowance: for a debug job under its \
+         allocation's allowance. Packing: moved so a waiter fits on one node. Maintenance: its \
+         node was cordoned or due for maintenance.\n\n",
+    );
+}
+
+/// A preemption cause in the report's words.
+fn cause_name(cause: PreemptionCause) -> &'static str {
+    match cause {
+        PreemptionCause::Unspecified => "unspecified",
+        PreemptionCause::Unallocated => "unallocated",
+        PreemptionCause::Window => "window",
+        PreemptionCause::ShareFloor => "share floor",
+        PreemptionCause::DebugAllowance => "debug allowance",
+        PreemptionCause::Packing => "packing",
+        PreemptionCause::Maintenance => "maintenance",
+    }
 }
 
 /// One SPEC target: what it asks, the run's figure, and whether the figure meets it (`None`
@@ -662,6 +719,18 @@ mod tests {
         assert!(fs.contains("| - |"), "empty unallocated class: {fs}");
         assert!(fs.contains("| 7 (6) |"), "{fs}");
         assert!(fs.contains("| 11.0 (1.00%) |"), "{fs}");
+        // Preemptions by cause: fairshare's two causes, fifo (which never preempted) absent.
+        let causes = &md[md.find("| Policy | Preemption cause").expect("cause table")..];
+        let causes = &causes[..causes.find("\n\n").expect("table ends")];
+        assert!(
+            causes.contains("| fairshare | unallocated | 3 | 3 | 2.0 | 18.2% |"),
+            "{causes}"
+        );
+        assert!(
+            causes.contains("| fairshare | share floor | 4 | 3 | 9.0 | 81.8% |"),
+            "{causes}"
+        );
+        assert!(!causes.contains("| fifo |"), "{causes}");
         let fifo = row(&md, "## Waits and preemption", "fifo");
         assert!(
             fifo.contains("| 40 s / 40 s / 40 s | - | 2.0 d / 2.0 d / 2.0 d |"),

@@ -260,8 +260,12 @@ mod tests {
 /// A small hand-built report shared by the tests of the renderers.
 #[cfg(test)]
 pub(crate) mod sample {
+    use fairshare_events::pb::PreemptionCause;
+
     use super::{Report, ReportInputs};
-    use crate::metrics::{AllocationMetrics, HourPoint, IdleUnderContention, RunMetrics, Waits};
+    use crate::metrics::{
+        AllocationMetrics, CausePreemptions, HourPoint, IdleUnderContention, RunMetrics, Waits,
+    };
 
     /// One GPU-hour in GPU-ms.
     pub(crate) const H: u128 = 3_600_000;
@@ -337,6 +341,20 @@ pub(crate) mod sample {
             preemptions: 7,
             preempted: 6,
             lost_gpu_ms: 11 * H,
+            by_cause: vec![
+                CausePreemptions {
+                    cause: PreemptionCause::Unallocated,
+                    orders: 3,
+                    stopped: 3,
+                    lost_gpu_ms: 2 * H,
+                },
+                CausePreemptions {
+                    cause: PreemptionCause::ShareFloor,
+                    orders: 4,
+                    stopped: 3,
+                    lost_gpu_ms: 9 * H,
+                },
+            ],
             violations: 0,
             jobs_submitted: 120,
             jobs_finished: 110,
@@ -367,6 +385,7 @@ pub(crate) mod sample {
             preemptions: 0,
             preempted: 0,
             lost_gpu_ms: 0,
+            by_cause: Vec::new(),
             violations: 2,
             jobs_submitted: 120,
             jobs_finished: 100,

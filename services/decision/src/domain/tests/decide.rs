@@ -626,6 +626,7 @@ fn explain_says_why_a_job_is_being_stopped_and_was_stopped() {
             reason: reason.into(),
             for_job_id: "w".into(),
             basis: None,
+            cause: pb::PreemptionCause::Window.into(),
         })
     };
     h.ok(NOW, order("fair share: makes room for job w", NOW + 30_000));

@@ -76,6 +76,10 @@ fn an_over_served_team_debugs_on_its_own_long_work() {
         "{}",
         p.reason
     );
+    assert_eq!(
+        p.cause(),
+        fairshare_events::pb::PreemptionCause::DebugAllowance
+    );
 
     // Without the allowance the rank rule never takes a team's own work.
     h.state.set_debug_allowance_gpus(0);

@@ -42,6 +42,10 @@ fn a_blocked_waiter_gets_a_node_by_moving_a_small_job_into_a_hole_elsewhere() {
     let Body::PreemptionOrdered(order) = &out[0] else {
         unreachable!()
     };
+    assert_eq!(
+        order.cause(),
+        fairshare_events::pb::PreemptionCause::Packing
+    );
     // Ran 65 min, checkpointed at 60: 5 min of 2 GPUs lost.
     assert_eq!(
         order.reason,

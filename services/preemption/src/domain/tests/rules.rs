@@ -2,9 +2,10 @@
 //! inputs are exactly the snapshot's figures plus what is left of running jobs' minimum
 //! runtimes (see `fairshare_decision::domain::rank::leaf_usage`).
 
+use fairshare_events::pb::PreemptionCause;
 use fairshare_events::pb::event::Body;
 
-use super::support::{H, HOUR, MIN, SEC, leaf, orders, render, victims};
+use super::support::{H, HOUR, MIN, SEC, causes, leaf, orders, render, victims};
 use crate::domain::{
     Config, FairShare, NoVictims, fair_share, next_due, select_victims, stamp_cycle,
 };
@@ -432,6 +433,11 @@ fn maintenance_at_t_is_respected() {
     };
     assert!(p.reason.starts_with("maintenance"), "{}", p.reason);
     assert!(!p.reason.contains("minimum runtime"), "{}", p.reason);
+    assert!(
+        causes(&out)
+            .iter()
+            .all(|(_, c)| *c == PreemptionCause::Maintenance)
+    );
 }
 
 #[test]
@@ -472,7 +478,13 @@ fn multi_node_waiters_get_whole_nodes() {
     let plan = select_victims(&h.state, "w", now, &h.cfg).unwrap();
     assert_eq!(plan.nodes, vec!["n1", "n2"]);
     assert_eq!(plan.lost_gpu_ms, 2 * 8 * 10 * MIN as u128);
-    assert_eq!(victims(&h.decide(now)), vec!["u", "x"]);
+    assert_eq!(
+        causes(&h.decide(now)),
+        [
+            ("u".to_owned(), PreemptionCause::Unallocated),
+            ("x".to_owned(), PreemptionCause::Window)
+        ]
+    );
 }
 
 #[test]
@@ -510,6 +522,8 @@ fn debug_waiters_are_reported_and_orders_carry_their_basis() {
         panic!("{out:?}")
     };
     assert!(p.reason.contains("debug job dbg"), "{}", p.reason);
+    // A debug job taking unallocated work: the victim's kind decides the cause.
+    assert_eq!(p.cause(), PreemptionCause::Unallocated);
     let basis = p.basis.unwrap();
     assert_eq!(
         (basis.through_sequence, basis.computed_at_ms, basis.cycle),
@@ -699,6 +713,7 @@ fn below_its_floor_a_waiter_takes_work_the_window_would_keep() {
         "{:?}",
         reasons(&out)
     );
+    assert_eq!(causes(&out)[0].1, PreemptionCause::ShareFloor);
     // Without the floor, the window keeps b's work.
     h.state.set_share_floor(false);
     assert!(orders(&h.decide(now)).is_empty());

@@ -309,6 +309,16 @@ pub fn orders(out: &[Body]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `(victim, cause)` of every order, in order.
+pub fn causes(out: &[Body]) -> Vec<(String, pb::PreemptionCause)> {
+    out.iter()
+        .filter_map(|b| match b {
+            Body::PreemptionOrdered(p) => Some((p.job_id.clone(), p.cause())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Victims ordered off, in order.
 pub fn victims(out: &[Body]) -> Vec<String> {
     orders(out).into_iter().map(|o| o.0).collect()
