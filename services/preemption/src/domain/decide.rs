@@ -24,10 +24,9 @@
 //!    it fits on one node ([`pack::moves`]).
 //!
 //! Every `PreemptionOrdered` carries its rule as a `cause` (unallocated, window, share floor,
-//! debug allowance, packing, maintenance) beside the `reason` in words,
-//! `grace_deadline_ms = now + grace` and a
-//! [`pb::DecisionBasis`] naming the last sequence folded and `now`; `cycle` is 0 here and the
-//! shell stamps its own cycle number with [`stamp_cycle`].
+//! debug allowance, packing, maintenance) beside the `reason` in words, `grace_deadline_ms =
+//! now + grace`, and a [`pb::DecisionBasis`] naming the last sequence folded and `now`; `cycle`
+//! is 0 here and the shell stamps its own cycle number with [`stamp_cycle`].
 
 use fairshare_events::pb::{self, event::Body};
 
