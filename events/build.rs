@@ -9,6 +9,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(["."])
         // Operators read events as JSON (`fairshare tail --json`).
         .type_attribute(".", "#[derive(serde::Serialize)]")
+        // ... with enumeration values by name (src/json.rs).
+        .field_attribute(
+            "fairshare.v1.Rejection.code",
+            "#[serde(serialize_with = \"crate::json::rejection_code\")]",
+        )
+        .field_attribute(
+            "fairshare.v1.PreemptionOrdered.cause",
+            "#[serde(serialize_with = \"crate::json::preemption_cause\")]",
+        )
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -31,6 +31,7 @@
 
 pub mod codec;
 pub mod headers;
+mod json;
 pub mod streams;
 pub mod subjects;
 
