@@ -138,7 +138,7 @@ impl<'s> View<'s> {
 
     /// Whether a job of `shape` would fit if the unallocated work of each node (`unallocated`,
     /// from [`View::unallocated_gpus`]) left. A count only: which victims, and on which
-    /// nodes, is `victims::choose`'s work.
+    /// nodes, is `victims::search::choose`'s work.
     pub fn fits_without_unallocated(
         &self,
         unallocated: &[u32],
