@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Starts the whole local system: nats-server (JetStream, file store under .run/), the
 # submission, accounting, decision and preemption services, the demo budget tree and inventory, and the
-# demo launcher, which submits jobs from the Helios trace and runs them (60x faster than real
-# time) as the decision service places them. Ctrl-C stops everything. Logs: .run/logs/.
+# demo launcher, which submits jobs from the Helios trace (arriving 600x faster than real time)
+# and runs them (60x faster) as the decision service places them. Ctrl-C stops everything.
+# Logs: .run/logs/.
 #
 #   ./deploy/start.sh                          # build, start, follow the event log
 #   FAIRSHARE_DEMO_JOBS=0 ./deploy/start.sh    # no demo submissions
@@ -78,7 +79,10 @@ env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml
 
 # Demo launcher: runs what the decision service places, and submits the first jobs of the
 # Helios trace (tenants hashed onto the demo allocations; see tools/launcher/src/workload.rs).
-env "$(as launcher)" "$bin/fairshare-demo-launcher" --cluster demo --time-scale 60 \
+# Jobs run 60x faster than real time and arrive 600x faster, so the trace's first hours of
+# demand pile up within two minutes and the demo cluster is contended: jobs wait, and work
+# past its minimum runtime is rotated out for under-served allocations.
+env "$(as launcher)" "$bin/fairshare-demo-launcher" --cluster demo --time-scale 60 --arrival-scale 600 \
   --trace tests/data/traces/helios-15k/replay.csv --max-jobs "${FAIRSHARE_DEMO_JOBS:-300}" \
   --allocations research/language/pretraining/core,research/language/pretraining/data,research/language/alignment,research/vision/video,research/vision/robotics,infra/evals,guests \
   >"$run/logs/demo-launcher.log" 2>&1 &

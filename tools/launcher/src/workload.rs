@@ -16,6 +16,15 @@ use fairshare_events::pb;
 
 pub use fairshare_model::trace::{TraceError, TraceJob, parse_replay};
 
+/// When a job `since_first_s` trace seconds after the trace's first arrives, with arrivals
+/// `arrival_scale` times faster than the clock (0 counts as 1).
+pub fn arrival_offset(since_first_s: i64, arrival_scale: u32) -> std::time::Duration {
+    let ms = u64::try_from(since_first_s)
+        .unwrap_or(0)
+        .saturating_mul(1000);
+    std::time::Duration::from_millis(ms / u64::from(arrival_scale.max(1)))
+}
+
 fn stable_hash(s: &str) -> u64 {
     fairshare_events::headers::content_hash(s.as_bytes())
 }
@@ -70,6 +79,18 @@ pub fn to_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrivals_follow_their_own_scale() {
+        use std::time::Duration;
+        // Ten trace hours: 10 min at 60x, 1 min at 600x; sub-second offsets are kept.
+        assert_eq!(arrival_offset(36_000, 60), Duration::from_secs(600));
+        assert_eq!(arrival_offset(36_000, 600), Duration::from_secs(60));
+        assert_eq!(arrival_offset(1, 600), Duration::from_millis(1));
+        // Out-of-order rows (before the first) and a zero scale do not panic.
+        assert_eq!(arrival_offset(-5, 600), Duration::ZERO);
+        assert_eq!(arrival_offset(7, 0), Duration::from_secs(7));
+    }
 
     #[test]
     fn mapping_rules() {
