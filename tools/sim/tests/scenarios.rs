@@ -496,3 +496,70 @@ fn fragmented_free_gpus_are_packed_so_whole_node_jobs_start_at_once() {
         assert_eq!(big.wait(), Some(10 * HOUR - 35 * MIN), "{}", big.name);
     }
 }
+
+/// A floor order held back for lost work goes at the victim's next checkpoint only if a pass
+/// runs then: the services' periodic pass (`EngineConfig::periodic_pass_ms`) does; without it
+/// the simulator waits for the next event.
+///
+/// Two 8-GPU nodes, `a` and `b` at 50% (floors of 8 GPUs). `a` runs 16 GPUs for 6 h, so the
+/// window never favours it; from 6 h `b` holds all 16 GPUs in four 4-GPU jobs. At 6 h 45 min
+/// `a` asks for 4 GPUs: below its floor, it may take one of `b`'s jobs (leaving `b` at 12),
+/// but only within 10 minutes of that job's last checkpoint (they are 15 minutes past the one
+/// at 6 h 30). The next checkpoint is at 7 h. Nothing happens until `b`'s jobs end at 16 h.
+#[test]
+fn the_periodic_pass_takes_a_victim_at_its_next_checkpoint() {
+    use fairshare_sim::scenarios::{flat_budget, job};
+    use fairshare_sim::setup::Setup;
+    use fairshare_sim::workload::Workload;
+
+    let mut jobs = vec![job("a-big".into(), 0, "a", 16, 6 * HOUR, MIN)];
+    for i in 0..4 {
+        jobs.push(job(format!("b-{i}"), 6 * HOUR, "b", 4, 10 * HOUR, MIN));
+    }
+    jobs.push(job(
+        "a-late".into(),
+        6 * HOUR + 45 * MIN,
+        "a",
+        4,
+        HOUR,
+        30 * MIN,
+    ));
+    let setup = Setup::new(
+        flat_budget("sim", &[("a", 50), ("b", 50)]),
+        Setup::uniform_nodes("node", 2, 8),
+        EPOCH_MS + DAY,
+    )
+    .unwrap();
+    let workload = Workload::new(jobs, Vec::new());
+    let run_with = |periodic_pass_ms| {
+        let config = EngineConfig {
+            periodic_pass_ms,
+            ..EngineConfig::default()
+        };
+        let out = engine::run(&setup, &workload, &config, |_| {});
+        let metrics = measure("fairshare", &out.log, &measure_config(&setup, &config));
+        (read(&out.log), metrics)
+    };
+    let late = |seen: &SeenLog| seen.named("a-late")[0].clone();
+
+    // Event-driven only: `a-late` waits for `b`'s jobs to end at 16 h.
+    let (seen, m) = run_with(None);
+    assert_eq!(late(&seen).wait(), Some(16 * HOUR - (6 * HOUR + 45 * MIN)));
+    assert_eq!(m.preemptions, 0);
+
+    // With a pass every 5 s: ordered at exactly 7 h (a 5 s step from 6 h 45), stopped 10 s
+    // later, nothing lost; `a-late` starts then.
+    let (seen, m) = run_with(Some(5 * S));
+    assert_eq!(late(&seen).wait(), Some(15 * MIN + 10 * S));
+    assert_eq!(m.preemptions, 1);
+    assert_eq!(m.violations, 0);
+    assert_eq!(
+        m.by_cause,
+        [CausePreemptions {
+            cause: PreemptionCause::ShareFloor,
+            orders: 1,
+            stopped: 1,
+            lost_gpu_ms: 4 * 10 * S as u128,
+        }]
+    );
+}

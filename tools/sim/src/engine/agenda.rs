@@ -29,7 +29,8 @@ pub enum Happening {
     Action(usize),
     /// A job is submitted (index into the workload's jobs).
     Submit(usize),
-    /// The preemption service's timer: a grace deadline, a drain or a minimum runtime ending.
+    /// The preemption service's timer: a grace deadline, a drain or a minimum runtime ending,
+    /// or its periodic pass.
     Wake,
 }
 
