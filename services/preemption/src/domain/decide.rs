@@ -224,7 +224,8 @@ pub fn into_events(bodies: Vec<Body>, now_ms: i64) -> Vec<pb::Event> {
 /// victim's next checkpoint, after which an order held back for lost work may go: that waiter
 /// is met again at the next event or at the service's periodic pass (every 5 s by default),
 /// and listing every running job's checkpoints would wake the service every few seconds on a
-/// busy cluster. (The simulator runs no periodic pass: there the next event it is.)
+/// busy cluster. (The simulator runs the periodic pass only with `--periodic-pass`; without
+/// it, the next event it is.)
 pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option<i64> {
     let mut next = [
         grace::next_deadline(state, now_ms),
