@@ -136,7 +136,7 @@ struct CommonArgs {
     stop_delay: String,
     /// Also run the preemption service's periodic pass this often ("5s", as the service
     /// does), events or not. Off by default: it doubles the run time and moved no headline
-    /// figure beyond the replicas' spread (README, "Simulator")
+    /// figure beyond the replicas' spread (README, "Simulator").
     #[arg(long)]
     periodic_pass: Option<String>,
     /// Largest minimum runtime the contract protects.
