@@ -35,7 +35,8 @@ pub enum CheckpointError {
     /// Another store (most likely another running instance of the same service) holds the
     /// directory.
     #[error(
-        "checkpoint directory {} is in use by another process; each service instance needs its own",
+        "checkpoint directory {} is in use (by another instance of this service?); each instance \
+         needs its own",
         dir.display()
     )]
     Locked {
@@ -78,7 +79,8 @@ pub struct CheckpointStore {
 
 impl CheckpointStore {
     /// Opens (or creates) the store in `dir` for states tagged `kind` at format `version`,
-    /// waiting up to [`LOCK_WAIT`] for a lock still held by a store being closed.
+    /// waiting up to [`LOCK_WAIT`] for a lock still held by a store being closed. The wait
+    /// blocks the calling thread; services open their store once, at start.
     pub fn open(dir: &Path, kind: &str, version: u32) -> Result<Self, CheckpointError> {
         Self::open_waiting(dir, kind, version, LOCK_WAIT)
     }
