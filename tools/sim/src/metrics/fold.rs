@@ -33,14 +33,6 @@ pub struct MeasureConfig {
     pub window: FoldConfig,
 }
 
-/// The orders of one cause and what the stops they caused threw away.
-#[derive(Default)]
-struct CauseTally {
-    orders: u64,
-    stopped: u64,
-    lost_gpu_ms: u128,
-}
-
 /// A job as the measurement follows it.
 struct Tracked {
     /// Its number in the measurement (the idle split keys holders by it).
@@ -157,8 +149,8 @@ struct Measure<'c> {
     integrals: Integrals,
     clock: i64,
     out: RunMetrics,
-    /// Preemptions by the orders' cause.
-    by_cause: BTreeMap<PreemptionCause, CauseTally>,
+    /// Preemptions by the orders' cause (the map's order is the report's).
+    by_cause: BTreeMap<PreemptionCause, CausePreemptions>,
     usage: UsageFold,
     /// Owed time missed, split by what the window said (see [`MissedOwed`]).
     missed: MissedOwed,
@@ -380,7 +372,7 @@ impl Measure<'_> {
 
     fn ordered(&mut self, job_id: &str, cause: PreemptionCause, now: i64) {
         self.out.preemptions += 1;
-        self.by_cause.entry(cause).or_default().orders += 1;
+        self.tally(cause).orders += 1;
         let Some(job) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -395,6 +387,16 @@ impl Measure<'_> {
         {
             self.out.violations += 1;
         }
+    }
+
+    /// The running count of `cause`'s preemptions.
+    fn tally(&mut self, cause: PreemptionCause) -> &mut CausePreemptions {
+        self.by_cause.entry(cause).or_insert(CausePreemptions {
+            cause,
+            orders: 0,
+            stopped: 0,
+            lost_gpu_ms: 0,
+        })
     }
 
     fn preempted(&mut self, job_id: &str, now: i64) {
@@ -414,9 +416,9 @@ impl Measure<'_> {
                 &self.config.contract,
             );
             self.out.lost_gpu_ms += lost;
-            let by_cause = self.by_cause.entry(cause).or_default();
-            by_cause.stopped += 1;
-            by_cause.lost_gpu_ms += lost;
+            let tally = self.tally(cause);
+            tally.stopped += 1;
+            tally.lost_gpu_ms += lost;
         }
     }
 
@@ -458,7 +460,7 @@ impl Measure<'_> {
         out.idle_while_waiting_gpu_ms = i.idle_while_waiting;
         out.idle_under_contention = self.holes.split;
         out.hourly = i.hourly;
-        out.by_cause = by_cause_rows(&self.by_cause);
+        out.by_cause = self.by_cause.into_values().collect();
         let mut missed = self.missed;
         missed.close_hours(&self.usage, end);
         out.allocations = allocation_rows(&self.usage, self.tree.as_ref(), end);
@@ -567,19 +569,6 @@ pub fn measure(policy: &str, events: &[pb::Event], config: &MeasureConfig) -> Ru
         m.usage.apply(i as u64 + 1, event);
     }
     m.finish()
-}
-
-/// The tallies as rows, in the contract's order of causes.
-fn by_cause_rows(tallies: &BTreeMap<PreemptionCause, CauseTally>) -> Vec<CausePreemptions> {
-    tallies
-        .iter()
-        .map(|(&cause, t)| CausePreemptions {
-            cause,
-            orders: t.orders,
-            stopped: t.stopped,
-            lost_gpu_ms: t.lost_gpu_ms,
-        })
-        .collect()
 }
 
 fn empty(policy: &str, events: usize) -> RunMetrics {
