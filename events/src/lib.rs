@@ -42,3 +42,18 @@ pub mod pb {
 }
 
 pub use codec::DecodeError;
+
+impl pb::PreemptionCause {
+    /// The cause in an operator's words, as reports and `fairshare explain` print it.
+    pub fn label(self) -> &'static str {
+        match self {
+            pb::PreemptionCause::Unspecified => "unspecified",
+            pb::PreemptionCause::Unallocated => "unallocated",
+            pb::PreemptionCause::Window => "window",
+            pb::PreemptionCause::ShareFloor => "share floor",
+            pb::PreemptionCause::DebugAllowance => "debug allowance",
+            pb::PreemptionCause::Packing => "packing",
+            pb::PreemptionCause::Maintenance => "maintenance",
+        }
+    }
+}

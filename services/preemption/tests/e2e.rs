@@ -620,6 +620,7 @@ async fn a_blocked_job_starts_once_a_small_job_is_moved_into_a_hole_elsewhere() 
     let note = e.last_preemption.expect("m's last preemption order");
     assert_eq!(note.for_job_id, w);
     assert_eq!(note.reason, order.reason);
+    assert_eq!(note.cause, i32::from(pb::PreemptionCause::Packing));
     stack.stop().await;
 }
 

@@ -52,6 +52,7 @@ pub fn explain(
         for_job_id: o.for_job_id.to_string(),
         reason: o.reason.to_string(),
         grace_deadline_ms: o.grace_deadline_ms,
+        cause: o.cause,
     });
     match &job.status {
         JobStatus::Placed(placed) => {

@@ -255,6 +255,9 @@ pub struct OrderNote {
     pub reason: Arc<str>,
     /// When the job had to be off its GPUs.
     pub grace_deadline_ms: i64,
+    /// The rule behind the order (`PreemptionOrdered.cause`, kept as its wire number so a
+    /// cause newer than this build survives a checkpoint).
+    pub cause: i32,
 }
 
 impl Job {
@@ -1034,6 +1037,7 @@ impl DecisionState {
                 for_job_id: Arc::from(p.for_job_id.as_str()),
                 reason: Arc::from(p.reason.as_str()),
                 grace_deadline_ms: deadline,
+                cause: p.cause,
             }),
         };
         let mut placed = placed.clone();

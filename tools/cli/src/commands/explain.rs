@@ -39,18 +39,28 @@ pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()>
         Some(explain_reply::Result::Rejected(r)) => bail!("refused: {}", r.message),
         None => bail!("empty reply from the decision service"),
     };
-    println!("job {} ({}) is {}", e.job_id, e.allocation, e.status);
+    print!("{}", render(&e));
+    Ok(())
+}
+
+/// The explanation as the operator reads it, one fact per line.
+fn render(e: &pb::Explanation) -> String {
+    let mut lines = Vec::new();
+    lines.push(format!(
+        "job {} ({}) is {}",
+        e.job_id, e.allocation, e.status
+    ));
     if e.allocation_rank > 0 {
-        println!(
+        lines.push(format!(
             "  its allocation ranks {} of {} by fair share",
             e.allocation_rank, e.allocations_ranked
-        );
+        ));
     }
     if !e.reason.is_empty() {
-        println!("  why: {} [{}]", e.reason, e.reason_code);
+        lines.push(format!("  why: {} [{}]", e.reason, e.reason_code));
     }
     for n in &e.nodes {
-        println!("  holds {} GPUs on {}", n.gpus, n.node);
+        lines.push(format!("  holds {} GPUs on {}", n.gpus, n.node));
     }
     if let Some(p) = &e.last_preemption {
         let for_job = if p.for_job_id.is_empty() {
@@ -58,22 +68,84 @@ pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()>
         } else {
             format!(" for job {}", p.for_job_id)
         };
-        println!(
-            "  last preemption order: {}{for_job}, to stop by {}",
+        // A cause this build does not know (a newer service) is shown by number.
+        let cause = match pb::PreemptionCause::try_from(p.cause) {
+            Ok(pb::PreemptionCause::Unspecified) => String::new(),
+            Ok(c) => format!(" ({})", c.label()),
+            Err(_) => format!(" (cause {})", p.cause),
+        };
+        lines.push(format!(
+            "  last preemption order{cause}: {}{for_job}, to stop by {}",
             format_ms(p.ordered_at_ms),
             format_ms(p.grace_deadline_ms)
-        );
+        ));
         // Running or preempted, the reason is the "why" above; queued again, it is not.
         if e.status == "queued" {
-            println!("    {}", p.reason);
+            lines.push(format!("    {}", p.reason));
         }
     }
-    if let Some(b) = e.basis {
-        println!(
+    if let Some(b) = &e.basis {
+        lines.push(format!(
             "  (as of sequence {}, {})",
             b.through_sequence,
             format_ms(b.computed_at_ms)
+        ));
+    }
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-01-01T00:00:00Z.
+    const T: i64 = 1_767_225_600_000;
+
+    fn requeued(cause: i32) -> pb::Explanation {
+        pb::Explanation {
+            job_id: "v".into(),
+            allocation: "research/bio".into(),
+            status: "queued".into(),
+            reason: "waits for 8 GPUs".into(),
+            reason_code: "no_room".into(),
+            allocation_rank: 2,
+            allocations_ranked: 5,
+            last_preemption: Some(pb::PreemptionNote {
+                ordered_at_ms: T,
+                for_job_id: "w".into(),
+                reason: "share floor: makes room for job w".into(),
+                grace_deadline_ms: T + 30_000,
+                cause,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_requeued_job_shows_the_rule_that_stopped_it_and_the_reason() {
+        let text = render(&requeued(pb::PreemptionCause::ShareFloor.into()));
+        assert_eq!(
+            text,
+            "job v (research/bio) is queued\n\
+             \x20 its allocation ranks 2 of 5 by fair share\n\
+             \x20 why: waits for 8 GPUs [no_room]\n\
+             \x20 last preemption order (share floor): 2026-01-01T00:00:00Z for job w, to stop \
+             by 2026-01-01T00:00:30Z\n\
+             \x20   share floor: makes room for job w\n"
         );
     }
-    Ok(())
+
+    #[test]
+    fn an_order_without_a_cause_or_with_an_unknown_one_still_reads() {
+        let old = render(&requeued(pb::PreemptionCause::Unspecified.into()));
+        assert!(
+            old.contains("  last preemption order: 2026-01-01T00:00:00Z for job w"),
+            "{old}"
+        );
+        let newer = render(&requeued(99));
+        assert!(
+            newer.contains("  last preemption order (cause 99): "),
+            "{newer}"
+        );
+    }
 }

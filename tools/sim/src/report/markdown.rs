@@ -8,7 +8,6 @@
 
 use std::fmt::Write as _;
 
-use fairshare_events::pb::PreemptionCause;
 
 use super::{
     MIN_OWED_GPU_MS, Report, allocation_rows, at_least, fixed, gpu_hours_text, human_duration, pct,
@@ -320,7 +319,7 @@ fn cause_table(out: &mut String, runs: &[RunMetrics]) {
                 out,
                 &[
                     escape(&run.policy),
-                    cause_name(c.cause).to_owned(),
+                    c.cause.label().to_owned(),
                     c.orders.to_string(),
                     c.stopped.to_string(),
                     gpu_hours_text(c.lost_gpu_ms),
@@ -337,19 +336,6 @@ fn cause_table(out: &mut String, runs: &[RunMetrics]) {
          allocation's allowance. Packing: moved so a waiter fits on one node. Maintenance: its \
          node was cordoned or due for maintenance.\n\n",
     );
-}
-
-/// A preemption cause in the report's words.
-fn cause_name(cause: PreemptionCause) -> &'static str {
-    match cause {
-        PreemptionCause::Unspecified => "unspecified",
-        PreemptionCause::Unallocated => "unallocated",
-        PreemptionCause::Window => "window",
-        PreemptionCause::ShareFloor => "share floor",
-        PreemptionCause::DebugAllowance => "debug allowance",
-        PreemptionCause::Packing => "packing",
-        PreemptionCause::Maintenance => "maintenance",
-    }
 }
 
 /// One SPEC target: what it asks, the run's figure, and whether the figure meets it (`None`

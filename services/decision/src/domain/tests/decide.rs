@@ -619,20 +619,34 @@ fn explain_says_why_a_job_is_being_stopped_and_was_stopped() {
     assert_eq!((e.status.as_str(), e.reason.as_str()), ("running", ""));
     assert!(e.last_preemption.is_none());
 
-    let order = |reason: &str, deadline: i64| {
+    let order = |reason: &str, deadline: i64, cause: pb::PreemptionCause| {
         Body::PreemptionOrdered(pb::PreemptionOrdered {
             job_id: "v".into(),
             grace_deadline_ms: deadline,
             reason: reason.into(),
             for_job_id: "w".into(),
             basis: None,
-            cause: pb::PreemptionCause::Window.into(),
+            cause: cause.into(),
         })
     };
-    h.ok(NOW, order("fair share: makes room for job w", NOW + 30_000));
+    h.ok(
+        NOW,
+        order(
+            "fair share: makes room for job w",
+            NOW + 30_000,
+            pb::PreemptionCause::Window,
+        ),
+    );
     // A second order in the same run (another pass) may only bring the deadline forward: the
-    // first one's reason is what stops the job, by the earlier deadline.
-    h.ok(NOW + 1, order("a later reason", NOW + 20_000));
+    // first one's reason and cause are what stop the job, by the earlier deadline.
+    h.ok(
+        NOW + 1,
+        order(
+            "a later reason",
+            NOW + 20_000,
+            pb::PreemptionCause::ShareFloor,
+        ),
+    );
     let e = explain(&h, NOW + 2);
     assert_eq!(e.status, "running");
     assert_eq!(e.reason_code, "ordered_off");
@@ -644,6 +658,7 @@ fn explain_says_why_a_job_is_being_stopped_and_was_stopped() {
             for_job_id: "w".into(),
             reason: "fair share: makes room for job w".into(),
             grace_deadline_ms: NOW + 20_000,
+            cause: pb::PreemptionCause::Window.into(),
         })
     );
 
