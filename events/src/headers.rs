@@ -38,10 +38,11 @@ pub fn cancel_id(job_id: &str) -> String {
     format!("cancel:{job_id}")
 }
 
-/// Message id of a budget tree or inventory change applied from a file: the content hash makes
-/// re-applying the same file a no-op inside the duplicate window.
-pub fn policy_id(cluster: &str, kind: &str, content_hash: u64) -> String {
-    format!("policy:{cluster}:{kind}:{content_hash:016x}")
+/// Message id of a budget tree or inventory change applied from a file, over the subject's
+/// newest sequence before it: a retry of the same change de-duplicates, while the same content
+/// applied again after another change (a revert) is a new message.
+pub fn policy_id(cluster: &str, kind: &str, content_hash: u64, after_sequence: u64) -> String {
+    format!("policy:{cluster}:{kind}:{content_hash:016x}:{after_sequence}")
 }
 
 /// A stable 64-bit hash (FNV-1a) of encoded content, for content-derived message ids.

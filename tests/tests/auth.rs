@@ -168,7 +168,10 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
     });
     let order_subject = subjects::job_event(CLUSTER, &job_id, "preemption_ordered");
     assert!(!stored(&launcher_js, order_subject, event(order)).await);
-    let refused = fairshare_runtime::admin::set_budget(&launcher_js, 2, budget.clone())
+    // A budget that differs from the one in force (the same one again would need no write).
+    let mut changed = budget.clone();
+    changed.accounts[0].share += 1;
+    let refused = fairshare_runtime::admin::set_budget(&launcher_js, 2, changed.clone())
         .await
         .unwrap_err();
     assert!(
@@ -195,7 +198,7 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
     let (_decision, decision_js) = as_role(&server, dir.path(), Role::Decision).await;
     assert!(stored(&decision_js, placed_subject, event(placed)).await);
     assert!(
-        fairshare_runtime::admin::set_budget(&decision_js, 3, budget)
+        fairshare_runtime::admin::set_budget(&decision_js, 3, changed)
             .await
             .is_err()
     );

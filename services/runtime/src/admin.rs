@@ -1,12 +1,19 @@
 //! Appending the policy and inventory events managers and operators produce (budget tree,
 //! node registrations), shared by the CLI, the demo stack and the tests.
 //!
-//! Message ids are derived from the content, so applying the same file twice within the
-//! duplicate window writes nothing the second time.
+//! Each change is checked against the newest event on its subject first: if that already says
+//! the same (the same file applied twice, or a retry after a lost acknowledgement), nothing is
+//! written. Otherwise the event is appended only if that subject has not moved since
+//! (`Nats-Expected-Last-Subject-Sequence`), with a message id made of the content and that
+//! sequence. So going back to an earlier budget (A, then B, then A again) writes A again, where
+//! an id from the content alone would have been dropped as a duplicate of the first A for the
+//! stream's whole duplicate window, and acknowledged as if it had been written.
 
 use async_nats::jetstream;
 use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use fairshare_events::pb::{self, event::Body};
+use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, headers, subjects};
 
 use crate::envelope::Envelope;
@@ -21,6 +28,12 @@ pub struct AppendError {
     pub detail: String,
 }
 
+/// A request the server drops for permissions gets no reply: the only sign is the timeout, so
+/// the error says what that can mean.
+const PERMISSION_HINT: &str = "the server is unreachable, or this NATS identity may not \
+                               publish there: budgets and inventory need the operator's, see \
+                               `fairshare auth init`";
+
 /// Appends one event and waits for the stream's acknowledgement; returns its sequence.
 pub async fn append(
     js: &jetstream::Context,
@@ -32,12 +45,11 @@ pub async fn append(
         subject: subject.clone(),
         detail,
     };
-    // A publish the server refuses for permissions is dropped without a reply: the only sign
-    // is the missing acknowledgement, so the error says what that can mean.
     let explain = |e: jetstream::context::PublishError| match e.kind() {
-        PublishErrorKind::TimedOut => format!(
-            "{e} (the server is unreachable, or this NATS identity may not publish there: \
-             budgets and inventory need the operator's, see `fairshare auth init`)"
+        PublishErrorKind::TimedOut => format!("{e} ({PERMISSION_HINT})"),
+        PublishErrorKind::WrongLastSequence => format!(
+            "{e}: the subject changed while this was being applied (another operator?); \
+             look at what is in force now and apply again"
         ),
         _ => e.to_string(),
     };
@@ -50,6 +62,63 @@ pub async fn append(
     Ok(ack.sequence)
 }
 
+/// The newest event on `subject`: its sequence (0 if there is none) and its body, if it
+/// decodes.
+async fn newest_on(
+    js: &jetstream::Context,
+    subject: &str,
+) -> Result<(u64, Option<Body>), AppendError> {
+    let err = |detail: String| AppendError {
+        subject: subject.to_owned(),
+        detail,
+    };
+    let stream = js
+        .get_stream_no_info(EVENTS_STREAM)
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => {
+            let body = codec::decode_event(&m.payload).ok().and_then(|e| e.body);
+            Ok((m.sequence, body))
+        }
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok((0, None)),
+        Err(e) => Err(err(format!(
+            "cannot read the newest event there: {e} ({PERMISSION_HINT})"
+        ))),
+    }
+}
+
+/// Appends `body` on `subject` unless the newest event there already has the same body;
+/// returns the sequence of the event in force. `kind` names the change in the message id.
+async fn apply(
+    js: &jetstream::Context,
+    subject: String,
+    kind: &str,
+    cluster: &str,
+    at_ms: i64,
+    body: Body,
+) -> Result<u64, AppendError> {
+    let (last, newest) = newest_on(js, &subject).await?;
+    if newest.as_ref() == Some(&body) {
+        return Ok(last);
+    }
+    let event = pb::Event {
+        at_ms,
+        body: Some(body),
+    };
+    // The time is left out of the id: the same change retried is the same message.
+    let content = codec::encode(&pb::Event {
+        at_ms: 0,
+        body: event.body.clone(),
+    });
+    let envelope = Envelope {
+        message_id: headers::policy_id(cluster, kind, headers::content_hash(&content), last),
+        expected_last_subject_sequence: Some((last, None)),
+        ..Default::default()
+    };
+    append(js, subject, &event, &envelope).await
+}
+
 /// Appends a budget tree (already validated by `fairshare_model::files::parse_budget`).
 pub async fn set_budget(
     js: &jetstream::Context,
@@ -57,23 +126,14 @@ pub async fn set_budget(
     set: pb::BudgetTreeSet,
 ) -> Result<u64, AppendError> {
     let subject = subjects::policy(&set.cluster);
-    let id = headers::policy_id(
-        &set.cluster,
-        "budget",
-        headers::content_hash(&codec::encode(&set)),
-    );
-    let event = pb::Event {
-        at_ms,
-        body: Some(Body::BudgetTreeSet(set)),
-    };
-    append(
+    let cluster = set.cluster.clone();
+    apply(
         js,
         subject,
-        &event,
-        &Envelope {
-            message_id: id,
-            ..Default::default()
-        },
+        "budget",
+        &cluster,
+        at_ms,
+        Body::BudgetTreeSet(set),
     )
     .await
 }
@@ -87,23 +147,14 @@ pub async fn register_nodes(
     let mut last = 0;
     for node in nodes {
         let subject = subjects::node(&node.cluster, &node.node);
-        let id = headers::policy_id(
-            &node.cluster,
-            &format!("node-{}", node.node),
-            u64::from(node.gpus),
-        );
-        let event = pb::Event {
-            at_ms,
-            body: Some(Body::NodeRegistered(node)),
-        };
-        last = append(
+        let (cluster, kind) = (node.cluster.clone(), format!("node-{}", node.node));
+        last = apply(
             js,
             subject,
-            &event,
-            &Envelope {
-                message_id: id,
-                ..Default::default()
-            },
+            &kind,
+            &cluster,
+            at_ms,
+            Body::NodeRegistered(node),
         )
         .await?;
     }

@@ -82,7 +82,7 @@ where
             print_budget(&set)?;
             let conn = connect().await?;
             let seq = admin::set_budget(&conn.js, SystemClock.now_ms(), set).await?;
-            println!("applied at sequence {seq}");
+            println!("budget in force at sequence {seq}");
             Ok(())
         }
     }
@@ -110,7 +110,7 @@ where
         let conn = connect().await?;
         let seq = admin::register_nodes(&conn.js, SystemClock.now_ms(), inventory.registrations())
             .await?;
-        println!("registered through sequence {seq}");
+        println!("registered; the last node's registration is at sequence {seq}");
     }
     Ok(())
 }

@@ -8,7 +8,6 @@
 
 use std::fmt::Write as _;
 
-
 use super::{
     MIN_OWED_GPU_MS, Report, allocation_rows, at_least, fixed, gpu_hours_text, human_duration, pct,
 };

@@ -1,0 +1,131 @@
+//! Budget and inventory changes against a real nats-server: a change that repeats what is in
+//! force writes nothing, and going back to an earlier budget or node size is written (an id
+//! from the content alone would have been dropped as a duplicate inside the stream's duplicate
+//! window, and acknowledged as if written).
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use async_nats::jetstream;
+use fairshare_e2e::{BUDGET, CLUSTER};
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::{codec, subjects};
+use fairshare_model::files;
+use fairshare_runtime::admin;
+use fairshare_runtime::envelope::Envelope;
+use fairshare_runtime::nats::ensure_streams;
+use fairshare_testkit::NatsServer;
+
+async fn start() -> (NatsServer, jetstream::Context) {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = jetstream::new(client);
+    ensure_streams(&js, 1).await.unwrap();
+    (server, js)
+}
+
+/// Every event on `subject`, in log order.
+async fn bodies_on(js: &jetstream::Context, subject: &str) -> Vec<(u64, Body)> {
+    let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+    let last = stream.get_info().await.unwrap().state.last_sequence;
+    let mut out = Vec::new();
+    for seq in 1..=last {
+        let Ok(m) = stream.get_raw_message(seq).await else {
+            continue;
+        };
+        if m.subject.as_str() == subject {
+            let event = codec::decode_event(&m.payload).unwrap();
+            out.push((seq, event.body.unwrap()));
+        }
+    }
+    out
+}
+
+fn node(gpus: u32) -> pb::NodeRegistered {
+    pb::NodeRegistered {
+        cluster: CLUSTER.into(),
+        node: "gpu-1".into(),
+        gpus,
+    }
+}
+
+#[tokio::test]
+async fn reverting_a_budget_is_written_and_repeating_one_is_not() {
+    let (_server, js) = start().await;
+    let a = files::parse_budget(BUDGET).unwrap();
+    let mut b = a.clone();
+    b.accounts[0].share += 1;
+
+    let first = admin::set_budget(&js, 1, a.clone()).await.unwrap();
+    // The same budget again (a second apply, or a retry after a lost acknowledgement).
+    assert_eq!(admin::set_budget(&js, 2, a.clone()).await.unwrap(), first);
+    let second = admin::set_budget(&js, 3, b.clone()).await.unwrap();
+    assert!(second > first);
+    // Back to the first budget, well inside the duplicate window.
+    let third = admin::set_budget(&js, 4, a.clone()).await.unwrap();
+    assert!(third > second, "the revert was written as a new event");
+
+    let policy = bodies_on(&js, &subjects::policy(CLUSTER)).await;
+    assert_eq!(
+        policy,
+        vec![
+            (first, Body::BudgetTreeSet(a.clone())),
+            (second, Body::BudgetTreeSet(b)),
+            (third, Body::BudgetTreeSet(a)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_node_back_to_its_earlier_size_is_written() {
+    let (_server, js) = start().await;
+    let eight = admin::register_nodes(&js, 1, vec![node(8)]).await.unwrap();
+    let four = admin::register_nodes(&js, 2, vec![node(4)]).await.unwrap();
+    let again = admin::register_nodes(&js, 3, vec![node(8)]).await.unwrap();
+    assert!(eight < four && four < again);
+    assert_eq!(
+        admin::register_nodes(&js, 4, vec![node(8)]).await.unwrap(),
+        again,
+        "a repeat of what is in force writes nothing"
+    );
+    let sizes: Vec<u32> = bodies_on(&js, &subjects::node(CLUSTER, "gpu-1"))
+        .await
+        .into_iter()
+        .map(|(_, b)| match b {
+            Body::NodeRegistered(n) => n.gpus,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(sizes, [8, 4, 8]);
+}
+
+#[tokio::test]
+async fn a_change_racing_another_on_the_same_subject_is_refused_not_interleaved() {
+    let (_server, js) = start().await;
+    let a = files::parse_budget(BUDGET).unwrap();
+    let mut b = a.clone();
+    b.accounts[0].share += 1;
+    let first = admin::set_budget(&js, 1, a.clone()).await.unwrap();
+    // Another writer appends between this one's look at the subject and its publish: the
+    // expected sequence this one would send no longer holds, and the server refuses it.
+    let subject = subjects::policy(CLUSTER);
+    let event = pb::Event {
+        at_ms: 2,
+        body: Some(Body::BudgetTreeSet(b)),
+    };
+    let stale = Envelope {
+        message_id: "another-writer-saw-an-older-log".into(),
+        expected_last_subject_sequence: Some((first - 1, None)),
+        ..Default::default()
+    };
+    let refused = admin::append(&js, subject.clone(), &event, &stale)
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .detail
+            .contains("changed while this was being applied"),
+        "{refused}"
+    );
+    assert_eq!(bodies_on(&js, &subject).await.len(), 1, "nothing was added");
+}
