@@ -25,11 +25,22 @@ struct Running {
 }
 
 async fn start(stack: &Stack, dir: &Path, clock: &ManualClock) -> Running {
+    start_for(stack, dir, clock, None).await
+}
+
+/// [`start`], folding only `cluster`'s events when given.
+async fn start_for(
+    stack: &Stack,
+    dir: &Path,
+    clock: &ManualClock,
+    cluster: Option<&str>,
+) -> Running {
     let client = async_nats::connect(stack.server.url()).await.unwrap();
     let config = Config {
         checkpoint_every_events: 50,
         checkpoint_every: Duration::from_millis(200),
         snapshot_every: Duration::from_secs(3600),
+        cluster: cluster.map(str::to_owned),
         ..Config::new(dir.to_path_buf())
     };
     let service = Service::start(client, config, Arc::new(clock.clone()))
@@ -245,6 +256,62 @@ async fn deleting_the_checkpoint_rebuilds_the_identical_state() {
     assert_eq!(running.resumed_from, 0);
     let after = report_through(&stack, last).await;
     assert_eq!(after, before);
+    let _ = running.stop.send(());
+    running.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_checkpoint_folded_with_another_cluster_filter_is_rebuilt() {
+    let stack = Stack::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = SystemClock.now_ms() + 60_000;
+    let clock = ManualClock::new(base + 30 * 10_000);
+    let last = workload(&stack, base, 0..30).await;
+    // One instance for this cluster alone, then the same directory for every cluster and back:
+    // each start must fold the whole log for what it follows, not resume the other's fold.
+    for cluster in [Some(CLUSTER), None, Some(CLUSTER)] {
+        let running = start_for(&stack, dir.path(), &clock, cluster).await;
+        assert_eq!(
+            running.resumed_from, 0,
+            "{cluster:?} resumed another filter's fold"
+        );
+        assert_eq!(
+            report_through(&stack, last).await,
+            from_scratch(&stack, clock.now_ms()).await
+        );
+        let _ = running.stop.send(());
+        running.task.await.unwrap().unwrap();
+    }
+    // The same filter again resumes its own checkpoint.
+    let running = start_for(&stack, dir.path(), &clock, Some(CLUSTER)).await;
+    assert!(running.resumed_from > 0);
+    let _ = running.stop.send(());
+    running.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_checkpoint_ahead_of_the_log_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = SystemClock.now_ms() + 60_000;
+    let clock = ManualClock::new(base + 60 * 10_000);
+    {
+        let old = Stack::start().await.unwrap();
+        let last = workload(&old, base, 0..60).await;
+        let running = start(&old, dir.path(), &clock).await;
+        report_through(&old, last).await;
+        let _ = running.stop.send(());
+        running.task.await.unwrap().unwrap();
+    }
+    // A new, shorter log (a server whose store was wiped): resumed, the checkpoint would take
+    // the new log's events for ones it folded already.
+    let stack = Stack::start().await.unwrap();
+    let last = workload(&stack, base, 0..10).await;
+    let running = start(&stack, dir.path(), &clock).await;
+    assert_eq!(running.resumed_from, 0);
+    assert_eq!(
+        report_through(&stack, last).await,
+        from_scratch(&stack, clock.now_ms()).await
+    );
     let _ = running.stop.send(());
     running.task.await.unwrap().unwrap();
 }

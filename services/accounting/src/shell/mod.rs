@@ -1,8 +1,8 @@
 //! The NATS side of the accounting service.
 //!
-//! Start-up: load the sled checkpoint (state and last applied sequence) if it is readable and
-//! was folded with the configured window, otherwise start empty; then fold the log from the next
-//! sequence to its current end. Serving: keep folding new entries in stream order; write the
+//! Start-up: load the sled checkpoint (state and last applied sequence) if it is readable, was
+//! folded with the configured window and cluster filter, and is not past the log's end;
+//! otherwise start empty; then fold the log from the next sequence to its current end. Serving: keep folding new entries in stream order; write the
 //! checkpoint every N events or T seconds; publish a `UsageSnapshot` per cluster on a steady
 //! cadence and on request; answer usage queries over request/reply.
 //!
@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
+use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
@@ -30,9 +31,18 @@ use futures::StreamExt;
 
 use crate::domain::{Applied, FoldConfig, UsageFold};
 
-/// Tag and format version of this service's checkpoints.
-const CHECKPOINT_KIND: &str = "fairshare-accounting/UsageFold";
+/// Format version of this service's checkpoints.
 const CHECKPOINT_VERSION: u32 = 1;
+
+/// Tag of this service's checkpoints: names the clusters folded (one, or every cluster), so a
+/// checkpoint folded with another cluster filter is rebuilt, not resumed: resumed, it would
+/// lack the events its filter skipped (or keep clusters this instance no longer follows).
+pub fn checkpoint_kind(cluster: Option<&str>) -> String {
+    format!(
+        "fairshare-accounting/UsageFold/{}",
+        cluster.unwrap_or("every-cluster")
+    )
+}
 
 /// How the service runs.
 #[derive(Debug, Clone)]
@@ -143,14 +153,38 @@ impl Service {
     ) -> Result<Self, ServiceError> {
         let js = jetstream::new(client.clone());
         ensure_streams(&js, config.stream_replicas).await?;
-        let store =
-            CheckpointStore::open(&config.checkpoint_dir, CHECKPOINT_KIND, CHECKPOINT_VERSION)?;
+        let store = CheckpointStore::open(
+            &config.checkpoint_dir,
+            &checkpoint_kind(config.cluster.as_deref()),
+            CHECKPOINT_VERSION,
+        )?;
         let mut fold = match store.load::<UsageFold>() {
             Ok(Some(cp))
                 if cp.state.config() == config.fold && cp.state.last_applied() == cp.sequence =>
             {
-                tracing::info!(sequence = cp.sequence, "resuming from checkpoint");
-                cp.state
+                // A checkpoint past the log's end belongs to another incarnation of the stream
+                // (a server whose store was wiped): resumed, it would skip the new log's first
+                // events as already folded.
+                let log_end = js
+                    .get_stream(EVENTS_STREAM)
+                    .await
+                    .map_err(|e| FollowError::Stream(e.to_string()))?
+                    .get_info()
+                    .await
+                    .map_err(|e| FollowError::Stream(e.to_string()))?
+                    .state
+                    .last_sequence;
+                if cp.sequence <= log_end {
+                    tracing::info!(sequence = cp.sequence, "resuming from checkpoint");
+                    cp.state
+                } else {
+                    tracing::warn!(
+                        checkpoint = cp.sequence,
+                        log_end,
+                        "checkpoint is ahead of the log; rebuilding from the log"
+                    );
+                    UsageFold::new(config.fold)
+                }
             }
             Ok(Some(_)) => {
                 tracing::warn!(
@@ -160,7 +194,7 @@ impl Service {
             }
             Ok(None) => UsageFold::new(config.fold),
             Err(e) => {
-                tracing::warn!("{e}");
+                tracing::warn!("{e}; rebuilding from the log");
                 UsageFold::new(config.fold)
             }
         };
@@ -199,7 +233,7 @@ impl Service {
             since_checkpoint: applied,
             resumed_from,
         };
-        service.checkpoint()?;
+        service.checkpoint();
         Ok(service)
     }
 
@@ -213,13 +247,20 @@ impl Service {
         &self.fold
     }
 
-    fn checkpoint(&mut self) -> Result<(), CheckpointError> {
+    /// Writes the checkpoint if anything was folded since the last one. A failed write (a full
+    /// disk) is logged and the service goes on: the checkpoint is a cache, and the next write
+    /// is tried at the next interval, not at every entry.
+    fn checkpoint(&mut self) {
         if self.since_checkpoint == 0 {
-            return Ok(());
+            return;
         }
-        self.store.save(self.fold.last_applied(), &self.fold)?;
         self.since_checkpoint = 0;
-        Ok(())
+        if let Err(e) = self.store.save(self.fold.last_applied(), &self.fold) {
+            tracing::warn!(
+                sequence = self.fold.last_applied(),
+                "checkpoint not written (the service goes on; a restart folds more of the log): {e}"
+            );
+        }
     }
 
     /// Serves until `shutdown` completes, then writes a last checkpoint.
@@ -240,7 +281,7 @@ impl Service {
                         apply(&mut self.fold, &entry);
                         self.since_checkpoint += 1;
                         if self.since_checkpoint >= self.config.checkpoint_every_events {
-                            self.checkpoint()?;
+                            self.checkpoint();
                         }
                     }
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
@@ -249,13 +290,13 @@ impl Service {
                 Some(message) = self.queries.next() => {
                     answer::usage_query(&self.fold, &self.js, &self.client, self.clock.now_ms(), &mut snapshots, message).await;
                 }
-                _ = checkpoint_timer.tick() => self.checkpoint()?,
+                _ = checkpoint_timer.tick() => self.checkpoint(),
                 _ = snapshot_timer.tick() => {
                     snapshots.publish_due(&self.fold, &self.js, self.clock.now_ms()).await;
                 }
             }
         }
-        self.checkpoint()?;
+        self.checkpoint();
         let _ = self.queries.unsubscribe().await;
         tracing::info!(
             last = self.fold.last_applied(),
