@@ -365,6 +365,47 @@ async fn cancel_appends_once_and_refuses_unknown_and_ended_jobs() {
 }
 
 #[tokio::test]
+async fn a_bad_entry_on_a_jobs_subject_does_not_make_it_uncancellable() {
+    let stack = stack().await;
+    let job = accepted(&stack.submit(&request("garbled")).await.unwrap())
+        .unwrap()
+        .clone();
+    // A buggy launcher writes bytes that are no event, then an event whose body names another
+    // job, both on this job's subject (its permissions allow the subject).
+    let subject = subjects::job_event(CLUSTER, &job.job_id, "job_started");
+    stack
+        .js
+        .publish(
+            subject.clone(),
+            bytes::Bytes::from_static(b"\xff not an event"),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    stack
+        .append(
+            subject,
+            Body::JobStarted(pb::JobStarted {
+                job_id: "some-other-job".into(),
+            }),
+            "misaddressed-start",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the fold see both
+    let reply = stack.cancel(&job.job_id).await.unwrap();
+    let Some(pb::cancel_reply::Result::Cancelled(cancelled)) = reply.result else {
+        panic!("the cancel was refused: {reply:?}")
+    };
+    let (subject, _) = stack.event_at(cancelled.stream_sequence).await.unwrap();
+    assert_eq!(
+        subject,
+        subjects::job_event(CLUSTER, &job.job_id, "job_cancelled")
+    );
+}
+
+#[tokio::test]
 async fn intake_published_while_the_service_is_down_is_all_accepted_on_start() {
     let mut stack = Stack::start().await.unwrap();
     // Service not started: launchers publish to the durable intake and get a stream ack.

@@ -164,6 +164,16 @@ impl SubmissionState {
         Applied::Applied
     }
 
+    /// Notes that the log holds an entry at `sequence` on job `job_id`'s subject, whatever it
+    /// said: an entry that does not decode, or whose body names another job, still moves the
+    /// sequence a writer of that job must expect next (`Nats-Expected-Last-Subject-Sequence`).
+    /// Unknown jobs are left alone.
+    pub fn note_job_subject(&mut self, job_id: &str, sequence: u64) {
+        if let Some(job) = self.jobs.get_mut(job_id) {
+            job.last_subject_sequence = job.last_subject_sequence.max(sequence);
+        }
+    }
+
     /// Records an accepted submission. Called by the fold, and by the shell as soon as the
     /// stream acknowledged its own write, so a retry arriving before the fold catches up is
     /// still answered with the same job. The first outcome of a key wins.

@@ -2,25 +2,33 @@
 
 use std::sync::Arc;
 
+use fairshare_events::subjects;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry};
 
 use super::shared::Shared;
 use crate::domain::Applied;
 
 fn apply(shared: &Shared, entry: LogEntry) {
-    match entry.event {
-        Ok(event) => {
-            let applied = shared.state().apply(entry.sequence, &event);
-            if let Applied::Ignored(why) = applied {
-                tracing::warn!(sequence = entry.sequence, subject = %entry.subject, "{why}");
+    {
+        let mut state = shared.state();
+        match &entry.event {
+            Ok(event) => {
+                let applied = state.apply(entry.sequence, event);
+                if let Applied::Ignored(why) = applied {
+                    tracing::warn!(sequence = entry.sequence, subject = %entry.subject, "{why}");
+                }
+            }
+            Err(e) => {
+                // A malformed entry cannot be un-written; report it and fold past it so one bad
+                // publisher cannot stop submissions.
+                tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry skipped: {e}");
+                state.last_sequence = state.last_sequence.max(entry.sequence);
             }
         }
-        Err(e) => {
-            // A malformed entry cannot be un-written; report it and fold past it so one bad
-            // publisher cannot stop submissions.
-            tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry skipped: {e}");
-            let mut state = shared.state();
-            state.last_sequence = state.last_sequence.max(entry.sequence);
+        // Whatever the entry said, it is the newest on its job's subject: a cancel must expect
+        // it, or every cancel of that job would be refused until the job's next good event.
+        if let Some((job_id, _kind)) = subjects::job_event_parts(&entry.subject) {
+            state.note_job_subject(job_id, entry.sequence);
         }
     }
     shared.set_applied(entry.sequence);
