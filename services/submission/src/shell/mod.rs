@@ -31,6 +31,12 @@ use tokio::task::JoinSet;
 use crate::domain::Limits;
 use shared::Shared;
 
+/// Requests handled at once, at most. Past it the service stops reading requests until some
+/// finish: a flood (or a JetStream slow to acknowledge, each publish waiting up to its timeout)
+/// then waits in the subscription's buffer, and past that the requesters time out and retry
+/// with their idempotency keys, instead of tasks and memory growing without limit.
+const MAX_IN_FLIGHT: usize = 1024;
+
 /// How long a stopping service waits for requests it already took and for the broker's
 /// last acknowledgement: a JetStream publish gives up after 5 s, so this covers a handler
 /// that started just before the stop.
@@ -179,10 +185,10 @@ impl Service {
         let result = loop {
             tokio::select! {
                 () = &mut shutdown => break Ok(()),
-                Some(msg) = submits.next() => {
+                Some(msg) = submits.next(), if in_flight.len() < MAX_IN_FLIGHT => {
                     in_flight.spawn(submit::handle(shared.clone(), client.clone(), msg));
                 }
-                Some(msg) = cancels.next() => {
+                Some(msg) = cancels.next(), if in_flight.len() < MAX_IN_FLIGHT => {
                     in_flight.spawn(cancel::handle(shared.clone(), client.clone(), msg));
                 }
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
