@@ -96,6 +96,12 @@ fn rejection_cases() -> Vec<(&'static str, pb::SubmitRequest, RejectionCode)> {
     vec![
         ("empty key", no_key, RejectionCode::BadIdempotencyKey),
         ("oversized key", long_key, RejectionCode::BadIdempotencyKey),
+        // A line break cannot travel in the NATS header that carries the key.
+        (
+            "line break in key",
+            request("a\r\nb"),
+            RejectionCode::BadIdempotencyKey,
+        ),
         ("no spec", no_spec, RejectionCode::Malformed),
         (
             "unknown cluster",
@@ -473,13 +479,25 @@ async fn intake_published_while_the_service_is_down_is_all_accepted_on_start() {
         .unwrap()
         .await
         .unwrap();
+    // A key with a line break: rejected like any bad key, not a crash that leaves the intake
+    // message unacknowledged for ever.
+    stack
+        .js
+        .publish(
+            subjects::intake(CLUSTER),
+            codec::encode(&request("line\nbreak")),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
 
     let before = stack.event_count().await.unwrap();
     stack.start_submission(Config::default()).await.unwrap();
 
-    // 25 accepted + 2 rejected events, and nothing more, once intake has drained.
+    // 25 accepted + 3 rejected events, and nothing more, once intake has drained.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while stack.event_count().await.unwrap() < before + 27 {
+    while stack.event_count().await.unwrap() < before + 28 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "intake did not drain"
@@ -487,7 +505,7 @@ async fn intake_published_while_the_service_is_down_is_all_accepted_on_start() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(stack.event_count().await.unwrap(), before + 27);
+    assert_eq!(stack.event_count().await.unwrap(), before + 28);
 
     let events = stack.all_events().await.unwrap();
     let mut accepted_keys: Vec<String> = Vec::new();
@@ -501,7 +519,7 @@ async fn intake_published_while_the_service_is_down_is_all_accepted_on_start() {
     }
     // Intake order is kept.
     assert_eq!(accepted_keys, keys);
-    assert_eq!(rejections.len(), 2);
+    assert_eq!(rejections.len(), 3);
     assert_eq!(rejections[0].idempotency_key, "intake-bad");
     assert_eq!(
         rejections[0].rejection.as_ref().unwrap().code,
@@ -510,6 +528,10 @@ async fn intake_published_while_the_service_is_down_is_all_accepted_on_start() {
     assert_eq!(
         rejections[1].rejection.as_ref().unwrap().code,
         RejectionCode::Malformed as i32
+    );
+    assert_eq!(
+        rejections[2].rejection.as_ref().unwrap().code,
+        RejectionCode::BadIdempotencyKey as i32
     );
 
     // A request/reply retry of an intake key gets the intake's job.
@@ -520,7 +542,7 @@ async fn intake_published_while_the_service_is_down_is_all_accepted_on_start() {
     stack.stop_submission().await.unwrap();
     stack.start_submission(Config::default()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(stack.event_count().await.unwrap(), before + 27);
+    assert_eq!(stack.event_count().await.unwrap(), before + 28);
 }
 
 #[tokio::test]

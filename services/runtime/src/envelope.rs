@@ -1,6 +1,6 @@
 //! Headers every published message carries (see [`fairshare_events::headers`]).
 
-use async_nats::HeaderMap;
+use async_nats::{HeaderMap, HeaderValue};
 use fairshare_events::headers::{self, TraceParent};
 
 /// What a service knows about a message it is about to publish.
@@ -19,19 +19,31 @@ pub struct Envelope {
     pub expected_last_subject_sequence: Option<(u64, Option<String>)>,
 }
 
+/// `value` as a header value. A NATS header value cannot hold a line break (async-nats
+/// panics on one), and ids built from a caller's text (an idempotency key) could: each CR and
+/// LF is written as the two characters `\r` or `\n` instead, the same way every time, so the
+/// id stays deterministic. Callers reject such text first; this keeps a miss from panicking.
+fn header_value(value: &str) -> HeaderValue {
+    if value.contains(['\r', '\n']) {
+        HeaderValue::from(value.replace('\r', "\\r").replace('\n', "\\n").as_str())
+    } else {
+        HeaderValue::from(value)
+    }
+}
+
 impl Envelope {
     /// The NATS headers for this envelope.
     pub fn to_headers(&self) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(headers::MESSAGE_ID, self.message_id.as_str());
+        h.insert(headers::MESSAGE_ID, header_value(&self.message_id));
         if let Some(c) = &self.causation_id {
-            h.insert(headers::CAUSATION_ID, c.as_str());
+            h.insert(headers::CAUSATION_ID, header_value(c));
         }
         if let Some(t) = &self.trace {
             h.insert(headers::TRACEPARENT, t.to_string().as_str());
         }
         if let Some(k) = &self.idempotency_key {
-            h.insert(headers::IDEMPOTENCY_KEY, k.as_str());
+            h.insert(headers::IDEMPOTENCY_KEY, header_value(k));
         }
         if let Some((sequence, scope)) = &self.expected_last_subject_sequence {
             h.insert(
@@ -53,4 +65,35 @@ impl Envelope {
 pub fn incoming_trace(headers: Option<&HeaderMap>) -> Option<TraceParent> {
     let value = headers?.get(headers::TRACEPARENT)?;
     TraceParent::parse(value.as_str()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_break_in_an_id_is_escaped_not_a_panic() {
+        let envelope = Envelope {
+            message_id: "submit:a\r\nb".into(),
+            idempotency_key: Some("a\r\nb".into()),
+            ..Default::default()
+        };
+        let h = envelope.to_headers();
+        let id = h.get(headers::MESSAGE_ID).map(|v| v.as_str().to_owned());
+        assert_eq!(id.as_deref(), Some("submit:a\\r\\nb"));
+        let key = h
+            .get(headers::IDEMPOTENCY_KEY)
+            .map(|v| v.as_str().to_owned());
+        assert_eq!(key.as_deref(), Some("a\\r\\nb"));
+        // Plain ids pass through unchanged.
+        let plain = Envelope {
+            message_id: "placed:j:7".into(),
+            ..Default::default()
+        };
+        let h = plain.to_headers();
+        assert_eq!(
+            h.get(headers::MESSAGE_ID).map(|v| v.as_str()),
+            Some("placed:j:7")
+        );
+    }
 }

@@ -31,6 +31,25 @@ pub enum Checked {
     },
 }
 
+/// What is wrong with `key` as an idempotency key, if anything: it must be 1 to
+/// `max_idempotency_key_bytes` bytes with no control character (it travels in a NATS header,
+/// where a line break cannot, and in every log line about the job).
+pub fn idempotency_key_problem(key: &str, limits: &Limits) -> Option<String> {
+    if key.is_empty() || key.len() > limits.max_idempotency_key_bytes {
+        return Some(format!(
+            "idempotency key must be 1..={} bytes, got {}",
+            limits.max_idempotency_key_bytes,
+            key.len()
+        ));
+    }
+    key.chars().find(|c| c.is_control()).map(|c| {
+        format!(
+            "idempotency key must not contain control characters, found {:?}",
+            c
+        )
+    })
+}
+
 /// Checks a submit request against the folded state and the limits.
 pub fn check_submission(
     state: &SubmissionState,
@@ -38,15 +57,8 @@ pub fn check_submission(
     limits: &Limits,
 ) -> Result<Checked, pb::Rejection> {
     let key = &request.idempotency_key;
-    if key.is_empty() || key.len() > limits.max_idempotency_key_bytes {
-        return Err(reject(
-            RejectionCode::BadIdempotencyKey,
-            format!(
-                "idempotency key must be 1..={} bytes, got {}",
-                limits.max_idempotency_key_bytes,
-                key.len()
-            ),
-        ));
+    if let Some(problem) = idempotency_key_problem(key, limits) {
+        return Err(reject(RejectionCode::BadIdempotencyKey, problem));
     }
     match state.keys.get(key) {
         Some(KeyOutcome::Accepted { job_id, sequence }) => {

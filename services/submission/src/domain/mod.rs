@@ -7,7 +7,9 @@ mod checks;
 mod limits;
 mod state;
 
-pub use checks::{CancelTarget, Checked, check_cancel, check_submission, job_submitted};
+pub use checks::{
+    CancelTarget, Checked, check_cancel, check_submission, idempotency_key_problem, job_submitted,
+};
 pub use limits::Limits;
 pub use state::{Applied, JobRecord, JobStatus, KeyOutcome, SubmissionState};
 

@@ -260,3 +260,15 @@ fn the_fold_and_early_notes_agree() {
     assert_eq!(noted.jobs, folded.jobs);
     assert_eq!(noted.keys, folded.keys);
 }
+
+#[test]
+fn a_key_with_a_control_character_is_refused_by_name() {
+    let limits = Limits::default();
+    for key in ["a\nb", "a\rb", "tab\there", "nul\0"] {
+        let err = check_submission(&state(), &request(key, 1), &limits).unwrap_err();
+        assert_eq!(err.code, RejectionCode::BadIdempotencyKey as i32, "{key:?}");
+        assert!(err.message.contains("control character"), "{}", err.message);
+    }
+    // Any other text is a key, unicode included.
+    assert!(check_submission(&state(), &request("job-ü-1 ✓", 1), &limits).is_ok());
+}

@@ -20,7 +20,7 @@ use futures::StreamExt;
 use super::ServiceError;
 use super::shared::{Shared, malformed};
 use super::submit::append_submitted;
-use crate::domain::{Checked, check_submission};
+use crate::domain::{Checked, check_submission, idempotency_key_problem};
 
 /// How long before a message that could not be handled (log unavailable) is offered again.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
@@ -153,8 +153,9 @@ async fn reject(
         "intake submission rejected: {}",
         rejection.message
     );
-    // A key that cannot be one (empty, oversized) still needs a unique, stable message id.
-    let valid_key = !key.is_empty() && key.len() <= shared.limits.max_idempotency_key_bytes;
+    // A key that cannot be one (empty, oversized, a line break) still needs a unique, stable
+    // message id.
+    let valid_key = idempotency_key_problem(key, &shared.limits).is_none();
     let message_id = if valid_key {
         headers::submission_id(key)
     } else {
