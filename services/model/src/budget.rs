@@ -45,6 +45,21 @@ pub enum BudgetError {
         /// The largest share accepted.
         limit: u64,
     },
+    /// The shares of one group of siblings add up to more than [`MAX_SHARE`]: fractions are
+    /// products of `share / total` over up to [`MAX_DEPTH`] levels, exact in 128 bits only while
+    /// every total stays under the limit.
+    #[error(
+        "the accounts under {parent:?} have shares adding up to {total}, over the limit of \
+         {limit} (shares are relative: scale them down)"
+    )]
+    SiblingSharesTooLarge {
+        /// Path of their parent ("" at the top).
+        parent: String,
+        /// Their shares added up.
+        total: u128,
+        /// The largest total accepted.
+        limit: u64,
+    },
     /// The tree is deeper than ranking supports.
     #[error("account {path:?} is nested deeper than {limit} levels")]
     TooDeep {
@@ -55,7 +70,9 @@ pub enum BudgetError {
     },
 }
 
-/// Largest share accepted; with [`MAX_DEPTH`] levels the exact fraction fits in 128 bits.
+/// Largest share accepted, and largest total of one group of siblings' shares: with
+/// [`MAX_DEPTH`] levels the exact fraction (at most `MAX_SHARE ^ MAX_DEPTH` over the same) fits
+/// in 128 bits.
 pub const MAX_SHARE: u64 = 1_000_000;
 /// Deepest tree accepted (organisation -> program -> project -> team and a little more).
 pub const MAX_DEPTH: usize = 6;
@@ -136,6 +153,15 @@ impl BudgetTree {
     ) -> Result<Vec<AccountId>, BudgetError> {
         let mut sorted: Vec<&pb::Account> = level.iter().collect();
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        // A single share over the limit is named below, account by account.
+        let total: u128 = level.iter().map(|a| u128::from(a.share)).sum();
+        if total > u128::from(MAX_SHARE) && level.iter().all(|a| a.share <= MAX_SHARE) {
+            return Err(BudgetError::SiblingSharesTooLarge {
+                parent: parent_path.to_owned(),
+                total,
+                limit: MAX_SHARE,
+            });
+        }
         let mut ids = Vec::with_capacity(sorted.len());
         for (i, account) in sorted.iter().enumerate() {
             if !is_valid_account_name(&account.name) {
@@ -372,6 +398,44 @@ mod tests {
             BudgetTree::from_accounts(&[acc("a", MAX_SHARE + 1, vec![])]),
             Err(BudgetError::ShareTooLarge { .. })
         ));
+        // Siblings each under the limit whose total is over it: six such levels would overflow
+        // the exact fraction (2^132 wraps to a denominator of 0).
+        let level = |children: Vec<pb::Account>| -> Vec<pb::Account> {
+            let mut v: Vec<pb::Account> = (0..4)
+                .map(|i| acc(&format!("s{i}"), 1_000_000, vec![]))
+                .collect();
+            v.push(acc("t", 194_304, children));
+            v
+        };
+        let mut tree = level(vec![]);
+        for _ in 0..5 {
+            tree = level(tree);
+        }
+        assert_eq!(
+            BudgetTree::from_accounts(&tree),
+            Err(BudgetError::SiblingSharesTooLarge {
+                parent: String::new(),
+                total: 4_194_304,
+                limit: MAX_SHARE,
+            })
+        );
+        // At the limit exactly, the deepest fraction is exact and not zero.
+        let at_limit = |children: Vec<pb::Account>| -> Vec<pb::Account> {
+            vec![acc("a", 999_999, vec![]), acc("b", 1, children)]
+        };
+        let mut tree = at_limit(vec![]);
+        for _ in 0..5 {
+            tree = at_limit(tree);
+        }
+        let ok = BudgetTree::from_accounts(&tree).unwrap();
+        let deepest = ok.allocation("b/b/b/b/b/b").unwrap();
+        assert_eq!(
+            ok.fraction(deepest),
+            Fraction {
+                num: 1,
+                den: 1_000_000u128.pow(6)
+            }
+        );
         let mut deep = acc("l6", 1, vec![]);
         for i in (0..6).rev() {
             deep = acc(&format!("l{i}"), 1, vec![deep]);
