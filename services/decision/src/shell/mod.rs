@@ -96,6 +96,16 @@ const STALL_WARNING: Duration = Duration::from_secs(10);
 /// (older checkpoints are then refused and rebuilt from the log).
 const CHECKPOINT_VERSION: u32 = 5;
 
+/// How long to wait before resolving and deciding again after `failed_before` cycles in a row
+/// had placements of unknown outcome: at once the first time (a lone timeout), then doubling
+/// from 250 ms up to 8 s.
+fn failure_backoff(failed_before: u32) -> Duration {
+    match failed_before {
+        0 => Duration::ZERO,
+        n => Duration::from_millis(250u64.saturating_mul(1 << (n - 1).min(5))),
+    }
+}
+
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
 pub fn checkpoint_kind(cluster: &str) -> String {
@@ -187,6 +197,10 @@ pub struct Service {
     next_cycle: u64,
     /// Jobs whose placement has an unknown outcome.
     unresolved: Vec<String>,
+    /// Cycles in a row with a placement of unknown outcome: each waits longer before the next
+    /// try ([`failure_backoff`]), so a server that refuses every write (a full disk) is not
+    /// asked again back to back, with a warning per job per cycle.
+    failed_cycles: u32,
     /// The sled checkpoint, if configured.
     store: Option<CheckpointStore>,
     /// The sequence the newest checkpoint holds (0: none).
@@ -273,7 +287,7 @@ impl Service {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "log folded; deciding"
         );
-        let next_cycle = fold.last_cycle() + 1;
+        let next_cycle = fold.last_cycle().saturating_add(1);
         let explain_requests = client
             .subscribe(subjects::explain_api(&config.cluster))
             .await
@@ -294,6 +308,7 @@ impl Service {
             board: explain::Publisher::new(),
             next_cycle,
             unresolved: Vec::new(),
+            failed_cycles: 0,
             store,
             checkpointed: resumed_from,
             since_checkpoint: 0,
@@ -389,20 +404,15 @@ impl Service {
                     let started = Instant::now();
                     let (outcome, deciding) = self.cycle().await;
                     pacer.ran(started, Instant::now(), outcome.max_sequence, deciding);
-                    if !outcome.failed.is_empty() {
+                    if outcome.failed.is_empty() {
+                        self.failed_cycles = 0;
+                    } else {
                         self.unresolved = outcome.failed;
-                        pacer.block(Instant::now());
+                        let wait = failure_backoff(self.failed_cycles);
+                        self.failed_cycles = self.failed_cycles.saturating_add(1);
+                        pacer.block(Instant::now() + wait);
                         // Decide again once resolved: the placement may not have landed.
                         pacer.changed(Instant::now());
-                    }
-                }
-                Some(message) = self.explain_requests.next() => {
-                    // Computed synchronously: no borrow of the service is held across the send.
-                    if let Some((reply_to, reply)) = self.explain_reply(&message) {
-                        let client = self.client.clone();
-                        if let Err(e) = client.publish(reply_to, reply).await {
-                            tracing::warn!("could not send explain reply: {e}");
-                        }
                     }
                 }
                 entry = self.follower.next() => match entry {
@@ -425,6 +435,18 @@ impl Service {
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => break Err(ServiceError::FollowerStopped("connection closed".into())),
                 },
+                // After the log: folding an entry takes microseconds, answering an explain a
+                // whole decide(), so explains polled first could keep the fold, and with it
+                // every cycle, waiting for as long as they keep coming.
+                Some(message) = self.explain_requests.next() => {
+                    // Computed synchronously: no borrow of the service is held across the send.
+                    if let Some((reply_to, reply)) = self.explain_reply(&message) {
+                        let client = self.client.clone();
+                        if let Err(e) = client.publish(reply_to, reply).await {
+                            tracing::warn!("could not send explain reply: {e}");
+                        }
+                    }
+                }
                 _ = checkpoint_timer.tick(), if self.store.is_some() => self.checkpoint(),
                 () = tokio::time::sleep(STALL_WARNING), if pacer.behind(self.fold.last_applied()) => {
                     tracing::warn!(
@@ -494,7 +516,9 @@ impl Service {
     /// Runs one cycle: what became of its placements, and how long deciding took (without
     /// publishing).
     async fn cycle(&mut self) -> (Outcome, Duration) {
-        let cycle = self.next_cycle.max(self.fold.last_cycle() + 1);
+        let cycle = self
+            .next_cycle
+            .max(self.fold.last_cycle().saturating_add(1));
         self.next_cycle = cycle + 1;
         let now_ms = self.clock.now_ms();
         let started = std::time::Instant::now();
@@ -593,6 +617,15 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn failed_cycles_back_off_to_a_cap() {
+        let waits: Vec<u64> = (0..9)
+            .map(|n| super::failure_backoff(n).as_millis() as u64)
+            .collect();
+        assert_eq!(waits, [0, 250, 500, 1000, 2000, 4000, 8000, 8000, 8000]);
+        assert_eq!(super::failure_backoff(u32::MAX).as_millis(), 8000);
+    }
 
     use fairshare_events::pb::{self, event::Body};
     use fairshare_runtime::log::LogEntry;

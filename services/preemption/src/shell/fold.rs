@@ -417,7 +417,7 @@ mod tests {
             }
             // The preemption service.
             let mut bodies = decide_preemptions(driver.state(), now + 3, &config);
-            stamp_cycle(&mut bodies, driver.last_cycle() + 1);
+            stamp_cycle(&mut bodies, driver.last_cycle().saturating_add(1));
             for event in into_events(bodies, now + 3) {
                 if let Some(body) = event.body {
                     emit(&mut log, &mut driver, now + 3, body);

@@ -267,7 +267,7 @@ impl Service {
             last_cycle = fold.last_cycle(),
             "log folded; preempting"
         );
-        let next_cycle = fold.last_cycle() + 1;
+        let next_cycle = fold.last_cycle().saturating_add(1);
         let mut service = Self {
             config,
             js,
@@ -410,7 +410,9 @@ impl Service {
         if bodies.is_empty() {
             return publish::Outcome::default();
         }
-        let cycle = self.next_cycle.max(self.fold.last_cycle() + 1);
+        let cycle = self
+            .next_cycle
+            .max(self.fold.last_cycle().saturating_add(1));
         self.next_cycle = cycle + 1;
         stamp_cycle(&mut bodies, cycle);
         let count = bodies.len();

@@ -25,6 +25,7 @@ use std::collections::HashMap;
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use fairshare_events::pb::{self, event::Body};
+use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::envelope::Envelope;
 use fairshare_runtime::telemetry::{Handling, Relation, Role};
@@ -98,6 +99,18 @@ fn key_of(body: &Body) -> Option<&str> {
     }
 }
 
+/// The sequence of the newest event on `filter`, if the stream answers.
+async fn newest_on(js: &jetstream::Context, filter: &str) -> Option<u64> {
+    let events = js.get_stream_no_info(EVENTS_STREAM).await.ok()?;
+    match events.get_last_raw_message_by_subject(filter).await {
+        Ok(m) => Some(m.sequence),
+        Err(e) => {
+            tracing::warn!(filter, "cannot look up the newest event: {e}");
+            None
+        }
+    }
+}
+
 /// Appends `events` in order, each acknowledged before the next (a pass emits a handful).
 pub(crate) async fn publish(
     js: &jetstream::Context,
@@ -138,7 +151,7 @@ pub(crate) async fn publish(
         let envelope = Envelope {
             message_id: message_id.clone(),
             trace: span.as_ref().map(Handling::hand_on),
-            expected_last_subject_sequence: Some((expected, Some(scope))),
+            expected_last_subject_sequence: Some((expected, Some(scope.clone()))),
             ..Default::default()
         };
         let result = async {
@@ -169,6 +182,12 @@ pub(crate) async fn publish(
                 tracing::warn!(message_id, "not published, will decide again: {e}");
                 outcome.failed += 1;
                 skipped.push(key);
+                // It may have landed all the same (an acknowledgement lost in a leader change):
+                // the next pass must not decide before the fold has seen whatever is on the
+                // subject now, or it could pick another victim for the same waiter.
+                if let Some(newest) = newest_on(js, &scope).await {
+                    outcome.max_sequence = outcome.max_sequence.max(newest);
+                }
             }
         }
     }
