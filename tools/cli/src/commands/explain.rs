@@ -16,7 +16,7 @@ pub struct ExplainArgs {
     /// The job id.
     job_id: String,
     /// The job's cluster.
-    #[arg(long, env = "FAIRSHARE_CLUSTER")]
+    #[arg(long, value_parser = super::cluster_name, env = "FAIRSHARE_CLUSTER")]
     cluster: String,
 }
 

@@ -27,5 +27,31 @@ impl Connection {
     }
 }
 
+/// A `--cluster` value: one NATS subject token, as every cluster's subjects need (a name with
+/// a `.` or a space would address other subjects, or none).
+pub fn cluster_name(name: &str) -> Result<String, String> {
+    if fairshare_events::subjects::is_valid_token(name) {
+        Ok(name.to_owned())
+    } else {
+        Err(format!(
+            "{name:?} is not a cluster name: letters, digits, '_' and '-', starting with a \
+             letter or digit"
+        ))
+    }
+}
+
 /// Milliseconds since the epoch as RFC 3339 UTC, for people.
 pub use fairshare_model::timestamp::utc as format_ms;
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_name;
+
+    #[test]
+    fn cluster_names_are_one_subject_token() {
+        assert_eq!(cluster_name("gpu-east_1").as_deref(), Ok("gpu-east_1"));
+        for bad in ["a.b", "a b", "*", ">", "", "-lead", "a\nb"] {
+            assert!(cluster_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}

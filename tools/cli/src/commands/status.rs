@@ -16,7 +16,7 @@ use super::{Connection, format_ms};
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// The cluster.
-    #[arg(long, env = "FAIRSHARE_CLUSTER")]
+    #[arg(long, value_parser = super::cluster_name, env = "FAIRSHARE_CLUSTER")]
     cluster: String,
     /// Only this allocation or subtree.
     #[arg(long, default_value = "")]

@@ -21,7 +21,7 @@ use super::Connection;
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
     /// Cluster to run on.
-    #[arg(long, env = "FAIRSHARE_CLUSTER")]
+    #[arg(long, value_parser = super::cluster_name, env = "FAIRSHARE_CLUSTER")]
     cluster: String,
     /// Allocation (leaf path in the budget tree), e.g. research/nlp.
     #[arg(long)]
@@ -82,8 +82,24 @@ pub struct CancelArgs {
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-fn secs(d: Duration) -> anyhow::Result<i64> {
-    i64::try_from(d.as_secs()).context("duration too large")
+/// `d` in whole seconds, as the contract carries durations. A fraction is refused, not
+/// dropped: `--min-runtime 500ms` would otherwise become 0, which means unallocated.
+fn secs(what: &str, d: Duration) -> anyhow::Result<i64> {
+    if d.subsec_nanos() != 0 {
+        bail!("{what} must be whole seconds, got {d:?}");
+    }
+    i64::try_from(d.as_secs()).with_context(|| format!("{what} too large"))
+}
+
+/// What is wrong with an idempotency key given by hand, if anything: it travels in a NATS
+/// header, which cannot hold a control character (the service refuses such keys as well).
+fn key_problem(key: &str) -> Option<String> {
+    if key.is_empty() {
+        return Some("--key must not be empty".into());
+    }
+    key.chars()
+        .find(|c| c.is_control())
+        .map(|c| format!("--key must not contain control characters, found {c:?}"))
 }
 
 /// Submits one job and prints the answer.
@@ -95,6 +111,9 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
     let key = args
         .key
         .unwrap_or_else(|| format!("cli-{}", uuid::Uuid::now_v7()));
+    if let Some(problem) = key_problem(&key) {
+        bail!(problem);
+    }
     let mut headers = async_nats::HeaderMap::new();
     if let Some(parent) = parent {
         headers.insert(TRACEPARENT, parent.to_string().as_str());
@@ -107,10 +126,14 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             user: args.user,
             gpus: args.gpus,
             nodes: args.nodes,
-            min_runtime_s: secs(args.min_runtime)?,
+            min_runtime_s: secs("--min-runtime", args.min_runtime)?,
             resumable: args.resumable,
             priority: args.priority,
-            time_limit_s: args.time_limit.map(secs).transpose()?.unwrap_or(0),
+            time_limit_s: args
+                .time_limit
+                .map(|d| secs("--time-limit", d))
+                .transpose()?
+                .unwrap_or(0),
             payload: args.payload.into_bytes().into(),
             name: args.name,
         }),
@@ -251,6 +274,24 @@ mod tests {
 
     const VALID: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     const OTHER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn durations_are_whole_seconds_and_keys_have_no_control_characters() {
+        assert_eq!(
+            secs("--min-runtime", Duration::from_secs(900)).unwrap(),
+            900
+        );
+        let err = secs("--min-runtime", Duration::from_millis(500)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--min-runtime must be whole seconds"),
+            "{err}"
+        );
+        assert!(secs("--time-limit", Duration::from_millis(1500)).is_err());
+        assert_eq!(key_problem("job-1 ✓"), None);
+        assert!(key_problem("a\nb").is_some());
+        assert!(key_problem("").is_some());
+    }
 
     #[test]
     fn the_flag_wins_and_must_be_valid() {

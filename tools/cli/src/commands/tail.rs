@@ -10,7 +10,7 @@ use super::{Connection, format_ms};
 #[derive(Debug, Args)]
 pub struct TailArgs {
     /// Only this cluster's events.
-    #[arg(long)]
+    #[arg(long, value_parser = super::cluster_name)]
     cluster: Option<String>,
     /// Only events of these kinds (e.g. job_submitted,job_placed).
     #[arg(long, value_delimiter = ',')]
