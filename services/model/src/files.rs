@@ -32,6 +32,9 @@
 //! name = "fat01"
 //! gpus = 16
 //! ```
+//!
+//! Numbers take at least three digits and grow past them (`gpu999`, `gpu1000`), so a group that
+//! grows keeps its nodes' names: a name that changed would register a second node.
 
 use std::collections::BTreeSet;
 
@@ -206,7 +209,24 @@ pub fn parse_inventory(text: &str) -> Result<InventoryFile, FileError> {
             ));
         }
         let gpus = gpus as u32;
+        if let Some(key) = group
+            .keys()
+            .find(|k| !matches!(k.as_str(), "gpus" | "name" | "prefix" | "count"))
+        {
+            return Err(field(
+                &at,
+                format!(
+                    "unknown key `{key}` (expected `gpus`, and `name` or `prefix` and `count`)"
+                ),
+            ));
+        }
         let group_names: Vec<String> = match (group.get("name"), group.get("prefix")) {
+            (Some(_), None) if group.contains_key("count") => {
+                return Err(field(
+                    &at,
+                    "a `name` group is one node: `count` needs `prefix`",
+                ));
+            }
             (Some(name), None) => {
                 let name = name
                     .as_str()
@@ -225,8 +245,7 @@ pub fn parse_inventory(text: &str) -> Result<InventoryFile, FileError> {
                         format!("`count` must be 1..={MAX_NODES_PER_GROUP}, got {count}"),
                     ));
                 }
-                let width = (count - 1).to_string().len().max(3);
-                (0..count).map(|n| format!("{prefix}{n:0width$}")).collect()
+                (0..count).map(|n| format!("{prefix}{n:03}")).collect()
             }
             _ => return Err(field(&at, "give either `name` or `prefix` and `count`")),
         };
@@ -340,5 +359,31 @@ mod tests {
                 .to_string()
                 .contains("either")
         );
+        // A `name` group is one node, whatever `count` says; unknown keys are refused.
+        let counted = "cluster = \"a\"\n[[nodes]]\nname = \"x\"\ncount = 128\ngpus = 8\n";
+        let err = parse_inventory(counted).unwrap_err().to_string();
+        assert!(err.contains("`count` needs `prefix`"), "{err}");
+        let unknown = "cluster = \"a\"\n[[nodes]]\nname = \"x\"\ngpus = 8\ncordoned = true\n";
+        let err = parse_inventory(unknown).unwrap_err().to_string();
+        assert!(err.contains("unknown key `cordoned`"), "{err}");
+    }
+
+    #[test]
+    fn a_group_that_grows_keeps_its_nodes_names() {
+        let names = |count: u32| -> Vec<String> {
+            let file =
+                format!("cluster = \"a\"\n[[nodes]]\nprefix = \"g\"\ncount = {count}\ngpus = 8\n");
+            parse_inventory(&file)
+                .unwrap()
+                .nodes
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        let before = names(1000);
+        let after = names(1001);
+        assert!(before.iter().all(|n| after.contains(n)), "a name changed");
+        assert!(after.contains(&"g1000".to_owned()) && after.contains(&"g999".to_owned()));
+        assert_eq!(names(2), ["g000", "g001"]);
     }
 }
