@@ -29,9 +29,22 @@ pub struct TraceError {
     pub what: String,
 }
 
+/// Largest time a trace may give, in seconds (about 31,700 years): far beyond any trace, and
+/// small enough that milliseconds and sums of many rows stay exact in 64 bits.
+pub const MAX_TRACE_SECONDS: f64 = 1e12;
+
+/// Largest GPU count of one row.
+pub const MAX_TRACE_GPUS: f64 = 1e6;
+
 /// Parses `replay.csv` (header `job_id,submit_time,duration,num_gpus,user,group,...`).
+///
+/// Times may have a fraction (dropped: whole seconds); GPU counts must be whole. A value that
+/// is negative, not finite (`nan`, `inf`) or beyond [`MAX_TRACE_SECONDS`] / [`MAX_TRACE_GPUS`]
+/// is an error naming its line, as are an empty or repeated job id: replaying such a row would
+/// quietly change the workload (a job id is the replay's idempotency key).
 pub fn parse_replay(text: &str) -> Result<Vec<TraceJob>, TraceError> {
     let mut jobs = Vec::new();
+    let mut ids = std::collections::HashSet::new();
     for (i, line) in text.lines().enumerate().skip(1) {
         if line.trim().is_empty() {
             continue;
@@ -44,12 +57,29 @@ pub fn parse_replay(text: &str) -> Result<Vec<TraceJob>, TraceError> {
         if cols.len() < 6 {
             return Err(err("expected at least 6 columns"));
         }
-        let num = |c: &str, what: &str| -> Result<i64, TraceError> {
-            c.trim()
+        let num = |c: &str, name: &str, max: f64, whole: bool| -> Result<i64, TraceError> {
+            let v = c
+                .trim()
                 .parse::<f64>()
-                .map(|v| v as i64)
-                .map_err(|_| err(what))
+                .map_err(|_| err(&format!("{name} is not a number: {c:?}")))?;
+            if !v.is_finite() || v < 0.0 || v > max {
+                return Err(err(&format!(
+                    "{name} must be a number from 0 to {max}, got {c:?}"
+                )));
+            }
+            if whole && v.fract() != 0.0 {
+                return Err(err(&format!("{name} must be a whole number, got {c:?}")));
+            }
+            // Finite, in range: the cast is exact for whole numbers and drops a fraction.
+            Ok(v as i64)
         };
+        let id = cols[0].trim();
+        if id.is_empty() {
+            return Err(err("job_id is empty"));
+        }
+        if !ids.insert(id.to_owned()) {
+            return Err(err(&format!("job_id {id:?} appears twice")));
+        }
         let tenant = [cols[4], cols[5]]
             .into_iter()
             .find(|t| !t.trim().is_empty())
@@ -57,10 +87,10 @@ pub fn parse_replay(text: &str) -> Result<Vec<TraceJob>, TraceError> {
             .trim()
             .to_owned();
         jobs.push(TraceJob {
-            id: cols[0].to_owned(),
-            submit_s: num(cols[1], "submit_time is not a number")?,
-            duration_s: num(cols[2], "duration is not a number")?,
-            gpus: num(cols[3], "num_gpus is not a number")?,
+            id: id.to_owned(),
+            submit_s: num(cols[1], "submit_time", MAX_TRACE_SECONDS, false)?,
+            duration_s: num(cols[2], "duration", MAX_TRACE_SECONDS, false)?,
+            gpus: num(cols[3], "num_gpus", MAX_TRACE_GPUS, true)?,
             tenant,
         });
     }
@@ -83,5 +113,30 @@ mod tests {
         assert_eq!(jobs[1].tenant, "cluster07");
         assert_eq!(jobs[1].gpus, 8);
         assert!(parse_replay("h\nx,notanumber,1,1,u,g\n").is_err());
+        // A fraction of a second is dropped.
+        assert_eq!(parse_replay("h\nx,1.9,2.5,1,u,g\n").unwrap()[0].submit_s, 1);
+    }
+
+    #[test]
+    fn values_that_would_change_the_workload_are_refused_by_line() {
+        let bad = [
+            ("x,nan,1,1,u,g", "submit_time must be a number from 0"),
+            ("x,inf,1,1,u,g", "submit_time must be a number from 0"),
+            ("x,1e20,1,1,u,g", "submit_time must be a number from 0"),
+            ("x,-5,1,1,u,g", "submit_time must be a number from 0"),
+            ("x,1,1,0.5,u,g", "num_gpus must be a whole number"),
+            ("x,1,NaN,1,u,g", "duration must be a number from 0"),
+            (",1,1,1,u,g", "job_id is empty"),
+        ];
+        for (row, expected) in bad {
+            let err = parse_replay(&format!("h\nok,0,1,1,u,g\n{row}\n")).unwrap_err();
+            assert_eq!(err.line, 3, "{row}");
+            assert!(err.what.contains(expected), "{row}: {}", err.what);
+        }
+        let err = parse_replay("h\na,0,1,1,u,g\nb,0,1,1,u,g\na,5,1,1,u,g\n").unwrap_err();
+        assert_eq!(
+            (err.line, err.what.as_str()),
+            (4, "job_id \"a\" appears twice")
+        );
     }
 }

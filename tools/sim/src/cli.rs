@@ -197,8 +197,15 @@ struct LoadArgs {
 
 fn ms(text: &str, what: &str) -> anyhow::Result<i64> {
     let d = parse_duration(text).with_context(|| format!("--{what} {text:?}"))?;
-    i64::try_from(d.as_millis()).with_context(|| format!("--{what} is too long"))
+    i64::try_from(d.as_millis())
+        .ok()
+        .filter(|ms| *ms <= MAX_SPAN_MS)
+        .with_context(|| format!("--{what} {text:?} is longer than ten years"))
 }
+
+/// Longest run simulated: ten years (the metrics keep one ledger entry per allocation and
+/// hour).
+const MAX_SPAN_MS: i64 = 3650 * 24 * HOUR_MS;
 
 /// `deploy/sim/budget.toml`, the budget tree `trace` uses without `--budget`.
 const DEFAULT_BUDGET: &str = include_str!("../../../deploy/sim/budget.toml");
@@ -401,6 +408,14 @@ impl TraceArgs {
             Some(s) => ms(s, "span")?,
             None => (last_s * 1000 - skip_ms).max(0) + 1000,
         };
+        if span_ms > MAX_SPAN_MS {
+            anyhow::bail!(
+                "the run would span {} days, over the {} the simulator keeps an hourly ledger for \
+                 (a trace time far in the future?): give a shorter --span",
+                span_ms / (24 * HOUR_MS),
+                MAX_SPAN_MS / (24 * HOUR_MS)
+            );
+        }
         // Whole hours, so the ledger's last hour closes at the end.
         let span_ms = (span_ms + HOUR_MS - 1) / HOUR_MS * HOUR_MS;
         let budget = match &self.budget {
@@ -435,6 +450,25 @@ impl TraceArgs {
             skip_ms,
             span_ms,
         };
+        // Every mapped job must pass the submission checks the fairshare run applies, or that
+        // run would refuse jobs the baselines run, and compare different workloads.
+        let cap = ms(&self.common.protection_cap, "protection-cap")?;
+        for (flag, value) in [
+            (
+                "--min-runtime-cap (default: --checkpoint-interval)",
+                rules.min_runtime_cap_ms,
+            ),
+            ("--debug-min-runtime", rules.debug_min_runtime_ms),
+        ] {
+            if value > cap {
+                bail!(
+                    "{flag} gives minimum runtimes of {} s, over --protection-cap ({} s): the \
+                     submission checks would refuse those jobs in the fairshare run only",
+                    value / 1000,
+                    cap / 1000
+                );
+            }
+        }
         let jobs = rules.map(&trace, &allocations);
         if jobs.is_empty() {
             bail!("no GPU jobs in the chosen part of the trace");

@@ -290,3 +290,55 @@ fn the_default_budget_is_built_in_and_is_the_deploy_file() {
         )
     );
 }
+
+/// Settings under which the fairshare run's submission checks would refuse jobs the baselines
+/// run (a mapping cap over the protection cap), or a span the hourly ledger cannot hold, are
+/// refused before anything runs, by name.
+#[test]
+fn settings_that_would_change_the_workload_are_refused() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let out = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+            .arg("trace")
+            .arg("--trace")
+            .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
+            .args(["--nodes", "4", "--policies", "fifo", "--quiet", "--out"])
+            .arg(out.path())
+            .args(extra)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap()
+    };
+    for (extra, expected) in [
+        (
+            &["--checkpoint-interval", "9h"][..],
+            "over --protection-cap",
+        ),
+        (
+            &["--min-runtime-cap", "3h", "--protection-cap", "2h"][..],
+            "over --protection-cap",
+        ),
+        (
+            &[
+                "--debug-min-runtime",
+                "20m",
+                "--protection-cap",
+                "10m",
+                "--min-runtime-cap",
+                "5m",
+            ][..],
+            "--debug-min-runtime",
+        ),
+        (&["--span", "99999d"][..], "longer than ten years"),
+    ] {
+        let o = run(extra);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{extra:?} ran");
+        assert!(stderr.contains(expected), "{extra:?}: {stderr}");
+    }
+    assert!(
+        !out.path().join("report.md").exists(),
+        "nothing was written"
+    );
+}
