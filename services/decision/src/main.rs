@@ -70,17 +70,24 @@ async fn main() -> anyhow::Result<()> {
         for d in &report.divergences {
             println!("DIVERGENCE {d}");
         }
+        for o in &report.overcommits {
+            println!("OVERCOMMIT {o}");
+        }
         println!(
-            "cluster {}: {} entries through sequence {}, {} cycles, {} placements re-derived, {} divergences, {} decided but not in the log",
+            "cluster {}: {} entries through sequence {}, {} cycles, {} placements re-derived, {} divergences, {} over-committed placements, {} decided but not in the log",
             args.cluster,
             report.entries,
             report.last_sequence,
             report.cycles,
             report.placements,
             report.divergences.len(),
+            report.overcommits.len(),
             report.unpublished
         );
-        anyhow::ensure!(report.is_clean(), "the audit found divergences");
+        anyhow::ensure!(
+            report.is_clean(),
+            "the audit found divergences or over-committed nodes"
+        );
         return Ok(());
     }
     let checkpoint_dir = args

@@ -353,15 +353,17 @@ impl CommonArgs {
         {
             let audit = fairshare_sim::audit::audit_log(&setup.cluster, &run.log);
             eprintln!(
-                "audit: {} cycles, {} placements re-derived, {} divergences",
+                "audit: {} cycles, {} placements re-derived, {} divergences, {} over-committed placements",
                 audit.cycles,
                 audit.placements,
-                audit.divergences.len()
+                audit.divergences.len(),
+                audit.overcommits.len()
             );
             if !audit.is_clean() {
                 bail!(
-                    "the audit found divergences: {:?}",
-                    audit.divergences.first()
+                    "the audit found divergences ({:?}) or over-committed nodes ({:?})",
+                    audit.divergences.first(),
+                    audit.overcommits.first()
                 );
             }
         }

@@ -193,6 +193,67 @@ pub enum Divergence {
     },
 }
 
+/// A placement that takes GPUs its node did not have free when it landed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "sequence {sequence}: placement of job {job_id} takes {gpus} GPUs on {node}, which held \
+     {held} of its {capacity} already (two decisions gave away the same GPUs)"
+)]
+pub struct Overcommit {
+    /// The placement's sequence.
+    pub sequence: u64,
+    /// The job.
+    pub job_id: String,
+    /// The node.
+    pub node: String,
+    /// GPUs the placement takes there.
+    pub gpus: u32,
+    /// GPUs already held there just before it (by the fold of the log up to it).
+    pub held: u32,
+    /// The node's GPUs (0: not a registered node).
+    pub capacity: u32,
+}
+
+/// Every placement in `entries` (one cluster's log, in order) that takes GPUs its node did
+/// not have free once everything before it in the log is folded. A decision re-derived
+/// identically from a stale basis (one that misses a placement landed before it, e.g. two
+/// instances at once) still over-commits: re-derivation alone cannot see it.
+pub fn overcommits(cluster: &str, entries: &[LogEntry]) -> Vec<Overcommit> {
+    let mut fold = LogFold::new(cluster);
+    let mut out = Vec::new();
+    for entry in entries {
+        if let Ok(pb::Event {
+            body: Some(Body::JobPlaced(p)),
+            ..
+        }) = &entry.event
+        {
+            let state = fold.state();
+            // A placement the fold will not apply (its job is not waiting) takes nothing.
+            let applies = state
+                .job(&p.job_id)
+                .is_some_and(|j| j.status == crate::domain::state::JobStatus::Queued);
+            if applies {
+                for n in &p.nodes {
+                    let capacity = state.inventory().nodes.get(&n.node).map_or(0, |x| x.gpus);
+                    let held = state.load(&n.node).map_or(0, |l| l.used);
+                    if held.saturating_add(n.gpus) > capacity {
+                        out.push(Overcommit {
+                            sequence: entry.sequence,
+                            job_id: p.job_id.clone(),
+                            node: n.node.clone(),
+                            gpus: n.gpus,
+                            held,
+                            capacity,
+                        });
+                    }
+                }
+            }
+        }
+        fold.apply(entry);
+    }
+    out
+}
+
 /// The outcome of an audit.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AuditReport {
@@ -209,12 +270,14 @@ pub struct AuditReport {
     pub unpublished: usize,
     /// Every placement that did not re-derive identically.
     pub divergences: Vec<Divergence>,
+    /// Every placement that took GPUs its node did not have free ([`overcommits`]).
+    pub overcommits: Vec<Overcommit>,
 }
 
 impl AuditReport {
-    /// Whether every placement re-derived identically.
+    /// Whether every placement re-derived identically and none over-committed a node.
     pub fn is_clean(&self) -> bool {
-        self.divergences.is_empty()
+        self.divergences.is_empty() && self.overcommits.is_empty()
     }
 }
 
@@ -319,6 +382,7 @@ pub fn audit(cluster: &str, entries: &[LogEntry]) -> AuditReport {
     report.placements += early.len();
     report.divergences = early;
     report.divergences.extend(divergences);
+    report.overcommits = overcommits(cluster, entries);
     report
 }
 
@@ -480,6 +544,36 @@ mod tests {
         assert_eq!(report.placements, 3);
         assert_eq!(report.unpublished, 0);
         assert_eq!(report.last_sequence, 10);
+    }
+
+    #[test]
+    fn a_placement_onto_gpus_already_held_is_an_overcommit() {
+        assert!(audit(C, &decided_log()).overcommits.is_empty());
+        // j2 holds all 8 GPUs of its node; j3 (4 GPUs) is moved there.
+        let mut log = decided_log();
+        let j2_node = placement_mut(&mut log, "j2").nodes[0].node.clone();
+        placement_mut(&mut log, "j3").nodes[0].node = j2_node.clone();
+        let report = audit(C, &log);
+        assert!(!report.is_clean());
+        assert_eq!(
+            report.overcommits,
+            [Overcommit {
+                sequence: 10,
+                job_id: "j3".into(),
+                node: j2_node,
+                gpus: 4,
+                held: 8,
+                capacity: 8,
+            }]
+        );
+        // A node nobody registered has no GPUs to give.
+        let mut log = decided_log();
+        placement_mut(&mut log, "j1").nodes[0].node = "n9".into();
+        let report = audit(C, &log);
+        assert!(matches!(
+            report.overcommits.as_slice(),
+            [Overcommit { job_id, capacity: 0, .. }] if job_id == "j1"
+        ));
     }
 
     #[test]

@@ -79,7 +79,10 @@ use futures::StreamExt;
 use tokio::time::Instant;
 
 use crate::domain::{DecisionState, decide};
-pub use audit::{AuditError, AuditReport, Divergence, audit, audit_log, read_log, rederive};
+pub use audit::{
+    AuditError, AuditReport, Divergence, Overcommit, audit, audit_log, overcommits, read_log,
+    rederive,
+};
 pub use explain::{CycleSummary, Explainer, WaitingJob};
 pub use fold::{Applied, LogFold};
 use pace::Pacer;
