@@ -474,8 +474,19 @@ impl Service {
     /// Looks up placements of unknown outcome; raises the barrier to each job's newest event.
     async fn resolve(&mut self, pacer: &mut Pacer) {
         let mut still = Vec::new();
-        for job_id in std::mem::take(&mut self.unresolved) {
-            match publish::newest_of_job(&self.events, &self.config.cluster, &job_id).await {
+        // All at once: one at a time, a cycle of hundreds of placements whose acknowledgements
+        // timed out would keep the loop (and shutdown) waiting a request timeout per job.
+        let (events, cluster) = (&self.events, self.config.cluster.as_str());
+        let lookups =
+            futures::future::join_all(std::mem::take(&mut self.unresolved).into_iter().map(
+                |job_id| async move {
+                    let found = publish::newest_of_job(events, cluster, &job_id).await;
+                    (job_id, found)
+                },
+            ))
+            .await;
+        for (job_id, found) in lookups {
+            match found {
                 Ok(sequence) => pacer.raise_barrier(sequence),
                 Err(e) => {
                     tracing::warn!(job_id, "cannot look up the outcome of a placement: {e}");
