@@ -48,3 +48,56 @@ async fn the_idle_check_comes_due_even_when_every_call_is_dropped() {
         FOLLOW_IDLE_CHECK + Duration::from_secs(3)
     );
 }
+
+/// async-nats re-creates an ordered consumer that has delivered nothing yet from the stream's
+/// first entry, not from where the follower asked to start. A follower resumed at the log's
+/// end whose consumer is lost must still hand over only what comes after it, in order.
+#[tokio::test]
+async fn a_lost_consumer_resumed_at_the_end_does_not_hand_over_the_log_again() {
+    use futures::StreamExt;
+    let stack = Stack::start().await.unwrap();
+    let subject = subjects::job_event(CLUSTER, "j", "job_started");
+    let mut last = 0;
+    for i in 0..3 {
+        last = stack
+            .append(
+                subject.clone(),
+                Body::JobStarted(pb::JobStarted { job_id: "j".into() }),
+                &format!("before-{i}"),
+            )
+            .await
+            .unwrap();
+    }
+    let filter = subjects::cluster_events(CLUSTER);
+    let mut follower = Follower::start(&stack.js, last + 1, vec![filter])
+        .await
+        .unwrap();
+    // Its consumer goes (as when the member holding it dies).
+    let stream = stack
+        .js
+        .get_stream(fairshare_events::streams::EVENTS_STREAM)
+        .await
+        .unwrap();
+    let names: Vec<String> = stream.consumer_names().map(|n| n.unwrap()).collect().await;
+    assert!(!names.is_empty());
+    for name in names {
+        stream.delete_consumer(&name).await.unwrap();
+    }
+    let next = stack
+        .append(
+            subject,
+            Body::JobStarted(pb::JobStarted { job_id: "j".into() }),
+            "after",
+        )
+        .await
+        .unwrap();
+    let entry = tokio::time::timeout(Duration::from_secs(30), follower.next())
+        .await
+        .expect("the follower recovers")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        entry.sequence, next,
+        "only what follows the start, not the log again"
+    );
+}

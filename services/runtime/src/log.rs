@@ -72,6 +72,14 @@ pub struct Follower {
     checked_at: Instant,
     /// How many idle checks it made (see [`Follower::idle_checks`]).
     idle_checks: u64,
+    /// Entries skipped as repeats of ones delivered already (see [`Follower::next`]).
+    repeats_skipped: u64,
+}
+
+/// Whether an entry at `sequence` was delivered already, the last delivered being
+/// `last_delivered` (0: none yet; a follower started at `from` counts `from - 1` as delivered).
+fn is_repeat(sequence: u64, last_delivered: u64) -> bool {
+    sequence <= last_delivered
 }
 
 /// How long one pull of a [`Follower`] waits for entries (see [`Follower::start`]).
@@ -98,6 +106,7 @@ impl Follower {
             last_delivered: from.saturating_sub(1),
             checked_at: Instant::now(),
             idle_checks: 0,
+            repeats_skipped: 0,
         })
     }
 
@@ -180,11 +189,16 @@ impl Follower {
     /// skips and repeats nothing. (Entries other than the filtered ones also move the stream,
     /// so a follower of a quiet part of a busy log is re-created every 10 s: one request or
     /// two, no entries lost.)
+    ///
+    /// An entry at or before the last one delivered is skipped: async-nats re-creates an
+    /// ordered consumer that has delivered nothing yet from the stream's first entry (not from
+    /// where it was asked to start), so after a lost consumer a follower resumed at the log's
+    /// end would otherwise hand the whole log over again, and move backwards.
     pub async fn next(&mut self) -> Option<Result<LogEntry, FollowError>> {
-        let message = loop {
+        let (message, sequence, pending) = loop {
             let idle_until = self.checked_at + FOLLOW_IDLE_CHECK;
-            match tokio::time::timeout_at(idle_until, self.messages.next()).await {
-                Ok(Some(Ok(m))) => break m,
+            let message = match tokio::time::timeout_at(idle_until, self.messages.next()).await {
+                Ok(Some(Ok(m))) => m,
                 Ok(Some(Err(e))) => return Some(Err(FollowError::Delivery(e.to_string()))),
                 Ok(None) => return None,
                 Err(_) => {
@@ -192,13 +206,27 @@ impl Follower {
                     // Only once the check is done: a call dropped during it checks again.
                     self.checked_at = Instant::now();
                     self.idle_checks += 1;
+                    continue;
                 }
+            };
+            self.checked_at = Instant::now();
+            let (sequence, pending) = match message.info() {
+                Ok(info) => (info.stream_sequence, info.pending),
+                Err(e) => return Some(Err(FollowError::Delivery(e.to_string()))),
+            };
+            if is_repeat(sequence, self.last_delivered) {
+                self.repeats_skipped += 1;
+                if self.repeats_skipped == 1 {
+                    tracing::warn!(
+                        sequence,
+                        last_delivered = self.last_delivered,
+                        "log follower's consumer started over from an earlier entry; skipping \
+                         what was delivered already"
+                    );
+                }
+                continue;
             }
-        };
-        self.checked_at = Instant::now();
-        let (sequence, pending) = match message.info() {
-            Ok(info) => (info.stream_sequence, info.pending),
-            Err(e) => return Some(Err(FollowError::Delivery(e.to_string()))),
+            break (message, sequence, pending);
         };
         self.last_delivered = sequence;
         Some(Ok(LogEntry {
