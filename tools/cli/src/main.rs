@@ -61,9 +61,11 @@ enum Command {
     /// Per-service NATS identities: one nkey per role and the server's permissions.
     #[command(subcommand)]
     Auth(AuthCommand),
-    /// Create or update the JetStream streams (services do this at start too).
+    /// Create or update the JetStream streams (services do this at start too), and print
+    /// where the event log ends.
     Streams {
-        /// Replicas: 1 on one server, 3 on a 3-node cluster.
+        /// Replicas of streams it creates: 1 on one server, 3 on a 3-node cluster (an existing
+        /// stream keeps its replicas).
         #[arg(long, default_value_t = 1)]
         replicas: usize,
     },
@@ -118,7 +120,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Streams { replicas } => {
             let conn = connect().await?;
             fairshare_runtime::nats::ensure_streams(&conn.js, replicas).await?;
-            println!("streams ready");
+            let mut events = conn
+                .js
+                .get_stream(fairshare_events::streams::EVENTS_STREAM)
+                .await?;
+            let last = events.info().await?.state.last_sequence;
+            println!("streams ready; the event log ends at sequence {last}");
             Ok(())
         }
     }

@@ -50,6 +50,11 @@ struct Args {
     /// cluster is contended while they run.
     #[arg(long)]
     arrival_scale: Option<u32>,
+    /// Names this run in the trace jobs' idempotency keys (`demo-<run>-<trace id>`): a
+    /// launcher restarted with the same name submits nothing twice, one given a new name
+    /// submits the trace afresh (`deploy/start.sh` names each start by its time).
+    #[arg(long, default_value = "trace")]
+    run: String,
 }
 
 async fn submit_trace(
@@ -74,7 +79,7 @@ async fn submit_trace(
             *n,
             &args.cluster,
             &args.allocations,
-            "demo-trace-",
+            &format!("demo-{}-", args.run),
             args.time_scale,
         ) else {
             continue;

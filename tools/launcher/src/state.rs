@@ -38,6 +38,30 @@ pub struct Job {
     pub last_sequence: u64,
     /// An action was sent for the current phase; do not send it again until the log moves.
     pub acted: bool,
+    /// Whether its work survives a preemption (up to its last checkpoint).
+    pub resumable: bool,
+    /// When its current run started, if it runs (or is being stopped).
+    pub run_since_ms: Option<i64>,
+    /// Clock time of each earlier run that a preemption ended, for a resumable job: the work
+    /// of each up to its last checkpoint is done ([`CHECKPOINT_INTERVAL_MS`]).
+    pub earlier_runs_ms: Vec<i64>,
+}
+
+/// How often a resumable job checkpoints, in job time: the product's default checkpoint
+/// interval, as the simulator's launcher assumes. A preempted resumable job keeps the work up
+/// to its last checkpoint of each run; any other job starts over.
+pub const CHECKPOINT_INTERVAL_MS: i64 = 30 * 60 * 1000;
+
+impl Job {
+    /// Job time still to run, with job time `scale` times faster than the clock.
+    fn remaining_ms(&self, scale: i64) -> i64 {
+        let banked: i64 = self
+            .earlier_runs_ms
+            .iter()
+            .map(|run| run.saturating_mul(scale) / CHECKPOINT_INTERVAL_MS * CHECKPOINT_INTERVAL_MS)
+            .fold(0, i64::saturating_add);
+        self.duration_ms.saturating_sub(banked).max(0)
+    }
 }
 
 /// Something to append.
@@ -113,6 +137,9 @@ impl LauncherState {
                     phase: Phase::Queued,
                     last_sequence: sequence,
                     acted: false,
+                    resumable: s.spec.as_ref().is_some_and(|s| s.resumable),
+                    run_since_ms: None,
+                    earlier_runs_ms: Vec::new(),
                 });
                 return;
             }
@@ -145,6 +172,18 @@ impl LauncherState {
                 self.jobs.remove(job_id);
                 return;
             }
+            match body {
+                Body::JobStarted(_) => job.run_since_ms = Some(event.at_ms),
+                Body::JobPreempted(_) => {
+                    if let Some(since) = job.run_since_ms.take()
+                        && job.resumable
+                    {
+                        job.earlier_runs_ms
+                            .push(event.at_ms.saturating_sub(since).max(0));
+                    }
+                }
+                _ => {}
+            }
             job.phase = phase;
             job.last_sequence = sequence;
             job.acted = false;
@@ -165,7 +204,7 @@ impl LauncherState {
                     expected,
                 },
                 Phase::Running { since_ms }
-                    if now_ms >= since_ms.saturating_add(job.duration_ms / scale) =>
+                    if now_ms >= since_ms.saturating_add(job.remaining_ms(scale) / scale) =>
                 {
                     Action::Finish {
                         job_id: id.clone(),
@@ -216,6 +255,46 @@ mod tests {
             }),
             ..Default::default()
         })
+    }
+
+    #[test]
+    fn a_preempted_resumable_job_keeps_its_work_up_to_its_last_checkpoint() {
+        let placed = Body::JobPlaced(pb::JobPlaced {
+            job_id: "a".into(),
+            ..Default::default()
+        });
+        let started = Body::JobStarted(pb::JobStarted { job_id: "a".into() });
+        let preempted = Body::JobPreempted(pb::JobPreempted {
+            job_id: "a".into(),
+            killed: false,
+        });
+        let requeued = Body::JobRequeued(pb::JobRequeued { job_id: "a".into() });
+        for (resumable, finish_at) in [(true, 230_000), (false, 320_000)] {
+            let mut s = LauncherState::new(1_000, true);
+            // Two hours of job time at 60x: two minutes of clock time.
+            let mut submit = submitted("a", b"sleep 7200");
+            if let Body::JobSubmitted(j) = &mut submit {
+                j.spec.as_mut().unwrap().resumable = resumable;
+            }
+            s.apply(1, &ev(0, submit));
+            s.apply(2, &ev(0, placed.clone()));
+            s.apply(3, &ev(0, started.clone()));
+            // Stopped after 100 s of clock time: 100 min of job time, 3 checkpoints (90 min).
+            s.apply(4, &ev(100_000, preempted.clone()));
+            s.apply(5, &ev(100_000, requeued.clone()));
+            s.apply(6, &ev(150_000, placed.clone()));
+            s.apply(7, &ev(200_000, started.clone()));
+            // Resumable: 30 min of job time left, 30 s; else the whole two hours again.
+            assert!(s.due(finish_at - 1, 60).is_empty(), "resumable {resumable}");
+            assert_eq!(
+                s.due(finish_at, 60),
+                vec![Action::Finish {
+                    job_id: "a".into(),
+                    expected: 7
+                }],
+                "resumable {resumable}"
+            );
+        }
     }
 
     #[test]
