@@ -100,7 +100,12 @@ async fn from_scratch(stack: &Stack, now: i64) -> pb::UsageReport {
         .unwrap();
     follower
         .catch_up(|entry| {
-            fold.apply(entry.sequence, &entry.event.unwrap());
+            // As the service folds: no event takes effect long after the stream stored it.
+            let event = entry.event.unwrap();
+            match entry.stored_ms {
+                Some(stored) => fold.apply_stored(entry.sequence, &event, stored),
+                None => fold.apply(entry.sequence, &event),
+            };
         })
         .await
         .unwrap();

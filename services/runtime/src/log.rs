@@ -26,6 +26,10 @@ pub struct LogEntry {
     pub pending: u64,
     /// The trace context it was published with (`traceparent`), if any.
     pub trace: Option<TraceParent>,
+    /// When the stream stored it (Unix ms), as the log records it; `None` for entries that did
+    /// not come from a stream (tests, the simulator). Unlike the event's own time, which its
+    /// writer's clock gives, no writer can set it.
+    pub stored_ms: Option<i64>,
 }
 
 impl LogEntry {
@@ -195,7 +199,7 @@ impl Follower {
     /// where it was asked to start), so after a lost consumer a follower resumed at the log's
     /// end would otherwise hand the whole log over again, and move backwards.
     pub async fn next(&mut self) -> Option<Result<LogEntry, FollowError>> {
-        let (message, sequence, pending) = loop {
+        let (message, sequence, pending, stored_ms) = loop {
             let idle_until = self.checked_at + FOLLOW_IDLE_CHECK;
             let message = match tokio::time::timeout_at(idle_until, self.messages.next()).await {
                 Ok(Some(Ok(m))) => m,
@@ -210,8 +214,12 @@ impl Follower {
                 }
             };
             self.checked_at = Instant::now();
-            let (sequence, pending) = match message.info() {
-                Ok(info) => (info.stream_sequence, info.pending),
+            let (sequence, pending, stored_ms) = match message.info() {
+                Ok(info) => (
+                    info.stream_sequence,
+                    info.pending,
+                    i64::try_from(info.published.unix_timestamp_nanos() / 1_000_000).ok(),
+                ),
                 Err(e) => return Some(Err(FollowError::Delivery(e.to_string()))),
             };
             if is_repeat(sequence, self.last_delivered) {
@@ -226,7 +234,7 @@ impl Follower {
                 }
                 continue;
             }
-            break (message, sequence, pending);
+            break (message, sequence, pending, stored_ms);
         };
         self.last_delivered = sequence;
         Some(Ok(LogEntry {
@@ -235,6 +243,7 @@ impl Follower {
             event: codec::decode_event(&message.payload),
             pending,
             trace: crate::envelope::incoming_trace(message.headers.as_ref()),
+            stored_ms,
         }))
     }
 

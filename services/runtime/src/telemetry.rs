@@ -486,6 +486,7 @@ mod tests {
             event: Ok(fairshare_events::pb::Event::default()),
             pending: 0,
             trace,
+            stored_ms: None,
         };
         let mut traces = JobTraces::default();
         traces.note(&entry("job_submitted", Some(t(1))));
@@ -521,6 +522,7 @@ mod tests {
             }),
             pending: 0,
             trace: Some(t(4)),
+            stored_ms: None,
         };
         let preempted = |id: &str| LogEntry {
             subject: fairshare_events::subjects::job_event("c", id, "job_preempted"),

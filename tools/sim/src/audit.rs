@@ -21,6 +21,7 @@ pub fn entries(cluster: &str, log: &[pb::Event]) -> Vec<LogEntry> {
             event: Ok(event.clone()),
             pending: total - i as u64 - 1,
             trace: None,
+            stored_ms: None,
         })
         .collect()
 }

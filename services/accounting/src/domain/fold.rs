@@ -45,6 +45,10 @@ use super::jobs::{Job, JobState, JobTable};
 use super::outcome::{Applied, FoldCounts, Skip};
 use super::report::{AccountUsage, LedgerReport, WindowReport};
 
+/// How far after the stream stored an entry its event may take effect
+/// ([`UsageFold::apply_stored`]): writers' clocks may run ahead of the server's by this much.
+pub const MAX_AHEAD_OF_LOG_MS: i64 = 60_000;
+
 /// Why a query could not be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueryError {
@@ -144,18 +148,34 @@ impl UsageFold {
     /// Applies the event at stream `sequence`. Sequences at or below the last applied one are
     /// skipped; any other event advances the last applied sequence, even when it is ignored.
     pub fn apply(&mut self, sequence: u64, event: &pb::Event) -> Applied {
+        self.apply_at(sequence, event, event.at_ms)
+    }
+
+    /// [`Self::apply`] for an entry the stream stored at `stored_ms`: the event takes effect
+    /// no later than [`MAX_AHEAD_OF_LOG_MS`] after that, whatever its writer's clock said. One
+    /// cluster's events share one clock in this fold, so an event stamped far in the future (a
+    /// broken clock) would otherwise move it for every job: later events would all take effect
+    /// then, charging running jobs until that far time, and new submissions would be refused
+    /// as stale. The stored time is part of the log, so a fold from scratch clamps the same.
+    pub fn apply_stored(&mut self, sequence: u64, event: &pb::Event, stored_ms: i64) -> Applied {
+        let at = event
+            .at_ms
+            .min(stored_ms.saturating_add(MAX_AHEAD_OF_LOG_MS));
+        self.apply_at(sequence, event, at)
+    }
+
+    fn apply_at(&mut self, sequence: u64, event: &pb::Event, at: i64) -> Applied {
         let applied = if sequence <= self.last_applied {
             Applied::Skipped(Skip::DuplicateSequence)
         } else {
             self.last_applied = sequence;
-            self.apply_body(event)
+            self.apply_body(event, at)
         };
         self.counts.record(applied);
         applied
     }
 
-    fn apply_body(&mut self, event: &pb::Event) -> Applied {
-        let at = event.at_ms;
+    fn apply_body(&mut self, event: &pb::Event, at: i64) -> Applied {
         let Some(body) = &event.body else {
             return Applied::NoEffect;
         };

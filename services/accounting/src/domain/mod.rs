@@ -40,7 +40,7 @@ mod tests;
 
 pub use cluster::ClusterState;
 pub use config::{ConfigError, DEFAULT_WINDOW_MS, FoldConfig};
-pub use fold::{Footprint, QueryError, UsageFold};
+pub use fold::{Footprint, MAX_AHEAD_OF_LOG_MS, QueryError, UsageFold};
 pub use ledger::{HOUR_MS, LedgerTotals};
 pub use outcome::{Applied, FoldCounts, Skip};
 pub use report::{AccountUsage, LedgerReport, LedgerRow, Ratio, WindowReport};

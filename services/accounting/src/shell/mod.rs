@@ -29,7 +29,7 @@ use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::telemetry::{self, Relation};
 use futures::StreamExt;
 
-use crate::domain::{Applied, FoldConfig, UsageFold};
+use crate::domain::{Applied, FoldConfig, MAX_AHEAD_OF_LOG_MS, UsageFold};
 
 /// Format version of this service's checkpoints.
 const CHECKPOINT_VERSION: u32 = 1;
@@ -132,7 +132,22 @@ pub struct Service {
 fn apply(fold: &mut UsageFold, entry: &LogEntry) {
     match &entry.event {
         Ok(event) => {
-            if let Applied::Skipped(why) = fold.apply(entry.sequence, event) {
+            let applied = match entry.stored_ms {
+                Some(stored) => {
+                    if event.at_ms > stored.saturating_add(MAX_AHEAD_OF_LOG_MS) {
+                        tracing::warn!(
+                            sequence = entry.sequence,
+                            subject = %entry.subject,
+                            at_ms = event.at_ms,
+                            stored_ms = stored,
+                            "event stamped well after the log stored it (its writer's clock is ahead?): it takes effect 60 s after it was stored"
+                        );
+                    }
+                    fold.apply_stored(entry.sequence, event, stored)
+                }
+                None => fold.apply(entry.sequence, event),
+            };
+            if let Applied::Skipped(why) = applied {
                 tracing::debug!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why:?}");
             }
         }

@@ -410,6 +410,7 @@ mod tests {
             }),
             pending: 0,
             trace: None,
+            stored_ms: None,
         }
     }
 
@@ -488,6 +489,7 @@ mod tests {
                 event: Ok(event.clone()),
                 pending: 0,
                 trace: None,
+                stored_ms: None,
             });
         }
         log
@@ -663,6 +665,7 @@ mod tests {
                 event: Ok(event.clone()),
                 pending: 0,
                 trace: None,
+                stored_ms: None,
             });
         }
         let mut seen = Vec::new();

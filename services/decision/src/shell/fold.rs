@@ -184,6 +184,7 @@ mod tests {
             event: Ok(pb::Event { at_ms: 5, body }),
             pending: 0,
             trace: None,
+            stored_ms: None,
         }
     }
 
@@ -340,6 +341,7 @@ mod tests {
                 event: Ok(pb::Event { at_ms, body }),
                 pending: 0,
                 trace,
+                stored_ms: None,
             };
             driver.apply(&e);
             log.push(e);
@@ -676,6 +678,7 @@ mod tests {
             }),
             pending: 0,
             trace: None,
+            stored_ms: None,
         };
         assert_eq!(f.apply(&bad), Applied::Ignored(Ignored::NoBody));
         assert_eq!(f.last_applied(), 4);

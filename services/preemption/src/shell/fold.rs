@@ -240,6 +240,7 @@ mod tests {
                 event,
                 pending: 0,
                 trace,
+                stored_ms: None,
             };
             driver.apply(&e);
             log.push(e);

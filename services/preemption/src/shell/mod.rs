@@ -475,6 +475,7 @@ mod tests {
             }),
             pending: 0,
             trace: None,
+            stored_ms: None,
         });
         fold
     }

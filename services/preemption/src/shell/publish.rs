@@ -225,6 +225,7 @@ mod tests {
             event: Ok(event),
             pending: 0,
             trace: None,
+            stored_ms: None,
         });
     }
 
@@ -239,6 +240,7 @@ mod tests {
                 event: codec::decode_event(&m.payload),
                 pending: 0,
                 trace: None,
+                stored_ms: None,
             });
         }
     }

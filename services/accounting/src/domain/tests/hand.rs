@@ -502,3 +502,41 @@ fn snapshot_carries_the_sequence_and_rows() {
         ("a", 400, 200)
     );
 }
+
+/// An event stamped far in the future by a broken clock takes effect no later than a minute
+/// after the stream stored it: the cluster's clock does not jump, the running job is charged
+/// for what it ran, and later submissions are not refused as stale.
+#[test]
+fn a_future_stamp_takes_effect_when_the_log_stored_it() {
+    const DAY: i64 = 24 * HOUR_MS;
+    let mut events = base();
+    events.extend([
+        submit(1_000, "j", C, "a", 1, 4, 60),
+        started(2_000, "j"),
+        // A node agent whose clock says the year 292 million.
+        node(i64::MAX, C, "n2", 8),
+        finished(602_000, "j"),
+        submit(700_000, "k", C, "b", 1, 2, 60),
+    ]);
+    // Each entry stored when it was written; the bad one at 3_000.
+    let stored = [0, 0, 1_000, 2_000, 3_000, 602_000, 700_000];
+    let mut f = UsageFold::new(FoldConfig::new(7 * DAY as u64).unwrap());
+    for (i, (e, s)) in events.iter().zip(stored).enumerate() {
+        let applied = f.apply_stored(i as u64 + 1, e, s);
+        assert!(!matches!(applied, Applied::Skipped(_)), "entry {i}: {applied:?}");
+    }
+    // j ran 600 s on 4 GPUs: 2.4 M GPU-ms, charged as it ran.
+    assert_eq!(charged(&f, "a", 700_000), 2_400_000);
+    // k was accepted (a job of b's is known).
+    assert!(f.window(C, 700_000).is_ok());
+
+    // Unclamped, the same log breaks the cluster: every later event takes effect at the far
+    // time, k is refused as stale, and j is charged a whole window.
+    let mut bad = UsageFold::new(FoldConfig::new(7 * DAY as u64).unwrap());
+    let outcomes: Vec<Applied> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| bad.apply(i as u64 + 1, e))
+        .collect();
+    assert_eq!(outcomes[6], Applied::Skipped(Skip::StaleSubmit));
+}
