@@ -523,7 +523,10 @@ fn a_future_stamp_takes_effect_when_the_log_stored_it() {
     let mut f = UsageFold::new(FoldConfig::new(7 * DAY as u64).unwrap());
     for (i, (e, s)) in events.iter().zip(stored).enumerate() {
         let applied = f.apply_stored(i as u64 + 1, e, s);
-        assert!(!matches!(applied, Applied::Skipped(_)), "entry {i}: {applied:?}");
+        assert!(
+            !matches!(applied, Applied::Skipped(_)),
+            "entry {i}: {applied:?}"
+        );
     }
     // j ran 600 s on 4 GPUs: 2.4 M GPU-ms, charged as it ran.
     assert_eq!(charged(&f, "a", 700_000), 2_400_000);
