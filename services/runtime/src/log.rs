@@ -57,6 +57,21 @@ pub enum FollowError {
     Delivery(String),
 }
 
+/// The sequence of the events stream's last entry (0 when empty). A service compares its
+/// checkpoint with it: a checkpoint past the log's end belongs to another incarnation of the
+/// stream (a server whose store was wiped) and must not be resumed.
+pub async fn log_end(js: &jetstream::Context) -> Result<u64, FollowError> {
+    Ok(js
+        .get_stream(EVENTS_STREAM)
+        .await
+        .map_err(|e| FollowError::Stream(e.to_string()))?
+        .get_info()
+        .await
+        .map_err(|e| FollowError::Stream(e.to_string()))?
+        .state
+        .last_sequence)
+}
+
 /// Delivers log entries in order.
 pub struct Follower {
     messages: consumer::pull::Ordered,

@@ -20,11 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
-use fairshare_runtime::log::{FollowError, Follower, LogEntry};
+use fairshare_runtime::log::{FollowError, Follower, LogEntry, log_end};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::telemetry::{self, Relation};
 use futures::StreamExt;
@@ -180,15 +179,7 @@ impl Service {
                 // A checkpoint past the log's end belongs to another incarnation of the stream
                 // (a server whose store was wiped): resumed, it would skip the new log's first
                 // events as already folded.
-                let log_end = js
-                    .get_stream(EVENTS_STREAM)
-                    .await
-                    .map_err(|e| FollowError::Stream(e.to_string()))?
-                    .get_info()
-                    .await
-                    .map_err(|e| FollowError::Stream(e.to_string()))?
-                    .state
-                    .last_sequence;
+                let log_end = log_end(&js).await?;
                 if cp.sequence <= log_end {
                     tracing::info!(sequence = cp.sequence, "resuming from checkpoint");
                     cp.state

@@ -80,11 +80,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
-use fairshare_runtime::log::{FollowError, Follower};
+use fairshare_runtime::log::{FollowError, Follower, log_end};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::telemetry::{self, Relation};
 use tokio::time::Instant;
@@ -213,15 +212,7 @@ impl Service {
             Some(fold) => {
                 // A checkpoint past the log's end belongs to another incarnation of the stream
                 // (e.g. a server whose store was wiped); preempting from it would be wrong.
-                let log_end = js
-                    .get_stream(EVENTS_STREAM)
-                    .await
-                    .map_err(|e| FollowError::Stream(e.to_string()))?
-                    .get_info()
-                    .await
-                    .map_err(|e| FollowError::Stream(e.to_string()))?
-                    .state
-                    .last_sequence;
+                let log_end = log_end(&js).await?;
                 if fold.last_applied() <= log_end {
                     fold
                 } else {
