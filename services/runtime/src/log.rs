@@ -57,19 +57,39 @@ pub enum FollowError {
     Delivery(String),
 }
 
-/// The sequence of the events stream's last entry (0 when empty). A service compares its
-/// checkpoint with it: a checkpoint past the log's end belongs to another incarnation of the
-/// stream (a server whose store was wiped) and must not be resumed.
-pub async fn log_end(js: &jetstream::Context) -> Result<u64, FollowError> {
-    Ok(js
+/// Which log a service folds, and how far it reaches, read when the service starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogPosition {
+    /// Sequence of the events stream's last entry (0 when empty).
+    pub end: u64,
+    /// When the events stream was created (Unix ns): a stream deleted and made again (a
+    /// server whose store was wiped) is another log, whose sequences start over.
+    pub created_ns: i128,
+}
+
+impl LogPosition {
+    /// A checkpoint tag of `kind` for this log: a checkpoint written while folding another
+    /// incarnation of the stream carries another tag, so it is refused and the state rebuilt,
+    /// however long the new log has grown (comparing sequences alone only catches a new log
+    /// shorter than the checkpoint).
+    pub fn checkpoint_kind(&self, kind: &str) -> String {
+        format!("{kind}@log-{}", self.created_ns)
+    }
+}
+
+/// The events stream's [`LogPosition`].
+pub async fn log_position(js: &jetstream::Context) -> Result<LogPosition, FollowError> {
+    let info = js
         .get_stream(EVENTS_STREAM)
         .await
         .map_err(|e| FollowError::Stream(e.to_string()))?
         .get_info()
         .await
-        .map_err(|e| FollowError::Stream(e.to_string()))?
-        .state
-        .last_sequence)
+        .map_err(|e| FollowError::Stream(e.to_string()))?;
+    Ok(LogPosition {
+        end: info.state.last_sequence,
+        created_ns: info.created.unix_timestamp_nanos(),
+    })
 }
 
 /// Delivers log entries in order.

@@ -23,7 +23,7 @@ use async_nats::jetstream;
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
-use fairshare_runtime::log::{FollowError, Follower, LogEntry, log_end};
+use fairshare_runtime::log::{FollowError, Follower, LogEntry, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::telemetry::{self, Relation};
 use futures::StreamExt;
@@ -167,9 +167,10 @@ impl Service {
     ) -> Result<Self, ServiceError> {
         let js = jetstream::new(client.clone());
         ensure_streams(&js, config.stream_replicas).await?;
+        let log = log_position(&js).await?;
         let store = CheckpointStore::open(
             &config.checkpoint_dir,
-            &checkpoint_kind(config.cluster.as_deref()),
+            &log.checkpoint_kind(&checkpoint_kind(config.cluster.as_deref())),
             CHECKPOINT_VERSION,
         )?;
         let mut fold = match store.load::<UsageFold>() {
@@ -179,7 +180,7 @@ impl Service {
                 // A checkpoint past the log's end belongs to another incarnation of the stream
                 // (a server whose store was wiped): resumed, it would skip the new log's first
                 // events as already folded.
-                let log_end = log_end(&js).await?;
+                let log_end = log.end;
                 if cp.sequence <= log_end {
                     tracing::info!(sequence = cp.sequence, "resuming from checkpoint");
                     cp.state

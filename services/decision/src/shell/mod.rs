@@ -72,7 +72,7 @@ use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
-use fairshare_runtime::log::{FollowError, Follower};
+use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::telemetry::{self, Handling, Relation, Role};
 use futures::StreamExt;
@@ -230,10 +230,11 @@ impl Service {
             .get_stream(EVENTS_STREAM)
             .await
             .map_err(|e| FollowError::Stream(e.to_string()))?;
+        let log = log_position(&js).await?;
         let store = match &config.checkpoint_dir {
             Some(dir) => Some(CheckpointStore::open(
                 dir,
-                &checkpoint_kind(&config.cluster),
+                &log.checkpoint_kind(&checkpoint_kind(&config.cluster)),
                 CHECKPOINT_VERSION,
             )?),
             None => None,
@@ -246,12 +247,7 @@ impl Service {
             Some(fold) => {
                 // A checkpoint past the log's end belongs to another incarnation of the stream
                 // (e.g. a server whose store was wiped); deciding from it would be wrong.
-                let log_end = events
-                    .get_info()
-                    .await
-                    .map_err(|e| FollowError::Stream(e.to_string()))?
-                    .state
-                    .last_sequence;
+                let log_end = log.end;
                 if fold.last_applied() <= log_end {
                     fold
                 } else {

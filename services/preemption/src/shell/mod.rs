@@ -83,7 +83,7 @@ use async_nats::jetstream;
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
-use fairshare_runtime::log::{FollowError, Follower, log_end};
+use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::telemetry::{self, Relation};
 use tokio::time::Instant;
@@ -197,10 +197,11 @@ impl Service {
         config.policy.validate()?;
         let js = jetstream::new(client);
         ensure_streams(&js, config.stream_replicas).await?;
+        let log = log_position(&js).await?;
         let store = match &config.checkpoint_dir {
             Some(dir) => Some(CheckpointStore::open(
                 dir,
-                &checkpoint_kind(&config.cluster),
+                &log.checkpoint_kind(&checkpoint_kind(&config.cluster)),
                 CHECKPOINT_VERSION,
             )?),
             None => None,
@@ -212,7 +213,7 @@ impl Service {
             Some(fold) => {
                 // A checkpoint past the log's end belongs to another incarnation of the stream
                 // (e.g. a server whose store was wiped); preempting from it would be wrong.
-                let log_end = log_end(&js).await?;
+                let log_end = log.end;
                 if fold.last_applied() <= log_end {
                     fold
                 } else {
