@@ -412,6 +412,64 @@ async fn a_bad_entry_on_a_jobs_subject_does_not_make_it_uncancellable() {
 }
 
 #[tokio::test]
+async fn intake_rejections_fit_a_message_and_an_empty_key_answers_nothing_for_later_ones() {
+    let stack = stack().await;
+    let publish = |request: pb::SubmitRequest| {
+        let js = stack.js.clone();
+        async move {
+            js.publish(subjects::intake(CLUSTER), codec::encode(&request))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    };
+    // A cluster name of 250,000 control characters: quoted as it is, the rejection would be
+    // over the server's 1 MB message limit, never written, and the intake (one message at a
+    // time) would retry it for ever.
+    let mut huge = request("huge-cluster");
+    huge.spec.as_mut().unwrap().cluster = "\u{1}".repeat(250_000);
+    publish(huge).await;
+    // Two submissions without a key: each is rejected; the first does not answer the second.
+    publish(request("")).await;
+    publish(request("")).await;
+    publish(request("after-the-bad-ones")).await;
+
+    let before_accept = tokio::time::Instant::now() + Duration::from_secs(20);
+    let events = loop {
+        let events = stack.all_events().await.unwrap();
+        let accepted = events.iter().any(|(_, _, e)| {
+            matches!(&e.body, Some(Body::JobSubmitted(s)) if s.idempotency_key == "after-the-bad-ones")
+        });
+        if accepted {
+            break events;
+        }
+        assert!(
+            tokio::time::Instant::now() < before_accept,
+            "the intake is stuck behind the bad submissions"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let rejected: Vec<&pb::JobRejected> = events
+        .iter()
+        .filter_map(|(_, _, e)| match &e.body {
+            Some(Body::JobRejected(r)) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rejected.len(), 3, "{rejected:?}");
+    assert_eq!(rejected[0].idempotency_key, "huge-cluster");
+    let message = &rejected[0].rejection.as_ref().unwrap().message;
+    assert!(message.len() <= 1024, "{} bytes", message.len());
+    for r in &rejected[1..] {
+        assert_eq!(
+            r.rejection.as_ref().unwrap().code,
+            RejectionCode::BadIdempotencyKey as i32
+        );
+    }
+}
+
+#[tokio::test]
 async fn intake_published_while_the_service_is_down_is_all_accepted_on_start() {
     let mut stack = Stack::start().await.unwrap();
     // Service not started: launchers publish to the durable intake and get a stream ack.

@@ -13,8 +13,26 @@ use super::state::{JobStatus, KeyOutcome, SubmissionState};
 fn reject(code: RejectionCode, message: impl Into<String>) -> pb::Rejection {
     pb::Rejection {
         code: code as i32,
-        message: message.into(),
+        message: bounded(message.into(), MAX_REJECTION_MESSAGE_BYTES),
     }
+}
+
+/// Longest rejection message written or sent: messages quote what was submitted, and a
+/// rejection must stay well within a NATS message (1 MB by default) whatever that was.
+pub const MAX_REJECTION_MESSAGE_BYTES: usize = 1024;
+
+/// `text` cut to at most `max` bytes at a character boundary, ending in `…` when cut.
+pub fn bounded(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    text
 }
 
 /// What a submission that passed the checks needs.

@@ -8,7 +8,8 @@ mod limits;
 mod state;
 
 pub use checks::{
-    CancelTarget, Checked, check_cancel, check_submission, idempotency_key_problem, job_submitted,
+    CancelTarget, Checked, MAX_REJECTION_MESSAGE_BYTES, bounded, check_cancel, check_submission,
+    idempotency_key_problem, job_submitted,
 };
 pub use limits::Limits;
 pub use state::{Applied, JobRecord, JobStatus, KeyOutcome, SubmissionState};

@@ -44,6 +44,9 @@ pub struct JobRecord {
     pub status: JobStatus,
     /// The last stream sequence on the job's subject.
     pub last_subject_sequence: u64,
+    /// Whether a preemption requeues it (set from its `JobSubmitted` in the log): a preempted
+    /// resumable job is waiting for its requeue, still cancellable, not ended.
+    pub resumable: bool,
 }
 
 /// The first logged outcome of an idempotency key; it is final.
@@ -125,6 +128,9 @@ impl SubmissionState {
                     .map(|s| s.cluster.clone())
                     .unwrap_or_default();
                 self.note_accepted(&s.idempotency_key, &s.job_id, &cluster, sequence);
+                if let Some(job) = self.jobs.get_mut(&s.job_id) {
+                    job.resumable = s.spec.as_ref().is_some_and(|spec| spec.resumable);
+                }
                 Applied::Applied
             }
             Body::JobRejected(r) => {
@@ -139,8 +145,17 @@ impl SubmissionState {
             }
             Body::JobFinished(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Ended)),
             Body::JobFailed(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Ended)),
-            // A preempted job has ended unless a requeue follows.
-            Body::JobPreempted(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Ended)),
+            // A preempted job has ended unless it is resumable: then its requeue follows (the
+            // preemption service writes it), and until then it may still be cancelled.
+            Body::JobPreempted(e) => {
+                let resumable = self.jobs.get(&e.job_id).is_some_and(|j| j.resumable);
+                let status = if resumable {
+                    JobStatus::Active
+                } else {
+                    JobStatus::Ended
+                };
+                self.job_event(&e.job_id, sequence, Some(status))
+            }
             Body::JobRequeued(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Active)),
             Body::JobPlaced(e) => self.job_event(&e.job_id, sequence, None),
             Body::JobStarted(e) => self.job_event(&e.job_id, sequence, None),
@@ -188,6 +203,8 @@ impl SubmissionState {
             cluster: cluster.to_owned(),
             status: JobStatus::Active,
             last_subject_sequence: sequence,
+            // Set when the fold applies the job's submission.
+            resumable: false,
         });
     }
 }

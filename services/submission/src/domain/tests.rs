@@ -272,3 +272,65 @@ fn a_key_with_a_control_character_is_refused_by_name() {
     // Any other text is a key, unicode included.
     assert!(check_submission(&state(), &request("job-ü-1 ✓", 1), &limits).is_ok());
 }
+
+#[test]
+fn a_preempted_resumable_job_awaits_its_requeue_and_can_be_cancelled() {
+    let limits = Limits::default();
+    let cancel = pb::CancelRequest {
+        job_id: "j".into(),
+        ..Default::default()
+    };
+    for (resumable, cancellable) in [(true, true), (false, false)] {
+        let mut s = state();
+        let mut req = request("k", 1);
+        req.spec.as_mut().unwrap().resumable = resumable;
+        let shape = match check_submission(&s, &req, &limits) {
+            Ok(Checked::New(shape)) => shape,
+            other => panic!("{other:?}"),
+        };
+        s.apply(
+            10,
+            &event(Body::JobSubmitted(job_submitted("j", &req, shape))),
+        );
+        s.apply(
+            11,
+            &event(Body::JobStarted(pb::JobStarted { job_id: "j".into() })),
+        );
+        s.apply(
+            12,
+            &event(Body::JobPreempted(pb::JobPreempted {
+                job_id: "j".into(),
+                killed: false,
+            })),
+        );
+        // Between the preemption and the requeue: a resumable job comes back, so a cancel
+        // must still stop it; any other job has ended.
+        let answer = check_cancel(&s, &cancel, &limits);
+        if cancellable {
+            assert_eq!(
+                answer,
+                Ok(CancelTarget::Cancel {
+                    cluster: "c".into(),
+                    expected_last_subject_sequence: 12
+                })
+            );
+        } else {
+            assert_eq!(answer.unwrap_err().code, RejectionCode::JobEnded as i32);
+        }
+    }
+}
+
+#[test]
+fn rejection_messages_are_bounded_whatever_was_submitted() {
+    let mut req = request("k", 1);
+    req.spec.as_mut().unwrap().allocation = "é".repeat(200_000);
+    let err = check_submission(&state(), &req, &Limits::default()).unwrap_err();
+    assert!(
+        err.message.len() <= MAX_REJECTION_MESSAGE_BYTES,
+        "{}",
+        err.message.len()
+    );
+    assert!(err.message.ends_with('…'));
+    assert_eq!(bounded("short".into(), 10), "short");
+    assert_eq!(bounded("ééééé".into(), 7), "éé…");
+}

@@ -20,7 +20,10 @@ use futures::StreamExt;
 use super::ServiceError;
 use super::shared::{Shared, malformed};
 use super::submit::append_submitted;
-use crate::domain::{Checked, check_submission, idempotency_key_problem};
+use crate::domain::{
+    Checked, MAX_REJECTION_MESSAGE_BYTES, bounded, check_submission, idempotency_key_problem,
+};
+use fairshare_events::headers::TraceParent;
 
 /// How long before a message that could not be handled (log unavailable) is offered again.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
@@ -99,19 +102,23 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
         Ok(r) => r,
         Err(e) => {
             let key = header_key.unwrap_or_default();
+            if answered(shared, &key) {
+                return Ok(());
+            }
             return reject(
                 shared,
                 &key,
                 cluster,
                 malformed(&e.to_string()),
                 intake_sequence,
+                trace,
             )
             .await;
         }
     };
     let key = request.idempotency_key.clone();
-    if shared.state().keys.contains_key(&key) {
-        return Ok(()); // already answered in the log
+    if answered(shared, &key) {
+        return Ok(());
     }
     let spec_cluster = request
         .spec
@@ -121,11 +128,15 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
     if spec_cluster != cluster {
         let rejection = pb::Rejection {
             code: pb::RejectionCode::InvalidName as i32,
-            message: format!(
-                "published to the intake of cluster {cluster:?} but names cluster {spec_cluster:?}"
+            message: bounded(
+                format!(
+                    "published to the intake of cluster {cluster:?} but names cluster \
+                     {spec_cluster:?}"
+                ),
+                MAX_REJECTION_MESSAGE_BYTES,
             ),
         };
-        return reject(shared, &key, cluster, rejection, intake_sequence).await;
+        return reject(shared, &key, cluster, rejection, intake_sequence, trace).await;
     }
     let checked = check_submission(&shared.state(), &request, &shared.limits);
     match checked {
@@ -136,17 +147,26 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
             // The key had been rejected before (read back from the log): nothing to add.
             Err(_) => Ok(()),
         },
-        Err(rejection) => reject(shared, &key, cluster, rejection, intake_sequence).await,
+        Err(rejection) => reject(shared, &key, cluster, rejection, intake_sequence, trace).await,
     }
+}
+
+/// Whether the log already holds the outcome of key `key`. Only a key that can be one is
+/// looked up: an invalid one (say empty) answered once must not answer for every later
+/// submission that has it too, each of which gets its own rejection.
+fn answered(shared: &Shared, key: &str) -> bool {
+    idempotency_key_problem(key, &shared.limits).is_none() && shared.state().keys.contains_key(key)
 }
 
 async fn reject(
     shared: &Shared,
     key: &str,
     cluster: &str,
-    rejection: pb::Rejection,
+    mut rejection: pb::Rejection,
     intake_sequence: u64,
+    trace: TraceParent,
 ) -> Result<(), String> {
+    rejection.message = bounded(rejection.message, MAX_REJECTION_MESSAGE_BYTES);
     tracing::info!(
         key,
         intake_sequence,
@@ -164,10 +184,18 @@ async fn reject(
     let envelope = Envelope {
         message_id,
         idempotency_key: valid_key.then(|| key.to_owned()),
+        trace: Some(trace),
         ..Default::default()
     };
+    // An invalid key is recorded cut to the longest a key may be: the rejection must fit a
+    // NATS message whatever was sent.
+    let recorded_key = if valid_key {
+        key.to_owned()
+    } else {
+        bounded(key.to_owned(), shared.limits.max_idempotency_key_bytes)
+    };
     let body = Body::JobRejected(pb::JobRejected {
-        idempotency_key: key.to_owned(),
+        idempotency_key: recorded_key,
         cluster: cluster.to_owned(),
         rejection: Some(rejection),
         intake_sequence,

@@ -150,9 +150,16 @@ async fn write_submitted(
         .map_err(|e| unavailable(&e))?;
     match first.body {
         Some(Body::JobSubmitted(s)) => {
-            shared
-                .state()
-                .note_accepted(&request.idempotency_key, &s.job_id, &cluster, sequence);
+            // The cluster of the submission in the log, not this request's: a repeat of the key
+            // naming another cluster must not file the job under it (its cancels would then
+            // expect the wrong subjects).
+            let first_cluster = s.spec.as_ref().map_or(cluster, |spec| spec.cluster.clone());
+            shared.state().note_accepted(
+                &request.idempotency_key,
+                &s.job_id,
+                &first_cluster,
+                sequence,
+            );
             Ok(pb::Accepted {
                 job_id: s.job_id,
                 stream_sequence: sequence,
