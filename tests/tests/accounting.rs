@@ -294,25 +294,26 @@ async fn a_checkpoint_folded_with_another_cluster_filter_is_rebuilt() {
     running.task.await.unwrap().unwrap();
 }
 
-#[tokio::test]
-async fn a_checkpoint_ahead_of_the_log_is_rebuilt() {
+/// A checkpoint written while folding a log of `old_jobs` jobs, then a new stream (a server
+/// whose store was wiped) holding `new_jobs`: the service must rebuild from the new log, not
+/// resume, whether the new log is shorter than the checkpoint (its sequence is past the end)
+/// or longer (only the stream's identity tells).
+async fn a_checkpoint_of_an_earlier_log_is_rebuilt(old_jobs: u64, new_jobs: u64) {
     let dir = tempfile::tempdir().unwrap();
     let base = SystemClock.now_ms() + 60_000;
     let clock = ManualClock::new(base + 60 * 10_000);
     {
         let old = Stack::start().await.unwrap();
-        let last = workload(&old, base, 0..60).await;
+        let last = workload(&old, base, 0..old_jobs).await;
         let running = start(&old, dir.path(), &clock).await;
         report_through(&old, last).await;
         let _ = running.stop.send(());
         running.task.await.unwrap().unwrap();
     }
-    // A new, shorter log (a server whose store was wiped): resumed, the checkpoint would take
-    // the new log's events for ones it folded already.
     let stack = Stack::start().await.unwrap();
-    let last = workload(&stack, base, 0..10).await;
+    let last = workload(&stack, base + 1, 0..new_jobs).await;
     let running = start(&stack, dir.path(), &clock).await;
-    assert_eq!(running.resumed_from, 0);
+    assert_eq!(running.resumed_from, 0, "resumed the fold of another log");
     assert_eq!(
         report_through(&stack, last).await,
         from_scratch(&stack, clock.now_ms()).await
@@ -322,30 +323,13 @@ async fn a_checkpoint_ahead_of_the_log_is_rebuilt() {
 }
 
 #[tokio::test]
+async fn a_checkpoint_ahead_of_the_log_is_rebuilt() {
+    a_checkpoint_of_an_earlier_log_is_rebuilt(60, 10).await;
+}
+
+#[tokio::test]
 async fn a_checkpoint_of_an_earlier_log_is_rebuilt_even_when_the_new_log_is_longer() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = SystemClock.now_ms() + 60_000;
-    let clock = ManualClock::new(base + 60 * 10_000);
-    {
-        let old = Stack::start().await.unwrap();
-        let last = workload(&old, base, 0..10).await;
-        let running = start(&old, dir.path(), &clock).await;
-        report_through(&old, last).await;
-        let _ = running.stop.send(());
-        running.task.await.unwrap().unwrap();
-    }
-    // The store was wiped and the new log has already grown past the checkpoint's sequence:
-    // comparing sequences cannot tell, the stream's identity can.
-    let stack = Stack::start().await.unwrap();
-    let last = workload(&stack, base + 1, 0..60).await;
-    let running = start(&stack, dir.path(), &clock).await;
-    assert_eq!(running.resumed_from, 0, "resumed the fold of another log");
-    assert_eq!(
-        report_through(&stack, last).await,
-        from_scratch(&stack, clock.now_ms()).await
-    );
-    let _ = running.stop.send(());
-    running.task.await.unwrap().unwrap();
+    a_checkpoint_of_an_earlier_log_is_rebuilt(10, 60).await;
 }
 
 #[tokio::test]
