@@ -84,7 +84,6 @@ if ! listening "$port"; then
   exit 1
 fi
 
-
 ready="$(env "$(as operator)" "$bin/fairshare" streams)"
 echo "$ready" >&2
 # An earlier run's log (kept in .run/nats, which the services resume from) is not printed
