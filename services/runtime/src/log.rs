@@ -92,6 +92,20 @@ pub async fn log_position(js: &jetstream::Context) -> Result<LogPosition, Follow
     })
 }
 
+/// The sequence of the newest entry of the events stream (`events`) on `filter`: one subject,
+/// or a wildcard over one job's subjects. After a publish of unknown outcome a service waits
+/// until its fold has reached it before deciding again.
+pub async fn newest_sequence<I>(
+    events: &jetstream::stream::Stream<I>,
+    filter: &str,
+) -> Result<u64, String> {
+    events
+        .get_last_raw_message_by_subject(filter)
+        .await
+        .map(|m| m.sequence)
+        .map_err(|e| e.to_string())
+}
+
 /// Delivers log entries in order.
 pub struct Follower {
     messages: consumer::pull::Ordered,

@@ -120,11 +120,7 @@ pub(crate) async fn newest_of_job(
     cluster: &str,
     job_id: &str,
 ) -> Result<u64, String> {
-    events
-        .get_last_raw_message_by_subject(&subjects::job(cluster, job_id))
-        .await
-        .map(|m| m.sequence)
-        .map_err(|e| e.to_string())
+    fairshare_runtime::log::newest_sequence(events, &subjects::job(cluster, job_id)).await
 }
 
 #[cfg(test)]

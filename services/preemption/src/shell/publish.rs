@@ -28,6 +28,7 @@ use fairshare_events::pb::{self, event::Body};
 use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::envelope::Envelope;
+use fairshare_runtime::log::newest_sequence;
 use fairshare_runtime::telemetry::{Handling, Relation, Role};
 
 use super::fold::ShellFold;
@@ -102,13 +103,10 @@ fn key_of(body: &Body) -> Option<&str> {
 /// The sequence of the newest event on `filter`, if the stream answers.
 async fn newest_on(js: &jetstream::Context, filter: &str) -> Option<u64> {
     let events = js.get_stream_no_info(EVENTS_STREAM).await.ok()?;
-    match events.get_last_raw_message_by_subject(filter).await {
-        Ok(m) => Some(m.sequence),
-        Err(e) => {
-            tracing::warn!(filter, "cannot look up the newest event: {e}");
-            None
-        }
-    }
+    newest_sequence(&events, filter)
+        .await
+        .inspect_err(|e| tracing::warn!(filter, "cannot look up the newest event: {e}"))
+        .ok()
 }
 
 /// Appends `events` in order, each acknowledged before the next (a pass emits a handful).

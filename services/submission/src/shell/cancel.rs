@@ -1,5 +1,6 @@
 //! `fairshare.api.cancel`: end a job that has not ended, on the job's own subject.
 
+use fairshare_runtime::log::newest_sequence;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,12 +95,9 @@ async fn cancel(
             Err(AppendError::Conflict) => {
                 // The job moved on (started, finished, ...) since the fold last saw it: wait
                 // until the fold has its newest event, then decide again.
-                let newest = shared
-                    .events
-                    .get_last_raw_message_by_subject(&scope)
+                let newest = newest_sequence(&shared.events, &scope)
                     .await
-                    .map(|m| m.sequence)
-                    .map_err(|e| unavailable(&e.to_string()))?;
+                    .map_err(|e| unavailable(&e))?;
                 if !shared.wait_applied(newest, CATCH_UP).await {
                     return Err(unavailable("the fold is behind the log"));
                 }
