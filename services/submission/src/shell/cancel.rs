@@ -1,12 +1,12 @@
 //! `fairshare.api.cancel`: end a job that has not ended, on the job's own subject.
 
-use fairshare_runtime::log::newest_sequence;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fairshare_events::pb::{self, cancel_reply, event::Body};
 use fairshare_events::{codec, headers, subjects};
 use fairshare_runtime::envelope::{Envelope, incoming_trace};
+use fairshare_runtime::log::newest_sequence;
 use fairshare_runtime::telemetry::{Handling, Relation, Role};
 
 use super::shared::{AppendError, Shared, malformed, unavailable};
