@@ -260,6 +260,16 @@ impl<'s> Cycle<'s> {
     /// Places the job if it fits; otherwise records why it waits (and gives it the cycle's
     /// reservation if it is the first allocated job that cannot fit). True if placed.
     fn consider(&mut self, key: &'s QueueKey, req: Request, allocation: &'s str) -> bool {
+        let promised = self.pool.release_promise(&key.job_id);
+        let placed = self.consider_free(key, req, allocation);
+        if promised && !placed {
+            self.pool.restore_promise(&key.job_id);
+        }
+        placed
+    }
+
+    /// [`Self::consider`] on the free GPUs as they stand.
+    fn consider_free(&mut self, key: &'s QueueKey, req: Request, allocation: &'s str) -> bool {
         let protected_until = self.now.saturating_add(req.min_runtime_ms);
         let reason = match self
             .pool
@@ -298,6 +308,7 @@ impl<'s> Cycle<'s> {
     /// record why.
     fn place_if_fits(&mut self, key: &'s QueueKey, req: Request, allocation: &'s str) -> bool {
         let protected_until = self.now.saturating_add(req.min_runtime_ms);
+        let promised = self.pool.release_promise(&key.job_id);
         match self
             .pool
             .find(req.shape, protected_until, self.guard.as_ref())
@@ -306,7 +317,12 @@ impl<'s> Cycle<'s> {
                 self.place(key, req, allocation, nodes, protected_until);
                 true
             }
-            Found::Blocked | Found::Nowhere => false,
+            Found::Blocked | Found::Nowhere => {
+                if promised {
+                    self.pool.restore_promise(&key.job_id);
+                }
+                false
+            }
         }
     }
 
@@ -327,13 +343,15 @@ impl<'s> Cycle<'s> {
         for (idx, gpus) in nodes {
             self.pool.take(idx, gpus, reclaim);
             if let Some(guard) = &mut self.guard {
-                guard.commit(idx, gpus, protected_until);
+                let own = self.pool.released_on(idx);
+                guard.commit(idx, gpus.saturating_sub(own), protected_until);
             }
             placed.push(NodeGpus {
                 node: self.pool.nodes[idx as usize].name,
                 gpus,
             });
         }
+        self.pool.spend_promise();
         self.placements.push(Placement {
             job_id: &key.job_id,
             allocation,

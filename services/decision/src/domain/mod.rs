@@ -36,6 +36,7 @@ mod join;
 pub mod nodes;
 mod persist;
 pub mod place;
+pub mod promise;
 pub mod queue;
 pub mod rank;
 pub mod reserve;

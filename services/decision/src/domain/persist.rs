@@ -23,6 +23,7 @@ use super::debug;
 use super::flat::FlatMap;
 use super::flight::FlightIndex;
 use super::nodes::NodeIndex;
+use super::promise::Promise;
 use super::queue::SortedChunks;
 use super::rank;
 use super::state::{
@@ -48,6 +49,7 @@ pub(crate) struct Stored {
     queues: BTreeMap<Arc<str>, AllocationQueue>,
     in_flight: BTreeMap<Arc<str>, SortedChunks<Arc<str>, InFlight>>,
     usage: Option<Usage>,
+    promises: BTreeMap<Arc<str>, Promise>,
 }
 
 impl From<Stored> for DecisionState {
@@ -71,6 +73,7 @@ impl From<Stored> for DecisionState {
             in_flight: s.in_flight,
             flight: FlightIndex::default(),
             usage: s.usage,
+            promises: s.promises,
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,
         };

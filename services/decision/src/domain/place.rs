@@ -17,6 +17,10 @@
 //!   lowest node name.
 //! - Multi-node jobs take whole free nodes of exactly their GPUs per node (nothing shares them),
 //!   lowest names first.
+//! - GPUs promised to a waiting job ([`crate::domain::promise`]) are not free for anyone
+//!   else: the cycle hands them to that job alone while it considers it
+//!   (`Pool::release_promise`), and withholds them again if it does not fit
+//!   (`Pool::restore_promise`).
 //!
 //! How fragmentation is limited: best fit opens a wholly free node for a small job only when no
 //! node already in use has room for it, and among equally good nodes it packs onto the
@@ -61,11 +65,18 @@ pub(crate) struct PoolNode<'s> {
     pub access: Access,
     pub windows: &'s [Window],
     pub load: Option<&'s NodeLoad>,
+    /// GPUs promised to waiting jobs and withheld from the others (not counted in `free`).
+    pub withheld: u32,
 }
 
 impl PoolNode<'_> {
     fn whole(&self) -> bool {
         self.free == self.capacity
+    }
+
+    /// GPUs the job under consideration could ever get here: all but those promised to others.
+    pub fn usable(&self) -> u32 {
+        self.capacity.saturating_sub(self.withheld)
     }
 }
 
@@ -144,6 +155,12 @@ pub(crate) struct Pool<'s> {
     /// Capacity (not free GPUs) of every node that is not cordoned: what a reservation can
     /// ever get.
     pub capacity_uncordoned: FitSummary,
+    /// Per job with a promise in force, the `(node index, GPUs)` withheld for it, by job id.
+    promised: Vec<(&'s str, Vec<(u32, u32)>)>,
+    /// What [`Pool::release_promise`] offered the job under consideration, sorted by node
+    /// index: a reservation's guard does not count these against it (they were never the
+    /// reservation's to plan on).
+    released: Vec<(u32, u32)>,
 }
 
 fn access(cordoned: bool, windows: &[Window], now: i64) -> Access {
@@ -181,7 +198,13 @@ impl<'s> Pool<'s> {
             start_uncordoned: FitSummary::default(),
             start_all: FitSummary::default(),
             capacity_uncordoned: FitSummary::default(),
+            promised: Vec::new(),
+            released: Vec::new(),
         };
+        // Both in node-name order: a merge, and nothing to merge while nothing is promised.
+        let withheld_by_node = state.withheld_by_node(now);
+        let any_withheld = !withheld_by_node.is_empty();
+        let mut withheld_by_node = withheld_by_node.iter().peekable();
         for row in state.nodes_with_loads() {
             let NodeRow {
                 name,
@@ -189,7 +212,12 @@ impl<'s> Pool<'s> {
                 load,
                 windows,
             } = row;
-            let free = node.gpus.saturating_sub(row.used());
+            let unheld = node.gpus.saturating_sub(row.used());
+            while withheld_by_node.next_if(|w| w.0 < name).is_some() {}
+            let withheld = withheld_by_node
+                .next_if(|w| w.0 == name)
+                .map_or(0, |&(_, g)| g.min(unheld));
+            let free = unheld - withheld;
             let access = access(node.cordoned, windows, now);
             let idx = index(pool.nodes.len());
             match access {
@@ -228,9 +256,94 @@ impl<'s> Pool<'s> {
                 access,
                 windows,
                 load,
+                withheld,
             });
         }
+        if any_withheld {
+            pool.promised = promised_by_job(state, now, &pool.nodes);
+        }
         pool
+    }
+
+    /// Offers the GPUs promised to `job_id` as free, for as long as the cycle considers that
+    /// job. True if it had any.
+    pub fn release_promise(&mut self, job_id: &str) -> bool {
+        let Some(i) = self.promise_index(job_id) else {
+            return false;
+        };
+        for k in 0..self.promised[i].1.len() {
+            let (idx, gpus) = self.promised[i].1[k];
+            let node = &mut self.nodes[idx as usize];
+            node.withheld = node.withheld.saturating_sub(gpus);
+            let free = node.free.saturating_add(gpus);
+            self.set_free(idx, free);
+        }
+        self.released.clone_from(&self.promised[i].1);
+        true
+    }
+
+    /// The job under consideration is done with what [`Self::release_promise`] offered: it
+    /// was placed, so the promise is spent.
+    pub fn spend_promise(&mut self) {
+        self.released.clear();
+    }
+
+    /// GPUs of node `idx` offered from a promise to the job under consideration.
+    pub fn released_on(&self, idx: u32) -> u32 {
+        if self.released.is_empty() {
+            return 0;
+        }
+        self.released
+            .binary_search_by_key(&idx, |&(i, _)| i)
+            .map_or(0, |k| self.released[k].1)
+    }
+
+    /// Withholds again what [`Self::release_promise`] offered, when the job did not take it.
+    pub fn restore_promise(&mut self, job_id: &str) {
+        self.released.clear();
+        let Some(i) = self.promise_index(job_id) else {
+            return;
+        };
+        for k in 0..self.promised[i].1.len() {
+            let (idx, gpus) = self.promised[i].1[k];
+            let node = &mut self.nodes[idx as usize];
+            let back = gpus.min(node.free);
+            node.withheld = node.withheld.saturating_add(back);
+            let free = node.free - back;
+            self.set_free(idx, free);
+        }
+    }
+
+    fn promise_index(&self, job_id: &str) -> Option<usize> {
+        if self.promised.is_empty() {
+            return None;
+        }
+        self.promised
+            .binary_search_by(|(j, _)| (*j).cmp(job_id))
+            .ok()
+    }
+
+    /// Sets node `idx`'s free GPUs, keeping the ordered sets and the total in step.
+    fn set_free(&mut self, idx: u32, free: u32) {
+        let node = &mut self.nodes[idx as usize];
+        let before = (node.free, node.whole(), idx);
+        node.free = free;
+        let after = (node.free, node.whole(), idx);
+        let set = match node.access {
+            Access::Open => Some(&mut self.open),
+            Access::Until(until) => Some(self.restricted.entry(until).or_default()),
+            Access::Cordoned | Access::InMaintenance => None,
+        };
+        if let Some(set) = set {
+            set.remove(&before);
+            if after.0 > 0 {
+                set.insert(after);
+            }
+            self.free_total = self
+                .free_total
+                .saturating_sub(u64::from(before.0))
+                .saturating_add(u64::from(after.0));
+        }
     }
 
     /// Nodes for a job of `shape` protected until `protected_until`, respecting `guard`.
@@ -238,8 +351,16 @@ impl<'s> Pool<'s> {
         if shape.total_gpus() > self.free_total || shape.gpus_per_node == 0 {
             return Found::Nowhere;
         }
-        let allows =
-            |idx: u32, gpus: u32| guard.is_none_or(|g| g.allows(idx, gpus, protected_until));
+        // GPUs promised to this job were never the reservation's to plan on.
+        let allows = |idx: u32, gpus: u32| {
+            guard.is_none_or(|g| {
+                g.allows(
+                    idx,
+                    gpus.saturating_sub(self.released_on(idx)),
+                    protected_until,
+                )
+            })
+        };
         let mut blocked = false;
         if shape.nodes <= 1 {
             let g = shape.gpus_per_node;
@@ -321,22 +442,8 @@ impl<'s> Pool<'s> {
 
     /// Takes `gpus` on node `idx` for work reclaimable at `reclaim_ms`.
     pub fn take(&mut self, idx: u32, gpus: u32, reclaim_ms: i64) {
-        let node = &mut self.nodes[idx as usize];
-        let before = (node.free, node.whole(), idx);
-        node.free = node.free.saturating_sub(gpus);
-        let after = (node.free, node.whole(), idx);
-        let set = match node.access {
-            Access::Open => Some(&mut self.open),
-            Access::Until(until) => self.restricted.get_mut(&until),
-            Access::Cordoned | Access::InMaintenance => None,
-        };
-        if let Some(set) = set {
-            set.remove(&before);
-            if after.0 > 0 {
-                set.insert(after);
-            }
-        }
-        self.free_total = self.free_total.saturating_sub(u64::from(gpus));
+        let free = self.nodes[idx as usize].free.saturating_sub(gpus);
+        self.set_free(idx, free);
         self.placed.push((idx, gpus, reclaim_ms));
     }
 
@@ -366,4 +473,33 @@ impl<'s> Pool<'s> {
         }
         shape.nodes > 1 && whole >= shape.nodes
     }
+}
+
+/// Per job with a promise in force at `now`, the `(node index, GPUs)` withheld for it, by job
+/// id: each node's withheld GPUs (`nodes`, in name order) shared out in job-id order, so the
+/// parts never add up to more than the node withholds.
+fn promised_by_job<'s>(
+    state: &'s DecisionState,
+    now: i64,
+    nodes: &[PoolNode<'_>],
+) -> Vec<(&'s str, Vec<(u32, u32)>)> {
+    let mut left: Vec<u32> = nodes.iter().map(|n| n.withheld).collect();
+    let mut out = Vec::new();
+    for (job, promise) in state.promises_at(now) {
+        let mut parts = Vec::new();
+        for (node, gpus) in &promise.nodes {
+            let Ok(i) = nodes.binary_search_by(|n| n.name.cmp(node)) else {
+                continue;
+            };
+            let part = (*gpus).min(left[i]);
+            if part > 0 {
+                left[i] -= part;
+                parts.push((index(i), part));
+            }
+        }
+        if !parts.is_empty() {
+            out.push((job, parts));
+        }
+    }
+    out
 }

@@ -7,6 +7,9 @@
 //! through the returned `Guard`, which lets work onto the reserved GPUs only if it cannot
 //! delay the reservation.
 //!
+//! GPUs promised to another job ([`crate::domain::promise`]) are not planned on at all: the
+//! promise ends within minutes, and the next cycle plans again.
+//!
 //! Start time: from when running work can be reclaimed, without any run-time estimate. A job's
 //! GPUs count free at the end of its minimum runtime (`start + min_runtime`, earlier if a
 //! preemption deadline is set); unallocated work counts free at once (always preemptible).
@@ -118,6 +121,7 @@ fn holdings(
     if let Some(l) = node.load {
         out.extend(l.holdings.iter().map(|(_, h)| (h.reclaim_ms, h.gpus)));
     }
+
     let from = placed.partition_point(|p| p.0 < idx);
     out.extend(
         placed[from..]
@@ -140,7 +144,7 @@ fn free_at(node: &PoolNode<'_>, held: &[(i64, u32)], t: i64) -> u32 {
         .filter(|h| h.0 > t)
         .map(|h| u64::from(h.1))
         .sum();
-    u32::try_from(u64::from(node.capacity).saturating_sub(still)).unwrap_or(0)
+    u32::try_from(u64::from(node.usable()).saturating_sub(still)).unwrap_or(0)
 }
 
 /// Plans a reservation for a job of `shape` with `min_runtime_ms`, or `None` if no uncordoned
@@ -166,9 +170,9 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
             continue;
         }
         let fits = if shape.nodes <= 1 {
-            node.capacity >= gpn
+            node.usable() >= gpn
         } else {
-            node.capacity == gpn
+            node.capacity == gpn && node.withheld == 0
         };
         if !fits {
             continue;
@@ -176,7 +180,7 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
         holdings(&mut held, &placed, idx, node, now);
         // The node's free GPUs grow as holdings are reclaimed in time order; a multi-node job
         // needs the node wholly free (gpn == capacity).
-        let capacity = u64::from(node.capacity);
+        let capacity = u64::from(node.usable());
         let need = u64::from(gpn);
         let mut still: u64 = held.iter().map(|h| u64::from(h.1)).sum();
         let mut ready = (capacity.saturating_sub(still) >= need).then_some(now);

@@ -28,6 +28,9 @@
 //! per allocation, its placed allocated jobs (for charging work not yet in the usage snapshot).
 //! Each holding also carries a copy of the facts about its job that preemption rules read
 //! ([`Holder`]), so a pass over every running job never searches the job table.
+//!
+//! When a job with a preemption order leaves its nodes while the job the order named still
+//! waits, the GPUs it freed are promised to that job ([`super::promise`]).
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -44,6 +47,7 @@ use super::flat::FlatMap;
 use super::flight::FlightIndex;
 use super::nodes::NodeIndex;
 use super::persist;
+use super::promise::Promise;
 use super::queue::SortedChunks;
 use super::rank;
 
@@ -501,6 +505,9 @@ pub struct DecisionState {
     #[serde(skip)]
     pub(crate) flight: FlightIndex,
     pub(crate) usage: Option<Usage>,
+    /// GPUs freed by preemption orders, held for the waiting job each order named, by that
+    /// job's id ([`super::promise`]).
+    pub(crate) promises: BTreeMap<Arc<str>, Promise>,
     /// GPUs of debug work each allocation may run ahead of rank ([`debug`]). A setting, not
     /// folded state: never checkpointed, the product default unless set.
     #[serde(skip)]
@@ -555,6 +562,7 @@ impl DecisionState {
             in_flight: BTreeMap::new(),
             flight: FlightIndex::default(),
             usage: None,
+            promises: BTreeMap::new(),
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,
         }
@@ -606,6 +614,13 @@ impl DecisionState {
     /// A live job by id.
     pub fn job(&self, job_id: &str) -> Option<&Job> {
         self.jobs.get(job_id)
+    }
+
+    /// A live job by id, with the state's own copy of the id (borrowed as long as the state).
+    pub fn job_entry(&self, job_id: &str) -> Option<(&str, &Job)> {
+        self.jobs
+            .get_key_value(job_id)
+            .map(|(id, job)| (&**id, job))
     }
 
     /// Jobs waiting for a placement.
@@ -678,11 +693,11 @@ impl DecisionState {
             Body::JobSubmitted(s) => self.submitted(at, s),
             Body::JobPlaced(p) => self.placed(at, p),
             Body::JobStarted(s) => self.started(at, &s.job_id),
-            Body::JobFinished(e) => self.ended(&e.job_id),
-            Body::JobFailed(e) => self.ended(&e.job_id),
-            Body::JobCancelled(e) => self.ended(&e.job_id),
+            Body::JobFinished(e) => self.ended(at, &e.job_id),
+            Body::JobFailed(e) => self.ended(at, &e.job_id),
+            Body::JobCancelled(e) => self.ended(at, &e.job_id),
             Body::PreemptionOrdered(p) => self.preemption_ordered(at, p),
-            Body::JobPreempted(p) => self.preempted(&p.job_id),
+            Body::JobPreempted(p) => self.preempted(at, &p.job_id),
             Body::JobRequeued(r) => self.requeued(&r.job_id),
             Body::JobRejected(r) => check_cluster(&self.cluster, &r.cluster),
             Body::BudgetTreeSet(b) => {
@@ -914,6 +929,7 @@ impl DecisionState {
         };
         let job = job.clone();
         self.dequeue(&id, &job);
+        self.drop_promise(&id);
         self.hold(&id, &job, &placed);
         if let Some(j) = self.jobs.get_mut(&id) {
             j.status = JobStatus::Placed(placed);
@@ -1044,6 +1060,7 @@ impl DecisionState {
         placed.preempt_deadline_ms = Some(deadline);
         let job = job.clone();
         self.rehold(&id, &job, &placed);
+        let _ = self.promise_order(at, &note.for_job_id, deadline);
         if let Some(j) = self.jobs.get_mut(&id) {
             j.status = JobStatus::Placed(placed);
             j.last_order = Some(note);
@@ -1051,7 +1068,7 @@ impl DecisionState {
         Ok(())
     }
 
-    fn preempted(&mut self, job_id: &str) -> Result<(), Ignored> {
+    fn preempted(&mut self, at: i64, job_id: &str) -> Result<(), Ignored> {
         let (id, job) = self.live(job_id)?;
         let JobStatus::Placed(placed) = &job.status else {
             return Err(Ignored::WrongStatus {
@@ -1062,6 +1079,7 @@ impl DecisionState {
         };
         let (job, placed) = (job.clone(), placed.clone());
         self.release(&id, &job, &placed);
+        self.promise_freed(at, &id, &placed);
         if job.resumable {
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.status = JobStatus::Preempted;
@@ -1128,12 +1146,18 @@ impl DecisionState {
         }
     }
 
-    fn ended(&mut self, job_id: &str) -> Result<(), Ignored> {
+    fn ended(&mut self, at: i64, job_id: &str) -> Result<(), Ignored> {
         let (id, job) = self.live(job_id)?;
         let job = job.clone();
         match &job.status {
-            JobStatus::Queued => self.dequeue(&id, &job),
-            JobStatus::Placed(placed) => self.release(&id, &job, placed),
+            JobStatus::Queued => {
+                self.dequeue(&id, &job);
+                self.drop_promise(&id);
+            }
+            JobStatus::Placed(placed) => {
+                self.release(&id, &job, placed);
+                self.promise_freed(at, &id, placed);
+            }
             JobStatus::Preempted => {}
         }
         self.jobs.remove(&id);

@@ -108,7 +108,7 @@ pub fn moves<'s>(
     if d.any_queued_shape_fits() {
         return None;
     }
-    let mut packer = Packer::new(View::new(state), now, cfg);
+    let mut packer = Packer::new(View::new(state, now), now, cfg);
     if single(&line.first)
         && let Some(plan) = packer.move_for(line.first, &[])
     {

@@ -13,12 +13,18 @@
 //! - GPUs held by a job already ordered off count as free: they are free by its grace deadline
 //!   at the latest, and counting them stops the service from ordering more victims for a job
 //!   that is already being made room for.
+//! - GPUs promised to a waiting job ([`fairshare_decision::domain::promise`]), and GPUs of
+//!   victims ordered off for a job that still waits, count for that job alone: the decision
+//!   cycle hands them to it and withholds them from everyone else. The walk adds them while
+//!   it considers that job (`View::claim`) and takes them away again if the job does not fit
+//!   (`View::unclaim`). Without this a better-ranked waiter would "take" them in the walk, the
+//!   job they were freed for would look short again, and it would get victims once more.
 //! - Single-node jobs take the node with the fewest available GPUs that holds them (then the
 //!   lowest name); multi-node jobs take wholly available nodes of exactly their GPUs per node.
 
 use std::sync::Arc;
 
-use fairshare_decision::domain::state::{Holding, Window};
+use fairshare_decision::domain::state::{Holding, JobStatus, Window};
 use fairshare_model::shape::Shape;
 
 use super::state::PreemptionState;
@@ -59,16 +65,23 @@ impl NodeView<'_> {
     }
 }
 
+/// GPUs on one node that count for one waiting job alone: `(node index, free, pending)`.
+type Claim = (usize, u32, u32);
+
 /// Every registered node, in name order.
 #[derive(Debug, Clone)]
 pub(crate) struct View<'s> {
     pub nodes: Vec<NodeView<'s>>,
+    /// Per waiting job with GPUs promised or being freed for it, what counts for it alone
+    /// (left out of the nodes' `free` and `pending`), by job id.
+    claims: Vec<(&'s str, Vec<Claim>)>,
 }
 
 impl<'s> View<'s> {
-    pub fn new(state: &'s PreemptionState) -> View<'s> {
-        let nodes = state
-            .decision()
+    /// The nodes of `state` as waiters see them at `now`.
+    pub fn new(state: &'s PreemptionState, now: i64) -> View<'s> {
+        let d = state.decision();
+        let mut nodes: Vec<NodeView<'s>> = d
             .nodes_with_loads()
             .map(|row| NodeView {
                 name: row.name,
@@ -82,7 +95,89 @@ impl<'s> View<'s> {
                 holdings: row.holdings(),
             })
             .collect();
-        View { nodes }
+        let mut claims: Vec<(&'s str, Vec<Claim>)> = Vec::new();
+        let mut claim =
+            |job: &'s str, c: Claim| match claims.binary_search_by(|(j, _)| (*j).cmp(job)) {
+                Ok(i) => claims[i].1.push(c),
+                Err(i) => claims.insert(i, (job, vec![c])),
+            };
+        // Promised GPUs, shared out in job-id order as the decision cycle does.
+        for (job, promise) in d.promises_at(now) {
+            for (node, gpus) in &promise.nodes {
+                let Ok(i) = nodes.binary_search_by(|n| n.name.cmp(node)) else {
+                    continue;
+                };
+                let part = (*gpus).min(nodes[i].free);
+                if part > 0 {
+                    nodes[i].free -= part;
+                    claim(job, (i, part, 0));
+                }
+            }
+        }
+        // Victims still leaving for a job that waits: few at any time, so the job table is
+        // searched only for them.
+        for (i, n) in nodes.iter_mut().enumerate() {
+            if n.pending == 0 {
+                continue;
+            }
+            for (victim, h) in n.holdings {
+                if !is_ordered_off(h) {
+                    continue;
+                }
+                let Some(waiter) = d.job(victim).and_then(|j| j.last_order.as_ref()) else {
+                    continue;
+                };
+                let Some((waiter, job)) = d.job_entry(&waiter.for_job_id) else {
+                    continue;
+                };
+                if job.status == JobStatus::Queued {
+                    let part = h.gpus.min(n.pending);
+                    n.pending -= part;
+                    claim(waiter, (i, 0, part));
+                }
+            }
+        }
+        View { nodes, claims }
+    }
+
+    /// Adds what counts for `job_id` alone to the nodes, while the walk considers that job.
+    /// True if there was anything.
+    pub fn claim(&mut self, job_id: &str) -> bool {
+        self.adjust_claim(job_id, true)
+    }
+
+    /// Whether anything counts for `job_id` alone.
+    pub fn has_claim(&self, job_id: &str) -> bool {
+        !self.claims.is_empty()
+            && self
+                .claims
+                .binary_search_by(|(j, _)| (*j).cmp(job_id))
+                .is_ok()
+    }
+
+    /// Takes away again what [`Self::claim`] added, when the job did not fit.
+    pub fn unclaim(&mut self, job_id: &str) {
+        self.adjust_claim(job_id, false);
+    }
+
+    fn adjust_claim(&mut self, job_id: &str, add: bool) -> bool {
+        if self.claims.is_empty() {
+            return false;
+        }
+        let Ok(k) = self.claims.binary_search_by(|(j, _)| (*j).cmp(job_id)) else {
+            return false;
+        };
+        for &(i, free, pending) in &self.claims[k].1 {
+            let n = &mut self.nodes[i];
+            if add {
+                n.free = n.free.saturating_add(free);
+                n.pending = n.pending.saturating_add(pending);
+            } else {
+                n.free = n.free.saturating_sub(free);
+                n.pending = n.pending.saturating_sub(pending);
+            }
+        }
+        true
     }
 
     /// Whether a job of `shape` could ever run on nodes that take it (capacity, not free GPUs).

@@ -2,6 +2,7 @@
 //! properties over random clusters.
 
 mod decide;
+mod promise;
 mod props;
 mod rank;
 mod state;

@@ -4,5 +4,6 @@
 mod cycles;
 mod debug;
 mod pack;
+mod promise;
 mod rules;
 mod support;

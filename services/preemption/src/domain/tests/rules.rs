@@ -881,7 +881,7 @@ fn nodes_off_limits_are_matched_by_name_whatever_their_order() {
     for n in ["n1", "n2", "n3", "n4"] {
         h.node(n, 8);
     }
-    let view = crate::domain::view::View::new(&h.state);
+    let view = crate::domain::view::View::new(&h.state, 0);
     let mask = crate::domain::victims::node_mask;
     assert_eq!(
         mask(&view, &["n4", "gone", "n2"]),

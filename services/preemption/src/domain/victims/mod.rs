@@ -306,7 +306,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             walk.set_pending(id);
         }
     }
-    let mut view = View::new(state);
+    let mut view = View::new(state, now);
     // Every choice in this pass ranks against `base`, in `tree`, at `now`: only the view and
     // the walk (which change as waiters are given GPUs) and the waiter are its own.
     let choose_here = |view: &View<'s>, walk: &FairTree<'_>, rule, leaf, w, off_limits: &[&str]| {
@@ -325,6 +325,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
     for dw in debug_waiters {
         let w = waiter(&dw.key.job_id, dw.allocation, dw.request, cfg);
         let protected_until = now.saturating_add(w.min_runtime_ms);
+        view.claim(w.job_id);
         if let Some(nodes) = view.find(w.shape, now, protected_until) {
             view.take(&nodes, w.shape.gpus_per_node);
             walk.charge(dw.leaf, charge_of(&w));
@@ -333,6 +334,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             continue;
         }
         if !view.could_ever_fit(w.shape, now, protected_until) {
+            view.unclaim(w.job_id);
             continue;
         }
         // With the share floor, the rank rule too, here and not in rank order: allocations
@@ -349,6 +351,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
                 return FairShare::Preempt(plan);
             }
         }
+        view.unclaim(w.job_id);
     }
     debug_taken.sort_unstable();
     // Set once a waiter cannot be helped: the walk goes on behind it.
@@ -367,6 +370,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
         let w = waiter(&key.job_id, allocation, *request, cfg);
         if let Some(b) = &mut behind
             && w.shape.gpus_per_node > b.best_room
+            && !view.has_claim(w.job_id)
         {
             // Fits no node, even with all unallocated work gone: nothing to do for it. (The
             // bound only shrinks as the walk gives GPUs away, so it stays a bound.)
@@ -376,6 +380,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             continue;
         }
         let protected_until = now.saturating_add(w.min_runtime_ms);
+        view.claim(w.job_id);
         if let Some(nodes) = view.find(w.shape, now, protected_until) {
             view.take(&nodes, w.shape.gpus_per_node);
             walk.charge(leaf, charge_of(&w));
@@ -385,12 +390,14 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
         if !view.could_ever_fit(w.shape, now, protected_until) {
             // Cordons or maintenance keep it off every node big enough: victims cannot help,
             // and it must not hold up the jobs behind it.
+            view.unclaim(w.job_id);
             continue;
         }
         let Some(b) = &mut behind else {
             match choose_here(&view, &walk, Rule::Rank, leaf, w, &[]) {
                 Ok(plan) => return FairShare::Preempt(plan),
                 Err(_) => {
+                    view.unclaim(w.job_id);
                     let mut blocked = Behind::new(&view, w, *request);
                     if blocked.best_room == 0 {
                         // No unallocated work and no free GPU anywhere: nobody behind can
@@ -412,6 +419,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
                 return FairShare::Preempt(plan);
             }
         }
+        view.unclaim(w.job_id);
         if b.pass_over(w) {
             return FairShare::Blocked(b.take_line());
         }
@@ -504,7 +512,8 @@ pub fn select_victims<'s>(
         .and_then(|q| q.allocated.keys().find(|k| *k.job_id == *id))
         .ok_or_else(|| NoVictims::NotWaiting(id.to_owned()))?;
     let base = ranking(d, tree, now);
-    let view = View::new(state);
+    let mut view = View::new(state, now);
+    view.claim(&key.job_id);
     let w = waiter(&key.job_id, &job.allocation, job.request, cfg);
     choose(
         &view,

@@ -1,0 +1,159 @@
+//! Promises: GPUs freed by a preemption order go to the job the order was for, and to nobody
+//! else until it is placed, leaves the queue, or the promise lapses.
+
+use fairshare_events::pb::{self, event::Body};
+
+use super::support::*;
+use crate::domain::promise::PROMISE_HOLD_MS;
+
+fn order(h: &mut H, at: i64, victim: &str, for_job: &str, deadline: i64) {
+    h.ok(
+        at,
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: victim.into(),
+            grace_deadline_ms: deadline,
+            reason: "test".into(),
+            for_job_id: for_job.into(),
+            basis: None,
+            cause: pb::PreemptionCause::Window as i32,
+        }),
+    );
+}
+
+fn preempted(h: &mut H, at: i64, victim: &str) {
+    h.ok(
+        at,
+        Body::JobPreempted(pb::JobPreempted {
+            job_id: victim.into(),
+            killed: false,
+        }),
+    );
+}
+
+/// Three 8-GPU nodes: `v1` on n1 and `v2` on n2 (allocation b, past their minimum runtime),
+/// `r` on n3 (allocation a). `w` (a, 2 x 8 GPUs) waits; so do `s` (b, 8 GPUs) and `u`
+/// (unallocated, 8 GPUs). Both victims are ordered off for `w` at `t0`, `v1` by `d1` and `v2`
+/// by `d2`.
+const T0: i64 = 10 * HOUR;
+const D1: i64 = T0 + 5 * MIN;
+const D2: i64 = T0 + 10 * MIN;
+
+fn cluster() -> H {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    h.running(0, "v1", "b", 60, &[("n1", 8)]);
+    h.running(0, "v2", "b", 60, &[("n2", 8)]);
+    h.running(0, "r", "a", 100 * 3600, &[("n3", 8)]);
+    h.submit_full(HOUR, "w", "a", 2, 8, 3600, 0, true);
+    h.submit(HOUR, "s", "b", 8, 3600);
+    h.submit(HOUR, "u", "b", 8, 0);
+    order(&mut h, T0, "v1", "w", D1);
+    order(&mut h, T0, "v2", "w", D2);
+    h
+}
+
+#[test]
+fn gpus_freed_for_a_waiter_go_to_nobody_else_while_its_other_victims_leave() {
+    let mut h = cluster();
+    preempted(&mut h, T0 + MIN, "v1");
+    // n1 is empty, but it was freed for w, which still needs n2: neither s nor the
+    // unallocated u may take it (they would be ordered off again for w).
+    assert_eq!(placed(&h.decide(T0 + MIN)), vec![]);
+    assert_eq!(placed(&h.decide(D2)), vec![]);
+    preempted(&mut h, D2, "v2");
+    assert_eq!(
+        placed(&h.decide(D2)),
+        vec![("w".into(), vec![("n1".into(), 8), ("n2".into(), 8)])]
+    );
+    h.place(D2, "w", &[("n1", 8), ("n2", 8)]);
+    assert!(
+        h.state.promise_for("w", D2).is_none(),
+        "placed: nothing held"
+    );
+}
+
+#[test]
+fn a_promise_lapses_after_the_latest_deadline_and_a_minute() {
+    let mut h = cluster();
+    preempted(&mut h, T0 + MIN, "v1");
+    // v2 overstays its deadline (the preemption service is down, say): n1 is held for w
+    // until the latest deadline of w's orders plus the hold, then it is anyone's again.
+    let lapse = D2 + PROMISE_HOLD_MS;
+    assert_eq!(placed(&h.decide(lapse - 1)), vec![]);
+    assert_eq!(
+        placed(&h.decide(lapse)),
+        vec![("s".into(), vec![("n1".into(), 8)])]
+    );
+}
+
+#[test]
+fn a_promise_ends_when_its_job_leaves_the_queue() {
+    let mut h = cluster();
+    preempted(&mut h, T0 + MIN, "v1");
+    h.ok(
+        T0 + 2 * MIN,
+        Body::JobCancelled(pb::JobCancelled {
+            job_id: "w".into(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(
+        placed(&h.decide(T0 + 2 * MIN)),
+        vec![("s".into(), vec![("n1".into(), 8)])]
+    );
+}
+
+#[test]
+fn a_victim_that_finishes_on_its_own_frees_its_gpus_for_the_waiter_too() {
+    let mut h = cluster();
+    h.ok(
+        T0 + MIN,
+        Body::JobFinished(pb::JobFinished {
+            job_id: "v1".into(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(placed(&h.decide(T0 + MIN)), vec![]);
+    assert_eq!(
+        h.state.promise_for("w", T0 + MIN).map(|p| p.nodes.len()),
+        Some(1)
+    );
+}
+
+#[test]
+fn orders_without_a_waiter_promise_nothing() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n1", 8);
+    h.running(0, "v1", "b", 60, &[("n1", 8)]);
+    h.submit(HOUR, "s", "b", 8, 3600);
+    // A drain's order names no waiting job: what it frees is anyone's.
+    order(&mut h, T0, "v1", "", D1);
+    preempted(&mut h, T0 + MIN, "v1");
+    assert_eq!(
+        placed(&h.decide(T0 + MIN)),
+        vec![("s".into(), vec![("n1".into(), 8)])]
+    );
+}
+
+#[test]
+fn a_waiter_placed_on_other_gpus_releases_what_was_promised() {
+    let mut h = cluster();
+    preempted(&mut h, T0 + MIN, "v1");
+    // r ends early: w could go on n3 and n1 now; it is placed, and nothing stays held.
+    h.ok(
+        T0 + 2 * MIN,
+        Body::JobFinished(pb::JobFinished {
+            job_id: "r".into(),
+            ..Default::default()
+        }),
+    );
+    let d = h.decide(T0 + 2 * MIN);
+    assert_eq!(
+        placed(&d),
+        vec![("w".into(), vec![("n1".into(), 8), ("n3".into(), 8)])]
+    );
+}

@@ -1,0 +1,91 @@
+//! GPUs freed or being freed for a waiting job count for that job alone in the preemption
+//! pass, as the decision cycle hands them to it alone
+//! ([`fairshare_decision::domain::promise`]).
+
+use fairshare_events::pb::{self, event::Body};
+
+use super::support::*;
+
+/// n1 and n2 (8 GPUs) run `x1` and `x2` of allocation b, past their minimum runtime; n3 (4
+/// GPUs) runs unallocated `u0`. `w` (a, 2 x 8 GPUs) waits and gets `x1` and `x2` ordered off
+/// for it.
+fn ordered_for_w() -> (H, i64) {
+    let mut h = H::two_teams_on(&["n1", "n2"]);
+    h.node("n3", 4);
+    h.running(0, "x1", "b", 600, &[("n1", 8)]);
+    h.running(0, "x2", "b", 600, &[("n2", 8)]);
+    h.running(0, "u0", "b", 0, &[("n3", 4)]);
+    h.submit_full(HOUR, "w", "a", 2, 8, 3600, 0, true);
+    let now = 2 * HOUR;
+    let mut first = orders(&h.step(now));
+    first.sort();
+    assert_eq!(
+        first,
+        vec![("x1".into(), "w".into()), ("x2".into(), "w".into())],
+        "both whole nodes for w"
+    );
+    (h, now)
+}
+
+#[test]
+fn a_better_placed_waiter_does_not_count_gpus_freed_for_another() {
+    let (mut h, now) = ordered_for_w();
+    // Inside the 30 s grace: x2 still runs.
+    let later = now + 10 * SEC;
+    h.ok(
+        later,
+        Body::JobPreempted(pb::JobPreempted {
+            job_id: "x1".into(),
+            killed: false,
+        }),
+    );
+    // y (a, 4 GPUs) comes in ahead of w in a's queue. n1 is empty, but it was freed for w,
+    // and x2's GPUs are on their way to w too: y must find its own room (the unallocated u0)
+    // rather than count n1, which the decision cycle will not give it.
+    h.submit_full(later, "y", "a", 1, 4, 3600, 1, true);
+    // The pass that sees x1 gone owes it its requeue, and finds y its own victim. (x1,
+    // requeued, is not placed on n1 either.)
+    let out = h.step(later);
+    assert_eq!(render(&out)[0], "requeued x1");
+    assert_eq!(
+        orders(&out),
+        vec![("u0".into(), "y".into())],
+        "y's own victim, and nothing more for w"
+    );
+    assert_eq!(h.placements(later), vec![], "n1 is held for w");
+    // And u0 itself is not refilled onto n1 meanwhile.
+    h.submit(later, "u1", "b", 8, 0);
+    assert_eq!(h.placements(later), vec![]);
+    // Once x2 and u0 are gone, each gets what was freed for it.
+    for v in ["x2", "u0"] {
+        h.ok(
+            later + 10 * SEC,
+            Body::JobPreempted(pb::JobPreempted {
+                job_id: v.into(),
+                killed: false,
+            }),
+        );
+    }
+    assert_eq!(
+        h.placements(later + 10 * SEC),
+        vec![("w".into(), "n1,n2".into()), ("y".into(), "n3".into())]
+    );
+}
+
+#[test]
+fn a_waiter_with_gpus_on_their_way_needs_no_new_victims_however_they_come() {
+    let (mut h, now) = ordered_for_w();
+    h.ok(
+        now + 5 * SEC,
+        Body::JobPreempted(pb::JobPreempted {
+            job_id: "x1".into(),
+            killed: false,
+        }),
+    );
+    // One node freed and promised, one still leaving: w is covered, pass after pass (the
+    // first pass owes x1 its requeue).
+    assert_eq!(render(&h.step(now + 5 * SEC)), vec!["requeued x1"]);
+    for t in [now + 10 * SEC, now + 20 * SEC, now + 29 * SEC] {
+        assert_eq!(orders(&h.step(t)), vec![], "at {t}");
+    }
+}
