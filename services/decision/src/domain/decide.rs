@@ -94,6 +94,9 @@ pub enum WaitReason<'s> {
         /// The reservation's start.
         start_ms: i64,
     },
+    /// It would fit only on GPUs a preemption freed for another waiting job, which are held
+    /// for that job ([`crate::domain::promise`]).
+    PromisedToAnother,
     /// It would fit on free GPUs of cordoned nodes only.
     NodesCordoned,
     /// It would fit only on nodes whose maintenance starts before its minimum runtime ends (or
@@ -113,6 +116,7 @@ impl WaitReason<'_> {
             WaitReason::TooLargeForFreeNodes { .. } => "too_large_for_free_nodes",
             WaitReason::ReservationPending { .. } => "reservation_pending",
             WaitReason::BlockedByReservation { .. } => "blocked_by_reservation",
+            WaitReason::PromisedToAnother => "promised_to_another_job",
             WaitReason::NodesCordoned => "nodes_cordoned",
             WaitReason::MaintenanceWindow => "maintenance_window",
             WaitReason::UnknownAllocation => "unknown_allocation",
@@ -157,6 +161,10 @@ impl fmt::Display for WaitReason<'_> {
                 f,
                 "would fit only on GPUs reserved for job {reserved_for} from {}, and its minimum runtime ends later",
                 utc(*start_ms)
+            ),
+            WaitReason::PromisedToAnother => f.write_str(
+                "would fit only on GPUs a preemption freed for another waiting job; they are held \
+                 for that job until it starts, at most a minute past its victims' grace deadlines",
             ),
             WaitReason::NodesCordoned => {
                 f.write_str("would fit only on cordoned nodes")
@@ -398,6 +406,8 @@ impl<'s> Cycle<'s> {
     fn classify(&self, req: Request, protected_until: i64) -> WaitReason<'s> {
         if self.pool.fits_at_start(req.shape, protected_until) {
             WaitReason::BelowOthersInRank
+        } else if self.pool.start_unpromised.fits(req.shape) {
+            WaitReason::PromisedToAnother
         } else if self.pool.start_uncordoned.fits(req.shape) {
             WaitReason::MaintenanceWindow
         } else if self.pool.start_all.fits(req.shape) {

@@ -157,6 +157,9 @@ pub(crate) struct Pool<'s> {
     pub capacity_uncordoned: FitSummary,
     /// Per job with a promise in force, the `(node index, GPUs)` withheld for it, by job id.
     promised: Vec<(&'s str, Vec<(u32, u32)>)>,
+    /// Start-of-cycle free GPUs of the nodes that take work now, counting GPUs promised to
+    /// waiting jobs as free: empty when nothing is promised.
+    pub start_unpromised: FitSummary,
     /// What [`Pool::release_promise`] offered the job under consideration, sorted by node
     /// index: a reservation's guard does not count these against it (they were never the
     /// reservation's to plan on).
@@ -199,6 +202,7 @@ impl<'s> Pool<'s> {
             start_all: FitSummary::default(),
             capacity_uncordoned: FitSummary::default(),
             promised: Vec::new(),
+            start_unpromised: FitSummary::default(),
             released: Vec::new(),
         };
         // Both in node-name order: a merge, and nothing to merge while nothing is promised.
@@ -243,6 +247,9 @@ impl<'s> Pool<'s> {
                     pool.free_total += u64::from(free);
                 }
                 Access::Cordoned | Access::InMaintenance => {}
+            }
+            if any_withheld && matches!(access, Access::Open | Access::Until(_)) {
+                pool.start_unpromised.add(node.gpus, unheld);
             }
             if access != Access::Cordoned {
                 pool.start_uncordoned.add(node.gpus, free);

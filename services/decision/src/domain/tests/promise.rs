@@ -61,7 +61,13 @@ fn gpus_freed_for_a_waiter_go_to_nobody_else_while_its_other_victims_leave() {
     preempted(&mut h, T0 + MIN, "v1");
     // n1 is empty, but it was freed for w, which still needs n2: neither s nor the
     // unallocated u may take it (they would be ordered off again for w).
-    assert_eq!(placed(&h.decide(T0 + MIN)), vec![]);
+    let d = h.decide(T0 + MIN);
+    assert_eq!(placed(&d), vec![]);
+    // Told why: not "too large", though nothing else is free.
+    assert_eq!(reason(&d, "u"), "promised_to_another_job");
+    // s ranks above w, but its reservation is planned off the promised GPUs, so it does
+    // not block w either.
+    assert_eq!(reason(&d, "s"), "reservation_pending");
     assert_eq!(placed(&h.decide(D2)), vec![]);
     preempted(&mut h, D2, "v2");
     assert_eq!(
