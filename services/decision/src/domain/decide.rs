@@ -293,14 +293,14 @@ impl<'s> Cycle<'s> {
                     reserved_for: r.job_id,
                     start_ms: r.start_ms,
                 },
-                None => self.classify(req, protected_until),
+                None => self.classify(&key.job_id, req, protected_until),
             },
             Found::Nowhere => {
                 let reserved = self.reserve(key, req, allocation);
                 if !self.reasons {
                     return false;
                 }
-                reserved.unwrap_or_else(|| self.classify(req, protected_until))
+                reserved.unwrap_or_else(|| self.classify(&key.job_id, req, protected_until))
             }
         };
         self.waiting.push(Waiting {
@@ -403,10 +403,10 @@ impl<'s> Cycle<'s> {
     }
 
     /// Why a job that found no room waits, most specific cause first.
-    fn classify(&self, req: Request, protected_until: i64) -> WaitReason<'s> {
+    fn classify(&self, job_id: &str, req: Request, protected_until: i64) -> WaitReason<'s> {
         if self.pool.fits_at_start(req.shape, protected_until) {
             WaitReason::BelowOthersInRank
-        } else if self.pool.start_unpromised.fits(req.shape) {
+        } else if self.pool.start_unpromised.fits(req.shape) && !self.pool.has_promise(job_id) {
             WaitReason::PromisedToAnother
         } else if self.pool.start_uncordoned.fits(req.shape) {
             WaitReason::MaintenanceWindow

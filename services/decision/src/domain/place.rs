@@ -321,6 +321,11 @@ impl<'s> Pool<'s> {
         }
     }
 
+    /// Whether GPUs are promised to `job_id` in this cycle.
+    pub fn has_promise(&self, job_id: &str) -> bool {
+        self.promise_index(job_id).is_some()
+    }
+
     fn promise_index(&self, job_id: &str) -> Option<usize> {
         if self.promised.is_empty() {
             return None;

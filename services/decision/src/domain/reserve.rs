@@ -229,21 +229,24 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
     })
 }
 
-/// The nodes a decision cycle would reserve for a job of `shape` and `min_runtime_ms` if it were
-/// the cycle's first allocated job that does not fit, planned on `state` as folded (before any
-/// placement of the cycle); empty if no uncordoned nodes could ever hold it.
+/// The nodes a decision cycle would reserve for job `job_id` of `shape` and `min_runtime_ms` if
+/// it were the cycle's first allocated job that does not fit, planned on `state` as folded
+/// (before any placement of the cycle, with the GPUs promised to that job offered to it as the
+/// cycle offers them); empty if no uncordoned nodes could ever hold it.
 ///
 /// For the preemption pass: when it cannot help the first waiter that does not fit, it may
 /// still order unallocated work off for the waiters behind it, but never on these nodes. The
 /// cycle that follows keeps them for the blocked job, so GPUs freed there would go to the next
 /// unallocated job instead of the waiter they were freed for.
-pub fn reserved_nodes(
-    state: &super::state::DecisionState,
+pub fn reserved_nodes<'s>(
+    state: &'s super::state::DecisionState,
+    job_id: &str,
     shape: Shape,
     min_runtime_ms: i64,
     now: i64,
-) -> Vec<&str> {
-    let pool = Pool::new(state, now);
+) -> Vec<&'s str> {
+    let mut pool = Pool::new(state, now);
+    pool.release_promise(job_id);
     plan(&pool, shape, min_runtime_ms, now)
         .map(|p| {
             p.nodes

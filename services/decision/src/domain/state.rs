@@ -1060,6 +1060,8 @@ impl DecisionState {
         placed.preempt_deadline_ms = Some(deadline);
         let job = job.clone();
         self.rehold(&id, &job, &placed);
+        // What earlier orders for the same waiter freed stays held until this one's victim is
+        // gone too.
         let _ = self.promise_order(at, &note.for_job_id, deadline);
         if let Some(j) = self.jobs.get_mut(&id) {
             j.status = JobStatus::Placed(placed);

@@ -130,7 +130,8 @@ pub fn moves<'s>(
         // it: neither the emptied node nor the holes may be there.
         let off = off_limits.get_or_insert_with(|| {
             let first = &line.request;
-            let reserved = reserve::reserved_nodes(d, first.shape, first.min_runtime_ms, now);
+            let id = line.first.job_id;
+            let reserved = reserve::reserved_nodes(d, id, first.shape, first.min_runtime_ms, now);
             node_mask(&packer.view, &reserved)
         });
         if let Some(plan) = packer.move_for(*w, off) {

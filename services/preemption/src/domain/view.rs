@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-use fairshare_decision::domain::state::{Holding, JobStatus, Window};
+use fairshare_decision::domain::state::{Holding, Window};
 use fairshare_model::shape::Shape;
 
 use super::state::PreemptionState;
@@ -127,10 +127,12 @@ impl<'s> View<'s> {
                 let Some(waiter) = d.job(victim).and_then(|j| j.last_order.as_ref()) else {
                     continue;
                 };
-                let Some((waiter, job)) = d.job_entry(&waiter.for_job_id) else {
+                // The fold made a promise for the waiter with the order; once it lapses (a
+                // victim overstaying its deadline by the hold) the GPUs are anyone's again.
+                let Some((waiter, _)) = d.job_entry(&waiter.for_job_id) else {
                     continue;
                 };
-                if job.status == JobStatus::Queued {
+                if d.promise_for(waiter, now).is_some() {
                     let part = h.gpus.min(n.pending);
                     n.pending -= part;
                     claim(waiter, (i, 0, part));

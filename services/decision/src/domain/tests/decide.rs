@@ -182,19 +182,22 @@ fn reserved_nodes_names_the_nodes_the_cycle_reserves() {
         nodes: 1,
         gpus_per_node: 8,
     };
-    assert_eq!(reserved_nodes(&h.state, one_node, HOUR, NOW), reserved);
+    assert_eq!(reserved_nodes(&h.state, "x", one_node, HOUR, NOW), reserved);
     // Two whole nodes: the two that free first (n0 at NOW+1h, n2 at NOW+2h).
     let two_nodes = Shape {
         nodes: 2,
         gpus_per_node: 8,
     };
-    assert_eq!(reserved_nodes(&h.state, two_nodes, HOUR, NOW), ["n0", "n2"]);
+    assert_eq!(
+        reserved_nodes(&h.state, "x", two_nodes, HOUR, NOW),
+        ["n0", "n2"]
+    );
     // Nothing could ever hold three 16-GPU nodes here.
     let too_big = Shape {
         nodes: 3,
         gpus_per_node: 16,
     };
-    assert!(reserved_nodes(&h.state, too_big, HOUR, NOW).is_empty());
+    assert!(reserved_nodes(&h.state, "x", too_big, HOUR, NOW).is_empty());
 }
 
 #[test]

@@ -163,3 +163,30 @@ fn a_waiter_placed_on_other_gpus_releases_what_was_promised() {
         vec![("w".into(), vec![("n1".into(), 8), ("n3".into(), 8)])]
     );
 }
+
+#[test]
+fn a_job_plans_its_reservation_on_the_gpus_promised_to_it() {
+    use crate::domain::reserve::reserved_nodes;
+    use fairshare_model::shape::Shape;
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n1", 8);
+    h.node("n2", 8);
+    // n1: v (2 GPUs, ordered off for w) beside p (6, protected 10 h); n2: q (8, protected
+    // 20 h).
+    h.running(0, "v", "b", 60, &[("n1", 2)]);
+    h.running(0, "p", "b", 10 * 3600, &[("n1", 6)]);
+    h.running(0, "q", "b", 20 * 3600, &[("n2", 8)]);
+    h.submit(HOUR, "w", "a", 8, 3600);
+    order(&mut h, 2 * HOUR, "v", "w", 2 * HOUR + MIN);
+    preempted(&mut h, 2 * HOUR + MIN, "v");
+    let eight = Shape {
+        nodes: 1,
+        gpus_per_node: 8,
+    };
+    let now = 2 * HOUR + MIN;
+    // w counts n1's promised GPUs as its own, as the decision cycle does: n1 is the earlier.
+    assert_eq!(reserved_nodes(&h.state, "w", eight, HOUR, now), ["n1"]);
+    assert_eq!(reserved_nodes(&h.state, "x", eight, HOUR, now), ["n2"]);
+    assert_eq!(h.decide(now).reservation.map(|r| r.job_id), Some("w"));
+}

@@ -410,10 +410,11 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             }
         };
         if view.fits_without_unallocated(&b.unallocated, w.shape, now, protected_until) {
-            let (shape, min_runtime_ms) = (b.request.shape, b.request.min_runtime_ms);
-            let reserved = b
-                .reserved
-                .get_or_insert_with(|| reserve::reserved_nodes(d, shape, min_runtime_ms, now));
+            let (first, shape, min_runtime_ms) =
+                (b.first.job_id, b.request.shape, b.request.min_runtime_ms);
+            let reserved = b.reserved.get_or_insert_with(|| {
+                reserve::reserved_nodes(d, first, shape, min_runtime_ms, now)
+            });
             let rule = Rule::UnallocatedOnly;
             if let Ok(plan) = choose_here(&view, &walk, rule, leaf, w, reserved) {
                 return FairShare::Preempt(plan);
