@@ -8,6 +8,12 @@
 //! caller that only wants placements (the simulator, between events) may skip it: in a full
 //! cluster most cycles are such, and ranking and packing cost far more than this test, which
 //! reads each node once and each distinct queued shape once.
+//!
+//! GPUs promised to a waiting job ([`crate::domain::promise`]) are free for that job alone:
+//! [`DecisionState::free_room_at`] leaves them out, and
+//! [`DecisionState::any_queued_shape_fits_at`] asks separately whether a promised job fits
+//! with its own GPUs added back. Counting them free for every shape, as
+//! [`DecisionState::free_room`] does, would only cost cycles that place nothing.
 
 use super::state::DecisionState;
 
@@ -43,14 +49,35 @@ impl FreeRoom {
 }
 
 impl DecisionState {
-    /// The free GPUs of the uncordoned nodes (one read of every node).
+    /// The free GPUs of the uncordoned nodes (one read of every node), counting GPUs promised
+    /// to a waiting job ([`crate::domain::promise`]) as free.
     pub fn free_room(&self) -> FreeRoom {
+        self.room_without(&[])
+    }
+
+    /// The free GPUs of the uncordoned nodes at `now`, without the GPUs promised to waiting
+    /// jobs then: what any job but those could get. Pair it with
+    /// [`Self::any_queued_shape_fits_at`], which also asks whether a promised job fits.
+    pub fn free_room_at(&self, now: i64) -> FreeRoom {
+        let withheld = self.withheld_by_node(now);
+        self.room_without(&withheld)
+    }
+
+    /// The room of the uncordoned nodes, less `withheld` GPUs per node (sorted by name).
+    fn room_without(&self, withheld: &[(&str, u32)]) -> FreeRoom {
+        let mut withheld = withheld.iter().peekable();
         let mut room = FreeRoom::default();
         for row in self.nodes_with_loads() {
+            while withheld.next_if(|w| w.0 < row.name).is_some() {}
+            let held = withheld.next_if(|w| w.0 == row.name).map_or(0, |w| w.1);
             if row.node.cordoned {
                 continue;
             }
-            let free = row.node.gpus.saturating_sub(row.used());
+            let free = row
+                .node
+                .gpus
+                .saturating_sub(row.used())
+                .saturating_sub(held);
             room.most_free = room.most_free.max(free);
             if free > 0 && free == row.node.gpus {
                 match room.whole.iter_mut().find(|(gpus, _)| *gpus == free) {
@@ -70,8 +97,70 @@ impl DecisionState {
             .any(|&(nodes, gpus_per_node)| room.fits(nodes, gpus_per_node))
     }
 
+    /// Whether a cycle at `now` could place anything, given `room` from
+    /// [`Self::free_room_at`]: some queued shape fits it, or some job with a promise in force
+    /// fits it with its promised GPUs added back. `false` means a cycle now places nothing.
+    pub fn any_queued_shape_fits_at(&self, room: &FreeRoom, now: i64) -> bool {
+        if self.any_queued_shape_fits_in(room) {
+            return true;
+        }
+        self.promises_at(now).any(|(job, promise)| {
+            let Some(shape) = self.job(job).map(|j| j.request.shape) else {
+                return false;
+            };
+            // Its promised nodes, each with the free GPUs it would see there.
+            let mut whole = 0;
+            for (node, _) in &promise.nodes {
+                let Some(n) = self.inventory.nodes.get(&**node) else {
+                    continue;
+                };
+                if n.cordoned {
+                    continue;
+                }
+                // All the node's unheld GPUs, other jobs' promised ones too: an upper bound,
+                // which is all a skip test needs (at worst a cycle places nothing).
+                let free = n.gpus.saturating_sub(self.load(node).map_or(0, |l| l.used));
+                if shape.nodes <= 1 && free >= shape.gpus_per_node {
+                    return true;
+                }
+                if free == n.gpus && n.gpus == shape.gpus_per_node {
+                    whole += 1;
+                }
+            }
+            shape.nodes > 1
+                && room
+                    .whole
+                    .iter()
+                    .filter(|(g, _)| *g == shape.gpus_per_node)
+                    .map(|(_, c)| *c)
+                    .sum::<u32>()
+                    .saturating_add(whole)
+                    >= shape.nodes
+        })
+    }
+
     /// [`Self::any_queued_shape_fits_in`] the state's own [`Self::free_room`].
     pub fn any_queued_shape_fits(&self) -> bool {
         !self.queued_shapes.is_empty() && self.any_queued_shape_fits_in(&self.free_room())
+    }
+
+    /// Whether some queued job a cycle could place (its allocation is a leaf of the budget
+    /// tree in force) has a shape that fits the free GPUs. Unlike
+    /// [`Self::any_queued_shape_fits`] it is not fooled by a job left queued under an
+    /// allocation removed from the tree, which no cycle places; it walks the queues only when
+    /// the cheap test says yes.
+    pub fn any_placeable_shape_fits(&self) -> bool {
+        let Some(tree) = &self.tree else {
+            return false;
+        };
+        let room = self.free_room();
+        if self.queued_shapes.is_empty() || !self.any_queued_shape_fits_in(&room) {
+            return false;
+        }
+        self.queues
+            .iter()
+            .filter(|(allocation, _)| tree.allocation(allocation).is_some())
+            .flat_map(|(_, q)| q.allocated.iter().chain(q.unallocated.iter()))
+            .any(|(_, r)| room.fits(r.shape.nodes, r.shape.gpus_per_node))
     }
 }

@@ -105,7 +105,7 @@ pub fn moves<'s>(
         return None;
     }
     let d = state.decision();
-    if d.any_queued_shape_fits() {
+    if d.any_placeable_shape_fits() {
         return None;
     }
     let mut packer = Packer::new(View::new(state, now), now, cfg);

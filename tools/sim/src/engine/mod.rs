@@ -336,24 +336,25 @@ impl Engine<'_> {
             if state.queued_len() == 0 {
                 return false;
             }
-            // No free GPU on an uncordoned node: no cycle (and no snapshot for one).
-            let room = state.free_room();
-            if !room.any_free() {
+            // No free GPU on an uncordoned node: no cycle (and no snapshot for one). GPUs
+            // promised to a waiting job count as free here: that job may take them.
+            if !state.free_room().any_free() {
                 return false;
             }
-            room
+            state.free_room_at(now)
         };
         self.snapshot_if_due(now);
         self.cycle += 1;
         self.stats.cycles += 1;
         // In a full cluster most cycles find no queued shape that fits what is free: their
-        // outcome (nothing) is known without the ranking and packing. (The snapshot just
-        // appended changes no node's load.)
+        // outcome (nothing) is known without the ranking and packing. GPUs promised to a
+        // waiting job are free for that job alone, so they count only for it. (The snapshot
+        // just appended changes no node's load.)
         if !self
             .services
             .preemption
             .decision()
-            .any_queued_shape_fits_in(&room)
+            .any_queued_shape_fits_at(&room, now)
         {
             self.stats.known_empty_cycles += 1;
             return false;

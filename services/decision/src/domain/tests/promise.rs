@@ -190,3 +190,26 @@ fn a_job_plans_its_reservation_on_the_gpus_promised_to_it() {
     assert_eq!(reserved_nodes(&h.state, "x", eight, HOUR, now), ["n2"]);
     assert_eq!(h.decide(now).reservation.map(|r| r.job_id), Some("w"));
 }
+
+#[test]
+fn the_skip_test_counts_promised_gpus_for_their_job_alone() {
+    let mut h = cluster();
+    preempted(&mut h, T0 + MIN, "v1");
+    let now = T0 + MIN;
+    // n1 is free but held for w, which still needs n2: no cycle can place anything, though
+    // the free GPUs alone (the old test) say s or u would fit.
+    assert!(h.state.any_queued_shape_fits_in(&h.state.free_room()));
+    let room = h.state.free_room_at(now);
+    assert!(!room.any_free());
+    assert!(!h.state.any_queued_shape_fits_at(&room, now));
+    assert!(h.decide(now).placements.is_empty());
+    // Once v2 is gone too, w fits its promised nodes.
+    preempted(&mut h, D2, "v2");
+    let room = h.state.free_room_at(D2);
+    assert!(
+        !h.state.any_queued_shape_fits_in(&room),
+        "n1 and n2 are both w's"
+    );
+    assert!(h.state.any_queued_shape_fits_at(&room, D2));
+    assert!(!h.decide(D2).placements.is_empty());
+}

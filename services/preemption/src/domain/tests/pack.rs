@@ -209,3 +209,18 @@ fn no_move_onto_or_out_of_a_blocked_jobs_reserved_nodes() {
     assert_eq!(h.reserved(now), vec!["n1", "n3"]);
     assert_eq!(h.decide(now), vec![]);
 }
+
+#[test]
+fn a_job_left_queued_under_a_removed_allocation_does_not_switch_packing_off() {
+    let mut h = fragmented(0, true, 6);
+    // A 2-GPU job of an allocation no longer in the tree fits n2's hole, but no cycle will
+    // ever place it: packing must go on as if it were not there.
+    h.submit(0, "orphan", "gone", 2, 3600);
+    let now = HOUR + 5 * MIN;
+    usage(&mut h, now);
+    assert!(h.state.decision().any_queued_shape_fits());
+    assert_eq!(
+        render(&h.step(now)),
+        vec![format!("order m for \"w\" by {}", now + 30 * SEC)]
+    );
+}
