@@ -30,6 +30,16 @@ fn preempted(h: &mut H, at: i64, victim: &str) {
     );
 }
 
+fn finished(h: &mut H, at: i64, job: &str) {
+    h.ok(
+        at,
+        Body::JobFinished(pb::JobFinished {
+            job_id: job.into(),
+            ..Default::default()
+        }),
+    );
+}
+
 /// Three 8-GPU nodes: `v1` on n1 and `v2` on n2 (allocation b, past their minimum runtime),
 /// `r` on n3 (allocation a). `w` (a, 2 x 8 GPUs) waits; so do `s` (b, 8 GPUs) and `u`
 /// (unallocated, 8 GPUs). Both victims are ordered off for `w` at `t0`, `v1` by `d1` and `v2`
@@ -115,13 +125,7 @@ fn a_promise_ends_when_its_job_leaves_the_queue() {
 #[test]
 fn a_victim_that_finishes_on_its_own_frees_its_gpus_for_the_waiter_too() {
     let mut h = cluster();
-    h.ok(
-        T0 + MIN,
-        Body::JobFinished(pb::JobFinished {
-            job_id: "v1".into(),
-            ..Default::default()
-        }),
-    );
+    finished(&mut h, T0 + MIN, "v1");
     assert_eq!(placed(&h.decide(T0 + MIN)), vec![]);
     assert_eq!(
         h.state.promise_for("w", T0 + MIN).map(|p| p.nodes.len()),
@@ -150,13 +154,7 @@ fn a_waiter_placed_on_other_gpus_releases_what_was_promised() {
     let mut h = cluster();
     preempted(&mut h, T0 + MIN, "v1");
     // r ends early: w could go on n3 and n1 now; it is placed, and nothing stays held.
-    h.ok(
-        T0 + 2 * MIN,
-        Body::JobFinished(pb::JobFinished {
-            job_id: "r".into(),
-            ..Default::default()
-        }),
-    );
+    finished(&mut h, T0 + 2 * MIN, "r");
     let d = h.decide(T0 + 2 * MIN);
     assert_eq!(
         placed(&d),
