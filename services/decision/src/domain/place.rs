@@ -488,30 +488,20 @@ impl<'s> Pool<'s> {
 }
 
 /// Per job with a promise in force at `now`, the `(node index, GPUs)` withheld for it, by job
-/// id: each node's withheld GPUs (`nodes`, in name order) shared out in job-id order, so the
-/// parts never add up to more than the node withholds.
+/// id: each node's withheld GPUs shared out as [`DecisionState::promise_shares`] does.
 fn promised_by_job<'s>(
     state: &'s DecisionState,
     now: i64,
     nodes: &[PoolNode<'_>],
 ) -> Vec<(&'s str, Vec<(u32, u32)>)> {
-    let mut left: Vec<u32> = nodes.iter().map(|n| n.withheld).collect();
-    let mut out = Vec::new();
-    for (job, promise) in state.promises_at(now) {
-        let mut parts = Vec::new();
-        for (node, gpus) in &promise.nodes {
-            let Ok(i) = nodes.binary_search_by(|n| n.name.cmp(node)) else {
-                continue;
-            };
-            let part = (*gpus).min(left[i]);
-            if part > 0 {
-                left[i] -= part;
-                parts.push((index(i), part));
-            }
-        }
-        if !parts.is_empty() {
-            out.push((job, parts));
-        }
-    }
-    out
+    let mut withheld: Vec<u32> = nodes.iter().map(|n| n.withheld).collect();
+    let position = |name: &str| nodes.binary_search_by(|n| n.name.cmp(name)).ok();
+    state
+        .promise_shares(now, &mut withheld, position)
+        .into_iter()
+        .map(|(job, parts)| {
+            let parts = parts.into_iter().map(|(i, g)| (index(i), g)).collect();
+            (job, parts)
+        })
+        .collect()
 }

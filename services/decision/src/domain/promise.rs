@@ -83,6 +83,38 @@ impl DecisionState {
         by_node.into_iter().collect()
     }
 
+    /// The promises in force at `now` as shares of nodes: per job (by job id), the
+    /// `(position, GPUs)` it may count on, where `position` finds a node among the caller's
+    /// and `room[position]` is the GPUs nobody holds there. Each node's room is shared out in
+    /// job-id order and used up as it goes, so the shares never add up to more than is
+    /// unheld. The decision cycle and the preemption pass both take their shares from here,
+    /// which is what makes them agree on who gets a promised GPU.
+    pub fn promise_shares(
+        &self,
+        now: i64,
+        room: &mut [u32],
+        position: impl Fn(&str) -> Option<usize>,
+    ) -> Vec<(&str, Vec<(usize, u32)>)> {
+        let mut out = Vec::new();
+        for (job, promise) in self.promises_at(now) {
+            let mut parts = Vec::new();
+            for (node, gpus) in &promise.nodes {
+                let Some(i) = position(node).filter(|&i| i < room.len()) else {
+                    continue;
+                };
+                let part = (*gpus).min(room[i]);
+                if part > 0 {
+                    room[i] -= part;
+                    parts.push((i, part));
+                }
+            }
+            if !parts.is_empty() {
+                out.push((job, parts));
+            }
+        }
+        out
+    }
+
     /// A job that was placed as `placed` and had a preemption order left its nodes at `at`:
     /// its GPUs are promised to the job the order was for, if that job still waits.
     pub(crate) fn promise_freed(&mut self, at: i64, job_id: &str, placed: &Placed) {

@@ -101,17 +101,13 @@ impl<'s> View<'s> {
                 Ok(i) => claims[i].1.push(c),
                 Err(i) => claims.insert(i, (job, vec![c])),
             };
-        // Promised GPUs, shared out in job-id order as the decision cycle does.
-        for (job, promise) in d.promises_at(now) {
-            for (node, gpus) in &promise.nodes {
-                let Ok(i) = nodes.binary_search_by(|n| n.name.cmp(node)) else {
-                    continue;
-                };
-                let part = (*gpus).min(nodes[i].free);
-                if part > 0 {
-                    nodes[i].free -= part;
-                    claim(job, (i, part, 0));
-                }
+        // Promised GPUs, shared out as the decision cycle shares them.
+        let mut unheld: Vec<u32> = nodes.iter().map(|n| n.free).collect();
+        let position = |name: &str| nodes.binary_search_by(|n| n.name.cmp(name)).ok();
+        for (job, parts) in d.promise_shares(now, &mut unheld, position) {
+            for (i, part) in parts {
+                nodes[i].free -= part;
+                claim(job, (i, part, 0));
             }
         }
         // Victims still leaving for a job that waits: few at any time, so the job table is
