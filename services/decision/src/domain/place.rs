@@ -9,9 +9,12 @@
 //!
 //! Rules:
 //! - A node takes new work only if it is registered and not cordoned, and if no maintenance
-//!   window is in progress or starts before the job's protection ends (`now + min_runtime`):
-//!   a window at `T` accepts only work whose protection ends by `T`. Unallocated work (minimum
-//!   runtime 0) is therefore never kept off a node by a future window: it is preemptible.
+//!   window is in progress or closes the node before the job's protection ends
+//!   (`now + min_runtime`). A window at `T` closes its node at `T - 30 s`, when the preemption
+//!   service starts clearing it (its default grace, [`Window::closes_at`]), so it accepts only
+//!   work whose protection ends by then, before `T` as the SPEC asks: the clearing never cuts a
+//!   protection. Unallocated work (minimum runtime 0) is never kept off a node by a future
+//!   window before it closes the node: it is preemptible.
 //! - Single-node jobs go where they fit best: the node with the fewest free GPUs that still
 //!   holds them; on equal free GPUs a node already in use wins over a wholly free one, then the
 //!   lowest node name.
@@ -52,7 +55,8 @@ pub(crate) enum Access {
     Until(i64),
     /// Cordoned: takes nothing.
     Cordoned,
-    /// A maintenance window is in progress: takes nothing.
+    /// A maintenance window is in progress, or the node is being cleared for one
+    /// ([`Window::closes_at`]): takes nothing.
     InMaintenance,
 }
 
@@ -166,21 +170,24 @@ pub(crate) struct Pool<'s> {
     released: Vec<(u32, u32)>,
 }
 
+/// A node's access at `now`: a window counts from when it closes the node (a little before its
+/// start, [`Window::closes_at`]) until its end.
 fn access(cordoned: bool, windows: &[Window], now: i64) -> Access {
     if cordoned {
         return Access::Cordoned;
     }
-    let mut next_start: Option<i64> = None;
+    let mut next_close: Option<i64> = None;
     for w in windows {
         if w.end_ms <= now {
             continue;
         }
-        if w.start_ms <= now {
+        let closes = w.closes_at();
+        if closes <= now {
             return Access::InMaintenance;
         }
-        next_start = Some(next_start.map_or(w.start_ms, |s| s.min(w.start_ms)));
+        next_close = Some(next_close.map_or(closes, |c| c.min(closes)));
     }
-    next_start.map_or(Access::Open, Access::Until)
+    next_close.map_or(Access::Open, Access::Until)
 }
 
 fn index(i: usize) -> u32 {

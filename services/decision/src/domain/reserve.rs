@@ -89,11 +89,13 @@ pub(crate) struct Plan {
 }
 
 /// The earliest time at or after `t` at which work protected for `min_runtime_ms` can start on a
-/// node with these windows (sorted by start): its protection must end by the next window's
-/// start and it cannot start inside a window.
+/// node with these windows (sorted by start): its protection must end by the time the next
+/// window closes the node ([`Window::closes_at`]) and it cannot start while a window has the
+/// node closed.
 fn after_maintenance(mut t: i64, min_runtime_ms: i64, windows: &[Window]) -> i64 {
     for w in windows {
-        if w.start_ms >= t.saturating_add(min_runtime_ms) && w.start_ms > t {
+        let closes = w.closes_at();
+        if closes >= t.saturating_add(min_runtime_ms) && closes > t {
             // Sorted by start: no later window can conflict either.
             break;
         }

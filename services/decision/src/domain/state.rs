@@ -427,6 +427,15 @@ pub struct Window {
     pub end_ms: i64,
 }
 
+impl Window {
+    /// When its node stops taking work for it: [`MAINTENANCE_LEAD_MS`] before the start, when
+    /// the preemption service starts clearing the node. Work placed before then must be
+    /// unprotected by then.
+    pub fn closes_at(&self) -> i64 {
+        self.start_ms.saturating_sub(MAINTENANCE_LEAD_MS)
+    }
+}
+
 /// A placed allocated job, for charging usage the snapshot has not seen yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InFlight {
@@ -517,6 +526,15 @@ pub struct DecisionState {
     #[serde(skip)]
     pub(crate) share_floor: bool,
 }
+
+/// How long before a maintenance window its node stops taking work: the preemption service's
+/// default grace period, which it starts clearing the node that long before the window. Work
+/// placed on the node before then is unprotected by the time the clearing starts, so the
+/// clearing never cuts a protection. (With a longer grace configured there, the clearing waits
+/// for protections that end before the window: see `fairshare_preemption::domain::drain`.)
+/// A product constant, not a setting, so an audit re-derives placements without knowing the
+/// preemption service's configuration.
+pub const MAINTENANCE_LEAD_MS: i64 = 30_000;
 
 /// The key of `shape` in [`DecisionState::queued_shapes`].
 pub(crate) fn shape_key(shape: Shape) -> (u32, u32) {

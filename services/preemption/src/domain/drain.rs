@@ -15,10 +15,14 @@
 //!   event to take one back, and the job has been told to stop).
 //! - Maintenance window `[T, E)`: from `T - grace` until `E`, every job still on the node is
 //!   ordered off with the usual grace, so it is gone by `T`. Work placed after the window was
-//!   known is never protected past `T` (the decision service refuses it), so this takes only
-//!   unallocated work, work past its minimum runtime, or work that was already running when the
-//!   window was scheduled inside its protection; the last case is named in the order's reason,
-//!   because there it is the operator's window, not the contract, that cuts the run short.
+//!   known is protected no later than `T - 30 s` (the decision service's lead,
+//!   `MAINTENANCE_LEAD_MS`, the default grace), so this takes only unallocated work, work past
+//!   its minimum runtime, or work that was already running when the window was scheduled
+//!   inside its protection; the last case is named in the order's reason, because there it is
+//!   the operator's window, not the contract, that cuts the run short. A job whose protection
+//!   ends before `T` is never cut: with a grace longer than the lead, it is ordered off when
+//!   its protection ends (gone by that end plus the grace), the SPEC's "a window at `T` accepts
+//!   work whose protection ends before `T`" taken at its word.
 
 use std::collections::BTreeMap;
 
@@ -115,7 +119,15 @@ pub fn drain_victims(
                 continue;
             }
             let protected = contract::is_protected(job.start_ms, job.min_runtime_ms, now, cfg);
+            let protected_until =
+                contract::protected_until_ms(job.start_ms, job.min_runtime_ms, cfg);
             let reason = if let Some(start_ms) = window {
+                if protected && protected_until < start_ms {
+                    // Accepted for this window (its protection ends before it): ordered off
+                    // when the protection ends, never inside it. Only a grace longer than
+                    // the decision service's lead gets here.
+                    continue;
+                }
                 DrainReason::Maintenance {
                     node: row.name.to_owned(),
                     start_ms,
@@ -175,7 +187,20 @@ pub fn next_drain_due(state: &PreemptionState, now: i64, cfg: &Config) -> Option
         }
         for w in row.windows {
             if w.end_ms > now {
-                consider(w.start_ms.saturating_sub(cfg.grace_ms));
+                let clearing = w.start_ms.saturating_sub(cfg.grace_ms);
+                consider(clearing);
+                // Protections that end while the node is cleared, before the window: those
+                // jobs are ordered off as each ends.
+                for (_, h) in holdings {
+                    let until = contract::protected_until_ms(
+                        h.holder.start_ms,
+                        h.holder.min_runtime_ms,
+                        cfg,
+                    );
+                    if until > clearing && until < w.start_ms {
+                        consider(until);
+                    }
+                }
             }
         }
         if row.node.cordoned {

@@ -59,8 +59,10 @@ impl NodeView<'_> {
             return false;
         }
         self.windows.iter().all(|w| {
-            // Over, or far enough ahead that the protection ends first.
-            w.end_ms <= now || (w.start_ms > now && protected_until <= w.start_ms)
+            // Over, or far enough ahead that the protection ends before it closes the node,
+            // as the decision cycle places ([`Window::closes_at`]).
+            let closes = w.closes_at();
+            w.end_ms <= now || (closes > now && protected_until <= closes)
         })
     }
 }

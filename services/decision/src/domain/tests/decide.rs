@@ -256,10 +256,11 @@ fn maintenance_accepts_only_work_protected_until_its_start() {
     h.running(NOW - HOUR, "r", "a", 6 * 3600, &[("n1", 6)]);
     h.submit_full(NOW - 10, "big", "a", 1, 8, 2 * 3600, 9, true);
     h.submit_full(NOW - 10, "long", "a", 1, 4, 2 * 3600, 8, true);
-    h.submit_full(NOW - 10, "short", "a", 1, 4, 3600, 7, true);
+    h.submit_full(NOW - 10, "short", "a", 1, 4, 3600 - 30, 7, true);
     h.submit_full(NOW - 10, "u", "a", 1, 4, 0, 0, true);
     let d = h.decide(NOW);
-    // n0 only takes work protected until NOW+1h: "short" (exactly NOW+1h) and unallocated "u".
+    // n0 only takes work protected until the window closes it, 30 s before it starts at
+    // NOW+1h: "short" (exactly until then) and unallocated "u".
     // "big" (2 h) can start on n0 once the window ends at NOW+3h, before n1 frees at NOW+5h.
     assert_eq!(placed(&d), [p("short", &[("n0", 4)]), p("u", &[("n0", 4)])]);
     let r = d.reservation.as_ref().unwrap();
@@ -268,6 +269,35 @@ fn maintenance_accepts_only_work_protected_until_its_start() {
         ("big", NOW + 3 * HOUR, "n0")
     );
     assert_eq!(reason(&d, "long"), "maintenance_window");
+}
+
+#[test]
+fn a_window_closes_its_node_a_grace_period_before_it_starts() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    h.node("n0", 8);
+    let t = NOW + HOUR;
+    h.maintenance(NOW - HOUR, &["n0"], t, t + HOUR);
+    // Protected until exactly T: the preemption service starts clearing the node 30 s before
+    // T (its grace), which would be inside this protection.
+    h.submit_full(NOW - 10, "until_t", "a", 1, 4, 3600, 9, true);
+    h.submit_full(NOW - 10, "until_t_less_30s", "a", 1, 4, 3600 - 30, 8, true);
+    let d = h.decide(NOW);
+    assert_eq!(placed_ids(&d), ["until_t_less_30s"]);
+    // It starts after the window instead.
+    let r = d.reservation.as_ref().unwrap();
+    assert_eq!((r.job_id, r.start_ms), ("until_t", t + HOUR));
+    // From T - 30 s the node is being cleared: even unallocated work, which would be ordered
+    // off at once, is not placed there.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    h.node("n0", 8);
+    h.maintenance(NOW - HOUR, &["n0"], t, t + HOUR);
+    h.submit(NOW - 10, "u", "a", 1, 0);
+    assert_eq!(placed_ids(&h.decide(t - 30_001)), ["u"]);
+    let d = h.decide(t - 30_000);
+    assert!(d.placements.is_empty());
+    assert_eq!(reason(&d, "u"), "maintenance_window");
 }
 
 #[test]

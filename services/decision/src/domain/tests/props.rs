@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::support::{H, HOUR, MIN, acc, leaf};
+use crate::domain::state::MAINTENANCE_LEAD_MS;
 use crate::domain::{Decision, WaitReason, decide, decide_placements};
 
 const NOW: i64 = 50 * HOUR;
@@ -134,15 +135,14 @@ fn free_after(sc: &Scenario, d: &Decision) -> BTreeMap<String, i64> {
     free
 }
 
-/// Whether node `n` takes work protected until `until` at NOW.
+/// Whether node `n` takes work protected until `until` at NOW: a window closes its node
+/// [`MAINTENANCE_LEAD_MS`] before it starts.
 fn takes(sc: &Scenario, n: &str, until: i64) -> bool {
     !sc.h.state.inventory().nodes[n].cordoned
-        && sc
-            .h
-            .state
-            .maintenance(n)
-            .iter()
-            .all(|w| w.end_ms <= NOW || (w.start_ms > NOW && until <= w.start_ms))
+        && sc.h.state.maintenance(n).iter().all(|w| {
+            let closes = w.start_ms - MAINTENANCE_LEAD_MS;
+            w.end_ms <= NOW || (closes > NOW && until <= closes)
+        })
 }
 
 fn check(sc: &Scenario, d: &Decision) -> Result<(), TestCaseError> {

@@ -441,6 +441,32 @@ fn maintenance_at_t_is_respected() {
 }
 
 #[test]
+fn a_longer_grace_waits_for_protections_that_end_before_the_window() {
+    let t = 3 * HOUR;
+    let mut h = H::new();
+    h.cfg.grace_ms = 2 * MIN;
+    h.two_teams();
+    h.node("n1", 8);
+    // Placed before the window was known; protected until T - 1 min, before T: the window
+    // accepts it, so clearing the node 2 min (the grace) before T must wait for its end.
+    h.running(t - HOUR - MIN, "p", "b", 3600, &[("n1", 4)]);
+    h.running(0, "x", "b", 60, &[("n1", 4)]);
+    h.maintenance(HOUR, &["n1"], t, t + HOUR);
+    let out = h.step(t - 2 * MIN);
+    assert_eq!(render(&out), vec![format!("order x for \"\" by {t}")]);
+    assert_eq!(next_due(&h.state, t - 2 * MIN, &h.cfg), Some(t - MIN));
+    let out = h.decide(t - MIN);
+    assert_eq!(
+        render(&out),
+        vec![format!("order p for \"\" by {}", t + MIN)]
+    );
+    let Body::PreemptionOrdered(p) = &out[0] else {
+        unreachable!()
+    };
+    assert!(!p.reason.contains("minimum runtime"), "{}", p.reason);
+}
+
+#[test]
 fn maintenance_scheduled_inside_a_protection_says_so() {
     let t = 3 * HOUR;
     let mut h = H::new();
