@@ -95,9 +95,44 @@ pub fn explain(
             {
                 explanation.reason.push_str(&note);
             }
+            room_being_made(state, job_id, now_ms, &mut explanation);
         }
     }
     Ok(explanation)
+}
+
+/// What preemptions made for a queued job so far: GPUs held for it by its promise
+/// ([`crate::domain::promise`]) and the victims still stopping for it.
+fn room_being_made(
+    state: &DecisionState,
+    job_id: &str,
+    now_ms: i64,
+    explanation: &mut pb::Explanation,
+) {
+    if let Some(promise) = state.promise_for(job_id, now_ms) {
+        explanation.held_for_it = promise
+            .nodes
+            .iter()
+            .map(|(node, gpus)| pb::NodeGpus {
+                node: node.to_string(),
+                gpus: *gpus,
+            })
+            .collect();
+        explanation.held_until_ms = promise.until_ms;
+    }
+    // A scan of the live jobs: explain is asked rarely, and the state keeps no index by the
+    // job an order was for.
+    explanation.victims_stopping = state
+        .jobs
+        .iter()
+        .filter(|(_, j)| {
+            matches!(&j.status, JobStatus::Placed(p) if p.preempt_deadline_ms.is_some())
+                && j.last_order
+                    .as_ref()
+                    .is_some_and(|o| &*o.for_job_id == job_id)
+        })
+        .map(|(id, _)| id.to_string())
+        .collect();
 }
 
 /// Where the job's allocation stands against its share floor ([`rank`]), as a clause to add

@@ -62,6 +62,25 @@ fn render(e: &pb::Explanation) -> String {
     for n in &e.nodes {
         lines.push(format!("  holds {} GPUs on {}", n.gpus, n.node));
     }
+    if !e.held_for_it.is_empty() {
+        let gpus: u32 = e.held_for_it.iter().map(|n| n.gpus).sum();
+        let nodes: Vec<String> = e
+            .held_for_it
+            .iter()
+            .map(|n| format!("{} on {}", n.gpus, n.node))
+            .collect();
+        lines.push(format!(
+            "  {gpus} GPUs freed by preemption are held for it until {} ({})",
+            format_ms(e.held_until_ms),
+            nodes.join(", ")
+        ));
+    }
+    if !e.victims_stopping.is_empty() {
+        lines.push(format!(
+            "  still stopping to make room for it: {}",
+            e.victims_stopping.join(", ")
+        ));
+    }
     if let Some(p) = &e.last_preemption {
         let for_job = if p.for_job_id.is_empty() {
             String::new()
@@ -132,6 +151,35 @@ mod tests {
              \x20 last preemption order (share floor): 2026-01-01T00:00:00Z for job w, to stop \
              by 2026-01-01T00:00:30Z\n\
              \x20   share floor: makes room for job w\n"
+        );
+    }
+
+    #[test]
+    fn a_job_being_made_room_for_shows_what_is_held_and_what_still_stops() {
+        let e = pb::Explanation {
+            job_id: "w".into(),
+            allocation: "research/bio".into(),
+            status: "queued".into(),
+            held_for_it: vec![
+                pb::NodeGpus {
+                    node: "n1".into(),
+                    gpus: 8,
+                },
+                pb::NodeGpus {
+                    node: "n2".into(),
+                    gpus: 4,
+                },
+            ],
+            held_until_ms: T + 90_000,
+            victims_stopping: vec!["v1".into(), "v2".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            render(&e),
+            "job w (research/bio) is queued\n\
+             \x20 12 GPUs freed by preemption are held for it until 2026-01-01T00:01:30Z (8 on n1, \
+             4 on n2)\n\
+             \x20 still stopping to make room for it: v1, v2\n"
         );
     }
 

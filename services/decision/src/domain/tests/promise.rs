@@ -211,3 +211,30 @@ fn the_skip_test_counts_promised_gpus_for_their_job_alone() {
     assert!(h.state.any_queued_shape_fits_at(&room, D2));
     assert!(!h.decide(D2).placements.is_empty());
 }
+
+#[test]
+fn explain_shows_what_is_held_for_a_waiter_and_who_still_stops_for_it() {
+    let mut h = cluster();
+    let explain = |h: &H, job: &str, now: i64| crate::domain::explain(&h.state, job, now).unwrap();
+    // Ordered, nobody gone yet: nothing held, both victims still stopping.
+    let e = explain(&h, "w", T0 + 1);
+    assert!(e.held_for_it.is_empty());
+    assert_eq!(e.victims_stopping, ["v1", "v2"]);
+    preempted(&mut h, T0 + MIN, "v1");
+    let e = explain(&h, "w", T0 + MIN);
+    assert_eq!(
+        e.held_for_it,
+        [pb::NodeGpus {
+            node: "n1".into(),
+            gpus: 8
+        }]
+    );
+    assert_eq!(e.held_until_ms, D2 + PROMISE_HOLD_MS);
+    assert_eq!(e.victims_stopping, ["v2"]);
+    // Another waiter is told nothing of w's room.
+    let e = explain(&h, "s", T0 + MIN);
+    assert!(e.held_for_it.is_empty() && e.victims_stopping.is_empty());
+    // Once the promise lapses, nothing is held any more.
+    let e = explain(&h, "w", D2 + PROMISE_HOLD_MS);
+    assert!(e.held_for_it.is_empty());
+}
