@@ -161,6 +161,13 @@ struct CommonArgs {
     /// ranks by the window alone, to compare. The services keep it on; `--audit` needs it on.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     share_floor: bool,
+    /// The hourly share floor: for the rest of each clock hour, an allocation's floor rises by
+    /// what it is behind its owed time in that hour and falls by what it is ahead, cuts
+    /// balanced against raises (see README, "Hourly share floor"). `false` keeps every floor
+    /// at the allocation's fraction, to compare. The services keep it on; `--audit` needs it
+    /// on.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
+    hourly_floor: bool,
     /// Packing moves: a blocked single-node waiter (or one behind a blocked job) may have
     /// resumable jobs past their minimum runtime moved off a node into free GPUs elsewhere (see
     /// README, "Packing moves"). `false` turns them off, to compare. The services keep them on.
@@ -234,6 +241,7 @@ impl CommonArgs {
             stop_delay_ms: ms(&self.stop_delay, "stop-delay")?,
             debug_allowance_gpus: self.debug_allowance_gpus,
             share_floor: self.share_floor,
+            hourly_floor: self.hourly_floor,
             periodic_pass_ms: self
                 .periodic_pass
                 .as_deref()
@@ -248,6 +256,12 @@ impl CommonArgs {
             bail!(
                 "--audit re-derives placements as the decision service does, with the share \
                  floor on: drop --audit or --share-floor false"
+            );
+        }
+        if self.audit && !self.hourly_floor {
+            bail!(
+                "--audit re-derives placements as the decision service does, with the hourly \
+                 floor on: drop --audit or --hourly-floor false"
             );
         }
         if self.audit && self.debug_allowance_gpus != DEFAULT_DEBUG_ALLOWANCE_GPUS {

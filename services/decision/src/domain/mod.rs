@@ -32,6 +32,7 @@ pub mod explain;
 pub mod fit;
 mod flat;
 mod flight;
+pub mod hourly;
 mod join;
 pub mod nodes;
 mod persist;

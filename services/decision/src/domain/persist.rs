@@ -22,6 +22,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::debug;
 use super::flat::FlatMap;
 use super::flight::FlightIndex;
+use super::hourly::HourMeter;
 use super::nodes::NodeIndex;
 use super::promise::Promise;
 use super::queue::SortedChunks;
@@ -50,6 +51,7 @@ pub(crate) struct Stored {
     in_flight: BTreeMap<Arc<str>, SortedChunks<Arc<str>, InFlight>>,
     usage: Option<Usage>,
     promises: BTreeMap<Arc<str>, Promise>,
+    meters: BTreeMap<Arc<str>, HourMeter>,
 }
 
 impl From<Stored> for DecisionState {
@@ -76,6 +78,8 @@ impl From<Stored> for DecisionState {
             promises: s.promises,
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,
+            meters: s.meters,
+            hourly_floor: true,
         };
         for queue in state.queues.values_mut() {
             queue.debug = queue
@@ -84,6 +88,11 @@ impl From<Stored> for DecisionState {
                 .filter(|(_, r)| debug::is_candidate(r))
                 .map(|(k, r)| (k.clone(), *r))
                 .collect();
+            queue.queued_gpus = queue
+                .allocated
+                .iter()
+                .map(|(_, r)| r.shape.total_gpus())
+                .sum();
             for (_, r) in queue.allocated.iter().chain(queue.unallocated.iter()) {
                 *state.queued_shapes.entry(shape_key(r.shape)).or_insert(0) += 1;
             }

@@ -251,6 +251,43 @@ impl<'t> FairTree<'t> {
         self
     }
 
+    /// Moves each allocation's floor by what it is behind or ahead of its owed time in the
+    /// open clock hour ([`super::hourly`]; nothing with the hourly floor off). Call before
+    /// marking any allocation pending.
+    pub fn shift_floors(&mut self, state: &DecisionState, now_ms: i64) {
+        let tree = self.tree;
+        let Some(f) = self.floor.as_mut() else {
+            return;
+        };
+        let share = &f.share;
+        let allocations = tree
+            .accounts
+            .iter()
+            .enumerate()
+            .filter(|(id, a)| a.is_allocation() && share[*id].0 > 0)
+            .map(|(id, a)| {
+                let (num, den) = share[id];
+                let milli = num.saturating_mul(1000) / den.max(1);
+                (
+                    id,
+                    a.path.as_str(),
+                    i128::try_from(milli).unwrap_or(i128::MAX),
+                )
+            });
+        for (id, shift) in state.hourly_floor_shifts(allocations, now_ms) {
+            // floor + shift / 1000 = (num x 1000 + shift x den) / (den x 1000), exactly.
+            let (num, den) = f.share[id];
+            let scaled = num.saturating_mul(1000);
+            let moved = shift.unsigned_abs().saturating_mul(den);
+            let num = if shift >= 0 {
+                scaled.saturating_add(moved)
+            } else {
+                scaled.saturating_sub(moved)
+            };
+            f.share[id] = (num, den.saturating_mul(1000));
+        }
+    }
+
     /// Whether allocation `leaf` holds fewer GPUs than its share of the cluster (always false
     /// with the floor off).
     pub fn below_floor(&self, leaf: AccountId) -> bool {
@@ -480,7 +517,9 @@ pub fn ranking<'t>(state: &DecisionState, tree: &'t BudgetTree, now_ms: i64) -> 
     let usage = leaf_usage(state, tree, now_ms);
     let fair = FairTree::new(tree, &usage);
     if state.share_floor() {
-        fair.with_floor(&usage, state.total_gpus())
+        let mut fair = fair.with_floor(&usage, state.total_gpus());
+        fair.shift_floors(state, now_ms);
+        fair
     } else {
         fair
     }

@@ -45,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use super::debug;
 use super::flat::FlatMap;
 use super::flight::FlightIndex;
+use super::hourly::HourMeter;
 use super::nodes::NodeIndex;
 use super::persist;
 use super::promise::Promise;
@@ -172,6 +173,10 @@ pub struct AllocationQueue {
     /// Derived: listed again when a checkpoint is loaded.
     #[serde(skip)]
     pub debug: BTreeMap<QueueKey, Request>,
+    /// GPUs the jobs of `allocated` ask for, for the hour meters ([`super::hourly`]).
+    /// Derived: counted again when a checkpoint is loaded.
+    #[serde(skip)]
+    pub queued_gpus: u64,
 }
 
 impl AllocationQueue {
@@ -525,6 +530,12 @@ pub struct DecisionState {
     /// setting like the debug allowance: never checkpointed, on unless set off.
     #[serde(skip)]
     pub(crate) share_floor: bool,
+    /// Per allocation, its run and demand in the open clock hour ([`super::hourly`]).
+    pub(crate) meters: BTreeMap<Arc<str>, HourMeter>,
+    /// Whether share floors move with each hour's owed time ([`super::hourly`]). A setting
+    /// like the share floor: never checkpointed, on unless set off.
+    #[serde(skip)]
+    pub(crate) hourly_floor: bool,
 }
 
 /// How long before a maintenance window its node stops taking work: the preemption service's
@@ -535,6 +546,23 @@ pub struct DecisionState {
 /// A product constant, not a setting, so an audit re-derives placements without knowing the
 /// preemption service's configuration.
 pub const MAINTENANCE_LEAD_MS: i64 = 30_000;
+
+/// The job a job event is about.
+fn job_event_id(body: &Body) -> Option<&str> {
+    let id = match body {
+        Body::JobSubmitted(e) => &e.job_id,
+        Body::JobPlaced(e) => &e.job_id,
+        Body::JobStarted(e) => &e.job_id,
+        Body::JobFinished(e) => &e.job_id,
+        Body::JobFailed(e) => &e.job_id,
+        Body::JobCancelled(e) => &e.job_id,
+        Body::PreemptionOrdered(e) => &e.job_id,
+        Body::JobPreempted(e) => &e.job_id,
+        Body::JobRequeued(e) => &e.job_id,
+        _ => return None,
+    };
+    Some(id)
+}
 
 /// The key of `shape` in [`DecisionState::queued_shapes`].
 pub(crate) fn shape_key(shape: Shape) -> (u32, u32) {
@@ -583,6 +611,8 @@ impl DecisionState {
             promises: BTreeMap::new(),
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,
+            meters: BTreeMap::new(),
+            hourly_floor: true,
         }
     }
 
@@ -607,6 +637,18 @@ impl DecisionState {
     /// to compare. Decisions re-derived by an audit must use the same setting.
     pub fn set_share_floor(&mut self, on: bool) {
         self.share_floor = on;
+    }
+
+    /// Whether share floors move with each hour's owed time ([`super::hourly`]).
+    pub fn hourly_floor(&self) -> bool {
+        self.hourly_floor
+    }
+
+    /// Turns the hourly floor on or off. The services keep it on; the simulator turns it off
+    /// to compare. Decisions re-derived by an audit must use the same setting. Set it before
+    /// folding: the hour meters are kept only while it is on.
+    pub fn set_hourly_floor(&mut self, on: bool) {
+        self.hourly_floor = on;
     }
 
     /// The cluster this state follows.
@@ -707,6 +749,25 @@ impl DecisionState {
         let Some(body) = &event.body else {
             return Err(Ignored::NoBody);
         };
+        // A job event changes at most its own allocation's rates: the job's record says
+        // which (before the event for an ending job, after it for a new one).
+        let job = self.hourly_floor.then(|| job_event_id(body)).flatten();
+        let allocation_of = |s: &Self| {
+            job.and_then(|j| s.jobs.get(j))
+                .map(|j| Arc::clone(&j.allocation))
+        };
+        let before = allocation_of(self);
+        let result = self.apply_body(at, body);
+        // A refused event changes nothing but the sequence, meters included.
+        if result.is_ok()
+            && let Some(allocation) = before.or_else(|| allocation_of(self))
+        {
+            self.meter_allocation(&allocation, at);
+        }
+        result
+    }
+
+    fn apply_body(&mut self, at: i64, body: &Body) -> Result<(), Ignored> {
         match body {
             Body::JobSubmitted(s) => self.submitted(at, s),
             Body::JobPlaced(p) => self.placed(at, p),
@@ -881,6 +942,12 @@ impl DecisionState {
         let replaced = queue
             .part_mut(job.request.is_unallocated())
             .insert(job.key(id), job.request);
+        if !job.request.is_unallocated() {
+            queue.queued_gpus += job.request.shape.total_gpus();
+            if let Some(old) = replaced {
+                queue.queued_gpus = queue.queued_gpus.saturating_sub(old.shape.total_gpus());
+            }
+        }
         if let Some(old) = replaced {
             forget_shape(&mut self.queued_shapes, old.shape);
         }
@@ -897,6 +964,11 @@ impl DecisionState {
                 .remove(&job.key(id));
             if removed.is_some() && debug::is_candidate(&job.request) {
                 queue.debug.remove(&job.key(id));
+            }
+            if let Some(r) = &removed
+                && !r.is_unallocated()
+            {
+                queue.queued_gpus = queue.queued_gpus.saturating_sub(r.shape.total_gpus());
             }
             if queue.is_empty() {
                 self.queues.remove(&job.allocation);

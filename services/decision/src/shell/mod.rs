@@ -97,7 +97,7 @@ const STALL_WARNING: Duration = Duration::from_secs(10);
 
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes
 /// (older checkpoints are then refused and rebuilt from the log).
-const CHECKPOINT_VERSION: u32 = 6;
+const CHECKPOINT_VERSION: u32 = 7;
 
 /// How long to wait before resolving and deciding again after `failed_before` cycles in a row
 /// had placements of unknown outcome: at once the first time (a lone timeout), then doubling

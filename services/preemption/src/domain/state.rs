@@ -79,6 +79,12 @@ impl PreemptionState {
         self.decision.set_share_floor(on);
     }
 
+    /// Turns the hourly floor of the decision fold inside on or off (see
+    /// [`DecisionState::set_hourly_floor`]).
+    pub fn set_hourly_floor(&mut self, on: bool) {
+        self.decision.set_hourly_floor(on);
+    }
+
     /// The cluster this state follows.
     pub fn cluster(&self) -> &str {
         self.decision.cluster()

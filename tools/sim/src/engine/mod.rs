@@ -56,6 +56,9 @@ pub struct EngineConfig {
     /// Whether the share floor is on (the services' setting), or ranking is by the window
     /// alone.
     pub share_floor: bool,
+    /// Whether floors move with each hour's owed time (the services' setting), or stay at
+    /// each allocation's fraction.
+    pub hourly_floor: bool,
     /// The preemption service's periodic pass: at most this long after a step, another one
     /// runs, events or not (the service passes every 5 s). `None` (the default) steps only at
     /// happenings and at [`next_due`], which leaves out one thing the periodic pass catches:
@@ -75,6 +78,7 @@ impl Default for EngineConfig {
             stop_delay_ms: 10_000,
             debug_allowance_gpus: DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,
+            hourly_floor: true,
             periodic_pass_ms: None,
         }
     }

@@ -26,12 +26,13 @@ pub struct Services {
 }
 
 impl Services {
-    /// Empty folds for cluster `cluster`, with `config`'s window, debug allowance and share
-    /// floor.
+    /// Empty folds for cluster `cluster`, with `config`'s window, debug allowance, share floor
+    /// and hourly floor.
     pub fn new(cluster: &str, config: &EngineConfig) -> Services {
         let mut preemption = PreemptionState::new(cluster);
         preemption.set_debug_allowance_gpus(config.debug_allowance_gpus);
         preemption.set_share_floor(config.share_floor);
+        preemption.set_hourly_floor(config.hourly_floor);
         Services {
             log: Vec::new(),
             submission: SubmissionState::default(),

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 
 use fairshare_decision::domain::debug;
 use fairshare_decision::domain::decide;
-use fairshare_decision::domain::rank::leaf_usage;
+use fairshare_decision::domain::rank::{leaf_usage, ranking};
 use fairshare_events::pb::{self, event::Body};
 use proptest::prelude::*;
 
@@ -232,16 +232,26 @@ impl Sim {
         let tree = d.budget_tree().unwrap();
         let usage = leaf_usage(d, tree, t);
         let capacity = u128::from(d.inventory().total_gpus());
-        let below_floor = |id: usize, held: u64| {
-            let f = tree.fraction(id);
-            u128::from(held) * f.den < f.num * capacity
+        // Each allocation's floor as `(num, den)` GPUs: its fraction of the cluster, moved by
+        // the hourly floor when that is on (the floors the rules were given).
+        let ranked = ranking(d, tree, t);
+        let floor = |id: usize| match ranked.floor_standing(id) {
+            Some(s) => (s.floor_num, s.floor_den),
+            None => {
+                let f = tree.fraction(id);
+                (f.num * capacity, f.den)
+            }
         };
-        // An allocation's floor minus what it holds, over its fraction's denominator.
+        let below_floor = |id: usize, held: u64| {
+            let (num, den) = floor(id);
+            u128::from(held) * den < num
+        };
+        // An allocation's floor minus what it holds, over its floor's denominator.
         let deficit = |id: usize, held: u64| {
-            let f = tree.fraction(id);
+            let (num, den) = floor(id);
             (
-                i128::try_from(f.num * capacity).unwrap() - i128::from(held) * f.den as i128,
-                f.den,
+                i128::try_from(num).unwrap() - i128::from(held) * den as i128,
+                den,
             )
         };
         // GPUs each allocation keeps once this batch's orders are carried out.

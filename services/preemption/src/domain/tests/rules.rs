@@ -799,9 +799,11 @@ fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
 #[test]
 fn a_floor_order_leaves_the_victims_allocation_better_off_than_the_waiters() {
     // One 8-GPU node: floors of 4 each. a holds nothing (4 below its floor); b holds all 8 in
-    // 2-GPU jobs past their minimum runtime.
+    // 2-GPU jobs past their minimum runtime. The plain floors: with the hourly floor, a's
+    // hour so far without GPUs would raise its floor (see `an_hour_behind_...` below).
     let case = |need: u32| {
         let mut h = H::new();
+        h.state.set_hourly_floor(false);
         h.two_teams();
         h.node("n1", 8);
         for i in 0..4 {
