@@ -143,13 +143,28 @@ fn floor_note(state: &DecisionState, allocation: &str, now_ms: i64) -> Option<St
     let standing = rank::ranking(state, tree, now_ms).floor_standing(leaf)?;
     // For people: one decimal is enough (ranking compares exactly).
     let floor = standing.floor_num as f64 / standing.floor_den as f64;
+    let fraction = tree.fraction(leaf);
+    let share = fraction.num as f64 / fraction.den as f64 * state.total_gpus() as f64;
     let order = if standing.excess() < 0 {
         "it goes before every allocation at or above its own"
     } else {
         "allocations below theirs go first, then the window decides"
     };
+    // The hourly floor moves it by whole GPUs: a difference under half a GPU is rounding.
+    let moved = if floor > share + 0.5 {
+        format!(
+            " this hour (its share, {share:.1}, raised by the owed time it is behind this hour)"
+        )
+    } else if floor < share - 0.5 {
+        format!(
+            " this hour (its share, {share:.1}, lowered by the time it ran beyond its owed time \
+             this hour, while others are behind)"
+        )
+    } else {
+        String::new()
+    };
     Some(format!(
-        "; {allocation} holds {} GPUs against a share floor of {floor:.1}: {order}",
+        "; {allocation} holds {} GPUs against a share floor of {floor:.1}{moved}: {order}",
         standing.held
     ))
 }

@@ -130,7 +130,12 @@ pub fn shift_milli(floor_milli: i128, run: u128, demand: u128, now: i64) -> i128
         .saturating_mul(elapsed)
         .min(i(demand).saturating_mul(MILLI));
     let behind = owed.saturating_sub(i(run).saturating_mul(MILLI));
-    (behind / spread).clamp(-floor_milli, floor_milli)
+    whole_gpus((behind / spread).clamp(-floor_milli, floor_milli))
+}
+
+/// `milli` rounded towards zero to whole GPUs.
+fn whole_gpus(milli: i128) -> i128 {
+    milli / MILLI * MILLI
 }
 
 impl DecisionState {
@@ -185,7 +190,7 @@ impl DecisionState {
             for s in &mut shifts {
                 if s.1 < 0 {
                     // Rounds towards zero: never cuts more than the raises allow.
-                    s.1 = s.1.saturating_mul(raised) / cut;
+                    s.1 = whole_gpus(s.1.saturating_mul(raised) / cut);
                 }
             }
             shifts.retain(|s| s.1 != 0);

@@ -2,6 +2,7 @@
 //! properties over random clusters.
 
 mod decide;
+mod hourly;
 mod promise;
 mod props;
 mod rank;

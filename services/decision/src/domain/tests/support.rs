@@ -49,8 +49,9 @@ impl H {
         // must equal what loading a checkpoint builds from scratch.
         let bytes = bincode::serialize(&self.state).unwrap();
         let mut restored: DecisionState = bincode::deserialize(&bytes).unwrap();
-        // A setting, not checkpointed: the service sets it again on loading.
+        // Settings, not checkpointed: the service sets them again on loading.
         restored.set_share_floor(self.state.share_floor());
+        restored.set_hourly_floor(self.state.hourly_floor());
         assert_eq!(
             restored, self.state,
             "derived state drifted at {}",

@@ -823,6 +823,38 @@ fn a_floor_order_leaves_the_victims_allocation_better_off_than_the_waiters() {
 }
 
 #[test]
+fn an_hour_behind_its_share_lets_a_waiter_take_what_the_plain_floor_would_not() {
+    // Two 8-GPU nodes, floors of 8 each. b has held both since before the hour, in two jobs
+    // past their minimum runtime that checkpointed 10 min into it; a has waited for both
+    // nodes at once (one 16-GPU job) since the hour began, and has used more than b in the
+    // window.
+    let case = |hourly: bool, into_hour: i64| {
+        let mut h = H::new();
+        h.state.set_hourly_floor(hourly);
+        h.two_teams();
+        h.node("n1", 8);
+        h.node("n2", 8);
+        let t = 10 * HOUR;
+        h.running(t - 50 * MIN, "x1", "b", 600, &[("n1", 8)]);
+        h.running(t - 50 * MIN, "x2", "b", 600, &[("n2", 8)]);
+        h.submit_full(t, "w", "a", 2, 8, 3600, 0, true);
+        a_over_served(&mut h, t + into_hour);
+        victims(&h.decide(t + into_hour))
+    };
+    // Plain floors, 15 min in: a is 8 below its floor and the window ranks it after b, so b
+    // must end less than 8 - 10% x 8 = 7.2 below its floor of 8: it keeps a GPU, so no node
+    // can be freed whole, let alone two.
+    assert!(case(false, 15 * MIN).is_empty());
+    // Hourly, 5 min in: a is 40 GPU-min behind, under a GPU over the 55 min left: the floors
+    // have not moved.
+    assert!(case(true, 5 * MIN).is_empty());
+    // Hourly, 15 min in: 120 GPU-min behind over the 45 min left raises a's floor to 10, and
+    // b, as far ahead, gives up as much (6). b may now end less than 10 - 1 = 9 below its 6:
+    // both of its jobs go, 5 min after their checkpoint.
+    assert_eq!(case(true, 15 * MIN), ["x1", "x2"]);
+}
+
+#[test]
 fn the_window_never_takes_an_allocation_below_its_floor() {
     let mut h = floor_case();
     // a has used nothing and holds its floor; b has used a lot and holds its floor too.

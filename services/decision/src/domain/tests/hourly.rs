@@ -1,0 +1,129 @@
+//! The hourly share floor: hour meters folded from job events, and the floor shifts they give
+//! (hand-computed).
+
+use fairshare_events::pb::{self, event::Body};
+
+use super::support::*;
+use crate::domain::hourly::{MILLI, shift_milli};
+use crate::domain::rank::ranking;
+
+/// An hour boundary.
+const T: i64 = 10 * HOUR;
+/// GPU-ms in a GPU-minute.
+const GPU_MIN: u128 = MIN as u128;
+
+/// Two allocations of equal share on two 8-GPU nodes: floors of 8 GPUs each.
+fn two_on_two() -> H {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    h.node("n1", 8);
+    h
+}
+
+fn floor_gpus(h: &H, allocation: &str, now: i64) -> f64 {
+    let tree = h.state.budget_tree().unwrap();
+    let id = tree.allocation(allocation).unwrap();
+    let s = ranking(&h.state, tree, now).floor_standing(id).unwrap();
+    s.floor_num as f64 / s.floor_den as f64
+}
+
+#[test]
+fn a_meter_integrates_run_and_demand_within_the_hour_and_starts_each_hour_afresh() {
+    let mut h = two_on_two();
+    h.submit(T + 10 * MIN, "j1", "a", 4, 3600);
+    h.place(T + 20 * MIN, "j1", &[("n0", 4)]);
+    h.submit(T + 30 * MIN, "j2", "a", 8, 3600);
+    let m = *h.state.hour_meter("a").unwrap();
+    // Demand 4 GPUs from 10 min, 12 from 30 min; run 4 from 20 min.
+    assert_eq!(m.at(T + 40 * MIN), (4 * 20 * GPU_MIN, 200 * GPU_MIN));
+    // The next hour counts from its start, at the rates in force.
+    assert_eq!(
+        m.at(T + HOUR + 5 * MIN),
+        (4 * 5 * GPU_MIN, 12 * 5 * GPU_MIN)
+    );
+    // b has had no job: no meter.
+    assert!(h.state.hour_meter("b").is_none());
+    // A refused event (j1 placed twice) moves nothing, the meter's mark included.
+    let before = h.state.clone();
+    assert!(
+        h.apply(
+            T + 50 * MIN,
+            Body::JobPlaced(pb::JobPlaced {
+                job_id: "j1".into(),
+                nodes: vec![pb::NodeGpus {
+                    node: "n1".into(),
+                    gpus: 4,
+                }],
+                basis: None,
+            }),
+        )
+        .is_err()
+    );
+    assert_eq!(h.state.hour_meter("a"), before.hour_meter("a"));
+}
+
+#[test]
+fn a_floor_moves_by_what_is_behind_spread_over_the_rest_of_the_hour() {
+    let big = u128::MAX / 4;
+    let floor = 8 * MILLI;
+    // 30 min in, nothing run, plenty asked for: 240 GPU-min behind over the 30 min left.
+    assert_eq!(shift_milli(floor, 0, big, T + 30 * MIN), 8 * MILLI);
+    // 15 min in: 120 GPU-min over 45 min left, 2.67 GPUs, whole GPUs only.
+    assert_eq!(shift_milli(floor, 0, big, T + 15 * MIN), 2 * MILLI);
+    // 50 min in: spread over 20 min at least, and never more than the floor again.
+    assert_eq!(shift_milli(floor, 0, big, T + 50 * MIN), 8 * MILLI);
+    // Owed is capped by demand: 60 GPU-min asked for so far, 2 GPUs over the 30 min left.
+    assert_eq!(shift_milli(floor, 0, 60 * GPU_MIN, T + 30 * MIN), 2 * MILLI);
+    // Ahead: 16 GPUs run for 30 min, 240 GPU-min beyond the 240 owed: cut by the whole floor.
+    assert_eq!(
+        shift_milli(floor, 16 * 30 * GPU_MIN, big, T + 30 * MIN),
+        -8 * MILLI
+    );
+    // A little behind (10 GPU-min) moves nothing: less than a GPU for the rest of the hour.
+    assert_eq!(shift_milli(floor, 230 * GPU_MIN, big, T + 30 * MIN), 0);
+}
+
+#[test]
+fn an_allocation_behind_this_hour_gets_a_higher_floor_and_one_ahead_gives_up_as_much() {
+    let mut h = two_on_two();
+    // b holds both nodes from before the hour; a waits for 8 GPUs from the hour's start.
+    h.running(T - HOUR, "x1", "b", 600, &[("n0", 8)]);
+    h.running(T - HOUR, "x2", "b", 600, &[("n1", 8)]);
+    h.submit(T, "w", "a", 8, 3600);
+    // 15 min in: a is 120 GPU-min behind (2 GPUs over the 45 min left); b is as far ahead,
+    // which alone would cut it by as much. Balanced: a 10 GPUs, b 6.
+    assert_eq!(floor_gpus(&h, "a", T + 15 * MIN), 10.0);
+    assert_eq!(floor_gpus(&h, "b", T + 15 * MIN), 6.0);
+    // explain says so.
+    let e = crate::domain::explain(&h.state, "w", T + 15 * MIN).unwrap();
+    assert!(
+        e.reason.ends_with(
+            "; a holds 0 GPUs against a share floor of 10.0 this hour (its share, 8.0, raised \
+             by the owed time it is behind this hour): it goes before every allocation at or \
+             above its own"
+        ),
+        "{}",
+        e.reason
+    );
+    // Off, the floors are the allocations' fractions.
+    let mut off = two_on_two();
+    off.state.set_hourly_floor(false);
+    off.running(T - HOUR, "x1", "b", 600, &[("n0", 8)]);
+    off.running(T - HOUR, "x2", "b", 600, &[("n1", 8)]);
+    off.submit(T, "w", "a", 8, 3600);
+    assert_eq!(floor_gpus(&off, "a", T + 15 * MIN), 8.0);
+    assert!(off.state.hour_meter("a").is_none());
+}
+
+#[test]
+fn cuts_never_exceed_raises() {
+    let mut h = two_on_two();
+    // b ran 12 GPUs all hour, 4 beyond its owed 8; a asked only for 1 GPU at 45 min and got
+    // it at once, so nobody is behind: b keeps its floor.
+    h.running(T - HOUR, "x1", "b", 600, &[("n0", 8)]);
+    h.running(T - HOUR, "x2", "b", 600, &[("n1", 4)]);
+    h.running(T + 45 * MIN, "s", "a", 600, &[("n1", 1)]);
+    assert_eq!(floor_gpus(&h, "b", T + 50 * MIN), 8.0);
+    assert_eq!(floor_gpus(&h, "a", T + 50 * MIN), 8.0);
+}
