@@ -63,14 +63,7 @@ pub fn explain(
                 explanation.reason_code = "ordered_off".into();
                 explanation.reason = format!("ordered off: {}", order.reason);
             }
-            explanation.nodes = placed
-                .nodes
-                .iter()
-                .map(|(node, gpus)| pb::NodeGpus {
-                    node: node.to_string(),
-                    gpus: *gpus,
-                })
-                .collect();
+            explanation.nodes = node_gpus(&placed.nodes);
         }
         JobStatus::Preempted => {
             explanation.status = "preempted".into();
@@ -101,6 +94,17 @@ pub fn explain(
     Ok(explanation)
 }
 
+/// `(node, GPUs)` pairs as the wire lists them.
+fn node_gpus(nodes: &[(std::sync::Arc<str>, u32)]) -> Vec<pb::NodeGpus> {
+    nodes
+        .iter()
+        .map(|(node, gpus)| pb::NodeGpus {
+            node: node.to_string(),
+            gpus: *gpus,
+        })
+        .collect()
+}
+
 /// What preemptions made for a queued job so far: GPUs held for it by its promise
 /// ([`crate::domain::promise`]) and the victims still stopping for it.
 fn room_being_made(
@@ -109,15 +113,12 @@ fn room_being_made(
     now_ms: i64,
     explanation: &mut pb::Explanation,
 ) {
-    if let Some(promise) = state.promise_for(job_id, now_ms) {
-        explanation.held_for_it = promise
-            .nodes
-            .iter()
-            .map(|(node, gpus)| pb::NodeGpus {
-                node: node.to_string(),
-                gpus: *gpus,
-            })
-            .collect();
+    // A promise is made with the first order, before any victim has left: nothing held yet.
+    if let Some(promise) = state
+        .promise_for(job_id, now_ms)
+        .filter(|p| !p.nodes.is_empty())
+    {
+        explanation.held_for_it = node_gpus(&promise.nodes);
         explanation.held_until_ms = promise.until_ms;
     }
     // A scan of the live jobs: explain is asked rarely, and the state keeps no index by the

@@ -26,9 +26,12 @@
 //!   and twice its share): not spread over less than 20 minutes, so the last minutes of an
 //!   hour do not swing floors wildly;
 //! - cuts are balanced: if the floors cut add up to more GPUs than the floors raised, every cut
-//!   is scaled down to match. The floors still add up to the cluster at most, and an allocation
-//!   ahead this hour loses protection only while another one is behind. (Unbalanced, the
-//!   cuts rotated work on msft-itp, where nobody was behind: lost work 0.82% to 1.45%.)
+//!   is scaled down to match (and rounded towards zero, so the cuts never exceed the raises). An
+//!   allocation ahead this hour loses protection only while another one is behind. Raises are
+//!   not scaled: like the plain floor of an allocation below it, they may add up to more than
+//!   the cluster has free, and the rules between waiters and victims settle who gets what.
+//!   (Unbalanced, the cuts rotated work on msft-itp, where nobody was behind: lost work 0.82%
+//!   to 1.45%.)
 //!
 //! All in integers: meters in GPU-ms, shifts in thousandths of a GPU.
 
@@ -184,17 +187,22 @@ impl DecisionState {
                 (shift != 0).then_some((index, shift))
             })
             .collect();
-        let raised: i128 = shifts.iter().map(|s| s.1.max(0)).sum();
-        let cut: i128 = shifts.iter().map(|s| (-s.1).max(0)).sum();
-        if cut > raised {
-            for s in &mut shifts {
-                if s.1 < 0 {
-                    // Rounds towards zero: never cuts more than the raises allow.
-                    s.1 = whole_gpus(s.1.saturating_mul(raised) / cut);
-                }
-            }
-            shifts.retain(|s| s.1 != 0);
-        }
+        balance(&mut shifts);
         shifts
+    }
+}
+
+/// Scales the cuts (negative shifts, thousandths of a GPU) down to the raises when they add up
+/// to more, rounding each towards zero to whole GPUs, and drops the shifts that end at 0.
+pub fn balance(shifts: &mut Vec<(usize, i128)>) {
+    let raised: i128 = shifts.iter().map(|s| s.1.max(0)).sum();
+    let cut: i128 = shifts.iter().map(|s| (-s.1).max(0)).sum();
+    if cut > raised {
+        for s in shifts.iter_mut() {
+            if s.1 < 0 {
+                s.1 = whole_gpus(s.1.saturating_mul(raised) / cut);
+            }
+        }
+        shifts.retain(|s| s.1 != 0);
     }
 }

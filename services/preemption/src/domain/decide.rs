@@ -151,6 +151,15 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
     let mut changed = !kills.is_empty();
     out.extend(kills);
     for (job_id, reason) in drain::drain_victims(state, now_ms, config) {
+        // Off the node by the window's start, even when the order waited for the job's
+        // protection to end (a grace longer than the decision service's lead): the grace is
+        // cut to what is left, never the protection.
+        let deadline = match reason {
+            drain::DrainReason::Maintenance { start_ms, .. } if now_ms < start_ms => {
+                deadline.min(start_ms)
+            }
+            _ => deadline,
+        };
         let grounded = Grounded {
             victim: &job_id,
             for_job: "",

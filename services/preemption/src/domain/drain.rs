@@ -3,7 +3,7 @@
 //!
 //! Place in the flow: operators append `NodeCordoned`, `NodeUncordoned` and
 //! `MaintenanceScheduled`. The decision service stops placing work on a cordoned node at once,
-//! and on a node with a window at `T` places only work whose protection ends by `T`. This
+//! and on a node with a window at `T` places only work whose protection ends by `T - 30 s`. This
 //! module, called from [`crate::domain::decide_preemptions`], orders off what is already there:
 //!
 //! - Cordoned node: each job on it is ordered off as soon as nothing protects it: unallocated
@@ -21,8 +21,9 @@
 //!   inside its protection; the last case is named in the order's reason, because there it is
 //!   the operator's window, not the contract, that cuts the run short. A job whose protection
 //!   ends before `T` is never cut: with a grace longer than the lead, it is ordered off when
-//!   its protection ends (gone by that end plus the grace), the SPEC's "a window at `T` accepts
-//!   work whose protection ends before `T`" taken at its word.
+//!   its protection ends, with its grace cut to end at `T` (the SPEC's "a window at `T`
+//!   accepts work whose protection ends before `T`" taken at its word, and the node still
+//!   clear by `T`).
 
 use std::collections::BTreeMap;
 

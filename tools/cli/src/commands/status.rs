@@ -72,8 +72,15 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
         hours(report.unallocated_gpu_ms)
     );
     println!(
-        "{:<40} {:>8} {:>12} {:>12} {:>7} {:>12} {:>8} {:>8}",
-        "account", "share", "used GPU-h", "alloc GPU-h", "ratio", "owed deliv.", "running", "floor"
+        "{:<40} {:>8} {:>12} {:>12} {:>7} {:>12} {:>8} {:>10}",
+        "account",
+        "share",
+        "used GPU-h",
+        "alloc GPU-h",
+        "ratio",
+        "owed deliv.",
+        "running",
+        "base floor"
     );
     for a in &report.accounts {
         let fraction = tree.as_ref().and_then(|t| {
@@ -82,8 +89,9 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
                 .position(|n| n.path == a.path)
                 .map(|id| t.fraction(id))
         });
-        // Display only: the floor is the fraction of the cluster's GPUs (SPEC departure, see
-        // README "Share floor"); the services compare exact integers.
+        // Display only: the base floor is the fraction of the cluster's GPUs (SPEC departure,
+        // see README "Share floor"; the hourly floor moves it within each hour, which
+        // `fairshare explain` shows); the services compare exact integers.
         let share = fraction.map_or_else(
             || "-".to_owned(),
             |f| format!("{:.2}%", f.num as f64 * 100.0 / f.den as f64),
@@ -122,7 +130,7 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
             format!("{}/", a.path)
         };
         println!(
-            "{name:<40} {share:>8} {:>12.1} {:>12.1} {ratio:>7} {owed:>12} {:>8} {floor:>8}",
+            "{name:<40} {share:>8} {:>12.1} {:>12.1} {ratio:>7} {owed:>12} {:>8} {floor:>10}",
             hours(a.charged_gpu_ms),
             hours(a.allocated_gpu_ms),
             a.running_gpus

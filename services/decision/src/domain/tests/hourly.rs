@@ -4,7 +4,7 @@
 use fairshare_events::pb::{self, event::Body};
 
 use super::support::*;
-use crate::domain::hourly::{MILLI, shift_milli};
+use crate::domain::hourly::{MILLI, balance, shift_milli};
 use crate::domain::rank::ranking;
 
 /// An hour boundary.
@@ -126,4 +126,47 @@ fn cuts_never_exceed_raises() {
     h.running(T + 45 * MIN, "s", "a", 600, &[("n1", 1)]);
     assert_eq!(floor_gpus(&h, "b", T + 50 * MIN), 8.0);
     assert_eq!(floor_gpus(&h, "a", T + 50 * MIN), 8.0);
+}
+
+#[test]
+fn three_allocations_one_behind_two_ahead() {
+    // Three allocations of equal share on three 8-GPU nodes: floors of 8 each. b and c have
+    // held 12 GPUs each since before the hour (4 beyond their floors); a waits for 8 GPUs
+    // from the hour's start.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+    for n in ["n0", "n1", "n2"] {
+        h.node(n, 8);
+    }
+    h.running(T - HOUR, "b1", "b", 600, &[("n0", 8)]);
+    h.running(T - HOUR, "b2", "b", 600, &[("n1", 4)]);
+    h.running(T - HOUR, "c1", "c", 600, &[("n2", 8)]);
+    h.running(T - HOUR, "c2", "c", 600, &[("n1", 4)]);
+    h.submit(T, "w", "a", 8, 3600);
+    // 20 min in: a is 160 GPU-min behind over the 40 min left, raised by 4; b and c are each
+    // 80 GPU-min ahead, cut by 2 each: 4 in all, as much as the raise.
+    assert_eq!(floor_gpus(&h, "a", T + 20 * MIN), 12.0);
+    assert_eq!(floor_gpus(&h, "b", T + 20 * MIN), 6.0);
+    assert_eq!(floor_gpus(&h, "c", T + 20 * MIN), 6.0);
+    // 10 min in: a is 80 GPU-min behind over 50 min (1.6 GPUs: raised by 1); b and c are 40
+    // ahead (0.8 each: less than a whole GPU), so nobody is cut.
+    assert_eq!(floor_gpus(&h, "a", T + 10 * MIN), 9.0);
+    assert_eq!(floor_gpus(&h, "b", T + 10 * MIN), 8.0);
+    assert_eq!(floor_gpus(&h, "c", T + 10 * MIN), 8.0);
+}
+
+#[test]
+fn cuts_beyond_the_raises_are_scaled_and_rounded_towards_zero() {
+    // Raised by 3 against two cuts of 4 (8 in all): each scaled by 3/8 to 1.5, then 1.
+    let mut shifts = vec![(0, 3 * MILLI), (1, -4 * MILLI), (2, -4 * MILLI)];
+    balance(&mut shifts);
+    assert_eq!(shifts, [(0, 3 * MILLI), (1, -MILLI), (2, -MILLI)]);
+    // Nothing raised: every cut goes.
+    let mut shifts = vec![(1, -4 * MILLI), (2, -2 * MILLI)];
+    balance(&mut shifts);
+    assert!(shifts.is_empty());
+    // Cuts within the raises stand as they are.
+    let mut shifts = vec![(0, 5 * MILLI), (1, -2 * MILLI), (2, -3 * MILLI)];
+    balance(&mut shifts);
+    assert_eq!(shifts, [(0, 5 * MILLI), (1, -2 * MILLI), (2, -3 * MILLI)]);
 }

@@ -219,6 +219,7 @@ fn explain_shows_what_is_held_for_a_waiter_and_who_still_stops_for_it() {
     // Ordered, nobody gone yet: nothing held, both victims still stopping.
     let e = explain(&h, "w", T0 + 1);
     assert!(e.held_for_it.is_empty());
+    assert_eq!(e.held_until_ms, 0);
     assert_eq!(e.victims_stopping, ["v1", "v2"]);
     preempted(&mut h, T0 + MIN, "v1");
     let e = explain(&h, "w", T0 + MIN);
