@@ -502,10 +502,10 @@ fn fragmented_free_gpus_are_packed_so_whole_node_jobs_start_at_once() {
 /// the simulator waits for the next event.
 ///
 /// Two 8-GPU nodes, `a` and `b` at 50% (floors of 8 GPUs). `a` runs 16 GPUs for 6 h, so the
-/// window never favours it; from 6 h `b` holds all 16 GPUs in four 4-GPU jobs. At 6 h 45 min
+/// window never favours it; from 6 h 15 min `b` holds all 16 GPUs in four 4-GPU jobs. At 7 h
 /// `a` asks for 4 GPUs: below its floor, it may take one of `b`'s jobs (leaving `b` at 12),
 /// but only within 10 minutes of that job's last checkpoint (they are 15 minutes past the one
-/// at 6 h 30). The next checkpoint is at 7 h. Nothing happens until `b`'s jobs end at 16 h.
+/// at 6 h 45). The next checkpoint is at 7 h 15.
 #[test]
 fn the_periodic_pass_takes_a_victim_at_its_next_checkpoint() {
     use fairshare_sim::scenarios::{flat_budget, job};
@@ -514,16 +514,16 @@ fn the_periodic_pass_takes_a_victim_at_its_next_checkpoint() {
 
     let mut jobs = vec![job("a-big".into(), 0, "a", 16, 6 * HOUR, MIN)];
     for i in 0..4 {
-        jobs.push(job(format!("b-{i}"), 6 * HOUR, "b", 4, 10 * HOUR, MIN));
+        jobs.push(job(
+            format!("b-{i}"),
+            6 * HOUR + 15 * MIN,
+            "b",
+            4,
+            10 * HOUR,
+            MIN,
+        ));
     }
-    jobs.push(job(
-        "a-late".into(),
-        6 * HOUR + 45 * MIN,
-        "a",
-        4,
-        HOUR,
-        30 * MIN,
-    ));
+    jobs.push(job("a-late".into(), 7 * HOUR, "a", 4, HOUR, 30 * MIN));
     let setup = Setup::new(
         flat_budget("sim", &[("a", 50), ("b", 50)]),
         Setup::uniform_nodes("node", 2, 8),
@@ -542,13 +542,20 @@ fn the_periodic_pass_takes_a_victim_at_its_next_checkpoint() {
     };
     let late = |seen: &SeenLog| seen.named("a-late")[0].clone();
 
-    // Event-driven only: `a-late` waits for `b`'s jobs to end at 16 h.
+    // Event-driven only: nothing wakes the simulator at 7 h 15. The hourly floor's wake-ups
+    // at each hour's end all fall 15 minutes after a checkpoint of `b`'s jobs, until 13 h:
+    // by then `b` has used 16 x 6.75 = 108 GPU-h, past `a`'s 96 plus the waiter's charge (2)
+    // and the 10% margin (107.8), so the window lets `a` take a job, with no checkpoint limit
+    // (`a` is below its floor, so the order is filed under the share floor). Stopped 10 s
+    // later; it lost its 15 minutes since 12 h 45.
     let (seen, m) = run_with(None);
-    assert_eq!(late(&seen).wait(), Some(16 * HOUR - (6 * HOUR + 45 * MIN)));
-    assert_eq!(m.preemptions, 0);
+    assert_eq!(late(&seen).wait(), Some(6 * HOUR + 10 * S));
+    assert_eq!(m.preemptions, 1);
+    assert_eq!(m.by_cause[0].cause, PreemptionCause::ShareFloor);
+    assert_eq!(m.by_cause[0].lost_gpu_ms, 4 * (15 * MIN + 10 * S) as u128);
 
-    // With a pass every 5 s: ordered at exactly 7 h (a 5 s step from 6 h 45), stopped 10 s
-    // later, nothing lost; `a-late` starts then.
+    // With a pass every 5 s: ordered at exactly 7 h 15 (a 5 s step from 7 h), stopped 10 s
+    // later, 10 s of 4 GPUs lost; `a-late` starts then.
     let (seen, m) = run_with(Some(5 * S));
     assert_eq!(late(&seen).wait(), Some(15 * MIN + 10 * S));
     assert_eq!(m.preemptions, 1);

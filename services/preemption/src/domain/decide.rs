@@ -28,6 +28,7 @@
 //! now + grace`, and a [`pb::DecisionBasis`] naming the last sequence folded and `now`; `cycle`
 //! is 0 here and the shell stamps its own cycle number with [`stamp_cycle`].
 
+use fairshare_decision::domain::hourly::HOUR_MS;
 use fairshare_events::pb::{self, event::Body};
 
 use super::config::Config;
@@ -229,12 +230,13 @@ pub fn into_events(bodies: Vec<Body>, now_ms: i64) -> Vec<pb::Event> {
 
 /// The next time after `now_ms` at which [`decide_preemptions`] could return something with no
 /// new event folded: a grace deadline, a drain or window becoming due, or, while allocated work
-/// waits, the end of some running job's minimum runtime (it may become a victim). Not a
+/// waits, the end of some running job's minimum runtime (it may become a victim) and, with the
+/// hourly floor, the next clock hour (floors go back to the shares). Not a
 /// victim's next checkpoint, after which an order held back for lost work may go: that waiter
 /// is met again at the next event or at the service's periodic pass (every 5 s by default),
 /// and listing every running job's checkpoints would wake the service every few seconds on a
-/// busy cluster. (The simulator runs the periodic pass only with `--periodic-pass`; without
-/// it, the next event it is.)
+/// busy cluster; the same goes for the hourly floors' moves within an hour. (The simulator
+/// runs the periodic pass only with `--periodic-pass`; without it, the next event it is.)
 pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option<i64> {
     let mut next = [
         grace::next_deadline(state, now_ms),
@@ -257,6 +259,17 @@ pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option
             let end = contract::protected_until_ms(job.start_ms, job.min_runtime_ms, config);
             if end > now_ms && next.is_none_or(|n| end < n) {
                 next = Some(end);
+            }
+        }
+        if d.hourly_floor() {
+            // A new clock hour sets every floor back to its share (`hourly`): what waited for
+            // a floor may go then, events or not.
+            let hour_end = now_ms
+                .div_euclid(HOUR_MS)
+                .saturating_add(1)
+                .saturating_mul(HOUR_MS);
+            if next.is_none_or(|n| hour_end < n) {
+                next = Some(hour_end);
             }
         }
     }

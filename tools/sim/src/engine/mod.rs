@@ -63,8 +63,9 @@ pub struct EngineConfig {
     /// runs, events or not (the service passes every 5 s). `None` (the default) steps only at
     /// happenings and at [`next_due`], which leaves out what changes with time alone: a
     /// victim's next checkpoint, after which an order held back for lost work may go, and the
-    /// hourly floors, which move as time passes and reset at each hour (the next event, tens
-    /// of seconds later on the bundled traces, sees them). On the bundled traces that moved no
+    /// hourly floors' moves within an hour (the next event, tens of seconds later on the
+    /// bundled traces, sees them; [`next_due`] names the hour's end). On the bundled traces
+    /// that moved no
     /// headline figure beyond the spread of replicas and cost twice the time (see the README,
     /// "Simulator"; measured before the hourly floor).
     pub periodic_pass_ms: Option<i64>,

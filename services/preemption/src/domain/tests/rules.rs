@@ -335,6 +335,9 @@ fn a_requeued_job_keeps_its_place_in_its_allocation() {
 #[test]
 fn a_cordoned_node_drains_without_violating_any_minimum_runtime() {
     let mut h = H::new();
+    // The wake-ups asserted below are the protection ends (with the hourly floor, each hour's
+    // end would come first while x waits).
+    h.state.set_hourly_floor(false);
     h.two_teams();
     h.node("n1", 8);
     h.running(0, "u", "b", 0, &[("n1", 2)]);
@@ -896,6 +899,7 @@ fn a_multi_node_floor_order_waits_until_its_victims_lose_little_on_average() {
 #[test]
 fn the_next_due_time_is_the_earliest_protection_end_while_allocated_work_waits() {
     let mut h = H::new();
+    h.state.set_hourly_floor(false);
     h.two_teams();
     for n in ["n1", "n2", "n3"] {
         h.node(n, 8);
@@ -913,6 +917,21 @@ fn the_next_due_time_is_the_earliest_protection_end_while_allocated_work_waits()
     // Past that end, the two-node job's is next: named once, from its own start.
     assert_eq!(next_due(&h.state, 10 * MIN + HOUR, &h.cfg), Some(2 * HOUR));
     assert_eq!(next_due(&h.state, 2 * HOUR, &h.cfg), None);
+}
+
+#[test]
+fn with_the_hourly_floor_the_end_of_the_hour_is_due_while_allocated_work_waits() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "x", "b", 2 * 3600, &[("n1", 8)]);
+    // Nothing waits: nothing is due.
+    assert_eq!(next_due(&h.state, 20 * MIN, &h.cfg), None);
+    // w waits: the hour's end (floors back to the shares) comes before x's protection ends.
+    h.submit(20 * MIN, "w", "a", 8, 3600);
+    assert_eq!(next_due(&h.state, 20 * MIN, &h.cfg), Some(HOUR));
+    assert_eq!(next_due(&h.state, HOUR, &h.cfg), Some(2 * HOUR));
+    assert_eq!(next_due(&h.state, 2 * HOUR - 1, &h.cfg), Some(2 * HOUR));
 }
 
 #[test]
