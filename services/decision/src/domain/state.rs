@@ -943,7 +943,9 @@ impl DecisionState {
             .part_mut(job.request.is_unallocated())
             .insert(job.key(id), job.request);
         if !job.request.is_unallocated() {
-            queue.queued_gpus += job.request.shape.total_gpus();
+            queue.queued_gpus = queue
+                .queued_gpus
+                .saturating_add(job.request.shape.total_gpus());
             if let Some(old) = replaced {
                 queue.queued_gpus = queue.queued_gpus.saturating_sub(old.shape.total_gpus());
             }

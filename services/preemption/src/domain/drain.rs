@@ -124,9 +124,9 @@ pub fn drain_victims(
                 contract::protected_until_ms(job.start_ms, job.min_runtime_ms, cfg);
             let reason = if let Some(start_ms) = window {
                 if protected && protected_until < start_ms {
-                    // Accepted for this window (its protection ends before it): ordered off
-                    // when the protection ends, never inside it. Only a grace longer than
-                    // the decision service's lead gets here.
+                    // Its protection ends before the window (the window was scheduled while
+                    // it ran, or the grace is longer than the decision service's lead):
+                    // ordered off when the protection ends, never inside it.
                     continue;
                 }
                 DrainReason::Maintenance {
