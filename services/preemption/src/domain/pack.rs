@@ -204,10 +204,14 @@ impl<'s, 'c> Packer<'s, 'c> {
     /// elsewhere could cover them.
     fn shortfall_coverable(&mut self, x: usize, need: u32) -> Option<u32> {
         let node = &self.view.nodes[x];
-        if node.cordoned || node.capacity < need || node.free >= need {
+        // Pending GPUs do not count here (they are not free for the moved jobs' room);
+        // GPUs held beyond the node's capacity must be freed too.
+        let shortfall = need
+            .saturating_add(node.overcommit)
+            .saturating_sub(node.free);
+        if node.cordoned || node.capacity < need || shortfall == 0 {
             return None;
         }
-        let shortfall = need - node.free;
         let hole = self.largest_hole_besides(x);
         if hole == 0 || self.total_free.saturating_sub(node.free) < shortfall {
             return None;

@@ -43,14 +43,30 @@ pub(crate) struct NodeView<'s> {
     pub cordoned: bool,
     pub windows: &'s [Window],
     pub holdings: &'s [(Arc<str>, Holding)],
+    /// GPUs held beyond the node's capacity: a node registered again with fewer GPUs while
+    /// its work runs. The first GPUs its work frees go to paying this back, not to a waiter.
+    pub overcommit: u32,
 }
 
 impl NodeView<'_> {
     /// GPUs a waiter could have without preempting anyone new.
     pub fn available(&self) -> u32 {
-        self.free
-            .saturating_add(self.pending)
-            .saturating_sub(self.taken)
+        self.room_with(0)
+    }
+
+    /// GPUs a waiter could have if `extra` more GPUs of work left the node too.
+    pub fn room_with(&self, extra: u32) -> u32 {
+        let gain = u64::from(self.free) + u64::from(self.pending) + u64::from(extra);
+        let owed = u64::from(self.taken) + u64::from(self.overcommit);
+        u32::try_from(gain.saturating_sub(owed)).unwrap_or(u32::MAX)
+    }
+
+    /// GPUs of work that must leave the node, beyond what is already leaving, before `need`
+    /// GPUs are free on it for a waiter.
+    pub fn shortfall(&self, need: u32) -> u32 {
+        let want = u64::from(need) + u64::from(self.taken) + u64::from(self.overcommit);
+        let gain = u64::from(self.free) + u64::from(self.pending);
+        u32::try_from(want.saturating_sub(gain)).unwrap_or(u32::MAX)
     }
 
     /// Whether the node takes work protected until `protected_until` at `now`.
@@ -95,6 +111,7 @@ impl<'s> View<'s> {
                 cordoned: row.node.cordoned,
                 windows: row.windows,
                 holdings: row.holdings(),
+                overcommit: row.used().saturating_sub(row.node.gpus),
             })
             .collect();
         let mut claims: Vec<(&'s str, Vec<Claim>)> = Vec::new();
@@ -246,7 +263,7 @@ impl<'s> View<'s> {
             .iter()
             .zip(unallocated)
             .filter(|(n, _)| n.accepts(now, protected_until))
-            .map(|(n, &u)| (n, n.available().saturating_add(u)));
+            .map(|(n, &u)| (n, n.room_with(u)));
         if shape.nodes <= 1 {
             usable.any(|(_, room)| room >= shape.gpus_per_node)
         } else {

@@ -224,3 +224,22 @@ fn a_job_left_queued_under_a_removed_allocation_does_not_switch_packing_off() {
         vec![format!("order m for \"w\" by {}", now + 30 * SEC)]
     );
 }
+
+#[test]
+fn a_node_held_beyond_its_capacity_is_not_packed_for_nothing() {
+    // n1 was registered again with 4 of its 8 GPUs while b's two 4-GPU jobs run on it; n2
+    // has a 4-GPU hole. Moving one job into the hole would leave n1 with 4 GPUs held and
+    // none free: the waiter still would not fit, so nothing moves.
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.node("n2", 8);
+    h.running(0, "x1", "b", 600, &[("n1", 4)]);
+    h.running(0, "x2", "b", 600, &[("n1", 4)]);
+    h.running(0, "y", "a", 8 * 3600, &[("n2", 4)]);
+    h.node("n1", 4);
+    h.submit(MIN, "w", "b", 4, 3600);
+    let now = HOUR;
+    let out = h.decide(now);
+    assert!(orders(&out).is_empty(), "{out:?}");
+}

@@ -856,6 +856,26 @@ fn an_hour_behind_its_share_lets_a_waiter_take_what_the_plain_floor_would_not() 
 }
 
 #[test]
+fn a_node_registered_again_with_fewer_gpus_frees_its_overcommit_before_a_waiter_fits() {
+    // n1 had 8 GPUs, all held by b (two 4-GPU jobs past their minimum runtime); it is
+    // registered again with 4 (a GPU board failed). a, which the window ranks first, waits
+    // for 4 GPUs: ordering off one job would leave 4 GPUs held on a 4-GPU node, nothing free,
+    // so both must go.
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "x1", "b", 600, &[("n1", 4)]);
+    h.running(0, "x2", "b", 600, &[("n1", 4)]);
+    h.node("n1", 4);
+    h.submit(MIN, "w", "a", 4, 3600);
+    let now = HOUR;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", gpu_h(100.0), ALLOC)]);
+    let mut v = victims(&h.decide(now));
+    v.sort();
+    assert_eq!(v, ["x1", "x2"]);
+}
+
+#[test]
 fn the_window_never_takes_an_allocation_below_its_floor() {
     let mut h = floor_case();
     // a has used nothing and holds its floor; b has used a lot and holds its floor too.

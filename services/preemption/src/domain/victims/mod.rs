@@ -455,7 +455,7 @@ impl<'s> Behind<'s> {
             .nodes
             .iter()
             .zip(&unallocated)
-            .map(|(n, &u)| n.available().saturating_add(u))
+            .map(|(n, &u)| n.room_with(u))
             .max()
             .unwrap_or(0);
         Behind {

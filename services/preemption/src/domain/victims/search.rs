@@ -92,7 +92,7 @@ fn single_node<'s>(
         {
             continue;
         }
-        let shortfall = need.saturating_sub(node.available());
+        let shortfall = node.shortfall(need);
         if shortfall == 0 {
             return Some((vec![i], Vec::new()));
         }
