@@ -92,7 +92,7 @@ impl From<Stored> for DecisionState {
                 .allocated
                 .iter()
                 .map(|(_, r)| r.shape.total_gpus())
-                .sum();
+                .fold(0u64, u64::saturating_add);
             for (_, r) in queue.allocated.iter().chain(queue.unallocated.iter()) {
                 *state.queued_shapes.entry(shape_key(r.shape)).or_insert(0) += 1;
             }
