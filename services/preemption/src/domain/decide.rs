@@ -261,14 +261,14 @@ pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option
                 next = Some(end);
             }
         }
-        if d.hourly_floor() {
+        if d.share_floor() && d.hourly_floor() {
             // A new clock hour sets every floor back to its share (`hourly`): what waited for
             // a floor may go then, events or not.
             let hour_end = now_ms
                 .div_euclid(HOUR_MS)
                 .saturating_add(1)
                 .saturating_mul(HOUR_MS);
-            if next.is_none_or(|n| hour_end < n) {
+            if hour_end > now_ms && next.is_none_or(|n| hour_end < n) {
                 next = Some(hour_end);
             }
         }

@@ -227,19 +227,22 @@ fn a_job_left_queued_under_a_removed_allocation_does_not_switch_packing_off() {
 
 #[test]
 fn a_node_held_beyond_its_capacity_is_not_packed_for_nothing() {
-    // n1 was registered again with 4 of its 8 GPUs while b's two 4-GPU jobs run on it; n2
-    // has a 4-GPU hole. Moving one job into the hole would leave n1 with 4 GPUs held and
-    // none free: the waiter still would not fit, so nothing moves.
+    // n1 was registered again with 4 of its 8 GPUs while b's four 2-GPU jobs run on it; n2
+    // and n3 each have a 3-GPU hole beside a's protected work. b's 4-GPU waiter fits nowhere.
+    // Moving two of n1's jobs into the holes would leave n1 with 4 GPUs held and none free:
+    // it lacks 8 GPUs, not 4, and the holes hold only 6, so nothing moves.
     let mut h = H::new();
     h.two_teams();
-    h.node("n1", 8);
-    h.node("n2", 8);
-    h.running(0, "x1", "b", 600, &[("n1", 4)]);
-    h.running(0, "x2", "b", 600, &[("n1", 4)]);
-    h.running(0, "y", "a", 8 * 3600, &[("n2", 4)]);
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    for i in 1..=4 {
+        h.running(0, &format!("x{i}"), "b", 600, &[("n1", 2)]);
+    }
+    h.running(0, "y", "a", 8 * 3600, &[("n2", 5)]);
+    h.running(0, "z", "a", 8 * 3600, &[("n3", 5)]);
     h.node("n1", 4);
     h.submit(MIN, "w", "b", 4, 3600);
-    let now = HOUR;
-    let out = h.decide(now);
+    let out = h.decide(HOUR);
     assert!(orders(&out).is_empty(), "{out:?}");
 }

@@ -944,14 +944,18 @@ fn with_the_hourly_floor_the_end_of_the_hour_is_due_while_allocated_work_waits()
     let mut h = H::new();
     h.two_teams();
     h.node("n1", 8);
-    h.running(0, "x", "b", 2 * 3600, &[("n1", 8)]);
+    h.running(0, "x", "b", 3 * 3600, &[("n1", 8)]);
     // Nothing waits: nothing is due.
     assert_eq!(next_due(&h.state, 20 * MIN, &h.cfg), None);
-    // w waits: the hour's end (floors back to the shares) comes before x's protection ends.
+    // w waits: each hour's end (floors back to the shares) comes before x's protection ends
+    // at 3 h.
     h.submit(20 * MIN, "w", "a", 8, 3600);
     assert_eq!(next_due(&h.state, 20 * MIN, &h.cfg), Some(HOUR));
     assert_eq!(next_due(&h.state, HOUR, &h.cfg), Some(2 * HOUR));
     assert_eq!(next_due(&h.state, 2 * HOUR - 1, &h.cfg), Some(2 * HOUR));
+    // With the share floor off there is no floor to move: only the protection end.
+    h.state.set_share_floor(false);
+    assert_eq!(next_due(&h.state, 20 * MIN, &h.cfg), Some(3 * HOUR));
 }
 
 #[test]

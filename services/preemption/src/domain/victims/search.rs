@@ -157,6 +157,7 @@ fn multi_node<'s>(
         // node out.
         let staying = node
             .capacity
+            .saturating_add(node.overcommit)
             .saturating_sub(node.free)
             .saturating_sub(node.pending);
         if judge.could_free(node.holdings) < u64::from(staying) {
