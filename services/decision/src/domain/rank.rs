@@ -36,6 +36,10 @@
 //!   (and its preemption rule, `fairshare_preemption::domain::victims`) owed delivery there
 //!   rose from 92.3% to 99.5%; the window still decides who gets the GPUs beyond the floors
 //!   (the idle capacity of others), which is what it is for.
+//! - The floor moves within each clock hour by what the allocation is behind or ahead of its
+//!   owed time in that hour ([`super::hourly`], [`FairTree::shift_floors`]), so a stretch
+//!   below it is made up before the hour ends and an allocation that had its hour's due gives
+//!   way to one that did not.
 //! - The floor orders allocations; it charges nothing and leaves [`FairTree::leaf_order`],
 //!   the window's ranking, as it is. Lineage: the minimum share of the Hadoop/YARN fair
 //!   scheduler, and Kueue's nominal quota, served before borrowing.
@@ -125,7 +129,8 @@ pub struct FairTree<'t> {
 pub struct FloorStanding {
     /// GPUs its allocated work holds (with what the cycle placed so far).
     pub held: u64,
-    /// Its floor, `floor_num / floor_den` GPUs: its fraction of the cluster's GPUs.
+    /// Its floor, `floor_num / floor_den` GPUs: its fraction of the cluster's GPUs, moved
+    /// for the rest of the clock hour by the hourly floor ([`super::hourly`]).
     pub floor_num: u128,
     /// See `floor_num` (never 0).
     pub floor_den: u128,
@@ -146,7 +151,8 @@ impl FloorStanding {
 struct Floor {
     /// Per allocation: GPUs held now, plus what the cycle placed.
     held: Vec<u64>,
-    /// Per allocation: its fraction of the cluster's GPUs, as `(num, den)`.
+    /// Per allocation: its fraction of the cluster's GPUs, as `(num, den)`, moved by
+    /// [`FairTree::shift_floors`].
     share: Vec<(u128, u128)>,
     /// Per account: leaves below (or itself) under their floor that still have waiting work.
     pending: Vec<u32>,
