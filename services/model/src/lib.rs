@@ -9,12 +9,15 @@
 //! - [`files`]: the TOML files managers and operators write (budget tree, inventory), parsed
 //!   and validated into the events they publish.
 //! - [`duration`]: human durations on the command line ("8h", "15m").
+//! - [`hour`]: the clock hours owed time is measured by (the accounting ledger, the hourly
+//!   share floor).
 //! - [`timestamp`]: instants for people (RFC 3339 UTC) in reasons and explanations.
 //! - [`trace`]: real job traces in the `replay.csv` schema.
 
 pub mod budget;
 pub mod duration;
 pub mod files;
+pub mod hour;
 pub mod inventory;
 pub mod shape;
 pub mod timestamp;

@@ -21,13 +21,8 @@ use super::budget::{BudgetHistory, Piece};
 use super::curve::Curve;
 use super::paths::PathId;
 
-/// Length of one ledger hour, in ms.
-pub const HOUR_MS: i64 = 3_600_000;
-
-/// The hour index (Unix epoch hours) containing `t`.
-pub fn hour_of(t: i64) -> i64 {
-    t.div_euclid(HOUR_MS)
-}
+/// The ledger's hours: Unix epoch hours, shared with the decision service's hourly floor.
+pub use fairshare_model::hour::{HOUR_MS, hour_of};
 
 /// Owed and delivered sums over closed hours, in GPU-ms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -37,12 +37,10 @@
 
 use std::sync::Arc;
 
+use fairshare_model::hour::{HOUR_MS, hour_of, hour_start};
 use serde::{Deserialize, Serialize};
 
 use super::state::DecisionState;
-
-/// The clock hour the SPEC measures owed time by.
-pub const HOUR_MS: i64 = 3_600_000;
 
 /// The shortest time a floor's shift is spread over: what an allocation is behind with
 /// `r` ms left in the hour moves its floor by `behind / max(r, this)`.
@@ -78,10 +76,10 @@ impl HourMeter {
     /// A time before the mark (an event stamped earlier than one already folded) integrates
     /// nothing: the meter never runs backwards.
     fn advance(&mut self, t: i64) {
-        let hour = t.div_euclid(HOUR_MS);
+        let hour = hour_of(t);
         if hour > self.hour {
             self.hour = hour;
-            self.mark = hour.saturating_mul(HOUR_MS);
+            self.mark = hour_start(t);
             self.run = 0;
             self.demand = 0;
         }
@@ -102,12 +100,13 @@ impl HourMeter {
     }
 
     /// `(run, demand)` GPU-ms of the hour containing `now`, through `now`, if the rates have
-    /// not changed since the last event (zero for an hour the meter has not reached, with
-    /// the rates integrated from its start).
+    /// not changed since the last event. For an hour after the meter's, the current rates
+    /// integrated from its start; for one before it (an event stamped ahead of `now`'s
+    /// clock), zero.
     pub fn at(&self, now: i64) -> (u128, u128) {
         let mut m = *self;
         m.advance(now);
-        if now.div_euclid(HOUR_MS) < m.hour {
+        if hour_of(now) < m.hour {
             return (0, 0);
         }
         (m.run, m.demand)
@@ -119,7 +118,7 @@ impl HourMeter {
 /// at `now` (see the module doc). Unbalanced: [`DecisionState::hourly_floor_shifts`] scales
 /// the cuts.
 pub fn shift_milli(floor_milli: i128, run: u128, demand: u128, now: i64) -> i128 {
-    let start = now.div_euclid(HOUR_MS).saturating_mul(HOUR_MS);
+    let start = hour_start(now);
     let elapsed = i128::from(now.saturating_sub(start));
     let spread = i128::from(
         start

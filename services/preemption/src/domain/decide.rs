@@ -28,8 +28,8 @@
 //! now + grace`, and a [`pb::DecisionBasis`] naming the last sequence folded and `now`; `cycle`
 //! is 0 here and the shell stamps its own cycle number with [`stamp_cycle`].
 
-use fairshare_decision::domain::hourly::HOUR_MS;
 use fairshare_events::pb::{self, event::Body};
+use fairshare_model::hour::{HOUR_MS, hour_start};
 
 use super::config::Config;
 use super::contract;
@@ -264,10 +264,7 @@ pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option
         if d.share_floor() && d.hourly_floor() {
             // A new clock hour sets every floor back to its share (`hourly`): what waited for
             // a floor may go then, events or not.
-            let hour_end = now_ms
-                .div_euclid(HOUR_MS)
-                .saturating_add(1)
-                .saturating_mul(HOUR_MS);
+            let hour_end = hour_start(now_ms).saturating_add(HOUR_MS);
             if hour_end > now_ms && next.is_none_or(|n| hour_end < n) {
                 next = Some(hour_end);
             }
