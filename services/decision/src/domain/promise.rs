@@ -71,6 +71,17 @@ impl DecisionState {
         self.promises.get(job_id).filter(|p| p.holds_at(now))
     }
 
+    /// The earliest time after `now` at which a promise holding GPUs lapses: from then on
+    /// those GPUs are anyone's, so a cycle then may place other work on them with no new
+    /// event (the services' periodic cycle finds it anyway; the simulator wakes for it).
+    pub fn next_promise_lapse(&self, now: i64) -> Option<i64> {
+        self.promises
+            .values()
+            .filter(|p| p.holds_at(now) && !p.nodes.is_empty())
+            .map(|p| p.until_ms)
+            .min()
+    }
+
     /// Promised GPUs per node in force at `now`, summed over jobs, sorted by node name.
     pub fn withheld_by_node(&self, now: i64) -> Vec<(&str, u32)> {
         let mut by_node: BTreeMap<&str, u32> = BTreeMap::new();

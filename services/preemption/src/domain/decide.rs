@@ -228,8 +228,9 @@ pub fn into_events(bodies: Vec<Body>, now_ms: i64) -> Vec<pb::Event> {
         .collect()
 }
 
-/// The next time after `now_ms` at which [`decide_preemptions`] could return something with no
-/// new event folded: a grace deadline, a drain or window becoming due, or, while allocated work
+/// The next time after `now_ms` at which [`decide_preemptions`] (or the decision cycle) could
+/// return something with no new event folded: a grace deadline, a drain or window becoming
+/// due, a promise holding GPUs lapsing (they are anyone's then), or, while allocated work
 /// waits, the end of some running job's minimum runtime (it may become a victim) and, with the
 /// hourly floor, the next clock hour (floors go back to the shares). Not a
 /// victim's next checkpoint, after which an order held back for lost work may go: that waiter
@@ -238,14 +239,15 @@ pub fn into_events(bodies: Vec<Body>, now_ms: i64) -> Vec<pb::Event> {
 /// busy cluster; the same goes for the hourly floors' moves within an hour. (The simulator
 /// runs the periodic pass only with `--periodic-pass`; without it, the next event it is.)
 pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option<i64> {
+    let d = state.decision();
     let mut next = [
         grace::next_deadline(state, now_ms),
         drain::next_drain_due(state, now_ms, config),
+        d.next_promise_lapse(now_ms),
     ]
     .into_iter()
     .flatten()
     .min();
-    let d = state.decision();
     let waiting = d.queues().values().any(|q| !q.allocated.is_empty());
     if waiting {
         // Only allocated work is ever protected, and the in-flight list holds each such job

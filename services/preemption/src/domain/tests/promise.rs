@@ -5,6 +5,7 @@
 use fairshare_events::pb::{self, event::Body};
 
 use super::support::*;
+use crate::domain::next_due;
 
 /// n1 and n2 (8 GPUs) run `x1` and `x2` of allocation b, past their minimum runtime; n3 (4
 /// GPUs) runs unallocated `u0`. `w` (a, 2 x 8 GPUs) waits and gets `x1` and `x2` ordered off
@@ -88,4 +89,30 @@ fn a_waiter_with_gpus_on_their_way_needs_no_new_victims_however_they_come() {
     for t in [now + 10 * SEC, now + 20 * SEC, now + 29 * SEC] {
         assert_eq!(orders(&h.step(t)), vec![], "at {t}");
     }
+}
+
+/// A promise that lapses with its job still unable to start frees its GPUs with no event: the
+/// next due time names the lapse, so a service (or the simulator) passes then and the GPUs go
+/// to other work rather than idling until something else happens.
+#[test]
+fn a_promise_lapsing_is_due_and_frees_its_gpus_then() {
+    let (mut h, now) = ordered_for_w();
+    // Both victims leave (orders at `now`, grace deadline `now + 30 s`), and n2 is cordoned:
+    // w (2 x 8 GPUs) can no longer start, yet n1 stays promised to it until the deadline plus
+    // the hold, `now + 30 s + 60 s`.
+    h.confirm(now + 5 * SEC, "x1");
+    h.cordon(now + 5 * SEC, "n2");
+    h.confirm(now + 10 * SEC, "x2");
+    let requeued = render(&h.step(now + 10 * SEC));
+    assert_eq!(requeued, vec!["requeued x1", "requeued x2", "drained n2"]);
+    let lapse = now + 90 * SEC;
+    // Nothing else is due before the hour ends: only unallocated u0 runs, no order is out.
+    assert_eq!(next_due(&h.state, now + 10 * SEC, &h.cfg), Some(lapse));
+    assert_eq!(h.placements(lapse - 1), vec![], "n1 is still held for w");
+    assert_eq!(
+        h.placements(lapse),
+        vec![("x1".into(), "n1".into())],
+        "once the promise lapses, the requeued x1 takes n1"
+    );
+    assert_eq!(next_due(&h.state, lapse, &h.cfg), Some(3 * HOUR));
 }
