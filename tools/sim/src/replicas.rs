@@ -66,11 +66,12 @@ pub struct Range {
 impl Range {
     /// The range of `shares` (at least one), compared exactly by cross-multiplication.
     fn of(mut shares: Vec<Share>) -> Option<Range> {
+        // A zero denominator counts as 0 (as 0 / 1): cross-multiplying it as it stands would
+        // make it equal to every share, which is no order at all.
+        let value = |s: &Share| if s.1 == 0 { (0, 1) } else { (s.0, s.1) };
         shares.sort_by(|a, b| {
-            // a.0 / a.1 vs b.0 / b.1; a zero denominator counts as 0.
-            let lhs = if a.1 == 0 { 0 } else { a.0.saturating_mul(b.1) };
-            let rhs = if b.1 == 0 { 0 } else { b.0.saturating_mul(a.1) };
-            lhs.cmp(&rhs)
+            let (a, b) = (value(a), value(b));
+            a.0.saturating_mul(b.1).cmp(&b.0.saturating_mul(a.1))
         });
         Some(Range {
             min: *shares.first()?,
@@ -208,5 +209,19 @@ mod tests {
         let fifo = &s.rows[1];
         assert_eq!(fifo.owed.min, fifo.owed.max);
         assert!(spread(&[], 0, 0).is_none());
+    }
+
+    #[test]
+    fn a_share_with_nothing_owed_sorts_as_zero_whatever_the_order_of_replicas() {
+        for order in [
+            vec![(98, 100), (0, 0), (99, 100)],
+            vec![(0, 0), (99, 100), (98, 100)],
+            vec![(99, 100), (98, 100), (0, 0)],
+        ] {
+            let r = Range::of(order.clone()).unwrap();
+            assert_eq!(r.min, (0, 0), "{order:?}");
+            assert_eq!(r.median, (98, 100), "{order:?}");
+            assert_eq!(r.max, (99, 100), "{order:?}");
+        }
     }
 }

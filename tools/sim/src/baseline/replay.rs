@@ -54,7 +54,9 @@ pub(crate) fn replay(
     policy.set_shares(&run.allocations.fractions(run.tree()));
     let mut started = Vec::new();
     while let Some(&Reverse((now, _))) = run.agenda.peek() {
-        if now > setup.end_ms {
+        // The span's end is exclusive, as in the fairshare engine: what would happen at
+        // `end_ms` is not in the log of either.
+        if now >= setup.end_ms {
             break;
         }
         policy.advance(now);

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use fairshare_accounting::domain::{FoldConfig, UsageFold};
 use fairshare_events::pb::{self, PreemptionCause, event::Body};
 use fairshare_model::budget::BudgetTree;
+use fairshare_model::hour::HOUR_MS;
 use fairshare_model::shape::Shape;
 use fairshare_preemption::domain::Config as ContractConfig;
 use fairshare_preemption::domain::contract;
@@ -61,16 +62,26 @@ struct Tracked {
 /// Cluster-wide GPU counts between events.
 #[derive(Default)]
 struct Levels {
+    /// GPUs of open nodes (registered, not cordoned).
     capacity: u64,
+    /// GPUs running work, on any node.
     used: u64,
+    /// GPUs running work on closed nodes (cordoned, or left service), which runs on until
+    /// its jobs stop: counted as available too, so `used` never exceeds `available`.
+    closed_used: u64,
     unallocated_used: u64,
     queued: u64,
 }
 
 impl Levels {
+    /// GPUs that could run work: the open nodes', and those still running work elsewhere.
+    fn available(&self) -> u64 {
+        self.capacity.saturating_add(self.closed_used)
+    }
+
     /// Whether queued work exceeds idle GPUs: the time occupancy is judged over.
     fn contended(&self) -> bool {
-        self.queued > self.capacity.saturating_sub(self.used)
+        self.queued > self.available().saturating_sub(self.used)
     }
 }
 
@@ -93,8 +104,8 @@ impl Integrals {
         }
         let dt = u128::try_from(to - from).unwrap_or(0);
         let used = u128::from(levels.used);
-        let capacity = u128::from(levels.capacity);
-        let idle = levels.capacity.saturating_sub(levels.used);
+        let capacity = u128::from(levels.available());
+        let idle = levels.available().saturating_sub(levels.used);
         self.used += used * dt;
         self.available += capacity * dt;
         self.unallocated += u128::from(levels.unallocated_used) * dt;
@@ -110,11 +121,11 @@ impl Integrals {
 
     /// Splits `[from, to)` over the hours since `start_ms` it touches.
     fn add_hourly(&mut self, levels: &Levels, from: i64, to: i64, start_ms: i64) {
-        const HOUR: i64 = 3_600_000;
+        // Hours of the run (from `start_ms`), for the occupancy chart.
         let mut t = from;
         while t < to {
-            let hour = (t - start_ms).max(0) / HOUR;
-            let hour_end = (start_ms + (hour + 1) * HOUR).min(to);
+            let hour = (t - start_ms).max(0) / HOUR_MS;
+            let hour_end = (start_ms + (hour + 1) * HOUR_MS).min(to);
             let dt = u128::try_from(hour_end - t).unwrap_or(0);
             let idx = usize::try_from(hour).unwrap_or(usize::MAX);
             while self.hourly.len() <= idx {
@@ -127,7 +138,7 @@ impl Integrals {
             }
             let point = &mut self.hourly[idx];
             point.used_gpu_ms += u128::from(levels.used) * dt;
-            point.capacity_gpu_ms += u128::from(levels.capacity) * dt;
+            point.capacity_gpu_ms += u128::from(levels.available()) * dt;
             t = hour_end;
         }
     }
@@ -382,7 +393,11 @@ impl Measure<'_> {
                 self.holes.ordered_off(idx, job.serial);
             }
         }
-        if let Some(since) = job.running_since
+        // A maintenance window scheduled after a job started may cut its protection (SPEC
+        // section 2: a window accepts only work whose protection ends before it); that is the
+        // operator's call, not a preemption for fair share, so it is no violation.
+        if cause != PreemptionCause::Maintenance
+            && let Some(since) = job.running_since
             && contract::is_protected(since, job.min_runtime_ms, now, &self.config.contract)
         {
             self.out.violations += 1;
@@ -560,12 +575,14 @@ pub fn measure(policy: &str, events: &[pb::Event], config: &MeasureConfig) -> Ru
         tree: None,
     };
     for (i, event) in events.iter().enumerate() {
-        if event.at_ms > config.end_ms {
+        // The span's end is exclusive, as the engines run it.
+        if event.at_ms >= config.end_ms {
             break;
         }
         m.advance(event.at_ms);
         m.missed.close_hours(&m.usage, event.at_ms);
         m.apply(event);
+        m.levels.closed_used = m.holes.closed_running();
         m.usage.apply(i as u64 + 1, event);
     }
     m.finish()
@@ -598,5 +615,153 @@ fn empty(policy: &str, events: usize) -> RunMetrics {
         jobs_finished: 0,
         events: events as u64,
         hourly: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: i64 = 3_600_000;
+    const T0: i64 = 1_000 * HOUR;
+
+    fn at(at_ms: i64, body: Body) -> pb::Event {
+        pb::Event {
+            at_ms,
+            body: Some(body),
+        }
+    }
+
+    fn node(name: &str) -> pb::Event {
+        at(
+            T0,
+            Body::NodeRegistered(pb::NodeRegistered {
+                cluster: "c".into(),
+                node: name.into(),
+                gpus: 8,
+            }),
+        )
+    }
+
+    /// Job `id` of `nodes` x 8 GPUs and a `min_runtime_s` submitted at `t`.
+    fn submitted(t: i64, id: &str, nodes: u32, min_runtime_s: i64) -> pb::Event {
+        at(
+            t,
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: id.into(),
+                idempotency_key: id.into(),
+                spec: Some(pb::JobSpec {
+                    cluster: "c".into(),
+                    allocation: "lab/a".into(),
+                    user: "u".into(),
+                    gpus: i64::from(nodes * 8),
+                    nodes: i64::from(nodes),
+                    min_runtime_s,
+                    resumable: true,
+                    ..Default::default()
+                }),
+                shape: Some(pb::Shape {
+                    nodes,
+                    gpus_per_node: 8,
+                }),
+            }),
+        )
+    }
+
+    /// `a` (8 GPUs, 2 h minimum runtime) starts on n1 at `T0`.
+    fn a_runs_on_n1() -> Vec<pb::Event> {
+        vec![
+            node("n1"),
+            node("n2"),
+            submitted(T0, "a", 1, 7_200),
+            at(
+                T0,
+                Body::JobPlaced(pb::JobPlaced {
+                    job_id: "a".into(),
+                    nodes: vec![pb::NodeGpus {
+                        node: "n1".into(),
+                        gpus: 8,
+                    }],
+                    basis: None,
+                }),
+            ),
+            at(T0, Body::JobStarted(pb::JobStarted { job_id: "a".into() })),
+        ]
+    }
+
+    fn config(end_ms: i64) -> MeasureConfig {
+        MeasureConfig {
+            start_ms: T0,
+            end_ms,
+            contract: ContractConfig::default(),
+            window: FoldConfig::default(),
+        }
+    }
+
+    #[test]
+    fn work_running_on_a_cordoned_node_counts_as_available_too() {
+        let mut log = a_runs_on_n1();
+        // n1 is cordoned with `a` still on it, and a 2 x 8 job waits for the second hour.
+        log.push(at(
+            T0 + HOUR,
+            Body::NodeCordoned(pb::NodeCordoned {
+                cluster: "c".into(),
+                node: "n1".into(),
+                reason: "repair".into(),
+            }),
+        ));
+        log.push(submitted(T0 + HOUR, "b", 2, 600));
+        let m = measure("p", &log, &config(T0 + 2 * HOUR));
+        // Under contention (the second hour): `a`'s 8 GPUs used, of n2's 8 open ones plus the
+        // 8 `a` still runs on. Counting only open nodes as available read 8 / 8 = 100%.
+        assert_eq!(m.contention_used_gpu_ms, 8 * HOUR as u128);
+        assert_eq!(m.contention_available_gpu_ms, 16 * HOUR as u128);
+        assert_eq!(m.available_gpu_ms, 32 * HOUR as u128);
+        assert_eq!(m.hourly[1].capacity_gpu_ms, 16 * HOUR as u128);
+        // Once `a` stops, n1's GPUs are no longer available.
+        log.push(at(
+            T0 + 2 * HOUR,
+            Body::JobFinished(pb::JobFinished {
+                job_id: "a".into(),
+                exit_code: 0,
+            }),
+        ));
+        let m = measure("p", &log, &config(T0 + 3 * HOUR));
+        assert_eq!(m.available_gpu_ms, (16 + 16 + 8) * HOUR as u128);
+        assert_eq!(m.contention_available_gpu_ms, (16 + 8) * HOUR as u128);
+    }
+
+    #[test]
+    fn a_maintenance_order_inside_the_minimum_runtime_is_no_violation() {
+        let order = |cause: PreemptionCause| {
+            let mut log = a_runs_on_n1();
+            log.push(at(
+                T0 + HOUR,
+                Body::PreemptionOrdered(pb::PreemptionOrdered {
+                    job_id: "a".into(),
+                    grace_deadline_ms: T0 + HOUR + 30_000,
+                    cause: cause as i32,
+                    ..Default::default()
+                }),
+            ));
+            measure("p", &log, &config(T0 + 2 * HOUR)).violations
+        };
+        assert_eq!(order(PreemptionCause::Maintenance), 0);
+        assert_eq!(order(PreemptionCause::Window), 1);
+        assert_eq!(order(PreemptionCause::ShareFloor), 1);
+    }
+
+    #[test]
+    fn an_event_at_the_end_of_the_span_is_outside_it() {
+        let mut log = a_runs_on_n1();
+        log.push(at(
+            T0 + HOUR,
+            Body::JobFinished(pb::JobFinished {
+                job_id: "a".into(),
+                exit_code: 0,
+            }),
+        ));
+        assert_eq!(measure("p", &log, &config(T0 + HOUR)).jobs_finished, 0);
+        assert_eq!(measure("p", &log, &config(T0 + HOUR + 1)).jobs_finished, 1);
     }
 }

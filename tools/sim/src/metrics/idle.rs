@@ -57,6 +57,11 @@ struct Node {
 }
 
 impl Node {
+    /// Cordoned or out of service: its idle GPUs are not available.
+    fn closed(&self) -> bool {
+        self.cordoned || self.capacity == 0
+    }
+
     fn running(&self) -> u32 {
         self.holders.iter().map(|h| h.gpus).sum()
     }
@@ -82,6 +87,9 @@ pub(super) struct Holes {
     single: BTreeMap<u32, Counts>,
     /// Queued multi-node jobs by GPUs per node.
     multi: BTreeMap<u32, Counts>,
+    /// GPUs running work on closed nodes (cordoned, or left service): in use, so counted as
+    /// available beside the open nodes' capacity.
+    closed_running: u64,
     /// The split so far.
     pub split: IdleUnderContention,
 }
@@ -113,14 +121,35 @@ impl Holes {
     /// A node registered (again) with `gpus`, or left service (`gpus` 0).
     pub fn set_capacity(&mut self, name: &str, gpus: u32) {
         let i = self.node(name);
-        self.nodes[i as usize].capacity = gpus;
-        self.touch(i);
+        self.reopen(i, |n| n.capacity = gpus);
     }
 
     /// A node cordoned or uncordoned: a cordoned node's idle GPUs are not available.
     pub fn set_cordoned(&mut self, name: &str, cordoned: bool) {
         let i = self.node(name);
-        self.nodes[i as usize].cordoned = cordoned;
+        self.reopen(i, |n| n.cordoned = cordoned);
+    }
+
+    /// GPUs running work on closed nodes.
+    pub fn closed_running(&self) -> u64 {
+        self.closed_running
+    }
+
+    /// Changes node `i` with `change`, moving its running GPUs in or out of the closed count.
+    fn reopen(&mut self, i: u32, change: impl FnOnce(&mut Node)) {
+        let n = &mut self.nodes[i as usize];
+        let closed_before = if n.closed() {
+            u64::from(n.running())
+        } else {
+            0
+        };
+        change(n);
+        let closed_after = if n.closed() {
+            u64::from(n.running())
+        } else {
+            0
+        };
+        self.closed_running = (self.closed_running + closed_after).saturating_sub(closed_before);
         self.touch(i);
     }
 
@@ -162,6 +191,9 @@ impl Holes {
                 protected_until_ms,
                 leaving: false,
             });
+            if n.closed() {
+                self.closed_running += u64::from(gpus);
+            }
             self.touch(node);
         }
     }
@@ -178,7 +210,12 @@ impl Holes {
     /// Job `job` stopped running on `node`.
     pub fn stop(&mut self, node: u32, job: u32) {
         if let Some(n) = self.nodes.get_mut(node as usize) {
+            let before = n.running();
             n.holders.retain(|h| h.job != job);
+            if n.closed() {
+                let gone = u64::from(before.saturating_sub(n.running()));
+                self.closed_running = self.closed_running.saturating_sub(gone);
+            }
             self.touch(node);
         }
     }
@@ -205,7 +242,7 @@ impl Holes {
         let s = &mut self.split;
         for &i in &self.idle {
             let n = &self.nodes[i as usize];
-            if n.cordoned || n.capacity == 0 {
+            if n.closed() {
                 continue;
             }
             s.awaiting_start_gpu_ms += u128::from(n.pending) * dt;

@@ -17,8 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use fairshare_accounting::domain::UsageFold;
-
-const HOUR_MS: i64 = 3_600_000;
+use fairshare_model::hour::{HOUR_MS, hour_start};
 
 /// The running split of missed owed time.
 #[derive(Debug, Default)]
@@ -44,7 +43,7 @@ impl MissedOwed {
         };
         let mut end = *self
             .hour_end_ms
-            .get_or_insert_with(|| now.div_euclid(HOUR_MS).saturating_add(1) * HOUR_MS);
+            .get_or_insert_with(|| hour_start(now).saturating_add(HOUR_MS));
         while end <= now {
             self.close(usage, cluster, end);
             end = end.saturating_add(HOUR_MS);

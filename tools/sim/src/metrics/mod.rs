@@ -112,7 +112,8 @@ pub struct RunMetrics {
     /// Preemptions and the work they threw away, by the orders' cause, in the contract's order
     /// of causes; causes that ordered nothing are left out.
     pub by_cause: Vec<CausePreemptions>,
-    /// Preemptions ordered for fair share while the victim was inside its minimum runtime.
+    /// Preemptions ordered while the victim was inside its minimum runtime, for any cause but
+    /// a maintenance window (which may cut protections that began before it was scheduled).
     pub violations: u64,
     /// Jobs submitted.
     pub jobs_submitted: u64,
