@@ -58,7 +58,8 @@ async fn a_lost_consumer_resumed_at_the_end_does_not_hand_over_the_log_again() {
     let stack = Stack::start().await.unwrap();
     let subject = subjects::job_event(CLUSTER, "j", "job_started");
     let mut last = 0;
-    for i in 0..3 {
+    let before = 200;
+    for i in 0..before {
         last = stack
             .append(
                 subject.clone(),
@@ -99,5 +100,12 @@ async fn a_lost_consumer_resumed_at_the_end_does_not_hand_over_the_log_again() {
     assert_eq!(
         entry.sequence, next,
         "only what follows the start, not the log again"
+    );
+    // And it did not read its way back through the log to get there: the first repeat made
+    // it follow anew from where it left off.
+    assert!(
+        follower.repeats_skipped() <= 1,
+        "skipped {} of the {before} entries before its start",
+        follower.repeats_skipped()
     );
 }

@@ -127,6 +127,9 @@ pub struct Follower {
     idle_checks: u64,
     /// Entries skipped as repeats of ones delivered already (see [`Follower::next`]).
     repeats_skipped: u64,
+    /// The last delivered sequence when a repeat last made it follow anew: once per entry
+    /// delivered, so a consumer that keeps repeating cannot make it re-create one per entry.
+    renewed_after: Option<u64>,
 }
 
 /// Whether an entry at `sequence` was delivered already, the last delivered being
@@ -160,6 +163,7 @@ impl Follower {
             checked_at: Instant::now(),
             idle_checks: 0,
             repeats_skipped: 0,
+            renewed_after: None,
         })
     }
 
@@ -246,7 +250,9 @@ impl Follower {
     /// An entry at or before the last one delivered is skipped: async-nats re-creates an
     /// ordered consumer that has delivered nothing yet from the stream's first entry (not from
     /// where it was asked to start), so after a lost consumer a follower resumed at the log's
-    /// end would otherwise hand the whole log over again, and move backwards.
+    /// end would otherwise hand the whole log over again, and move backwards. The first such
+    /// repeat also makes it follow anew from the entry after the last delivered: skipping
+    /// alone would still read the whole log back to where it was.
     pub async fn next(&mut self) -> Option<Result<LogEntry, FollowError>> {
         let (message, sequence, pending, stored_ms) = loop {
             let idle_until = self.checked_at + FOLLOW_IDLE_CHECK;
@@ -262,7 +268,6 @@ impl Follower {
                     continue;
                 }
             };
-            self.checked_at = Instant::now();
             let (sequence, pending, stored_ms) = match message.info() {
                 Ok(info) => (
                     info.stream_sequence,
@@ -272,17 +277,24 @@ impl Follower {
                 Err(e) => return Some(Err(FollowError::Delivery(e.to_string()))),
             };
             if is_repeat(sequence, self.last_delivered) {
+                // A repeat is no delivery: it does not put the idle check off.
                 self.repeats_skipped += 1;
-                if self.repeats_skipped == 1 {
+                if self.renewed_after != Some(self.last_delivered) {
+                    // Started over from the log's first entry: skipping its way back could
+                    // mean reading the whole log again. Follow anew from where it left off,
+                    // once per entry delivered (if the new consumer repeats too, skip).
                     tracing::warn!(
                         sequence,
                         last_delivered = self.last_delivered,
-                        "log follower's consumer started over from an earlier entry; skipping \
-                         what was delivered already"
+                        "log follower's consumer started over from an earlier entry; following \
+                         the log anew after the last entry delivered"
                     );
+                    self.renewed_after = Some(self.last_delivered);
+                    self.follow_anew("started over").await;
                 }
                 continue;
             }
+            self.checked_at = Instant::now();
             break (message, sequence, pending, stored_ms);
         };
         self.last_delivered = sequence;
@@ -300,6 +312,12 @@ impl Follower {
     /// whether it missed anything (for tests and diagnostics).
     pub fn idle_checks(&self) -> u64 {
         self.idle_checks
+    }
+
+    /// How many entries it skipped as repeats of ones delivered already (for tests and
+    /// diagnostics).
+    pub fn repeats_skipped(&self) -> u64 {
+        self.repeats_skipped
     }
 
     /// Re-creates the consumer from the entry after the last delivered if the stream holds
@@ -321,23 +339,25 @@ impl Follower {
         if last <= self.last_delivered {
             return;
         }
+        self.follow_anew("idle").await;
+    }
+
+    /// Replaces the consumer with one from the entry after the last delivered; on an error
+    /// keeps the current one. `why` names the cause in the log lines.
+    async fn follow_anew(&mut self, why: &'static str) {
         let from = self.last_delivered + 1;
         match Self::consume(&self.js, from, self.filters.clone()).await {
             Ok((messages, missed)) => {
-                // Usually the log moved on only outside this follower's filters: nothing was
-                // missed, and that is not worth more than a debug line every 10 s.
+                // Usually an idle follower's log moved on only outside its filters: nothing
+                // was missed, and that is not worth more than a debug line every 10 s.
                 if missed > 0 {
-                    tracing::info!(
-                        from,
-                        missed,
-                        "log follower idle while the log moved on: following it anew"
-                    );
+                    tracing::info!(from, missed, why, "log follower following the log anew");
                 } else {
-                    tracing::debug!(from, "log follower idle; nothing missed");
+                    tracing::debug!(from, why, "log follower following anew; nothing missed");
                 }
                 self.messages = messages;
             }
-            Err(e) => tracing::warn!("log follower idle; cannot follow the log anew: {e}"),
+            Err(e) => tracing::warn!(why, "log follower cannot follow the log anew: {e}"),
         }
     }
 }
