@@ -11,6 +11,7 @@
 //! - [`nats`]: connecting, and creating or updating the JetStream streams of
 //!   [`fairshare_events::streams`].
 //! - [`log`]: following the event log in stream order from a given sequence.
+//! - [`retry`]: the back-off after writes of unknown outcome.
 //! - [`envelope`]: building the headers every published message carries.
 //! - [`shutdown`]: the process signal future `main` hands to a service's `run`.
 //! - [`telemetry`]: logs and OpenTelemetry export for binaries, and the span each service opens
@@ -24,5 +25,6 @@ pub mod clock;
 pub mod envelope;
 pub mod log;
 pub mod nats;
+pub mod retry;
 pub mod shutdown;
 pub mod telemetry;

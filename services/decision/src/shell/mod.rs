@@ -74,6 +74,7 @@ use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
+use fairshare_runtime::retry::failure_backoff;
 use fairshare_runtime::telemetry::{self, Handling, Relation, Role};
 use futures::StreamExt;
 use tokio::time::Instant;
@@ -98,16 +99,6 @@ const STALL_WARNING: Duration = Duration::from_secs(10);
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes
 /// (older checkpoints are then refused and rebuilt from the log).
 const CHECKPOINT_VERSION: u32 = 7;
-
-/// How long to wait before resolving and deciding again after `failed_before` cycles in a row
-/// had placements of unknown outcome: at once the first time (a lone timeout), then doubling
-/// from 250 ms up to 8 s.
-fn failure_backoff(failed_before: u32) -> Duration {
-    match failed_before {
-        0 => Duration::ZERO,
-        n => Duration::from_millis(250u64.saturating_mul(1 << (n - 1).min(5))),
-    }
-}
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -627,15 +618,6 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-
-    #[test]
-    fn failed_cycles_back_off_to_a_cap() {
-        let waits: Vec<u64> = (0..9)
-            .map(|n| super::failure_backoff(n).as_millis() as u64)
-            .collect();
-        assert_eq!(waits, [0, 250, 500, 1000, 2000, 4000, 8000, 8000, 8000]);
-        assert_eq!(super::failure_backoff(u32::MAX).as_millis(), 8000);
-    }
 
     use fairshare_events::pb::{self, event::Body};
     use fairshare_runtime::log::LogEntry;

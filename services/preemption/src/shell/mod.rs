@@ -85,13 +85,15 @@ use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
+use fairshare_runtime::retry::failure_backoff;
 use fairshare_runtime::telemetry::{self, Relation};
 use tokio::time::Instant;
 
 use crate::domain::{self, decide_preemptions, into_events, next_due, stamp_cycle};
 pub use fold::ShellFold;
 
-/// How long to wait before deciding again after an effect of unknown outcome.
+/// The least wait before deciding again after an effect of unknown outcome (longer after
+/// several in a row: [`failure_backoff`]).
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes
@@ -182,6 +184,11 @@ pub struct Service {
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
+    /// Subjects of effects of unknown outcome whose newest event could not be looked up: no
+    /// pass runs until each is (see [`Service::resolve`]).
+    unresolved: Vec<String>,
+    /// Passes in a row with an effect of unknown outcome, for the back-off.
+    failed_passes: u32,
 }
 
 impl Service {
@@ -271,6 +278,8 @@ impl Service {
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
+            unresolved: Vec::new(),
+            failed_passes: 0,
         };
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
@@ -340,11 +349,16 @@ impl Service {
             let caught_up = self.fold.last_applied() >= barrier;
             let domain_due = next_due(self.fold.state(), self.clock.now_ms(), &self.config.policy)
                 .map(|ms| self.instant_of(ms));
-            let due = [change_due, domain_due, Some(timer_due)]
-                .into_iter()
-                .flatten()
-                .min()
-                .filter(|_| caught_up);
+            let due = if self.unresolved.is_empty() {
+                [change_due, domain_due, Some(timer_due)]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .filter(|_| caught_up)
+            } else {
+                // Only the next lookup: nothing is decided until it succeeds.
+                change_due
+            };
             let wake = async move {
                 match due {
                     Some(t) => tokio::time::sleep_until(t).await,
@@ -355,13 +369,22 @@ impl Service {
                 biased;
                 () = &mut shutdown => break Ok(()),
                 () = wake => {
+                    if !self.unresolved.is_empty() {
+                        barrier = barrier.max(self.resolve().await);
+                        change_due = Some(Instant::now() + self.retry_wait());
+                        continue;
+                    }
                     let outcome = self.pass().await;
                     barrier = barrier.max(outcome.max_sequence);
                     let now = Instant::now();
                     timer_due = now + self.config.pass_every;
                     change_due = if outcome.failed > 0 {
-                        Some(now + RETRY_AFTER)
+                        self.unresolved = outcome.unresolved;
+                        let wait = self.retry_wait();
+                        self.failed_passes = self.failed_passes.saturating_add(1);
+                        Some(now + wait)
                     } else {
+                        self.failed_passes = 0;
                         None
                     };
                 }
@@ -393,6 +416,27 @@ impl Service {
             "preemption service stopped"
         );
         result.map(|()| self.fold)
+    }
+
+    /// The wait before the next lookup or pass after effects of unknown outcome.
+    fn retry_wait(&self) -> Duration {
+        failure_backoff(self.failed_passes).max(RETRY_AFTER)
+    }
+
+    /// Looks up the newest event on each unresolved subject; returns the highest sequence
+    /// found (the fold must reach it before the next pass) and keeps the subjects still
+    /// unanswered.
+    async fn resolve(&mut self) -> u64 {
+        let mut newest = 0;
+        let mut still = Vec::new();
+        for scope in std::mem::take(&mut self.unresolved) {
+            match publish::newest_on(&self.js, &scope).await {
+                Ok(sequence) => newest = newest.max(sequence),
+                Err(_) => still.push(scope),
+            }
+        }
+        self.unresolved = still;
+        newest
     }
 
     /// One pass: decide at the clock's now and append the effects.

@@ -42,8 +42,13 @@ pub(crate) struct Outcome {
     pub duplicates: usize,
     /// Refused: the subject moved since the state the pass decided from.
     pub refused: usize,
-    /// Not sent or unacknowledged (connection trouble): decide again later.
+    /// Not sent or unacknowledged (connection trouble): decide again later. The pass stops
+    /// at the first such effect: the ones after it would most likely wait out the same
+    /// trouble one acknowledgement timeout each, and are decided again anyway.
     pub failed: usize,
+    /// Subjects (filters) of failed effects whose newest event could not be looked up either:
+    /// the effect may have landed unseen, so no pass may decide until a lookup succeeds.
+    pub unresolved: Vec<String>,
     /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
     /// next pass, or that pass would order the same things again.
     pub max_sequence: u64,
@@ -100,13 +105,15 @@ fn key_of(body: &Body) -> Option<&str> {
     }
 }
 
-/// The sequence of the newest event on `filter`, if the stream answers.
-async fn newest_on(js: &jetstream::Context, filter: &str) -> Option<u64> {
-    let events = js.get_stream_no_info(EVENTS_STREAM).await.ok()?;
+/// The sequence of the newest event on `filter`, or why the stream did not answer.
+pub(crate) async fn newest_on(js: &jetstream::Context, filter: &str) -> Result<u64, String> {
+    let events = js
+        .get_stream_no_info(EVENTS_STREAM)
+        .await
+        .map_err(|e| e.to_string())?;
     newest_sequence(&events, filter)
         .await
         .inspect_err(|e| tracing::warn!(filter, "cannot look up the newest event: {e}"))
-        .ok()
 }
 
 /// Appends `events` in order, each acknowledged before the next (a pass emits a handful).
@@ -179,13 +186,14 @@ pub(crate) async fn publish(
             Err(e) => {
                 tracing::warn!(message_id, "not published, will decide again: {e}");
                 outcome.failed += 1;
-                skipped.push(key);
                 // It may have landed all the same (an acknowledgement lost in a leader change):
                 // the next pass must not decide before the fold has seen whatever is on the
                 // subject now, or it could pick another victim for the same waiter.
-                if let Some(newest) = newest_on(js, &scope).await {
-                    outcome.max_sequence = outcome.max_sequence.max(newest);
+                match newest_on(js, &scope).await {
+                    Ok(newest) => outcome.max_sequence = outcome.max_sequence.max(newest),
+                    Err(_) => outcome.unresolved.push(scope),
                 }
+                break;
             }
         }
     }
@@ -358,5 +366,55 @@ mod tests {
         assert_eq!(id(&m), format!("drained:n1:{cordon}"));
         let again = publish(&js, C, &fold, drained()).await;
         assert_eq!(again.landed, 0);
+    }
+
+    /// With the server gone, an effect's acknowledgement and the lookup of its subject both
+    /// fail: the pass stops there (the next effect would wait out the same trouble) and names
+    /// the subject as unresolved, so the service decides nothing until it can look it up.
+    #[tokio::test]
+    async fn with_the_server_gone_a_pass_stops_at_its_first_effect_and_leaves_it_unresolved() {
+        let mut server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let mut js = jetstream::new(client);
+        js.set_timeout(std::time::Duration::from_millis(500));
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let mut fold = ShellFold::new(C);
+        for job in ["j1", "j2"] {
+            append(
+                &js,
+                &mut fold,
+                job,
+                Body::JobSubmitted(pb::JobSubmitted {
+                    job_id: job.into(),
+                    spec: Some(pb::JobSpec {
+                        cluster: C.into(),
+                        allocation: "x".into(),
+                        gpus: 1,
+                        ..Default::default()
+                    }),
+                    shape: Some(pb::Shape {
+                        nodes: 1,
+                        gpus_per_node: 1,
+                    }),
+                    ..Default::default()
+                }),
+            )
+            .await;
+        }
+        server.kill();
+        let kills = ["j1", "j2"]
+            .map(|job| {
+                Body::JobPreempted(pb::JobPreempted {
+                    job_id: job.into(),
+                    killed: true,
+                })
+            })
+            .to_vec();
+        let out = publish(&js, C, &fold, crate::domain::into_events(kills, 5)).await;
+        assert_eq!((out.landed, out.failed), (0, 1), "stopped at the first");
+        assert_eq!(out.unresolved, vec![subjects::job(C, "j1")]);
+        assert_eq!(out.max_sequence, 0);
     }
 }
