@@ -28,13 +28,16 @@ pub(super) struct Shared {
     pub clock: Arc<dyn Clock>,
 }
 
-/// Why an append did not happen.
+/// Why an append did not happen, or may not have.
 #[derive(Debug)]
 pub(super) enum AppendError {
     /// Optimistic concurrency: the subject moved on since the expected sequence.
     Conflict,
-    /// Anything else (timeout, no stream, broken connection).
-    Failed(String),
+    /// The message was not handed to the connection: nothing was written.
+    NotSent(String),
+    /// Sent, but the stream did not acknowledge it (a timeout, a broken connection, a leader
+    /// change): it may have landed, now or once the client reconnects.
+    Unconfirmed(String),
 }
 
 impl Shared {
@@ -103,11 +106,11 @@ impl Shared {
             .js
             .publish_with_headers(subject, envelope.to_headers(), codec::encode(&event))
             .await
-            .map_err(|e| AppendError::Failed(e.to_string()))?
+            .map_err(|e| AppendError::NotSent(e.to_string()))?
             .await
             .map_err(|e| match e.kind() {
                 PublishErrorKind::WrongLastSequence => AppendError::Conflict,
-                _ => AppendError::Failed(e.to_string()),
+                _ => AppendError::Unconfirmed(e.to_string()),
             })?;
         Ok((ack.sequence, ack.duplicate))
     }
@@ -133,10 +136,73 @@ pub(super) fn unavailable(detail: &str) -> pb::Rejection {
     }
 }
 
+/// A rejection meaning "the write may have landed; retry with the same key", which finds it
+/// if it did (the key's message id cannot land twice) and writes it if it did not.
+pub(super) fn unconfirmed(detail: &str) -> pb::Rejection {
+    pb::Rejection {
+        code: pb::RejectionCode::Unavailable as i32,
+        message: format!(
+            "the event log did not confirm the write ({detail}); it may have landed: retry with \
+             the same key, which never applies it twice"
+        ),
+    }
+}
+
+/// What an append error tells the caller.
+pub(super) fn rejection_of(error: AppendError) -> pb::Rejection {
+    match error {
+        AppendError::Conflict => unavailable("unexpected sequence conflict"),
+        AppendError::NotSent(detail) => unavailable(&detail),
+        AppendError::Unconfirmed(detail) => unconfirmed(&detail),
+    }
+}
+
 /// A rejection for bytes that did not decode.
 pub(super) fn malformed(detail: &str) -> pb::Rejection {
     pb::Rejection {
         code: pb::RejectionCode::Malformed as i32,
         message: detail.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use fairshare_events::pb::event::Body;
+    use fairshare_runtime::clock::SystemClock;
+
+    use super::*;
+
+    /// A write the broker never acknowledges (it died) may still land once the client
+    /// reconnects: the caller must not be told that nothing changed.
+    #[tokio::test]
+    async fn a_write_to_a_dead_broker_is_unconfirmed_not_unwritten() {
+        let mut server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let mut js = jetstream::new(client);
+        js.set_timeout(std::time::Duration::from_millis(500));
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let shared = Shared::new(js, Limits::default(), Arc::new(SystemClock))
+            .await
+            .unwrap();
+        server.kill();
+        let body = Body::JobStarted(pb::JobStarted { job_id: "j".into() });
+        let subject = fairshare_events::subjects::job_event("c", "j", "job_started");
+        let err = shared
+            .append(subject, body, &Envelope::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, AppendError::Unconfirmed(_)), "{err:?}");
+        let rejection = rejection_of(err);
+        assert_eq!(rejection.code, pb::RejectionCode::Unavailable as i32);
+        assert!(
+            rejection.message.contains("may have landed"),
+            "{}",
+            rejection.message
+        );
+        assert!(!rejection.message.contains("nothing changed"));
     }
 }

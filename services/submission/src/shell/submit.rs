@@ -11,7 +11,7 @@ use fairshare_runtime::telemetry::{Handling, Relation, Role};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::shared::{AppendError, Shared, malformed, unavailable};
+use super::shared::{Shared, malformed, rejection_of, unavailable};
 use crate::domain::{Checked, check_submission, job_submitted};
 
 /// Answers one submit request.
@@ -129,10 +129,7 @@ async fn write_submitted(
             &envelope,
         )
         .await
-        .map_err(|e| match e {
-            AppendError::Conflict => unavailable("unexpected sequence conflict"),
-            AppendError::Failed(detail) => unavailable(&detail),
-        })?;
+        .map_err(rejection_of)?;
     if !duplicate {
         shared
             .state()
