@@ -74,13 +74,15 @@ struct TraceArgs {
     /// Per cent of jobs that are unallocated (minimum runtime 0).
     #[arg(long, default_value_t = 15)]
     unallocated_percent: u32,
-    /// Largest debug job, in GPUs.
+    /// Largest debug job, in GPUs (over 2, the bigger ones are measured as other work: the
+    /// product's debug job has at most 2).
     #[arg(long, default_value_t = 2)]
     debug_max_gpus: u32,
     /// Longest run of a debug job.
     #[arg(long, default_value = "15m")]
     debug_max_duration: String,
-    /// Minimum runtime debug jobs declare.
+    /// Minimum runtime debug jobs declare (over 15m, they are measured as other work: the
+    /// product's debug job declares at most 15 min).
     #[arg(long, default_value = "15m")]
     debug_min_runtime: String,
     /// Largest minimum runtime other jobs declare (their run time, clamped to it). Default: the
@@ -484,6 +486,9 @@ impl TraceArgs {
                     cap / 1000
                 );
             }
+        }
+        for warning in rules.warnings() {
+            eprintln!("warning: {warning}");
         }
         let jobs = rules.map(&trace, &allocations);
         if jobs.is_empty() {

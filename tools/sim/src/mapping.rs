@@ -31,7 +31,7 @@ use fairshare_model::trace::TraceJob;
 use fairshare_preemption::domain::Config as PreemptionConfig;
 
 use crate::setup::EPOCH_MS;
-use crate::workload::SimJob;
+use crate::workload::{DEBUG_MAX_GPUS, DEBUG_MAX_MIN_RUNTIME_MS, SimJob};
 
 const MIN: i64 = 60_000;
 
@@ -125,6 +125,30 @@ pub fn parse_tenant_map(
 
 impl MappingRules {
     /// One line per rule, for the report.
+    /// What the rules map that the product would not call what they call it: "debug" jobs
+    /// bigger or longer-protected than SPEC section 2's debug job (at most 2 GPUs, at most
+    /// 15 min) are scheduled and measured as other allocated work, so the debug wait figures
+    /// would leave them out.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.debug_max_gpus > DEBUG_MAX_GPUS {
+            out.push(format!(
+                "--debug-max-gpus {} is over the product's debug job ({DEBUG_MAX_GPUS} GPUs at \
+                 most): the bigger ones count as other allocated work, not debug",
+                self.debug_max_gpus
+            ));
+        }
+        if self.debug_min_runtime_ms > DEBUG_MAX_MIN_RUNTIME_MS {
+            out.push(format!(
+                "--debug-min-runtime {} s is over the product's debug job ({} s at most): \
+                 those jobs count as other allocated work, not debug",
+                self.debug_min_runtime_ms / 1000,
+                DEBUG_MAX_MIN_RUNTIME_MS / 1000
+            ));
+        }
+        out
+    }
+
     pub fn describe(&self) -> Vec<String> {
         let m = |ms: i64| ms / MIN;
         vec![
@@ -238,6 +262,20 @@ impl MappingRules {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn debug_rules_beyond_the_products_debug_job_are_warned_of() {
+        assert!(MappingRules::default().warnings().is_empty());
+        let wide = MappingRules {
+            debug_max_gpus: 4,
+            debug_min_runtime_ms: 20 * MIN,
+            ..MappingRules::default()
+        };
+        let w = wide.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("--debug-max-gpus 4"));
+        assert!(w[1].contains("--debug-min-runtime 1200 s"));
+    }
+
     use super::*;
 
     fn row(id: &str, submit_s: i64, duration_s: i64, gpus: i64, tenant: &str) -> TraceJob {
