@@ -124,7 +124,6 @@ pub fn parse_tenant_map(
 }
 
 impl MappingRules {
-    /// One line per rule, for the report.
     /// What the rules map that the product would not call what they call it: "debug" jobs
     /// bigger or longer-protected than SPEC section 2's debug job (at most 2 GPUs, at most
     /// 15 min) are scheduled and measured as other allocated work, so the debug wait figures
@@ -149,6 +148,7 @@ impl MappingRules {
         out
     }
 
+    /// One line per rule, for the report.
     pub fn describe(&self) -> Vec<String> {
         let m = |ms: i64| ms / MIN;
         vec![
