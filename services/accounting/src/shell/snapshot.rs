@@ -35,9 +35,18 @@ pub(super) fn report_time(fold: &UsageFold, cluster: &str, now_ms: i64) -> i64 {
 }
 
 impl Publisher {
-    /// Publishes the snapshots the cadence calls for.
-    pub async fn publish_due(&mut self, fold: &UsageFold, js: &jetstream::Context, now_ms: i64) {
+    /// Publishes the snapshots the cadence calls for; returns how many it tried. It stops at
+    /// the first that fails: the serving loop waits for this call, and with the stream out of
+    /// reach every cluster's append would wait out its own timeout, holding up folding, usage
+    /// queries and shutdown that many times over. The rest are due again at the next tick.
+    pub async fn publish_due(
+        &mut self,
+        fold: &UsageFold,
+        js: &jetstream::Context,
+        now_ms: i64,
+    ) -> usize {
         let clusters: Vec<String> = fold.cluster_names().map(str::to_owned).collect();
+        let mut tried = 0;
         for cluster in clusters {
             let due = match self.last.get(&cluster) {
                 None => true,
@@ -45,10 +54,16 @@ impl Publisher {
                     sequence != fold.last_applied() || now_ms - at >= MAX_QUIET_MS
                 }
             };
-            if due && let Err(e) = self.publish(fold, js, &cluster, now_ms).await {
+            if !due {
+                continue;
+            }
+            tried += 1;
+            if let Err(e) = self.publish(fold, js, &cluster, now_ms).await {
                 tracing::warn!(cluster, "usage snapshot not published: {e}");
+                break;
             }
         }
+        tried
     }
 
     /// Publishes one cluster's snapshot now; returns its sequence.
@@ -76,5 +91,54 @@ impl Publisher {
             .map_err(|e| e.to_string())?;
         self.last.insert(cluster.to_owned(), (through, at));
         Ok(sequence)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::domain::FoldConfig;
+
+    fn fold_of(clusters: &[&str]) -> UsageFold {
+        let mut fold = UsageFold::new(FoldConfig::default());
+        for (i, c) in clusters.iter().enumerate() {
+            let event = pb::Event {
+                at_ms: 1_000,
+                body: Some(Body::NodeRegistered(pb::NodeRegistered {
+                    cluster: (*c).into(),
+                    node: "n1".into(),
+                    gpus: 8,
+                })),
+            };
+            fold.apply(i as u64 + 1, &event);
+        }
+        fold
+    }
+
+    #[tokio::test]
+    async fn the_cadence_publishes_every_cluster_and_stops_at_the_first_failure() {
+        let mut server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let mut js = jetstream::new(client);
+        js.set_timeout(std::time::Duration::from_millis(500));
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let fold = fold_of(&["a", "b", "c"]);
+        let mut publisher = Publisher::default();
+        assert_eq!(publisher.publish_due(&fold, &js, 2_000).await, 3);
+        assert_eq!(publisher.last.len(), 3);
+        assert_eq!(
+            publisher.publish_due(&fold, &js, 3_000).await,
+            0,
+            "none due"
+        );
+        // A minute later all three are due again, and the stream is gone: one try, not three
+        // timeouts in a row.
+        server.kill();
+        let later = 2_000 + MAX_QUIET_MS;
+        assert_eq!(publisher.publish_due(&fold, &js, later).await, 1);
     }
 }
