@@ -184,9 +184,9 @@ pub struct Service {
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
-    /// Effects of unknown outcome: no pass runs until each is settled (see
-    /// [`Service::resolve`]).
-    unresolved: Vec<publish::Unsettled>,
+    /// Subjects of effects of unknown outcome whose newest event could not be looked up: no
+    /// pass runs until each is (see [`Service::resolve`]).
+    unresolved: Vec<String>,
     /// Passes in a row with an effect of unknown outcome, for the back-off.
     failed_passes: u32,
 }
@@ -423,19 +423,16 @@ impl Service {
         failure_backoff(self.failed_passes).max(RETRY_AFTER)
     }
 
-    /// Settles each effect of unknown outcome by sending it again; returns the highest
-    /// sequence found (the fold must reach it before the next pass) and keeps the effects
-    /// still unanswered.
+    /// Looks up the newest event on each unresolved subject; returns the highest sequence
+    /// found (the fold must reach it before the next pass) and keeps the subjects still
+    /// unanswered.
     async fn resolve(&mut self) -> u64 {
         let mut newest = 0;
         let mut still = Vec::new();
-        for effect in std::mem::take(&mut self.unresolved) {
-            match publish::settle(&self.js, &effect).await {
+        for scope in std::mem::take(&mut self.unresolved) {
+            match publish::newest_on(&self.js, &scope).await {
                 Ok(sequence) => newest = newest.max(sequence),
-                Err(e) => {
-                    tracing::warn!("cannot settle an effect yet: {e}");
-                    still.push(effect);
-                }
+                Err(_) => still.push(scope),
             }
         }
         self.unresolved = still;

@@ -20,11 +20,6 @@
 //!
 //! A job's effect carries, as `traceparent`, its own span: a child of the job's newest traced
 //! entry, so an order joins the trace of the job it stops.
-//!
-//! An effect whose acknowledgement never came has an unknown outcome: it may still commit (a
-//! write proposed before a leader change can commit after it), so reading its subject's newest
-//! event once proves nothing. It is kept ([`Unsettled`]) and sent again, identical, until the
-//! stream answers ([`settle`]): its id and expected sequence let it land at most once.
 
 use std::collections::HashMap;
 
@@ -51,42 +46,12 @@ pub(crate) struct Outcome {
     /// at the first such effect: the ones after it would most likely wait out the same
     /// trouble one acknowledgement timeout each, and are decided again anyway.
     pub failed: usize,
-    /// The effect of unknown outcome, if any: it may have landed unseen, so no pass may
-    /// decide until it is settled.
-    pub unresolved: Vec<Unsettled>,
+    /// Subjects (filters) of failed effects whose newest event could not be looked up either:
+    /// the effect may have landed unseen, so no pass may decide until a lookup succeeds.
+    pub unresolved: Vec<String>,
     /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
     /// next pass, or that pass would order the same things again.
     pub max_sequence: u64,
-}
-
-/// An effect sent without an answer, kept to be sent again identical.
-#[derive(Debug, Clone)]
-pub(crate) struct Unsettled {
-    subject: String,
-    envelope: Envelope,
-    event: pb::Event,
-    /// The subjects its expected sequence covers.
-    scope: String,
-}
-
-/// Sends `u` again; the sequence the fold must reach before the next pass (where it landed,
-/// or its subject's newest event if it was refused: then the first send can no longer land
-/// and whatever moved the subject is in the stream), or why there is no answer yet.
-pub(crate) async fn settle(js: &jetstream::Context, u: &Unsettled) -> Result<u64, String> {
-    let sent = js
-        .publish_with_headers(
-            u.subject.clone(),
-            u.envelope.to_headers(),
-            codec::encode(&u.event),
-        )
-        .await
-        .map_err(|e| e.to_string())?
-        .await;
-    match sent {
-        Ok(ack) => Ok(ack.sequence),
-        Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => newest_on(js, &u.scope).await,
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 /// Where and how one body is appended; `None` for bodies this service never publishes or for
@@ -141,7 +106,7 @@ fn key_of(body: &Body) -> Option<&str> {
 }
 
 /// The sequence of the newest event on `filter`, or why the stream did not answer.
-async fn newest_on(js: &jetstream::Context, filter: &str) -> Result<u64, String> {
+pub(crate) async fn newest_on(js: &jetstream::Context, filter: &str) -> Result<u64, String> {
     let events = js
         .get_stream_no_info(EVENTS_STREAM)
         .await
@@ -195,13 +160,9 @@ pub(crate) async fn publish(
             ..Default::default()
         };
         let result = async {
-            js.publish_with_headers(
-                subject.clone(),
-                envelope.to_headers(),
-                codec::encode(&event),
-            )
-            .await?
-            .await
+            js.publish_with_headers(subject, envelope.to_headers(), codec::encode(&event))
+                .await?
+                .await
         }
         .await;
         match result {
@@ -223,17 +184,15 @@ pub(crate) async fn publish(
                 skipped.push(key);
             }
             Err(e) => {
-                tracing::warn!(message_id, "not acknowledged, to settle: {e}");
+                tracing::warn!(message_id, "not published, will decide again: {e}");
                 outcome.failed += 1;
                 // It may have landed all the same (an acknowledgement lost in a leader change):
-                // the next pass must not decide before it is settled and the fold has seen it,
-                // or it could pick another victim for the same waiter.
-                outcome.unresolved.push(Unsettled {
-                    subject,
-                    envelope,
-                    event,
-                    scope,
-                });
+                // the next pass must not decide before the fold has seen whatever is on the
+                // subject now, or it could pick another victim for the same waiter.
+                match newest_on(js, &scope).await {
+                    Ok(newest) => outcome.max_sequence = outcome.max_sequence.max(newest),
+                    Err(_) => outcome.unresolved.push(scope),
+                }
                 break;
             }
         }
@@ -455,31 +414,7 @@ mod tests {
             .to_vec();
         let out = publish(&js, C, &fold, crate::domain::into_events(kills, 5)).await;
         assert_eq!((out.landed, out.failed), (0, 1), "stopped at the first");
+        assert_eq!(out.unresolved, vec![subjects::job(C, "j1")]);
         assert_eq!(out.max_sequence, 0);
-        let [unsettled] = &out.unresolved[..] else {
-            panic!("one effect to settle, not {:?}", out.unresolved)
-        };
-        assert_eq!(unsettled.scope, subjects::job(C, "j1"));
-        assert!(settle(&js, unsettled).await.is_err(), "no answer yet");
-        // The server back: settling lands it, and a second settle lands nothing more.
-        server.restart().unwrap();
-        let landed = tokio::time::timeout(std::time::Duration::from_secs(20), async {
-            loop {
-                if let Ok(sequence) = settle(&js, unsettled).await {
-                    return sequence;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        })
-        .await
-        .expect("settled once the server is back");
-        assert_eq!(newest_on(&js, &unsettled.scope).await, Ok(landed));
-        assert_eq!(settle(&js, unsettled).await, Ok(landed));
-        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
-        let stored = stream.get_raw_message(landed).await.unwrap();
-        let Some(Body::JobPreempted(p)) = codec::decode_event(&stored.payload).unwrap().body else {
-            panic!("the kill landed")
-        };
-        assert_eq!(p.job_id, "j1");
     }
 }
