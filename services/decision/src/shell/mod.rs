@@ -35,9 +35,8 @@
 //!   the state had folded, so a placement never lands after a cancel).
 //! - The next cycle waits until the fold has applied every placement the previous cycle got
 //!   acknowledged (the barrier). Otherwise it would see their GPUs as free and hand them out
-//!   again. A placement whose outcome is unknown (timeout) is sent again, identical, until
-//!   the stream answers (`publish::settle`: it lands at most once), and the barrier raised to
-//!   where it is before any further cycle.
+//!   again. A placement whose outcome is unknown (timeout) is looked up in the stream (the
+//!   newest event of that job) and the barrier raised to it before any further cycle.
 //! - The latest cycle's waiting reasons are kept for [`Explainer`]s (see `explain`).
 //! - Each placement has its own span, a child of the job's newest traced entry (its
 //!   submission, or its requeue), and `JobPlaced` carries it as `traceparent`
@@ -90,7 +89,7 @@ pub use fold::{Applied, LogFold};
 use pace::Pacer;
 use publish::{Outcome, ToPublish};
 
-/// How long to wait before trying again to settle a placement of unknown outcome.
+/// How long to wait before looking up a placement of unknown outcome again.
 const LOOKUP_RETRY: Duration = Duration::from_secs(1);
 
 /// How long the fold may lag behind the last cycle's placements, with no entry arriving,
@@ -190,8 +189,8 @@ pub struct Service {
     clock: Arc<dyn Clock>,
     board: explain::Publisher,
     next_cycle: u64,
-    /// Placements of unknown outcome, settled ([`publish::settle`]) before the next cycle.
-    unresolved: Vec<publish::ToPublish>,
+    /// Jobs whose placement has an unknown outcome.
+    unresolved: Vec<String>,
     /// Cycles in a row with a placement of unknown outcome: each waits longer before the next
     /// try ([`failure_backoff`]), so a server that refuses every write (a full disk) is not
     /// asked again back to back, with a warning per job per cycle.
@@ -395,7 +394,7 @@ impl Service {
                     let started = Instant::now();
                     let (outcome, deciding) = self.cycle().await;
                     pacer.ran(started, Instant::now(), outcome.max_sequence, deciding);
-                    if outcome.failed.is_empty() && outcome.not_sent == 0 {
+                    if outcome.failed.is_empty() {
                         self.failed_cycles = 0;
                     } else {
                         self.unresolved = outcome.failed;
@@ -459,27 +458,26 @@ impl Service {
         result.map(|()| self.fold)
     }
 
-    /// Settles placements of unknown outcome by sending each again; raises the barrier to
-    /// where each landed (or to its job's newest event, if refused).
+    /// Looks up placements of unknown outcome; raises the barrier to each job's newest event.
     async fn resolve(&mut self, pacer: &mut Pacer) {
         let mut still = Vec::new();
         // All at once: one at a time, a cycle of hundreds of placements whose acknowledgements
         // timed out would keep the loop (and shutdown) waiting a request timeout per job.
-        let (js, events, cluster) = (&self.js, &self.events, self.config.cluster.as_str());
-        let settled =
+        let (events, cluster) = (&self.events, self.config.cluster.as_str());
+        let lookups =
             futures::future::join_all(std::mem::take(&mut self.unresolved).into_iter().map(
-                |p| async move {
-                    let found = publish::settle(js, events, cluster, &p).await;
-                    (p, found)
+                |job_id| async move {
+                    let found = publish::newest_of_job(events, cluster, &job_id).await;
+                    (job_id, found)
                 },
             ))
             .await;
-        for (p, found) in settled {
+        for (job_id, found) in lookups {
             match found {
                 Ok(sequence) => pacer.raise_barrier(sequence),
                 Err(e) => {
-                    tracing::warn!(job_id = p.job_id, "cannot settle a placement yet: {e}");
-                    still.push(p);
+                    tracing::warn!(job_id, "cannot look up the outcome of a placement: {e}");
+                    still.push(job_id);
                 }
             }
         }

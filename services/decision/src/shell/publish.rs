@@ -15,13 +15,6 @@
 //! All of a cycle's messages are sent first and their acknowledgements awaited together, so a
 //! cycle of hundreds of placements costs about one round trip, and they land in decision order
 //! (one connection preserves publish order).
-//!
-//! A placement whose acknowledgement never came has an unknown outcome: it may still commit
-//! (a write proposed before a leader change can commit after it), so reading the job's newest
-//! event once proves nothing. [`settle`] sends the identical message again instead: its id and
-//! expected sequence let it land at most once, and the answer is definite (landed, a
-//! duplicate of the first, or refused because the job moved on, the first perhaps among what
-//! moved it).
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use fairshare_events::headers::TraceParent;
@@ -55,11 +48,8 @@ pub(crate) struct Outcome {
     pub duplicates: usize,
     /// Refused: the job's events moved since the state the cycle decided from.
     pub refused: usize,
-    /// Unknown outcome (unacknowledged: a timeout, connection trouble): the placements, to
-    /// [`settle`] before anything else is decided.
-    pub failed: Vec<ToPublish>,
-    /// Not handed to the connection at all: nothing written, decided again next cycle.
-    pub not_sent: usize,
+    /// Unknown outcome (timeout, connection trouble): the jobs, to look up.
+    pub failed: Vec<String>,
     /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
     /// next cycle, or that cycle would see these GPUs as free.
     pub max_sequence: u64,
@@ -74,21 +64,33 @@ pub(crate) async fn publish(
     let mut outcome = Outcome::default();
     let mut acks = Vec::with_capacity(batch.len());
     for p in batch {
-        match send(js, cluster, &p).await {
-            Ok(ack) => acks.push((p, ack)),
+        let envelope = Envelope {
+            message_id: placement_id(&p.job_id, p.expected),
+            trace: Some(p.trace),
+            expected_last_subject_sequence: Some((
+                p.expected,
+                Some(subjects::job(cluster, &p.job_id)),
+            )),
+            ..Default::default()
+        };
+        let subject = subjects::job_event(cluster, &p.job_id, "job_placed");
+        match js
+            .publish_with_headers(subject, envelope.to_headers(), codec::encode(&p.event))
+            .await
+        {
+            Ok(ack) => acks.push((p.job_id, ack)),
             Err(e) => {
                 tracing::warn!(job_id = p.job_id, "placement not sent: {e}");
-                outcome.not_sent += 1;
+                outcome.failed.push(p.job_id);
             }
         }
     }
     let results = futures::future::join_all(
         acks.into_iter()
-            .map(|(p, ack)| async move { (p, ack.await) }),
+            .map(|(job_id, ack)| async move { (job_id, ack.await) }),
     )
     .await;
-    for (p, result) in results {
-        let job_id = p.job_id.as_str();
+    for (job_id, result) in results {
         match result {
             Ok(ack) => {
                 outcome.max_sequence = outcome.max_sequence.max(ack.sequence);
@@ -104,49 +106,11 @@ pub(crate) async fn publish(
             }
             Err(e) => {
                 tracing::warn!(job_id, "placement acknowledgement failed: {e}");
-                outcome.failed.push(p);
+                outcome.failed.push(job_id);
             }
         }
     }
     outcome
-}
-
-/// Hands placement `p` to the connection, with its id, expected sequence and trace.
-async fn send(
-    js: &jetstream::Context,
-    cluster: &str,
-    p: &ToPublish,
-) -> Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError> {
-    let envelope = Envelope {
-        message_id: placement_id(&p.job_id, p.expected),
-        trace: Some(p.trace),
-        expected_last_subject_sequence: Some((p.expected, Some(subjects::job(cluster, &p.job_id)))),
-        ..Default::default()
-    };
-    let subject = subjects::job_event(cluster, &p.job_id, "job_placed");
-    js.publish_with_headers(subject, envelope.to_headers(), codec::encode(&p.event))
-        .await
-}
-
-/// Settles placement `p` of unknown outcome by sending it again, identical: the sequence the
-/// fold must reach before the next cycle (where it landed, or the job's newest event if it was
-/// refused), or why there is no answer yet.
-pub(crate) async fn settle(
-    js: &jetstream::Context,
-    events: &jetstream::stream::Stream,
-    cluster: &str,
-    p: &ToPublish,
-) -> Result<u64, String> {
-    let ack = send(js, cluster, p).await.map_err(|e| e.to_string())?;
-    match ack.await {
-        Ok(ack) => Ok(ack.sequence),
-        // Refused now means the job's events moved on past what the placement expected, and
-        // the first send can no longer land: what moved them is all in the stream already.
-        Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
-            newest_of_job(events, cluster, &p.job_id).await
-        }
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 /// The sequence of job `job_id`'s newest event in the stream, whatever its kind: after a
@@ -269,55 +233,5 @@ mod tests {
         );
         assert!(newest_of_job(&events, C, "a").await.unwrap() < out.max_sequence);
         assert_eq!(placement_id("a", a), format!("placed:a:{a}"));
-    }
-
-    /// A placement of unknown outcome is settled by sending it again: whether the first send
-    /// landed or never did, it is then in the log exactly once; with the server gone there is
-    /// no answer yet.
-    #[tokio::test]
-    async fn a_placement_of_unknown_outcome_is_settled_by_sending_it_again() {
-        let mut server = fairshare_testkit::NatsServer::start().unwrap();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let mut js = jetstream::new(client);
-        js.set_timeout(std::time::Duration::from_millis(500));
-        fairshare_runtime::nats::ensure_streams(&js, 1)
-            .await
-            .unwrap();
-        let events = js.get_stream(EVENTS_STREAM).await.unwrap();
-        let submitted = |job: &str| {
-            Body::JobSubmitted(pb::JobSubmitted {
-                job_id: job.into(),
-                ..Default::default()
-            })
-        };
-        // It landed (its acknowledgement was lost): settling finds it, adds nothing.
-        let a = append(&js, "a", submitted("a")).await;
-        let landed = publish(&js, C, vec![placement("a", a, "n1")]).await;
-        assert_eq!(landed.landed, 1);
-        let before = events.get_info().await.unwrap().state.last_sequence;
-        let settled = settle(&js, &events, C, &placement("a", a, "n1")).await;
-        assert_eq!(settled, Ok(landed.max_sequence));
-        assert_eq!(events.get_info().await.unwrap().state.last_sequence, before);
-        // It never landed: settling lands it, once.
-        let b = append(&js, "b", submitted("b")).await;
-        let settled = settle(&js, &events, C, &placement("b", b, "n1"))
-            .await
-            .unwrap();
-        assert_eq!(newest_of_job(&events, C, "b").await.unwrap(), settled);
-        assert!(settled > b);
-        let again = settle(&js, &events, C, &placement("b", b, "n1")).await;
-        assert_eq!(again, Ok(settled), "settling twice lands nothing more");
-        // The server gone: no answer, so the placement stays unsettled.
-        let c = append(&js, "c", submitted("c")).await;
-        server.kill();
-        assert!(
-            settle(&js, &events, C, &placement("c", c, "n1"))
-                .await
-                .is_err()
-        );
-        // And a cycle's placement sent then is of unknown outcome, to settle.
-        let out = publish(&js, C, vec![placement("c", c, "n1")]).await;
-        assert_eq!((out.landed, out.failed.len()), (0, 1));
-        assert_eq!(out.failed[0].job_id, "c");
     }
 }
