@@ -127,9 +127,8 @@ pub struct Follower {
     idle_checks: u64,
     /// Entries skipped as repeats of ones delivered already (see [`Follower::next`]).
     repeats_skipped: u64,
-    /// The last delivered sequence when a repeat last made it follow anew: once per entry
-    /// delivered, so a consumer that keeps repeating cannot make it re-create one per entry.
-    renewed_after: Option<u64>,
+    /// When a repeat last made it try to follow anew (see [`Follower::next`]).
+    renew_tried_at: Option<Instant>,
 }
 
 /// Whether an entry at `sequence` was delivered already, the last delivered being
@@ -140,6 +139,10 @@ fn is_repeat(sequence: u64, last_delivered: u64) -> bool {
 
 /// How long one pull of a [`Follower`] waits for entries (see [`Follower::start`]).
 pub const FOLLOW_PULL_EXPIRES: Duration = Duration::from_secs(5);
+
+/// The least time between two attempts of a [`Follower`] to follow anew after its consumer
+/// started over from an earlier entry (see [`Follower::next`]).
+const RENEW_RETRY: Duration = Duration::from_secs(1);
 
 /// How long a [`Follower`] may deliver nothing before it asks the stream whether it missed
 /// anything (see [`Follower::next`]).
@@ -163,7 +166,7 @@ impl Follower {
             checked_at: Instant::now(),
             idle_checks: 0,
             repeats_skipped: 0,
-            renewed_after: None,
+            renew_tried_at: None,
         })
     }
 
@@ -279,17 +282,22 @@ impl Follower {
             if is_repeat(sequence, self.last_delivered) {
                 // A repeat is no delivery: it does not put the idle check off.
                 self.repeats_skipped += 1;
-                if self.renewed_after != Some(self.last_delivered) {
+                if self
+                    .renew_tried_at
+                    .is_none_or(|t| t.elapsed() >= RENEW_RETRY)
+                {
                     // Started over from the log's first entry: skipping its way back could
-                    // mean reading the whole log again. Follow anew from where it left off,
-                    // once per entry delivered (if the new consumer repeats too, skip).
+                    // mean reading the whole log again. Follow anew from where it left off.
+                    // Tried at most once per `RENEW_RETRY`, noted before the attempt: if it
+                    // fails, or the call is dropped mid-way (services call `next` inside a
+                    // `select!`), the next repeat after the pause tries again.
                     tracing::warn!(
                         sequence,
                         last_delivered = self.last_delivered,
                         "log follower's consumer started over from an earlier entry; following \
                          the log anew after the last entry delivered"
                     );
-                    self.renewed_after = Some(self.last_delivered);
+                    self.renew_tried_at = Some(Instant::now());
                     self.follow_anew("started over").await;
                 }
                 continue;

@@ -31,9 +31,12 @@
 //!   bodies (see `publish` for subjects, message ids and optimistic concurrency).
 //! - **Barrier**: the next pass waits until the fold has applied every event the previous pass
 //!   got acknowledged. Otherwise it would not see its own orders and would order the same
-//!   victims (or more victims for the same waiter) again. An effect whose outcome is unknown
-//!   (timeout) is decided again after a pause: its deterministic message id and expected
-//!   sequence make a repeat land at most once.
+//!   victims (or more victims for the same waiter) again. After an effect whose outcome is
+//!   unknown (timeout) the pass stops; its subject's newest event is looked up and the barrier
+//!   raised to it, and no pass runs until that lookup succeeds (retried with a growing pause).
+//!   Its deterministic message id and expected sequence make a repeat land at most once. (A
+//!   write the server commits after the lookup, or a copy the client flushes on reconnect, can
+//!   still land late; nothing fences it yet.)
 //!
 //! How decision and preemption coordinate, only through `FAIRSHARE_EVENTS` (time runs down):
 //!
@@ -371,6 +374,10 @@ impl Service {
                 () = wake => {
                     if !self.unresolved.is_empty() {
                         barrier = barrier.max(self.resolve().await);
+                        if !self.unresolved.is_empty() {
+                            // Still no answer: each failed lookup waits longer.
+                            self.failed_passes = self.failed_passes.saturating_add(1);
+                        }
                         change_due = Some(Instant::now() + self.retry_wait());
                         continue;
                     }
