@@ -235,6 +235,25 @@ mod tests {
         });
     }
 
+    /// A resumable 1-GPU job `job` of allocation `x`.
+    fn submitted(job: &str) -> Body {
+        Body::JobSubmitted(pb::JobSubmitted {
+            job_id: job.into(),
+            spec: Some(pb::JobSpec {
+                cluster: C.into(),
+                allocation: "x".into(),
+                gpus: 1,
+                resumable: true,
+                ..Default::default()
+            }),
+            shape: Some(pb::Shape {
+                nodes: 1,
+                gpus_per_node: 1,
+            }),
+            ..Default::default()
+        })
+    }
+
     async fn fold_all(js: &jetstream::Context, fold: &mut ShellFold) {
         let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
         let last = stream.get_info().await.unwrap().state.last_sequence;
@@ -273,27 +292,7 @@ mod tests {
         .await
         .unwrap();
         fold_all(&js, &mut fold).await;
-        append(
-            &js,
-            &mut fold,
-            "j",
-            Body::JobSubmitted(pb::JobSubmitted {
-                job_id: "j".into(),
-                spec: Some(pb::JobSpec {
-                    cluster: C.into(),
-                    allocation: "x".into(),
-                    gpus: 1,
-                    resumable: true,
-                    ..Default::default()
-                }),
-                shape: Some(pb::Shape {
-                    nodes: 1,
-                    gpus_per_node: 1,
-                }),
-                ..Default::default()
-            }),
-        )
-        .await;
+        append(&js, &mut fold, "j", submitted("j")).await;
         let before = fold.job_sequence("j").unwrap();
         assert_eq!(before, fold.last_applied());
         let effects = |bodies: Vec<Body>| crate::domain::into_events(bodies, 5);
@@ -382,26 +381,7 @@ mod tests {
             .unwrap();
         let mut fold = ShellFold::new(C);
         for job in ["j1", "j2"] {
-            append(
-                &js,
-                &mut fold,
-                job,
-                Body::JobSubmitted(pb::JobSubmitted {
-                    job_id: job.into(),
-                    spec: Some(pb::JobSpec {
-                        cluster: C.into(),
-                        allocation: "x".into(),
-                        gpus: 1,
-                        ..Default::default()
-                    }),
-                    shape: Some(pb::Shape {
-                        nodes: 1,
-                        gpus_per_node: 1,
-                    }),
-                    ..Default::default()
-                }),
-            )
-            .await;
+            append(&js, &mut fold, job, submitted(job)).await;
         }
         server.kill();
         let kills = ["j1", "j2"]
