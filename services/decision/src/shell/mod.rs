@@ -89,7 +89,8 @@ pub use fold::{Applied, LogFold};
 use pace::Pacer;
 use publish::{Outcome, ToPublish};
 
-/// How long to wait before looking up a placement of unknown outcome again.
+/// The least wait before looking up a placement of unknown outcome again (longer after
+/// several failed rounds: [`failure_backoff`]).
 const LOOKUP_RETRY: Duration = Duration::from_secs(1);
 
 /// How long the fold may lag behind the last cycle's placements, with no entry arriving,
@@ -485,7 +486,10 @@ impl Service {
             pacer.unblock();
         } else {
             self.unresolved = still;
-            pacer.block(Instant::now() + LOOKUP_RETRY);
+            // Each failed round of lookups waits longer, as failed cycles do.
+            let wait = failure_backoff(self.failed_cycles).max(LOOKUP_RETRY);
+            self.failed_cycles = self.failed_cycles.saturating_add(1);
+            pacer.block(Instant::now() + wait);
         }
     }
 
