@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, consumer};
 use fairshare_events::headers::TraceParent;
 use fairshare_events::{DecodeError, codec, pb, streams::EVENTS_STREAM};
@@ -99,11 +100,12 @@ pub async fn newest_sequence<I>(
     events: &jetstream::stream::Stream<I>,
     filter: &str,
 ) -> Result<u64, String> {
-    events
-        .get_last_raw_message_by_subject(filter)
-        .await
-        .map(|m| m.sequence)
-        .map_err(|e| e.to_string())
+    match events.get_last_raw_message_by_subject(filter).await {
+        Ok(m) => Ok(m.sequence),
+        // Nothing on it (never written, or purged): a writer expecting sequence 0 is right.
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Delivers log entries in order.

@@ -24,6 +24,9 @@ pub const MAX_QUIET_MS: i64 = 60 * 1000;
 pub(super) struct Publisher {
     /// Cluster -> (sequence folded, window end) of its last snapshot.
     last: BTreeMap<String, (u64, i64)>,
+    /// The cluster whose snapshot failed last: the next tick starts after it, so one cluster
+    /// that fails every time (a report over the broker's size limit) cannot starve the rest.
+    failed_last: Option<String>,
 }
 
 /// The time to report a cluster at: `now`, or its last event time if that is later (a
@@ -38,14 +41,19 @@ impl Publisher {
     /// Publishes the snapshots the cadence calls for; returns how many it tried. It stops at
     /// the first that fails: the serving loop waits for this call, and with the stream out of
     /// reach every cluster's append would wait out its own timeout, holding up folding, usage
-    /// queries and shutdown that many times over. The rest are due again at the next tick.
+    /// queries and shutdown that many times over. The rest are due again at the next tick,
+    /// which starts after the one that failed.
     pub async fn publish_due(
         &mut self,
         fold: &UsageFold,
         js: &jetstream::Context,
         now_ms: i64,
     ) -> usize {
-        let clusters: Vec<String> = fold.cluster_names().map(str::to_owned).collect();
+        let mut clusters: Vec<String> = fold.cluster_names().map(str::to_owned).collect();
+        if let Some(failed) = &self.failed_last {
+            let after = clusters.partition_point(|c| c <= failed);
+            clusters.rotate_left(after);
+        }
         let mut tried = 0;
         for cluster in clusters {
             let due = match self.last.get(&cluster) {
@@ -60,6 +68,7 @@ impl Publisher {
             tried += 1;
             if let Err(e) = self.publish(fold, js, &cluster, now_ms).await {
                 tracing::warn!(cluster, "usage snapshot not published: {e}");
+                self.failed_last = Some(cluster);
                 break;
             }
         }
@@ -140,5 +149,13 @@ mod tests {
         server.kill();
         let later = 2_000 + MAX_QUIET_MS;
         assert_eq!(publisher.publish_due(&fold, &js, later).await, 1);
+        assert_eq!(publisher.failed_last.as_deref(), Some("a"));
+        // The next tick starts after the cluster that failed, so none is starved for good.
+        assert_eq!(publisher.publish_due(&fold, &js, later).await, 1);
+        assert_eq!(publisher.failed_last.as_deref(), Some("b"));
+        assert_eq!(publisher.publish_due(&fold, &js, later).await, 1);
+        assert_eq!(publisher.failed_last.as_deref(), Some("c"));
+        assert_eq!(publisher.publish_due(&fold, &js, later).await, 1);
+        assert_eq!(publisher.failed_last.as_deref(), Some("a"), "round again");
     }
 }

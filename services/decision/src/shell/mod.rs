@@ -192,7 +192,8 @@ pub struct Service {
     next_cycle: u64,
     /// Jobs whose placement has an unknown outcome.
     unresolved: Vec<String>,
-    /// Cycles in a row with a placement of unknown outcome: each waits longer before the next
+    /// Cycles with a placement of unknown outcome, and failed rounds of looking them up, since
+    /// the last cycle whose placements were all answered: each waits longer before the next
     /// try ([`failure_backoff`]), so a server that refuses every write (a full disk) is not
     /// asked again back to back, with a warning per job per cycle.
     failed_cycles: u32,

@@ -352,15 +352,20 @@ impl Service {
             let caught_up = self.fold.last_applied() >= barrier;
             let domain_due = next_due(self.fold.state(), self.clock.now_ms(), &self.config.policy)
                 .map(|ms| self.instant_of(ms));
-            let due = if self.unresolved.is_empty() {
+            let due = if !self.unresolved.is_empty() {
+                // Only the next lookup: nothing is decided until it succeeds.
+                change_due
+            } else if self.failed_passes > 0 {
+                // After a pass with an effect of unknown outcome, only the back-off's retry:
+                // the timer and due times would ask a server that refuses every write again
+                // every few seconds.
+                change_due.filter(|_| caught_up)
+            } else {
                 [change_due, domain_due, Some(timer_due)]
                     .into_iter()
                     .flatten()
                     .min()
                     .filter(|_| caught_up)
-            } else {
-                // Only the next lookup: nothing is decided until it succeeds.
-                change_due
             };
             let wake = async move {
                 match due {

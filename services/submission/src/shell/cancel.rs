@@ -9,7 +9,7 @@ use fairshare_runtime::envelope::{Envelope, incoming_trace};
 use fairshare_runtime::log::newest_sequence;
 use fairshare_runtime::telemetry::{Handling, Relation, Role};
 
-use super::shared::{AppendError, Shared, malformed, rejection_of, unavailable};
+use super::shared::{AppendError, Retry, Shared, malformed, rejection_of, unavailable};
 use crate::domain::{CancelTarget, check_cancel};
 
 /// Attempts before a cancel that keeps losing optimistic-concurrency races gives up.
@@ -102,7 +102,7 @@ async fn cancel(
                     return Err(unavailable("the fold is behind the log"));
                 }
             }
-            Err(e) => return Err(rejection_of(e)),
+            Err(e) => return Err(rejection_of(e, Retry::Cancel)),
         }
     }
     Err(unavailable("the job kept changing while cancelling"))

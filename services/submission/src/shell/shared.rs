@@ -136,24 +136,36 @@ pub(super) fn unavailable(detail: &str) -> pb::Rejection {
     }
 }
 
-/// A rejection meaning "the write may have landed; retry with the same key", which finds it
-/// if it did (the key's message id cannot land twice) and writes it if it did not.
-pub(super) fn unconfirmed(detail: &str) -> pb::Rejection {
+/// How a caller retries a request safely, for the rejection texts.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Retry {
+    /// A submission: with the same idempotency key, which never submits twice.
+    SameKey,
+    /// A cancellation: a job cancelled already is answered with its cancellation.
+    Cancel,
+}
+
+/// A rejection meaning "the write may have landed; retry", which finds it if it did and
+/// writes it if it did not.
+pub(super) fn unconfirmed(detail: &str, retry: Retry) -> pb::Rejection {
+    let how = match retry {
+        Retry::SameKey => "retry with the same key, which never applies it twice",
+        Retry::Cancel => "retry the cancel, which answers with the cancellation if it landed",
+    };
     pb::Rejection {
         code: pb::RejectionCode::Unavailable as i32,
         message: format!(
-            "the event log did not confirm the write ({detail}); it may have landed: retry with \
-             the same key, which never applies it twice"
+            "the event log did not confirm the write ({detail}); it may have landed: {how}"
         ),
     }
 }
 
 /// What an append error tells the caller.
-pub(super) fn rejection_of(error: AppendError) -> pb::Rejection {
+pub(super) fn rejection_of(error: AppendError, retry: Retry) -> pb::Rejection {
     match error {
         AppendError::Conflict => unavailable("unexpected sequence conflict"),
         AppendError::NotSent(detail) => unavailable(&detail),
-        AppendError::Unconfirmed(detail) => unconfirmed(&detail),
+        AppendError::Unconfirmed(detail) => unconfirmed(&detail, retry),
     }
 }
 
@@ -196,7 +208,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, AppendError::Unconfirmed(_)), "{err:?}");
-        let rejection = rejection_of(err);
+        let rejection = rejection_of(err, Retry::SameKey);
         assert_eq!(rejection.code, pb::RejectionCode::Unavailable as i32);
         assert!(
             rejection.message.contains("may have landed"),

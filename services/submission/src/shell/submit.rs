@@ -11,7 +11,7 @@ use fairshare_runtime::telemetry::{Handling, Relation, Role};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::shared::{Shared, malformed, rejection_of, unavailable};
+use super::shared::{Retry, Shared, malformed, rejection_of, unavailable};
 use crate::domain::{Checked, check_submission, job_submitted};
 
 /// Answers one submit request.
@@ -129,7 +129,7 @@ async fn write_submitted(
             &envelope,
         )
         .await
-        .map_err(rejection_of)?;
+        .map_err(|e| rejection_of(e, Retry::SameKey))?;
     if !duplicate {
         shared
             .state()

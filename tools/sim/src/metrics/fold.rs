@@ -167,6 +167,9 @@ struct Measure<'c> {
     missed: MissedOwed,
     /// Where idle GPUs went under contention (see [`Holes`]).
     holes: Holes,
+    /// Per node (the split's index), the maintenance windows scheduled on it: `(scheduled at,
+    /// window start)`, for telling a window's cut from a violation.
+    windows: HashMap<u32, Vec<(i64, i64)>>,
     tree: Option<BudgetTree>,
 }
 
@@ -269,14 +272,15 @@ impl Measure<'_> {
                     },
                 );
                 self.levels.capacity = open_gpus(&self.nodes);
-                self.holes.set_capacity(&n.node, n.gpus);
+                self.holes.set_node(&n.node, n.gpus, cordoned);
             }
             Some(Body::NodeCordoned(n)) => self.set_cordoned(&n.node, true),
             Some(Body::NodeUncordoned(n)) => self.set_cordoned(&n.node, false),
             Some(Body::NodeRemoved(n)) => {
+                // Gone, cordon and all: registered again, it is open.
                 self.nodes.remove(&n.node);
                 self.levels.capacity = open_gpus(&self.nodes);
-                self.holes.set_capacity(&n.node, 0);
+                self.holes.set_node(&n.node, 0, false);
             }
             Some(Body::JobSubmitted(s)) => self.submitted(s, now),
             Some(Body::JobPlaced(p)) => self.placed(p),
@@ -299,18 +303,28 @@ impl Measure<'_> {
                         .queue(job.shape, job.class != JobClass::Unallocated, true);
                 }
             }
-            Some(Body::JobRejected(_) | Body::MaintenanceScheduled(_))
+            Some(Body::MaintenanceScheduled(w)) => {
+                for node in &w.nodes {
+                    let i = self.holes.node(node);
+                    self.windows.entry(i).or_default().push((now, w.start_ms));
+                }
+            }
+            Some(Body::JobRejected(_))
             | Some(Body::NodeDrained(_) | Body::UsageSnapshot(_))
             | None => {}
         }
     }
 
+    /// Cordons or uncordons a registered node (an unknown one is left alone, as the services'
+    /// folds leave it).
     fn set_cordoned(&mut self, node: &str, cordoned: bool) {
-        if let Some(n) = self.nodes.get_mut(node) {
-            n.cordoned = cordoned;
-        }
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        n.cordoned = cordoned;
+        let gpus = u32::try_from(n.gpus).unwrap_or(u32::MAX);
         self.levels.capacity = open_gpus(&self.nodes);
-        self.holes.set_cordoned(node, cordoned);
+        self.holes.set_node(node, gpus, cordoned);
     }
 
     fn submitted(&mut self, s: &pb::JobSubmitted, now: i64) {
@@ -393,13 +407,26 @@ impl Measure<'_> {
                 self.holes.ordered_off(idx, job.serial);
             }
         }
+        let Some(since) = job.running_since else {
+            return;
+        };
+        if !contract::is_protected(since, job.min_runtime_ms, now, &self.config.contract) {
+            return;
+        }
         // A maintenance window scheduled after a job started may cut its protection (SPEC
         // section 2: a window accepts only work whose protection ends before it); that is the
-        // operator's call, not a preemption for fair share, so it is no violation.
-        if cause != PreemptionCause::Maintenance
-            && let Some(since) = job.running_since
-            && contract::is_protected(since, job.min_runtime_ms, now, &self.config.contract)
-        {
+        // operator's call, not the contract broken. Any other order inside the protection (a
+        // cordon's drain included) is a violation.
+        let protected_until =
+            contract::protected_until_ms(since, job.min_runtime_ms, &self.config.contract);
+        let window_cut = cause == PreemptionCause::Maintenance
+            && job.placed_on.iter().any(|(node, _)| {
+                self.windows.get(node).is_some_and(|w| {
+                    w.iter()
+                        .any(|&(scheduled, start)| scheduled > since && start < protected_until)
+                })
+            });
+        if !window_cut {
             self.out.violations += 1;
         }
     }
@@ -572,6 +599,7 @@ pub fn measure(policy: &str, events: &[pb::Event], config: &MeasureConfig) -> Ru
         usage: UsageFold::new(config.window),
         missed: MissedOwed::default(),
         holes: Holes::default(),
+        windows: HashMap::new(),
         tree: None,
     };
     for (i, event) in events.iter().enumerate() {
@@ -732,9 +760,23 @@ mod tests {
     }
 
     #[test]
-    fn a_maintenance_order_inside_the_minimum_runtime_is_no_violation() {
-        let order = |cause: PreemptionCause| {
+    fn only_a_window_scheduled_after_the_start_may_cut_a_protection() {
+        // `a` started at T0 with 2 h of protection; a window on n1 at T0 + 90 min.
+        let window = |scheduled: i64| {
+            at(
+                scheduled,
+                Body::MaintenanceScheduled(pb::MaintenanceScheduled {
+                    cluster: "c".into(),
+                    nodes: vec!["n1".into()],
+                    start_ms: T0 + 90 * 60_000,
+                    end_ms: T0 + 3 * HOUR,
+                    reason: "firmware".into(),
+                }),
+            )
+        };
+        let order = |cause: PreemptionCause, scheduled: Option<i64>| {
             let mut log = a_runs_on_n1();
+            log.extend(scheduled.map(window));
             log.push(at(
                 T0 + HOUR,
                 Body::PreemptionOrdered(pb::PreemptionOrdered {
@@ -746,9 +788,43 @@ mod tests {
             ));
             measure("p", &log, &config(T0 + 2 * HOUR)).violations
         };
-        assert_eq!(order(PreemptionCause::Maintenance), 0);
-        assert_eq!(order(PreemptionCause::Window), 1);
-        assert_eq!(order(PreemptionCause::ShareFloor), 1);
+        // Scheduled while `a` ran: the window's cut.
+        assert_eq!(
+            order(PreemptionCause::Maintenance, Some(T0 + 10 * 60_000)),
+            0
+        );
+        // A maintenance-cause order with no window since the start (a cordon's drain inside
+        // the protection), or other causes, break the contract.
+        assert_eq!(order(PreemptionCause::Maintenance, None), 1);
+        assert_eq!(order(PreemptionCause::Window, Some(T0 + 10 * 60_000)), 1);
+        assert_eq!(order(PreemptionCause::ShareFloor, None), 1);
+    }
+
+    #[test]
+    fn a_node_removed_and_registered_again_is_open() {
+        let mut log = vec![node("n1")];
+        let cordon = Body::NodeCordoned(pb::NodeCordoned {
+            cluster: "c".into(),
+            node: "n1".into(),
+            reason: "repair".into(),
+        });
+        log.push(at(T0, cordon));
+        log.push(at(
+            T0,
+            Body::NodeRemoved(pb::NodeRemoved {
+                cluster: "c".into(),
+                node: "n1".into(),
+            }),
+        ));
+        log.extend(
+            a_runs_on_n1()
+                .into_iter()
+                .filter(|e| !matches!(&e.body, Some(Body::NodeRegistered(n)) if n.node == "n2")),
+        );
+        // n1 is back, open, and `a` runs there: 8 GPUs available, all used.
+        let m = measure("p", &log, &config(T0 + HOUR));
+        assert_eq!(m.available_gpu_ms, 8 * HOUR as u128);
+        assert_eq!(m.used_gpu_ms, 8 * HOUR as u128);
     }
 
     #[test]

@@ -118,16 +118,14 @@ impl Holes {
         i
     }
 
-    /// A node registered (again) with `gpus`, or left service (`gpus` 0).
-    pub fn set_capacity(&mut self, name: &str, gpus: u32) {
+    /// A node as the measurement's fold now has it: registered with `gpus` (0: left service)
+    /// and cordoned or not. A cordoned node's idle GPUs are not available.
+    pub fn set_node(&mut self, name: &str, gpus: u32, cordoned: bool) {
         let i = self.node(name);
-        self.reopen(i, |n| n.capacity = gpus);
-    }
-
-    /// A node cordoned or uncordoned: a cordoned node's idle GPUs are not available.
-    pub fn set_cordoned(&mut self, name: &str, cordoned: bool) {
-        let i = self.node(name);
-        self.reopen(i, |n| n.cordoned = cordoned);
+        self.reopen(i, |n| {
+            n.capacity = gpus;
+            n.cordoned = cordoned;
+        });
     }
 
     /// GPUs running work on closed nodes.
@@ -306,7 +304,7 @@ mod tests {
 
     fn cluster() -> Holes {
         let mut h = Holes::default();
-        h.set_capacity("n1", 8);
+        h.set_node("n1", 8, false);
         h
     }
 
@@ -363,7 +361,7 @@ mod tests {
     #[test]
     fn whole_free_nodes_count_for_multi_node_waiters_and_pending_gpus_for_the_launcher() {
         let mut h = cluster();
-        h.set_capacity("n2", 8);
+        h.set_node("n2", 8, false);
         h.queue(shape(2, 8), true, true);
         h.pending(1, 8, true);
         h.add(0, MIN);
@@ -373,7 +371,7 @@ mod tests {
         // Started: n2 holds it, nothing idle there any more.
         h.pending(1, 8, false);
         h.start(1, 9, 8, false, 100 * MIN);
-        h.set_cordoned("n1", true);
+        h.set_node("n1", 8, true);
         h.add(MIN, 2 * MIN);
         assert_eq!(h.split.total(), 16 * MIN as u128);
         h.stop(1, 9);

@@ -112,8 +112,9 @@ pub struct RunMetrics {
     /// Preemptions and the work they threw away, by the orders' cause, in the contract's order
     /// of causes; causes that ordered nothing are left out.
     pub by_cause: Vec<CausePreemptions>,
-    /// Preemptions ordered while the victim was inside its minimum runtime, for any cause but
-    /// a maintenance window (which may cut protections that began before it was scheduled).
+    /// Preemptions ordered while the victim was inside its minimum runtime, but for a
+    /// maintenance window's order when a window on its nodes was scheduled after it started
+    /// (the one case the contract lets an operator cut a protection short).
     pub violations: u64,
     /// Jobs submitted.
     pub jobs_submitted: u64,
