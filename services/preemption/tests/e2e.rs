@@ -536,6 +536,54 @@ async fn an_unconfirmed_order_is_killed_at_the_grace_deadline_and_requeued() {
 /// (`m`, past its 1 s minimum runtime), after a 2-GPU job beside `p` finished. `a`'s 8-GPU
 /// job `w` fits neither node, and no rule lets a job take its own allocation's work: the
 /// preemption service moves `m` into the hole beside `p`, and `w` starts on the emptied node.
+/// The broker is gone when an order's grace deadline passes: the kill cannot be written, and
+/// neither can its outcome be looked up. Once the broker is back the service settles what it
+/// could not look up and kills the victim: once, requeued once, and the waiter starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_due_while_the_broker_is_down_lands_once_when_it_is_back() {
+    let mut stack = Stack::start(false).await;
+    let f = fill(&stack).await;
+    let debug = stack.submit("debug", "b", 1, 600).await;
+    let log = stack
+        .wait_for(
+            Duration::from_secs(10),
+            "an order for the debug job",
+            |log| !orders(log).is_empty(),
+        )
+        .await;
+    let (victim, _) = orders(&log).into_iter().next().unwrap();
+    assert!(f.short.contains(&victim));
+    // Down from before the deadline (the launcher ignores orders) until well after the kill's
+    // acknowledgement (5 s) and the lookup after it have failed: the service must then wait,
+    // deciding nothing, until a lookup succeeds.
+    stack.server.kill();
+    tokio::time::sleep(GRACE + Duration::from_secs(18)).await;
+    stack.server.restart().unwrap();
+    let log = stack
+        .wait_for(
+            Duration::from_secs(60),
+            "the victim killed and the debug job started",
+            |log| started(log, &debug).is_some(),
+        )
+        .await;
+    let kills = log
+        .iter()
+        .filter(|(_, _, e)| {
+            matches!(&e.body, Some(Body::JobPreempted(p)) if p.job_id == victim && p.killed)
+        })
+        .count();
+    assert_eq!(kills, 1, "killed once:\n{}", render(&log));
+    assert_eq!(orders(&log).len(), 1, "one order in all:\n{}", render(&log));
+    stack
+        .wait_for(Duration::from_secs(10), "the victim requeued", |log| {
+            log.iter().any(
+                |(_, _, e)| matches!(&e.body, Some(Body::JobRequeued(r)) if r.job_id == victim),
+            )
+        })
+        .await;
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_job_starts_once_a_small_job_is_moved_into_a_hole_elsewhere() {
     let stack = Stack::start(true).await;
