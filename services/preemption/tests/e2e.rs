@@ -16,6 +16,9 @@
 //!   (`JobPreempted{killed:true}`, message id `killed:…`, not before the deadline) and requeues
 //!   it (resumable).
 //!
+//! Broker outage (its own run): with the broker gone from before an order's grace deadline
+//! until well after it, the kill lands once when it is back, and the victim is requeued once.
+//!
 //! Packing (its own run): a blocked 8-GPU job of `a` starts once the service moves a small
 //! job of `a` from one node into the hole beside a protected job on the other.
 //!
