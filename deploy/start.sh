@@ -90,7 +90,7 @@ echo "$ready" >&2
 # again: the tail below starts after it.
 earlier="$(echo "$ready" | sed -n 's/.*ends at sequence \([0-9]*\).*/\1/p')"
 earlier="${earlier:-0}"
-env "$(as submission)" "$bin/fairshare-submission" >"$run/logs/submission.log" 2>&1 &
+env "$(as submission)" "$bin/fairshare-submission" --checkpoint-dir "$run/submission" >"$run/logs/submission.log" 2>&1 &
 pids+=($!)
 env "$(as accounting)" "$bin/fairshare-accounting" --checkpoint-dir "$run/accounting" >"$run/logs/accounting.log" 2>&1 &
 pids+=($!)

@@ -681,3 +681,81 @@ async fn a_launcher_submission_waits_out_a_service_restart_and_gives_up_on_a_dea
         other => panic!("expected to give up, got {other:?}"),
     }
 }
+
+/// With a checkpoint directory, a restart resumes past sequence 0 and holds the state a start
+/// from scratch folds (every key and job, cancellations included), and answers a repeated key
+/// as before; with the directory deleted, a start folds from the beginning to the same state.
+#[tokio::test]
+async fn a_restart_resumes_from_the_checkpoint_with_the_state_a_full_fold_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    let with_checkpoint = || Config {
+        checkpoint_dir: Some(dir.path().to_owned()),
+        consume_intake: false,
+        ..Config::default()
+    };
+    let mut stack = Stack::start().await.expect("stack");
+    stack.start_submission(with_checkpoint()).await.unwrap();
+    let mut jobs = Vec::new();
+    for i in 0..5 {
+        let reply = stack.submit(&request(&format!("cp-{i}"))).await.unwrap();
+        jobs.push(accepted(&reply).unwrap().job_id.clone());
+    }
+    let cancelled = stack.cancel(&jobs[1]).await.unwrap();
+    assert!(
+        matches!(
+            cancelled.result,
+            Some(pb::cancel_reply::Result::Cancelled(_))
+        ),
+        "{cancelled:?}"
+    );
+    stack.stop_submission().await.unwrap();
+    let start = |config: Config| {
+        let url = stack.server.url();
+        async move {
+            let client = async_nats::connect(url).await.unwrap();
+            fairshare_submission::shell::Service::start(
+                client,
+                config,
+                std::sync::Arc::new(fairshare_runtime::clock::SystemClock),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let resumed = start(with_checkpoint()).await;
+    assert!(resumed.resumed_from() > 0, "resumed from the checkpoint");
+    let from_scratch = start(Config {
+        consume_intake: false,
+        ..Config::default()
+    })
+    .await;
+    assert_eq!(from_scratch.resumed_from(), 0);
+    let state = resumed.state();
+    assert_eq!(state, from_scratch.state(), "the same state either way");
+    for (i, job) in jobs.iter().enumerate() {
+        assert!(state.jobs.contains_key(job), "job {i} known");
+        assert!(state.keys.contains_key(&format!("cp-{i}")), "key {i} known");
+    }
+    assert!(matches!(
+        state.jobs[&jobs[1]].status,
+        fairshare_submission::domain::JobStatus::Cancelled { .. }
+    ));
+    // Only the resumed instance in the queue group: served, it answers a repeated key with
+    // the first job.
+    drop(from_scratch);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(resumed.serve(async {
+        let _ = stopped.await;
+    }));
+    let again = stack.submit(&request("cp-3")).await.unwrap();
+    let again = accepted(&again).unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.job_id, jobs[3]);
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+    // The directory deleted: the next start folds from the beginning, to the same state.
+    std::fs::remove_dir_all(dir.path()).unwrap();
+    let rebuilt = start(with_checkpoint()).await;
+    assert_eq!(rebuilt.resumed_from(), 0);
+    assert_eq!(rebuilt.state(), state);
+}

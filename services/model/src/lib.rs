@@ -20,5 +20,6 @@ pub mod files;
 pub mod hour;
 pub mod inventory;
 pub mod shape;
+pub mod stored;
 pub mod timestamp;
 pub mod trace;

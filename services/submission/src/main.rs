@@ -1,7 +1,9 @@
 //! `fairshare-submission`: validates launcher submissions and cancellations and appends them to
 //! the event log. See `fairshare-submission --help`.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
@@ -32,6 +34,17 @@ struct Args {
     /// Do not consume the intake stream (run one instance with it, extra ones without).
     #[arg(long, env = "FAIRSHARE_NO_INTAKE")]
     no_intake: bool,
+    /// Directory of the sled checkpoint (the folded jobs and keys, and the last sequence
+    /// applied), so a start folds only what came after it. Only a cache: deleting it makes the
+    /// next start fold the whole log. One directory per instance; none by default.
+    #[arg(long, env = "FAIRSHARE_SUBMISSION_CHECKPOINT")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint after this many log entries...
+    #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVENTS", default_value_t = 10_000)]
+    checkpoint_events: u64,
+    /// ...or this long after the last checkpoint (e.g. 5s), whichever comes first.
+    #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVERY", default_value = "5s", value_parser = parse_duration)]
+    checkpoint_every: Duration,
 }
 
 #[tokio::main]
@@ -48,6 +61,9 @@ async fn main() -> anyhow::Result<()> {
         },
         stream_replicas: args.stream_replicas,
         consume_intake: !args.no_intake,
+        checkpoint_dir: args.checkpoint_dir,
+        checkpoint_every_events: args.checkpoint_events.max(1),
+        checkpoint_every: args.checkpoint_every.max(Duration::from_millis(100)),
     };
     fairshare_submission::run(client, config, Arc::new(SystemClock), shutdown::signal()).await?;
     Ok(())

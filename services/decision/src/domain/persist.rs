@@ -2,9 +2,8 @@
 //! [`Inventory`], [`Shape`]), for the shell's sled checkpoint.
 //!
 //! Those types live in `fairshare-model` without serde, so the state's fields name these
-//! modules with `#[serde(with = ...)]`. The budget tree is stored as the account tree it was
-//! validated from and validated again on load, so a decoded tree is built by the same code as
-//! one folded from a `BudgetTreeSet` event and cannot break the tree's invariants.
+//! modules with `#[serde(with = ...)]`; the budget tree's and the inventory's are
+//! [`fairshare_model::stored`]'s, shared with the submission service's checkpoint.
 //!
 //! The state itself loads through [`Stored`], which holds what a checkpoint holds and then
 //! rebuilds the parts derived for speed.
@@ -12,12 +11,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use fairshare_events::pb;
-use fairshare_model::budget::{AccountId, BudgetTree};
-use fairshare_model::inventory::{Inventory, Node};
+use fairshare_model::budget::BudgetTree;
+use fairshare_model::inventory::Inventory;
 use fairshare_model::shape::Shape;
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use super::debug;
 use super::flat::FlatMap;
@@ -116,93 +113,6 @@ pub(crate) struct ShapeDef {
     gpus_per_node: u32,
 }
 
-/// One account with its children, as a `BudgetTreeSet` lists it.
-#[derive(Serialize, Deserialize)]
-struct AccountDef {
-    name: String,
-    share: u64,
-    children: Vec<AccountDef>,
-}
-
-impl AccountDef {
-    fn of(tree: &BudgetTree, id: AccountId) -> Self {
-        let a = &tree.accounts[id];
-        AccountDef {
-            name: a.name.clone(),
-            share: a.share,
-            children: a
-                .children
-                .iter()
-                .map(|&c| AccountDef::of(tree, c))
-                .collect(),
-        }
-    }
-
-    fn into_pb(self) -> pb::Account {
-        pb::Account {
-            name: self.name,
-            share: self.share,
-            children: self.children.into_iter().map(AccountDef::into_pb).collect(),
-        }
-    }
-}
-
-/// `Option<BudgetTree>` as its accounts; re-validated on load.
-pub(crate) mod budget_tree {
-    use super::*;
-
-    pub(crate) fn serialize<S: Serializer>(
-        tree: &Option<BudgetTree>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        let accounts: Option<Vec<AccountDef>> = tree.as_ref().map(|t| {
-            t.roots
-                .iter()
-                .filter(|&&id| id < t.accounts.len())
-                .map(|&id| AccountDef::of(t, id))
-                .collect()
-        });
-        accounts.serialize(serializer)
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<BudgetTree>, D::Error> {
-        let Some(accounts) = Option::<Vec<AccountDef>>::deserialize(deserializer)? else {
-            return Ok(None);
-        };
-        let accounts: Vec<pb::Account> = accounts.into_iter().map(AccountDef::into_pb).collect();
-        BudgetTree::from_accounts(&accounts)
-            .map(Some)
-            .map_err(|e| D::Error::custom(format!("budget tree: {e}")))
-    }
-}
-
-/// [`Inventory`] as `name -> (gpus, cordoned)`.
-pub(crate) mod inventory {
-    use super::*;
-
-    pub(crate) fn serialize<S: Serializer>(
-        inventory: &Inventory,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        let nodes: BTreeMap<&str, (u32, bool)> = inventory
-            .nodes
-            .iter()
-            .map(|(name, n)| (name.as_str(), (n.gpus, n.cordoned)))
-            .collect();
-        nodes.serialize(serializer)
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Inventory, D::Error> {
-        let nodes = BTreeMap::<String, (u32, bool)>::deserialize(deserializer)?;
-        Ok(Inventory {
-            nodes: nodes
-                .into_iter()
-                .map(|(name, (gpus, cordoned))| (name, Node { gpus, cordoned }))
-                .collect(),
-        })
-    }
-}
+// The budget tree and the inventory are stored as `fairshare_model::stored` writes them, so
+// every service's checkpoint stores them alike.
+pub(crate) use fairshare_model::stored::{budget_tree, inventory};

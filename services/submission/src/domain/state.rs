@@ -11,18 +11,22 @@ use std::collections::{BTreeMap, HashMap};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::budget::BudgetTree;
 use fairshare_model::inventory::Inventory;
+use fairshare_model::stored;
+use serde::{Deserialize, Serialize};
 
 /// A cluster as submission sees it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClusterView {
     /// The budget tree in force; `None` until one is set.
+    #[serde(with = "stored::budget_tree")]
     pub budget: Option<BudgetTree>,
     /// Registered nodes.
+    #[serde(with = "stored::inventory")]
     pub inventory: Inventory,
 }
 
 /// Where a job stands, as far as cancellation cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobStatus {
     /// Queued, placed, running, or preempted and waiting to be requeued.
     Active,
@@ -36,7 +40,7 @@ pub enum JobStatus {
 }
 
 /// One accepted job.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// The cluster it runs on (part of its subject).
     pub cluster: String,
@@ -50,7 +54,7 @@ pub struct JobRecord {
 }
 
 /// The first logged outcome of an idempotency key; it is final.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KeyOutcome {
     /// Accepted as this job, at this sequence.
     Accepted {
@@ -60,7 +64,7 @@ pub enum KeyOutcome {
         sequence: u64,
     },
     /// Rejected (intake only; request/reply rejections are not logged).
-    Rejected(pb::Rejection),
+    Rejected(#[serde(with = "rejection")] pb::Rejection),
 }
 
 /// What applying one log entry did; the shell reports the ones that were ignored.
@@ -74,8 +78,8 @@ pub enum Applied {
     Ignored(String),
 }
 
-/// The submission service's state.
-#[derive(Debug, Clone, Default)]
+/// The submission service's state; the shell's sled checkpoint holds it (serde).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SubmissionState {
     /// Clusters by name.
     pub clusters: BTreeMap<String, ClusterView>,
@@ -206,5 +210,20 @@ impl SubmissionState {
             // Set when the fold applies the job's submission.
             resumable: false,
         });
+    }
+}
+
+/// A [`pb::Rejection`] as its code and message (the event types carry no serde of their own).
+mod rejection {
+    use fairshare_events::pb;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(r: &pb::Rejection, s: S) -> Result<S::Ok, S::Error> {
+        (r.code, r.message.as_str()).serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<pb::Rejection, D::Error> {
+        let (code, message) = <(i32, String)>::deserialize(d)?;
+        Ok(pb::Rejection { code, message })
     }
 }

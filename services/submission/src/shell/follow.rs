@@ -1,12 +1,34 @@
-//! Keeps the submission state folded from the log.
+//! Keeps the submission state folded from the log, and checkpoints it.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fairshare_events::subjects;
+use fairshare_runtime::checkpoint::CheckpointStore;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry};
 
+use super::checkpoint;
 use super::shared::Shared;
 use crate::domain::Applied;
+
+/// The checkpoint store and how often the follower writes to it.
+#[derive(Clone)]
+pub(super) struct Checkpoints {
+    /// The store (shared with the final write at shutdown).
+    pub store: Arc<CheckpointStore>,
+    /// Write after this many applied entries...
+    pub every_events: u64,
+    /// ...or this long after the last write, whichever comes first.
+    pub every: Duration,
+}
+
+impl Checkpoints {
+    /// Writes a copy of the state, taken under the lock and written outside it.
+    pub fn write(&self, shared: &Shared) {
+        let state = shared.state().clone();
+        checkpoint::save(&self.store, &state);
+    }
+}
 
 fn apply(shared: &Shared, entry: LogEntry) {
     {
@@ -42,13 +64,28 @@ pub(super) async fn catch_up(shared: &Shared, follower: &mut Follower) -> Result
         .map(|_| ())
 }
 
-/// Folds new entries as they are appended, until the connection closes.
-pub(super) async fn run(shared: Arc<Shared>, mut follower: Follower) -> Result<(), FollowError> {
+/// Folds new entries as they are appended, until the connection closes, checkpointing on the
+/// cadence if a store is configured.
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    mut follower: Follower,
+    checkpoints: Option<Checkpoints>,
+) -> Result<(), FollowError> {
+    let mut since = 0u64;
+    let mut written_at = Instant::now();
     while let Some(entry) = follower.next().await {
         match entry {
             Ok(entry) => apply(&shared, entry),
             // The ordered consumer re-creates itself after a gap; report and go on.
             Err(e) => tracing::warn!("log follower: {e}"),
+        }
+        if let Some(c) = &checkpoints {
+            since += 1;
+            if since >= c.every_events || written_at.elapsed() >= c.every {
+                c.write(&shared);
+                since = 0;
+                written_at = Instant::now();
+            }
         }
     }
     Ok(())

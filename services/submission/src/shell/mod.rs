@@ -11,19 +11,22 @@
 //! sequence this service saw there, so it cannot race a concurrent end of the job.
 
 mod cancel;
+mod checkpoint;
 mod follow;
 mod intake;
 mod shared;
 mod submit;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use fairshare_events::subjects;
+use fairshare_runtime::checkpoint::CheckpointError;
 use fairshare_runtime::clock::Clock;
-use fairshare_runtime::log::{FollowError, Follower};
+use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use futures::StreamExt;
 use tokio::task::JoinSet;
@@ -51,6 +54,14 @@ pub struct Config {
     pub stream_replicas: usize,
     /// Whether this instance consumes the durable intake stream.
     pub consume_intake: bool,
+    /// Where the sled checkpoint lives (one directory per instance); `None` keeps none and
+    /// folds the log from sequence 1 on every start.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint after this many applied entries...
+    pub checkpoint_every_events: u64,
+    /// ...or this long after the last checkpoint, whichever comes first (checked as entries
+    /// are applied).
+    pub checkpoint_every: Duration,
 }
 
 impl Default for Config {
@@ -59,6 +70,9 @@ impl Default for Config {
             limits: Limits::default(),
             stream_replicas: 1,
             consume_intake: true,
+            checkpoint_dir: None,
+            checkpoint_every_events: 10_000,
+            checkpoint_every: Duration::from_secs(5),
         }
     }
 }
@@ -86,6 +100,9 @@ pub enum ServiceError {
     /// The log follower stopped (connection closed).
     #[error("the log follower stopped: {0}")]
     FollowerStopped(String),
+    /// The checkpoint store could not be opened (e.g. another instance holds it).
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
 }
 
 /// A started service: state folded up to the log's end, ready to serve.
@@ -102,6 +119,10 @@ pub struct Service {
     cancels: async_nats::Subscriber,
     /// The durable intake consumer, if this instance consumes intake.
     intake: Option<async_nats::jetstream::consumer::PullConsumer>,
+    /// The checkpoint store and its cadence, if configured.
+    checkpoints: Option<follow::Checkpoints>,
+    /// The checkpoint sequence this start resumed from (0: folded from the beginning).
+    resumed_from: u64,
 }
 
 async fn subscribe(
@@ -138,9 +159,25 @@ impl Service {
     ) -> Result<Self, ServiceError> {
         let js = jetstream::new(client.clone());
         ensure_streams(&js, config.stream_replicas).await?;
-        let mut follower = Follower::start(&js, 1, log_filters()).await?;
-        let shared = Arc::new(Shared::new(js, config.limits.clone(), clock).await?);
+        let log = log_position(&js).await?;
+        let store = match &config.checkpoint_dir {
+            Some(dir) => Some(Arc::new(checkpoint::open(dir, &log)?)),
+            None => None,
+        };
+        let state = checkpoint::resume(store.as_deref(), &log);
+        let resumed_from = state.last_sequence;
+        let mut follower = Follower::start(&js, resumed_from + 1, log_filters()).await?;
+        let shared = Arc::new(Shared::new(js, config.limits.clone(), clock, state).await?);
         follow::catch_up(&shared, &mut follower).await?;
+        let checkpoints = store.map(|store| follow::Checkpoints {
+            store,
+            every_events: config.checkpoint_every_events.max(1),
+            every: config.checkpoint_every,
+        });
+        // A long catch-up is not repeated after a crash before the first timed checkpoint.
+        if let Some(c) = &checkpoints {
+            c.write(&shared);
+        }
         // Subscribe before returning, so a caller that sees `start` complete can send requests.
         let submits = subscribe(&client, subjects::SUBMIT_API).await?;
         let cancels = subscribe(&client, subjects::CANCEL_API).await?;
@@ -155,6 +192,7 @@ impl Service {
         };
         tracing::info!(
             last_sequence = shared.applied(),
+            resumed_from,
             "log folded; serving submissions"
         );
         Ok(Self {
@@ -164,7 +202,20 @@ impl Service {
             submits,
             cancels,
             intake,
+            checkpoints,
+            resumed_from,
         })
+    }
+
+    /// The checkpoint sequence this start resumed from; 0 when it folded from the beginning
+    /// (no checkpoint configured, none written yet, or one that could not be used).
+    pub fn resumed_from(&self) -> u64 {
+        self.resumed_from
+    }
+
+    /// A copy of the folded state (for tests and diagnostics).
+    pub fn state(&self) -> crate::domain::SubmissionState {
+        self.shared.state().clone()
     }
 
     /// Serves requests and intake until `shutdown` completes, then drains in-flight work.
@@ -176,8 +227,11 @@ impl Service {
             mut submits,
             mut cancels,
             intake,
+            checkpoints,
+            resumed_from: _,
         } = self;
-        let mut follower_task = tokio::spawn(follow::run(shared.clone(), follower));
+        let mut follower_task =
+            tokio::spawn(follow::run(shared.clone(), follower, checkpoints.clone()));
         let mut intake_task =
             intake.map(|consumer| tokio::spawn(intake::run(shared.clone(), consumer)));
         let mut in_flight = JoinSet::new();
@@ -228,6 +282,10 @@ impl Service {
             t.abort();
         }
         follower_task.abort();
+        // Whatever stopped it, the state is a fold of a prefix of the log and safe to keep.
+        if let Some(c) = &checkpoints {
+            c.write(&shared);
+        }
         tracing::info!("submission service stopped");
         result
     }

@@ -41,18 +41,20 @@ pub(super) enum AppendError {
 }
 
 impl Shared {
+    /// Shared state starting from `state` (empty, or a checkpoint's).
     pub async fn new(
         js: jetstream::Context,
         limits: Limits,
         clock: Arc<dyn Clock>,
+        state: SubmissionState,
     ) -> Result<Self, ServiceError> {
         let events = js
             .get_stream(EVENTS_STREAM)
             .await
             .map_err(|e| fairshare_runtime::log::FollowError::Stream(e.to_string()))?;
         Ok(Self {
-            state: Mutex::new(SubmissionState::default()),
-            applied: watch::Sender::new(0),
+            applied: watch::Sender::new(state.last_sequence),
+            state: Mutex::new(state),
             js,
             events,
             limits,
@@ -197,9 +199,14 @@ mod tests {
         fairshare_runtime::nats::ensure_streams(&js, 1)
             .await
             .unwrap();
-        let shared = Shared::new(js, Limits::default(), Arc::new(SystemClock))
-            .await
-            .unwrap();
+        let shared = Shared::new(
+            js,
+            Limits::default(),
+            Arc::new(SystemClock),
+            SubmissionState::default(),
+        )
+        .await
+        .unwrap();
         server.kill();
         let body = Body::JobStarted(pb::JobStarted { job_id: "j".into() });
         let subject = fairshare_events::subjects::job_event("c", "j", "job_started");

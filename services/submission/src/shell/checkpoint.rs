@@ -1,0 +1,169 @@
+//! The submission service's sled checkpoint: its folded state and the last sequence applied.
+//!
+//! Place in the flow: without one, every start folds the whole log (every job and key ever
+//! submitted) before it answers a request; with one (`--checkpoint-dir`), a start folds only
+//! what came after it. It is a cache: delete the directory and the next start folds the log
+//! from the beginning to the same state. A checkpoint of another incarnation of the stream
+//! (its creation time is in the tag), of another format, or past the log's end is not used.
+//! Several instances in the queue group each need a directory of their own.
+
+use std::path::Path;
+
+use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore, Resumable};
+use fairshare_runtime::log::LogPosition;
+
+use crate::domain::SubmissionState;
+
+/// Format version of the checkpoint; bump it when the state's serde form changes (older
+/// checkpoints are then refused and rebuilt from the log).
+const VERSION: u32 = 1;
+
+/// The scope a checkpoint is for: the service serves every cluster.
+const SCOPE: &str = "all-clusters";
+
+impl Resumable for SubmissionState {
+    fn last_applied(&self) -> u64 {
+        self.last_sequence
+    }
+
+    fn is_for(&self, scope: &str) -> bool {
+        scope == SCOPE
+    }
+}
+
+/// Opens the store in `dir` for the stream at `log`.
+pub(super) fn open(dir: &Path, log: &LogPosition) -> Result<CheckpointStore, CheckpointError> {
+    CheckpointStore::open(
+        dir,
+        &log.checkpoint_kind("fairshare-submission/SubmissionState"),
+        VERSION,
+    )
+}
+
+/// The state to start from: the checkpoint's if it can be used, else an empty one.
+pub(super) fn resume(store: Option<&CheckpointStore>, log: &LogPosition) -> SubmissionState {
+    let Some(state) = store.and_then(|s| s.resume::<SubmissionState>(SCOPE)) else {
+        return SubmissionState::default();
+    };
+    if state.last_sequence > log.end {
+        // Another incarnation of the stream (a server whose store was wiped): folding on from
+        // it would answer keys the log no longer holds.
+        tracing::warn!(
+            checkpoint = state.last_sequence,
+            log_end = log.end,
+            "checkpoint is ahead of the log; rebuilding from the log"
+        );
+        return SubmissionState::default();
+    }
+    state
+}
+
+/// Writes `state` (a copy taken under the lock). A failed write is reported and otherwise
+/// ignored: the checkpoint is only a cache.
+pub(super) fn save(store: &CheckpointStore, state: &SubmissionState) {
+    match store.save(state.last_sequence, state) {
+        Ok(()) => tracing::debug!(sequence = state.last_sequence, "checkpoint written"),
+        Err(e) => tracing::warn!(
+            sequence = state.last_sequence,
+            "checkpoint not written: {e}"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use fairshare_events::pb::{self, event::Body};
+
+    use super::*;
+
+    fn event(body: Body) -> pb::Event {
+        pb::Event {
+            at_ms: 1_000,
+            body: Some(body),
+        }
+    }
+
+    /// A state with a tree, nodes, an accepted job, a cancellation and a logged rejection.
+    fn folded() -> SubmissionState {
+        let mut s = SubmissionState::default();
+        let bodies = [
+            Body::BudgetTreeSet(pb::BudgetTreeSet {
+                cluster: "c".into(),
+                accounts: vec![pb::Account {
+                    name: "lab".into(),
+                    share: 1,
+                    children: vec![pb::Account {
+                        name: "a".into(),
+                        share: 1,
+                        children: vec![],
+                    }],
+                }],
+            }),
+            Body::NodeRegistered(pb::NodeRegistered {
+                cluster: "c".into(),
+                node: "n1".into(),
+                gpus: 8,
+            }),
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: "j".into(),
+                idempotency_key: "k1".into(),
+                spec: Some(pb::JobSpec {
+                    cluster: "c".into(),
+                    allocation: "lab/a".into(),
+                    gpus: 1,
+                    resumable: true,
+                    ..Default::default()
+                }),
+                shape: None,
+            }),
+            Body::JobCancelled(pb::JobCancelled {
+                job_id: "j".into(),
+                ..Default::default()
+            }),
+            Body::JobRejected(pb::JobRejected {
+                idempotency_key: "k2".into(),
+                cluster: "c".into(),
+                rejection: Some(pb::Rejection {
+                    code: pb::RejectionCode::InvalidGpus as i32,
+                    message: "gpus must be positive".into(),
+                }),
+                intake_sequence: 9,
+            }),
+        ];
+        for (i, b) in bodies.into_iter().enumerate() {
+            s.apply(i as u64 + 1, &event(b));
+        }
+        s
+    }
+
+    #[test]
+    fn a_checkpoint_gives_back_the_state_it_was_written_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = LogPosition {
+            end: 5,
+            created_ns: 42,
+        };
+        let state = folded();
+        assert_eq!(state.last_sequence, 5);
+        assert!(state.clusters["c"].budget.is_some());
+        let store = open(dir.path(), &log).unwrap();
+        save(&store, &state);
+        assert_eq!(resume(Some(&store), &log), state);
+        // Past the log's end (another incarnation of the stream): not used.
+        let shorter = LogPosition {
+            end: 4,
+            created_ns: 42,
+        };
+        assert_eq!(resume(Some(&store), &shorter), SubmissionState::default());
+        drop(store);
+        // Another stream (its creation time is in the tag): not used either.
+        let other = LogPosition {
+            end: 5,
+            created_ns: 43,
+        };
+        let store = open(dir.path(), &other).unwrap();
+        assert_eq!(resume(Some(&store), &other), SubmissionState::default());
+    }
+}
