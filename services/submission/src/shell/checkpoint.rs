@@ -8,10 +8,14 @@
 //! Several instances in the queue group each need a directory of their own.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore, Resumable};
 use fairshare_runtime::log::LogPosition;
 
+use super::shared::Shared;
 use crate::domain::SubmissionState;
 
 /// Format version of the checkpoint; bump it when the state's serde form changes (older
@@ -58,9 +62,73 @@ pub(super) fn resume(store: Option<&CheckpointStore>, log: &LogPosition) -> Subm
     state
 }
 
-/// Writes `state` (a copy taken under the lock). A failed write is reported and otherwise
-/// ignored: the checkpoint is only a cache.
-pub(super) fn save(store: &CheckpointStore, state: &SubmissionState) {
+/// The store and the cadence the follower writes on.
+///
+/// A copy of the state is taken under the state's lock (a clone: requests wait that long) and
+/// written on a blocking thread, so neither requests nor the fold wait for the encoding and
+/// the disk. Writes never overlap and never go back to an older sequence.
+///
+/// The shell notes an accepted submission before the fold applies it, so a checkpoint at `L`
+/// may hold a key accepted at `S > L`. A restart folds `S` again, which writes the same values
+/// (the first outcome of a key wins).
+#[derive(Clone)]
+pub(super) struct Checkpoints {
+    store: Arc<CheckpointStore>,
+    /// The sequence of the newest write; held while writing.
+    written: Arc<Mutex<u64>>,
+    /// A background write is running: the next one is skipped rather than queued.
+    busy: Arc<AtomicBool>,
+    /// Write after this many applied entries...
+    pub every_events: u64,
+    /// ...or on this timer, when entries came since the last.
+    pub every: Duration,
+}
+
+impl Checkpoints {
+    /// Writes to `store` on the given cadence.
+    pub fn new(store: Arc<CheckpointStore>, every_events: u64, every: Duration) -> Self {
+        Self {
+            store,
+            written: Arc::new(Mutex::new(0)),
+            busy: Arc::new(AtomicBool::new(false)),
+            every_events: every_events.max(1),
+            every: every.max(Duration::from_millis(100)),
+        }
+    }
+
+    /// Writes the state now, on this thread (after catch-up, and at a stop: after any
+    /// background write, which it waits for).
+    pub fn write_now(&self, shared: &Shared) {
+        let state = shared.state().clone();
+        self.write(&state);
+    }
+
+    /// Writes the state on a blocking thread, unless a write is running.
+    pub fn write_in_background(&self, shared: &Shared) {
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let state = shared.state().clone();
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            this.write(&state);
+            this.busy.store(false, Ordering::Release);
+        });
+    }
+
+    fn write(&self, state: &SubmissionState) {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.last_sequence < *written {
+            return;
+        }
+        save(&self.store, state);
+        *written = state.last_sequence;
+    }
+}
+
+/// Writes `state`. A failed write is reported and otherwise ignored: the checkpoint is only a
+/// cache.
+fn save(store: &CheckpointStore, state: &SubmissionState) {
     match store.save(state.last_sequence, state) {
         Ok(()) => tracing::debug!(sequence = state.last_sequence, "checkpoint written"),
         Err(e) => tracing::warn!(

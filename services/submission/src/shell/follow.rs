@@ -1,34 +1,13 @@
-//! Keeps the submission state folded from the log, and checkpoints it.
+//! Keeps the submission state folded from the log, and checkpoints it on the cadence.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use fairshare_events::subjects;
-use fairshare_runtime::checkpoint::CheckpointStore;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry};
 
-use super::checkpoint;
+use super::checkpoint::Checkpoints;
 use super::shared::Shared;
 use crate::domain::Applied;
-
-/// The checkpoint store and how often the follower writes to it.
-#[derive(Clone)]
-pub(super) struct Checkpoints {
-    /// The store (shared with the final write at shutdown).
-    pub store: Arc<CheckpointStore>,
-    /// Write after this many applied entries...
-    pub every_events: u64,
-    /// ...or this long after the last write, whichever comes first.
-    pub every: Duration,
-}
-
-impl Checkpoints {
-    /// Writes a copy of the state, taken under the lock and written outside it.
-    pub fn write(&self, shared: &Shared) {
-        let state = shared.state().clone();
-        checkpoint::save(&self.store, &state);
-    }
-}
 
 fn apply(shared: &Shared, entry: LogEntry) {
     {
@@ -64,29 +43,41 @@ pub(super) async fn catch_up(shared: &Shared, follower: &mut Follower) -> Result
         .map(|_| ())
 }
 
-/// Folds new entries as they are appended, until the connection closes, checkpointing on the
-/// cadence if a store is configured.
+/// Folds new entries as they are appended, until the connection closes; with a checkpoint
+/// store, writes one in the background after `every_events` entries, or on the `every` timer
+/// when entries came since the last.
 pub(super) async fn run(
     shared: Arc<Shared>,
     mut follower: Follower,
     checkpoints: Option<Checkpoints>,
 ) -> Result<(), FollowError> {
+    let every = checkpoints
+        .as_ref()
+        .map_or(std::time::Duration::from_secs(3600), |c| c.every);
+    let mut timer = tokio::time::interval(every);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut since = 0u64;
-    let mut written_at = Instant::now();
-    while let Some(entry) = follower.next().await {
-        match entry {
-            Ok(entry) => apply(&shared, entry),
-            // The ordered consumer re-creates itself after a gap; report and go on.
-            Err(e) => tracing::warn!("log follower: {e}"),
-        }
-        if let Some(c) = &checkpoints {
-            since += 1;
-            if since >= c.every_events || written_at.elapsed() >= c.every {
-                c.write(&shared);
-                since = 0;
-                written_at = Instant::now();
+    loop {
+        tokio::select! {
+            entry = follower.next() => {
+                match entry {
+                    Some(Ok(entry)) => apply(&shared, entry),
+                    // The ordered consumer re-creates itself after a gap; report and go on.
+                    Some(Err(e)) => tracing::warn!("log follower: {e}"),
+                    None => return Ok(()),
+                }
+                since += 1;
+                if let Some(c) = checkpoints.as_ref().filter(|c| since >= c.every_events) {
+                    c.write_in_background(&shared);
+                    since = 0;
+                }
+            }
+            _ = timer.tick(), if checkpoints.is_some() => {
+                if let Some(c) = checkpoints.as_ref().filter(|_| since > 0) {
+                    c.write_in_background(&shared);
+                    since = 0;
+                }
             }
         }
     }
-    Ok(())
 }

@@ -120,7 +120,7 @@ pub struct Service {
     /// The durable intake consumer, if this instance consumes intake.
     intake: Option<async_nats::jetstream::consumer::PullConsumer>,
     /// The checkpoint store and its cadence, if configured.
-    checkpoints: Option<follow::Checkpoints>,
+    checkpoints: Option<checkpoint::Checkpoints>,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
 }
@@ -169,14 +169,16 @@ impl Service {
         let mut follower = Follower::start(&js, resumed_from + 1, log_filters()).await?;
         let shared = Arc::new(Shared::new(js, config.limits.clone(), clock, state).await?);
         follow::catch_up(&shared, &mut follower).await?;
-        let checkpoints = store.map(|store| follow::Checkpoints {
-            store,
-            every_events: config.checkpoint_every_events.max(1),
-            every: config.checkpoint_every,
+        let checkpoints = store.map(|store| {
+            checkpoint::Checkpoints::new(
+                store,
+                config.checkpoint_every_events,
+                config.checkpoint_every,
+            )
         });
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         if let Some(c) = &checkpoints {
-            c.write(&shared);
+            c.write_now(&shared);
         }
         // Subscribe before returning, so a caller that sees `start` complete can send requests.
         let submits = subscribe(&client, subjects::SUBMIT_API).await?;
@@ -234,6 +236,8 @@ impl Service {
             tokio::spawn(follow::run(shared.clone(), follower, checkpoints.clone()));
         let mut intake_task =
             intake.map(|consumer| tokio::spawn(intake::run(shared.clone(), consumer)));
+        // Set once the follower task has returned (a JoinHandle is not polled again after).
+        let mut follower_done = false;
         let mut in_flight = JoinSet::new();
         tokio::pin!(shutdown);
         let result = loop {
@@ -246,7 +250,8 @@ impl Service {
                     in_flight.spawn(cancel::handle(shared.clone(), client.clone(), msg));
                 }
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
-                done = &mut follower_task => {
+                done = &mut follower_task, if !follower_done => {
+                    follower_done = true;
                     break Err(ServiceError::FollowerStopped(match done {
                         Ok(Err(e)) => e.to_string(),
                         Ok(Ok(())) => "connection closed".into(),
@@ -281,10 +286,14 @@ impl Service {
         if let Some(t) = intake_task {
             t.abort();
         }
-        follower_task.abort();
+        if !follower_done {
+            follower_task.abort();
+            // Cancelled, it writes nothing after the final checkpoint below.
+            let _ = follower_task.await;
+        }
         // Whatever stopped it, the state is a fold of a prefix of the log and safe to keep.
         if let Some(c) = &checkpoints {
-            c.write(&shared);
+            c.write_now(&shared);
         }
         tracing::info!("submission service stopped");
         result
