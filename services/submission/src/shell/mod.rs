@@ -59,8 +59,7 @@ pub struct Config {
     pub checkpoint_dir: Option<PathBuf>,
     /// Checkpoint after this many applied entries...
     pub checkpoint_every_events: u64,
-    /// ...or this long after the last checkpoint, whichever comes first (checked as entries
-    /// are applied).
+    /// ...or on a timer of this period when entries came since the last checkpoint.
     pub checkpoint_every: Duration,
 }
 
@@ -250,7 +249,7 @@ impl Service {
                     in_flight.spawn(cancel::handle(shared.clone(), client.clone(), msg));
                 }
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
-                done = &mut follower_task, if !follower_done => {
+                done = &mut follower_task => {
                     follower_done = true;
                     break Err(ServiceError::FollowerStopped(match done {
                         Ok(Err(e)) => e.to_string(),

@@ -650,7 +650,7 @@ fn empty(policy: &str, events: usize) -> RunMetrics {
 mod tests {
     use super::*;
 
-    const HOUR: i64 = 3_600_000;
+    const HOUR: i64 = HOUR_MS;
     const T0: i64 = 1_000 * HOUR;
 
     fn at(at_ms: i64, body: Body) -> pb::Event {
