@@ -15,6 +15,8 @@
 //!   Its module doc has the sequence diagram of how decision and preemption coordinate.
 //!   It keeps a sled checkpoint of its fold (like the decision service's, only a cache: one
 //!   that is unusable is ignored and the log folded from sequence 1).
+//!   [`shell::audit`] re-derives every `PreemptionOrdered` in a log from the prefix its basis
+//!   names (`fairshare-preemption --audit`).
 //! - The `fairshare-preemption` binary (`src/main.rs`) is a thin wrapper over [`shell::run`].
 //!
 //! ```

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
 use fairshare_model::duration::parse_duration;
 use fairshare_preemption::domain;
@@ -60,6 +61,11 @@ struct Args {
     /// ...or this long after the last checkpoint (e.g. 5s), whichever comes first.
     #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVERY", default_value = "5s", value_parser = parse_duration)]
     checkpoint_every: Duration,
+    /// Do not serve: re-derive every preemption order in the cluster's log from the log
+    /// prefix it names, with the policy flags above (give the ones the service ran with),
+    /// print the divergences and exit (status 1 if any).
+    #[arg(long)]
+    audit: bool,
 }
 
 fn millis(d: Duration) -> i64 {
@@ -79,6 +85,30 @@ async fn main() -> anyhow::Result<()> {
     };
     policy.validate()?;
     let client = args.nats.connect("fairshare-preemption").await?;
+    if args.audit {
+        let js = async_nats::jetstream::new(client);
+        let report = shell::audit_log(&js, &args.cluster, &policy)
+            .await
+            .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
+        for d in &report.divergences {
+            println!("DIVERGENCE {d}");
+        }
+        println!(
+            "cluster {}: {} entries through sequence {}, {} passes, {} orders re-derived, {} divergences, {} decided but not in the log",
+            args.cluster,
+            report.entries,
+            report.last_sequence,
+            report.passes,
+            report.orders,
+            report.divergences.len(),
+            report.unpublished
+        );
+        anyhow::ensure!(
+            report.is_clean(),
+            "the audit found orders that do not re-derive"
+        );
+        return Ok(());
+    }
     let checkpoint_dir = args
         .checkpoint_dir
         .unwrap_or_else(|| PathBuf::from(format!(".run/preemption-{}", args.cluster)));

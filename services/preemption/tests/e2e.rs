@@ -22,6 +22,9 @@
 //! Packing (its own run): a blocked 8-GPU job of `a` starts once the service moves a small
 //! job of `a` from one node into the hole beside a protected job on the other.
 //!
+//! Every run ends with the order audit: each `PreemptionOrdered` in the log re-derives from the
+//! log prefix its basis names (`shell::audit_log`).
+//!
 //! The sled checkpoint: after such a run, a restart on the same checkpoint directory resumes
 //! past sequence 0 and holds the fold a start from scratch builds; so does a restart after the
 //! directory is deleted, which folds from sequence 1.
@@ -103,6 +106,14 @@ struct Stack {
 
 fn now_ms() -> i64 {
     SystemClock.now_ms()
+}
+
+/// The preemption service's policy in these tests: the defaults with a short grace.
+fn policy() -> domain::Config {
+    domain::Config {
+        grace_ms: GRACE.as_millis() as i64,
+        ..domain::Config::default()
+    }
 }
 
 impl Stack {
@@ -200,10 +211,7 @@ impl Stack {
         }));
         let c = async_nats::connect(&url).await.unwrap();
         let config = shell::Config {
-            policy: domain::Config {
-                grace_ms: GRACE.as_millis() as i64,
-                ..domain::Config::default()
-            },
+            policy: policy(),
             checkpoint_dir,
             ..shell::Config::new(CLUSTER)
         };
@@ -241,11 +249,18 @@ impl Stack {
         }
     }
 
-    async fn stop(self) {
+    /// Stops every service, then audits the log: every preemption order re-derives from the
+    /// log prefix its basis names (the audit's report is returned for counts).
+    async fn stop(self) -> shell::OrderAudit {
         for s in self.services {
             s.stop().await;
         }
+        let audit = shell::audit_log(&self.js, CLUSTER, &policy())
+            .await
+            .unwrap();
+        assert!(audit.is_clean(), "{:#?}", audit.divergences);
         drop(self.server);
+        audit
     }
 
     async fn submit(&self, key: &str, allocation: &str, gpus: i64, min_runtime_s: i64) -> String {
@@ -522,7 +537,8 @@ async fn debug_job_gets_a_victims_gpu(honour_preemption: bool) {
         &e.body,
         Some(Body::JobPreempted(p)) if p.job_id == f.long
     )));
-    stack.stop().await;
+    let audit = stack.stop().await;
+    assert_eq!(audit.orders, 1, "the one order re-derives from its basis");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -584,7 +600,11 @@ async fn a_kill_due_while_the_broker_is_down_lands_once_when_it_is_back() {
             )
         })
         .await;
-    stack.stop().await;
+    let audit = stack.stop().await;
+    assert_eq!(
+        audit.orders, 1,
+        "the order decided before the outage re-derives"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -672,7 +692,8 @@ async fn a_blocked_job_starts_once_a_small_job_is_moved_into_a_hole_elsewhere() 
     assert_eq!(note.for_job_id, w);
     assert_eq!(note.reason, order.reason);
     assert_eq!(note.cause, i32::from(pb::PreemptionCause::Packing));
-    stack.stop().await;
+    let audit = stack.stop().await;
+    assert!(audit.orders >= 1, "the packing move re-derives");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -740,7 +761,8 @@ async fn a_cordoned_node_drains_as_minimum_runtimes_end_and_is_reported_once() {
             1
         );
     }
-    stack.stop().await;
+    let audit = stack.stop().await;
+    assert!(audit.orders >= 1, "the drain orders re-derive");
 }
 
 /// Starts the preemption service on `stack`'s server (folding only, never serving) and returns

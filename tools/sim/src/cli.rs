@@ -42,7 +42,7 @@ enum Command {
     /// Run a constructed scenario (`--list` names them).
     Scenario(ScenarioArgs),
     /// Publish a log written with `--log` to a fresh nats-server, for
-    /// `fairshare-decision --audit` to check.
+    /// `fairshare-decision --audit` and `fairshare-preemption --audit` to check.
     Load(LoadArgs),
 }
 
@@ -175,8 +175,9 @@ struct CommonArgs {
     /// README, "Packing moves"). `false` turns them off, to compare. The services keep them on.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     packing: bool,
-    /// Re-derive every fairshare placement from the log prefix its basis names (the decision
-    /// service's audit, in-process) and fail if any differs.
+    /// Re-derive every fairshare placement and preemption order from the log prefix its basis
+    /// names (the decision and preemption services' audits, in-process) and fail if any
+    /// differs.
     #[arg(long)]
     audit: bool,
     /// No progress bar.
@@ -381,6 +382,17 @@ impl CommonArgs {
                     audit.divergences.first(),
                     audit.overcommits.first()
                 );
+            }
+            let orders =
+                fairshare_sim::audit::audit_orders(&setup.cluster, &run.log, &config.preemption);
+            eprintln!(
+                "audit: {} passes, {} preemption orders re-derived, {} divergences",
+                orders.passes,
+                orders.orders,
+                orders.divergences.len()
+            );
+            if let Some(first) = orders.divergences.first() {
+                bail!("the audit found preemption orders that do not re-derive: {first}");
             }
         }
         let main: Vec<RunMetrics> = runs.iter().map(|r| r.metrics.clone()).collect();

@@ -1,5 +1,6 @@
 //! Whole runs: the report is a pure function of its inputs, and fairshare's log is a log the
-//! decision service's audit accepts, in-process and after loading into a real JetStream.
+//! decision and preemption services' audits accept, in-process and after loading into a real
+//! JetStream.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -148,6 +149,40 @@ fn replicas_with_nudged_arrivals_give_a_reproducible_spread() {
 }
 
 #[test]
+fn every_simulated_preemption_order_passes_the_preemption_audit() {
+    use fairshare_events::pb::event::Body;
+    let (setup, workload) = helios_slice();
+    let config = EngineConfig::default();
+    let run = engine::run(&setup, &workload, &config, |_| {});
+    let audit = fairshare_sim::audit::audit_orders(&setup.cluster, &run.log, &config.preemption);
+    assert!(audit.is_clean(), "{}", audit.divergences[0]);
+    assert!(audit.orders > 50, "{} orders", audit.orders);
+    assert!(audit.passes > 20, "{} passes", audit.passes);
+    assert_eq!(
+        audit.unpublished, 0,
+        "the simulator appends every order it decides"
+    );
+
+    // A tampered log does not pass: one order names another waiter.
+    let mut log = run.log.clone();
+    let order = log
+        .iter_mut()
+        .find_map(|e| match &mut e.body {
+            Some(Body::PreemptionOrdered(o)) if !o.for_job_id.is_empty() => Some(o),
+            _ => None,
+        })
+        .unwrap();
+    order.for_job_id.push_str("-not");
+    let audit = fairshare_sim::audit::audit_orders(&setup.cluster, &log, &config.preemption);
+    assert!(!audit.is_clean());
+    // Nor does the log under another policy: a longer grace moves the deadlines.
+    let mut other = config.preemption;
+    other.grace_ms += 1_000;
+    let audit = fairshare_sim::audit::audit_orders(&setup.cluster, &run.log, &other);
+    assert!(!audit.is_clean());
+}
+
+#[test]
 fn every_simulated_placement_passes_the_decision_audit() {
     let (setup, workload) = helios_slice();
     let run = engine::run(&setup, &workload, &EngineConfig::default(), |_| {});
@@ -216,6 +251,17 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
         assert!(
             audit.placements >= 20,
             "at least every debug job was placed"
+        );
+        // The preemption service's audit agrees with the in-process one.
+        let policy = EngineConfig::default().preemption;
+        let orders = fairshare_preemption::shell::audit_log(&js, &s.setup.cluster, &policy)
+            .await
+            .unwrap();
+        assert!(orders.is_clean(), "{:?}", orders.divergences.first());
+        assert!(orders.orders >= 1, "the debug burst orders work off");
+        assert_eq!(
+            orders,
+            fairshare_sim::audit::audit_orders(&s.setup.cluster, &log, &policy)
         );
 
         // A second load would land at the wrong sequences: refused, nothing written.

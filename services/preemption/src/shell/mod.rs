@@ -74,8 +74,11 @@
 //! (`Nats-Expected-Last-Subject-Sequence` over `…job.<id>.*`), so the launcher's confirmation
 //! and this service's kill cannot both land, and a job is never ordered off twice.
 
+pub mod audit;
 mod fold;
 mod publish;
+#[cfg(test)]
+mod testlog;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -93,6 +96,7 @@ use fairshare_runtime::telemetry::{self, Relation};
 use tokio::time::Instant;
 
 use crate::domain::{self, decide_preemptions, into_events, next_due, stamp_cycle};
+pub use audit::{OrderAudit, OrderDivergence, PassKey, audit, audit_log};
 pub use fold::ShellFold;
 
 /// The least wait before deciding again after an effect of unknown outcome (longer after

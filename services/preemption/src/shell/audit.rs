@@ -1,0 +1,400 @@
+//! The preemption service's audit: every `PreemptionOrdered` in a cluster's log re-derived from
+//! the log prefix its basis names.
+//!
+//! Place in the flow: after the fact, beside the decision service's placement audit
+//! (`fairshare_decision::shell::audit`). [`decide_preemptions`] is pure, and each order records
+//! the pass that made it (`DecisionBasis`: the last sequence folded, the time, the pass's
+//! cycle). So folding the log through that sequence with the service's own fold
+//! ([`ShellFold`]) and deciding again at that time must give the logged order back, byte for
+//! byte: the same victim, waiter, cause, reason and grace deadline. [`audit`] checks this for
+//! every order, once per pass; `fairshare-preemption --audit` runs it over JetStream and the
+//! simulator's `--audit` over its own log.
+//!
+//! The kills, requeues and drain reports a pass also appends carry no basis; they follow from
+//! the orders and the grace deadlines, which are what is checked here. A pass may decide more
+//! than landed (an order refused by optimistic concurrency because the launcher's stop landed
+//! first, or one not sent because the pass stopped at an unacknowledged effect): those are
+//! counted, not divergences.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use async_nats::jetstream;
+use fairshare_decision::shell::{AuditError, read_log};
+use fairshare_events::codec;
+use fairshare_events::pb::{self, event::Body};
+use fairshare_runtime::log::LogEntry;
+
+use super::ShellFold;
+use crate::domain::{Config, decide_preemptions, into_events, stamp_cycle};
+
+/// The pass an order names: its basis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PassKey {
+    /// The last stream sequence folded before the pass.
+    pub through_sequence: u64,
+    /// The time the pass decided at.
+    pub computed_at_ms: i64,
+    /// The pass's cycle number.
+    pub cycle: u64,
+}
+
+impl fmt::Display for PassKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pass {} at {} ms through sequence {}",
+            self.cycle, self.computed_at_ms, self.through_sequence
+        )
+    }
+}
+
+/// An order that does not re-derive.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OrderDivergence {
+    /// The order names no basis, so nothing can re-derive it.
+    NoBasis {
+        /// Its sequence.
+        sequence: u64,
+        /// The job ordered off.
+        job_id: String,
+    },
+    /// The basis names its own sequence or a later one: no pass could have seen that.
+    FromTheFuture {
+        /// Its sequence.
+        sequence: u64,
+        /// The job ordered off.
+        job_id: String,
+        /// The sequence its basis names.
+        through_sequence: u64,
+    },
+    /// Deciding again from the basis orders nobody off for this job.
+    NotRederived {
+        /// Its sequence.
+        sequence: u64,
+        /// The job ordered off.
+        job_id: String,
+        /// The pass it names.
+        pass: PassKey,
+    },
+    /// Deciding again orders the job off, but not with these bytes (another waiter, cause,
+    /// reason or deadline).
+    Differs {
+        /// Its sequence.
+        sequence: u64,
+        /// The job ordered off.
+        job_id: String,
+        /// The pass it names.
+        pass: PassKey,
+        /// The order as logged.
+        logged: Box<pb::Event>,
+        /// The order as re-derived.
+        rederived: Box<pb::Event>,
+    },
+}
+
+impl fmt::Display for OrderDivergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OrderDivergence::NoBasis { sequence, job_id } => {
+                write!(
+                    f,
+                    "sequence {sequence}: order of job {job_id} names no basis"
+                )
+            }
+            OrderDivergence::FromTheFuture {
+                sequence,
+                job_id,
+                through_sequence,
+            } => write!(
+                f,
+                "sequence {sequence}: order of job {job_id} names a basis through sequence \
+                 {through_sequence}, not before it"
+            ),
+            OrderDivergence::NotRederived {
+                sequence,
+                job_id,
+                pass,
+            } => write!(
+                f,
+                "sequence {sequence}: job {job_id} is not ordered off when {pass} is decided again"
+            ),
+            OrderDivergence::Differs {
+                sequence,
+                job_id,
+                pass,
+                logged,
+                rederived,
+            } => write!(
+                f,
+                "sequence {sequence}: the order of job {job_id} differs when {pass} is decided \
+                 again: logged {logged:?}, re-derived {rederived:?}"
+            ),
+        }
+    }
+}
+
+/// The outcome of an order audit.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OrderAudit {
+    /// Entries of the cluster's log read.
+    pub entries: usize,
+    /// Last sequence of the cluster's log read.
+    pub last_sequence: u64,
+    /// Passes (groups of orders by basis) decided again.
+    pub passes: usize,
+    /// Orders in the log checked.
+    pub orders: usize,
+    /// Orders decided again but not in the log (refused by optimistic concurrency, or not
+    /// sent because the pass stopped early).
+    pub unpublished: usize,
+    /// Every order that did not re-derive identically.
+    pub divergences: Vec<OrderDivergence>,
+}
+
+impl OrderAudit {
+    /// Whether every order re-derived identically.
+    pub fn is_clean(&self) -> bool {
+        self.divergences.is_empty()
+    }
+}
+
+/// An order as it is in the log.
+struct Logged<'e> {
+    sequence: u64,
+    job_id: &'e str,
+    event: &'e pb::Event,
+}
+
+/// Re-derives every pass of `cluster` that ordered anything in `entries` (its log, in order)
+/// under `policy` (the service's settings), and reports every order that does not come out
+/// byte-identical.
+pub fn audit(cluster: &str, entries: &[LogEntry], policy: &Config) -> OrderAudit {
+    let mut report = OrderAudit {
+        entries: entries.len(),
+        last_sequence: entries.last().map_or(0, |e| e.sequence),
+        ..OrderAudit::default()
+    };
+    let mut passes: BTreeMap<PassKey, Vec<Logged<'_>>> = BTreeMap::new();
+    for entry in entries {
+        let Ok(event) = &entry.event else { continue };
+        let Some(Body::PreemptionOrdered(order)) = &event.body else {
+            continue;
+        };
+        report.orders += 1;
+        let (sequence, job_id) = (entry.sequence, order.job_id.clone());
+        let Some(basis) = &order.basis else {
+            report
+                .divergences
+                .push(OrderDivergence::NoBasis { sequence, job_id });
+            continue;
+        };
+        if basis.through_sequence >= sequence {
+            report.divergences.push(OrderDivergence::FromTheFuture {
+                sequence,
+                job_id,
+                through_sequence: basis.through_sequence,
+            });
+            continue;
+        }
+        let pass = PassKey {
+            through_sequence: basis.through_sequence,
+            computed_at_ms: basis.computed_at_ms,
+            cycle: basis.cycle,
+        };
+        passes.entry(pass).or_default().push(Logged {
+            sequence,
+            job_id: &order.job_id,
+            event,
+        });
+    }
+    let mut fold = ShellFold::new(cluster);
+    let mut rest = entries.iter().peekable();
+    for (pass, logged) in &passes {
+        while let Some(entry) = rest.next_if(|e| e.sequence <= pass.through_sequence) {
+            fold.apply(entry);
+        }
+        report.passes += 1;
+        let mut bodies = decide_preemptions(fold.state(), pass.computed_at_ms, policy);
+        stamp_cycle(&mut bodies, pass.cycle);
+        let rederived: HashMap<String, pb::Event> = into_events(bodies, pass.computed_at_ms)
+            .into_iter()
+            .filter_map(|e| match &e.body {
+                Some(Body::PreemptionOrdered(o)) => Some((o.job_id.clone(), e)),
+                _ => None,
+            })
+            .collect();
+        let mut matched = 0;
+        for l in logged {
+            let (sequence, job_id, pass) = (l.sequence, l.job_id.to_owned(), *pass);
+            match rederived.get(l.job_id) {
+                None => report.divergences.push(OrderDivergence::NotRederived {
+                    sequence,
+                    job_id,
+                    pass,
+                }),
+                Some(r) => {
+                    matched += 1;
+                    if codec::encode(r) != codec::encode(l.event) {
+                        report.divergences.push(OrderDivergence::Differs {
+                            sequence,
+                            job_id,
+                            pass,
+                            logged: Box::new(l.event.clone()),
+                            rederived: Box::new(r.clone()),
+                        });
+                    }
+                }
+            }
+        }
+        report.unpublished += rederived.len().saturating_sub(matched);
+    }
+    report.divergences.sort_by_key(|d| match d {
+        OrderDivergence::NoBasis { sequence, .. }
+        | OrderDivergence::FromTheFuture { sequence, .. }
+        | OrderDivergence::NotRederived { sequence, .. }
+        | OrderDivergence::Differs { sequence, .. } => *sequence,
+    });
+    report
+}
+
+/// [`audit`] over the cluster's log as it stands in JetStream.
+pub async fn audit_log(
+    js: &jetstream::Context,
+    cluster: &str,
+    policy: &Config,
+) -> Result<OrderAudit, AuditError> {
+    let entries = read_log(js, cluster, None).await?;
+    Ok(audit(cluster, &entries, policy))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::shell::testlog::generated_log;
+
+    /// The logged orders of `log`, as mutable bodies.
+    fn orders(log: &mut [LogEntry]) -> Vec<(u64, &mut pb::PreemptionOrdered)> {
+        log.iter_mut()
+            .filter_map(|e| match e.event.as_mut().ok()?.body.as_mut()? {
+                Body::PreemptionOrdered(o) => Some((e.sequence, o)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_order_of_a_log_written_as_the_service_writes_re_derives() {
+        let log = generated_log();
+        let report = audit("c", &log, &Config::default());
+        assert!(report.is_clean(), "{:#?}", report.divergences);
+        assert!(report.orders >= 5, "{} orders", report.orders);
+        assert!(report.passes >= 3, "{} passes", report.passes);
+        assert!(report.passes <= report.orders);
+        assert_eq!(report.unpublished, 0, "every decided order was written");
+        assert_eq!(report.entries, log.len());
+        assert_eq!(report.last_sequence, log.len() as u64);
+    }
+
+    #[test]
+    fn an_order_changed_after_the_fact_is_reported() {
+        let clean = generated_log();
+        let total = audit("c", &clean, &Config::default()).orders;
+
+        // Another waiter: the same victim, but the bytes differ. (Later passes, which fold
+        // the changed order, may differ too; the divergences come in log order.)
+        let mut log = clean.clone();
+        let (seq, order) = orders(&mut log).swap_remove(0);
+        order.for_job_id = "someone-else".into();
+        let report = audit("c", &log, &Config::default());
+        assert_eq!(report.orders, total);
+        assert!(
+            matches!(
+                report.divergences.first(),
+                Some(OrderDivergence::Differs { sequence, .. }) if *sequence == seq
+            ),
+            "{:#?}",
+            report.divergences
+        );
+
+        // A victim no pass would pick (an order the fold then folds like any other, so later
+        // passes may differ too, but this one is named first).
+        let mut log = clean.clone();
+        let (seq, order) = orders(&mut log).swap_remove(0);
+        order.job_id = "j9999".into();
+        let report = audit("c", &log, &Config::default());
+        assert!(
+            matches!(
+                report.divergences.first(),
+                Some(OrderDivergence::NotRederived { sequence, job_id, .. })
+                    if *sequence == seq && job_id == "j9999"
+            ),
+            "{:#?}",
+            report.divergences
+        );
+        // The original victim is now decided but not in the log.
+        assert!(report.unpublished >= 1);
+
+        // No basis, or one that names the order's own sequence.
+        let mut log = clean.clone();
+        let mut all = orders(&mut log);
+        let (first, order) = all.swap_remove(0);
+        order.basis = None;
+        let (last, order) = all.pop().unwrap();
+        order.basis.as_mut().unwrap().through_sequence = last;
+        let report = audit("c", &log, &Config::default());
+        assert!(report.divergences.contains(&OrderDivergence::NoBasis {
+            sequence: first,
+            job_id: report_job(&log, first),
+        }));
+        assert!(report.divergences.iter().any(|d| matches!(
+            d,
+            OrderDivergence::FromTheFuture { sequence, through_sequence, .. }
+                if *sequence == last && *through_sequence == last
+        )));
+    }
+
+    #[test]
+    fn another_policy_does_not_re_derive_the_orders() {
+        let log = generated_log();
+        let longer_grace = Config {
+            grace_ms: Config::default().grace_ms + 1_000,
+            ..Config::default()
+        };
+        let report = audit("c", &log, &longer_grace);
+        // Every order's deadline moves with the grace period, except where a maintenance
+        // window's start cuts it.
+        let mut log = log;
+        let moved = orders(&mut log)
+            .iter()
+            .filter(|(_, o)| {
+                o.basis.as_ref().unwrap().computed_at_ms + Config::default().grace_ms
+                    == o.grace_deadline_ms
+            })
+            .count();
+        assert!(moved >= 5, "{moved} orders");
+        assert_eq!(report.divergences.len(), moved);
+        assert!(
+            report
+                .divergences
+                .iter()
+                .all(|d| matches!(d, OrderDivergence::Differs { .. })),
+            "{:#?}",
+            report.divergences.first()
+        );
+        let shown = report.divergences[0].to_string();
+        assert!(shown.contains("differs when pass"), "{shown}");
+    }
+
+    fn report_job(log: &[LogEntry], sequence: u64) -> String {
+        log.iter()
+            .find(|e| e.sequence == sequence)
+            .and_then(|e| match e.event.as_ref().ok()?.body.as_ref()? {
+                Body::PreemptionOrdered(o) => Some(o.job_id.clone()),
+                _ => None,
+            })
+            .unwrap()
+    }
+}
