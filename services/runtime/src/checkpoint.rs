@@ -147,12 +147,23 @@ impl CheckpointStore {
         Ok(Some(Checkpoint { sequence, state }))
     }
 
-    /// The checkpointed state if it can be resumed: readable, folded for `scope`, and at the
-    /// sequence it was saved with. Anything else is reported and `None` returned, so the caller
-    /// folds the log from the start.
-    pub fn resume<S: DeserializeOwned + Resumable>(&self, scope: &str) -> Option<S> {
+    /// The checkpointed state if it can be resumed: readable, folded for `scope`, at the
+    /// sequence it was saved with, and not past `log_end`, the log's last sequence now (a
+    /// checkpoint past it belongs to another incarnation of the stream, say a server whose
+    /// store was wiped: resumed, it would skip the new log's first entries as folded). Anything
+    /// else is reported and `None` returned, so the caller folds the log from the start.
+    pub fn resume<S: DeserializeOwned + Resumable>(&self, scope: &str, log_end: u64) -> Option<S> {
         match self.load::<S>() {
             Ok(Some(cp)) if cp.state.is_for(scope) && cp.state.last_applied() == cp.sequence => {
+                if cp.sequence > log_end {
+                    tracing::warn!(
+                        scope,
+                        checkpoint = cp.sequence,
+                        log_end,
+                        "checkpoint is ahead of the log; rebuilding from the log"
+                    );
+                    return None;
+                }
                 tracing::info!(scope, sequence = cp.sequence, "resuming from checkpoint");
                 Some(cp.state)
             }

@@ -233,28 +233,10 @@ impl Service {
             None => None,
         };
         let started = std::time::Instant::now();
-        let mut fold = match store
+        let mut fold = store
             .as_ref()
-            .and_then(|s| s.resume::<LogFold>(&config.cluster))
-        {
-            Some(fold) => {
-                // A checkpoint past the log's end belongs to another incarnation of the stream
-                // (e.g. a server whose store was wiped); deciding from it would be wrong.
-                let log_end = log.end;
-                if fold.last_applied() <= log_end {
-                    fold
-                } else {
-                    tracing::warn!(
-                        cluster = config.cluster,
-                        checkpoint = fold.last_applied(),
-                        log_end,
-                        "checkpoint is ahead of the log; rebuilding from the log"
-                    );
-                    LogFold::new(&config.cluster)
-                }
-            }
-            None => LogFold::new(&config.cluster),
-        };
+            .and_then(|s| s.resume::<LogFold>(&config.cluster, log.end))
+            .unwrap_or_else(|| LogFold::new(&config.cluster));
         let resumed_from = fold.last_applied();
         let mut follower = Follower::start(
             &js,
@@ -659,24 +641,26 @@ mod tests {
         let fold = fold_of("a");
         {
             let s = store(dir.path(), "a");
-            assert_eq!(s.resume::<LogFold>("a"), None, "nothing saved yet");
+            assert_eq!(s.resume::<LogFold>("a", 4), None, "nothing saved yet");
             s.save(4, &fold).unwrap();
-            assert_eq!(s.resume::<LogFold>("a"), Some(fold.clone()));
+            assert_eq!(s.resume::<LogFold>("a", 4), Some(fold.clone()));
+            // A log that ends before the checkpoint is another incarnation of the stream.
+            assert_eq!(s.resume::<LogFold>("a", 3), None);
         }
         // Another cluster's store refuses the tag...
-        assert_eq!(store(dir.path(), "b").resume::<LogFold>("b"), None);
+        assert_eq!(store(dir.path(), "b").resume::<LogFold>("b", 4), None);
         // ...and a fold of another cluster under this cluster's tag is refused too.
         {
             let s = store(dir.path(), "b");
             s.save(4, &fold).unwrap();
-            assert_eq!(s.resume::<LogFold>("b"), None);
+            assert_eq!(s.resume::<LogFold>("b", 4), None);
             // A sequence that disagrees with the fold's own.
             s.save(5, &fold_of("b")).unwrap();
-            assert_eq!(s.resume::<LogFold>("b"), None);
+            assert_eq!(s.resume::<LogFold>("b", 4), None);
             s.save(4, &fold_of("b")).unwrap();
-            assert_eq!(s.resume::<LogFold>("b"), Some(fold_of("b")));
+            assert_eq!(s.resume::<LogFold>("b", 4), Some(fold_of("b")));
             s.write_raw(b"FSCP not a checkpoint").unwrap();
-            assert_eq!(s.resume::<LogFold>("b"), None);
+            assert_eq!(s.resume::<LogFold>("b", 4), None);
         }
     }
 }

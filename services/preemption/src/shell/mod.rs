@@ -220,28 +220,10 @@ impl Service {
             )?),
             None => None,
         };
-        let mut fold = match store
+        let mut fold = store
             .as_ref()
-            .and_then(|s| s.resume::<ShellFold>(&config.cluster))
-        {
-            Some(fold) => {
-                // A checkpoint past the log's end belongs to another incarnation of the stream
-                // (e.g. a server whose store was wiped); preempting from it would be wrong.
-                let log_end = log.end;
-                if fold.last_applied() <= log_end {
-                    fold
-                } else {
-                    tracing::warn!(
-                        cluster = config.cluster,
-                        checkpoint = fold.last_applied(),
-                        log_end,
-                        "checkpoint is ahead of the log; rebuilding from the log"
-                    );
-                    ShellFold::new(&config.cluster)
-                }
-            }
-            None => ShellFold::new(&config.cluster),
-        };
+            .and_then(|s| s.resume::<ShellFold>(&config.cluster, log.end))
+            .unwrap_or_else(|| ShellFold::new(&config.cluster));
         let resumed_from = fold.last_applied();
         let mut follower = Follower::start(
             &js,
@@ -542,22 +524,24 @@ mod tests {
         let fold = fold_of("a");
         {
             let s = store(dir.path(), "a");
-            assert_eq!(s.resume::<ShellFold>("a"), None, "nothing saved yet");
+            assert_eq!(s.resume::<ShellFold>("a", 4), None, "nothing saved yet");
             s.save(4, &fold).unwrap();
-            assert_eq!(s.resume::<ShellFold>("a"), Some(fold.clone()));
+            assert_eq!(s.resume::<ShellFold>("a", 4), Some(fold.clone()));
+            // A log that ends before the checkpoint is another incarnation of the stream.
+            assert_eq!(s.resume::<ShellFold>("a", 3), None);
         }
         // Another cluster's store refuses the tag...
-        assert_eq!(store(dir.path(), "b").resume::<ShellFold>("b"), None);
+        assert_eq!(store(dir.path(), "b").resume::<ShellFold>("b", 4), None);
         // ...and a fold of another cluster under this cluster's tag is refused too.
         let s = store(dir.path(), "b");
         s.save(4, &fold).unwrap();
-        assert_eq!(s.resume::<ShellFold>("b"), None);
+        assert_eq!(s.resume::<ShellFold>("b", 4), None);
         // A sequence that disagrees with the fold's own.
         s.save(5, &fold_of("b")).unwrap();
-        assert_eq!(s.resume::<ShellFold>("b"), None);
+        assert_eq!(s.resume::<ShellFold>("b", 4), None);
         s.save(4, &fold_of("b")).unwrap();
-        assert_eq!(s.resume::<ShellFold>("b"), Some(fold_of("b")));
+        assert_eq!(s.resume::<ShellFold>("b", 4), Some(fold_of("b")));
         s.write_raw(b"FSCP not a checkpoint").unwrap();
-        assert_eq!(s.resume::<ShellFold>("b"), None);
+        assert_eq!(s.resume::<ShellFold>("b", 4), None);
     }
 }

@@ -44,22 +44,12 @@ pub(super) fn open(dir: &Path, log: &LogPosition) -> Result<CheckpointStore, Che
     )
 }
 
-/// The state to start from: the checkpoint's if it can be used, else an empty one.
+/// The state to start from: the checkpoint's if it can be used (see
+/// [`CheckpointStore::resume`]), else an empty one.
 pub(super) fn resume(store: Option<&CheckpointStore>, log: &LogPosition) -> SubmissionState {
-    let Some(state) = store.and_then(|s| s.resume::<SubmissionState>(SCOPE)) else {
-        return SubmissionState::default();
-    };
-    if state.last_sequence > log.end {
-        // Another incarnation of the stream (a server whose store was wiped): folding on from
-        // it would answer keys the log no longer holds.
-        tracing::warn!(
-            checkpoint = state.last_sequence,
-            log_end = log.end,
-            "checkpoint is ahead of the log; rebuilding from the log"
-        );
-        return SubmissionState::default();
-    }
-    state
+    store
+        .and_then(|s| s.resume::<SubmissionState>(SCOPE, log.end))
+        .unwrap_or_default()
 }
 
 /// The store and the cadence the follower writes on.
