@@ -14,6 +14,7 @@
 //! - [`retry`]: the back-off after writes of unknown outcome.
 //! - [`envelope`]: building the headers every published message carries.
 //! - [`shutdown`]: the process signal future `main` hands to a service's `run`.
+//! - [`task`]: background tasks aborted with the service future that spawned them.
 //! - [`telemetry`]: logs and OpenTelemetry export for binaries, and the span each service opens
 //!   per message it handles.
 
@@ -27,4 +28,5 @@ pub mod log;
 pub mod nats;
 pub mod retry;
 pub mod shutdown;
+pub mod task;
 pub mod telemetry;

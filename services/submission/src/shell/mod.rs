@@ -28,6 +28,7 @@ use fairshare_runtime::checkpoint::CheckpointError;
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
+use fairshare_runtime::task::AbortOnDrop;
 use futures::StreamExt;
 use tokio::task::JoinSet;
 
@@ -231,10 +232,14 @@ impl Service {
             checkpoints,
             resumed_from: _,
         } = self;
-        let mut follower_task =
-            tokio::spawn(follow::run(shared.clone(), follower, checkpoints.clone()));
-        let mut intake_task =
-            intake.map(|consumer| tokio::spawn(intake::run(shared.clone(), consumer)));
+        // Aborted with this future if it is dropped before its shutdown ran.
+        let mut follower_task = AbortOnDrop::new(tokio::spawn(follow::run(
+            shared.clone(),
+            follower,
+            checkpoints.clone(),
+        )));
+        let mut intake_task = intake
+            .map(|consumer| AbortOnDrop::new(tokio::spawn(intake::run(shared.clone(), consumer))));
         // Set once the follower task has returned (a JoinHandle is not polled again after).
         let mut follower_done = false;
         let mut in_flight = JoinSet::new();
