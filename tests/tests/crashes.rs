@@ -5,20 +5,25 @@
 //! 8-GPU jobs fill the cluster first; then allocated jobs of 1 to 8 GPUs (minimum runtimes of
 //! 1-2 s, 1-3 s of work, resumable) arrive a few per second, so the preemption service orders
 //! work off for them. The submission, accounting, decision and preemption services run
-//! in-process, each with its sled checkpoint, beside the demo launcher. Every 700 ms one of them,
-//! in turn, is killed (its task aborted, as a crash would end it: no last checkpoint, whatever it
-//! was doing cut off) and started again 150 ms later on the same checkpoint directory. The
-//! test's own launcher retries each submission with its key until one is accepted.
+//! in-process, each with its sled checkpoint, beside the demo launcher. Every 700 ms one of
+//! them, in turn, is killed (its task aborted, as a crash would end it: no last checkpoint,
+//! whatever it was doing cut off) and started again 150 ms later on the same checkpoint
+//! directory, until each was killed at least 3 times. The test's submitter retries each
+//! submission with its key until one is accepted.
 //!
 //! Checked from the log once every job has finished:
 //! - no submission lost, none twice: one `JobSubmitted` per key, for the job id it was answered
 //!   with;
-//! - no job placed twice: a job's placements are at most one more than its requeues, its starts
-//!   no more than its placements, and it finishes exactly once;
+//! - every job's events come in an order its life allows: placed only while queued (so never
+//!   placed twice), started only once placed, preempted only under an order and once,
+//!   requeued only once preempted, finished once, and nothing after;
 //! - every placement re-derives from the log prefix its basis names and no node is ever given
 //!   more GPUs than it has free (the decision service's audit);
 //! - every preemption order re-derives the same way (the preemption service's audit), and
-//!   there were orders to check.
+//!   there were orders to check;
+//! - every usage snapshot re-derives too: the log folded through the sequence it names, by the
+//!   accounting service's own fold, gives the same snapshot at its window end;
+//! - restarts resumed from their checkpoints, and every service was still running at the end.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -34,6 +39,7 @@ use fairshare_launcher::runner::{self, RunnerConfig};
 use fairshare_model::files;
 use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
+use fairshare_runtime::log::LogEntry;
 use fairshare_testkit::NatsServer;
 use tokio::task::JoinHandle;
 
@@ -128,11 +134,11 @@ const KINDS: [Kind; 4] = [
 /// Starts `kind` as a supervisor would restart a crashed process: tried again for a while if
 /// the start fails (a checkpoint write the crash left on a blocking thread may hold the sled
 /// lock for a moment; a task left running for good would hold it for good and fail the test).
-async fn start(kind: Kind, url: &str, dirs: &Path) -> JoinHandle<()> {
+async fn start(kind: Kind, url: &str, dirs: &Path) -> (JoinHandle<()>, u64) {
     let mut tries = 0;
     loop {
         match start_once(kind, url, dirs).await {
-            Ok(task) => return task,
+            Ok(started) => return started,
             Err(e) if tries < 50 => {
                 tries += 1;
                 eprintln!("{kind:?} did not start ({e}); trying again");
@@ -144,8 +150,8 @@ async fn start(kind: Kind, url: &str, dirs: &Path) -> JoinHandle<()> {
 }
 
 /// Starts `kind` on its own connection with its checkpoint under `dirs`; returns once it
-/// serves. It serves until its task is aborted.
-async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<JoinHandle<()>> {
+/// serves, with the sequence it resumed from. It serves until its task is aborted.
+async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinHandle<()>, u64)> {
     let client = async_nats::connect(url).await?;
     let clock = Arc::new(SystemClock);
     let dir = dirs.join(format!("{kind:?}"));
@@ -158,9 +164,11 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<JoinHa
             };
             let service =
                 fairshare_submission::shell::Service::start(client, config, clock).await?;
-            Ok(tokio::spawn(async move {
+            let resumed_from = service.resumed_from();
+            let task = tokio::spawn(async move {
                 service.serve(forever).await.unwrap();
-            }))
+            });
+            Ok((task, resumed_from))
         }
         Kind::Accounting => {
             let config = fairshare_accounting::shell::Config {
@@ -170,9 +178,11 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<JoinHa
             };
             let service =
                 fairshare_accounting::shell::Service::start(client, config, clock).await?;
-            Ok(tokio::spawn(async move {
+            let resumed_from = service.resumed_from();
+            let task = tokio::spawn(async move {
                 service.serve(forever).await.unwrap();
-            }))
+            });
+            Ok((task, resumed_from))
         }
         Kind::Decision => {
             let config = fairshare_decision::shell::Config {
@@ -180,9 +190,11 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<JoinHa
                 ..fairshare_decision::shell::Config::new(CLUSTER)
             };
             let service = fairshare_decision::shell::Service::start(client, config, clock).await?;
-            Ok(tokio::spawn(async move {
+            let resumed_from = service.resumed_from();
+            let task = tokio::spawn(async move {
                 service.serve(forever).await.unwrap();
-            }))
+            });
+            Ok((task, resumed_from))
         }
         Kind::Preemption => {
             let config = fairshare_preemption::shell::Config {
@@ -192,9 +204,11 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<JoinHa
             };
             let service =
                 fairshare_preemption::shell::Service::start(client, config, clock).await?;
-            Ok(tokio::spawn(async move {
+            let resumed_from = service.resumed_from();
+            let task = tokio::spawn(async move {
                 service.serve(forever).await.unwrap();
-            }))
+            });
+            Ok((task, resumed_from))
         }
     }
 }
@@ -220,31 +234,109 @@ async fn submit_until_accepted(client: &async_nats::Client, request: &pb::Submit
     panic!("{} never accepted", request.idempotency_key);
 }
 
-/// Per job, what the log says happened to it.
-#[derive(Debug, Default)]
-struct Facts {
-    submitted: usize,
-    placed: usize,
-    started: usize,
-    requeued: usize,
-    finished: usize,
+/// Where a job stands in its life, as its events so far say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Life {
+    Queued,
+    Placed,
+    Running,
+    Preempted,
+    Finished,
 }
 
-fn facts(entries: &[fairshare_runtime::log::LogEntry]) -> BTreeMap<String, Facts> {
-    let mut jobs: BTreeMap<String, Facts> = BTreeMap::new();
+/// Walks every job's events in log order and checks each is one its life allows at that point
+/// (see the module doc); returns each job's final state and how many times it was placed.
+fn lives(entries: &[LogEntry]) -> BTreeMap<String, (Life, usize)> {
+    let mut jobs: BTreeMap<String, (Life, usize)> = BTreeMap::new();
+    // Jobs with an order outstanding.
+    let mut ordered: BTreeMap<String, u64> = BTreeMap::new();
     for e in entries {
-        let Ok(event) = &e.event else { continue };
-        let (id, field): (&str, fn(&mut Facts) -> &mut usize) = match &event.body {
-            Some(Body::JobSubmitted(j)) => (&j.job_id, |f| &mut f.submitted),
-            Some(Body::JobPlaced(j)) => (&j.job_id, |f| &mut f.placed),
-            Some(Body::JobStarted(j)) => (&j.job_id, |f| &mut f.started),
-            Some(Body::JobRequeued(j)) => (&j.job_id, |f| &mut f.requeued),
-            Some(Body::JobFinished(j)) => (&j.job_id, |f| &mut f.finished),
+        let event = e.event.as_ref().unwrap();
+        let seq = e.sequence;
+        let (id, kind) = match &event.body {
+            Some(Body::JobSubmitted(j)) => {
+                assert!(
+                    jobs.insert(j.job_id.clone(), (Life::Queued, 0)).is_none(),
+                    "{seq}: {} submitted twice",
+                    j.job_id
+                );
+                continue;
+            }
+            Some(Body::JobPlaced(j)) => (&j.job_id, "placed"),
+            Some(Body::JobStarted(j)) => (&j.job_id, "started"),
+            Some(Body::PreemptionOrdered(j)) => (&j.job_id, "ordered"),
+            Some(Body::JobPreempted(j)) => (&j.job_id, "preempted"),
+            Some(Body::JobRequeued(j)) => (&j.job_id, "requeued"),
+            Some(Body::JobFinished(j)) => (&j.job_id, "finished"),
+            Some(Body::JobFailed(_) | Body::JobCancelled(_) | Body::JobRejected(_)) => {
+                panic!("{seq}: nothing fails, is cancelled or rejected here: {event:?}")
+            }
             _ => continue,
         };
-        *field(jobs.entry(id.to_owned()).or_default()) += 1;
+        let (life, placements) = jobs
+            .get_mut(id)
+            .unwrap_or_else(|| panic!("{seq}: {kind} before {id} was submitted"));
+        let next = match (kind, *life) {
+            ("placed", Life::Queued) => {
+                *placements += 1;
+                Life::Placed
+            }
+            ("started", Life::Placed) => Life::Running,
+            ("ordered", Life::Placed | Life::Running) => {
+                ordered.insert(id.clone(), seq);
+                *life
+            }
+            ("preempted", Life::Placed | Life::Running) => {
+                assert!(
+                    ordered.remove(id).is_some(),
+                    "{seq}: {id} preempted without an order"
+                );
+                Life::Preempted
+            }
+            ("requeued", Life::Preempted) => Life::Queued,
+            ("finished", Life::Running) => {
+                ordered.remove(id);
+                Life::Finished
+            }
+            (kind, life) => panic!("{seq}: {id} {kind} while {life:?}"),
+        };
+        *life = next;
     }
     jobs
+}
+
+/// Re-derives every usage snapshot in `entries`: the log folded through the sequence it names
+/// (as the accounting service folds it) gives the same snapshot at its window end. Returns how
+/// many were checked.
+fn check_snapshots(entries: &[LogEntry]) -> usize {
+    let config = fairshare_accounting::domain::FoldConfig::default();
+    let mut fold = fairshare_accounting::domain::UsageFold::new(config);
+    let mut rest = entries.iter().peekable();
+    let mut checked = 0;
+    for e in entries {
+        let Ok(pb::Event {
+            at_ms,
+            body: Some(Body::UsageSnapshot(logged)),
+        }) = &e.event
+        else {
+            continue;
+        };
+        while let Some(entry) = rest.next_if(|x| x.sequence <= logged.through_sequence) {
+            fairshare_accounting::shell::apply_entry(&mut fold, entry);
+        }
+        assert_eq!(
+            fold.last_applied(),
+            logged.through_sequence,
+            "{}",
+            e.sequence
+        );
+        assert_eq!(logged.window_end_ms, *at_ms);
+        let report = fold.window(CLUSTER, logged.window_end_ms).unwrap();
+        let rederived = report.to_snapshot(logged.through_sequence, config.window_ms());
+        assert_eq!(&rederived, logged, "snapshot at {}", e.sequence);
+        checked += 1;
+    }
+    checked
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,7 +362,7 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
     let dirs = tempfile::tempdir().unwrap();
     let mut running = BTreeMap::new();
     for kind in KINDS {
-        running.insert(kind, start(kind, &url, dirs.path()).await);
+        running.insert(kind, start(kind, &url, dirs.path()).await.0);
     }
     let launcher_client = async_nats::connect(&url).await.unwrap();
     let launcher = tokio::spawn(runner::run(
@@ -300,14 +392,17 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
         })
     };
 
-    // Kill and restart one service after another while the work is submitted and runs.
+    // Kill and restart one service after another while the work is submitted and runs, until
+    // each was killed 3 times (the cap only bounds a machine too slow to restart them).
     let mut kills: BTreeMap<Kind, usize> = BTreeMap::new();
-    let killing = tokio::time::Instant::now() + Duration::from_secs(14);
-    let mut turn = 0;
-    while tokio::time::Instant::now() < killing {
+    let mut resumed: BTreeMap<Kind, usize> = BTreeMap::new();
+    let cap = tokio::time::Instant::now() + Duration::from_secs(120);
+    for kind in KINDS.iter().cycle().copied() {
+        if KINDS.iter().all(|k| kills.get(k).is_some_and(|n| *n >= 3)) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < cap, "only {kills:?} in 120 s");
         tokio::time::sleep(Duration::from_millis(700)).await;
-        let kind = KINDS[turn % KINDS.len()];
-        turn += 1;
         let task = running.remove(&kind).unwrap();
         task.abort();
         assert!(
@@ -316,16 +411,14 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
         );
         *kills.entry(kind).or_default() += 1;
         tokio::time::sleep(Duration::from_millis(150)).await;
-        running.insert(kind, start(kind, &url, dirs.path()).await);
+        let (task, resumed_from) = start(kind, &url, dirs.path()).await;
+        if resumed_from > 0 {
+            *resumed.entry(kind).or_default() += 1;
+        }
+        running.insert(kind, task);
     }
     let accepted = submitter.await.unwrap();
     assert_eq!(accepted.len(), workload().len());
-    assert!(
-        KINDS
-            .iter()
-            .all(|k| kills.get(k).copied().unwrap_or(0) >= 3),
-        "{kills:?}"
-    );
 
     // Every job finishes (the last ones with every service up).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
@@ -333,41 +426,46 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
         let entries = fairshare_decision::shell::read_log(&js, CLUSTER, None)
             .await
             .unwrap();
-        let facts = facts(&entries);
-        if accepted
+        let lives = lives(&entries);
+        let unfinished: Vec<_> = accepted
             .values()
-            .all(|id| facts.get(id).is_some_and(|f| f.finished > 0))
-        {
+            .filter(|id| {
+                lives
+                    .get(*id)
+                    .is_none_or(|(life, _)| *life != Life::Finished)
+            })
+            .collect();
+        if unfinished.is_empty() {
             break entries;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "unfinished after 90 s: {:?}",
-            facts
-                .iter()
-                .filter(|(_, f)| f.finished == 0)
-                .collect::<Vec<_>>()
+            "unfinished after 90 s: {unfinished:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    for (_, task) in running {
+    for (kind, task) in running {
+        assert!(!task.is_finished(), "{kind:?} stopped on its own");
         task.abort();
     }
     launcher.abort();
+    // Restarts took up their checkpoints (every service writes one after catch-up).
+    assert!(
+        KINDS
+            .iter()
+            .all(|k| resumed.get(k).is_some_and(|n| *n >= 2)),
+        "resumed from a checkpoint: {resumed:?} of {kills:?}"
+    );
 
-    // No submission lost or doubled, no job placed twice.
-    let facts = facts(&entries);
-    let submitted: usize = facts.values().map(|f| f.submitted).sum();
-    assert_eq!(submitted, accepted.len(), "one JobSubmitted per key");
-    for (key, id) in &accepted {
-        let f = &facts[id];
-        assert_eq!(f.submitted, 1, "{key} -> {id}");
-        assert!(f.placed <= f.requeued + 1, "{id} placed twice: {f:?}");
-        assert!(f.started <= f.placed, "{id}: {f:?}");
-        assert_eq!(f.finished, 1, "{id}: {f:?}");
+    // No submission lost or doubled; every life in order (checked by `lives`).
+    let lives = lives(&entries);
+    assert_eq!(lives.len(), accepted.len(), "one JobSubmitted per key");
+    for id in accepted.values() {
+        assert!(lives.contains_key(id), "{id} is not in the log");
     }
+    let placed: usize = lives.values().map(|(_, n)| n).sum();
 
-    // Every decision and every order re-derives from the log; no node was over-committed.
+    // Every decision, order and snapshot re-derives from the log; no node was over-committed.
     let placements = fairshare_decision::shell::audit(CLUSTER, &entries);
     assert!(
         placements.is_clean(),
@@ -375,7 +473,7 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
         placements.divergences,
         placements.overcommits
     );
-    assert!(placements.placements >= accepted.len());
+    assert_eq!(placements.placements, placed);
     let orders = fairshare_preemption::shell::audit(CLUSTER, &entries, &policy());
     assert!(orders.is_clean(), "{:#?}", orders.divergences);
     assert!(
@@ -383,11 +481,11 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
         "{} orders: too little preemption",
         orders.orders
     );
-    let requeues: usize = facts.values().map(|f| f.requeued).sum();
+    let snapshots = check_snapshots(&entries);
+    assert!(snapshots >= 5, "{snapshots} snapshots");
     eprintln!(
-        "crashes: {kills:?}; {} entries, {} placements in {} cycles, {} orders in {} passes, {requeues} requeues",
+        "crashes: {kills:?}, resumed from a checkpoint {resumed:?}; {} entries, {placed} placements in {} cycles, {} orders in {} passes, {snapshots} snapshots",
         entries.len(),
-        placements.placements,
         placements.cycles,
         orders.orders,
         orders.passes

@@ -127,8 +127,10 @@ pub struct Service {
     resumed_from: u64,
 }
 
-/// Applies one entry; reports what the fold refused.
-fn apply(fold: &mut UsageFold, entry: &LogEntry) {
+/// Applies one log entry as the service does (the stream's stored time bounds the event's;
+/// an entry that does not decode only moves the fold past its sequence); reports what the fold
+/// refused. Public so a check can re-fold a log exactly as the service folded it.
+pub fn apply_entry(fold: &mut UsageFold, entry: &LogEntry) {
     match &entry.event {
         Ok(event) => {
             let applied = match entry.stored_ms {
@@ -212,7 +214,7 @@ impl Service {
         let applied = follower
             .catch_up(|entry| {
                 let _span = telemetry::entry_span("accounting", &entry, Relation::Linked);
-                apply(&mut fold, &entry);
+                apply_entry(&mut fold, &entry);
             })
             .await?;
         tracing::info!(from, applied, last = fold.last_applied(), "log folded");
@@ -285,7 +287,7 @@ impl Service {
                 entry = self.follower.next() => match entry {
                     Some(Ok(entry)) => {
                         let _span = telemetry::entry_span("accounting", &entry, Relation::Child);
-                        apply(&mut self.fold, &entry);
+                        apply_entry(&mut self.fold, &entry);
                         self.since_checkpoint += 1;
                         if self.since_checkpoint >= self.config.checkpoint_every_events {
                             self.checkpoint();

@@ -656,7 +656,7 @@ mod tests {
             assert_eq!(s.resume::<LogFold>("b", 4), None);
             // A sequence that disagrees with the fold's own.
             s.save(5, &fold_of("b")).unwrap();
-            assert_eq!(s.resume::<LogFold>("b", 4), None);
+            assert_eq!(s.resume::<LogFold>("b", u64::MAX), None);
             s.save(4, &fold_of("b")).unwrap();
             assert_eq!(s.resume::<LogFold>("b", 4), Some(fold_of("b")));
             s.write_raw(b"FSCP not a checkpoint").unwrap();

@@ -13,8 +13,11 @@
 //! The kills, requeues and drain reports a pass also appends carry no basis; they follow from
 //! the orders and the grace deadlines, which are what is checked here. A pass may decide more
 //! than landed (an order refused by optimistic concurrency because the launcher's stop landed
-//! first, or one not sent because the pass stopped at an unacknowledged effect): those are
-//! counted, not divergences.
+//! first, or one not sent because the pass stopped at an unacknowledged effect): those are not
+//! divergences, and are counted when another order of the same pass landed.
+//!
+//! One policy for the whole log: orders a service wrote under other flags (another grace), or
+//! a build with other rules wrote, do not re-derive and are reported.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -146,7 +149,8 @@ pub struct OrderAudit {
     /// Orders in the log checked.
     pub orders: usize,
     /// Orders decided again but not in the log (refused by optimistic concurrency, or not
-    /// sent because the pass stopped early).
+    /// sent because the pass stopped early), in passes with at least one order in the log: a
+    /// pass none of whose orders landed names no basis anywhere and is not decided again.
     pub unpublished: usize,
     /// Every order that did not re-derive identically.
     pub divergences: Vec<OrderDivergence>,
@@ -292,7 +296,6 @@ mod tests {
         assert!(report.is_clean(), "{:#?}", report.divergences);
         assert!(report.orders >= 5, "{} orders", report.orders);
         assert!(report.passes >= 3, "{} passes", report.passes);
-        assert!(report.passes <= report.orders);
         assert_eq!(report.unpublished, 0, "every decided order was written");
         assert_eq!(report.entries, log.len());
         assert_eq!(report.last_sequence, log.len() as u64);

@@ -12,7 +12,9 @@ pub use checks::{
     idempotency_key_problem, job_submitted,
 };
 pub use limits::Limits;
-pub use state::{Applied, JobRecord, JobStatus, KeyOutcome, SubmissionState};
+pub use state::{
+    Applied, FORGET_AFTER_MS, Forget, JobRecord, JobStatus, KeyOutcome, SubmissionState,
+};
 
 #[cfg(test)]
 mod tests;

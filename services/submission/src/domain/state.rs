@@ -5,8 +5,20 @@
 //! Applying is idempotent: an event at or below the last applied sequence is skipped, and the
 //! shell may record its own accepted submissions early (see [`SubmissionState::note_accepted`])
 //! because the later fold of the same event writes the same values.
+//!
+//! Nothing is kept for ever: an idempotency key is forgotten [`FORGET_AFTER_MS`] after its
+//! outcome was logged, and a job that ended or was cancelled that long after it did, so a
+//! service that runs for months holds a day of history, not all of it. Time here is the log's
+//! own ([`SubmissionState::log_time_ms`]: the newest time the stream stored an entry at, or
+//! without one the newest event time), never the wall clock, so a fold rebuilt from the log
+//! forgets exactly what the running one forgot. A retry of a forgotten key is a new
+//! submission, and a forgotten job is an unknown one to `cancel`.
 
 use std::collections::{BTreeMap, HashMap};
+
+/// How long a key's outcome, and an ended job, are remembered (log time): a day, far longer
+/// than a launcher retries a submission.
+pub const FORGET_AFTER_MS: i64 = 24 * 3_600_000;
 
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::budget::BudgetTree;
@@ -67,6 +79,15 @@ pub enum KeyOutcome {
     Rejected(#[serde(with = "rejection")] pb::Rejection),
 }
 
+/// Something the fold forgets once its time has come.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Forget {
+    /// An idempotency key's outcome.
+    Key(String),
+    /// A job, if it has ended (or was cancelled) by then.
+    Job(String),
+}
+
 /// What applying one log entry did; the shell reports the ones that were ignored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
@@ -89,15 +110,87 @@ pub struct SubmissionState {
     pub keys: HashMap<String, KeyOutcome>,
     /// The last stream sequence folded.
     pub last_sequence: u64,
+    /// The log's time: the newest stored (or, without one, event) time folded, Unix ms.
+    pub log_time_ms: i64,
+    /// What to forget, by (log time it is due at, sequence of the entry that scheduled it).
+    pub forget: BTreeMap<(i64, u64), Forget>,
 }
 
 impl SubmissionState {
-    /// Folds the log entry at `sequence`.
+    /// Folds the log entry at `sequence`, its time taken from the event (the simulator's log,
+    /// tests).
     pub fn apply(&mut self, sequence: u64, event: &pb::Event) -> Applied {
+        self.apply_stored(sequence, event, None)
+    }
+
+    /// Folds the log entry at `sequence` that the stream stored at `stored_ms` (Unix ms, as
+    /// [`fairshare_runtime`]'s log entries carry it; `None`: use the event's own time). The
+    /// stored time is the server's, which no writer's clock can push ahead.
+    pub fn apply_stored(
+        &mut self,
+        sequence: u64,
+        event: &pb::Event,
+        stored_ms: Option<i64>,
+    ) -> Applied {
         if sequence <= self.last_sequence {
             return Applied::Duplicate;
         }
         self.last_sequence = sequence;
+        self.advance_log_time(stored_ms.unwrap_or(event.at_ms));
+        let applied = self.fold_body(sequence, event);
+        self.schedule_forgetting(sequence, event);
+        applied
+    }
+
+    /// Moves the log's time to `at_ms` if that is later, and forgets what came due.
+    pub fn advance_log_time(&mut self, at_ms: i64) {
+        self.log_time_ms = self.log_time_ms.max(at_ms);
+        while let Some(entry) = self.forget.first_entry() {
+            if entry.key().0 > self.log_time_ms {
+                break;
+            }
+            match entry.remove() {
+                Forget::Key(key) => {
+                    self.keys.remove(&key);
+                }
+                Forget::Job(job_id) => {
+                    if self
+                        .jobs
+                        .get(&job_id)
+                        .is_some_and(|j| j.status != JobStatus::Active)
+                    {
+                        self.jobs.remove(&job_id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Schedules what `event`, just folded at `sequence`, makes forgettable: a key whose
+    /// outcome it logs, a job it ends.
+    fn schedule_forgetting(&mut self, sequence: u64, event: &pb::Event) {
+        let what = match &event.body {
+            Some(Body::JobSubmitted(s)) => Forget::Key(s.idempotency_key.clone()),
+            Some(Body::JobRejected(r)) => Forget::Key(r.idempotency_key.clone()),
+            Some(
+                Body::JobCancelled(pb::JobCancelled { job_id, .. })
+                | Body::JobFinished(pb::JobFinished { job_id, .. })
+                | Body::JobFailed(pb::JobFailed { job_id, .. })
+                | Body::JobPreempted(pb::JobPreempted { job_id, .. }),
+            ) if self
+                .jobs
+                .get(job_id)
+                .is_some_and(|j| j.status != JobStatus::Active) =>
+            {
+                Forget::Job(job_id.clone())
+            }
+            _ => return,
+        };
+        let due = self.log_time_ms.saturating_add(FORGET_AFTER_MS);
+        self.forget.insert((due, sequence), what);
+    }
+
+    fn fold_body(&mut self, sequence: u64, event: &pb::Event) -> Applied {
         let Some(body) = &event.body else {
             return Applied::Ignored("event without body".into());
         };

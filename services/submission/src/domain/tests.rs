@@ -334,3 +334,120 @@ fn rejection_messages_are_bounded_whatever_was_submitted() {
     assert_eq!(bounded("short".into(), 10), "short");
     assert_eq!(bounded("ééééé".into(), 7), "éé…");
 }
+
+#[test]
+fn keys_and_ended_jobs_are_forgotten_a_day_of_log_time_later_and_live_jobs_are_not() {
+    let mut s = state();
+    let limits = Limits::default();
+    let at = |ms: i64, body: Body| pb::Event {
+        at_ms: ms,
+        body: Some(body),
+    };
+    let shape = fairshare_model::shape::Shape {
+        nodes: 1,
+        gpus_per_node: 1,
+    };
+    let t0 = 1_000_000;
+    for (seq, key, job) in [(10, "k-done", "done"), (11, "k-live", "live")] {
+        let submitted = job_submitted(job, &request(key, 1), shape);
+        s.apply(seq, &at(t0, Body::JobSubmitted(submitted)));
+    }
+    s.apply(
+        12,
+        &at(
+            t0 + 5_000,
+            Body::JobFinished(pb::JobFinished {
+                job_id: "done".into(),
+                exit_code: 0,
+            }),
+        ),
+    );
+    let cancel = |job: &str| pb::CancelRequest {
+        job_id: job.into(),
+        ..Default::default()
+    };
+    let repeat = |s: &SubmissionState, key: &str| {
+        matches!(
+            check_submission(s, &request(key, 1), &limits),
+            Ok(Checked::Repeat { .. })
+        )
+    };
+
+    // Just before a day has passed, in the log's time, everything is remembered.
+    s.apply_stored(
+        13,
+        &at(0, Body::UsageSnapshot(Default::default())),
+        Some(t0 + FORGET_AFTER_MS - 1),
+    );
+    assert!(repeat(&s, "k-done") && repeat(&s, "k-live"));
+    assert_eq!(
+        check_cancel(&s, &cancel("done"), &limits).unwrap_err().code,
+        RejectionCode::JobEnded as i32
+    );
+
+    // A day after they were logged the keys are gone: a retry now is a new submission.
+    s.apply_stored(
+        14,
+        &at(0, Body::UsageSnapshot(Default::default())),
+        Some(t0 + FORGET_AFTER_MS),
+    );
+    assert!(!repeat(&s, "k-done") && !repeat(&s, "k-live"));
+    assert!(matches!(
+        check_submission(&s, &request("k-live", 1), &limits),
+        Ok(Checked::New(_))
+    ));
+    // The ended job is still known until a day after it ended; the live one stays.
+    assert_eq!(s.jobs.len(), 2);
+    s.apply(
+        15,
+        &at(
+            t0 + 5_000 + FORGET_AFTER_MS,
+            Body::UsageSnapshot(Default::default()),
+        ),
+    );
+    assert_eq!(
+        check_cancel(&s, &cancel("done"), &limits).unwrap_err().code,
+        RejectionCode::UnknownJob as i32,
+        "forgotten"
+    );
+    assert!(matches!(
+        check_cancel(&s, &cancel("live"), &limits),
+        Ok(CancelTarget::Cancel { .. })
+    ));
+    assert!(s.keys.is_empty() && s.forget.is_empty());
+    assert_eq!(s.jobs.keys().collect::<Vec<_>>(), ["live"]);
+
+    // An event stamped in the past does not move the log's time back.
+    s.apply(16, &at(t0, Body::UsageSnapshot(Default::default())));
+    assert_eq!(s.log_time_ms, t0 + 5_000 + FORGET_AFTER_MS);
+}
+
+#[test]
+fn a_job_requeued_after_it_ended_is_not_forgotten_while_it_is_live() {
+    let mut s = state();
+    let at = |ms: i64, body: Body| pb::Event {
+        at_ms: ms,
+        body: Some(body),
+    };
+    s.note_accepted("k", "j", "c", 10);
+    // Not resumable (no submission folded): the preemption ends it, and a requeue revives it.
+    s.apply(
+        11,
+        &at(
+            0,
+            Body::JobPreempted(pb::JobPreempted {
+                job_id: "j".into(),
+                killed: true,
+            }),
+        ),
+    );
+    s.apply(
+        12,
+        &at(1, Body::JobRequeued(pb::JobRequeued { job_id: "j".into() })),
+    );
+    s.apply(
+        13,
+        &at(2 * FORGET_AFTER_MS, Body::UsageSnapshot(Default::default())),
+    );
+    assert_eq!(s.jobs["j"].status, JobStatus::Active);
+}

@@ -14,7 +14,7 @@ fn apply(shared: &Shared, entry: LogEntry) {
         let mut state = shared.state();
         match &entry.event {
             Ok(event) => {
-                let applied = state.apply(entry.sequence, event);
+                let applied = state.apply_stored(entry.sequence, event, entry.stored_ms);
                 if let Applied::Ignored(why) = applied {
                     tracing::warn!(sequence = entry.sequence, subject = %entry.subject, "{why}");
                 }
@@ -24,6 +24,9 @@ fn apply(shared: &Shared, entry: LogEntry) {
                 // publisher cannot stop submissions.
                 tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry skipped: {e}");
                 state.last_sequence = state.last_sequence.max(entry.sequence);
+                if let Some(stored_ms) = entry.stored_ms {
+                    state.advance_log_time(stored_ms);
+                }
             }
         }
         // Whatever the entry said, it is the newest on its job's subject: a cancel must expect
