@@ -41,6 +41,7 @@ use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
 use fairshare_runtime::log::LogEntry;
 use fairshare_testkit::NatsServer;
+use fairshare_testkit::Rng;
 use tokio::task::JoinHandle;
 
 const CLUSTER: &str = "chaos";
@@ -66,18 +67,6 @@ fn policy() -> fairshare_preemption::domain::Config {
     fairshare_preemption::domain::Config {
         grace_ms: 1_000,
         ..Default::default()
-    }
-}
-
-/// xorshift64*: a deterministic workload without dependencies.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
 }
 
@@ -165,10 +154,7 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             let service =
                 fairshare_submission::shell::Service::start(client, config, clock).await?;
             let resumed_from = service.resumed_from();
-            let task = tokio::spawn(async move {
-                service.serve(forever).await.unwrap();
-            });
-            Ok((task, resumed_from))
+            Ok((serving(service.serve(forever)), resumed_from))
         }
         Kind::Accounting => {
             let config = fairshare_accounting::shell::Config {
@@ -179,10 +165,7 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             let service =
                 fairshare_accounting::shell::Service::start(client, config, clock).await?;
             let resumed_from = service.resumed_from();
-            let task = tokio::spawn(async move {
-                service.serve(forever).await.unwrap();
-            });
-            Ok((task, resumed_from))
+            Ok((serving(service.serve(forever)), resumed_from))
         }
         Kind::Decision => {
             let config = fairshare_decision::shell::Config {
@@ -191,10 +174,7 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             };
             let service = fairshare_decision::shell::Service::start(client, config, clock).await?;
             let resumed_from = service.resumed_from();
-            let task = tokio::spawn(async move {
-                service.serve(forever).await.unwrap();
-            });
-            Ok((task, resumed_from))
+            Ok((serving(service.serve(forever)), resumed_from))
         }
         Kind::Preemption => {
             let config = fairshare_preemption::shell::Config {
@@ -205,12 +185,19 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             let service =
                 fairshare_preemption::shell::Service::start(client, config, clock).await?;
             let resumed_from = service.resumed_from();
-            let task = tokio::spawn(async move {
-                service.serve(forever).await.unwrap();
-            });
-            Ok((task, resumed_from))
+            Ok((serving(service.serve(forever)), resumed_from))
         }
     }
+}
+
+/// Runs a service's `serve` future on its own task; a service that stops with an error fails
+/// the test (the final check that every task is still running catches it).
+fn serving<T, E: std::fmt::Debug>(
+    serve: impl std::future::Future<Output = Result<T, E>> + Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        serve.await.unwrap();
+    })
 }
 
 /// Submits `request` until the submission service accepts it (it may be down, or killed
@@ -226,6 +213,9 @@ async fn submit_until_accepted(client: &async_nats::Client, request: &pb::Submit
         if let Ok(Ok(reply)) = reply {
             match codec::decode_submit_reply(&reply.payload).unwrap().result {
                 Some(pb::submit_reply::Result::Accepted(a)) => return a.job_id,
+                // The log did not confirm the write (a slow moment): retry with the same key.
+                Some(pb::submit_reply::Result::Rejected(r))
+                    if r.code == pb::RejectionCode::Unavailable as i32 => {}
                 other => panic!("{}: {other:?}", request.idempotency_key),
             }
         }
@@ -311,32 +301,31 @@ fn lives(entries: &[LogEntry]) -> BTreeMap<String, (Life, usize)> {
 fn check_snapshots(entries: &[LogEntry]) -> usize {
     let config = fairshare_accounting::domain::FoldConfig::default();
     let mut fold = fairshare_accounting::domain::UsageFold::new(config);
+    // In the order of the prefixes they name: a killed instance's last snapshot may land after
+    // its successor's.
+    let mut snapshots: Vec<(u64, i64, &pb::UsageSnapshot)> = entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Ok(pb::Event {
+                at_ms,
+                body: Some(Body::UsageSnapshot(s)),
+            }) => Some((e.sequence, *at_ms, s)),
+            _ => None,
+        })
+        .collect();
+    snapshots.sort_by_key(|(sequence, _, s)| (s.through_sequence, *sequence));
     let mut rest = entries.iter().peekable();
-    let mut checked = 0;
-    for e in entries {
-        let Ok(pb::Event {
-            at_ms,
-            body: Some(Body::UsageSnapshot(logged)),
-        }) = &e.event
-        else {
-            continue;
-        };
+    for (sequence, at_ms, logged) in &snapshots {
         while let Some(entry) = rest.next_if(|x| x.sequence <= logged.through_sequence) {
             fairshare_accounting::shell::apply_entry(&mut fold, entry);
         }
-        assert_eq!(
-            fold.last_applied(),
-            logged.through_sequence,
-            "{}",
-            e.sequence
-        );
+        assert_eq!(fold.last_applied(), logged.through_sequence, "{sequence}");
         assert_eq!(logged.window_end_ms, *at_ms);
         let report = fold.window(CLUSTER, logged.window_end_ms).unwrap();
         let rederived = report.to_snapshot(logged.through_sequence, config.window_ms());
-        assert_eq!(&rederived, logged, "snapshot at {}", e.sequence);
-        checked += 1;
+        assert_eq!(&rederived, *logged, "snapshot at {sequence}");
     }
-    checked
+    snapshots.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,24 +39,13 @@ use fairshare_model::files;
 use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
 use fairshare_runtime::log::{Follower, LogEntry};
+use fairshare_testkit::Rng;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 const NODES: u32 = 128;
 const GPUS_PER_NODE: u32 = 8;
 const JOBS: usize = 1_000;
-
-/// xorshift64*: a deterministic workload without dependencies.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
 
 fn workload() -> Vec<pb::SubmitRequest> {
     let mut rng = Rng(0x5eed_cafe_f00d_0001);

@@ -30,6 +30,7 @@ use bytes::Bytes;
 use fairshare_accounting::domain::{FoldConfig, UsageFold};
 use fairshare_events::codec;
 use fairshare_events::pb::{self, event::Body};
+use fairshare_testkit::Rng;
 
 const CLUSTER: &str = "h100-a";
 const NODES: u32 = 128;
@@ -37,24 +38,8 @@ const GPUS_PER_NODE: u32 = 8;
 const HOUR: i64 = 3_600_000;
 const START_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 
-/// xorshift64*: deterministic, dependency-free.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 fn uuid_like(rng: &mut Rng, t: i64) -> String {
-    let r = rng.next();
+    let r = rng.next_u64();
     format!(
         "{:08x}-{:04x}-7{:03x}-{:04x}-{:012x}",
         (t >> 16) as u32,

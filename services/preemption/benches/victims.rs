@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use fairshare_events::pb::{self, event::Body};
 use fairshare_preemption::domain::{Config, PreemptionState, decide_preemptions, select_victims};
+use fairshare_testkit::Rng;
 
 const CLUSTER: &str = "h100-a";
 const NODES: usize = 128;
@@ -29,18 +30,6 @@ const MIN: i64 = 60_000;
 const HOUR: i64 = 3_600_000;
 const WINDOW_MS: i64 = 7 * 24 * HOUR;
 const NOW: i64 = 1_767_225_600_000 + 30 * 24 * HOUR;
-
-/// xorshift64*: deterministic, dependency-free.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
-    }
-}
 
 struct Builder {
     state: PreemptionState,

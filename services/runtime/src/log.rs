@@ -93,6 +93,18 @@ pub async fn log_position(js: &jetstream::Context) -> Result<LogPosition, Follow
     })
 }
 
+/// Returns once the server has processed everything `client` sent before the call, its
+/// subscriptions above all, so that a request another connection sends afterwards finds them.
+/// `Client::flush` only writes the bytes out; the server may not have read a `SUB` yet, and a
+/// request racing it gets "no responders". This makes one request on the same connection (the
+/// events stream's info, which every service may read), and the server answers a connection's
+/// messages in the order they came.
+pub async fn settle_subscriptions(client: &async_nats::Client) -> Result<(), FollowError> {
+    log_position(&jetstream::new(client.clone()))
+        .await
+        .map(|_| ())
+}
+
 /// The sequence of the newest entry of the events stream (`events`) on `filter`: one subject,
 /// or a wildcard over one job's subjects. After a publish of unknown outcome a service waits
 /// until its fold has reached it before deciding again.

@@ -11,6 +11,10 @@
 //! // dropped here: the process is killed and its store removed
 //! ```
 
+mod rng;
+
+pub use rng::Rng;
+
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

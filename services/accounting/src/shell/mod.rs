@@ -226,8 +226,8 @@ impl Service {
             .queue_subscribe(usage_subject, subjects::ACCOUNTING_QUEUE_GROUP.to_owned())
             .await
             .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
-        client
-            .flush()
+        // Served from here on: a caller that sees `start` return may ask at once.
+        fairshare_runtime::log::settle_subscriptions(&client)
             .await
             .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
         let mut service = Self {

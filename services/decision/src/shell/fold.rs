@@ -176,6 +176,7 @@ mod tests {
 
     use super::*;
     use fairshare_events::DecodeError;
+    use fairshare_testkit::Rng;
 
     fn entry(sequence: u64, subject: &str, body: Option<Body>) -> LogEntry {
         LogEntry {
@@ -300,18 +301,6 @@ mod tests {
         ));
         assert_eq!(f.job_trace("j1"), None);
         assert!(f.traces.is_empty());
-    }
-
-    /// xorshift64*: a deterministic workload without dependencies.
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-        }
     }
 
     /// A log of cluster `c` that exercises every part of the state: a budget tree (replaced

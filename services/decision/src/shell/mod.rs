@@ -266,8 +266,8 @@ impl Service {
             .subscribe(subjects::explain_api(&config.cluster))
             .await
             .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
-        client
-            .flush()
+        // Served from here on: a caller that sees `start` return may ask at once.
+        fairshare_runtime::log::settle_subscriptions(&client)
             .await
             .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
         let mut service = Self {

@@ -12,18 +12,7 @@ use fairshare_runtime::log::LogEntry;
 
 use super::ShellFold;
 use crate::domain::{Config, decide_preemptions, into_events, stamp_cycle};
-
-/// xorshift64*: a deterministic workload without dependencies.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
+use fairshare_testkit::Rng;
 
 /// The subject a writer appends `event` of cluster `c` on.
 fn subject_of(event: &pb::Event) -> String {

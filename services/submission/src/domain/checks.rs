@@ -240,7 +240,10 @@ pub fn check_cancel(
     let Some(job) = state.jobs.get(&request.job_id) else {
         return Err(reject(
             RejectionCode::UnknownJob,
-            format!("no job {:?} was ever accepted", request.job_id),
+            format!(
+                "no job {:?} is known: never accepted, or it ended more than a day ago",
+                request.job_id
+            ),
         ));
     };
     match job.status {

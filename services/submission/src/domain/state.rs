@@ -7,8 +7,9 @@
 //! because the later fold of the same event writes the same values.
 //!
 //! Nothing is kept for ever: an idempotency key is forgotten [`FORGET_AFTER_MS`] after its
-//! outcome was logged, and a job that ended or was cancelled that long after it did, so a
-//! service that runs for months holds a day of history, not all of it. Time here is the log's
+//! outcome was logged (or, if its job still lives then, within that long after the job ends),
+//! and a job that ended or was cancelled that long after it did, so a service that runs for
+//! months holds a day of history, not all of it. Time here is the log's
 //! own ([`SubmissionState::log_time_ms`]: the newest time the stream stored an entry at, or
 //! without one the newest event time), never the wall clock, so a fold rebuilt from the log
 //! forgets exactly what the running one forgot. A retry of a forgotten key is a new
@@ -149,9 +150,25 @@ impl SubmissionState {
             if entry.key().0 > self.log_time_ms {
                 break;
             }
-            match entry.remove() {
+            let ((_, sequence), what) = entry.remove_entry();
+            match what {
                 Forget::Key(key) => {
-                    self.keys.remove(&key);
+                    // A key answers retries for as long as its job lives: one forgotten while
+                    // the job still ran would let a late retry start a second copy. Looked at
+                    // again a day later.
+                    let live = match self.keys.get(&key) {
+                        Some(KeyOutcome::Accepted { job_id, .. }) => self
+                            .jobs
+                            .get(job_id)
+                            .is_some_and(|j| j.status == JobStatus::Active),
+                        _ => false,
+                    };
+                    if live {
+                        let again = self.log_time_ms.saturating_add(FORGET_AFTER_MS);
+                        self.forget.insert((again, sequence), Forget::Key(key));
+                    } else {
+                        self.keys.remove(&key);
+                    }
                 }
                 Forget::Job(job_id) => {
                     if self

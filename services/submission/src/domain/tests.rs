@@ -343,6 +343,15 @@ fn keys_and_ended_jobs_are_forgotten_a_day_of_log_time_later_and_live_jobs_are_n
         at_ms: ms,
         body: Some(body),
     };
+    let tick = |s: &mut SubmissionState, seq: u64, ms: i64| {
+        s.apply(seq, &at(ms, Body::UsageSnapshot(Default::default())));
+    };
+    let finished = |job: &str| {
+        Body::JobFinished(pb::JobFinished {
+            job_id: job.into(),
+            exit_code: 0,
+        })
+    };
     let shape = fairshare_model::shape::Shape {
         nodes: 1,
         gpus_per_node: 1,
@@ -352,16 +361,7 @@ fn keys_and_ended_jobs_are_forgotten_a_day_of_log_time_later_and_live_jobs_are_n
         let submitted = job_submitted(job, &request(key, 1), shape);
         s.apply(seq, &at(t0, Body::JobSubmitted(submitted)));
     }
-    s.apply(
-        12,
-        &at(
-            t0 + 5_000,
-            Body::JobFinished(pb::JobFinished {
-                job_id: "done".into(),
-                exit_code: 0,
-            }),
-        ),
-    );
+    s.apply(12, &at(t0 + 5_000, finished("done")));
     let cancel = |job: &str| pb::CancelRequest {
         job_id: job.into(),
         ..Default::default()
@@ -374,37 +374,24 @@ fn keys_and_ended_jobs_are_forgotten_a_day_of_log_time_later_and_live_jobs_are_n
     };
 
     // Just before a day has passed, in the log's time, everything is remembered.
-    s.apply_stored(
-        13,
-        &at(0, Body::UsageSnapshot(Default::default())),
-        Some(t0 + FORGET_AFTER_MS - 1),
-    );
+    tick(&mut s, 13, t0 + FORGET_AFTER_MS - 1);
     assert!(repeat(&s, "k-done") && repeat(&s, "k-live"));
     assert_eq!(
         check_cancel(&s, &cancel("done"), &limits).unwrap_err().code,
         RejectionCode::JobEnded as i32
     );
 
-    // A day after they were logged the keys are gone: a retry now is a new submission.
-    s.apply_stored(
-        14,
-        &at(0, Body::UsageSnapshot(Default::default())),
-        Some(t0 + FORGET_AFTER_MS),
-    );
-    assert!(!repeat(&s, "k-done") && !repeat(&s, "k-live"));
+    // A day after it was logged the ended job's key is gone: a retry now is a new submission.
+    // The live job's key stays while the job lives.
+    tick(&mut s, 14, t0 + FORGET_AFTER_MS);
+    assert!(!repeat(&s, "k-done") && repeat(&s, "k-live"));
     assert!(matches!(
-        check_submission(&s, &request("k-live", 1), &limits),
+        check_submission(&s, &request("k-done", 1), &limits),
         Ok(Checked::New(_))
     ));
     // The ended job is still known until a day after it ended; the live one stays.
     assert_eq!(s.jobs.len(), 2);
-    s.apply(
-        15,
-        &at(
-            t0 + 5_000 + FORGET_AFTER_MS,
-            Body::UsageSnapshot(Default::default()),
-        ),
-    );
+    tick(&mut s, 15, t0 + 5_000 + FORGET_AFTER_MS);
     assert_eq!(
         check_cancel(&s, &cancel("done"), &limits).unwrap_err().code,
         RejectionCode::UnknownJob as i32,
@@ -414,40 +401,53 @@ fn keys_and_ended_jobs_are_forgotten_a_day_of_log_time_later_and_live_jobs_are_n
         check_cancel(&s, &cancel("live"), &limits),
         Ok(CancelTarget::Cancel { .. })
     ));
-    assert!(s.keys.is_empty() && s.forget.is_empty());
     assert_eq!(s.jobs.keys().collect::<Vec<_>>(), ["live"]);
+    assert_eq!(s.keys.keys().collect::<Vec<_>>(), ["k-live"]);
+
+    // Once the live job ends, its key and then the job go within a day.
+    let ended = t0 + 5_000 + FORGET_AFTER_MS + 10;
+    s.apply(16, &at(ended, finished("live")));
+    tick(&mut s, 17, ended + FORGET_AFTER_MS);
+    assert!(
+        s.keys.is_empty() && s.jobs.is_empty() && s.forget.is_empty(),
+        "{:?} {:?} {:?}",
+        s.keys,
+        s.jobs,
+        s.forget
+    );
 
     // An event stamped in the past does not move the log's time back.
-    s.apply(16, &at(t0, Body::UsageSnapshot(Default::default())));
-    assert_eq!(s.log_time_ms, t0 + 5_000 + FORGET_AFTER_MS);
+    tick(&mut s, 18, t0);
+    assert_eq!(s.log_time_ms, ended + FORGET_AFTER_MS);
 }
 
 #[test]
-fn a_job_requeued_after_it_ended_is_not_forgotten_while_it_is_live() {
+fn the_log_time_is_the_streams_when_it_says_so_whatever_the_event_claims() {
     let mut s = state();
-    let at = |ms: i64, body: Body| pb::Event {
-        at_ms: ms,
-        body: Some(body),
+    let shape = fairshare_model::shape::Shape {
+        nodes: 1,
+        gpus_per_node: 1,
     };
-    s.note_accepted("k", "j", "c", 10);
-    // Not resumable (no submission folded): the preemption ends it, and a requeue revives it.
-    s.apply(
-        11,
-        &at(
-            0,
-            Body::JobPreempted(pb::JobPreempted {
-                job_id: "j".into(),
-                killed: true,
-            }),
-        ),
+    let submitted = job_submitted("j", &request("k", 1), shape);
+    let stored = 5_000_000;
+    s.apply_stored(
+        10,
+        &pb::Event {
+            at_ms: stored,
+            body: Some(Body::JobSubmitted(submitted)),
+        },
+        Some(stored),
     );
-    s.apply(
-        12,
-        &at(1, Body::JobRequeued(pb::JobRequeued { job_id: "j".into() })),
-    );
-    s.apply(
-        13,
-        &at(2 * FORGET_AFTER_MS, Body::UsageSnapshot(Default::default())),
-    );
-    assert_eq!(s.jobs["j"].status, JobStatus::Active);
+    // A writer whose clock is a year ahead: its event's own time is not the log's.
+    let year = 365 * FORGET_AFTER_MS;
+    let ahead = pb::Event {
+        at_ms: stored + year,
+        body: Some(Body::UsageSnapshot(Default::default())),
+    };
+    s.apply_stored(11, &ahead, Some(stored + 1));
+    assert_eq!(s.log_time_ms, stored + 1);
+    assert!(s.keys.contains_key("k"), "not forgotten by a skewed clock");
+    // Without a stored time (the simulator, tests) the event's time is all there is.
+    s.apply(12, &ahead);
+    assert_eq!(s.log_time_ms, stored + year);
 }

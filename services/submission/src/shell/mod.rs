@@ -26,7 +26,7 @@ use async_nats::jetstream;
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::CheckpointError;
 use fairshare_runtime::clock::Clock;
-use fairshare_runtime::log::{FollowError, Follower, log_position};
+use fairshare_runtime::log::{FollowError, Follower, log_position, settle_subscriptions};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::task::AbortOnDrop;
 use futures::StreamExt;
@@ -183,10 +183,12 @@ impl Service {
         // Subscribe before returning, so a caller that sees `start` complete can send requests.
         let submits = subscribe(&client, subjects::SUBMIT_API).await?;
         let cancels = subscribe(&client, subjects::CANCEL_API).await?;
-        client.flush().await.map_err(|e| ServiceError::Subscribe {
-            subject: subjects::SUBMIT_API,
-            detail: e.to_string(),
-        })?;
+        settle_subscriptions(&client)
+            .await
+            .map_err(|e| ServiceError::Subscribe {
+                subject: subjects::SUBMIT_API,
+                detail: e.to_string(),
+            })?;
         let intake = if config.consume_intake {
             Some(intake::consumer(&shared).await?)
         } else {

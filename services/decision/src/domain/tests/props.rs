@@ -8,21 +8,10 @@ use proptest::prelude::*;
 use super::support::{H, HOUR, MIN, acc, leaf};
 use crate::domain::state::MAINTENANCE_LEAD_MS;
 use crate::domain::{Decision, WaitReason, decide, decide_placements};
+use fairshare_testkit::Rng;
 
 const NOW: i64 = 50 * HOUR;
 const LEAVES: [&str; 5] = ["g/a", "g/b", "h/c", "h/d", "zz-unknown"];
-
-/// xorshift64*, so a failing case is one seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
-    }
-}
 
 struct Scenario {
     h: H,

@@ -40,23 +40,12 @@ use proptest::prelude::*;
 
 use super::support::{H, HOUR, MIN, SEC, leaf};
 use crate::domain::{Config, PreemptionState, decide_preemptions, next_due};
+use fairshare_testkit::Rng;
 
 const WINDOW: i64 = 7 * 24 * HOUR;
 const STEP: i64 = 5 * MIN;
 const END: i64 = 20 * HOUR;
 const ALLOCATIONS: [&str; 3] = ["a", "b", "c"];
-
-/// xorshift64*, so a failing case is one seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
-    }
-}
 
 #[derive(Debug, Clone)]
 struct SimJob {
