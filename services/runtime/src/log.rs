@@ -94,7 +94,8 @@ pub async fn log_position(js: &jetstream::Context) -> Result<LogPosition, Follow
 }
 
 /// Returns once the server has processed everything `client` sent before the call, its
-/// subscriptions above all, so that a request another connection sends afterwards finds them.
+/// subscriptions above all, so that a request another connection to the same server sends
+/// afterwards finds them (servers of a cluster learn of them a moment later; callers retry).
 /// `Client::flush` only writes the bytes out; the server may not have read a `SUB` yet, and a
 /// request racing it gets "no responders". This makes one request on the same connection (the
 /// events stream's info, which every service may read), and the server answers a connection's

@@ -163,8 +163,9 @@ impl SubmissionState {
                             .is_some_and(|j| j.status == JobStatus::Active),
                         _ => false,
                     };
-                    if live {
-                        let again = self.log_time_ms.saturating_add(FORGET_AFTER_MS);
+                    let again = self.log_time_ms.saturating_add(FORGET_AFTER_MS);
+                    // (At the end of time there is no later: forgotten, or this would not end.)
+                    if live && again > self.log_time_ms {
                         self.forget.insert((again, sequence), Forget::Key(key));
                     } else {
                         self.keys.remove(&key);

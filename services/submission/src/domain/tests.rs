@@ -451,3 +451,59 @@ fn the_log_time_is_the_streams_when_it_says_so_whatever_the_event_claims() {
     s.apply(12, &ahead);
     assert_eq!(s.log_time_ms, stored + year);
 }
+
+#[test]
+fn a_job_requeued_after_it_ended_is_not_forgotten_while_it_is_live() {
+    let mut s = state();
+    let at = |ms: i64, body: Body| pb::Event {
+        at_ms: ms,
+        body: Some(body),
+    };
+    s.note_accepted("k", "j", "c", 10);
+    // Not resumable (no submission folded): the preemption ends it, and a requeue revives it.
+    s.apply(
+        11,
+        &at(
+            0,
+            Body::JobPreempted(pb::JobPreempted {
+                job_id: "j".into(),
+                killed: true,
+            }),
+        ),
+    );
+    s.apply(
+        12,
+        &at(1, Body::JobRequeued(pb::JobRequeued { job_id: "j".into() })),
+    );
+    s.apply(
+        13,
+        &at(2 * FORGET_AFTER_MS, Body::UsageSnapshot(Default::default())),
+    );
+    assert_eq!(s.jobs["j"].status, JobStatus::Active);
+}
+
+#[test]
+fn a_live_key_at_the_end_of_time_is_forgotten_rather_than_looked_at_for_ever() {
+    let mut s = state();
+    let shape = fairshare_model::shape::Shape {
+        nodes: 1,
+        gpus_per_node: 1,
+    };
+    let submitted = job_submitted("j", &request("k", 1), shape);
+    s.apply(
+        10,
+        &pb::Event {
+            at_ms: 0,
+            body: Some(Body::JobSubmitted(submitted)),
+        },
+    );
+    s.apply(
+        11,
+        &pb::Event {
+            at_ms: i64::MAX,
+            body: Some(Body::UsageSnapshot(Default::default())),
+        },
+    );
+    assert!(s.keys.is_empty() && s.forget.is_empty());
+    assert_eq!(s.jobs["j"].status, JobStatus::Active, "the live job stays");
+}

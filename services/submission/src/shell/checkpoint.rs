@@ -20,7 +20,7 @@ use crate::domain::SubmissionState;
 
 /// Format version of the checkpoint; bump it when the state's serde form changes (older
 /// checkpoints are then refused and rebuilt from the log).
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// The scope a checkpoint is for: the service serves every cluster.
 const SCOPE: &str = "all-clusters";

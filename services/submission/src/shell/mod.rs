@@ -187,7 +187,7 @@ impl Service {
             .await
             .map_err(|e| ServiceError::Subscribe {
                 subject: subjects::SUBMIT_API,
-                detail: e.to_string(),
+                detail: format!("the server did not confirm it: {e}"),
             })?;
         let intake = if config.consume_intake {
             Some(intake::consumer(&shared).await?)
