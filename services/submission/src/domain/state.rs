@@ -17,15 +17,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-/// How long a key's outcome, and an ended job, are remembered (log time): a day, far longer
-/// than a launcher retries a submission.
-pub const FORGET_AFTER_MS: i64 = 24 * 3_600_000;
-
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::budget::BudgetTree;
 use fairshare_model::inventory::Inventory;
 use fairshare_model::stored;
 use serde::{Deserialize, Serialize};
+
+/// How long a key's outcome, and an ended job, are remembered (log time): a day, far longer
+/// than a launcher retries a submission.
+pub const FORGET_AFTER_MS: i64 = 24 * 3_600_000;
 
 /// A cluster as submission sees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
