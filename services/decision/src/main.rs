@@ -53,6 +53,11 @@ struct Args {
     /// and exit (status 1 if any).
     #[arg(long)]
     audit: bool,
+    /// With `--audit`: hold only placements from this sequence on to this build and these
+    /// flags (say, from where they were last changed); earlier findings are counted, not
+    /// failed.
+    #[arg(long, default_value_t = 1, requires = "audit")]
+    audit_from: u64,
 }
 
 /// `20ms`, or anything [`parse_duration`] takes (`5s`, `1m`, a bare number of seconds).
@@ -64,9 +69,16 @@ async fn main() -> anyhow::Result<()> {
     let client = args.nats.connect("fairshare-decision").await?;
     if args.audit {
         let js = async_nats::jetstream::new(client);
-        let report = audit_log(&js, &args.cluster)
+        let mut report = audit_log(&js, &args.cluster)
             .await
             .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
+        let set_aside = report.keep_from(args.audit_from);
+        if set_aside > 0 {
+            println!(
+                "{set_aside} findings before sequence {} set aside (--audit-from)",
+                args.audit_from
+            );
+        }
         for d in &report.divergences {
             println!("DIVERGENCE {d}");
         }

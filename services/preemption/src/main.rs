@@ -66,6 +66,11 @@ struct Args {
     /// print the divergences and exit (status 1 if any).
     #[arg(long)]
     audit: bool,
+    /// With `--audit`: hold only orders from this sequence on to this build and these
+    /// flags (say, from where they were last changed); earlier findings are counted, not
+    /// failed.
+    #[arg(long, default_value_t = 1, requires = "audit")]
+    audit_from: u64,
 }
 
 fn millis(d: Duration) -> i64 {
@@ -87,9 +92,16 @@ async fn main() -> anyhow::Result<()> {
     let client = args.nats.connect("fairshare-preemption").await?;
     if args.audit {
         let js = async_nats::jetstream::new(client);
-        let report = shell::audit_log(&js, &args.cluster, &policy)
+        let mut report = shell::audit_log(&js, &args.cluster, &policy)
             .await
             .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
+        let set_aside = report.keep_from(args.audit_from);
+        if set_aside > 0 {
+            println!(
+                "{set_aside} divergences before sequence {} set aside (--audit-from)",
+                args.audit_from
+            );
+        }
         for d in &report.divergences {
             println!("DIVERGENCE {d}");
         }

@@ -279,6 +279,29 @@ impl AuditReport {
     pub fn is_clean(&self) -> bool {
         self.divergences.is_empty() && self.overcommits.is_empty()
     }
+
+    /// Drops the findings about placements before sequence `from` and returns how many: a log
+    /// written partly by a build with other rules is then held to this build's from `from` on.
+    /// (Each cycle is re-derived from the log as written, so earlier findings do not change
+    /// later ones.)
+    pub fn keep_from(&mut self, from: u64) -> usize {
+        let before = self.divergences.len() + self.overcommits.len();
+        self.divergences.retain(|d| d.sequence() >= from);
+        self.overcommits.retain(|o| o.sequence >= from);
+        before - self.divergences.len() - self.overcommits.len()
+    }
+}
+
+impl Divergence {
+    /// The sequence of the placement it is about.
+    pub fn sequence(&self) -> u64 {
+        match self {
+            Divergence::NoBasis { sequence, .. }
+            | Divergence::FromTheFuture { sequence, .. }
+            | Divergence::NotRederived { sequence, .. }
+            | Divergence::Differs { sequence, .. } => *sequence,
+        }
+    }
 }
 
 /// Folds `entries` (one cluster's log, in order) once, and at each cycle that placed anything
@@ -557,6 +580,13 @@ mod tests {
         placement_mut(&mut log, "j3").nodes[0].node = j2_node.clone();
         let report = audit(C, &log);
         assert!(!report.is_clean());
+        // Held to this build only from after it, the log passes; from it on, it does not.
+        let mut after = report.clone();
+        assert_eq!(after.keep_from(11), 2, "j3's divergence and its overcommit");
+        assert!(after.is_clean());
+        let mut from = report.clone();
+        assert_eq!(from.keep_from(10), 0);
+        assert!(!from.is_clean());
         assert_eq!(
             report.overcommits,
             [Overcommit {

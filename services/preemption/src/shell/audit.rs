@@ -161,6 +161,28 @@ impl OrderAudit {
     pub fn is_clean(&self) -> bool {
         self.divergences.is_empty()
     }
+
+    /// Drops the divergences of orders before sequence `from` and returns how many: a log
+    /// written partly under other flags or by a build with other rules is then held to these
+    /// from `from` on. (Each pass is re-derived from the log as written, so earlier findings do
+    /// not change later ones.)
+    pub fn keep_from(&mut self, from: u64) -> usize {
+        let before = self.divergences.len();
+        self.divergences.retain(|d| d.sequence() >= from);
+        before - self.divergences.len()
+    }
+}
+
+impl OrderDivergence {
+    /// The sequence of the order it is about.
+    pub fn sequence(&self) -> u64 {
+        match self {
+            OrderDivergence::NoBasis { sequence, .. }
+            | OrderDivergence::FromTheFuture { sequence, .. }
+            | OrderDivergence::NotRederived { sequence, .. }
+            | OrderDivergence::Differs { sequence, .. } => *sequence,
+        }
+    }
 }
 
 /// An order as it is in the log.
@@ -253,12 +275,7 @@ pub fn audit(cluster: &str, entries: &[LogEntry], policy: &Config) -> OrderAudit
         }
         report.unpublished += rederived.len().saturating_sub(matched);
     }
-    report.divergences.sort_by_key(|d| match d {
-        OrderDivergence::NoBasis { sequence, .. }
-        | OrderDivergence::FromTheFuture { sequence, .. }
-        | OrderDivergence::NotRederived { sequence, .. }
-        | OrderDivergence::Differs { sequence, .. } => *sequence,
-    });
+    report.divergences.sort_by_key(OrderDivergence::sequence);
     report
 }
 
@@ -389,6 +406,15 @@ mod tests {
         );
         let shown = report.divergences[0].to_string();
         assert!(shown.contains("differs when pass"), "{shown}");
+
+        // Held to the other grace only from a sequence on: what came before is set aside.
+        let last = report.divergences.last().unwrap().sequence();
+        let mut from_last = report.clone();
+        assert_eq!(from_last.keep_from(last), moved - 1);
+        assert_eq!(from_last.divergences.len(), 1);
+        let mut after_all = report;
+        assert_eq!(after_all.keep_from(last + 1), moved);
+        assert!(after_all.is_clean());
     }
 
     fn report_job(log: &[LogEntry], sequence: u64) -> String {
