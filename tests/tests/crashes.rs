@@ -8,8 +8,10 @@
 //! in-process, each with its sled checkpoint, beside the demo launcher. Every 700 ms one of
 //! them, in turn, is killed (its task aborted, as a crash would end it: no last checkpoint,
 //! whatever it was doing cut off) and started again 150 ms later on the same checkpoint
-//! directory, until each was killed at least 3 times. The test's submitter retries each
-//! submission with its key until one is accepted.
+//! directory, until each was killed at least 3 times. Once, with a service down, the
+//! nats-server itself is killed for 3 s and restarted on its store, so every connection drops
+//! and reconnects mid-flight. The test's submitter retries each submission with its key until
+//! one is accepted.
 //!
 //! Checked from the log once every job has finished:
 //! - no submission lost, none twice: one `JobSubmitted` per key, for the job id it was answered
@@ -330,7 +332,7 @@ fn check_snapshots(entries: &[LogEntry]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean() {
-    let server = NatsServer::start().unwrap();
+    let mut server = NatsServer::start().unwrap();
     let url = server.url();
     let client = async_nats::connect(&url).await.unwrap();
     let js = jetstream::new(client.clone());
@@ -399,6 +401,12 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
             "{kind:?} was running"
         );
         *kills.entry(kind).or_default() += 1;
+        if kills.values().sum::<usize>() == 6 {
+            // The broker too, once, with a service down: everyone reconnects.
+            server.kill();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            server.restart().unwrap();
+        }
         tokio::time::sleep(Duration::from_millis(150)).await;
         let (task, resumed_from) = start(kind, &url, dirs.path()).await;
         if resumed_from > 0 {
