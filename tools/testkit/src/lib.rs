@@ -262,6 +262,20 @@ impl NatsServer {
         self.port
     }
 
+    /// A fresh connection's JetStream context with the fairshare streams in place, whose
+    /// requests give up after `ack_timeout` (short, for tests that kill the server and want
+    /// the failure soon).
+    pub async fn jetstream(
+        &self,
+        ack_timeout: Duration,
+    ) -> Result<async_nats::jetstream::Context, Box<dyn std::error::Error + Send + Sync>> {
+        let client = async_nats::connect(self.url()).await?;
+        let mut js = async_nats::jetstream::new(client);
+        js.set_timeout(ack_timeout);
+        fairshare_runtime::nats::ensure_streams(&js, 1).await?;
+        Ok(js)
+    }
+
     /// Kills the server, keeping its store, as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

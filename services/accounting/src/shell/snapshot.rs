@@ -129,10 +129,8 @@ mod tests {
     #[tokio::test]
     async fn the_cadence_publishes_every_cluster_and_stops_at_the_first_failure() {
         let mut server = fairshare_testkit::NatsServer::start().unwrap();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let mut js = jetstream::new(client);
-        js.set_timeout(std::time::Duration::from_millis(500));
-        fairshare_runtime::nats::ensure_streams(&js, 1)
+        let js = server
+            .jetstream(std::time::Duration::from_millis(500))
             .await
             .unwrap();
         let fold = fold_of(&["a", "b", "c"]);

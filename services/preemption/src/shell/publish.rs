@@ -373,10 +373,8 @@ mod tests {
     #[tokio::test]
     async fn with_the_server_gone_a_pass_stops_at_its_first_effect_and_leaves_it_unresolved() {
         let mut server = fairshare_testkit::NatsServer::start().unwrap();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let mut js = jetstream::new(client);
-        js.set_timeout(std::time::Duration::from_millis(500));
-        fairshare_runtime::nats::ensure_streams(&js, 1)
+        let js = server
+            .jetstream(std::time::Duration::from_millis(500))
             .await
             .unwrap();
         let mut fold = ShellFold::new(C);

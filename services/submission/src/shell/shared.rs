@@ -193,10 +193,8 @@ mod tests {
     #[tokio::test]
     async fn a_write_to_a_dead_broker_is_unconfirmed_not_unwritten() {
         let mut server = fairshare_testkit::NatsServer::start().unwrap();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let mut js = jetstream::new(client);
-        js.set_timeout(std::time::Duration::from_millis(500));
-        fairshare_runtime::nats::ensure_streams(&js, 1)
+        let js = server
+            .jetstream(std::time::Duration::from_millis(500))
             .await
             .unwrap();
         let shared = Shared::new(
