@@ -23,7 +23,7 @@ nats_bin="$("$repo/deploy/install-nats-server.sh")"
 
 echo "start: building (first build takes a few minutes)" >&2
 cargo build --quiet -p fairshare-submission -p fairshare-accounting -p fairshare-decision \
-  -p fairshare-preemption -p fairshare-launcher -p fairshare-cli
+  -p fairshare-preemption -p fairshare-launcher -p fairshare-cli -p fairshare-sim
 bin="${CARGO_TARGET_DIR:-$repo/target}/debug"
 
 port="${FAIRSHARE_NATS_PORT:-4222}"

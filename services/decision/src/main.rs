@@ -72,30 +72,8 @@ async fn main() -> anyhow::Result<()> {
         let mut report = audit_log(&js, &args.cluster)
             .await
             .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
-        let set_aside = report.keep_from(args.audit_from);
-        if set_aside > 0 {
-            println!(
-                "{set_aside} findings before sequence {} set aside (--audit-from)",
-                args.audit_from
-            );
-        }
-        for d in &report.divergences {
-            println!("DIVERGENCE {d}");
-        }
-        for o in &report.overcommits {
-            println!("OVERCOMMIT {o}");
-        }
-        println!(
-            "cluster {}: {} entries through sequence {}, {} cycles, {} placements re-derived, {} divergences, {} over-committed placements, {} decided but not in the log",
-            args.cluster,
-            report.entries,
-            report.last_sequence,
-            report.cycles,
-            report.placements,
-            report.divergences.len(),
-            report.overcommits.len(),
-            report.unpublished
-        );
+        report.keep_from(args.audit_from);
+        print!("{}", report.render(&args.cluster));
         anyhow::ensure!(
             report.is_clean(),
             "the audit found divergences or over-committed nodes"

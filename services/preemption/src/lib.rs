@@ -17,6 +17,8 @@
 //!   that is unusable is ignored and the log folded from sequence 1).
 //!   [`shell::audit`] re-derives every `PreemptionOrdered` in a log from the prefix its basis
 //!   names (`fairshare-preemption --audit`).
+//! - [`cli`] holds the policy flags every binary that decides as the service does parses
+//!   (the service, its audit, and `fairshare audit`).
 //! - The `fairshare-preemption` binary (`src/main.rs`) is a thin wrapper over [`shell::run`].
 //!
 //! ```
@@ -66,5 +68,6 @@
 //! assert_eq!(order.basis.as_ref().unwrap().through_sequence, 6);
 //! ```
 
+pub mod cli;
 pub mod domain;
 pub mod shell;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use fairshare_model::duration::parse_duration;
-use fairshare_preemption::domain;
+use fairshare_preemption::cli::PolicyArgs;
 use fairshare_preemption::shell::{self, Config};
 use fairshare_runtime::cli::NatsArgs;
 use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
@@ -28,25 +28,8 @@ struct Args {
     /// The GPU cluster this instance preempts for.
     #[arg(long, env = "FAIRSHARE_CLUSTER")]
     cluster: String,
-    /// Time between a preemption order and the moment the job counts as killed (e.g. 30s).
-    #[arg(long, env = "FAIRSHARE_GRACE", default_value = "30s", value_parser = parse_duration)]
-    grace: Duration,
-    /// Longest minimum runtime honoured (e.g. 8h).
-    #[arg(long, env = "FAIRSHARE_MAX_MIN_RUNTIME", default_value = "8h", value_parser = parse_duration)]
-    max_min_runtime: Duration,
-    /// Jobs are assumed to checkpoint this often; work since then is lost on preemption.
-    #[arg(long, env = "FAIRSHARE_CHECKPOINT_INTERVAL", default_value = "30m", value_parser = parse_duration)]
-    checkpoint_interval: Duration,
-    /// Hysteresis in per mille: how much worse the victim's side must rank than the waiter's
-    /// after the waiter is charged.
-    #[arg(long, env = "FAIRSHARE_HYSTERESIS_PER_MILLE", default_value_t = 100)]
-    hysteresis_per_mille: u32,
-    /// Packing moves: when no rule lets the first waiting job that cannot start take anyone's
-    /// work, resumable single-node jobs past their minimum runtime may be moved off a node
-    /// into free GPUs elsewhere so that it (or a single-node job behind it) fits there.
-    /// `false` turns them off.
-    #[arg(long, env = "FAIRSHARE_PACKING", default_value_t = true, action = clap::ArgAction::Set)]
-    packing: bool,
+    #[command(flatten)]
+    policy: PolicyArgs,
     /// Replicas for streams this service creates: 1 on one server, 3 on a 3-node cluster.
     #[arg(long, env = "FAIRSHARE_STREAM_REPLICAS", default_value_t = 1)]
     stream_replicas: usize,
@@ -73,48 +56,19 @@ struct Args {
     audit_from: u64,
 }
 
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = telemetry::init("fairshare-preemption");
-    let policy = domain::Config {
-        grace_ms: millis(args.grace),
-        min_runtime_cap_ms: millis(args.max_min_runtime),
-        checkpoint_interval_ms: millis(args.checkpoint_interval),
-        hysteresis_permille: args.hysteresis_per_mille,
-        packing: args.packing,
-    };
-    policy.validate()?;
+    let policy = args.policy.config()?;
     let client = args.nats.connect("fairshare-preemption").await?;
     if args.audit {
         let js = async_nats::jetstream::new(client);
         let mut report = shell::audit_log(&js, &args.cluster, &policy)
             .await
             .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
-        let set_aside = report.keep_from(args.audit_from);
-        if set_aside > 0 {
-            println!(
-                "{set_aside} divergences before sequence {} set aside (--audit-from)",
-                args.audit_from
-            );
-        }
-        for d in &report.divergences {
-            println!("DIVERGENCE {d}");
-        }
-        println!(
-            "cluster {}: {} entries through sequence {}, {} passes, {} orders re-derived, {} divergences, {} decided but not in the log",
-            args.cluster,
-            report.entries,
-            report.last_sequence,
-            report.passes,
-            report.orders,
-            report.divergences.len(),
-            report.unpublished
-        );
+        report.keep_from(args.audit_from);
+        print!("{}", report.render(&args.cluster));
         anyhow::ensure!(
             report.is_clean(),
             "the audit found orders that do not re-derive"

@@ -6,13 +6,15 @@
 mod commands;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use fairshare_runtime::nats::Identity;
 
 /// Operate a fairshare installation.
 ///
-/// Every command but `auth init` connects to NATS (`--nats-url`, or FAIRSHARE_NATS_URL).
+/// Every command but `auth init` and `simulate` connects to NATS (`--nats-url`, or
+/// FAIRSHARE_NATS_URL).
 #[derive(Debug, Parser)]
 #[command(name = "fairshare", version, about, long_about)]
 struct Cli {
@@ -58,6 +60,13 @@ enum Command {
     Status(commands::status::StatusArgs),
     /// Print events from the log, decoded, as they arrive.
     Tail(commands::tail::TailArgs),
+    /// Re-derive every placement and preemption order in a cluster's log from the log prefix
+    /// each names; print what differs (exit status 1 if anything does).
+    Audit(commands::audit::AuditArgs),
+    /// Run the trace-driven simulator (`fairshare-sim`) with these arguments: `simulate
+    /// trace --trace FILE --nodes N`, `simulate scenario --list`, `simulate --help`. No NATS.
+    #[command(disable_help_flag = true)]
+    Simulate(commands::simulate::SimulateArgs),
     /// Per-service NATS identities: one nkey per role and the server's permissions.
     #[command(subcommand)]
     Auth(AuthCommand),
@@ -85,23 +94,20 @@ enum AuthCommand {
 }
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            // Refusals (a rejected submission, an invalid file) are answers, not crashes: print
-            // the chain of causes without a backtrace.
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    run(cli).await.unwrap_or_else(|e| {
+        // Refusals (a rejected submission, an invalid file) are answers, not crashes: print
+        // the chain of causes without a backtrace.
+        eprintln!("error: {e:#}");
+        ExitCode::FAILURE
+    })
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let identity = Identity::from_files(cli.nats_creds.as_deref(), cli.nats_nkey.as_deref());
     let connect = || commands::Connection::new(&cli.nats_url, identity);
-    match cli.command {
+    let done = match cli.command {
         Command::Budget(cmd) => commands::policy::budget(cmd, connect).await,
         Command::Inventory(cmd) => commands::policy::inventory(cmd, connect).await,
         Command::Submit(args) => commands::submit::submit(args, &connect().await?).await,
@@ -109,6 +115,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Explain(args) => commands::explain::explain(args, &connect().await?).await,
         Command::Status(args) => commands::status::status(args, &connect().await?).await,
         Command::Tail(args) => commands::tail::tail(args, &connect().await?).await,
+        Command::Audit(args) => commands::audit::audit(args, &connect().await?).await,
+        // The simulator's own exit status is this command's.
+        Command::Simulate(args) => return commands::simulate::simulate(args).map(ExitCode::from),
         Command::Auth(AuthCommand::Init { dir }) => {
             fairshare_runtime::auth::init(&dir)?;
             println!(
@@ -128,5 +137,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("streams ready; the event log ends at sequence {last}");
             Ok(())
         }
-    }
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }

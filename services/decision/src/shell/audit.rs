@@ -272,6 +272,8 @@ pub struct AuditReport {
     pub divergences: Vec<Divergence>,
     /// Every placement that took GPUs its node did not have free ([`overcommits`]).
     pub overcommits: Vec<Overcommit>,
+    /// Findings dropped by [`AuditReport::keep_from`], counted.
+    pub set_aside: usize,
 }
 
 impl AuditReport {
@@ -288,7 +290,38 @@ impl AuditReport {
         let before = self.divergences.len() + self.overcommits.len();
         self.divergences.retain(|d| d.sequence() >= from);
         self.overcommits.retain(|o| o.sequence >= from);
-        before - self.divergences.len() - self.overcommits.len()
+        let dropped = before - self.divergences.len() - self.overcommits.len();
+        self.set_aside += dropped;
+        dropped
+    }
+
+    /// The report for people: a line per finding (`DIVERGENCE ...`, `OVERCOMMIT ...`), then
+    /// what was checked in cluster `cluster`'s log.
+    pub fn render(&self, cluster: &str) -> String {
+        let mut out = String::new();
+        for d in &self.divergences {
+            out.push_str(&format!("DIVERGENCE {d}\n"));
+        }
+        for o in &self.overcommits {
+            out.push_str(&format!("OVERCOMMIT {o}\n"));
+        }
+        out.push_str(&format!(
+            "placements of cluster {cluster}: {} entries through sequence {}, {} cycles, {} \
+             placements re-derived, {} divergences, {} over-committed placements, {} decided but \
+             not in the log",
+            self.entries,
+            self.last_sequence,
+            self.cycles,
+            self.placements,
+            self.divergences.len(),
+            self.overcommits.len(),
+            self.unpublished
+        ));
+        if self.set_aside > 0 {
+            out.push_str(&format!(", {} earlier findings set aside", self.set_aside));
+        }
+        out.push('\n');
+        out
     }
 }
 
@@ -584,6 +617,26 @@ mod tests {
         let mut after = report.clone();
         assert_eq!(after.keep_from(11), 2, "j3's divergence and its overcommit");
         assert!(after.is_clean());
+        let shown = report.render(C);
+        assert_eq!(
+            shown
+                .lines()
+                .filter(|l| l.starts_with("DIVERGENCE "))
+                .count(),
+            1
+        );
+        assert_eq!(
+            shown
+                .lines()
+                .filter(|l| l.starts_with("OVERCOMMIT "))
+                .count(),
+            1
+        );
+        assert!(shown.contains("1 divergences, 1 over-committed"), "{shown}");
+        assert!(!shown.contains("set aside"), "{shown}");
+        let shown = after.render(C);
+        assert_eq!(shown.lines().count(), 1, "{shown}");
+        assert!(shown.ends_with("2 earlier findings set aside\n"), "{shown}");
         let mut from = report.clone();
         assert_eq!(from.keep_from(10), 0);
         assert!(!from.is_clean());

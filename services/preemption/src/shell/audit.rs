@@ -154,6 +154,8 @@ pub struct OrderAudit {
     pub unpublished: usize,
     /// Every order that did not re-derive identically.
     pub divergences: Vec<OrderDivergence>,
+    /// Divergences dropped by [`OrderAudit::keep_from`], counted.
+    pub set_aside: usize,
 }
 
 impl OrderAudit {
@@ -169,7 +171,36 @@ impl OrderAudit {
     pub fn keep_from(&mut self, from: u64) -> usize {
         let before = self.divergences.len();
         self.divergences.retain(|d| d.sequence() >= from);
-        before - self.divergences.len()
+        let dropped = before - self.divergences.len();
+        self.set_aside += dropped;
+        dropped
+    }
+
+    /// The report for people: a line per divergence (`DIVERGENCE ...`), then what was checked
+    /// in cluster `cluster`'s log.
+    pub fn render(&self, cluster: &str) -> String {
+        let mut out = String::new();
+        for d in &self.divergences {
+            out.push_str(&format!("DIVERGENCE {d}\n"));
+        }
+        out.push_str(&format!(
+            "preemption orders of cluster {cluster}: {} entries through sequence {}, {} passes, \
+             {} orders re-derived, {} divergences, {} decided but not in the log",
+            self.entries,
+            self.last_sequence,
+            self.passes,
+            self.orders,
+            self.divergences.len(),
+            self.unpublished
+        ));
+        if self.set_aside > 0 {
+            out.push_str(&format!(
+                ", {} earlier divergences set aside",
+                self.set_aside
+            ));
+        }
+        out.push('\n');
+        out
     }
 }
 
@@ -412,9 +443,22 @@ mod tests {
         let mut from_last = report.clone();
         assert_eq!(from_last.keep_from(last), moved - 1);
         assert_eq!(from_last.divergences.len(), 1);
+        let shown = report.render("c");
+        let lines = shown
+            .lines()
+            .filter(|l| l.starts_with("DIVERGENCE "))
+            .count();
+        assert_eq!(lines, moved, "{shown}");
         let mut after_all = report;
         assert_eq!(after_all.keep_from(last + 1), moved);
         assert!(after_all.is_clean());
+        let shown = after_all.render("c");
+        assert_eq!(shown.lines().count(), 1, "{shown}");
+        assert!(shown.contains(" 0 divergences"), "{shown}");
+        assert!(
+            shown.ends_with(&format!("{moved} earlier divergences set aside\n")),
+            "{shown}"
+        );
     }
 
     fn report_job(log: &[LogEntry], sequence: u64) -> String {

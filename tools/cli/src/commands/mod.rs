@@ -1,7 +1,9 @@
 //! One module per command group; each turns parsed arguments into NATS traffic.
 
+pub mod audit;
 pub mod explain;
 pub mod policy;
+pub mod simulate;
 pub mod status;
 pub mod submit;
 pub mod tail;

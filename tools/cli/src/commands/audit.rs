@@ -1,0 +1,54 @@
+//! `fairshare audit`: re-derive every placement and every preemption order in a cluster's log
+//! from the log prefix each names, and report what does not come out identical.
+//!
+//! Place in the flow: a reader of the log, like `tail`. It reads the cluster's log once and
+//! hands it to the decision service's audit ([`fairshare_decision::shell::audit`]) and the
+//! preemption service's ([`fairshare_preemption::shell::audit`]): the same pure code the
+//! services decided with, so a divergence means the log was not written by this build under
+//! these settings, or was tampered with.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use fairshare_decision::shell::read_log;
+use fairshare_preemption::cli::PolicyArgs;
+
+use super::Connection;
+
+/// Which cluster, from where, and the preemption settings the service ran with.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// The cluster whose log is audited.
+    #[arg(long, value_parser = super::cluster_name, env = "FAIRSHARE_CLUSTER")]
+    cluster: String,
+    /// Hold only decisions from this sequence on to this build and these settings (say, from
+    /// where the services' flags or build last changed); earlier findings are counted, not
+    /// failed.
+    #[arg(long, default_value_t = 1)]
+    from: u64,
+    /// The preemption service's policy: give the flags it ran with, or its orders will not
+    /// re-derive.
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
+/// Audits both services' decisions; an error (exit status 1) if any finding remains.
+pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
+    let policy = args.policy.config()?;
+    let entries = read_log(&conn.js, &args.cluster, None)
+        .await
+        .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
+    let mut placements = fairshare_decision::shell::audit::audit(&args.cluster, &entries);
+    placements.keep_from(args.from);
+    print!("{}", placements.render(&args.cluster));
+    let mut orders = fairshare_preemption::shell::audit::audit(&args.cluster, &entries, &policy);
+    orders.keep_from(args.from);
+    print!("{}", orders.render(&args.cluster));
+    match (placements.is_clean(), orders.is_clean()) {
+        (true, true) => Ok(()),
+        (false, true) => bail!("placements that do not re-derive or over-committed nodes"),
+        (true, false) => bail!("preemption orders that do not re-derive"),
+        (false, false) => {
+            bail!("placements and preemption orders that do not re-derive")
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! `fairshare audit` against a real nats-server holding a simulated log: the simulator ran the
+//! services' own domain code, so every placement and order in its log re-derives; under other
+//! preemption settings the orders do not (until set aside with `--from`), and a placement
+//! moved to another node does not either. The exit status says which.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::Output;
+
+use fairshare_events::pb::{self, event::Body};
+use fairshare_sim::engine::{self, EngineConfig};
+use fairshare_sim::scenarios;
+use fairshare_testkit::NatsServer;
+
+/// The debug-burst scenario's cluster and fairshare log (placements and preemption orders).
+fn simulated_log() -> (String, Vec<pb::Event>) {
+    let s = scenarios::by_name("debug-burst").unwrap().unwrap();
+    let run = engine::run(&s.setup, &s.workload, &EngineConfig::default(), |_| {});
+    (s.setup.cluster, run.log)
+}
+
+/// A fresh nats-server holding `log` as cluster `cluster`'s events.
+fn server_with(cluster: &str, log: &[pb::Event]) -> NatsServer {
+    let server = NatsServer::start().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let loaded = fairshare_sim::load::load_log(&js, cluster, log)
+            .await
+            .unwrap();
+        assert_eq!(loaded, log.len() as u64);
+    });
+    server
+}
+
+/// Runs `fairshare audit` for `cluster` on `server` with `extra` flags.
+fn fairshare_audit(server: &NatsServer, cluster: &str, extra: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["audit", "--nats-url", &server.url(), "--cluster", cluster])
+        .args(extra)
+        .env_remove("FAIRSHARE_GRACE")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn count(log: &[pb::Event], f: impl Fn(&Body) -> bool) -> usize {
+    log.iter()
+        .filter(|e| e.body.as_ref().is_some_and(&f))
+        .count()
+}
+
+#[test]
+fn every_decision_of_a_simulated_log_re_derives_and_other_settings_fail_until_set_aside() {
+    let (cluster, log) = simulated_log();
+    let placements = count(&log, |b| matches!(b, Body::JobPlaced(_)));
+    let orders = count(&log, |b| matches!(b, Body::PreemptionOrdered(_)));
+    assert!(placements >= 20 && orders >= 1, "{placements} / {orders}");
+    let server = server_with(&cluster, &log);
+
+    let clean = fairshare_audit(&server, &cluster, &[]);
+    let out = stdout(&clean);
+    assert!(clean.status.success(), "{out}\n{}", stderr(&clean));
+    assert!(
+        out.contains(&format!(
+            "{placements} placements re-derived, 0 divergences, 0 over-committed"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{orders} orders re-derived, 0 divergences")),
+        "{out}"
+    );
+    assert!(!out.contains("DIVERGENCE"), "{out}");
+
+    // The service ran with a 30 s grace: under 31 s every order's deadline differs.
+    let other = fairshare_audit(&server, &cluster, &["--grace", "31s"]);
+    let out = stdout(&other);
+    assert!(!other.status.success(), "{out}");
+    assert!(
+        stderr(&other).contains("preemption orders that do not re-derive"),
+        "{}",
+        stderr(&other)
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("DIVERGENCE ")).count(),
+        orders,
+        "{out}"
+    );
+    assert!(out.contains(&format!(
+        "{placements} placements re-derived, 0 divergences"
+    )));
+
+    // Held to 31 s only after the log's end, it passes and says what it set aside.
+    let after = (log.len() + 1).to_string();
+    let set_aside = fairshare_audit(&server, &cluster, &["--grace", "31s", "--from", &after]);
+    let out = stdout(&set_aside);
+    assert!(set_aside.status.success(), "{out}\n{}", stderr(&set_aside));
+    assert!(
+        out.contains(&format!("{orders} earlier divergences set aside")),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_placement_moved_to_another_node_fails_the_audit() {
+    let (cluster, mut log) = simulated_log();
+    let (index, placed) = log
+        .iter_mut()
+        .enumerate()
+        .find_map(|(i, e)| match &mut e.body {
+            Some(Body::JobPlaced(p)) => Some((i, p)),
+            _ => None,
+        })
+        .unwrap();
+    let first = format!(
+        "DIVERGENCE sequence {}: job {} placed as",
+        index + 1,
+        placed.job_id
+    );
+    placed.nodes[0].node = if placed.nodes[0].node == "node000" {
+        "node001".into()
+    } else {
+        "node000".into()
+    };
+    let server = server_with(&cluster, &log);
+    let moved = fairshare_audit(&server, &cluster, &[]);
+    let out = stdout(&moved);
+    assert!(!moved.status.success(), "{out}");
+    // (The orders decided after it, from a log that differs, may not re-derive either.)
+    assert!(
+        stderr(&moved).starts_with("error: placements"),
+        "{}",
+        stderr(&moved)
+    );
+    assert!(out.starts_with(&first), "{out}");
+}
