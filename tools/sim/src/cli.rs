@@ -41,8 +41,8 @@ enum Command {
     Trace(Box<TraceArgs>),
     /// Run a constructed scenario (`--list` names them).
     Scenario(ScenarioArgs),
-    /// Publish a log written with `--log` to a fresh nats-server, for
-    /// `fairshare-decision --audit` and `fairshare-preemption --audit` to check.
+    /// Publish a log written with `--log` to a fresh nats-server, for `fairshare audit` (or
+    /// `fairshare-decision --audit` and `fairshare-preemption --audit`) to check.
     Load(LoadArgs),
 }
 

@@ -7,8 +7,8 @@
 //! cycle). So folding the log through that sequence with the service's own fold
 //! ([`ShellFold`]) and deciding again at that time must give the logged order back, byte for
 //! byte: the same victim, waiter, cause, reason and grace deadline. [`audit`] checks this for
-//! every order, once per pass; `fairshare-preemption --audit` runs it over JetStream and the
-//! simulator's `--audit` over its own log.
+//! every order, once per pass; `fairshare audit` and `fairshare-preemption --audit` run it over
+//! JetStream and the simulator's `--audit` over its own log.
 //!
 //! The kills, requeues and drain reports a pass also appends carry no basis; they follow from
 //! the orders and the grace deadlines, which are what is checked here. A pass may decide more
