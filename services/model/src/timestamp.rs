@@ -1,6 +1,35 @@
 //! Instants for people: Unix epoch milliseconds as RFC 3339 UTC (`2026-11-30T08:21:08.873Z`),
-//! for the reasons the decision service writes into explanations and for the CLI. Pure: the
-//! instant is an argument, and no clock or time zone database is read.
+//! for the reasons the decision service writes into explanations and for the CLI, and the
+//! instants operators type (a maintenance window's start). Pure: the instant, or "now", is an
+//! argument, and no clock or time zone database is read.
+
+use crate::duration::parse_duration;
+
+/// Why an instant an operator typed was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid time {0:?}: use RFC 3339 with an offset (2026-12-02T06:00:00Z), `now`, or \
+     `+` and a duration from now (+90m, +2h, +1d)"
+)]
+pub struct InstantError(pub String);
+
+/// Parses an instant: RFC 3339 with an offset, `now` (`now_ms`), or `+DURATION` after `now_ms`
+/// (any [`parse_duration`] form). Returns Unix epoch milliseconds.
+pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, InstantError> {
+    let t = text.trim();
+    let err = || InstantError(text.to_owned());
+    if t == "now" {
+        return Ok(now_ms);
+    }
+    if let Some(after) = t.strip_prefix('+') {
+        let d = parse_duration(after).map_err(|_| err())?;
+        let ms = i64::try_from(d.as_millis()).map_err(|_| err())?;
+        return now_ms.checked_add(ms).ok_or_else(err);
+    }
+    let at = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| err())?;
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).map_err(|_| err())
+}
 
 /// `ms` since the Unix epoch as RFC 3339 UTC (fractional seconds only when there are any);
 /// `"<ms>ms"` for an instant outside the years 1 to 9999.
@@ -16,7 +45,7 @@ pub fn utc(ms: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::utc;
+    use super::{InstantError, parse_instant, utc};
 
     #[test]
     fn instants_read_as_utc_dates() {
@@ -30,5 +59,32 @@ mod tests {
         assert_eq!(utc(1_796_026_868_873), "2026-11-30T08:21:08.873Z");
         // Far outside the calendar (an unset time): the number, not a panic.
         assert_eq!(utc(i64::MIN), format!("{}ms", i64::MIN));
+    }
+
+    #[test]
+    fn operators_type_dates_now_or_a_time_from_now() {
+        let now = 1_796_026_868_873;
+        assert_eq!(parse_instant("2026-11-30T08:21:08.873Z", 0), Ok(now));
+        assert_eq!(parse_instant("2026-11-30T09:21:08.873+01:00", 0), Ok(now));
+        assert_eq!(parse_instant(" now ", now), Ok(now));
+        assert_eq!(parse_instant("+2h", now), Ok(now + 7_200_000));
+        assert_eq!(parse_instant("+90", now), Ok(now + 90_000));
+        for bad in [
+            "",
+            "tomorrow",
+            "2026-11-30",
+            "2026-11-30T08:21:08",
+            "+",
+            "+2x",
+            "-2h",
+        ] {
+            assert_eq!(
+                parse_instant(bad, now),
+                Err(InstantError(bad.into())),
+                "{bad:?}"
+            );
+        }
+        // Far past the end of time: refused, not wrapped.
+        assert!(parse_instant("+99999999999999d", i64::MAX - 1).is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! Appending the policy and inventory events managers and operators produce (budget tree,
-//! node registrations), shared by the CLI, the demo stack and the tests.
+//! node registrations, cordons and maintenance windows), shared by the CLI, the demo stack and
+//! the tests.
 //!
 //! Each change is checked against the newest event on its subject first: if that already says
 //! the same (the same file applied twice, or a retry after a lost acknowledgement), nothing is
@@ -31,8 +32,8 @@ pub struct AppendError {
 /// A request the server drops for permissions gets no reply: the only sign is the timeout, so
 /// the error says what that can mean.
 const PERMISSION_HINT: &str = "the server is unreachable, or this NATS identity may not \
-                               publish there: budgets and inventory need the operator's, see \
-                               `fairshare auth init`";
+                               publish there: budgets, inventory and nodes need the \
+                               operator's, see `fairshare auth init`";
 
 /// Appends one event and waits for the stream's acknowledgement; returns its sequence.
 pub async fn append(
@@ -102,6 +103,22 @@ async fn apply(
     if newest.as_ref() == Some(&body) {
         return Ok(last);
     }
+    append_change(js, subject, kind, cluster, at_ms, body, last).await
+}
+
+/// Appends `body` on `subject` only if the newest event there is still the one at sequence
+/// `last` (0: none), which the caller checked the change against; returns its sequence. The
+/// message id is made of `kind`, the content and `last`, so the same change retried is written
+/// once, and a change made meanwhile by someone else fails it rather than interleaving.
+pub async fn append_change(
+    js: &jetstream::Context,
+    subject: String,
+    kind: &str,
+    cluster: &str,
+    at_ms: i64,
+    body: Body,
+    last: u64,
+) -> Result<u64, AppendError> {
     let event = pb::Event {
         at_ms,
         body: Some(body),

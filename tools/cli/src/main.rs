@@ -50,6 +50,9 @@ enum Command {
     /// Cluster inventory: validate a file and register its nodes.
     #[command(subcommand)]
     Inventory(commands::policy::InventoryCommand),
+    /// Nodes: list them, cordon and uncordon, remove drained ones, schedule maintenance.
+    #[command(subcommand)]
+    Node(commands::nodes::NodeCommand),
     /// Submit a job (request/reply, or durable intake with --intake).
     Submit(commands::submit::SubmitArgs),
     /// Cancel a job.
@@ -115,6 +118,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Explain(args) => commands::explain::explain(args, &connect().await?).await,
         Command::Status(args) => commands::status::status(args, &connect().await?).await,
         Command::Tail(args) => commands::tail::tail(args, &connect().await?).await,
+        Command::Node(cmd) => commands::nodes::node(cmd, &connect().await?).await,
         Command::Audit(args) => commands::audit::audit(args, &connect().await?).await,
         // The simulator's own exit status is this command's.
         Command::Simulate(args) => return commands::simulate::simulate(args).map(ExitCode::from),

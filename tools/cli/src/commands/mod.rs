@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod explain;
+pub mod nodes;
 pub mod policy;
 pub mod simulate;
 pub mod status;

@@ -1,0 +1,271 @@
+//! Where each node of a cluster stands, folded from its node and maintenance events: what
+//! `fairshare node list` prints and what the node commands check a change against.
+//!
+//! Place in the flow: a reader of the log, like the services' folds but of two kinds of subject
+//! only (`fairshare.events.<cluster>.node.<node>` and `.maintenance`). Pure: entries in, a
+//! book out; the time is an argument.
+
+use std::collections::BTreeMap;
+
+use fairshare_events::pb::{self, event::Body};
+
+/// A node's standing, as the services see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Takes placements.
+    InService,
+    /// Cordoned: takes no placements; its jobs are ordered off as their protection ends.
+    Draining,
+    /// Cordoned, and the preemption service reported it empty.
+    Drained,
+    /// Out of the inventory.
+    Removed,
+}
+
+impl Standing {
+    /// In words, for the listing.
+    pub fn words(self) -> &'static str {
+        match self {
+            Standing::InService => "in service",
+            Standing::Draining => "cordoned, draining",
+            Standing::Drained => "cordoned, drained",
+            Standing::Removed => "removed",
+        }
+    }
+
+    /// Whether the node is cordoned (draining or drained).
+    pub fn cordoned(self) -> bool {
+        matches!(self, Standing::Draining | Standing::Drained)
+    }
+}
+
+/// One node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEntry {
+    /// GPUs it was registered with.
+    pub gpus: u32,
+    /// Where it stands.
+    pub standing: Standing,
+    /// The reason of its cordon, while cordoned.
+    pub reason: String,
+    /// Sequence of the newest event on its subject: a change is appended only if the subject
+    /// is still there.
+    pub last_sequence: u64,
+}
+
+/// A maintenance window as scheduled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaintenanceEntry {
+    /// Start, Unix ms.
+    pub start_ms: i64,
+    /// End (exclusive), Unix ms.
+    pub end_ms: i64,
+    /// The nodes it takes.
+    pub nodes: Vec<String>,
+    /// Why.
+    pub reason: String,
+}
+
+/// A cluster's nodes and maintenance windows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeBook {
+    /// Every node ever registered, by name.
+    pub nodes: BTreeMap<String, NodeEntry>,
+    /// Every maintenance window scheduled, in log order.
+    pub maintenance: Vec<MaintenanceEntry>,
+    /// Sequence of the newest maintenance event (0: none).
+    pub maintenance_sequence: u64,
+}
+
+impl NodeBook {
+    /// Folds one event at `sequence`. Events for nodes never registered change nothing (the
+    /// services ignore them too).
+    pub fn apply(&mut self, sequence: u64, event: &pb::Event) {
+        let Some(body) = &event.body else { return };
+        match body {
+            Body::NodeRegistered(n) => {
+                // A registration keeps a cordon, as the services' inventory does; it brings a
+                // removed node back.
+                let entry = self.nodes.entry(n.node.clone()).or_insert(NodeEntry {
+                    gpus: n.gpus,
+                    standing: Standing::InService,
+                    reason: String::new(),
+                    last_sequence: sequence,
+                });
+                entry.gpus = n.gpus;
+                entry.last_sequence = sequence;
+                if entry.standing == Standing::Removed {
+                    entry.standing = Standing::InService;
+                }
+            }
+            Body::NodeCordoned(n) => {
+                if let Some(e) = self.nodes.get_mut(&n.node) {
+                    e.last_sequence = sequence;
+                    if e.standing != Standing::Removed {
+                        e.standing = Standing::Draining;
+                        e.reason.clone_from(&n.reason);
+                    }
+                }
+            }
+            Body::NodeUncordoned(n) => {
+                if let Some(e) = self.nodes.get_mut(&n.node) {
+                    e.last_sequence = sequence;
+                    if e.standing != Standing::Removed {
+                        e.standing = Standing::InService;
+                        e.reason.clear();
+                    }
+                }
+            }
+            Body::NodeDrained(n) => {
+                if let Some(e) = self.nodes.get_mut(&n.node) {
+                    e.last_sequence = sequence;
+                    if e.standing == Standing::Draining {
+                        e.standing = Standing::Drained;
+                    }
+                }
+            }
+            Body::NodeRemoved(n) => {
+                if let Some(e) = self.nodes.get_mut(&n.node) {
+                    e.last_sequence = sequence;
+                    e.standing = Standing::Removed;
+                    e.reason.clear();
+                }
+            }
+            Body::MaintenanceScheduled(m) => {
+                self.maintenance_sequence = sequence;
+                self.maintenance.push(MaintenanceEntry {
+                    start_ms: m.start_ms,
+                    end_ms: m.end_ms,
+                    nodes: m.nodes.clone(),
+                    reason: m.reason.clone(),
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// The node named `node`, unless it was never registered or was removed.
+    pub fn live(&self, node: &str) -> Option<&NodeEntry> {
+        self.nodes
+            .get(node)
+            .filter(|e| e.standing != Standing::Removed)
+    }
+
+    /// The maintenance windows not over at `now_ms` that take `node`, in start order.
+    pub fn windows_ahead(&self, node: &str, now_ms: i64) -> Vec<&MaintenanceEntry> {
+        let mut ahead: Vec<_> = self
+            .maintenance
+            .iter()
+            .filter(|w| w.end_ms > now_ms && w.nodes.iter().any(|n| n == node))
+            .collect();
+        ahead.sort_by_key(|w| (w.start_ms, w.end_ms));
+        ahead
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(body: Body) -> pb::Event {
+        pb::Event {
+            at_ms: 0,
+            body: Some(body),
+        }
+    }
+
+    fn registered(node: &str, gpus: u32) -> pb::Event {
+        event(Body::NodeRegistered(pb::NodeRegistered {
+            cluster: "c".into(),
+            node: node.into(),
+            gpus,
+        }))
+    }
+
+    fn cordoned(node: &str, reason: &str) -> pb::Event {
+        event(Body::NodeCordoned(pb::NodeCordoned {
+            cluster: "c".into(),
+            node: node.into(),
+            reason: reason.into(),
+        }))
+    }
+
+    fn node_event(node: &str, kind: &str) -> pb::Event {
+        let (cluster, node) = ("c".to_owned(), node.to_owned());
+        event(match kind {
+            "uncordoned" => Body::NodeUncordoned(pb::NodeUncordoned { cluster, node }),
+            "drained" => Body::NodeDrained(pb::NodeDrained { cluster, node }),
+            _ => Body::NodeRemoved(pb::NodeRemoved { cluster, node }),
+        })
+    }
+
+    fn standing(book: &NodeBook, node: &str) -> Standing {
+        book.nodes[node].standing
+    }
+
+    #[test]
+    fn a_node_goes_from_service_through_a_drain_to_removal_and_back() {
+        let mut book = NodeBook::default();
+        book.apply(1, &registered("n1", 8));
+        book.apply(2, &registered("n2", 4));
+        assert_eq!(standing(&book, "n1"), Standing::InService);
+        book.apply(3, &cordoned("n1", "disk"));
+        assert_eq!(standing(&book, "n1"), Standing::Draining);
+        assert_eq!(book.nodes["n1"].reason, "disk");
+        // Applying the inventory again keeps the cordon, as the services do.
+        book.apply(4, &registered("n1", 8));
+        assert_eq!(standing(&book, "n1"), Standing::Draining);
+        assert_eq!(book.nodes["n1"].last_sequence, 4);
+        book.apply(5, &node_event("n1", "drained"));
+        assert_eq!(standing(&book, "n1"), Standing::Drained);
+        book.apply(6, &node_event("n1", "removed"));
+        assert_eq!(standing(&book, "n1"), Standing::Removed);
+        assert!(book.live("n1").is_none());
+        assert_eq!(book.live("n2").map(|e| e.gpus), Some(4));
+        book.apply(7, &registered("n1", 8));
+        assert_eq!(standing(&book, "n1"), Standing::InService);
+        assert_eq!(book.nodes["n1"].reason, "");
+    }
+
+    #[test]
+    fn an_uncordon_ends_a_drain_and_a_late_drained_report_does_not_bring_it_back() {
+        let mut book = NodeBook::default();
+        book.apply(1, &registered("n1", 8));
+        book.apply(2, &cordoned("n1", "fan"));
+        book.apply(3, &node_event("n1", "uncordoned"));
+        assert_eq!(standing(&book, "n1"), Standing::InService);
+        book.apply(4, &node_event("n1", "drained"));
+        assert_eq!(standing(&book, "n1"), Standing::InService);
+        // Events for a node never registered change nothing.
+        book.apply(5, &cordoned("ghost", "x"));
+        assert!(!book.nodes.contains_key("ghost"));
+    }
+
+    #[test]
+    fn maintenance_windows_ahead_of_now_are_listed_per_node_in_start_order() {
+        let mut book = NodeBook::default();
+        let window = |start_ms, end_ms, nodes: &[&str]| {
+            event(Body::MaintenanceScheduled(pb::MaintenanceScheduled {
+                cluster: "c".into(),
+                nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+                start_ms,
+                end_ms,
+                reason: "r".into(),
+            }))
+        };
+        book.apply(1, &window(500, 600, &["n1", "n2"]));
+        book.apply(2, &window(100, 200, &["n1"]));
+        book.apply(3, &window(10, 50, &["n1"]));
+        assert_eq!(book.maintenance_sequence, 3);
+        let starts: Vec<i64> = book
+            .windows_ahead("n1", 60)
+            .iter()
+            .map(|w| w.start_ms)
+            .collect();
+        assert_eq!(starts, [100, 500]);
+        assert_eq!(
+            book.windows_ahead("n2", 600),
+            Vec::<&MaintenanceEntry>::new()
+        );
+    }
+}

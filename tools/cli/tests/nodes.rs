@@ -1,0 +1,211 @@
+//! `fairshare node …` against a real nats-server and a running preemption service: a cordoned
+//! node with nothing on it is reported drained by the service and listed so, and only then can
+//! it be removed; unknown nodes, removals of nodes in service and empty or past maintenance
+//! windows are refused with nothing written; a change already in place writes nothing.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fairshare_e2e::{CLUSTER, INVENTORY, Stack};
+use fairshare_events::pb::event::Body;
+use fairshare_runtime::clock::SystemClock;
+
+/// Runs `fairshare node <args>` for the test cluster.
+async fn node(stack: &Stack, args: &[&str]) -> Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+    command
+        .args(["node", args[0], "--nats-url", &stack.server.url()])
+        .args(["--cluster", CLUSTER])
+        .args(&args[1..]);
+    tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The node and maintenance events in the log, as (kind, node or nodes).
+async fn node_events(stack: &Stack) -> Vec<(&'static str, String)> {
+    stack
+        .all_events()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|(_, _, e)| match e.body? {
+            Body::NodeCordoned(n) => Some(("cordoned", n.node)),
+            Body::NodeUncordoned(n) => Some(("uncordoned", n.node)),
+            Body::NodeDrained(n) => Some(("drained", n.node)),
+            Body::NodeRemoved(n) => Some(("removed", n.node)),
+            Body::MaintenanceScheduled(m) => Some(("maintenance", m.nodes.join(","))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits until the listing's line for `name` contains `words`.
+async fn listed_as(stack: &Stack, name: &str, words: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = stdout(&node(stack, &["list"]).await);
+        if out
+            .lines()
+            .any(|l| l.trim_start().starts_with(name) && l.contains(words))
+        {
+            return out;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} never listed as {words:?}:\n{out}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cordon_drain_remove_and_maintenance() {
+    let stack = Stack::start().await.unwrap();
+    let preemption_client = async_nats::connect(stack.server.url()).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let preemption = tokio::spawn(fairshare_preemption::shell::run(
+        preemption_client,
+        fairshare_preemption::shell::Config::new(CLUSTER),
+        Arc::new(SystemClock),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let names: Vec<String> = fairshare_model::files::parse_inventory(INVENTORY)
+        .unwrap()
+        .nodes
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let (first, second) = (names[0].as_str(), names[1].as_str());
+
+    let out = stdout(&node(&stack, &["list"]).await);
+    assert!(
+        out.starts_with("cluster alpha: 4 nodes, 32 GPUs\n"),
+        "{out}"
+    );
+    assert_eq!(out.matches("in service").count(), 4, "{out}");
+
+    // Refused, nothing written: an unknown node (even beside a known one), a node in service.
+    let ghost = node(&stack, &["cordon", first, "ghost"]).await;
+    assert!(!ghost.status.success());
+    assert!(
+        stderr(&ghost).contains("no node ghost in cluster alpha"),
+        "{}",
+        stderr(&ghost)
+    );
+    let busy = node(&stack, &["remove", first]).await;
+    assert!(!busy.status.success());
+    assert!(stderr(&busy).contains(&format!("not drained: {first} (in service)")));
+    assert_eq!(node_events(&stack).await, []);
+
+    // Cordoned with nothing on it: the preemption service reports it drained.
+    let cordon = node(&stack, &["cordon", first, "--reason", "disk swap"]).await;
+    assert!(cordon.status.success(), "{}", stderr(&cordon));
+    let out = listed_as(&stack, first, "cordoned, drained (disk swap)").await;
+    assert_eq!(out.matches("in service").count(), 3, "{out}");
+    // Asked again: already so, nothing written.
+    let again = node(&stack, &["cordon", first]).await;
+    assert!(
+        stdout(&again).contains("already cordoned, drained"),
+        "{}",
+        stdout(&again)
+    );
+    assert_eq!(
+        node_events(&stack).await,
+        [
+            ("cordoned", first.to_owned()),
+            ("drained", first.to_owned())
+        ]
+    );
+
+    let removed = node(&stack, &["remove", first]).await;
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    let out = listed_as(&stack, first, "removed").await;
+    assert!(
+        out.starts_with("cluster alpha: 3 nodes, 24 GPUs\n"),
+        "{out}"
+    );
+
+    // Maintenance: refused when empty or over, listed when ahead.
+    for (start, end) in [("+3h", "+1h"), ("now", "now")] {
+        let bad = node(
+            &stack,
+            &["maintenance", second, "--start", start, "--end", end],
+        )
+        .await;
+        assert!(!bad.status.success());
+        assert!(stderr(&bad).contains("nothing written"), "{}", stderr(&bad));
+    }
+    let bad_time = node(
+        &stack,
+        &["maintenance", second, "--start", "soon", "--end", "+2h"],
+    )
+    .await;
+    assert!(
+        stderr(&bad_time).contains("invalid time \"soon\""),
+        "{}",
+        stderr(&bad_time)
+    );
+    let window = node(
+        &stack,
+        &[
+            "maintenance",
+            second,
+            "--start",
+            "+1h",
+            "--end",
+            "+3h",
+            "--reason",
+            "bios",
+        ],
+    )
+    .await;
+    assert!(window.status.success(), "{}", stderr(&window));
+    let out = stdout(&node(&stack, &["list"]).await);
+    assert_eq!(out.matches("maintenance ").count(), 1, "{out}");
+    assert!(out.contains("(bios)"), "{out}");
+
+    let not_cordoned = node(&stack, &["uncordon", second]).await;
+    assert!(stdout(&not_cordoned).contains("not cordoned"));
+    assert_eq!(
+        node_events(&stack).await,
+        [
+            ("cordoned", first.to_owned()),
+            ("drained", first.to_owned()),
+            ("removed", first.to_owned()),
+            ("maintenance", second.to_owned()),
+        ]
+    );
+
+    // Cordon and uncordon a node in service: back in service, with the events to show it.
+    assert!(node(&stack, &["cordon", second]).await.status.success());
+    let back = node(&stack, &["uncordon", second]).await;
+    assert!(
+        stdout(&back).contains("back in service"),
+        "{}",
+        stdout(&back)
+    );
+    listed_as(&stack, second, "in service").await;
+    let events = node_events(&stack).await;
+    assert!(
+        events.contains(&("uncordoned", second.to_owned())),
+        "{events:?}"
+    );
+
+    let _ = stop.send(());
+    preemption.await.unwrap().unwrap();
+}
