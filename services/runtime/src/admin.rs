@@ -27,6 +27,9 @@ pub struct AppendError {
     pub subject: String,
     /// What JetStream said.
     pub detail: String,
+    /// The subject moved since the caller read it (someone else appended there first): read
+    /// it again, check the change still makes sense, and retry.
+    pub stale: bool,
 }
 
 /// A request the server drops for permissions gets no reply: the only sign is the timeout, so
@@ -42,11 +45,7 @@ pub async fn append(
     event: &pb::Event,
     envelope: &Envelope,
 ) -> Result<u64, AppendError> {
-    let err = |detail: String| AppendError {
-        subject: subject.clone(),
-        detail,
-    };
-    let explain = |e: jetstream::context::PublishError| match e.kind() {
+    let explain = |e: &jetstream::context::PublishError| match e.kind() {
         PublishErrorKind::TimedOut => format!("{e} ({PERMISSION_HINT})"),
         PublishErrorKind::WrongLastSequence => format!(
             "{e}: the subject changed while this was being applied (another operator?); \
@@ -54,12 +53,17 @@ pub async fn append(
         ),
         _ => e.to_string(),
     };
+    let err = |e: jetstream::context::PublishError| AppendError {
+        subject: subject.clone(),
+        stale: e.kind() == PublishErrorKind::WrongLastSequence,
+        detail: explain(&e),
+    };
     let ack = js
         .publish_with_headers(subject.clone(), envelope.to_headers(), codec::encode(event))
         .await
-        .map_err(|e| err(explain(e)))?
+        .map_err(err)?
         .await
-        .map_err(|e| err(explain(e)))?;
+        .map_err(err)?;
     Ok(ack.sequence)
 }
 
@@ -72,6 +76,7 @@ async fn newest_on(
     let err = |detail: String| AppendError {
         subject: subject.to_owned(),
         detail,
+        stale: false,
     };
     let stream = js
         .get_stream_no_info(EVENTS_STREAM)

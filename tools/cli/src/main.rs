@@ -65,6 +65,10 @@ enum Command {
     Tail(commands::tail::TailArgs),
     /// Re-derive every placement and preemption order in a cluster's log from the log prefix
     /// each names; print what differs (exit status 1 if anything does).
+    ///
+    /// Give the preemption flags the service ran with (--grace, --checkpoint-interval,
+    /// --hysteresis-per-mille, --max-min-runtime, --packing, or their FAIRSHARE_* variables),
+    /// or its orders will not re-derive.
     Audit(commands::audit::AuditArgs),
     /// Run the trace-driven simulator (`fairshare-sim`) with these arguments: `simulate
     /// trace --trace FILE --nodes N`, `simulate scenario --list`, `simulate --help`. No NATS.

@@ -46,6 +46,12 @@ fn fairshare_audit(server: &NatsServer, cluster: &str, extra: &[&str]) -> Output
         .args(["audit", "--nats-url", &server.url(), "--cluster", cluster])
         .args(extra)
         .env_remove("FAIRSHARE_GRACE")
+        .env_remove("FAIRSHARE_MAX_MIN_RUNTIME")
+        .env_remove("FAIRSHARE_CHECKPOINT_INTERVAL")
+        .env_remove("FAIRSHARE_HYSTERESIS_PER_MILLE")
+        .env_remove("FAIRSHARE_PACKING")
+        .env_remove("FAIRSHARE_NATS_CREDS")
+        .env_remove("FAIRSHARE_NATS_NKEY")
         .output()
         .unwrap()
 }

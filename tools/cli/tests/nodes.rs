@@ -1,7 +1,8 @@
 //! `fairshare node …` against a real nats-server and a running preemption service: a cordoned
-//! node with nothing on it is reported drained by the service and listed so, and only then can
-//! it be removed; unknown nodes, removals of nodes in service and empty or past maintenance
-//! windows are refused with nothing written; a change already in place writes nothing.
+//! node with nothing on it is reported drained by the service and listed so, and can then be
+//! removed; unknown nodes, removals of nodes in service or still holding a job, and empty or
+//! past maintenance windows are refused with nothing written; a change already in place writes
+//! nothing.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -10,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fairshare_e2e::{CLUSTER, INVENTORY, Stack};
-use fairshare_events::pb::event::Body;
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::subjects;
 use fairshare_runtime::clock::SystemClock;
 
 /// Runs `fairshare node <args>` for the test cluster.
@@ -109,12 +111,14 @@ async fn cordon_drain_remove_and_maintenance() {
     );
     let busy = node(&stack, &["remove", first]).await;
     assert!(!busy.status.success());
-    assert!(stderr(&busy).contains(&format!("not drained: {first} (in service)")));
+    assert!(stderr(&busy).contains(&format!("in service: {first};")));
     assert_eq!(node_events(&stack).await, []);
 
-    // Cordoned with nothing on it: the preemption service reports it drained.
-    let cordon = node(&stack, &["cordon", first, "--reason", "disk swap"]).await;
+    // Cordoned with nothing on it (named twice: once is enough), the preemption service reports
+    // it drained.
+    let cordon = node(&stack, &["cordon", first, first, "--reason", "disk swap"]).await;
     assert!(cordon.status.success(), "{}", stderr(&cordon));
+    assert_eq!(stdout(&cordon).matches("cordoned at sequence").count(), 1);
     let out = listed_as(&stack, first, "cordoned, drained (disk swap)").await;
     assert_eq!(out.matches("in service").count(), 3, "{out}");
     // Asked again: already so, nothing written.
@@ -139,9 +143,27 @@ async fn cordon_drain_remove_and_maintenance() {
         out.starts_with("cluster alpha: 3 nodes, 24 GPUs\n"),
         "{out}"
     );
+    // Removed twice: the second time there is nothing to do.
+    let twice = node(&stack, &["remove", first]).await;
+    assert!(twice.status.success(), "{}", stderr(&twice));
+    assert!(
+        stdout(&twice).contains("already removed"),
+        "{}",
+        stdout(&twice)
+    );
+    let gone = node(&stack, &["cordon", first]).await;
+    assert!(
+        stderr(&gone).contains("removed from the inventory"),
+        "{}",
+        stderr(&gone)
+    );
 
     // Maintenance: refused when empty or over, listed when ahead.
-    for (start, end) in [("+3h", "+1h"), ("now", "now")] {
+    for (start, end) in [
+        ("+3h", "+1h"),
+        ("now", "now"),
+        ("2020-01-01T00:00:00Z", "2020-01-02T00:00:00Z"),
+    ] {
         let bad = node(
             &stack,
             &["maintenance", second, "--start", start, "--end", end],
@@ -205,6 +227,45 @@ async fn cordon_drain_remove_and_maintenance() {
         events.contains(&("uncordoned", second.to_owned())),
         "{events:?}"
     );
+
+    // A cordoned node still holding a job (protected for 15 min) is not removed.
+    let third = names[2].as_str();
+    let job = "019ad1c4-0000-7000-8000-000000000001";
+    let submitted = Body::JobSubmitted(pb::JobSubmitted {
+        job_id: job.into(),
+        spec: fairshare_e2e::request("k1").spec,
+        shape: Some(pb::Shape {
+            nodes: 1,
+            gpus_per_node: 1,
+        }),
+        ..Default::default()
+    });
+    let placed = Body::JobPlaced(pb::JobPlaced {
+        job_id: job.into(),
+        nodes: vec![pb::NodeGpus {
+            node: third.into(),
+            gpus: 1,
+        }],
+        basis: None,
+    });
+    for (kind, body) in [("job_submitted", submitted), ("job_placed", placed)] {
+        let subject = subjects::job_event(CLUSTER, job, kind);
+        stack
+            .append(subject, body, &format!("t-{kind}"))
+            .await
+            .unwrap();
+    }
+    assert!(node(&stack, &["cordon", third]).await.status.success());
+    let holding = node(&stack, &["remove", third]).await;
+    assert!(!holding.status.success());
+    assert!(
+        stderr(&holding).contains(&format!("still holding work: {third} (holds {job})")),
+        "{}",
+        stderr(&holding)
+    );
+    let forced = node(&stack, &["remove", third, "--force"]).await;
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    listed_as(&stack, third, "removed").await;
 
     let _ = stop.send(());
     preemption.await.unwrap().unwrap();

@@ -25,8 +25,6 @@ pub struct AuditArgs {
     /// failed.
     #[arg(long, default_value_t = 1)]
     from: u64,
-    /// The preemption service's policy: give the flags it ran with, or its orders will not
-    /// re-derive.
     #[command(flatten)]
     policy: PolicyArgs,
 }

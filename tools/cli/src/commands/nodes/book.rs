@@ -32,11 +32,6 @@ impl Standing {
             Standing::Removed => "removed",
         }
     }
-
-    /// Whether the node is cordoned (draining or drained).
-    pub fn cordoned(self) -> bool {
-        matches!(self, Standing::Draining | Standing::Drained)
-    }
 }
 
 /// One node.
@@ -48,9 +43,6 @@ pub struct NodeEntry {
     pub standing: Standing,
     /// The reason of its cordon, while cordoned.
     pub reason: String,
-    /// Sequence of the newest event on its subject: a change is appended only if the subject
-    /// is still there.
-    pub last_sequence: u64,
 }
 
 /// A maintenance window as scheduled.
@@ -71,17 +63,21 @@ pub struct MaintenanceEntry {
 pub struct NodeBook {
     /// Every node ever registered, by name.
     pub nodes: BTreeMap<String, NodeEntry>,
-    /// Every maintenance window scheduled, in log order.
+    /// Every maintenance window scheduled, in log order (a removed node taken out of each).
     pub maintenance: Vec<MaintenanceEntry>,
-    /// Sequence of the newest maintenance event (0: none).
-    pub maintenance_sequence: u64,
+    /// Per subject, the sequence of its newest entry, whatever it held (one this build cannot
+    /// decode too): a change is appended only if its subject is still there.
+    pub subject_sequences: BTreeMap<String, u64>,
 }
 
 impl NodeBook {
-    /// Folds one event at `sequence`. Events for nodes never registered change nothing (the
-    /// services ignore them too).
-    pub fn apply(&mut self, sequence: u64, event: &pb::Event) {
-        let Some(body) = &event.body else { return };
+    /// Folds the entry at `sequence` on `subject` (`None`: it did not decode). Events for
+    /// nodes never registered change nothing (the services ignore them too).
+    pub fn apply(&mut self, sequence: u64, subject: &str, event: Option<&pb::Event>) {
+        self.subject_sequences.insert(subject.to_owned(), sequence);
+        let Some(body) = event.and_then(|e| e.body.as_ref()) else {
+            return;
+        };
         match body {
             Body::NodeRegistered(n) => {
                 // A registration keeps a cordon, as the services' inventory does; it brings a
@@ -90,49 +86,46 @@ impl NodeBook {
                     gpus: n.gpus,
                     standing: Standing::InService,
                     reason: String::new(),
-                    last_sequence: sequence,
                 });
                 entry.gpus = n.gpus;
-                entry.last_sequence = sequence;
                 if entry.standing == Standing::Removed {
                     entry.standing = Standing::InService;
                 }
             }
             Body::NodeCordoned(n) => {
-                if let Some(e) = self.nodes.get_mut(&n.node) {
-                    e.last_sequence = sequence;
-                    if e.standing != Standing::Removed {
-                        e.standing = Standing::Draining;
-                        e.reason.clone_from(&n.reason);
-                    }
+                if let Some(e) = self.nodes.get_mut(&n.node)
+                    && e.standing != Standing::Removed
+                {
+                    e.standing = Standing::Draining;
+                    e.reason.clone_from(&n.reason);
                 }
             }
             Body::NodeUncordoned(n) => {
-                if let Some(e) = self.nodes.get_mut(&n.node) {
-                    e.last_sequence = sequence;
-                    if e.standing != Standing::Removed {
-                        e.standing = Standing::InService;
-                        e.reason.clear();
-                    }
+                if let Some(e) = self.nodes.get_mut(&n.node)
+                    && e.standing != Standing::Removed
+                {
+                    e.standing = Standing::InService;
+                    e.reason.clear();
                 }
             }
             Body::NodeDrained(n) => {
-                if let Some(e) = self.nodes.get_mut(&n.node) {
-                    e.last_sequence = sequence;
-                    if e.standing == Standing::Draining {
-                        e.standing = Standing::Drained;
-                    }
+                if let Some(e) = self.nodes.get_mut(&n.node)
+                    && e.standing == Standing::Draining
+                {
+                    e.standing = Standing::Drained;
                 }
             }
             Body::NodeRemoved(n) => {
                 if let Some(e) = self.nodes.get_mut(&n.node) {
-                    e.last_sequence = sequence;
                     e.standing = Standing::Removed;
                     e.reason.clear();
+                    // The services forget a removed node's windows.
+                    for w in &mut self.maintenance {
+                        w.nodes.retain(|name| *name != n.node);
+                    }
                 }
             }
             Body::MaintenanceScheduled(m) => {
-                self.maintenance_sequence = sequence;
                 self.maintenance.push(MaintenanceEntry {
                     start_ms: m.start_ms,
                     end_ms: m.end_ms,
@@ -142,6 +135,11 @@ impl NodeBook {
             }
             _ => {}
         }
+    }
+
+    /// The sequence of the newest entry on `subject` (0: none).
+    pub fn sequence_on(&self, subject: &str) -> u64 {
+        self.subject_sequences.get(subject).copied().unwrap_or(0)
     }
 
     /// The node named `node`, unless it was never registered or was removed.
@@ -199,6 +197,19 @@ mod tests {
         })
     }
 
+    /// Folds `e` on the subject its writer would use: `n.<node>` or `m` (maintenance).
+    fn feed(book: &mut NodeBook, sequence: u64, e: &pb::Event) {
+        let subject = match &e.body {
+            Some(Body::NodeRegistered(n)) => format!("n.{}", n.node),
+            Some(Body::NodeCordoned(n)) => format!("n.{}", n.node),
+            Some(Body::NodeUncordoned(n)) => format!("n.{}", n.node),
+            Some(Body::NodeDrained(n)) => format!("n.{}", n.node),
+            Some(Body::NodeRemoved(n)) => format!("n.{}", n.node),
+            _ => "m".to_owned(),
+        };
+        book.apply(sequence, &subject, Some(e));
+    }
+
     fn standing(book: &NodeBook, node: &str) -> Standing {
         book.nodes[node].standing
     }
@@ -206,23 +217,23 @@ mod tests {
     #[test]
     fn a_node_goes_from_service_through_a_drain_to_removal_and_back() {
         let mut book = NodeBook::default();
-        book.apply(1, &registered("n1", 8));
-        book.apply(2, &registered("n2", 4));
+        feed(&mut book, 1, &registered("n1", 8));
+        feed(&mut book, 2, &registered("n2", 4));
         assert_eq!(standing(&book, "n1"), Standing::InService);
-        book.apply(3, &cordoned("n1", "disk"));
+        feed(&mut book, 3, &cordoned("n1", "disk"));
         assert_eq!(standing(&book, "n1"), Standing::Draining);
         assert_eq!(book.nodes["n1"].reason, "disk");
         // Applying the inventory again keeps the cordon, as the services do.
-        book.apply(4, &registered("n1", 8));
+        feed(&mut book, 4, &registered("n1", 8));
         assert_eq!(standing(&book, "n1"), Standing::Draining);
-        assert_eq!(book.nodes["n1"].last_sequence, 4);
-        book.apply(5, &node_event("n1", "drained"));
+        assert_eq!(book.sequence_on("n.n1"), 4);
+        feed(&mut book, 5, &node_event("n1", "drained"));
         assert_eq!(standing(&book, "n1"), Standing::Drained);
-        book.apply(6, &node_event("n1", "removed"));
+        feed(&mut book, 6, &node_event("n1", "removed"));
         assert_eq!(standing(&book, "n1"), Standing::Removed);
         assert!(book.live("n1").is_none());
         assert_eq!(book.live("n2").map(|e| e.gpus), Some(4));
-        book.apply(7, &registered("n1", 8));
+        feed(&mut book, 7, &registered("n1", 8));
         assert_eq!(standing(&book, "n1"), Standing::InService);
         assert_eq!(book.nodes["n1"].reason, "");
     }
@@ -230,14 +241,14 @@ mod tests {
     #[test]
     fn an_uncordon_ends_a_drain_and_a_late_drained_report_does_not_bring_it_back() {
         let mut book = NodeBook::default();
-        book.apply(1, &registered("n1", 8));
-        book.apply(2, &cordoned("n1", "fan"));
-        book.apply(3, &node_event("n1", "uncordoned"));
+        feed(&mut book, 1, &registered("n1", 8));
+        feed(&mut book, 2, &cordoned("n1", "fan"));
+        feed(&mut book, 3, &node_event("n1", "uncordoned"));
         assert_eq!(standing(&book, "n1"), Standing::InService);
-        book.apply(4, &node_event("n1", "drained"));
+        feed(&mut book, 4, &node_event("n1", "drained"));
         assert_eq!(standing(&book, "n1"), Standing::InService);
         // Events for a node never registered change nothing.
-        book.apply(5, &cordoned("ghost", "x"));
+        feed(&mut book, 5, &cordoned("ghost", "x"));
         assert!(!book.nodes.contains_key("ghost"));
     }
 
@@ -253,19 +264,25 @@ mod tests {
                 reason: "r".into(),
             }))
         };
-        book.apply(1, &window(500, 600, &["n1", "n2"]));
-        book.apply(2, &window(100, 200, &["n1"]));
-        book.apply(3, &window(10, 50, &["n1"]));
-        assert_eq!(book.maintenance_sequence, 3);
+        feed(&mut book, 1, &window(500, 600, &["n1", "n2"]));
+        feed(&mut book, 2, &window(100, 200, &["n1"]));
+        feed(&mut book, 3, &window(10, 50, &["n1"]));
+        assert_eq!(book.sequence_on("m"), 3);
+        // An entry that does not decode still moves its subject's sequence.
+        book.apply(4, "m", None);
+        assert_eq!(book.sequence_on("m"), 4);
         let starts: Vec<i64> = book
             .windows_ahead("n1", 60)
             .iter()
             .map(|w| w.start_ms)
             .collect();
         assert_eq!(starts, [100, 500]);
-        assert_eq!(
-            book.windows_ahead("n2", 600),
-            Vec::<&MaintenanceEntry>::new()
-        );
+        assert!(book.windows_ahead("n2", 600).is_empty());
+        // Removed, a node's windows are gone, as the services forget them.
+        feed(&mut book, 5, &registered("n1", 8));
+        feed(&mut book, 6, &node_event("n1", "removed"));
+        feed(&mut book, 7, &registered("n1", 8));
+        assert!(book.windows_ahead("n1", 60).is_empty());
+        assert_eq!(book.windows_ahead("n2", 60).len(), 1);
     }
 }

@@ -6,15 +6,18 @@
 //! decision service stops placing on a cordoned node at once; the preemption service orders its
 //! jobs off as each one's protection ends and appends `NodeDrained` when it is empty. Every
 //! command first folds the cluster's node and maintenance events ([`book`]) and checks the
-//! change against them: an unknown node, or a removal of a node still running work, is refused
-//! and nothing is written; a node already where it was asked to go is left alone. Each change is
-//! appended only if its subject has not moved since that read
-//! ([`fairshare_runtime::admin::append_change`]).
+//! change against them: an unknown node, or a removal of a node not cordoned or still holding
+//! work (by the decision service's own fold of the log), is refused and nothing is written; a
+//! node already where it was asked to go is left alone. Each change is appended only if its
+//! subject has not moved since that read ([`fairshare_runtime::admin::append_change`]); if it
+//! has (the preemption service reporting the node drained meanwhile, say), the events are read
+//! and the change checked again, a few times.
 
 pub mod book;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use fairshare_decision::shell::{LogFold, read_log};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_model::timestamp::parse_instant;
@@ -47,7 +50,7 @@ pub enum NodeCommand {
         /// The nodes.
         #[arg(required = true)]
         nodes: Vec<String>,
-        /// Why (shown in `list` and in the orders' reasons).
+        /// Why (shown by `list`).
         #[arg(long, default_value = "")]
         reason: String,
     },
@@ -59,15 +62,16 @@ pub enum NodeCommand {
         #[arg(required = true)]
         nodes: Vec<String>,
     },
-    /// Take drained nodes out of the inventory (a node still running work is refused: cordon
-    /// it and wait until `list` says drained).
+    /// Take cordoned, empty nodes out of the inventory (a node not cordoned, or still holding
+    /// work, is refused: cordon it and wait until `list` says drained).
     Remove {
         #[command(flatten)]
         cluster: ClusterArg,
         /// The nodes.
         #[arg(required = true)]
         nodes: Vec<String>,
-        /// Remove even nodes that are not drained; their jobs are left to the launcher.
+        /// Remove nodes even if they are not cordoned or still hold work; their jobs are left
+        /// to the launcher.
         #[arg(long)]
         force: bool,
     },
@@ -92,6 +96,9 @@ pub enum NodeCommand {
     },
 }
 
+/// How often a change is checked again and retried when its subject moved meanwhile.
+const ATTEMPTS: usize = 4;
+
 /// Folds cluster `cluster`'s node and maintenance events from the log.
 async fn read_book(conn: &Connection, cluster: &str) -> anyhow::Result<NodeBook> {
     let filters = vec![subjects::node(cluster, "*"), subjects::maintenance(cluster)];
@@ -100,21 +107,24 @@ async fn read_book(conn: &Connection, cluster: &str) -> anyhow::Result<NodeBook>
         .with_context(|| format!("cannot read the node events of cluster {cluster}"))?;
     let mut book = NodeBook::default();
     follower
-        .catch_up(|entry| {
-            if let Ok(event) = &entry.event {
-                book.apply(entry.sequence, event);
-            }
-        })
+        .catch_up(|entry| book.apply(entry.sequence, &entry.subject, entry.event.as_ref().ok()))
         .await
         .with_context(|| format!("cannot read the node events of cluster {cluster}"))?;
     Ok(book)
 }
 
-/// Refuses the whole command if any node is not in the cluster's inventory.
-fn all_live(book: &NodeBook, cluster: &str, nodes: &[String]) -> anyhow::Result<()> {
-    let unknown: Vec<&str> = nodes
+/// The nodes named, each once, in the order given; the whole command is refused if any was
+/// never registered in the cluster.
+fn known(book: &NodeBook, cluster: &str, nodes: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut once: Vec<String> = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        if !once.contains(n) {
+            once.push(n.clone());
+        }
+    }
+    let unknown: Vec<&str> = once
         .iter()
-        .filter(|n| book.live(n).is_none())
+        .filter(|n| !book.nodes.contains_key(*n))
         .map(String::as_str)
         .collect();
     if !unknown.is_empty() {
@@ -124,7 +134,80 @@ fn all_live(book: &NodeBook, cluster: &str, nodes: &[String]) -> anyhow::Result<
             unknown.join(", ")
         );
     }
-    Ok(())
+    Ok(once)
+}
+
+/// What to do for one node, given the events as they stand.
+enum Step {
+    /// Append this.
+    Write(Box<Body>),
+    /// Nothing to do; say this.
+    Skip(String),
+}
+
+/// Appends the change `decide` asks for on node `name`'s subject, checked against the events
+/// read just before; read and checked again if someone appended there meanwhile. Returns the
+/// sequence written, or `None` if `decide` found nothing to do (after printing why).
+async fn change_node(
+    conn: &Connection,
+    cluster: &str,
+    name: &str,
+    kind: &str,
+    now: i64,
+    decide: impl Fn(&NodeBook) -> anyhow::Result<Step>,
+) -> anyhow::Result<Option<u64>> {
+    let subject = subjects::node(cluster, name);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let book = read_book(conn, cluster).await?;
+        let body = match decide(&book)? {
+            Step::Write(body) => *body,
+            Step::Skip(why) => {
+                println!("{name}: {why}");
+                return Ok(None);
+            }
+        };
+        let last = book.sequence_on(&subject);
+        let kind = format!("{kind}-{name}");
+        match admin::append_change(&conn.js, subject.clone(), &kind, cluster, now, body, last).await
+        {
+            Ok(seq) => return Ok(Some(seq)),
+            Err(e) if e.stale && attempt < ATTEMPTS => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The standing of `name` in `book` (it was checked to be known).
+fn standing(book: &NodeBook, name: &str) -> Standing {
+    book.nodes
+        .get(name)
+        .map_or(Standing::Removed, |e| e.standing)
+}
+
+/// The nodes of `names` that hold work by the decision service's fold of the whole log, with
+/// the jobs they hold.
+async fn holding_work(
+    conn: &Connection,
+    cluster: &str,
+    names: &[String],
+) -> anyhow::Result<Vec<String>> {
+    let entries = read_log(&conn.js, cluster, None)
+        .await
+        .with_context(|| format!("cannot read the log of cluster {cluster}"))?;
+    let mut fold = LogFold::new(cluster);
+    for entry in &entries {
+        fold.apply(entry);
+    }
+    Ok(names
+        .iter()
+        .filter_map(|n| {
+            let load = fold.state().load(n)?;
+            let jobs: Vec<&str> = load.holdings.iter().map(|(id, _)| &**id).collect();
+            (!jobs.is_empty()).then(|| format!("{n} (holds {})", jobs.join(", ")))
+        })
+        .collect())
 }
 
 /// Runs a node command.
@@ -142,25 +225,29 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             reason,
         } => {
             let book = read_book(conn, &cluster).await?;
-            all_live(&book, &cluster, &nodes)?;
+            let nodes = known(&book, &cluster, &nodes)?;
+            refuse_removed(&book, &nodes)?;
             for name in &nodes {
-                let Some(entry) = book.live(name) else {
-                    continue;
+                let decide = |book: &NodeBook| {
+                    let s = standing(book, name);
+                    Ok(match s {
+                        Standing::InService => {
+                            Step::Write(Box::new(Body::NodeCordoned(pb::NodeCordoned {
+                                cluster: cluster.clone(),
+                                node: name.clone(),
+                                reason: reason.clone(),
+                            })))
+                        }
+                        Standing::Removed => bail!("{name} was removed meanwhile"),
+                        _ => Step::Skip(format!("already {}", s.words())),
+                    })
                 };
-                if entry.standing.cordoned() {
-                    println!("{name}: already {}", entry.standing.words());
-                    continue;
+                if let Some(seq) = change_node(conn, &cluster, name, "cordon", now, decide).await? {
+                    println!(
+                        "{name}: cordoned at sequence {seq}; its jobs go as their minimum \
+                         runtimes end"
+                    );
                 }
-                let body = Body::NodeCordoned(pb::NodeCordoned {
-                    cluster: cluster.clone(),
-                    node: name.clone(),
-                    reason: reason.clone(),
-                });
-                let seq = change(conn, &cluster, name, "cordon", now, body, entry).await?;
-                println!(
-                    "{name}: cordoned at sequence {seq}; its jobs go as their minimum runtimes \
-                     end"
-                );
             }
             Ok(())
         }
@@ -169,21 +256,26 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             nodes,
         } => {
             let book = read_book(conn, &cluster).await?;
-            all_live(&book, &cluster, &nodes)?;
+            let nodes = known(&book, &cluster, &nodes)?;
+            refuse_removed(&book, &nodes)?;
             for name in &nodes {
-                let Some(entry) = book.live(name) else {
-                    continue;
+                let decide = |book: &NodeBook| {
+                    Ok(match standing(book, name) {
+                        Standing::Draining | Standing::Drained => {
+                            Step::Write(Box::new(Body::NodeUncordoned(pb::NodeUncordoned {
+                                cluster: cluster.clone(),
+                                node: name.clone(),
+                            })))
+                        }
+                        Standing::Removed => bail!("{name} was removed meanwhile"),
+                        Standing::InService => Step::Skip("not cordoned".to_owned()),
+                    })
                 };
-                if !entry.standing.cordoned() {
-                    println!("{name}: not cordoned");
-                    continue;
+                if let Some(seq) =
+                    change_node(conn, &cluster, name, "uncordon", now, decide).await?
+                {
+                    println!("{name}: back in service at sequence {seq}");
                 }
-                let body = Body::NodeUncordoned(pb::NodeUncordoned {
-                    cluster: cluster.clone(),
-                    node: name.clone(),
-                });
-                let seq = change(conn, &cluster, name, "uncordon", now, body, entry).await?;
-                println!("{name}: back in service at sequence {seq}");
             }
             Ok(())
         }
@@ -193,30 +285,45 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             force,
         } => {
             let book = read_book(conn, &cluster).await?;
-            all_live(&book, &cluster, &nodes)?;
-            let busy: Vec<String> = nodes
-                .iter()
-                .filter_map(|n| book.live(n).map(|e| (n, e.standing)))
-                .filter(|(_, s)| *s != Standing::Drained)
-                .map(|(n, s)| format!("{n} ({})", s.words()))
-                .collect();
-            if !busy.is_empty() && !force {
-                bail!(
-                    "not drained: {}; cordon them and wait until `fairshare node list` says \
-                     drained, or give --force; nothing written",
-                    busy.join(", ")
-                );
+            let nodes = known(&book, &cluster, &nodes)?;
+            if !force {
+                let in_service: Vec<&str> = nodes
+                    .iter()
+                    .filter(|n| standing(&book, n) == Standing::InService)
+                    .map(String::as_str)
+                    .collect();
+                if !in_service.is_empty() {
+                    bail!(
+                        "in service: {}; cordon them and wait until `fairshare node list` says \
+                         drained, or give --force; nothing written",
+                        in_service.join(", ")
+                    );
+                }
+                let busy = holding_work(conn, &cluster, &nodes).await?;
+                if !busy.is_empty() {
+                    bail!(
+                        "still holding work: {}; wait until `fairshare node list` says \
+                         drained, or give --force; nothing written",
+                        busy.join("; ")
+                    );
+                }
             }
             for name in &nodes {
-                let Some(entry) = book.live(name) else {
-                    continue;
+                let decide = |book: &NodeBook| {
+                    Ok(match standing(book, name) {
+                        Standing::Removed => Step::Skip("already removed".to_owned()),
+                        Standing::InService if !force => {
+                            bail!("{name} was uncordoned meanwhile; nothing written for it")
+                        }
+                        _ => Step::Write(Box::new(Body::NodeRemoved(pb::NodeRemoved {
+                            cluster: cluster.clone(),
+                            node: name.clone(),
+                        }))),
+                    })
                 };
-                let body = Body::NodeRemoved(pb::NodeRemoved {
-                    cluster: cluster.clone(),
-                    node: name.clone(),
-                });
-                let seq = change(conn, &cluster, name, "remove", now, body, entry).await?;
-                println!("{name}: removed at sequence {seq}");
+                if let Some(seq) = change_node(conn, &cluster, name, "remove", now, decide).await? {
+                    println!("{name}: removed at sequence {seq}");
+                }
             }
             Ok(())
         }
@@ -242,25 +349,37 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                     format_ms(end_ms)
                 );
             }
-            let book = read_book(conn, &cluster).await?;
-            all_live(&book, &cluster, &nodes)?;
-            let body = Body::MaintenanceScheduled(pb::MaintenanceScheduled {
-                cluster: cluster.clone(),
-                nodes: nodes.clone(),
-                start_ms,
-                end_ms,
-                reason,
-            });
-            let seq = admin::append_change(
-                &conn.js,
-                subjects::maintenance(&cluster),
-                "maintenance",
-                &cluster,
-                now,
-                body,
-                book.maintenance_sequence,
-            )
-            .await?;
+            let subject = subjects::maintenance(&cluster);
+            let mut attempt = 0;
+            let seq = loop {
+                attempt += 1;
+                let book = read_book(conn, &cluster).await?;
+                let nodes = known(&book, &cluster, &nodes)?;
+                refuse_removed(&book, &nodes)?;
+                let body = Body::MaintenanceScheduled(pb::MaintenanceScheduled {
+                    cluster: cluster.clone(),
+                    nodes: nodes.clone(),
+                    start_ms,
+                    end_ms,
+                    reason: reason.clone(),
+                });
+                let last = book.sequence_on(&subject);
+                match admin::append_change(
+                    &conn.js,
+                    subject.clone(),
+                    "maintenance",
+                    &cluster,
+                    now,
+                    body,
+                    last,
+                )
+                .await
+                {
+                    Ok(seq) => break seq,
+                    Err(e) if e.stale && attempt < ATTEMPTS => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            };
             println!(
                 "maintenance of {} from {} to {} scheduled at sequence {seq}",
                 nodes.join(", "),
@@ -272,27 +391,21 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
     }
 }
 
-/// Appends `body` on node `name`'s subject, if it has not moved since `entry` was read.
-async fn change(
-    conn: &Connection,
-    cluster: &str,
-    name: &str,
-    kind: &str,
-    now: i64,
-    body: Body,
-    entry: &book::NodeEntry,
-) -> anyhow::Result<u64> {
-    let seq = admin::append_change(
-        &conn.js,
-        subjects::node(cluster, name),
-        &format!("{kind}-{name}"),
-        cluster,
-        now,
-        body,
-        entry.last_sequence,
-    )
-    .await?;
-    Ok(seq)
+/// Refuses the whole command if any of `nodes` was removed.
+fn refuse_removed(book: &NodeBook, nodes: &[String]) -> anyhow::Result<()> {
+    let removed: Vec<&str> = nodes
+        .iter()
+        .filter(|n| book.live(n).is_none())
+        .map(String::as_str)
+        .collect();
+    if !removed.is_empty() {
+        bail!(
+            "removed from the inventory: {} (register it again with `fairshare inventory \
+             apply`); nothing written",
+            removed.join(", ")
+        );
+    }
+    Ok(())
 }
 
 fn list(book: &NodeBook, cluster: &str, now: i64) {
