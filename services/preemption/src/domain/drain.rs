@@ -10,7 +10,8 @@
 //!   jobs at once, allocated jobs when `now >= start + min(min_runtime, cap)`. A job inside its
 //!   minimum runtime is left alone (the shell wakes at its end, see
 //!   [`crate::domain::next_due`]). When the node holds nothing any more, `NodeDrained` is
-//!   emitted, once per cordon. A job spanning several nodes is ordered off whole.
+//!   emitted, once per cordon (again if a placement decided before the cordon lands after the
+//!   report, once that job is gone too). A job spanning several nodes is ordered off whole.
 //! - Uncordoned node: draining stops; no new orders. Orders already issued stand (there is no
 //!   event to take one back, and the job has been told to stop).
 //! - Maintenance window `[T, E)`: from `T - grace` until `E`, every job still on the node is

@@ -13,8 +13,8 @@
 //!   the grace deadline can be enforced even for a job on a node removed since;
 //! - the resumable jobs preempted and not yet requeued (the service owes them a
 //!   `JobRequeued`);
-//! - the cordoned nodes already reported drained since their cordon, so `NodeDrained` is
-//!   published once per cordon.
+//! - the cordoned nodes already reported drained since their cordon (or since work last landed
+//!   on them), so `NodeDrained` is published once per cordon and says the node is empty.
 //!
 //! Like the decision fold it is a pure function of the events applied: an event the decision
 //! fold refuses changes none of these indexes either.
@@ -158,6 +158,13 @@ impl PreemptionState {
             }
             Body::NodeDrained(n) => {
                 self.drain_reported.insert(n.node.clone());
+            }
+            // A placement decided before the cordon can land after the node was reported
+            // drained: it is busy again, and is reported again once its drain empties it.
+            Body::JobPlaced(p) => {
+                for n in &p.nodes {
+                    self.drain_reported.remove(&n.node);
+                }
             }
             // A new cordon needs a new report; an uncordon or removal ends the drain.
             Body::NodeCordoned(pb::NodeCordoned { node, .. })

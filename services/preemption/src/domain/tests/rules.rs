@@ -396,6 +396,24 @@ fn an_empty_cordoned_node_is_reported_drained_once_per_cordon() {
 }
 
 #[test]
+fn a_job_landing_on_a_node_reported_drained_is_drained_and_the_node_reported_again() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.cordon(0, "n1");
+    assert_eq!(render(&h.step(MIN)), vec!["drained n1"]);
+    // A placement decided before the cordon lands after the report: the node is busy again.
+    h.running(2 * MIN, "late", "b", 0, &[("n1", 2)]);
+    assert_eq!(victims(&h.step(2 * MIN)), vec!["late"]);
+    h.confirm(2 * MIN + 10 * SEC, "late");
+    assert_eq!(
+        render(&h.step(2 * MIN + 10 * SEC)),
+        vec!["requeued late", "drained n1"]
+    );
+    assert_eq!(h.decide(HOUR), vec![]);
+}
+
+#[test]
 fn maintenance_at_t_is_respected() {
     let t = 3 * HOUR;
     let mut h = H::new();
