@@ -224,9 +224,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             nodes,
             reason,
         } => {
-            let book = read_book(conn, &cluster).await?;
-            let nodes = known(&book, &cluster, &nodes)?;
-            refuse_removed(&book, &nodes)?;
+            let nodes = live_nodes(conn, &cluster, &nodes).await?;
             for name in &nodes {
                 let decide = |book: &NodeBook| {
                     let s = standing(book, name);
@@ -255,9 +253,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             cluster: ClusterArg { cluster },
             nodes,
         } => {
-            let book = read_book(conn, &cluster).await?;
-            let nodes = known(&book, &cluster, &nodes)?;
-            refuse_removed(&book, &nodes)?;
+            let nodes = live_nodes(conn, &cluster, &nodes).await?;
             for name in &nodes {
                 let decide = |book: &NodeBook| {
                     Ok(match standing(book, name) {
@@ -389,6 +385,18 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The nodes named, each once, after checking that every one is in the inventory now.
+async fn live_nodes(
+    conn: &Connection,
+    cluster: &str,
+    nodes: &[String],
+) -> anyhow::Result<Vec<String>> {
+    let book = read_book(conn, cluster).await?;
+    let nodes = known(&book, cluster, nodes)?;
+    refuse_removed(&book, &nodes)?;
+    Ok(nodes)
 }
 
 /// Refuses the whole command if any of `nodes` was removed.
