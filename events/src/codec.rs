@@ -116,6 +116,7 @@ pub fn event_kind(event: &pb::Event) -> &'static str {
         Some(Body::NodeDrained(_)) => "node_drained",
         Some(Body::MaintenanceScheduled(_)) => "maintenance_scheduled",
         Some(Body::NodeRemoved(_)) => "node_removed",
+        Some(Body::MaintenanceCancelled(_)) => "maintenance_cancelled",
         Some(Body::UsageSnapshot(_)) => "usage_snapshot",
     }
 }

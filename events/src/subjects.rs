@@ -119,7 +119,7 @@ pub fn node(cluster: &str, node: &str) -> String {
     format!("{EVENTS_PREFIX}.{cluster}.node.{node}")
 }
 
-/// Maintenance windows of a cluster.
+/// Maintenance windows of a cluster (scheduled and cancelled).
 pub fn maintenance(cluster: &str) -> String {
     format!("{EVENTS_PREFIX}.{cluster}.maintenance")
 }
@@ -144,7 +144,7 @@ pub fn for_event(cluster: &str, event: &crate::pb::Event) -> Option<String> {
         Body::JobRejected(_) => rejected(cluster),
         Body::BudgetTreeSet(_) => policy(cluster),
         Body::UsageSnapshot(_) => usage(cluster),
-        Body::MaintenanceScheduled(_) => maintenance(cluster),
+        Body::MaintenanceScheduled(_) | Body::MaintenanceCancelled(_) => maintenance(cluster),
         Body::NodeRegistered(pb::NodeRegistered { node: n, .. })
         | Body::NodeCordoned(pb::NodeCordoned { node: n, .. })
         | Body::NodeUncordoned(pb::NodeUncordoned { node: n, .. })

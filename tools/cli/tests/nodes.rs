@@ -49,6 +49,7 @@ async fn node_events(stack: &Stack) -> Vec<(&'static str, String)> {
             Body::NodeDrained(n) => Some(("drained", n.node)),
             Body::NodeRemoved(n) => Some(("removed", n.node)),
             Body::MaintenanceScheduled(m) => Some(("maintenance", m.nodes.join(","))),
+            Body::MaintenanceCancelled(m) => Some(("cancelled", m.nodes.join(","))),
             _ => None,
         })
         .collect()
@@ -200,6 +201,49 @@ async fn cordon_drain_remove_and_maintenance() {
     let out = stdout(&node(&stack, &["list"]).await);
     assert_eq!(out.matches("maintenance ").count(), 1, "{out}");
     assert!(out.contains("(bios)"), "{out}");
+    // Taken back with the times `list` prints; other times are refused.
+    let times: Vec<&str> = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("maintenance "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let (start, end) = (times[0], times[2]);
+    let wrong = node(
+        &stack,
+        &[
+            "maintenance",
+            second,
+            "--cancel",
+            "--start",
+            start,
+            "--end",
+            "+9h",
+        ],
+    )
+    .await;
+    assert!(!wrong.status.success());
+    assert!(
+        stderr(&wrong).contains("no maintenance window"),
+        "{}",
+        stderr(&wrong)
+    );
+    let cancelled = node(
+        &stack,
+        &[
+            "maintenance",
+            second,
+            "--cancel",
+            "--start",
+            start,
+            "--end",
+            end,
+        ],
+    )
+    .await;
+    assert!(cancelled.status.success(), "{}", stderr(&cancelled));
+    let out = stdout(&node(&stack, &["list"]).await);
+    assert_eq!(out.matches("maintenance ").count(), 0, "{out}");
 
     let not_cordoned = node(&stack, &["uncordon", second]).await;
     assert!(stdout(&not_cordoned).contains("not cordoned"));
@@ -210,6 +254,7 @@ async fn cordon_drain_remove_and_maintenance() {
             ("drained", first.to_owned()),
             ("removed", first.to_owned()),
             ("maintenance", second.to_owned()),
+            ("cancelled", second.to_owned()),
         ]
     );
 

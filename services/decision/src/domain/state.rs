@@ -113,6 +113,14 @@ pub enum Ignored {
         /// The window's end.
         end_ms: i64,
     },
+    /// A cancellation of a maintenance window none of the nodes named has.
+    #[error("no maintenance window [{start_ms}, {end_ms}) on the nodes named")]
+    UnknownWindow {
+        /// The window's start.
+        start_ms: i64,
+        /// The window's end.
+        end_ms: i64,
+    },
     /// A budget tree that does not validate; the previous tree stays in force.
     #[error("budget tree refused: {0}")]
     InvalidBudgetTree(#[from] BudgetError),
@@ -810,6 +818,7 @@ impl DecisionState {
                 Ok(())
             }
             Body::MaintenanceScheduled(m) => self.maintenance_scheduled(at, m),
+            Body::MaintenanceCancelled(m) => self.maintenance_cancelled(m),
             Body::UsageSnapshot(u) => self.snapshot(u),
         }
     }
@@ -852,6 +861,36 @@ impl DecisionState {
             }
         }
         Ok(())
+    }
+
+    /// Takes the window back from each node named that has it (orders already given for it
+    /// are the preemption service's, and stand).
+    fn maintenance_cancelled(&mut self, m: &pb::MaintenanceCancelled) -> Result<(), Ignored> {
+        check_cluster(&self.cluster, &m.cluster)?;
+        let window = Window {
+            start_ms: m.start_ms,
+            end_ms: m.end_ms,
+        };
+        let mut found = false;
+        for node in &m.nodes {
+            if let Some(windows) = self.maintenance.get_mut(node)
+                && let Ok(i) = windows.binary_search(&window)
+            {
+                windows.remove(i);
+                found = true;
+                if windows.is_empty() {
+                    self.maintenance.remove(node);
+                }
+            }
+        }
+        if found {
+            Ok(())
+        } else {
+            Err(Ignored::UnknownWindow {
+                start_ms: m.start_ms,
+                end_ms: m.end_ms,
+            })
+        }
     }
 
     fn snapshot(&mut self, u: &pb::UsageSnapshot) -> Result<(), Ignored> {

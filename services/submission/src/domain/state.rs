@@ -279,6 +279,7 @@ impl SubmissionState {
             | Body::NodeUncordoned(_)
             | Body::NodeDrained(_)
             | Body::MaintenanceScheduled(_)
+            | Body::MaintenanceCancelled(_)
             | Body::UsageSnapshot(_) => Applied::Applied,
         }
     }

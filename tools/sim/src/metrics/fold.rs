@@ -309,8 +309,10 @@ impl Measure<'_> {
                     self.windows.entry(i).or_default().push((now, w.start_ms));
                 }
             }
+            // A cancelled window stays on record: orders given while it stood were the
+            // operator's call all the same.
             Some(Body::JobRejected(_))
-            | Some(Body::NodeDrained(_) | Body::UsageSnapshot(_))
+            | Some(Body::NodeDrained(_) | Body::UsageSnapshot(_) | Body::MaintenanceCancelled(_))
             | None => {}
         }
     }

@@ -1,7 +1,9 @@
 //! Placement scenarios with hand-computed outcomes.
 
-use super::support::{H, HOUR, MIN, leaf, placed, placed_ids, reason};
-use crate::domain::{NodeGpus, WaitReason};
+use fairshare_events::pb::{self, event::Body};
+
+use super::support::{CLUSTER, H, HOUR, MIN, leaf, placed, placed_ids, reason};
+use crate::domain::{Ignored, NodeGpus, WaitReason};
 
 const NOW: i64 = 100 * HOUR;
 
@@ -312,6 +314,43 @@ fn a_node_in_maintenance_takes_nothing() {
     assert_eq!(reason(&d, "u"), "maintenance_window");
     // After the window the node takes work again.
     assert_eq!(placed_ids(&h.decide(NOW + HOUR)), ["u"]);
+}
+
+#[test]
+fn a_cancelled_window_no_longer_closes_its_node_and_an_unknown_one_changes_nothing() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    let (start, end) = (NOW - 10, NOW + HOUR);
+    h.maintenance(NOW - HOUR, &["n0", "n1"], start, end);
+    h.submit(NOW - 10, "u", "a", 1, 0);
+    assert!(h.decide(NOW).placements.is_empty());
+    let cancel = |nodes: &[&str], start_ms, end_ms| {
+        Body::MaintenanceCancelled(pb::MaintenanceCancelled {
+            cluster: CLUSTER.into(),
+            nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+            start_ms,
+            end_ms,
+            reason: "moved".into(),
+        })
+    };
+    // Another window's times, or nodes without it: refused, both windows stand.
+    for (nodes, s, e) in [(&["n0"][..], start, end + 1), (&["n9"][..], start, end)] {
+        assert_eq!(
+            h.apply(NOW, cancel(nodes, s, e)),
+            Err(Ignored::UnknownWindow {
+                start_ms: s,
+                end_ms: e
+            })
+        );
+    }
+    assert_eq!(h.state.maintenance("n0").len(), 1);
+    assert!(h.decide(NOW).placements.is_empty());
+    // Taken back on n1 only: n1 takes work again, n0 stays closed.
+    h.ok(NOW, cancel(&["n1"], start, end));
+    assert!(h.state.maintenance("n1").is_empty());
+    assert_eq!(h.state.maintenance("n0").len(), 1);
+    assert_eq!(placed(&h.decide(NOW)), [p("u", &[("n1", 1)])]);
 }
 
 #[test]

@@ -2,10 +2,9 @@
 //! inputs are exactly the snapshot's figures plus what is left of running jobs' minimum
 //! runtimes (see `fairshare_decision::domain::rank::leaf_usage`).
 
-use fairshare_events::pb::PreemptionCause;
-use fairshare_events::pb::event::Body;
+use fairshare_events::pb::{self, PreemptionCause, event::Body};
 
-use super::support::{H, HOUR, MIN, SEC, causes, leaf, orders, render, victims};
+use super::support::{CLUSTER, H, HOUR, MIN, SEC, causes, leaf, orders, render, victims};
 use crate::domain::{
     Config, FairShare, NoVictims, fair_share, next_due, select_victims, stamp_cycle,
 };
@@ -459,6 +458,30 @@ fn maintenance_at_t_is_respected() {
             .iter()
             .all(|(_, c)| *c == PreemptionCause::Maintenance)
     );
+}
+
+#[test]
+fn a_cancelled_window_clears_nothing() {
+    let t = 3 * HOUR;
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "x", "b", 60, &[("n1", 4)]);
+    h.maintenance(10 * MIN, &["n1"], t, t + HOUR);
+    assert_eq!(next_due(&h.state, HOUR, &h.cfg), Some(t - 30 * SEC));
+    h.ok(
+        HOUR,
+        Body::MaintenanceCancelled(pb::MaintenanceCancelled {
+            cluster: CLUSTER.into(),
+            nodes: vec!["n1".into()],
+            start_ms: t,
+            end_ms: t + HOUR,
+            reason: "moved".into(),
+        }),
+    );
+    assert_eq!(next_due(&h.state, HOUR, &h.cfg), None);
+    assert_eq!(h.decide(t - 30 * SEC), vec![]);
+    assert_eq!(h.decide(t + MIN), vec![]);
 }
 
 #[test]

@@ -125,6 +125,13 @@ impl NodeBook {
                     }
                 }
             }
+            Body::MaintenanceCancelled(m) => {
+                for w in &mut self.maintenance {
+                    if (w.start_ms, w.end_ms) == (m.start_ms, m.end_ms) {
+                        w.nodes.retain(|name| !m.nodes.contains(name));
+                    }
+                }
+            }
             Body::MaintenanceScheduled(m) => {
                 self.maintenance.push(MaintenanceEntry {
                     start_ms: m.start_ms,
@@ -147,6 +154,13 @@ impl NodeBook {
         self.nodes
             .get(node)
             .filter(|e| e.standing != Standing::Removed)
+    }
+
+    /// Whether a window of exactly `[start_ms, end_ms)` takes `node`.
+    pub fn has_window(&self, node: &str, start_ms: i64, end_ms: i64) -> bool {
+        self.maintenance.iter().any(|w| {
+            (w.start_ms, w.end_ms) == (start_ms, end_ms) && w.nodes.iter().any(|n| n == node)
+        })
     }
 
     /// The maintenance windows not over at `now_ms` that take `node`, in start order.
@@ -284,5 +298,22 @@ mod tests {
         feed(&mut book, 7, &registered("n1", 8));
         assert!(book.windows_ahead("n1", 60).is_empty());
         assert_eq!(book.windows_ahead("n2", 60).len(), 1);
+        // Cancelled for n2: gone for it (and a cancel of other times changes nothing).
+        assert!(book.has_window("n2", 500, 600));
+        let cancel = |start_ms, end_ms| {
+            event(Body::MaintenanceCancelled(pb::MaintenanceCancelled {
+                cluster: "c".into(),
+                nodes: vec!["n2".into()],
+                start_ms,
+                end_ms,
+                reason: String::new(),
+            }))
+        };
+        feed(&mut book, 8, &cancel(500, 601));
+        assert!(book.has_window("n2", 500, 600));
+        feed(&mut book, 9, &cancel(500, 600));
+        assert!(!book.has_window("n2", 500, 600));
+        assert!(book.windows_ahead("n2", 60).is_empty());
+        assert_eq!(book.sequence_on("m"), 9);
     }
 }

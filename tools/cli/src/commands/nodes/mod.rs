@@ -2,7 +2,8 @@
 //! and schedule maintenance windows.
 //!
 //! Place in the flow: operators' events (`NodeCordoned`, `NodeUncordoned`, `NodeRemoved` on
-//! the node's subject, `MaintenanceScheduled` on the cluster's maintenance subject). The
+//! the node's subject, `MaintenanceScheduled` and `MaintenanceCancelled` on the cluster's
+//! maintenance subject). The
 //! decision service stops placing on a cordoned node at once; the preemption service orders its
 //! jobs off as each one's protection ends and appends `NodeDrained` when it is empty. Every
 //! command first folds the cluster's node and maintenance events ([`book`]) and checks the
@@ -77,7 +78,7 @@ pub enum NodeCommand {
     },
     /// Schedule a maintenance window: from --start, the nodes are empty until --end. Work whose
     /// protection would run past the start is not placed on them, and what is still there is
-    /// ordered off a grace period before it.
+    /// ordered off a grace period before it. With --cancel, take a window back.
     Maintenance {
         #[command(flatten)]
         cluster: ClusterArg,
@@ -93,6 +94,10 @@ pub enum NodeCommand {
         /// Why.
         #[arg(long, default_value = "")]
         reason: String,
+        /// Take back the window of exactly these --start and --end (as `list` prints them) on
+        /// these nodes; orders already given for it stand.
+        #[arg(long)]
+        cancel: bool,
     },
 }
 
@@ -329,6 +334,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             start,
             end,
             reason,
+            cancel,
         } => {
             let start_ms = parse_instant(&start, now).context("--start")?;
             let end_ms = parse_instant(&end, now).context("--end")?;
@@ -352,18 +358,46 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 let book = read_book(conn, &cluster).await?;
                 let nodes = known(&book, &cluster, &nodes)?;
                 refuse_removed(&book, &nodes)?;
-                let body = Body::MaintenanceScheduled(pb::MaintenanceScheduled {
-                    cluster: cluster.clone(),
-                    nodes: nodes.clone(),
-                    start_ms,
-                    end_ms,
-                    reason: reason.clone(),
-                });
+                let body = if cancel {
+                    let without: Vec<&str> = nodes
+                        .iter()
+                        .filter(|n| !book.has_window(n, start_ms, end_ms))
+                        .map(String::as_str)
+                        .collect();
+                    if !without.is_empty() {
+                        bail!(
+                            "no maintenance window from {} to {} on {} (`fairshare node list` \
+                             prints them); nothing written",
+                            format_ms(start_ms),
+                            format_ms(end_ms),
+                            without.join(", ")
+                        );
+                    }
+                    Body::MaintenanceCancelled(pb::MaintenanceCancelled {
+                        cluster: cluster.clone(),
+                        nodes: nodes.clone(),
+                        start_ms,
+                        end_ms,
+                        reason: reason.clone(),
+                    })
+                } else {
+                    Body::MaintenanceScheduled(pb::MaintenanceScheduled {
+                        cluster: cluster.clone(),
+                        nodes: nodes.clone(),
+                        start_ms,
+                        end_ms,
+                        reason: reason.clone(),
+                    })
+                };
                 let last = book.sequence_on(&subject);
                 match admin::append_change(
                     &conn.js,
                     subject.clone(),
-                    "maintenance",
+                    if cancel {
+                        "maintenance-cancel"
+                    } else {
+                        "maintenance"
+                    },
                     &cluster,
                     now,
                     body,
@@ -377,10 +411,11 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 }
             };
             println!(
-                "maintenance of {} from {} to {} scheduled at sequence {seq}",
+                "maintenance of {} from {} to {} {} at sequence {seq}",
                 nodes.join(", "),
                 format_ms(start_ms),
-                format_ms(end_ms)
+                format_ms(end_ms),
+                if cancel { "cancelled" } else { "scheduled" }
             );
             Ok(())
         }
