@@ -99,7 +99,7 @@ const STALL_WARNING: Duration = Duration::from_secs(10);
 
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes
 /// (older checkpoints are then refused and rebuilt from the log).
-const CHECKPOINT_VERSION: u32 = 7;
+const CHECKPOINT_VERSION: u32 = 8;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).

@@ -162,7 +162,8 @@ impl PreemptionState {
             // A placement decided before the cordon can land after the node was reported
             // drained: it is busy again, and is reported again once its drain empties it.
             Body::JobPlaced(p) => {
-                for n in &p.nodes {
+                // Only nodes it takes GPUs on (the decision fold drops entries of 0 GPUs).
+                for n in p.nodes.iter().filter(|n| n.gpus > 0) {
                     self.drain_reported.remove(&n.node);
                 }
             }

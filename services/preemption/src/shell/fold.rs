@@ -1,7 +1,7 @@
 //! Folding one cluster's log entries into the preemption state, plus what the shell needs to
 //! publish safely: the stream sequence of each live job's newest event (the expected last
-//! sequence over the job's subjects), each node's newest event and the sequence of its last
-//! cordon (the message id of its `NodeDrained`), and the highest cycle named by any
+//! sequence over the job's subjects), each node's newest event (also in the message id of its
+//! `NodeDrained`), and the highest cycle named by any
 //! `PreemptionOrdered` folded (so cycle numbers keep growing across restarts), and each live
 //! job's newest W3C trace context (the parent of an order's span, kept across restarts from a
 //! checkpoint).
@@ -40,7 +40,6 @@ pub struct ShellFold {
     node_prefix: String,
     job_sequences: HashMap<String, u64>,
     node_sequences: HashMap<String, u64>,
-    cordon_sequences: HashMap<String, u64>,
     last_cycle: u64,
     /// Each live job's trace context: that of the newest event the state took for it.
     traces: HashMap<String, TraceParent>,
@@ -55,7 +54,6 @@ impl ShellFold {
             node_prefix: format!("{}.{cluster}.node.", subjects::EVENTS_PREFIX),
             job_sequences: HashMap::new(),
             node_sequences: HashMap::new(),
-            cordon_sequences: HashMap::new(),
             last_cycle: 0,
             traces: HashMap::new(),
         }
@@ -104,11 +102,6 @@ impl ShellFold {
         self.node_sequences.get(node).copied().unwrap_or(0)
     }
 
-    /// Sequence of node `node`'s last `NodeCordoned` (0: none folded).
-    pub fn cordon_sequence(&self, node: &str) -> u64 {
-        self.cordon_sequences.get(node).copied().unwrap_or(0)
-    }
-
     /// Folds one entry; `true` if the domain state accepted it (a refused event only moves the
     /// last applied sequence, and a duplicate changes nothing at all).
     pub fn apply(&mut self, entry: &LogEntry) -> bool {
@@ -135,10 +128,6 @@ impl ShellFold {
             }
         } else if let Some(node) = entry.subject.strip_prefix(self.node_prefix.as_str()) {
             self.node_sequences.insert(node.to_owned(), entry.sequence);
-            if let Some(Body::NodeCordoned(_)) = &event.body {
-                self.cordon_sequences
-                    .insert(node.to_owned(), entry.sequence);
-            }
         }
         if let Some(Body::PreemptionOrdered(p)) = &event.body
             && let Some(b) = &p.basis

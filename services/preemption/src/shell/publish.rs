@@ -6,7 +6,7 @@
 //! | `PreemptionOrdered` | `…job.<job>.preemption_ordered` | `preempt:<job>:<expected>` | job's newest event |
 //! | `JobPreempted{killed}` | `…job.<job>.job_preempted` | `killed:<job>:<expected>` | job's newest event |
 //! | `JobRequeued` | `…job.<job>.job_requeued` | `requeue:<job>:<expected>` | job's newest event |
-//! | `NodeDrained` | `…node.<node>` | `drained:<node>:<cordon seq>` | node's newest event |
+//! | `NodeDrained` | `…node.<node>` | `drained:<node>:<expected>` | node's newest event |
 //!
 //! `expected` is the newest event of the job (or node) the deciding state had folded, so an
 //! effect never lands after anything else happened to it (the launcher's confirmation racing a
@@ -86,7 +86,10 @@ fn target(
             let subject = subjects::node(cluster, &n.node);
             Some((
                 subject.clone(),
-                format!("drained:{}:{}", n.node, fold.cordon_sequence(&n.node)),
+                // The node's newest event, like a job's: a report after the cordon, and a
+                // second one once a late placement has come and gone (the first report is then
+                // the newest), each get their own id.
+                format!("drained:{}:{}", n.node, fold.node_sequence(&n.node)),
                 fold.node_sequence(&n.node),
                 subject,
             ))
@@ -331,7 +334,7 @@ mod tests {
         fold_all(&js, &mut fold).await;
         assert_eq!(fold.job_sequence("j"), Some(out.max_sequence));
 
-        // A drained report carries the cordon's sequence.
+        // A drained report carries its node's newest sequence: the cordon's.
         let cordon = admin::append(
             &js,
             subjects::node(C, "n1"),
@@ -351,7 +354,6 @@ mod tests {
         .await
         .unwrap();
         fold_all(&js, &mut fold).await;
-        assert_eq!(fold.cordon_sequence("n1"), cordon);
         assert_eq!(fold.node_sequence("n1"), cordon);
         let drained = || {
             effects(vec![Body::NodeDrained(pb::NodeDrained {
@@ -365,6 +367,14 @@ mod tests {
         assert_eq!(id(&m), format!("drained:n1:{cordon}"));
         let again = publish(&js, C, &fold, drained()).await;
         assert_eq!(again.landed, 0);
+        // Reported again later in the same cordon (a late placement came and went): a new id,
+        // not a duplicate of the first report.
+        let first = out.max_sequence;
+        fold_all(&js, &mut fold).await;
+        let second = publish(&js, C, &fold, drained()).await;
+        assert_eq!((second.landed, second.duplicates), (1, 0));
+        let m = stream.get_raw_message(second.max_sequence).await.unwrap();
+        assert_eq!(id(&m), format!("drained:n1:{first}"));
     }
 
     /// With the server gone, an effect's acknowledgement and the lookup of its subject both

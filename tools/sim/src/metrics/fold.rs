@@ -309,10 +309,17 @@ impl Measure<'_> {
                     self.windows.entry(i).or_default().push((now, w.start_ms));
                 }
             }
-            // A cancelled window stays on record: orders given while it stood were the
-            // operator's call all the same.
+            Some(Body::MaintenanceCancelled(w)) => {
+                // Orders given while it stood were judged then; none after it are excused by it.
+                for node in &w.nodes {
+                    let i = self.holes.node(node);
+                    if let Some(windows) = self.windows.get_mut(&i) {
+                        windows.retain(|&(_, start)| start != w.start_ms);
+                    }
+                }
+            }
             Some(Body::JobRejected(_))
-            | Some(Body::NodeDrained(_) | Body::UsageSnapshot(_) | Body::MaintenanceCancelled(_))
+            | Some(Body::NodeDrained(_) | Body::UsageSnapshot(_))
             | None => {}
         }
     }
