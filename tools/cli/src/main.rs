@@ -59,7 +59,8 @@ enum Command {
     Cancel(commands::submit::CancelArgs),
     /// Why a job waits (or where it runs).
     Explain(commands::explain::ExplainArgs),
-    /// Per allocation: share, window usage against allocated time, owed GPU-hours delivered.
+    /// Per allocation: share, window usage against allocated time and its ratio, owed GPU-hours
+    /// delivered, GPUs running and queued.
     Status(commands::status::StatusArgs),
     /// Print events from the log, decoded, as they arrive.
     Tail(commands::tail::TailArgs),

@@ -107,6 +107,11 @@ impl HourMeter {
         )
     }
 
+    /// GPUs waiting now: queued or running, less running.
+    fn waiting(&self) -> u64 {
+        self.demand_rate.saturating_sub(self.run_rate)
+    }
+
     fn idle(&self) -> bool {
         self.demand_rate == 0 && self.run_rate == 0 && self.demand == 0 && self.run == 0
     }
@@ -322,6 +327,11 @@ impl Ledger {
             None => self.unallocated_total,
         };
         (rows, unallocated)
+    }
+
+    /// GPUs allocation `id`'s jobs wait for now (queued, or placed and not yet started).
+    pub fn queued_gpus(&self, id: PathId) -> u64 {
+        self.rows.get(id as usize).map_or(0, |r| r.meter.waiting())
     }
 
     /// Meters currently active (for memory reporting).

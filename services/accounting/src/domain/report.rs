@@ -32,6 +32,10 @@ pub struct AccountUsage {
     /// below the path): what it holds against its share floor, as accounting sees it.
     #[serde(default)]
     pub running_gpus: u64,
+    /// GPUs its allocated jobs wait for at the window's end (queued, or placed and not yet
+    /// started; for a subtree, every allocation at or below the path).
+    #[serde(default)]
+    pub queued_gpus: u64,
 }
 
 /// Window usage of one cluster at `window_end_ms`.

@@ -27,6 +27,23 @@ impl ClusterState {
         // nothing yet, so this is summed apart from the window's usage).
         let mut running = vec![0u64; n];
         let mut subtree_running = vec![0u64; n];
+        // GPUs waiting now, the same way.
+        let mut queued = vec![0u64; n];
+        let mut subtree_queued = vec![0u64; n];
+        for (slot, q) in queued.iter_mut().enumerate() {
+            let Ok(id) = u32::try_from(slot) else { break };
+            let waiting = self.ledger.queued_gpus(id);
+            if waiting == 0 {
+                continue;
+            }
+            *q = waiting;
+            let mut cursor = Some(id);
+            while let Some(up) = cursor {
+                let r = &mut subtree_queued[up as usize];
+                *r = r.saturating_add(waiting);
+                cursor = self.paths.parent(up);
+            }
+        }
         for epoch in self.budget.overlapping(from, now) {
             for &id in &epoch.leaves {
                 if let Some(l) = listed.get_mut(id as usize) {
@@ -87,6 +104,7 @@ impl ClusterState {
                     charged_gpu_ms: saturate(own[slot]),
                     allocated_gpu_ms: allocated,
                     running_gpus: running[slot],
+                    queued_gpus: queued[slot],
                 });
             }
             if mark & SUBTREE != 0 {
@@ -95,6 +113,7 @@ impl ClusterState {
                     charged_gpu_ms: saturate(subtree[slot]),
                     allocated_gpu_ms: allocated,
                     running_gpus: subtree_running[slot],
+                    queued_gpus: subtree_queued[slot],
                 });
             }
         }
@@ -123,6 +142,11 @@ impl ClusterState {
             .map(|curve| curve.between(from, now))
             .fold(0u128, u128::saturating_add);
         let running = curves().map(Curve::rate).fold(0u64, u64::saturating_add);
+        let queued = self
+            .paths
+            .subtree(path)
+            .map(|id| self.ledger.queued_gpus(id))
+            .fold(0u64, u64::saturating_add);
         let allocated = match self.paths.get(path) {
             Some(id) => {
                 let pieces = self.budget.pieces(&self.capacity.curve, from, now);
@@ -135,6 +159,7 @@ impl ClusterState {
             charged_gpu_ms: saturate(charged),
             allocated_gpu_ms: saturate(allocated),
             running_gpus: running,
+            queued_gpus: queued,
         }
     }
 

@@ -50,6 +50,7 @@ pub fn report(
         charged_gpu_ms: a.charged_gpu_ms,
         allocated_gpu_ms: a.allocated_gpu_ms,
         running_gpus: a.running_gpus,
+        queued_gpus: a.queued_gpus,
     };
     let mut accounts: Vec<pb::AccountUsage> = window
         .allocations

@@ -1,6 +1,6 @@
 //! `fairshare status`: per allocation, its share of the cluster, window usage against allocated
-//! time, the owed/delivered ledger, and the GPUs it runs now against its share floor (its share
-//! of the cluster's GPUs), as the accounting service folded them.
+//! time, the owed/delivered ledger, the GPUs it runs now against its share floor (its share of
+//! the cluster's GPUs) and the GPUs its jobs wait for, as the accounting service folded them.
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -72,7 +72,7 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
         hours(report.unallocated_gpu_ms)
     );
     println!(
-        "{:<40} {:>8} {:>12} {:>12} {:>7} {:>12} {:>8} {:>10}",
+        "{:<40} {:>8} {:>12} {:>12} {:>7} {:>12} {:>8} {:>8} {:>10}",
         "account",
         "share",
         "used GPU-h",
@@ -80,6 +80,7 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
         "ratio",
         "owed deliv.",
         "running",
+        "queued",
         "base floor"
     );
     for a in &report.accounts {
@@ -130,10 +131,11 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
             format!("{}/", a.path)
         };
         println!(
-            "{name:<40} {share:>8} {:>12.1} {:>12.1} {ratio:>7} {owed:>12} {:>8} {floor:>10}",
+            "{name:<40} {share:>8} {:>12.1} {:>12.1} {ratio:>7} {owed:>12} {:>8} {:>8} {floor:>10}",
             hours(a.charged_gpu_ms),
             hours(a.allocated_gpu_ms),
-            a.running_gpus
+            a.running_gpus,
+            a.queued_gpus
         );
     }
     Ok(())

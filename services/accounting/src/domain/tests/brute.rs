@@ -297,8 +297,13 @@ impl Brute {
     /// GPUs of allocated jobs of `path` (with `subtree`, also below it) running at `now`:
     /// started by then and not stopped by then.
     pub fn running(&self, cluster: &str, path: &str, now: i64, subtree: bool) -> u64 {
+        self.open_at(&self.runs, cluster, path, now, subtree)
+    }
+
+    /// GPUs of the allocated `spans` of `path` (and below it, with `subtree`) open at `now`.
+    fn open_at(&self, spans: &[Span], cluster: &str, path: &str, now: i64, subtree: bool) -> u64 {
         let prefix = format!("{path}/");
-        self.runs
+        spans
             .iter()
             .filter(|s| {
                 s.cluster == cluster
@@ -364,6 +369,8 @@ impl Brute {
             charged_gpu_ms: self.charged(cluster, p, now, subtree) as u64,
             allocated_gpu_ms: self.allocated(cluster, p, from, now) as u64,
             running_gpus: self.running(cluster, p, now, subtree),
+            queued_gpus: self.open_at(&self.demands, cluster, p, now, subtree)
+                - self.running(cluster, p, now, subtree),
         };
         (
             leaves.iter().map(|p| row(p, false)).collect(),

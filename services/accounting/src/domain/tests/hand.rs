@@ -96,6 +96,18 @@ fn unallocated_is_tracked_apart_and_never_charged() {
         .unwrap();
     assert_eq!(mid.allocation("a").map(|r| r.running_gpus), Some(1));
     assert_eq!(report.allocation("a").map(|r| r.running_gpus), Some(0));
+    // At 150 the allocated job still waits for its GPU; the unallocated one waits for nothing
+    // that counts against the allocation.
+    let waiting = fold(1_000, &events[..events.len() - 3])
+        .window(C, 150)
+        .unwrap();
+    assert_eq!(
+        waiting
+            .allocation("a")
+            .map(|r| (r.running_gpus, r.queued_gpus)),
+        Some((0, 1))
+    );
+    assert_eq!(mid.allocation("a").map(|r| r.queued_gpus), Some(0));
 }
 
 #[test]
