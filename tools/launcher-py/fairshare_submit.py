@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Submit a job to fairshare from Python, with nothing but the standard library.
+
+Place in the flow: a launcher in another language, at the very start. It sends a protobuf
+`SubmitRequest` (schemas/fairshare/v1/fairshare.proto) to the NATS subject
+`fairshare.api.submit` and prints the `SubmitReply`: the accepted job id, or the rejection's code
+and message. The same idempotency key sent again gets the same job id back.
+
+It speaks the two wire formats itself, so it runs anywhere python3 does:
+- NATS: the text protocol (CONNECT, SUB, PUB with a reply subject, MSG, PING/PONG), for a
+  server without authentication. With per-service nkeys (`fairshare auth init`), use a NATS
+  client library that signs the server's nonce instead.
+- Protobuf: varints and length-delimited fields, by the field numbers of the .proto. The
+  rejection codes' names are read from the .proto itself, so they cannot drift.
+
+    python3 tools/launcher-py/fairshare_submit.py --cluster demo --allocation infra/evals \\
+        --gpus 1 --min-runtime 600 --key my-run-1 --resumable --payload 'python train.py'
+
+Exit status: 0 accepted, 1 rejected, 2 no answer (the service is down: retry with the same key).
+"""
+
+import argparse
+import json
+import os
+import re
+import secrets
+import socket
+import sys
+from urllib.parse import urlparse
+
+SUBMIT_SUBJECT = "fairshare.api.submit"
+PROTO = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "schemas", "fairshare", "v1",
+    "fairshare.proto",
+)
+
+# Protobuf wire types.
+VARINT, LEN = 0, 2
+
+
+def varint(n):
+    """A varint; negative int64 values take ten bytes (two's complement), as protobuf says."""
+    if n < 0:
+        n += 1 << 64
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def field(number, wire_type, value):
+    """One field: its key, then the varint or the length-prefixed bytes."""
+    key = varint(number << 3 | wire_type)
+    if wire_type == VARINT:
+        return key + varint(value)
+    return key + varint(len(value)) + value
+
+
+def job_spec(cluster, allocation, user, gpus, nodes, min_runtime_s, resumable, priority,
+             time_limit_s, payload, name):
+    """A `JobSpec`; fields left at their default are not written (proto3)."""
+    parts = [
+        (1, LEN, cluster.encode()), (2, LEN, allocation.encode()), (3, LEN, user.encode()),
+        (4, VARINT, gpus), (5, VARINT, nodes), (6, VARINT, min_runtime_s),
+        (7, VARINT, int(resumable)), (8, VARINT, priority), (9, VARINT, time_limit_s),
+        (10, LEN, payload), (11, LEN, name.encode()),
+    ]
+    return b"".join(field(n, t, v) for n, t, v in parts if v)
+
+
+def submit_request(key, spec):
+    """A `SubmitRequest`: the idempotency key and the spec."""
+    return field(1, LEN, key.encode()) + field(2, LEN, spec)
+
+
+def read_varint(data, i):
+    shift, n = 0, 0
+    while True:
+        if i >= len(data) or shift > 63:
+            raise ValueError("truncated or overlong varint")
+        byte = data[i]
+        i += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return n, i
+
+
+def fields(data):
+    """The fields of one message as (number, value): an int for varints, bytes otherwise.
+    Fixed-width fields (none in the replies read here) are skipped."""
+    i, out = 0, []
+    while i < len(data):
+        key, i = read_varint(data, i)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == VARINT:
+            value, i = read_varint(data, i)
+        elif wire_type == LEN:
+            size, i = read_varint(data, i)
+            if i + size > len(data):
+                raise ValueError("truncated field")
+            value, i = data[i:i + size], i + size
+        elif wire_type in (1, 5):
+            i += 8 if wire_type == 1 else 4
+            continue
+        else:
+            raise ValueError(f"unsupported wire type {wire_type}")
+        out.append((number, value))
+    return out
+
+
+def rejection_codes(proto_path=PROTO):
+    """`RejectionCode` numbers to names, from the .proto."""
+    with open(proto_path, encoding="utf-8") as f:
+        text = f.read()
+    body = re.search(r"enum RejectionCode \{(.*?)\}", text, re.S).group(1)
+    return {int(n): name for name, n in re.findall(r"(REJECTION_CODE_\w+)\s*=\s*(\d+);", body)}
+
+
+def submit_reply(data):
+    """A `SubmitReply` as a dict: {"accepted": {...}} or {"rejected": {...}}."""
+    for number, value in fields(data):
+        if number == 1:
+            accepted = {"job_id": "", "stream_sequence": 0, "duplicate": False}
+            for n, v in fields(value):
+                if n == 1:
+                    accepted["job_id"] = v.decode()
+                elif n == 2:
+                    accepted["stream_sequence"] = v
+                elif n == 3:
+                    accepted["duplicate"] = bool(v)
+            return {"accepted": accepted}
+        if number == 2:
+            rejected = {"code": 0, "message": ""}
+            for n, v in fields(value):
+                if n == 1:
+                    rejected["code"] = v
+                elif n == 2:
+                    rejected["message"] = v.decode()
+            return {"rejected": rejected}
+    raise ValueError("a SubmitReply with neither accepted nor rejected")
+
+
+class NoAnswer(Exception):
+    """No reply in time: the request may or may not have been handled."""
+
+
+def request(url, subject, payload, timeout_s):
+    """One NATS request/reply over a fresh connection; returns the reply's payload."""
+    parsed = urlparse(url if "://" in url else "nats://" + url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 4222
+    inbox = "_INBOX." + secrets.token_hex(12)
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.settimeout(timeout_s)
+        stream = sock.makefile("rb")
+        info = stream.readline()
+        if not info.startswith(b"INFO "):
+            raise NoAnswer(f"not a NATS server at {host}:{port}: {info[:80]!r}")
+        connect = {"verbose": False, "pedantic": False, "name": "fairshare-submit.py",
+                   "lang": "python", "version": "1"}
+        sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\n")
+        sock.sendall(f"SUB {inbox} 1\r\nUNSUB 1 1\r\n".encode())
+        sock.sendall(f"PUB {subject} {inbox} {len(payload)}\r\n".encode() + payload + b"\r\n")
+        try:
+            while True:
+                line = stream.readline()
+                if not line:
+                    raise NoAnswer("the server closed the connection")
+                if line.startswith(b"PING"):
+                    sock.sendall(b"PONG\r\n")
+                elif line.startswith(b"-ERR"):
+                    raise NoAnswer(line.decode().strip())
+                elif line.startswith(b"MSG "):
+                    size = int(line.split()[-1])
+                    data = stream.read(size + 2)[:size]
+                    return data
+        except socket.timeout:
+            raise NoAnswer(f"no reply within {timeout_s} s") from None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default=os.environ.get("FAIRSHARE_NATS_URL", "nats://127.0.0.1:4222"))
+    p.add_argument("--cluster", default=os.environ.get("FAIRSHARE_CLUSTER"), required=
+                   "FAIRSHARE_CLUSTER" not in os.environ)
+    p.add_argument("--allocation", required=True, help="leaf path, e.g. research/nlp")
+    p.add_argument("--user", default=os.environ.get("USER", ""))
+    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=0, help="0: one node if it fits")
+    p.add_argument("--min-runtime", type=int, required=True,
+                   help="seconds; 0 = unallocated (free, preemptible at any time)")
+    p.add_argument("--resumable", action="store_true")
+    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--time-limit", type=int, default=0, help="seconds; 0 = none")
+    p.add_argument("--payload", default="", help="opaque to fairshare (command line, image, ...)")
+    p.add_argument("--name", default="")
+    p.add_argument("--key", default=None, help="idempotency key (default: a fresh random one)")
+    p.add_argument("--timeout", type=float, default=5.0)
+    args = p.parse_args(argv)
+    key = args.key or "py-" + secrets.token_hex(8)
+    spec = job_spec(args.cluster, args.allocation, args.user, args.gpus, args.nodes,
+                    args.min_runtime, args.resumable, args.priority, args.time_limit,
+                    args.payload.encode(), args.name)
+    try:
+        reply = submit_reply(request(args.url, SUBMIT_SUBJECT, submit_request(key, spec),
+                                     args.timeout))
+    except (NoAnswer, OSError) as e:
+        print(f"no answer ({e}); retry with --key {key}", file=sys.stderr)
+        return 2
+    if "accepted" in reply:
+        a = reply["accepted"]
+        again = " (already accepted earlier)" if a["duplicate"] else ""
+        print(f"accepted job {a['job_id']} at sequence {a['stream_sequence']}{again}")
+        return 0
+    r = reply["rejected"]
+    name = rejection_codes().get(r["code"], str(r["code"]))
+    print(f"rejected ({name}): {r['message']}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
