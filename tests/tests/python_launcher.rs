@@ -139,7 +139,7 @@ async fn a_python_launcher_submits_repeats_and_is_refused_like_any_other() {
     }
     assert_eq!(stack.event_count().await.unwrap(), count);
 
-    // With the service stopped, no answer: exit status 2 and the key to retry with.
+    // With the service stopped, no answer: exit status 3 and the key to retry with.
     stack.stop_submission().await.unwrap();
     let down = python_submit(
         &stack,
@@ -155,7 +155,7 @@ async fn a_python_launcher_submits_repeats_and_is_refused_like_any_other() {
         ],
     )
     .await;
-    assert_eq!(down.status.code(), Some(2), "{}", stdout(&down));
+    assert_eq!(down.status.code(), Some(3), "{}", stdout(&down));
     assert!(
         stderr(&down).contains("retry with --key py-down"),
         "{}",

@@ -6,17 +6,19 @@ Place in the flow: a launcher in another language, at the very start. It sends a
 `fairshare.api.submit` and prints the `SubmitReply`: the accepted job id, or the rejection's code
 and message. The same idempotency key sent again gets the same job id back.
 
-It speaks the two wire formats itself, so it runs anywhere python3 does:
+It speaks the two wire formats itself, so it needs nothing but python3:
 - NATS: the text protocol (CONNECT, SUB, PUB with a reply subject, MSG, PING/PONG), for a
-  server without authentication. With per-service nkeys (`fairshare auth init`), use a NATS
-  client library that signs the server's nonce instead.
+  server without authentication or TLS. With per-service nkeys (`fairshare auth init`), use a
+  NATS client library that signs the server's nonce instead.
 - Protobuf: varints and length-delimited fields, by the field numbers of the .proto. The
   rejection codes' names are read from the .proto itself, so they cannot drift.
 
     python3 tools/launcher-py/fairshare_submit.py --cluster demo --allocation infra/evals \\
         --gpus 1 --min-runtime 600 --key my-run-1 --resumable --payload 'python train.py'
 
-Exit status: 0 accepted, 1 rejected, 2 no answer (the service is down: retry with the same key).
+Exit status: 0 accepted, 1 rejected, 2 bad arguments, 3 no usable answer (the service is down,
+or its reply did not decode: retry with the same key), 4 the server wants authentication or TLS,
+which this script does not do.
 """
 
 import argparse
@@ -37,9 +39,15 @@ PROTO = os.path.join(
 # Protobuf wire types.
 VARINT, LEN = 0, 2
 
+INT64 = (-(1 << 63), (1 << 63) - 1)
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
 
 def varint(n):
-    """A varint; negative int64 values take ten bytes (two's complement), as protobuf says."""
+    """A varint of an int64 or uint64; negative values take ten bytes (two's complement), as
+    protobuf writes negative int32 and int64 fields."""
+    if not INT64[0] <= n < 1 << 64:
+        raise ValueError(f"{n} does not fit 64 bits")
     if n < 0:
         n += 1 << 64
     out = bytearray()
@@ -115,10 +123,17 @@ def fields(data):
 
 
 def rejection_codes(proto_path=PROTO):
-    """`RejectionCode` numbers to names, from the .proto."""
-    with open(proto_path, encoding="utf-8") as f:
-        text = f.read()
-    body = re.search(r"enum RejectionCode \{(.*?)\}", text, re.S).group(1)
+    """`RejectionCode` numbers to names, from the .proto (none if it cannot be read: a copy of
+    this script outside the repository prints the numbers)."""
+    try:
+        with open(proto_path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    found = re.search(r"enum RejectionCode \{(.*?)\}", text, re.S)
+    if not found:
+        return {}
+    body = found.group(1)
     return {int(n): name for name, n in re.findall(r"(REJECTION_CODE_\w+)\s*=\s*(\d+);", body)}
 
 
@@ -147,7 +162,11 @@ def submit_reply(data):
 
 
 class NoAnswer(Exception):
-    """No reply in time: the request may or may not have been handled."""
+    """No usable reply: the request may or may not have been handled."""
+
+
+class Unsupported(Exception):
+    """The server wants what this script does not do (authentication, TLS)."""
 
 
 def request(url, subject, payload, timeout_s):
@@ -161,6 +180,15 @@ def request(url, subject, payload, timeout_s):
         info = stream.readline()
         if not info.startswith(b"INFO "):
             raise NoAnswer(f"not a NATS server at {host}:{port}: {info[:80]!r}")
+        try:
+            server = json.loads(info[5:])
+        except ValueError:
+            server = {}
+        for need, what in (("auth_required", "authentication"), ("tls_required", "TLS")):
+            if server.get(need):
+                raise Unsupported(
+                    f"the server at {host}:{port} requires {what}, which this script does not "
+                    "do: use a NATS client library")
         connect = {"verbose": False, "pedantic": False, "name": "fairshare-submit.py",
                    "lang": "python", "version": "1"}
         sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\n")
@@ -177,10 +205,22 @@ def request(url, subject, payload, timeout_s):
                     raise NoAnswer(line.decode().strip())
                 elif line.startswith(b"MSG "):
                     size = int(line.split()[-1])
-                    data = stream.read(size + 2)[:size]
-                    return data
+                    data = stream.read(size + 2)
+                    if len(data) < size:
+                        raise NoAnswer("the reply was cut short")
+                    return data[:size]
         except socket.timeout:
             raise NoAnswer(f"no reply within {timeout_s} s") from None
+
+
+def ranged(bounds):
+    """An argparse type: an integer within `bounds`."""
+    def parse(text):
+        n = int(text)
+        if not bounds[0] <= n <= bounds[1]:
+            raise argparse.ArgumentTypeError(f"{n} is out of range")
+        return n
+    return parse
 
 
 def main(argv=None):
@@ -190,13 +230,13 @@ def main(argv=None):
                    "FAIRSHARE_CLUSTER" not in os.environ)
     p.add_argument("--allocation", required=True, help="leaf path, e.g. research/nlp")
     p.add_argument("--user", default=os.environ.get("USER", ""))
-    p.add_argument("--gpus", type=int, default=1)
-    p.add_argument("--nodes", type=int, default=0, help="0: one node if it fits")
-    p.add_argument("--min-runtime", type=int, required=True,
+    p.add_argument("--gpus", type=ranged(INT64), default=1)
+    p.add_argument("--nodes", type=ranged(INT64), default=0, help="0: one node if it fits")
+    p.add_argument("--min-runtime", type=ranged(INT64), required=True,
                    help="seconds; 0 = unallocated (free, preemptible at any time)")
     p.add_argument("--resumable", action="store_true")
-    p.add_argument("--priority", type=int, default=0)
-    p.add_argument("--time-limit", type=int, default=0, help="seconds; 0 = none")
+    p.add_argument("--priority", type=ranged(INT32), default=0)
+    p.add_argument("--time-limit", type=ranged(INT64), default=0, help="seconds; 0 = none")
     p.add_argument("--payload", default="", help="opaque to fairshare (command line, image, ...)")
     p.add_argument("--name", default="")
     p.add_argument("--key", default=None, help="idempotency key (default: a fresh random one)")
@@ -209,9 +249,13 @@ def main(argv=None):
     try:
         reply = submit_reply(request(args.url, SUBMIT_SUBJECT, submit_request(key, spec),
                                      args.timeout))
-    except (NoAnswer, OSError) as e:
+    except Unsupported as e:
+        print(str(e), file=sys.stderr)
+        return 4
+    except (NoAnswer, OSError, ValueError) as e:
+        # A reply that does not decode is no answer either: the job may have been accepted.
         print(f"no answer ({e}); retry with --key {key}", file=sys.stderr)
-        return 2
+        return 3
     if "accepted" in reply:
         a = reply["accepted"]
         again = " (already accepted earlier)" if a["duplicate"] else ""

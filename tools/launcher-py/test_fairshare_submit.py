@@ -1,8 +1,12 @@
 """Unit tests of the Python launcher's protobuf code (the NATS side is tested end to end by
 tests/tests/python_launcher.rs against a real server and the submission service)."""
 
+import contextlib
+import io
 import os
+import socket
 import sys
+import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -25,6 +29,11 @@ class Varints(unittest.TestCase):
     def test_truncated_is_refused(self):
         with self.assertRaises(ValueError):
             f.read_varint(b"\x80", 0)
+
+    def test_out_of_range_is_refused_not_wrapped(self):
+        for n in [-(2**63) - 1, 2**64, -(2**64) - 1]:
+            with self.assertRaises(ValueError):
+                f.varint(n)
 
 
 class Messages(unittest.TestCase):
@@ -57,6 +66,60 @@ class Messages(unittest.TestCase):
         codes = f.rejection_codes()
         self.assertEqual(codes[5], "REJECTION_CODE_INVALID_GPUS")
         self.assertEqual(codes[0], "REJECTION_CODE_UNSPECIFIED")
+        # Without the .proto (a copy elsewhere), no names: the numbers are printed.
+        self.assertEqual(f.rejection_codes("/nonexistent/fairshare.proto"), {})
+
+
+def fake_server(info, reply):
+    """A one-connection server that sends `info`, then, once the PUB is in, `reply`."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(info)
+            seen = b""
+            while b"PUB " not in seen:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                seen += chunk
+            inbox = seen.split(b"SUB ")[1].split()[0]
+            conn.sendall(reply.replace(b"INBOX", inbox))
+        listener.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"nats://127.0.0.1:{listener.getsockname()[1]}"
+
+
+class Exits(unittest.TestCase):
+    def run_main(self, url):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = f.main(["--url", url, "--cluster", "c", "--allocation", "a",
+                           "--min-runtime", "60", "--key", "k", "--timeout", "2"])
+        return code, err.getvalue()
+
+    def test_a_server_wanting_authentication_is_a_clear_error_not_a_retry(self):
+        url = fake_server(b'INFO {"auth_required":true}\r\n', b"")
+        code, err = self.run_main(url)
+        self.assertEqual(code, 4)
+        self.assertIn("requires authentication", err)
+
+    def test_a_reply_that_does_not_decode_means_retry_with_the_key(self):
+        url = fake_server(b"INFO {}\r\n", b"MSG INBOX 1 3\r\n\xff\xff\xff\r\n")
+        code, err = self.run_main(url)
+        self.assertEqual(code, 3)
+        self.assertIn("retry with --key k", err)
+
+    def test_an_accepted_reply_is_exit_zero(self):
+        body = f.field(1, f.LEN, f.field(1, f.LEN, b"job-1") + f.field(2, f.VARINT, 7))
+        msg = b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+        url = fake_server(b"INFO {}\r\n", b"PING\r\n" + msg)
+        code, _ = self.run_main(url)
+        self.assertEqual(code, 0)
 
 
 if __name__ == "__main__":
