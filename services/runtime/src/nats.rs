@@ -128,6 +128,21 @@ pub fn stream_config(spec: &StreamSpec, replicas: usize) -> stream::Config {
     }
 }
 
+/// The durable consumer the submission service reads the intake stream with, in order, one
+/// message at a time (defined here beside the streams, so `deploy/nats/jetstream/` and the
+/// service read one definition).
+pub fn intake_consumer_config() -> jetstream::consumer::pull::Config {
+    jetstream::consumer::pull::Config {
+        durable_name: Some(streams::INTAKE_CONSUMER.to_owned()),
+        description: Some("fairshare submission service: validates intake in order".into()),
+        filter_subject: format!("{}.>", fairshare_events::subjects::INTAKE_PREFIX),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: std::time::Duration::from_secs(30),
+        max_ack_pending: 1,
+        ..Default::default()
+    }
+}
+
 /// Creates every stream that is missing and brings existing ones to the current definition.
 /// Safe to call from every service at start-up, concurrently.
 pub async fn ensure_streams(

@@ -85,6 +85,11 @@ enum Command {
         /// stream keeps its replicas).
         #[arg(long, default_value_t = 1)]
         replicas: usize,
+        /// Do not connect: write each stream's and the intake consumer's definition as JSON
+        /// into this directory, for `nats stream add --config` and `nats consumer add
+        /// --config` (deploy/nats/jetstream/ holds a copy).
+        #[arg(long, value_name = "DIR")]
+        write_definitions: Option<PathBuf>,
     },
 }
 
@@ -135,7 +140,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(())
         }
-        Command::Streams { replicas } => {
+        Command::Streams {
+            replicas,
+            write_definitions: Some(dir),
+        } => commands::definitions::write(&dir, replicas),
+        Command::Streams {
+            replicas,
+            write_definitions: None,
+        } => {
             let conn = connect().await?;
             fairshare_runtime::nats::ensure_streams(&conn.js, replicas).await?;
             let mut events = conn

@@ -38,15 +38,7 @@ pub(super) async fn consumer(shared: &Shared) -> Result<consumer::PullConsumer, 
     stream
         .get_or_create_consumer(
             INTAKE_CONSUMER,
-            consumer::pull::Config {
-                durable_name: Some(INTAKE_CONSUMER.to_owned()),
-                description: Some("fairshare submission service: validates intake in order".into()),
-                filter_subject: format!("{}.>", subjects::INTAKE_PREFIX),
-                ack_policy: consumer::AckPolicy::Explicit,
-                ack_wait: Duration::from_secs(30),
-                max_ack_pending: 1,
-                ..Default::default()
-            },
+            fairshare_runtime::nats::intake_consumer_config(),
         )
         .await
         .map_err(|e| ServiceError::Intake(e.to_string()))

@@ -1,6 +1,7 @@
 //! One module per command group; each turns parsed arguments into NATS traffic.
 
 pub mod audit;
+pub mod definitions;
 pub mod explain;
 pub mod nodes;
 pub mod policy;

@@ -1,0 +1,172 @@
+//! What `deploy/` ships stays true to the code: the JetStream definitions are the ones the
+//! services create, every nats-server config is one the pinned server accepts, and the systemd
+//! units run binaries that exist with environment variables those binaries read.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn files_in(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_jetstream_definitions_in_deploy_are_the_ones_the_services_create() {
+    let written = tempfile::tempdir().unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["streams", "--write-definitions"])
+        .arg(written.path())
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{status:?}");
+    let shipped = repo().join("deploy/nats/jetstream");
+    let names = |dir: &Path| -> Vec<String> {
+        files_in(dir, ".json")
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(names(written.path()), names(&shipped));
+    assert_eq!(
+        names(&shipped).len(),
+        3,
+        "two streams and the intake consumer"
+    );
+    for name in names(&shipped) {
+        assert_eq!(
+            read(&written.path().join(&name)),
+            read(&shipped.join(&name)),
+            "deploy/nats/jetstream/{name} is out of date: `fairshare streams \
+             --write-definitions deploy/nats/jetstream`"
+        );
+    }
+}
+
+#[test]
+fn every_shipped_nats_server_config_is_valid_for_the_pinned_server() {
+    let server = fairshare_testkit::find_nats_server().unwrap();
+    let nats = repo().join("deploy/nats");
+    let mut configs = files_in(&nats, ".conf");
+    configs.extend(files_in(&nats.join("cluster"), ".conf"));
+    assert_eq!(configs.len(), 4, "single node and three cluster members");
+    for config in configs {
+        let out = Command::new(&server)
+            .arg("-t")
+            .arg("-c")
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}{}",
+            config.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The `FAIRSHARE_*` variables a service binary reads: its own flags, the NATS flags every
+/// binary shares, and (the preemption service) its policy flags.
+fn variables_of(service: &str) -> BTreeSet<String> {
+    let root = repo();
+    let mut sources = vec![
+        root.join(format!("services/{service}/src/main.rs")),
+        root.join("services/runtime/src/cli.rs"),
+    ];
+    let policy = root.join(format!("services/{service}/src/cli.rs"));
+    if policy.exists() {
+        sources.push(policy);
+    }
+    let mut out = BTreeSet::new();
+    for source in sources {
+        let text = read(&source);
+        for (at, _) in text.match_indices("env = \"FAIRSHARE_") {
+            let rest = &text[at + "env = \"".len()..];
+            let name = &rest[..rest.find('"').unwrap()];
+            out.insert(name.to_owned());
+        }
+    }
+    out
+}
+
+/// `FAIRSHARE_*` names assigned in `text` (`NAME=` at a line's start or after `Environment=`,
+/// commented out or not).
+fn assigned(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .map(|l| l.trim_start_matches('#').trim_start_matches("Environment="))
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name))
+        .filter(|name| name.starts_with("FAIRSHARE_"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_systemd_units_run_real_binaries_with_variables_they_read() {
+    let systemd = repo().join("deploy/systemd");
+    let services = ["submission", "accounting", "decision", "preemption"];
+    // The shared file is read by every service: each of its variables must mean something to
+    // all of them.
+    let shared = assigned(&read(&systemd.join("fairshare.env")));
+    assert!(shared.contains("FAIRSHARE_NATS_URL"));
+    for service in services {
+        let known = variables_of(service);
+        assert!(known.contains("FAIRSHARE_NATS_URL"), "{service}: {known:?}");
+        for name in &shared {
+            assert!(
+                known.contains(name),
+                "fairshare.env sets {name}, which {service} ignores"
+            );
+        }
+        let unit = if service == "submission" {
+            "fairshare-submission.service".to_owned()
+        } else {
+            format!("fairshare-{service}@.service")
+        };
+        let text = read(&systemd.join(&unit));
+        assert!(
+            text.contains(&format!("ExecStart=/usr/local/bin/fairshare-{service}\n")),
+            "{unit}"
+        );
+        assert!(
+            repo()
+                .join(format!("services/{service}/src/main.rs"))
+                .exists(),
+            "{unit} runs fairshare-{service}, a binary of the workspace"
+        );
+        let set = assigned(&text);
+        assert!(!set.is_empty(), "{unit}");
+        for name in &set {
+            assert!(
+                known.contains(name),
+                "{unit} sets {name}, which {service} ignores"
+            );
+        }
+        // One instance per cluster for the per-cluster services, named after the cluster.
+        assert_eq!(
+            text.contains("Environment=FAIRSHARE_CLUSTER=%i"),
+            service != "submission",
+            "{unit}"
+        );
+        assert!(
+            text.contains("EnvironmentFile=/etc/fairshare/fairshare.env"),
+            "{unit}"
+        );
+    }
+}
