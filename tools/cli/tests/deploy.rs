@@ -42,11 +42,16 @@ fn the_jetstream_definitions_in_deploy_are_the_ones_the_services_create() {
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect()
     };
-    assert_eq!(names(written.path()), names(&shipped));
+    assert_eq!(
+        names(written.path()),
+        names(&shipped),
+        "deploy/nats/jetstream/ is out of date: `fairshare streams --write-definitions \
+         deploy/nats/jetstream`"
+    );
+    // Every stream, and the intake consumer.
     assert_eq!(
         names(&shipped).len(),
-        3,
-        "two streams and the intake consumer"
+        fairshare_events::streams::all().len() + 1
     );
     for name in names(&shipped) {
         assert_eq!(
@@ -106,19 +111,35 @@ fn variables_of(service: &str) -> BTreeSet<String> {
     out
 }
 
-/// `FAIRSHARE_*` names assigned in `text` (`NAME=` at a line's start or after `Environment=`,
-/// commented out or not).
+/// Names assigned in `text` that look like fairshare's (`NAME=` at a line's start or after
+/// `Environment=`, quoted or not, commented out or not): every name containing `FAIRSHARE`, so
+/// a misspelt prefix is caught too.
 fn assigned(text: &str) -> BTreeSet<String> {
     text.lines()
-        .map(|l| l.trim_start_matches('#').trim_start_matches("Environment="))
+        .map(|l| {
+            l.trim_start_matches('#')
+                .trim_start_matches("Environment=")
+                .trim_start_matches('"')
+        })
         .filter_map(|l| l.split_once('=').map(|(name, _)| name))
-        .filter(|name| name.starts_with("FAIRSHARE_"))
+        .filter(|name| name.contains("FAIRSHARE"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `--flags` of a unit's `ExecStart` line.
+fn exec_flags(unit: &str) -> Vec<String> {
+    unit.lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("--"))
         .map(str::to_owned)
         .collect()
 }
 
 #[test]
-fn the_systemd_units_run_real_binaries_with_variables_they_read() {
+fn the_systemd_units_run_real_binaries_with_flags_and_variables_they_read() {
     let systemd = repo().join("deploy/systemd");
     let services = ["submission", "accounting", "decision", "preemption"];
     // The shared file is read by every service: each of its variables must mean something to
@@ -141,32 +162,53 @@ fn the_systemd_units_run_real_binaries_with_variables_they_read() {
         };
         let text = read(&systemd.join(&unit));
         assert!(
-            text.contains(&format!("ExecStart=/usr/local/bin/fairshare-{service}\n")),
+            text.contains(&format!("ExecStart=/usr/local/bin/fairshare-{service} ")),
             "{unit}"
         );
+        // A binary the package builds: a [[bin]] of that name (or, with none, the package's).
+        let manifest = read(&repo().join(format!("services/{service}/Cargo.toml")));
+        let name = format!("name = \"fairshare-{service}\"");
+        let built = if manifest.contains("[[bin]]") {
+            manifest.contains(&format!("[[bin]]\n{name}"))
+        } else {
+            manifest.contains(&name)
+        };
         assert!(
-            repo()
-                .join(format!("services/{service}/src/main.rs"))
-                .exists(),
+            built,
             "{unit} runs fairshare-{service}, a binary of the workspace"
         );
-        let set = assigned(&text);
-        assert!(!set.is_empty(), "{unit}");
-        for name in &set {
+        for name in assigned(&text) {
             assert!(
-                known.contains(name),
+                known.contains(&name),
                 "{unit} sets {name}, which {service} ignores"
             );
         }
-        // One instance per cluster for the per-cluster services, named after the cluster.
+        // Each flag is a field of the binary's arguments (clap spells `checkpoint_dir` as
+        // `--checkpoint-dir`).
+        let main = read(&repo().join(format!("services/{service}/src/main.rs")));
+        let flags = exec_flags(&text);
+        for flag in &flags {
+            let field = format!("    {}: ", flag.replace('-', "_"));
+            assert!(
+                main.contains(&field),
+                "{unit} passes --{flag}, which {service} lacks"
+            );
+        }
+        // Per-instance values are flags, which win over any environment file; per-cluster
+        // units are named after their cluster.
+        assert!(flags.contains(&"checkpoint-dir".to_owned()), "{unit}");
         assert_eq!(
-            text.contains("Environment=FAIRSHARE_CLUSTER=%i"),
+            text.contains("--cluster %i "),
             service != "submission",
             "{unit}"
         );
         assert!(
             text.contains("EnvironmentFile=/etc/fairshare/fairshare.env"),
             "{unit}"
+        );
+        assert!(
+            text.contains("StartLimitIntervalSec=0"),
+            "{unit}: keeps restarting while NATS is down"
         );
     }
 }
