@@ -44,7 +44,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Budget trees: validate a file and apply it as the cluster's new tree.
+    /// Budget trees: validate a file, compare it with the tree in force, apply it.
     #[command(subcommand)]
     Budget(commands::policy::BudgetCommand),
     /// Cluster inventory: validate a file and register its nodes.

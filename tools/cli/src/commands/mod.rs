@@ -10,6 +10,10 @@ pub mod status;
 pub mod submit;
 pub mod tail;
 
+use fairshare_events::pb::event::Body;
+use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::{codec, subjects};
+use fairshare_model::budget::BudgetTree;
 use fairshare_runtime::nats::Identity;
 
 use async_nats::jetstream;
@@ -41,6 +45,21 @@ pub fn cluster_name(name: &str) -> Result<String, String> {
             "{name:?} is not a cluster name: letters, digits, '_' and '-', starting with a \
              letter or digit"
         ))
+    }
+}
+
+/// The cluster's budget tree in force (the last one on its policy subject).
+pub async fn budget_tree(conn: &Connection, cluster: &str) -> anyhow::Result<Option<BudgetTree>> {
+    let stream = conn.js.get_stream(EVENTS_STREAM).await?;
+    let Ok(message) = stream
+        .get_last_raw_message_by_subject(&subjects::policy(cluster))
+        .await
+    else {
+        return Ok(None);
+    };
+    match codec::decode_event(&message.payload)?.body {
+        Some(Body::BudgetTreeSet(set)) => Ok(BudgetTree::from_accounts(&set.accounts).ok()),
+        _ => Ok(None),
     }
 }
 

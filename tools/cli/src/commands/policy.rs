@@ -1,5 +1,6 @@
-//! `fairshare budget …` and `fairshare inventory …`: validate a file, show what it means, and
-//! append it to the log. A file that does not validate is refused whole; nothing is written.
+//! `fairshare budget …` and `fairshare inventory …`: validate a file, show what it means (for a
+//! budget, also against the tree in force), and append it to the log. A file that does not
+//! validate is refused whole; nothing is written.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -11,7 +12,69 @@ use fairshare_model::files;
 use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
 
-use super::Connection;
+use super::{Connection, budget_tree};
+
+/// One allocation's share of the cluster before and after a budget change (`None`: not an
+/// allocation of that tree).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShareChange {
+    /// Allocation path.
+    pub path: String,
+    /// Its fraction in the tree in force, in per cent.
+    pub before: Option<f64>,
+    /// Its fraction in the new tree, in per cent.
+    pub after: Option<f64>,
+}
+
+fn percent(tree: &BudgetTree, path: &str) -> Option<f64> {
+    let f = tree.fraction(tree.allocation(path)?);
+    // Display only: the services compare the exact fraction.
+    Some(f.num as f64 * 100.0 / f.den as f64)
+}
+
+/// Every allocation of either tree, in path order, with its share in each.
+pub fn share_changes(before: Option<&BudgetTree>, after: &BudgetTree) -> Vec<ShareChange> {
+    let mut paths: Vec<&str> = after.allocation_paths().collect();
+    if let Some(b) = before {
+        paths.extend(b.allocation_paths());
+    }
+    paths.sort_unstable();
+    paths.dedup();
+    paths
+        .into_iter()
+        .map(|path| ShareChange {
+            path: path.to_owned(),
+            before: before.and_then(|b| percent(b, path)),
+            after: percent(after, path),
+        })
+        .collect()
+}
+
+fn print_changes(cluster: &str, changes: &[ShareChange]) {
+    println!("cluster {cluster}: share of the cluster, in force -> in the file");
+    let mut moved = 0;
+    for c in changes {
+        let show = |p: Option<f64>| p.map_or_else(|| "-".to_owned(), |p| format!("{p:.3}%"));
+        let note = match (c.before, c.after) {
+            (None, Some(_)) => "  (new)".to_owned(),
+            (Some(_), None) => "  (removed: no claim on the cluster any more)".to_owned(),
+            (Some(b), Some(a)) if (a - b).abs() >= 0.0005 => format!("  ({:+.3} points)", a - b),
+            _ => String::new(),
+        };
+        if !note.is_empty() {
+            moved += 1;
+        }
+        println!(
+            "  {:<40} {:>9} -> {:>9}{note}",
+            c.path,
+            show(c.before),
+            show(c.after)
+        );
+    }
+    if moved == 0 {
+        println!("no allocation's share changes");
+    }
+}
 
 /// Budget tree commands.
 #[derive(Debug, Subcommand)]
@@ -23,6 +86,12 @@ pub enum BudgetCommand {
     },
     /// Validate a budget file and append it; it takes effect from now.
     Apply {
+        /// The TOML budget file.
+        file: PathBuf,
+    },
+    /// Validate a budget file and show how each allocation's share of the cluster would change
+    /// from the tree in force; writes nothing.
+    Diff {
         /// The TOML budget file.
         file: PathBuf,
     },
@@ -76,6 +145,18 @@ where
                 .with_context(|| format!("{} refused", file.display()))?;
             print_budget(&set)
         }
+        BudgetCommand::Diff { file } => {
+            let set = files::parse_budget(&read(&file)?)
+                .with_context(|| format!("{} refused", file.display()))?;
+            let after = BudgetTree::from_accounts(&set.accounts)?;
+            let conn = connect().await?;
+            let before = budget_tree(&conn, &set.cluster).await?;
+            if before.is_none() {
+                println!("cluster {}: no budget tree in force yet", set.cluster);
+            }
+            print_changes(&set.cluster, &share_changes(before.as_ref(), &after));
+            Ok(())
+        }
         BudgetCommand::Apply { file } => {
             let set = files::parse_budget(&read(&file)?)
                 .with_context(|| format!("{} refused", file.display()))?;
@@ -113,4 +194,41 @@ where
         println!("registered; the last node's registration is at sequence {seq}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn tree(text: &str) -> BudgetTree {
+        let set = files::parse_budget(text).unwrap();
+        BudgetTree::from_accounts(&set.accounts).unwrap()
+    }
+
+    #[test]
+    fn every_allocation_of_either_tree_is_listed_with_its_share_in_each() {
+        let before = tree("cluster = \"c\"\n[accounts.a]\nshare = 3\n[accounts.b]\nshare = 1\n");
+        let after = tree("cluster = \"c\"\n[accounts.a]\nshare = 1\n[accounts.c]\nshare = 1\n");
+        let changes = share_changes(Some(&before), &after);
+        let rows: Vec<(&str, Option<f64>, Option<f64>)> = changes
+            .iter()
+            .map(|c| (c.path.as_str(), c.before, c.after))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("a", Some(75.0), Some(50.0)),
+                ("b", Some(25.0), None),
+                ("c", None, Some(50.0))
+            ]
+        );
+        // Against nothing in force, every allocation is new.
+        assert!(
+            share_changes(None, &after)
+                .iter()
+                .all(|c| c.before.is_none())
+        );
+    }
 }

@@ -4,13 +4,11 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use fairshare_events::pb::{self, event::Body, usage_reply};
-use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::pb::{self, usage_reply};
 use fairshare_events::{codec, subjects};
-use fairshare_model::budget::BudgetTree;
 use std::time::Duration;
 
-use super::{Connection, format_ms};
+use super::{Connection, budget_tree, format_ms};
 
 /// Which cluster.
 #[derive(Debug, Args)]
@@ -21,21 +19,6 @@ pub struct StatusArgs {
     /// Only this allocation or subtree.
     #[arg(long, default_value = "")]
     path: String,
-}
-
-/// The cluster's budget tree in force (the last one on its policy subject).
-async fn budget_tree(conn: &Connection, cluster: &str) -> anyhow::Result<Option<BudgetTree>> {
-    let stream = conn.js.get_stream(EVENTS_STREAM).await?;
-    let Ok(message) = stream
-        .get_last_raw_message_by_subject(&subjects::policy(cluster))
-        .await
-    else {
-        return Ok(None);
-    };
-    match codec::decode_event(&message.payload)?.body {
-        Some(Body::BudgetTreeSet(set)) => Ok(BudgetTree::from_accounts(&set.accounts).ok()),
-        _ => Ok(None),
-    }
 }
 
 fn hours(gpu_ms: u64) -> f64 {

@@ -1,0 +1,83 @@
+//! `fairshare budget diff FILE` against a real nats-server holding the test cluster's budget
+//! tree: each allocation's share in force and in the file, new and removed ones marked, and
+//! nothing written; a file equal to the tree in force says nothing changes.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::Output;
+
+use fairshare_e2e::{BUDGET, Stack};
+
+async fn diff(stack: &Stack, budget: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("budget.toml");
+    std::fs::write(&file, budget).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+    command
+        .args(["budget", "diff", "--nats-url", &stack.server.url()])
+        .arg(&file);
+    tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_budget_change_is_shown_against_the_tree_in_force_and_nothing_is_written() {
+    let stack = Stack::start().await.unwrap();
+    let before = stack.event_count().await.unwrap();
+    // In force: research 3 (nlp 1, vision 3), infra 1. The file: research 1 (nlp 1, vision 1),
+    // infra 1, ops 2; so nlp 18.75% -> 12.5%, vision 56.25% -> 12.5%, infra 25% -> 25%, ops new.
+    let file = r#"
+cluster = "alpha"
+[accounts.research]
+share = 1
+[accounts.research.nlp]
+share = 1
+[accounts.research.vision]
+share = 1
+[accounts.infra]
+share = 1
+[accounts.ops]
+share = 2
+"#;
+    let out = diff(&stack, file).await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |path: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{path} ")))
+            .unwrap_or_else(|| panic!("no line for {path} in {text}"))
+            .to_owned()
+    };
+    assert!(
+        line("research/nlp").contains("18.750% ->   12.500%  (-6.250 points)"),
+        "{text}"
+    );
+    assert!(
+        line("research/vision").contains("56.250% ->   12.500%  (-43.750 points)"),
+        "{text}"
+    );
+    assert!(line("infra").contains("25.000% ->   25.000%"), "{text}");
+    assert!(!line("infra").contains("points"), "{text}");
+    assert!(line("ops").ends_with("(new)"), "{text}");
+    assert_eq!(
+        stack.event_count().await.unwrap(),
+        before,
+        "nothing written"
+    );
+
+    // The tree in force itself: nothing changes.
+    let same = diff(&stack, BUDGET).await;
+    assert!(
+        String::from_utf8_lossy(&same.stdout).contains("no allocation's share changes"),
+        "{same:?}"
+    );
+    // An invalid file is refused before anything is read or written.
+    let bad = diff(&stack, "cluster = \"alpha\"\n[accounts.a]\nshare = -1\n").await;
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("refused"),
+        "{bad:?}"
+    );
+}
