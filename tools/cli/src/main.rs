@@ -13,8 +13,9 @@ use fairshare_runtime::nats::Identity;
 
 /// Operate a fairshare installation.
 ///
-/// Every command but `auth init` and `simulate` connects to NATS (`--nats-url`, or
-/// FAIRSHARE_NATS_URL).
+/// Commands that read or write the log connect to NATS (`--nats-url`, or FAIRSHARE_NATS_URL);
+/// `auth init`, `simulate`, `budget check`, `inventory check` and `streams
+/// --write-definitions` do not.
 #[derive(Debug, Parser)]
 #[command(name = "fairshare", version, about, long_about)]
 struct Cli {

@@ -209,6 +209,18 @@ async fn cordon_drain_remove_and_maintenance() {
         .split_whitespace()
         .collect();
     let (start, end) = (times[0], times[2]);
+    // The same window again: already in place, nothing written.
+    let again = node(
+        &stack,
+        &["maintenance", second, "--start", start, "--end", end],
+    )
+    .await;
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains("already scheduled"),
+        "{}",
+        stdout(&again)
+    );
     let wrong = node(
         &stack,
         &[

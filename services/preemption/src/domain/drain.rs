@@ -1,8 +1,8 @@
 //! Maintenance without negotiation (SPEC section 2, "Maintenance"): cordoned nodes drain as
 //! their jobs reach their minimum runtime, and nodes clear before a maintenance window.
 //!
-//! Place in the flow: operators append `NodeCordoned`, `NodeUncordoned` and
-//! `MaintenanceScheduled`. The decision service stops placing work on a cordoned node at once,
+//! Place in the flow: operators append `NodeCordoned`, `NodeUncordoned`, `MaintenanceScheduled`
+//! and `MaintenanceCancelled`. The decision service stops placing work on a cordoned node at once,
 //! and on a node with a window at `T` places only work whose protection ends by `T - 30 s`. This
 //! module, called from [`crate::domain::decide_preemptions`], orders off what is already there:
 //!

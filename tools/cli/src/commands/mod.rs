@@ -48,18 +48,26 @@ pub fn cluster_name(name: &str) -> Result<String, String> {
     }
 }
 
-/// The cluster's budget tree in force (the last one on its policy subject).
+/// The cluster's budget tree in force (the last one on its policy subject); `None` when none
+/// was ever set. Any other failure to read it, or a stored tree that does not validate, is an
+/// error: "no tree" would mislead a preview.
 pub async fn budget_tree(conn: &Connection, cluster: &str) -> anyhow::Result<Option<BudgetTree>> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
     let stream = conn.js.get_stream(EVENTS_STREAM).await?;
-    let Ok(message) = stream
+    let message = match stream
         .get_last_raw_message_by_subject(&subjects::policy(cluster))
         .await
-    else {
-        return Ok(None);
+    {
+        Ok(m) => m,
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+        Err(e) => anyhow::bail!("cannot read the budget tree of cluster {cluster}: {e}"),
     };
     match codec::decode_event(&message.payload)?.body {
-        Some(Body::BudgetTreeSet(set)) => Ok(BudgetTree::from_accounts(&set.accounts).ok()),
-        _ => Ok(None),
+        Some(Body::BudgetTreeSet(set)) => Ok(Some(BudgetTree::from_accounts(&set.accounts)?)),
+        other => anyhow::bail!(
+            "the newest event on {}'s policy subject is not a budget tree: {other:?}",
+            cluster
+        ),
     }
 }
 

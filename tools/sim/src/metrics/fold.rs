@@ -168,8 +168,8 @@ struct Measure<'c> {
     /// Where idle GPUs went under contention (see [`Holes`]).
     holes: Holes,
     /// Per node (the split's index), the maintenance windows scheduled on it: `(scheduled at,
-    /// window start)`, for telling a window's cut from a violation.
-    windows: HashMap<u32, Vec<(i64, i64)>>,
+    /// window start, window end)`, for telling a window's cut from a violation.
+    windows: HashMap<u32, Vec<(i64, i64, i64)>>,
     tree: Option<BudgetTree>,
 }
 
@@ -306,7 +306,10 @@ impl Measure<'_> {
             Some(Body::MaintenanceScheduled(w)) => {
                 for node in &w.nodes {
                     let i = self.holes.node(node);
-                    self.windows.entry(i).or_default().push((now, w.start_ms));
+                    self.windows
+                        .entry(i)
+                        .or_default()
+                        .push((now, w.start_ms, w.end_ms));
                 }
             }
             Some(Body::MaintenanceCancelled(w)) => {
@@ -314,7 +317,7 @@ impl Measure<'_> {
                 for node in &w.nodes {
                     let i = self.holes.node(node);
                     if let Some(windows) = self.windows.get_mut(&i) {
-                        windows.retain(|&(_, start)| start != w.start_ms);
+                        windows.retain(|&(_, start, end)| (start, end) != (w.start_ms, w.end_ms));
                     }
                 }
             }
@@ -432,7 +435,7 @@ impl Measure<'_> {
             && job.placed_on.iter().any(|(node, _)| {
                 self.windows.get(node).is_some_and(|w| {
                     w.iter()
-                        .any(|&(scheduled, start)| scheduled > since && start < protected_until)
+                        .any(|&(scheduled, start, _)| scheduled > since && start < protected_until)
                 })
             });
         if !window_cut {

@@ -133,6 +133,20 @@ impl NodeBook {
                 }
             }
             Body::MaintenanceScheduled(m) => {
+                // The same window scheduled again adds its nodes to the one listed, as the
+                // services keep each window once per node.
+                if let Some(w) = self
+                    .maintenance
+                    .iter_mut()
+                    .find(|w| (w.start_ms, w.end_ms) == (m.start_ms, m.end_ms))
+                {
+                    for n in &m.nodes {
+                        if !w.nodes.contains(n) {
+                            w.nodes.push(n.clone());
+                        }
+                    }
+                    return;
+                }
                 self.maintenance.push(MaintenanceEntry {
                     start_ms: m.start_ms,
                     end_ms: m.end_ms,
@@ -315,5 +329,9 @@ mod tests {
         assert!(!book.has_window("n2", 500, 600));
         assert!(book.windows_ahead("n2", 60).is_empty());
         assert_eq!(book.sequence_on("m"), 9);
+        // Scheduled again, a window is listed once.
+        feed(&mut book, 10, &window(100, 200, &["n1", "n2"]));
+        assert_eq!(book.windows_ahead("n1", 60).len(), 1);
+        assert!(book.has_window("n2", 100, 200));
     }
 }

@@ -15,6 +15,7 @@
 //! and the change checked again, a few times.
 
 pub mod book;
+mod list;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
@@ -150,18 +151,36 @@ enum Step {
     Skip(String),
 }
 
-/// Appends the change `decide` asks for on node `name`'s subject, checked against the events
-/// read just before; read and checked again if someone appended there meanwhile. Returns the
-/// sequence written, or `None` if `decide` found nothing to do (after printing why).
-async fn change_node(
+/// Where a change goes: its subject, the kind its message id names, and how to call it when
+/// there is nothing to do.
+struct Target {
+    subject: String,
+    kind: String,
+    label: String,
+}
+
+impl Target {
+    fn node(cluster: &str, name: &str, kind: &str) -> Target {
+        Target {
+            subject: subjects::node(cluster, name),
+            kind: format!("{kind}-{name}"),
+            label: name.to_owned(),
+        }
+    }
+}
+
+/// Appends the change `decide` asks for on `target`'s subject, checked against the events read
+/// just before; read and checked again, up to `attempts` times in all, if someone appended there
+/// meanwhile. Returns the sequence written, or `None` if `decide` found nothing to do (after
+/// printing why).
+async fn change(
     conn: &Connection,
     cluster: &str,
-    name: &str,
-    kind: &str,
+    target: &Target,
     now: i64,
+    attempts: usize,
     decide: impl Fn(&NodeBook) -> anyhow::Result<Step>,
 ) -> anyhow::Result<Option<u64>> {
-    let subject = subjects::node(cluster, name);
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -169,16 +188,16 @@ async fn change_node(
         let body = match decide(&book)? {
             Step::Write(body) => *body,
             Step::Skip(why) => {
-                println!("{name}: {why}");
+                println!("{}: {why}", target.label);
                 return Ok(None);
             }
         };
-        let last = book.sequence_on(&subject);
-        let kind = format!("{kind}-{name}");
-        match admin::append_change(&conn.js, subject.clone(), &kind, cluster, now, body, last).await
+        let last = book.sequence_on(&target.subject);
+        let subject = target.subject.clone();
+        match admin::append_change(&conn.js, subject, &target.kind, cluster, now, body, last).await
         {
             Ok(seq) => return Ok(Some(seq)),
-            Err(e) if e.stale && attempt < ATTEMPTS => continue,
+            Err(e) if e.stale && attempt < attempts => continue,
             Err(e) => return Err(e.into()),
         }
     }
@@ -221,7 +240,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
     match cmd {
         NodeCommand::List(ClusterArg { cluster }) => {
             let book = read_book(conn, &cluster).await?;
-            list(&book, &cluster, now);
+            list::print(&book, &cluster, now);
             Ok(())
         }
         NodeCommand::Cordon {
@@ -245,7 +264,16 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                         _ => Step::Skip(format!("already {}", s.words())),
                     })
                 };
-                if let Some(seq) = change_node(conn, &cluster, name, "cordon", now, decide).await? {
+                if let Some(seq) = change(
+                    conn,
+                    &cluster,
+                    &Target::node(&cluster, name, "cordon"),
+                    now,
+                    ATTEMPTS,
+                    decide,
+                )
+                .await?
+                {
                     println!(
                         "{name}: cordoned at sequence {seq}; its jobs go as their minimum \
                          runtimes end"
@@ -272,8 +300,15 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                         Standing::InService => Step::Skip("not cordoned".to_owned()),
                     })
                 };
-                if let Some(seq) =
-                    change_node(conn, &cluster, name, "uncordon", now, decide).await?
+                if let Some(seq) = change(
+                    conn,
+                    &cluster,
+                    &Target::node(&cluster, name, "uncordon"),
+                    now,
+                    ATTEMPTS,
+                    decide,
+                )
+                .await?
                 {
                     println!("{name}: back in service at sequence {seq}");
                 }
@@ -309,6 +344,10 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                     );
                 }
             }
+            // Work is checked for once, above: a node whose subject moved since then is not
+            // removed on a second look (it may have been uncordoned and given work meanwhile)
+            // unless forced; the command says so and can be run again.
+            let attempts = if force { ATTEMPTS } else { 1 };
             for name in &nodes {
                 let decide = |book: &NodeBook| {
                     Ok(match standing(book, name) {
@@ -322,7 +361,16 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                         }))),
                     })
                 };
-                if let Some(seq) = change_node(conn, &cluster, name, "remove", now, decide).await? {
+                if let Some(seq) = change(
+                    conn,
+                    &cluster,
+                    &Target::node(&cluster, name, "remove"),
+                    now,
+                    attempts,
+                    decide,
+                )
+                .await?
+                {
                     println!("{name}: removed at sequence {seq}");
                 }
             }
@@ -351,64 +399,63 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                     format_ms(end_ms)
                 );
             }
-            let subject = subjects::maintenance(&cluster);
-            let mut attempt = 0;
-            let seq = loop {
-                attempt += 1;
-                let book = read_book(conn, &cluster).await?;
-                let nodes = known(&book, &cluster, &nodes)?;
-                refuse_removed(&book, &nodes)?;
-                let body = if cancel {
-                    let without: Vec<&str> = nodes
-                        .iter()
-                        .filter(|n| !book.has_window(n, start_ms, end_ms))
-                        .map(String::as_str)
-                        .collect();
+            let nodes = live_nodes(conn, &cluster, &nodes).await?;
+            let decide = |book: &NodeBook| {
+                refuse_removed(book, &nodes)?;
+                let without: Vec<&str> = nodes
+                    .iter()
+                    .filter(|n| !book.has_window(n, start_ms, end_ms))
+                    .map(String::as_str)
+                    .collect();
+                let (window, nodes) = (
+                    format!("{} to {}", format_ms(start_ms), format_ms(end_ms)),
+                    nodes.clone(),
+                );
+                Ok(if cancel {
                     if !without.is_empty() {
                         bail!(
-                            "no maintenance window from {} to {} on {} (`fairshare node list` \
+                            "no maintenance window from {window} on {} (`fairshare node list` \
                              prints them); nothing written",
-                            format_ms(start_ms),
-                            format_ms(end_ms),
                             without.join(", ")
                         );
                     }
-                    Body::MaintenanceCancelled(pb::MaintenanceCancelled {
-                        cluster: cluster.clone(),
-                        nodes: nodes.clone(),
-                        start_ms,
-                        end_ms,
-                        reason: reason.clone(),
-                    })
+                    Step::Write(Box::new(Body::MaintenanceCancelled(
+                        pb::MaintenanceCancelled {
+                            cluster: cluster.clone(),
+                            nodes,
+                            start_ms,
+                            end_ms,
+                            reason: reason.clone(),
+                        },
+                    )))
+                } else if without.is_empty() {
+                    Step::Skip(format!(
+                        "already scheduled from {window} on every node named"
+                    ))
                 } else {
-                    Body::MaintenanceScheduled(pb::MaintenanceScheduled {
-                        cluster: cluster.clone(),
-                        nodes: nodes.clone(),
-                        start_ms,
-                        end_ms,
-                        reason: reason.clone(),
-                    })
-                };
-                let last = book.sequence_on(&subject);
-                match admin::append_change(
-                    &conn.js,
-                    subject.clone(),
-                    if cancel {
-                        "maintenance-cancel"
-                    } else {
-                        "maintenance"
-                    },
-                    &cluster,
-                    now,
-                    body,
-                    last,
-                )
-                .await
-                {
-                    Ok(seq) => break seq,
-                    Err(e) if e.stale && attempt < ATTEMPTS => continue,
-                    Err(e) => return Err(e.into()),
+                    Step::Write(Box::new(Body::MaintenanceScheduled(
+                        pb::MaintenanceScheduled {
+                            cluster: cluster.clone(),
+                            nodes,
+                            start_ms,
+                            end_ms,
+                            reason: reason.clone(),
+                        },
+                    )))
+                })
+            };
+            let target = Target {
+                subject: subjects::maintenance(&cluster),
+                kind: if cancel {
+                    "maintenance-cancel"
+                } else {
+                    "maintenance"
                 }
+                .to_owned(),
+                label: "maintenance".to_owned(),
+            };
+            let Some(seq) = change(conn, &cluster, &target, now, ATTEMPTS, decide).await? else {
+                return Ok(());
             };
             println!(
                 "maintenance of {} from {} to {} {} at sequence {seq}",
@@ -449,46 +496,4 @@ fn refuse_removed(book: &NodeBook, nodes: &[String]) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-fn list(book: &NodeBook, cluster: &str, now: i64) {
-    let gpus: u64 = book
-        .nodes
-        .values()
-        .filter(|e| e.standing != Standing::Removed)
-        .map(|e| u64::from(e.gpus))
-        .sum();
-    let live = book
-        .nodes
-        .values()
-        .filter(|e| e.standing != Standing::Removed);
-    println!("cluster {cluster}: {} nodes, {gpus} GPUs", live.count());
-    for (name, e) in &book.nodes {
-        let reason = if e.reason.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", e.reason)
-        };
-        println!(
-            "  {name:<20} {:>3} GPUs  {}{reason}",
-            e.gpus,
-            e.standing.words()
-        );
-        if e.standing == Standing::Removed {
-            continue;
-        }
-        for w in book.windows_ahead(name, now) {
-            let why = if w.reason.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", w.reason)
-            };
-            println!(
-                "  {:<20}            maintenance {} to {}{why}",
-                "",
-                format_ms(w.start_ms),
-                format_ms(w.end_ms)
-            );
-        }
-    }
 }
