@@ -155,18 +155,18 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             .await?;
         if ack.duplicate {
             // The first publish's context is the one its submission carries.
-            println!(
+            outln!(
                 "already in intake at sequence {} (key {key}); the outcome appears in the log",
                 ack.sequence
             );
             return Ok(());
         }
-        println!(
+        outln!(
             "queued in intake at sequence {} (key {key}); the outcome appears in the log",
             ack.sequence
         );
         if let Some(parent) = parent {
-            println!("trace {:032x}", parent.trace_id);
+            outln!("trace {:032x}", parent.trace_id);
         }
         return Ok(());
     }
@@ -184,13 +184,14 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             } else {
                 ""
             };
-            println!(
+            outln!(
                 "accepted job {} at sequence {}{again}",
-                a.job_id, a.stream_sequence
+                a.job_id,
+                a.stream_sequence
             );
             // From the log, not this request: a repeat's job lives in the first one's trace.
             if let Some(t) = submitted_trace(conn, &args.cluster, &a.job_id).await {
-                println!("trace {:032x}", t.trace_id);
+                outln!("trace {:032x}", t.trace_id);
             }
             Ok(())
         }
@@ -247,9 +248,10 @@ pub async fn cancel(args: CancelArgs, conn: &Connection) -> anyhow::Result<()> {
     .context("no answer from the submission service within 10 s")??;
     match codec::decode_cancel_reply(&reply.payload)?.result {
         Some(cancel_reply::Result::Cancelled(c)) => {
-            println!(
+            outln!(
                 "cancelled job {} at sequence {}",
-                c.job_id, c.stream_sequence
+                c.job_id,
+                c.stream_sequence
             );
             Ok(())
         }
