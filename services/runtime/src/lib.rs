@@ -8,6 +8,7 @@
 //! - [`checkpoint`]: the sled checkpoint (state plus last applied sequence), a cache of the fold.
 //! - [`cli`]: the NATS flags every binary shares.
 //! - [`clock`]: the injected clock (system time in production, a manual clock in tests).
+//! - [`output`]: standard output for command-line binaries, quiet on a closed pipe.
 //! - [`nats`]: connecting, and creating or updating the JetStream streams of
 //!   [`fairshare_events::streams`].
 //! - [`log`]: following the event log in stream order from a given sequence.
@@ -26,6 +27,7 @@ pub mod clock;
 pub mod envelope;
 pub mod log;
 pub mod nats;
+pub mod output;
 pub mod retry;
 pub mod shutdown;
 pub mod task;

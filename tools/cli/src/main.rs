@@ -3,8 +3,6 @@
 //! It talks to the system only through NATS, like every other participant: it appends policy
 //! and inventory events, sends submit and cancel requests, and reads the event log.
 
-#[macro_use]
-mod output;
 mod commands;
 
 use std::path::PathBuf;
@@ -137,7 +135,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Simulate(args) => return commands::simulate::simulate(args).map(ExitCode::from),
         Command::Auth(AuthCommand::Init { dir }) => {
             fairshare_runtime::auth::init(&dir)?;
-            outln!(
+            fairshare_runtime::outln!(
                 "wrote a seed per role and {}",
                 fairshare_runtime::auth::server_block_path(&dir).display()
             );
@@ -158,7 +156,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .get_stream(fairshare_events::streams::EVENTS_STREAM)
                 .await?;
             let last = events.info().await?.state.last_sequence;
-            outln!("streams ready; the event log ends at sequence {last}");
+            fairshare_runtime::outln!("streams ready; the event log ends at sequence {last}");
             Ok(())
         }
     };

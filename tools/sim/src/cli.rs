@@ -422,7 +422,7 @@ impl CommonArgs {
             }
         }
         for path in written {
-            println!("{}", path.display());
+            fairshare_runtime::outln!("{}", path.display());
         }
         Ok(())
     }
@@ -533,7 +533,7 @@ impl ScenarioArgs {
         if self.list {
             for name in scenarios::NAMES {
                 if let Some(Ok(s)) = scenarios::by_name(name) {
-                    println!("{name:20} {}", s.description);
+                    fairshare_runtime::outln!("{name:20} {}", s.description);
                 }
             }
             return Ok(());
@@ -566,7 +566,7 @@ impl LoadArgs {
             let js = async_nats::jetstream::new(client);
             fairshare_runtime::nats::ensure_streams(&js, 1).await?;
             let n = load::load_log(&js, &self.cluster, &events).await?;
-            println!("loaded {n} events of cluster {}", self.cluster);
+            fairshare_runtime::outln!("loaded {n} events of cluster {}", self.cluster);
             anyhow::Ok(())
         })
     }

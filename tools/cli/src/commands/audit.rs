@@ -37,10 +37,10 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
     let mut placements = fairshare_decision::shell::audit::audit(&args.cluster, &entries);
     placements.keep_from(args.from);
-    out!("{}", placements.render(&args.cluster));
+    fairshare_runtime::out!("{}", placements.render(&args.cluster));
     let mut orders = fairshare_preemption::shell::audit::audit(&args.cluster, &entries, &policy);
     orders.keep_from(args.from);
-    out!("{}", orders.render(&args.cluster));
+    fairshare_runtime::out!("{}", orders.render(&args.cluster));
     match (placements.is_clean(), orders.is_clean()) {
         (true, true) => Ok(()),
         (false, true) => bail!("placements that do not re-derive or over-committed nodes"),

@@ -35,7 +35,7 @@ pub fn write(dir: &Path, replicas: usize) -> anyhow::Result<()> {
         let path = dir.join(&name);
         std::fs::write(&path, format!("{json}\n"))
             .with_context(|| format!("cannot write {}", path.display()))?;
-        outln!("wrote {}", path.display());
+        fairshare_runtime::outln!("wrote {}", path.display());
     }
     Ok(())
 }

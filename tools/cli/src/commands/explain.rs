@@ -39,7 +39,7 @@ pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()>
         Some(explain_reply::Result::Rejected(r)) => bail!("refused: {}", r.message),
         None => bail!("empty reply from the decision service"),
     };
-    out!("{}", render(&e));
+    fairshare_runtime::out!("{}", render(&e));
     Ok(())
 }
 

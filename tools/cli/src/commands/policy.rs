@@ -51,7 +51,7 @@ pub fn share_changes(before: Option<&BudgetTree>, after: &BudgetTree) -> Vec<Sha
 }
 
 fn print_changes(cluster: &str, changes: &[ShareChange]) {
-    outln!("cluster {cluster}: share of the cluster, in force -> in the file");
+    fairshare_runtime::outln!("cluster {cluster}: share of the cluster, in force -> in the file");
     let mut moved = 0;
     for c in changes {
         let show = |p: Option<f64>| p.map_or_else(|| "-".to_owned(), |p| format!("{p:.3}%"));
@@ -64,7 +64,7 @@ fn print_changes(cluster: &str, changes: &[ShareChange]) {
         if !note.is_empty() {
             moved += 1;
         }
-        outln!(
+        fairshare_runtime::outln!(
             "  {:<40} {:>9} -> {:>9}{note}",
             c.path,
             show(c.before),
@@ -72,7 +72,7 @@ fn print_changes(cluster: &str, changes: &[ShareChange]) {
         );
     }
     if moved == 0 {
-        outln!("no allocation's share changes");
+        fairshare_runtime::outln!("no allocation's share changes");
     }
 }
 
@@ -118,7 +118,7 @@ fn read(file: &PathBuf) -> anyhow::Result<String> {
 
 fn print_budget(set: &fairshare_events::pb::BudgetTreeSet) -> anyhow::Result<()> {
     let tree = BudgetTree::from_accounts(&set.accounts)?;
-    outln!(
+    fairshare_runtime::outln!(
         "cluster {}: {} allocations",
         set.cluster,
         tree.allocation_paths().count()
@@ -128,7 +128,7 @@ fn print_budget(set: &fairshare_events::pb::BudgetTreeSet) -> anyhow::Result<()>
         let f = tree.fraction(id);
         // Display only: the services compare the exact fraction.
         let percent = f.num as f64 * 100.0 / f.den as f64;
-        outln!("  {path:<40} {percent:>7.3}%");
+        fairshare_runtime::outln!("  {path:<40} {percent:>7.3}%");
     }
     Ok(())
 }
@@ -152,7 +152,7 @@ where
             let conn = connect().await?;
             let before = budget_tree(&conn, &set.cluster).await?;
             if before.is_none() {
-                outln!("cluster {}: no budget tree in force yet", set.cluster);
+                fairshare_runtime::outln!("cluster {}: no budget tree in force yet", set.cluster);
             }
             print_changes(&set.cluster, &share_changes(before.as_ref(), &after));
             Ok(())
@@ -163,7 +163,7 @@ where
             print_budget(&set)?;
             let conn = connect().await?;
             let seq = admin::set_budget(&conn.js, SystemClock.now_ms(), set).await?;
-            outln!("budget in force at sequence {seq}");
+            fairshare_runtime::outln!("budget in force at sequence {seq}");
             Ok(())
         }
     }
@@ -182,7 +182,7 @@ where
     let inventory = files::parse_inventory(&read(&file)?)
         .with_context(|| format!("{} refused", file.display()))?;
     let gpus: u64 = inventory.nodes.iter().map(|(_, g)| u64::from(*g)).sum();
-    outln!(
+    fairshare_runtime::outln!(
         "cluster {}: {} nodes, {gpus} GPUs",
         inventory.cluster,
         inventory.nodes.len()
@@ -191,7 +191,7 @@ where
         let conn = connect().await?;
         let seq = admin::register_nodes(&conn.js, SystemClock.now_ms(), inventory.registrations())
             .await?;
-        outln!("registered; the last node's registration is at sequence {seq}");
+        fairshare_runtime::outln!("registered; the last node's registration is at sequence {seq}");
     }
     Ok(())
 }

@@ -45,7 +45,7 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
         None => bail!("empty reply from the accounting service"),
     };
     let tree = budget_tree(conn, &args.cluster).await?;
-    outln!(
+    fairshare_runtime::outln!(
         "cluster {}: window {:.1} days to {}, through sequence {}; capacity {:.0} GPU-h, unallocated {:.0} GPU-h",
         report.cluster,
         report.window_ms as f64 / 86_400_000.0,
@@ -54,7 +54,7 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
         hours(report.capacity_gpu_ms),
         hours(report.unallocated_gpu_ms)
     );
-    outln!(
+    fairshare_runtime::outln!(
         "{:<40} {:>8} {:>12} {:>12} {:>7} {:>12} {:>8} {:>8} {:>10}",
         "account",
         "share",
@@ -113,7 +113,7 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
         } else {
             format!("{}/", a.path)
         };
-        outln!(
+        fairshare_runtime::outln!(
             "{name:<40} {share:>8} {:>12.1} {:>12.1} {ratio:>7} {owed:>12} {:>8} {:>8} {floor:>10}",
             hours(a.charged_gpu_ms),
             hours(a.allocated_gpu_ms),

@@ -155,18 +155,18 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             .await?;
         if ack.duplicate {
             // The first publish's context is the one its submission carries.
-            outln!(
+            fairshare_runtime::outln!(
                 "already in intake at sequence {} (key {key}); the outcome appears in the log",
                 ack.sequence
             );
             return Ok(());
         }
-        outln!(
+        fairshare_runtime::outln!(
             "queued in intake at sequence {} (key {key}); the outcome appears in the log",
             ack.sequence
         );
         if let Some(parent) = parent {
-            outln!("trace {:032x}", parent.trace_id);
+            fairshare_runtime::outln!("trace {:032x}", parent.trace_id);
         }
         return Ok(());
     }
@@ -184,14 +184,14 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             } else {
                 ""
             };
-            outln!(
+            fairshare_runtime::outln!(
                 "accepted job {} at sequence {}{again}",
                 a.job_id,
                 a.stream_sequence
             );
             // From the log, not this request: a repeat's job lives in the first one's trace.
             if let Some(t) = submitted_trace(conn, &args.cluster, &a.job_id).await {
-                outln!("trace {:032x}", t.trace_id);
+                fairshare_runtime::outln!("trace {:032x}", t.trace_id);
             }
             Ok(())
         }
@@ -248,7 +248,7 @@ pub async fn cancel(args: CancelArgs, conn: &Connection) -> anyhow::Result<()> {
     .context("no answer from the submission service within 10 s")??;
     match codec::decode_cancel_reply(&reply.payload)?.result {
         Some(cancel_reply::Result::Cancelled(c)) => {
-            outln!(
+            fairshare_runtime::outln!(
                 "cancelled job {} at sequence {}",
                 c.job_id,
                 c.stream_sequence

@@ -50,14 +50,14 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
                             "kind": kind,
                             "event": event,
                         });
-                        outln!("{line}");
+                        fairshare_runtime::outln!("{line}");
                     } else {
                         let body = event
                             .body
                             .as_ref()
                             .map(|b| format!("{b:?}"))
                             .unwrap_or_default();
-                        outln!(
+                        fairshare_runtime::outln!(
                             "#{:<8} {} {:<22} {}  {body}",
                             entry.sequence,
                             format_ms(event.at_ms),

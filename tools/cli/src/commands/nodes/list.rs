@@ -19,14 +19,14 @@ pub(super) fn print(book: &NodeBook, cluster: &str, now: i64) {
         .nodes
         .values()
         .filter(|e| e.standing != Standing::Removed);
-    outln!("cluster {cluster}: {} nodes, {gpus} GPUs", live.count());
+    fairshare_runtime::outln!("cluster {cluster}: {} nodes, {gpus} GPUs", live.count());
     for (name, e) in &book.nodes {
         let reason = if e.reason.is_empty() {
             String::new()
         } else {
             format!(" ({})", e.reason)
         };
-        outln!(
+        fairshare_runtime::outln!(
             "  {name:<20} {:>3} GPUs  {}{reason}",
             e.gpus,
             e.standing.words()
@@ -40,7 +40,7 @@ pub(super) fn print(book: &NodeBook, cluster: &str, now: i64) {
             } else {
                 format!(" ({})", w.reason)
             };
-            outln!(
+            fairshare_runtime::outln!(
                 "  {:<20}            maintenance {} to {}{why}",
                 "",
                 format_ms(w.start_ms),

@@ -188,7 +188,7 @@ async fn change(
         let body = match decide(&book)? {
             Step::Write(body) => *body,
             Step::Skip(why) => {
-                outln!("{}: {why}", target.label);
+                fairshare_runtime::outln!("{}: {why}", target.label);
                 return Ok(None);
             }
         };
@@ -274,7 +274,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 )
                 .await?
                 {
-                    outln!(
+                    fairshare_runtime::outln!(
                         "{name}: cordoned at sequence {seq}; its jobs go as their minimum \
                          runtimes end"
                     );
@@ -310,7 +310,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 )
                 .await?
                 {
-                    outln!("{name}: back in service at sequence {seq}");
+                    fairshare_runtime::outln!("{name}: back in service at sequence {seq}");
                 }
             }
             Ok(())
@@ -371,7 +371,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 )
                 .await?
                 {
-                    outln!("{name}: removed at sequence {seq}");
+                    fairshare_runtime::outln!("{name}: removed at sequence {seq}");
                 }
             }
             Ok(())
@@ -457,7 +457,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             let Some(seq) = change(conn, &cluster, &target, now, ATTEMPTS, decide).await? else {
                 return Ok(());
             };
-            outln!(
+            fairshare_runtime::outln!(
                 "maintenance of {} from {} to {} {} at sequence {seq}",
                 nodes.join(", "),
                 format_ms(start_ms),

@@ -1,6 +1,7 @@
-//! Standard output for every command. A reader that goes away (`fairshare tail | head`) ends
-//! the command quietly, with the status a closed pipe gives other Unix tools (141), instead of
-//! the panic and backtrace `println!` gives when the Rust runtime ignores SIGPIPE.
+//! Standard output for the command-line binaries (`fairshare`, `fairshare-sim`). A reader that
+//! goes away (`fairshare tail | head`) ends the process quietly, with the status a closed pipe
+//! gives other Unix tools (141), instead of the panic and backtrace `println!` gives when the
+//! Rust runtime ignores SIGPIPE. For binaries only: it exits the process.
 
 use std::fmt::Arguments;
 use std::io::{ErrorKind, Write};
@@ -27,14 +28,16 @@ pub fn write(args: Arguments<'_>, newline: bool) {
     }
 }
 
-/// `println!` for the CLI's commands (see the module doc).
+/// `println!` for command-line binaries (see [`crate::output`]).
+#[macro_export]
 macro_rules! outln {
     ($($arg:tt)*) => {
         $crate::output::write(format_args!($($arg)*), true)
     };
 }
 
-/// `print!` for the CLI's commands (see the module doc).
+/// `print!` for command-line binaries (see [`crate::output`]).
+#[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::output::write(format_args!($($arg)*), false)
