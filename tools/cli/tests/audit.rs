@@ -7,38 +7,11 @@
 
 use std::process::Output;
 
+mod common;
+
+use common::{server_with, simulated_log};
 use fairshare_events::pb::{self, event::Body};
-use fairshare_sim::engine::{self, EngineConfig};
-use fairshare_sim::scenarios;
 use fairshare_testkit::NatsServer;
-
-/// The debug-burst scenario's cluster and fairshare log (placements and preemption orders).
-fn simulated_log() -> (String, Vec<pb::Event>) {
-    let s = scenarios::by_name("debug-burst").unwrap().unwrap();
-    let run = engine::run(&s.setup, &s.workload, &EngineConfig::default(), |_| {});
-    (s.setup.cluster, run.log)
-}
-
-/// A fresh nats-server holding `log` as cluster `cluster`'s events.
-fn server_with(cluster: &str, log: &[pb::Event]) -> NatsServer {
-    let server = NatsServer::start().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = async_nats::jetstream::new(client);
-        fairshare_runtime::nats::ensure_streams(&js, 1)
-            .await
-            .unwrap();
-        let loaded = fairshare_sim::load::load_log(&js, cluster, log)
-            .await
-            .unwrap();
-        assert_eq!(loaded, log.len() as u64);
-    });
-    server
-}
 
 /// Runs `fairshare audit` for `cluster` on `server` with `extra` flags.
 fn fairshare_audit(server: &NatsServer, cluster: &str, extra: &[&str]) -> Output {
@@ -72,7 +45,7 @@ fn count(log: &[pb::Event], f: impl Fn(&Body) -> bool) -> usize {
 
 #[test]
 fn every_decision_of_a_simulated_log_re_derives_and_other_settings_fail_until_set_aside() {
-    let (cluster, log) = simulated_log();
+    let (cluster, log) = simulated_log("debug-burst");
     let placements = count(&log, |b| matches!(b, Body::JobPlaced(_)));
     let orders = count(&log, |b| matches!(b, Body::PreemptionOrdered(_)));
     assert!(placements >= 20 && orders >= 1, "{placements} / {orders}");
@@ -124,7 +97,7 @@ fn every_decision_of_a_simulated_log_re_derives_and_other_settings_fail_until_se
 
 #[test]
 fn a_placement_moved_to_another_node_fails_the_audit() {
-    let (cluster, mut log) = simulated_log();
+    let (cluster, mut log) = simulated_log("debug-burst");
     let (index, placed) = log
         .iter_mut()
         .enumerate()

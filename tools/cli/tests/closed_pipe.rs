@@ -6,35 +6,20 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use fairshare_sim::engine::{self, EngineConfig};
-use fairshare_sim::scenarios;
-use fairshare_testkit::NatsServer;
+mod common;
+
+use common::{server_with, simulated_log};
 
 #[test]
 fn tail_into_a_reader_that_leaves_early_exits_quietly() {
-    let s = scenarios::by_name("share-change").unwrap().unwrap();
-    let log = engine::run(&s.setup, &s.workload, &EngineConfig::default(), |_| {}).log;
-    let server = NatsServer::start().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = async_nats::jetstream::new(client);
-        fairshare_runtime::nats::ensure_streams(&js, 1)
-            .await
-            .unwrap();
-        fairshare_sim::load::load_log(&js, &s.setup.cluster, &log)
-            .await
-            .unwrap();
-    });
+    let (cluster, log) = simulated_log("share-change");
+    let server = server_with(&cluster, &log);
     // Far more than a pipe buffers (64 KiB), so the command is still writing when the
     // reader leaves, however fast it ran.
     assert!(log.len() > 2_000, "{} events", log.len());
     let mut child = Command::new(env!("CARGO_BIN_EXE_fairshare"))
         .args(["tail", "--no-follow", "--nats-url", &server.url()])
-        .args(["--cluster", &s.setup.cluster])
+        .args(["--cluster", &cluster])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

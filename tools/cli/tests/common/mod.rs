@@ -1,0 +1,37 @@
+//! What several CLI tests start from: a simulated cluster's log, loaded into a fresh
+//! nats-server.
+
+#![allow(clippy::unwrap_used, dead_code)] // test code; each test binary uses part of it
+
+use fairshare_events::pb;
+use fairshare_sim::engine::{self, EngineConfig};
+use fairshare_sim::scenarios;
+use fairshare_testkit::NatsServer;
+
+/// The named scenario's cluster and fairshare log.
+pub fn simulated_log(scenario: &str) -> (String, Vec<pb::Event>) {
+    let s = scenarios::by_name(scenario).unwrap().unwrap();
+    let run = engine::run(&s.setup, &s.workload, &EngineConfig::default(), |_| {});
+    (s.setup.cluster, run.log)
+}
+
+/// A fresh nats-server holding `log` as cluster `cluster`'s events.
+pub fn server_with(cluster: &str, log: &[pb::Event]) -> NatsServer {
+    let server = NatsServer::start().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let loaded = fairshare_sim::load::load_log(&js, cluster, log)
+            .await
+            .unwrap();
+        assert_eq!(loaded, log.len() as u64);
+    });
+    server
+}
