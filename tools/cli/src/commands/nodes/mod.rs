@@ -344,33 +344,49 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                     );
                 }
             }
-            // Work is checked for once, above: a node whose subject moved since then is not
-            // removed on a second look (it may have been uncordoned and given work meanwhile)
-            // unless forced; the command says so and can be run again.
-            let attempts = if force { ATTEMPTS } else { 1 };
             for name in &nodes {
-                let decide = |book: &NodeBook| {
-                    Ok(match standing(book, name) {
-                        Standing::Removed => Step::Skip("already removed".to_owned()),
-                        Standing::InService if !force => {
-                            bail!("{name} was uncordoned meanwhile; nothing written for it")
-                        }
-                        _ => Step::Write(Box::new(Body::NodeRemoved(pb::NodeRemoved {
-                            cluster: cluster.clone(),
-                            node: name.clone(),
-                        }))),
-                    })
+                let target = Target::node(&cluster, name, "remove");
+                let body = Body::NodeRemoved(pb::NodeRemoved {
+                    cluster: cluster.clone(),
+                    node: name.clone(),
+                });
+                let seq = if force {
+                    let decide = |book: &NodeBook| {
+                        Ok(match standing(book, name) {
+                            Standing::Removed => Step::Skip("already removed".to_owned()),
+                            _ => Step::Write(Box::new(body.clone())),
+                        })
+                    };
+                    change(conn, &cluster, &target, now, ATTEMPTS, decide).await?
+                } else if standing(&book, name) == Standing::Removed {
+                    fairshare_runtime::outln!("{name}: already removed");
+                    None
+                } else {
+                    // Appended only if the node's events are still those its check for work
+                    // was made against: one uncordoned, given work and cordoned again since
+                    // then is not removed on a second look.
+                    let last = book.sequence_on(&target.subject);
+                    let subject = target.subject.clone();
+                    match admin::append_change(
+                        &conn.js,
+                        subject,
+                        &target.kind,
+                        &cluster,
+                        now,
+                        body,
+                        last,
+                    )
+                    .await
+                    {
+                        Ok(seq) => Some(seq),
+                        Err(e) if e.stale => bail!(
+                            "{name} changed since it was checked for work; nothing written for \
+                             it: run the command again"
+                        ),
+                        Err(e) => return Err(e.into()),
+                    }
                 };
-                if let Some(seq) = change(
-                    conn,
-                    &cluster,
-                    &Target::node(&cluster, name, "remove"),
-                    now,
-                    attempts,
-                    decide,
-                )
-                .await?
-                {
+                if let Some(seq) = seq {
                     fairshare_runtime::outln!("{name}: removed at sequence {seq}");
                 }
             }
