@@ -73,7 +73,7 @@ async fn main() -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
         report.keep_from(args.audit_from);
-        print!("{}", report.render(&args.cluster));
+        fairshare_runtime::out!("{}", report.render(&args.cluster));
         anyhow::ensure!(
             report.is_clean(),
             "the audit found divergences or over-committed nodes"
