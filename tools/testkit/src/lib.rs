@@ -357,6 +357,19 @@ fn free_port() -> std::io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// Runs `command` with its standard output already closed at the reading end, as a reader that
+/// left at once (`| head -0`) leaves it, and returns how it ended. A command-line binary should
+/// end quietly with status 141 then, as other Unix tools do, not panic.
+pub fn run_with_stdout_closed(command: &mut Command) -> std::io::Result<std::process::Output> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Dropping the only reading end before the child writes: its first write fails.
+    drop(child.stdout.take());
+    child.wait_with_output()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,17 +393,4 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
     }
-}
-
-/// Runs `command` with its standard output already closed at the reading end, as a reader that
-/// left at once (`| head -0`) leaves it, and returns how it ended. A command-line binary should
-/// end quietly with status 141 then, as other Unix tools do, not panic.
-pub fn run_with_stdout_closed(command: &mut Command) -> std::io::Result<std::process::Output> {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    // Dropping the only reading end before the child writes: its first write fails.
-    drop(child.stdout.take());
-    child.wait_with_output()
 }
