@@ -140,14 +140,18 @@ impl ClusterState {
         }
     }
 
-    /// A job in state `from` stopped at `t` (ended, or preempted when `from` is running).
+    /// A job in state `from` stopped at `t` (ended, or preempted when `from` is running or
+    /// placed).
     pub(crate) fn stopped(&mut self, t: i64, job: &Job, from: JobState) {
         let running = from == JobState::Running;
         if job.allocated {
             if running && let Some(curve) = self.usage.get_mut(job.allocation as usize) {
                 curve.sub(t, job.gpus);
             }
-            let waiting_or_running = matches!(from, JobState::Queued | JobState::Running);
+            let waiting_or_running = matches!(
+                from,
+                JobState::Queued | JobState::Placed | JobState::Running
+            );
             let change = RateChange {
                 demand: if waiting_or_running { -gpus(job) } else { 0 },
                 run: if running { -gpus(job) } else { 0 },

@@ -102,6 +102,7 @@ pub struct UsageFold {
 
 fn job_id(body: &Body) -> Option<&str> {
     Some(match body {
+        Body::JobPlaced(e) => &e.job_id,
         Body::JobStarted(e) => &e.job_id,
         Body::JobFinished(e) => &e.job_id,
         Body::JobFailed(e) => &e.job_id,
@@ -266,6 +267,7 @@ impl UsageFold {
             allocation,
             gpus,
             allocated,
+            resumable: spec.resumable,
             state: JobState::Queued,
         };
         state.queued(t, &job);
@@ -286,6 +288,7 @@ impl UsageFold {
                 return Applied::Skipped(Skip::UnknownJob);
             }
             return Applied::Skipped(match body {
+                Body::JobPlaced(_) => Skip::PlaceNotQueued,
                 Body::JobStarted(_) => Skip::StartNotQueued,
                 Body::JobPreempted(_) => Skip::PreemptNotRunning,
                 Body::JobRequeued(_) => Skip::RequeueNotPreempted,
@@ -294,9 +297,19 @@ impl UsageFold {
         };
         let job = *entry;
         let next = match (body, job.state) {
-            (Body::JobStarted(_), JobState::Queued) => JobState::Running,
+            (Body::JobPlaced(_), JobState::Queued) => JobState::Placed,
+            (Body::JobPlaced(_), _) => return Applied::Skipped(Skip::PlaceNotQueued),
+            // From queued too: logs of launchers that start what no placement named (older
+            // producers, hand-written scenarios) still charge.
+            (Body::JobStarted(_), JobState::Queued | JobState::Placed) => JobState::Running,
             (Body::JobStarted(_), _) => return Applied::Skipped(Skip::StartNotQueued),
-            (Body::JobPreempted(_), JobState::Running) => JobState::Preempted,
+            // A placed job ordered off before its launcher started it is preempted too (the
+            // decision service releases it the same way). Without resuming, nothing will
+            // requeue it: it has ended, as the decision service and the launcher hold.
+            (Body::JobPreempted(_), JobState::Running | JobState::Placed) if job.resumable => {
+                JobState::Preempted
+            }
+            (Body::JobPreempted(_), JobState::Running | JobState::Placed) => JobState::Ended,
             (Body::JobPreempted(_), _) => return Applied::Skipped(Skip::PreemptNotRunning),
             (Body::JobRequeued(_), JobState::Preempted) => JobState::Queued,
             (Body::JobRequeued(_), _) => return Applied::Skipped(Skip::RequeueNotPreempted),
@@ -317,6 +330,8 @@ impl UsageFold {
             return Applied::Skipped(Skip::UnknownJob);
         };
         match next {
+            // Still waiting, as far as demand goes: nothing to charge or count anew.
+            JobState::Placed => {}
             JobState::Running => state.started(t, &job),
             JobState::Queued => state.queued(t, &job),
             JobState::Preempted | JobState::Ended => state.stopped(t, &job, job.state),

@@ -4,7 +4,7 @@
 //! allocated); every later event of the job names only its id, so the fold looks the entry up
 //! here to know what to charge and checks the transition against the job's state. When the job
 //! ends its entry leaves this table for its cluster's [`super::ended::EndedJobs`], so this
-//! table holds only queued, running and preempted jobs and stays small and cache-resident.
+//! table holds only queued, placed, running and preempted jobs and stays small and cache-resident.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -19,6 +19,9 @@ use super::paths::PathId;
 pub enum JobState {
     /// Waiting to start (after submission or requeue): counts as demand, charges nothing.
     Queued,
+    /// Placed by the decision service, not yet started by its launcher: still demand, no
+    /// charge. Kept apart from queued because a preemption order may stop it here.
+    Placed,
     /// Running: charges its GPUs (if allocated) and counts as demand.
     Running,
     /// Stopped by preemption, not yet requeued: neither demand nor charge.
@@ -39,6 +42,8 @@ pub struct Job {
     pub gpus: u64,
     /// False for unallocated jobs (minimum runtime 0): they charge nothing.
     pub allocated: bool,
+    /// Whether a preemption requeues it; otherwise its `JobPreempted` ends it.
+    pub resumable: bool,
     /// Where it stands.
     pub state: JobState,
 }
@@ -116,6 +121,7 @@ mod tests {
             allocation: 0,
             gpus: 8,
             allocated: true,
+            resumable: false,
             state: JobState::Queued,
         };
         let mut t = JobTable::default();

@@ -21,9 +21,11 @@ pub enum Skip {
     /// re-publication. The fold may already have forgotten that job (it ended outside the
     /// window), so accepting it again would create a phantom queued job.
     StaleSubmit,
-    /// `JobStarted` for a job that is not queued.
+    /// `JobPlaced` for a job that is not queued.
+    PlaceNotQueued,
+    /// `JobStarted` for a job that is not queued or placed.
     StartNotQueued,
-    /// `JobPreempted` for a job that is not running.
+    /// `JobPreempted` for a job that is not running or placed.
     PreemptNotRunning,
     /// Finish, failure or cancellation of a job that already ended (a double stop).
     AlreadyEnded,
@@ -69,7 +71,9 @@ pub struct FoldCounts {
     pub duplicate_submit: u64,
     /// Submissions stamped before their cluster's window start.
     pub stale_submit: u64,
-    /// Starts of jobs that were not queued.
+    /// Placements of jobs that were not queued.
+    pub place_not_queued: u64,
+    /// Starts of jobs that were not queued or placed.
     pub start_not_queued: u64,
     /// Preemptions of jobs that were not running.
     pub preempt_not_running: u64,
@@ -100,6 +104,7 @@ impl FoldCounts {
                 Skip::UnknownJob => &mut self.unknown_job,
                 Skip::DuplicateSubmit => &mut self.duplicate_submit,
                 Skip::StaleSubmit => &mut self.stale_submit,
+                Skip::PlaceNotQueued => &mut self.place_not_queued,
                 Skip::StartNotQueued => &mut self.start_not_queued,
                 Skip::PreemptNotRunning => &mut self.preempt_not_running,
                 Skip::AlreadyEnded => &mut self.already_ended,
@@ -117,6 +122,7 @@ impl FoldCounts {
         self.unknown_job
             + self.duplicate_submit
             + self.stale_submit
+            + self.place_not_queued
             + self.start_not_queued
             + self.preempt_not_running
             + self.already_ended

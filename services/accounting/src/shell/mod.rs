@@ -31,7 +31,8 @@ use futures::StreamExt;
 use crate::domain::{Applied, FoldConfig, MAX_AHEAD_OF_LOG_MS, UsageFold};
 
 /// Format version of this service's checkpoints.
-const CHECKPOINT_VERSION: u32 = 1;
+/// 2: jobs remember whether they resume, and a placed state.
+const CHECKPOINT_VERSION: u32 = 2;
 
 /// Tag of this service's checkpoints: names the clusters folded (one, or every cluster), so a
 /// checkpoint folded with another cluster filter is rebuilt, not resumed: resumed, it would

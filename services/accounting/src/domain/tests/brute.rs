@@ -14,6 +14,7 @@ use crate::domain::report::{AccountUsage, LedgerRow};
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum St {
     Queued,
+    Placed,
     Running,
     Preempted,
     Ended,
@@ -25,6 +26,7 @@ struct BJob {
     allocation: String,
     gpus: u64,
     allocated: bool,
+    resumable: bool,
     st: St,
     /// Index of the open run interval / demand interval.
     run: Option<usize>,
@@ -125,6 +127,7 @@ impl Brute {
                     allocation: spec.allocation.clone(),
                     gpus,
                     allocated: spec.min_runtime_s > 0,
+                    resumable: spec.resumable,
                     st: St::Queued,
                     run: None,
                     demand: None,
@@ -132,6 +135,7 @@ impl Brute {
                 job.demand = Some(self.open(&job, t, false));
                 self.jobs.insert(s.job_id.clone(), job);
             }
+            Body::JobPlaced(x) => self.transition(&x.job_id, at, "place"),
             Body::JobStarted(x) => self.transition(&x.job_id, at, "start"),
             Body::JobFinished(x) => self.transition(&x.job_id, at, "end"),
             Body::JobFailed(x) => self.transition(&x.job_id, at, "end"),
@@ -208,10 +212,12 @@ impl Brute {
             return;
         };
         let next = match (what, job.st) {
-            ("start", St::Queued) => St::Running,
-            ("preempt", St::Running) => St::Preempted,
+            ("place", St::Queued) => St::Placed,
+            ("start", St::Queued | St::Placed) => St::Running,
+            ("preempt", St::Running | St::Placed) if job.resumable => St::Preempted,
+            ("preempt", St::Running | St::Placed) => St::Ended,
             ("requeue", St::Preempted) => St::Queued,
-            ("end", St::Queued | St::Running | St::Preempted) => St::Ended,
+            ("end", St::Queued | St::Placed | St::Running | St::Preempted) => St::Ended,
             _ => {
                 self.ignored += 1;
                 return;
@@ -220,6 +226,8 @@ impl Brute {
         let t = self.tick(&job.cluster, at);
         let mut job = job;
         match next {
+            // Still waiting: the demand interval stays open.
+            St::Placed => {}
             St::Running => job.run = Some(self.open(&job, t, true)),
             St::Queued => job.demand = Some(self.open(&job, t, false)),
             St::Preempted | St::Ended => {

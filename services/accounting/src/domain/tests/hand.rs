@@ -283,7 +283,7 @@ fn unknown_and_out_of_order_job_events_are_ignored_and_counted() {
 fn preempted_job_requeues_and_starts_again() {
     let mut events = base();
     events.extend([
-        submit(0, "j", C, "a", 2, 4, 60),
+        resumable(submit(0, "j", C, "a", 2, 4, 60)),
         started(100, "j"),
         preempted(300, "j"),
         requeued(300, "j"),
@@ -293,6 +293,60 @@ fn preempted_job_requeues_and_starts_again() {
     let f = fold(1_000, &events);
     // 8 GPUs for 200 ms, then for 50 ms.
     assert_eq!(charged(&f, "a", 600), 8 * 250);
+}
+
+#[test]
+fn a_job_ordered_off_before_its_launcher_started_it_stops_waiting() {
+    // Placed at 100, stopped at 200 before any JobStarted (the launcher confirms the order
+    // for a job it never started, or the service kills it at the deadline).
+    let mut events = base();
+    events.extend([
+        submit(0, "once", C, "a", 1, 2, 60),
+        resumable(submit(0, "again", C, "b", 1, 2, 60)),
+        placed(100, "once"),
+        placed(100, "again"),
+    ]);
+    let mut f = fold(1_000, &events);
+    let queued = |f: &UsageFold, path: &str| f.account(C, path, 300).unwrap().queued_gpus;
+    assert_eq!((queued(&f, "a"), queued(&f, "b")), (2, 2));
+    let n = events.len() as u64;
+    assert_eq!(f.apply(n + 1, &preempted(200, "once")), Applied::Changed);
+    assert_eq!(f.apply(n + 2, &preempted(200, "again")), Applied::Changed);
+    // Neither waits any more: the one that cannot resume has ended, the other waits for its
+    // requeue.
+    assert_eq!((queued(&f, "a"), queued(&f, "b")), (0, 0));
+    assert_eq!(
+        f.apply(n + 3, &requeued(250, "once")),
+        Applied::Skipped(Skip::RequeueNotPreempted)
+    );
+    assert_eq!(f.apply(n + 4, &requeued(250, "again")), Applied::Changed);
+    assert_eq!((queued(&f, "a"), queued(&f, "b")), (0, 2));
+    // Nothing was charged: neither ran.
+    assert_eq!((charged(&f, "a", 300), charged(&f, "b", 300)), (0, 0));
+}
+
+#[test]
+fn a_preempted_job_that_cannot_resume_has_ended() {
+    let mut events = base();
+    events.extend([
+        submit(0, "j", C, "a", 1, 4, 60),
+        placed(50, "j"),
+        started(100, "j"),
+        preempted(300, "j"),
+    ]);
+    let mut f = fold(1_000, &events);
+    // 4 GPUs for 200 ms; then it is no longer live: a late stop is a double stop, not a stop
+    // of a preempted job (which would keep it in the live table for good).
+    assert_eq!(charged(&f, "a", 600), 4 * 200);
+    let n = events.len() as u64;
+    assert_eq!(
+        f.apply(n + 1, &finished(400, "j")),
+        Applied::Skipped(Skip::AlreadyEnded)
+    );
+    assert_eq!(
+        f.apply(n + 2, &placed(400, "j")),
+        Applied::Skipped(Skip::PlaceNotQueued)
+    );
 }
 
 #[test]

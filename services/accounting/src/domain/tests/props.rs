@@ -13,7 +13,7 @@ use fairshare_events::pb;
 use proptest::prelude::*;
 
 use super::brute::Brute;
-use super::support::*;
+use super::support::{self, *};
 use crate::domain::{FoldConfig, HOUR_MS, UsageFold};
 
 const CLUSTERS: [&str; 2] = ["c0", "c1"];
@@ -53,7 +53,12 @@ enum Op {
         nodes: u32,
         gpn: u32,
         allocated: bool,
+        /// Whether a preemption requeues it (or ends it).
+        resumable: bool,
     },
+    /// The decision service's placement (the launcher may start the job, or a preemption
+    /// order may stop it first).
+    Place(u8),
     Start(u8),
     Finish(u8),
     Fail(u8),
@@ -78,7 +83,6 @@ enum Op {
     BadTree(usize),
     Redeliver(usize),
     Republish(usize),
-    Noise(u8),
 }
 
 fn op(window: i64) -> impl Strategy<Value = Op> {
@@ -91,10 +95,18 @@ fn op(window: i64) -> impl Strategy<Value = Op> {
         ]
         .prop_map(Op::Wait),
         1 => (1i64..HOUR_MS).prop_map(Op::Skew),
-        8 => (0..2usize, 0..ALLOCS.len(), 1u32..3, 1u32..9, prop::bool::weighted(0.75))
-            .prop_map(|(cluster, alloc, nodes, gpn, allocated)| Op::Submit {
-                cluster, alloc, nodes, gpn, allocated
+        8 => (
+            0..2usize,
+            0..ALLOCS.len(),
+            1u32..3,
+            1u32..9,
+            prop::bool::weighted(0.75),
+            prop::bool::weighted(0.75),
+        )
+            .prop_map(|(cluster, alloc, nodes, gpn, allocated, resumable)| Op::Submit {
+                cluster, alloc, nodes, gpn, allocated, resumable
             }),
+        4 => job.clone().prop_map(Op::Place),
         8 => job.clone().prop_map(Op::Start),
         2 => job.clone().prop_map(Op::Finish),
         1 => job.clone().prop_map(Op::Fail),
@@ -111,7 +123,6 @@ fn op(window: i64) -> impl Strategy<Value = Op> {
         1 => (0..2usize).prop_map(Op::BadTree),
         2 => any::<usize>().prop_map(Op::Redeliver),
         2 => any::<usize>().prop_map(Op::Republish),
-        1 => job.prop_map(Op::Noise),
     ]
 }
 
@@ -185,9 +196,10 @@ fn stream(ops: &[Op], base: i64) -> Vec<(u64, pb::Event)> {
                 nodes,
                 gpn,
                 allocated,
+                resumable,
             } => {
                 submitted += 1;
-                submit(
+                let e = submit(
                     at,
                     &job_id(submitted),
                     CLUSTERS[*cluster],
@@ -195,8 +207,10 @@ fn stream(ops: &[Op], base: i64) -> Vec<(u64, pb::Event)> {
                     *nodes,
                     *gpn,
                     if *allocated { 600 } else { 0 },
-                )
+                );
+                if *resumable { support::resumable(e) } else { e }
             }
+            Op::Place(j) => placed(at, &job(*j, submitted)),
             Op::Start(j) => started(at, &job(*j, submitted)),
             Op::Finish(j) => finished(at, &job(*j, submitted)),
             Op::Fail(j) => failed(at, &job(*j, submitted)),
@@ -232,7 +246,6 @@ fn stream(ops: &[Op], base: i64) -> Vec<(u64, pb::Event)> {
                 }
                 out[i % out.len()].1.clone()
             }
-            Op::Noise(j) => placed(at, &job(*j, submitted)),
         };
         seq += 1;
         out.push((seq, event));

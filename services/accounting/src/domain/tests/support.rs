@@ -42,6 +42,16 @@ pub fn submit(
     )
 }
 
+/// `submitted` (a [`submit`]) made resumable: a preemption requeues it rather than ending it.
+pub fn resumable(mut submitted: pb::Event) -> pb::Event {
+    if let Some(Body::JobSubmitted(s)) = &mut submitted.body
+        && let Some(spec) = &mut s.spec
+    {
+        spec.resumable = true;
+    }
+    submitted
+}
+
 pub fn started(at: i64, job: &str) -> pb::Event {
     ev(at, Body::JobStarted(pb::JobStarted { job_id: job.into() }))
 }
