@@ -28,6 +28,11 @@ pub enum DecodeError {
     /// it was written by a newer schema version.
     #[error("event has no body this version understands (missing, or written by a newer schema)")]
     UnknownBody,
+    /// A log entry decoded, but its event is not on the subject its kind is written to
+    /// ([`crate::subjects::check_filed`]): folded as empty, so no writer acts beyond its
+    /// subjects' permissions.
+    #[error("misfiled event: {0}")]
+    Misfiled(#[from] crate::subjects::Misfiled),
 }
 
 /// Encodes any contract message to bytes.
@@ -51,6 +56,15 @@ pub fn decode_event(bytes: &[u8]) -> Result<pb::Event, DecodeError> {
     if event.body.is_none() {
         return Err(DecodeError::UnknownBody);
     }
+    Ok(event)
+}
+
+/// Decodes one log entry stored on `subject`: [`decode_event`], and the event must be on the
+/// subject its kind and cluster belong to ([`crate::subjects::check_filed`]). What every
+/// service folds the log with.
+pub fn decode_log_entry(subject: &str, bytes: &[u8]) -> Result<pb::Event, DecodeError> {
+    let event = decode_event(bytes)?;
+    crate::subjects::check_filed(subject, &event)?;
     Ok(event)
 }
 

@@ -94,6 +94,12 @@ pub fn job(cluster: &str, job_id: &str) -> String {
     format!("{EVENTS_PREFIX}.{cluster}.job.{job_id}.*")
 }
 
+/// Every event of one job whatever its cluster (job ids are global): where to look for a job
+/// a service has not folded yet.
+pub fn job_in_any_cluster(job_id: &str) -> String {
+    format!("{EVENTS_PREFIX}.*.job.{job_id}.*")
+}
+
 /// Events of one kind for every job of every cluster, e.g. `job_kind("job_started")`.
 pub fn job_kind(kind: &str) -> String {
     format!("{EVENTS_PREFIX}.*.job.*.{kind}")
@@ -162,6 +168,72 @@ pub fn for_event(cluster: &str, event: &crate::pb::Event) -> Option<String> {
     })
 }
 
+/// Why an event is not where its kind belongs (see [`check_filed`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} on subject {subject}")]
+pub struct Misfiled {
+    /// The subject it was stored on.
+    pub subject: String,
+    /// What does not match.
+    pub what: String,
+}
+
+/// Checks that `event`, stored on `subject`, is on the subject its kind is written to by the
+/// scheme above ([`for_event`] for the subject's cluster), and that a cluster named in its body
+/// is that cluster.
+///
+/// Why it matters: NATS permissions are granted by subject (a launcher may publish only its
+/// jobs' started, finished, failed and preempted events), but the folds act on the body. An
+/// event whose body does not belong where it was stored, a budget tree on a job's subject, a
+/// finish of job A on job B's subject, would otherwise let any writer act as any other. The
+/// services fold such an entry as an empty one (`codec::decode_log_entry`). An event with no
+/// body is not checked: it is empty already.
+pub fn check_filed(subject: &str, event: &crate::pb::Event) -> Result<(), Misfiled> {
+    use crate::pb::event::Body;
+    let misfiled = |what: String| Misfiled {
+        subject: subject.to_owned(),
+        what,
+    };
+    let Some(body) = &event.body else {
+        return Ok(());
+    };
+    let cluster = subject
+        .strip_prefix(EVENTS_PREFIX)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .and_then(|rest| rest.split('.').next())
+        .ok_or_else(|| misfiled("not an events subject".to_owned()))?;
+    let named = match body {
+        Body::JobSubmitted(s) => s.spec.as_ref().map(|spec| spec.cluster.as_str()),
+        Body::BudgetTreeSet(b) => Some(b.cluster.as_str()),
+        Body::NodeRegistered(n) => Some(n.cluster.as_str()),
+        Body::NodeCordoned(n) => Some(n.cluster.as_str()),
+        Body::NodeUncordoned(n) => Some(n.cluster.as_str()),
+        Body::NodeDrained(n) => Some(n.cluster.as_str()),
+        Body::NodeRemoved(n) => Some(n.cluster.as_str()),
+        Body::MaintenanceScheduled(m) => Some(m.cluster.as_str()),
+        Body::MaintenanceCancelled(m) => Some(m.cluster.as_str()),
+        Body::UsageSnapshot(u) => Some(u.cluster.as_str()),
+        // A rejection names the cluster asked for, which may be no valid token at all.
+        _ => None,
+    };
+    if let Some(named) = named
+        && named != cluster
+    {
+        return Err(misfiled(format!(
+            "{} of cluster {named:?}",
+            crate::codec::event_kind(event)
+        )));
+    }
+    match for_event(cluster, event) {
+        Some(expected) if expected == subject => Ok(()),
+        Some(expected) => Err(misfiled(format!(
+            "{} that belongs on {expected}",
+            crate::codec::event_kind(event)
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Durable intake of a cluster's submissions.
 pub fn intake(cluster: &str) -> String {
     format!("{INTAKE_PREFIX}.{cluster}")
@@ -218,6 +290,57 @@ mod tests {
             body: None,
         };
         assert_eq!(for_event("c", &empty), None);
+    }
+
+    #[test]
+    fn an_event_is_filed_only_where_its_writer_puts_it() {
+        use crate::pb::{self, event::Body};
+        let e = |body| pb::Event {
+            at_ms: 1,
+            body: Some(body),
+        };
+        let finish = |job: &str| {
+            e(Body::JobFinished(pb::JobFinished {
+                job_id: job.into(),
+                exit_code: 0,
+            }))
+        };
+        let tree = |cluster: &str| {
+            e(Body::BudgetTreeSet(pb::BudgetTreeSet {
+                cluster: cluster.into(),
+                ..Default::default()
+            }))
+        };
+        let ok = job_event("c", "a", "job_finished");
+        assert_eq!(check_filed(&ok, &finish("a")), Ok(()));
+        assert_eq!(check_filed(&policy("c"), &tree("c")), Ok(()));
+        // A launcher's subject carrying a budget tree, or another job's finish, or a finish
+        // under the wrong kind.
+        let launcher = job_event("c", "b", "job_started");
+        let err = check_filed(&launcher, &tree("c")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "budget_tree_set that belongs on fairshare.events.c.policy on subject \
+             fairshare.events.c.job.b.job_started"
+        );
+        assert!(check_filed(&job_event("c", "b", "job_finished"), &finish("a")).is_err());
+        assert!(check_filed(&launcher, &finish("b")).is_err());
+        // The right subject of another cluster than the body names.
+        let err = check_filed(&policy("d"), &tree("c")).unwrap_err();
+        assert!(err.what.contains("of cluster \"c\""), "{err}");
+        // Not an events subject at all; an empty event is not checked.
+        assert!(check_filed("fairshare.intake.c", &finish("a")).is_err());
+        let empty = pb::Event {
+            at_ms: 1,
+            body: None,
+        };
+        assert_eq!(check_filed(&launcher, &empty), Ok(()));
+        // A rejection of an invalid cluster name is filed under the placeholder token.
+        let rejected_event = e(Body::JobRejected(pb::JobRejected {
+            cluster: "a.b".into(),
+            ..Default::default()
+        }));
+        assert_eq!(check_filed(&rejected("a.b"), &rejected_event), Ok(()));
     }
 
     #[test]

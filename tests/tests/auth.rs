@@ -12,7 +12,7 @@ use async_nats::jetstream;
 use fairshare_e2e::{BUDGET, CLUSTER, INVENTORY, accepted, request, spawn_until_stopped};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::streams::{EVENTS_STREAM, INTAKE_CONSUMER, INTAKE_STREAM};
-use fairshare_events::{codec, subjects};
+use fairshare_events::{DecodeError, codec, subjects};
 use fairshare_model::files;
 use fairshare_runtime::auth::{self, Role};
 use fairshare_runtime::clock::SystemClock;
@@ -154,6 +154,25 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
     let subject = subjects::job_event(CLUSTER, &job_id, "job_started");
     assert!(stored(&launcher_js, subject, event(started)).await);
 
+    // Its subjects are its own, but not what it puts there: a budget tree, or a placement,
+    // stored on its job's subject reaches every service as an unusable entry (misfiled),
+    // which they fold as empty.
+    let finished_subject = subjects::job_event(CLUSTER, &job_id, "job_finished");
+    let mut smuggled_tree = budget.clone();
+    smuggled_tree.accounts[0].share += 7;
+    let smuggled = [
+        Body::BudgetTreeSet(smuggled_tree),
+        Body::JobPlaced(pb::JobPlaced {
+            job_id: job_id.clone(),
+            ..Default::default()
+        }),
+    ];
+    let mut smuggled_at = Vec::new();
+    for body in smuggled {
+        assert!(stored(&launcher_js, finished_subject.clone(), event(body)).await);
+        smuggled_at.push(last_sequence(&op_js).await);
+    }
+
     // ...but cannot place a job, order a preemption or change the budget: nothing lands.
     let before = last_sequence(&op_js).await;
     let placed = Body::JobPlaced(pb::JobPlaced {
@@ -191,8 +210,22 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
         .await
         .unwrap();
     let mut seen = 0;
-    follower.catch_up(|_| seen += 1).await.unwrap();
+    let mut misfiled = Vec::new();
+    follower
+        .catch_up(|entry| {
+            seen += 1;
+            if let Err(DecodeError::Misfiled(m)) = entry.event {
+                assert_eq!(m.subject, finished_subject);
+                misfiled.push(entry.sequence);
+            }
+        })
+        .await
+        .unwrap();
     assert_eq!(seen, before, "the launcher reads the whole log");
+    assert_eq!(
+        misfiled, smuggled_at,
+        "exactly the smuggled events are unusable"
+    );
 
     // The decision service places; it cannot change the budget either.
     let (_decision, decision_js) = as_role(&server, dir.path(), Role::Decision).await;

@@ -84,7 +84,9 @@ async fn newest_on(
         .map_err(|e| err(e.to_string()))?;
     match stream.get_last_raw_message_by_subject(subject).await {
         Ok(m) => {
-            let body = codec::decode_event(&m.payload).ok().and_then(|e| e.body);
+            let body = codec::decode_log_entry(&m.subject, &m.payload)
+                .ok()
+                .and_then(|e| e.body);
             Ok((m.sequence, body))
         }
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok((0, None)),

@@ -39,7 +39,7 @@ impl LogEntry {
     /// them.
     pub fn report_if_undecodable(&self) {
         if let Err(e) = &self.event {
-            tracing::error!(sequence = self.sequence, subject = %self.subject, "log entry does not decode, folded as empty: {e}");
+            tracing::error!(sequence = self.sequence, subject = %self.subject, "log entry unusable (undecodable or misfiled), folded as empty: {e}");
         }
     }
 }
@@ -324,7 +324,7 @@ impl Follower {
         Some(Ok(LogEntry {
             sequence,
             subject: message.subject.to_string(),
-            event: codec::decode_event(&message.payload),
+            event: codec::decode_log_entry(&message.subject, &message.payload),
             pending,
             trace: crate::envelope::incoming_trace(message.headers.as_ref()),
             stored_ms,

@@ -154,7 +154,7 @@ pub fn apply_entry(fold: &mut UsageFold, entry: &LogEntry) {
             }
         }
         Err(e) => {
-            tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry does not decode, skipped: {e}");
+            tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry unusable (undecodable or misfiled), skipped: {e}");
             // An event without a body changes nothing but moves the fold past this sequence.
             fold.apply(entry.sequence, &fairshare_events::pb::Event::default());
         }

@@ -507,7 +507,7 @@ impl Service {
         let cycle = self
             .next_cycle
             .max(self.fold.last_cycle().saturating_add(1));
-        self.next_cycle = cycle + 1;
+        self.next_cycle = cycle.saturating_add(1);
         let now_ms = self.clock.now_ms();
         let started = std::time::Instant::now();
         // One span per placement, open until its acknowledgement: a child of the job's

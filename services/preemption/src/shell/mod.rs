@@ -447,7 +447,7 @@ impl Service {
         let cycle = self
             .next_cycle
             .max(self.fold.last_cycle().saturating_add(1));
-        self.next_cycle = cycle + 1;
+        self.next_cycle = cycle.saturating_add(1);
         stamp_cycle(&mut bodies, cycle);
         let count = bodies.len();
         let outcome = publish::publish(

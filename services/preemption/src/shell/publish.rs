@@ -265,7 +265,7 @@ mod tests {
             fold.apply(&LogEntry {
                 sequence,
                 subject: m.subject.to_string(),
-                event: codec::decode_event(&m.payload),
+                event: codec::decode_log_entry(&m.subject, &m.payload),
                 pending: 0,
                 trace: None,
                 stored_ms: None,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fairshare_events::pb::{self, cancel_reply, event::Body};
+use fairshare_events::pb::{self, RejectionCode, cancel_reply, event::Body};
 use fairshare_events::{codec, headers, subjects};
 use fairshare_runtime::envelope::{Envelope, incoming_trace};
 use fairshare_runtime::log::newest_sequence;
@@ -57,8 +57,36 @@ async fn cancel(
     request: &pb::CancelRequest,
     trace: Option<headers::TraceParent>,
 ) -> Result<pb::Cancelled, pb::Rejection> {
+    let mut looked_in_log = false;
     for _ in 0..ATTEMPTS {
-        let target = check_cancel(&shared.state(), request, &shared.limits)?;
+        // The state's lock is let go here, before anything below awaits.
+        let checked = check_cancel(&shared.state(), request, &shared.limits);
+        let target = match checked {
+            Err(r)
+                if r.code == RejectionCode::UnknownJob as i32
+                    && !looked_in_log
+                    && subjects::is_valid_token(&request.job_id) =>
+            {
+                // Another instance may have accepted the job a moment ago, ahead of this
+                // one's fold: "unknown" is final for a launcher, so it is said only once the
+                // fold holds everything the log has of the job.
+                looked_in_log = true;
+                let newest = newest_sequence(
+                    &shared.events,
+                    &subjects::job_in_any_cluster(&request.job_id),
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+                if newest == 0 {
+                    return Err(r);
+                }
+                if !shared.wait_applied(newest, CATCH_UP).await {
+                    return Err(unavailable("the fold is behind the log"));
+                }
+                continue;
+            }
+            checked => checked?,
+        };
         let (cluster, expected) = match target {
             CancelTarget::AlreadyCancelled { sequence } => {
                 return Ok(pb::Cancelled {
@@ -106,4 +134,90 @@ async fn cancel(
         }
     }
     Err(unavailable("the job kept changing while cancelling"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use fairshare_model::shape::Shape;
+    use fairshare_runtime::clock::{Clock, SystemClock};
+
+    use super::*;
+    use crate::domain::{Limits, SubmissionState, job_submitted};
+
+    fn cancel_request(job_id: &str) -> pb::CancelRequest {
+        pb::CancelRequest {
+            job_id: job_id.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Instances sharing the cancels: one may be asked about a job another accepted a moment
+    /// ago, before its own fold has it. It waits for its fold rather than answer "unknown",
+    /// which a launcher takes as final.
+    #[tokio::test]
+    async fn a_cancel_waits_for_a_job_the_log_has_and_the_fold_not_yet() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let clock = Arc::new(SystemClock);
+        let shared = Arc::new(
+            Shared::new(
+                js.clone(),
+                Limits::default(),
+                clock.clone(),
+                SubmissionState::default(),
+            )
+            .await
+            .unwrap(),
+        );
+        // Another instance accepts job j-1: it is in the log, not in this fold.
+        let request = pb::SubmitRequest {
+            idempotency_key: "k-1".into(),
+            spec: Some(pb::JobSpec {
+                cluster: "c".into(),
+                allocation: "a".into(),
+                gpus: 1,
+                nodes: 1,
+                min_runtime_s: 60,
+                ..Default::default()
+            }),
+        };
+        let shape = Shape {
+            nodes: 1,
+            gpus_per_node: 1,
+        };
+        let submitted = pb::Event {
+            at_ms: clock.now_ms(),
+            body: Some(Body::JobSubmitted(job_submitted("j-1", &request, shape))),
+        };
+        let subject = subjects::job_event("c", "j-1", "job_submitted");
+        let sequence = js
+            .publish(subject, codec::encode(&submitted))
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .sequence;
+
+        // A job the log has never seen is unknown at once.
+        let unknown = cancel(&shared, &cancel_request("j-2"), None)
+            .await
+            .unwrap_err();
+        assert_eq!(unknown.code, RejectionCode::UnknownJob as i32);
+
+        // This fold reaches j-1 only a moment after the cancel comes in.
+        let follower = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                shared.state().apply(sequence, &submitted);
+                shared.set_applied(sequence);
+            })
+        };
+        let cancelled = cancel(&shared, &cancel_request("j-1"), None).await.unwrap();
+        follower.await.unwrap();
+        assert_eq!(cancelled.job_id, "j-1");
+        assert!(cancelled.stream_sequence > sequence, "{cancelled:?}");
+    }
 }

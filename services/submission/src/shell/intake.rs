@@ -130,17 +130,50 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
         };
         return reject(shared, &key, cluster, rejection, intake_sequence, trace).await;
     }
-    let checked = check_submission(&shared.state(), &request, &shared.limits);
-    match checked {
-        Ok(Checked::Repeat { .. }) => Ok(()),
-        Ok(Checked::New(shape)) => match append_submitted(shared, &request, shape, trace).await {
-            Ok(_) => Ok(()),
-            Err(r) if r.code == pb::RejectionCode::Unavailable as i32 => Err(r.message),
-            // The key had been rejected before (read back from the log): nothing to add.
-            Err(_) => Ok(()),
-        },
-        Err(rejection) => reject(shared, &key, cluster, rejection, intake_sequence, trace).await,
+    let mut caught_up = false;
+    loop {
+        let checked = check_submission(&shared.state(), &request, &shared.limits);
+        return match checked {
+            Ok(Checked::Repeat { .. }) => Ok(()),
+            Ok(Checked::New(shape)) => {
+                match append_submitted(shared, &request, shape, trace).await {
+                    Ok(_) => Ok(()),
+                    Err(r) if r.code == pb::RejectionCode::Unavailable as i32 => Err(r.message),
+                    // The key had been rejected before (read back from the log): nothing to add.
+                    Err(_) => Ok(()),
+                }
+            }
+            Err(rejection) if !caught_up && depends_on_inventory(&rejection) => {
+                // A logged rejection is final for its key, and the intake runs apart from the
+                // log's follower: a budget tree or node the launcher saw applied a moment ago
+                // may not be folded yet. Judge again once it is.
+                caught_up = true;
+                shared.catch_up_on_cluster(cluster, CATCH_UP).await?;
+                continue;
+            }
+            Err(rejection) => {
+                reject(shared, &key, cluster, rejection, intake_sequence, trace).await
+            }
+        };
     }
+}
+
+/// How long an intake message waits for the fold to reach its cluster's newest budget tree and
+/// node events before it is offered again.
+const CATCH_UP: Duration = Duration::from_secs(2);
+
+/// Whether a rejection depends on the cluster's budget tree or nodes as folded so far (and may
+/// not stand once the newest of them are).
+fn depends_on_inventory(rejection: &pb::Rejection) -> bool {
+    use pb::RejectionCode as Code;
+    [
+        Code::UnknownCluster,
+        Code::UnknownAllocation,
+        Code::TooManyGpus,
+        Code::ShapeMismatch,
+    ]
+    .iter()
+    .any(|&code| rejection.code == code as i32)
 }
 
 /// Whether the log already holds the outcome of key `key`. Only a key that can be one is
@@ -197,4 +230,116 @@ async fn reject(
         .await
         .map(|_| ())
         .map_err(|e| format!("{e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use fairshare_runtime::clock::SystemClock;
+
+    use super::*;
+    use crate::domain::{Limits, SubmissionState};
+
+    /// A budget tree and a node the launcher saw applied, not yet folded by the service when
+    /// its intake message comes in: the message waits for the fold instead of being rejected
+    /// for good as "unknown cluster".
+    #[tokio::test]
+    async fn an_intake_submission_waits_for_the_clusters_newest_policy_and_nodes() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let shared = Arc::new(
+            Shared::new(
+                js.clone(),
+                Limits::default(),
+                Arc::new(SystemClock),
+                SubmissionState::default(),
+            )
+            .await
+            .unwrap(),
+        );
+        let at_ms = 1_700_000_000_000;
+        let inventory = [
+            (
+                subjects::policy("c"),
+                Body::BudgetTreeSet(pb::BudgetTreeSet {
+                    cluster: "c".into(),
+                    accounts: vec![pb::Account {
+                        name: "a".into(),
+                        share: 1,
+                        children: vec![],
+                    }],
+                }),
+            ),
+            (
+                subjects::node("c", "n1"),
+                Body::NodeRegistered(pb::NodeRegistered {
+                    cluster: "c".into(),
+                    node: "n1".into(),
+                    gpus: 8,
+                }),
+            ),
+        ];
+        let mut logged = Vec::new();
+        for (subject, body) in inventory {
+            let event = pb::Event {
+                at_ms,
+                body: Some(body),
+            };
+            let ack = js.publish(subject, codec::encode(&event)).await.unwrap();
+            logged.push((ack.await.unwrap().sequence, event));
+        }
+        let request = pb::SubmitRequest {
+            idempotency_key: "k-1".into(),
+            spec: Some(pb::JobSpec {
+                cluster: "c".into(),
+                allocation: "a".into(),
+                gpus: 1,
+                nodes: 1,
+                min_runtime_s: 60,
+                ..Default::default()
+            }),
+        };
+        js.publish(subjects::intake("c"), codec::encode(&request))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let consumer = consumer(&shared).await.unwrap();
+        let message = consumer
+            .fetch()
+            .max_messages(1)
+            .messages()
+            .await
+            .unwrap()
+            .next()
+            .await
+            .unwrap()
+            .unwrap();
+
+        // The service's fold gets there only a moment after the message.
+        let follower = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                for (sequence, event) in &logged {
+                    shared.state().apply(*sequence, event);
+                    shared.set_applied(*sequence);
+                }
+            })
+        };
+        handle(&shared, &message).await.unwrap();
+        follower.await.unwrap();
+        let newest = shared
+            .events
+            .get_last_raw_message_by_subject(&subjects::cluster_events("c"))
+            .await
+            .unwrap();
+        let event = codec::decode_event(&newest.payload).unwrap();
+        assert!(
+            matches!(event.body, Some(Body::JobSubmitted(_))),
+            "{}: {event:?}",
+            newest.subject
+        );
+    }
 }

@@ -4,9 +4,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
-use fairshare_events::{codec, pb, streams::EVENTS_STREAM};
+use fairshare_events::{codec, pb, streams::EVENTS_STREAM, subjects};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::envelope::Envelope;
+use fairshare_runtime::log::newest_sequence;
 use tokio::sync::watch;
 
 use super::ServiceError;
@@ -93,6 +94,28 @@ impl Shared {
             .is_ok_and(|r| r.is_ok())
     }
 
+    /// Waits until the fold holds the newest budget tree and node events of `cluster` (a
+    /// valid cluster token). `Err` if the log cannot be read or the fold does not get there
+    /// within `timeout`.
+    pub async fn catch_up_on_cluster(
+        &self,
+        cluster: &str,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        let mut newest = 0;
+        for filter in [subjects::policy(cluster), subjects::node(cluster, "*")] {
+            newest = newest.max(newest_sequence(&self.events, &filter).await?);
+        }
+        if self.wait_applied(newest, timeout).await {
+            Ok(())
+        } else {
+            Err(format!(
+                "the fold is behind the log (sequence {newest} of cluster {cluster}'s policy \
+                 and nodes not reached within {timeout:?})"
+            ))
+        }
+    }
+
     /// Appends `body` at the current time on `subject`; returns (sequence, duplicate).
     pub async fn append(
         &self,
@@ -124,7 +147,7 @@ impl Shared {
             .get_raw_message(sequence)
             .await
             .map_err(|e| format!("cannot read back sequence {sequence}: {e}"))?;
-        codec::decode_event(&message.payload).map_err(|e| e.to_string())
+        codec::decode_log_entry(&message.subject, &message.payload).map_err(|e| e.to_string())
     }
 }
 

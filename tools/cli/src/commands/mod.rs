@@ -62,7 +62,7 @@ pub async fn budget_tree(conn: &Connection, cluster: &str) -> anyhow::Result<Opt
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
         Err(e) => anyhow::bail!("cannot read the budget tree of cluster {cluster}: {e}"),
     };
-    match codec::decode_event(&message.payload)?.body {
+    match codec::decode_log_entry(&message.subject, &message.payload)?.body {
         Some(Body::BudgetTreeSet(set)) => Ok(Some(BudgetTree::from_accounts(&set.accounts)?)),
         other => anyhow::bail!(
             "the newest event on {}'s policy subject is not a budget tree: {other:?}",

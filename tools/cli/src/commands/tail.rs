@@ -68,7 +68,7 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
                 }
             }
             Err(e) => eprintln!(
-                "#{} {}: does not decode: {e}",
+                "#{} {}: unusable, folded as empty by the services: {e}",
                 entry.sequence, entry.subject
             ),
         }
