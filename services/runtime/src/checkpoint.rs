@@ -93,6 +93,7 @@ impl CheckpointStore {
         wait: Duration,
     ) -> Result<Self, CheckpointError> {
         let deadline = Instant::now() + wait;
+        let mut set_aside = false;
         let db = loop {
             match sled::Config::new().path(dir).open() {
                 Ok(db) => break db,
@@ -103,6 +104,20 @@ impl CheckpointStore {
                         });
                     }
                     std::thread::sleep(LOCK_RETRY);
+                }
+                // A database sled cannot read (torn by a power loss, written by another
+                // version) is a cache lost, not a reason to stop serving: it is kept aside
+                // for a post-mortem and the state is rebuilt from the log. Once only: a
+                // fresh directory that fails too is a real problem (disk, permissions).
+                Err(e) if is_unreadable(&e) && !set_aside => {
+                    let aside = set_aside_path(dir);
+                    std::fs::rename(dir, &aside).map_err(sled::Error::Io)?;
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        aside = %aside.display(),
+                        "checkpoint store unreadable ({e}); moved aside, rebuilding from the log"
+                    );
+                    set_aside = true;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -220,6 +235,26 @@ impl CheckpointStore {
 
 /// Whether sled refused to open because another store holds the directory's lock. sled reports
 /// it only as an I/O error with this message (sled 0.34, `config.rs`).
+/// Whether sled found the database itself unreadable (as opposed to the disk or the
+/// directory's permissions failing).
+fn is_unreadable(e: &sled::Error) -> bool {
+    matches!(
+        e,
+        sled::Error::Corruption { .. } | sled::Error::Unsupported(_)
+    )
+}
+
+/// Where an unreadable store in `dir` is moved: beside it, named for the moment.
+fn set_aside_path(dir: &Path) -> PathBuf {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let name = dir
+        .file_name()
+        .map_or_else(|| "checkpoint".into(), |n| n.to_string_lossy());
+    dir.with_file_name(format!("{name}.unreadable-{seconds}"))
+}
+
 fn is_lock_held(e: &sled::Error) -> bool {
     matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
 }
@@ -289,6 +324,31 @@ mod tests {
             store.load::<State>().unwrap().map(|cp| cp.sequence),
             Some(3)
         );
+    }
+
+    #[test]
+    fn a_store_sled_cannot_read_is_moved_aside_and_started_afresh() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("decision-c1");
+        {
+            let store = CheckpointStore::open(&dir, "test", 1).unwrap();
+            store.save(7, &State { usage: vec![] }).unwrap();
+        }
+        // A power loss tore every file the store wrote.
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::write(&path, b"\xff torn \x00\x01").unwrap();
+            }
+        }
+        let store = CheckpointStore::open(&dir, "test", 1).expect("started afresh");
+        assert_eq!(store.load::<State>().unwrap(), None);
+        let aside: Vec<String> = std::fs::read_dir(parent.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("decision-c1.unreadable-"))
+            .collect();
+        assert_eq!(aside.len(), 1, "kept for a post-mortem");
     }
 
     #[test]

@@ -124,13 +124,21 @@ pub enum Ignored {
     /// A budget tree that does not validate; the previous tree stays in force.
     #[error("budget tree refused: {0}")]
     InvalidBudgetTree(#[from] BudgetError),
-    /// A usage snapshot for an earlier window end than the one held.
-    #[error("usage snapshot for window end {window_end_ms} is older than the one held ({held_ms})")]
+    /// A usage snapshot covering less of the log than the one held (or, at the same log
+    /// position or without one, an earlier window end).
+    #[error(
+        "usage snapshot through sequence {through_sequence} (window end {window_end_ms}) is \
+         older than the one held (through {held_through}, window end {held_ms})"
+    )]
     StaleSnapshot {
         /// The snapshot's window end.
         window_end_ms: i64,
+        /// The last log sequence it covers (0: not named).
+        through_sequence: u64,
         /// The window end of the snapshot held.
         held_ms: i64,
+        /// The last log sequence the held snapshot covers.
+        held_through: u64,
     },
     /// A node event for a node that is not registered.
     #[error("node {node:?} is not registered")]
@@ -895,13 +903,24 @@ impl DecisionState {
 
     fn snapshot(&mut self, u: &pb::UsageSnapshot) -> Result<(), Ignored> {
         check_cluster(&self.cluster, &u.cluster)?;
-        if let Some(held) = &self.usage
-            && u.window_end_ms < held.window_end_ms
-        {
-            return Err(Ignored::StaleSnapshot {
-                window_end_ms: u.window_end_ms,
-                held_ms: held.window_end_ms,
-            });
+        if let Some(held) = &self.usage {
+            // Newer is what covers more of the log; the window end (the accounting service's
+            // clock) only breaks ties, or decides for producers that name no sequence. Going
+            // by the clock alone, one snapshot from a clock that ran ahead would make every
+            // correct one after it look stale until real time caught up, freezing usage.
+            let stale = if u.through_sequence > 0 && held.through_sequence > 0 {
+                (u.through_sequence, u.window_end_ms) < (held.through_sequence, held.window_end_ms)
+            } else {
+                u.window_end_ms < held.window_end_ms
+            };
+            if stale {
+                return Err(Ignored::StaleSnapshot {
+                    window_end_ms: u.window_end_ms,
+                    through_sequence: u.through_sequence,
+                    held_ms: held.window_end_ms,
+                    held_through: held.through_sequence,
+                });
+            }
         }
         let mut by_allocation = BTreeMap::new();
         for a in &u.allocations {

@@ -329,6 +329,33 @@ fn shape_is_resolved_when_a_producer_left_it_out() {
 }
 
 #[test]
+fn a_snapshot_from_a_clock_that_ran_ahead_does_not_freeze_usage() {
+    let mut h = H::new();
+    h.node("n0", 8);
+    // The accounting service's clock jumps 100 h ahead for one snapshot, then is set right.
+    h.snapshot(100 * HOUR, &[("a", 5, 10)]);
+    h.node("n1", 8);
+    h.snapshot(2 * HOUR, &[("a", 7, 10)]);
+    let usage = h.state.usage().unwrap();
+    assert_eq!(usage.window_end_ms, 2 * HOUR);
+    // One covering less of the log than the one held is stale, whatever its clock says.
+    let older = usage.through_sequence - 1;
+    assert!(matches!(
+        h.apply(
+            0,
+            Body::UsageSnapshot(pb::UsageSnapshot {
+                cluster: CLUSTER.into(),
+                window_end_ms: 3 * HOUR,
+                through_sequence: older,
+                ..Default::default()
+            })
+        ),
+        Err(Ignored::StaleSnapshot { .. })
+    ));
+    assert_eq!(h.state.usage().unwrap().window_end_ms, 2 * HOUR);
+}
+
+#[test]
 fn stale_snapshots_and_past_maintenance_windows_are_dropped() {
     let mut h = H::new();
     h.snapshot(2 * HOUR, &[("a", 5, 10)]);
