@@ -568,7 +568,33 @@ impl Service {
         let outcome = if batch.is_empty() {
             Outcome::default()
         } else {
-            publish::publish(&self.js, &self.config.cluster, batch).await
+            match publish::newest_inventory_change(&self.events, &self.config.cluster).await {
+                // A node event the fold has not reached: decide again once it has (the
+                // barrier holds the next cycle until then; the event itself marks the state
+                // changed). What is left is the moment between this look and the publish.
+                Ok(newest) if newest > through_sequence => {
+                    tracing::debug!(
+                        cycle,
+                        through_sequence,
+                        newest,
+                        "nodes changed since the state this cycle decided from; not published"
+                    );
+                    for span in &mut spans {
+                        span.fail("nodes changed since the decision; decided again");
+                    }
+                    Outcome {
+                        max_sequence: newest,
+                        ..Outcome::default()
+                    }
+                }
+                Ok(_) => publish::publish(&self.js, &self.config.cluster, batch).await,
+                // The same trouble would most likely fail the publish too: it is tried, and
+                // its outcome looked up as usual.
+                Err(e) => {
+                    tracing::warn!("cannot read the newest node event, publishing unfenced: {e}");
+                    publish::publish(&self.js, &self.config.cluster, batch).await
+                }
+            }
         };
         drop(spans);
         tracing::debug!(
@@ -629,6 +655,100 @@ mod tests {
             stored_ms: None,
         });
         fold
+    }
+
+    /// A cordon that lands after the state a cycle decided from, before the fold has it: the
+    /// cycle's placement onto that node is not published, and the next cycle waits for the
+    /// fold to reach the cordon.
+    #[tokio::test]
+    async fn a_cycle_does_not_place_onto_a_node_changed_since_its_state() {
+        use fairshare_events::codec;
+        use fairshare_runtime::clock::SystemClock;
+
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let append = |subject: String, body: Body| {
+            let js = js.clone();
+            async move {
+                let event = pb::Event {
+                    at_ms: 1,
+                    body: Some(body),
+                };
+                js.publish(subject, codec::encode(&event))
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap()
+                    .sequence
+            }
+        };
+        append(
+            subjects::policy("c"),
+            Body::BudgetTreeSet(pb::BudgetTreeSet {
+                cluster: "c".into(),
+                accounts: vec![pb::Account {
+                    name: "a".into(),
+                    share: 1,
+                    children: vec![],
+                }],
+            }),
+        )
+        .await;
+        let node = |gpus| {
+            Body::NodeRegistered(pb::NodeRegistered {
+                cluster: "c".into(),
+                node: "n1".into(),
+                gpus,
+            })
+        };
+        append(subjects::node("c", "n1"), node(8)).await;
+        append(
+            subjects::job_event("c", "j1", "job_submitted"),
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: "j1".into(),
+                idempotency_key: "k1".into(),
+                spec: Some(pb::JobSpec {
+                    cluster: "c".into(),
+                    allocation: "a".into(),
+                    gpus: 1,
+                    nodes: 1,
+                    min_runtime_s: 60,
+                    ..Default::default()
+                }),
+                shape: Some(pb::Shape {
+                    nodes: 1,
+                    gpus_per_node: 1,
+                }),
+            }),
+        )
+        .await;
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let mut service = Service::start(client, Config::new("c"), Arc::new(SystemClock))
+            .await
+            .unwrap();
+        assert!(service.state().job("j1").is_some(), "folded at start");
+        let cordon = append(
+            subjects::node("c", "n1"),
+            Body::NodeCordoned(pb::NodeCordoned {
+                cluster: "c".into(),
+                node: "n1".into(),
+                reason: "fan".into(),
+            }),
+        )
+        .await;
+
+        let (outcome, _) = service.cycle().await;
+        assert_eq!(outcome.landed, 0, "{outcome:?}");
+        assert_eq!(
+            outcome.max_sequence, cordon,
+            "the next cycle waits for the cordon"
+        );
+        let events = js.get_stream(EVENTS_STREAM).await.unwrap();
+        assert_eq!(
+            publish::newest_of_job(&events, "c", "j1").await.unwrap(),
+            cordon - 1,
+            "nothing was written for the job"
+        );
     }
 
     fn store(dir: &std::path::Path, cluster: &str) -> CheckpointStore {

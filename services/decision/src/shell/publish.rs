@@ -123,6 +123,21 @@ pub(crate) async fn newest_of_job(
     fairshare_runtime::log::newest_sequence(events, &subjects::job(cluster, job_id)).await
 }
 
+/// The sequence of the newest node or maintenance event of `cluster`: a cycle decided from an
+/// older state may name a node cordoned, removed, shrunk or closed for maintenance since, so
+/// its placements are not published (the job fence above does not cover the GPUs).
+pub(crate) async fn newest_inventory_change(
+    events: &jetstream::stream::Stream,
+    cluster: &str,
+) -> Result<u64, String> {
+    let (nodes, maintenance) = futures::future::join(
+        fairshare_runtime::log::newest_sequence(events, &subjects::node(cluster, "*")),
+        fairshare_runtime::log::newest_sequence(events, &subjects::maintenance(cluster)),
+    )
+    .await;
+    Ok(nodes?.max(maintenance?))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
