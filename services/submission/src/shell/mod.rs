@@ -103,6 +103,41 @@ pub enum ServiceError {
     /// The checkpoint store could not be opened (e.g. another instance holds it).
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// The payload limit leaves an accepted submission's event no room within the largest
+    /// message the NATS server takes: such a submission could never be written.
+    #[error(
+        "--max-payload-bytes {limit} is too large for this NATS server (max_payload \
+         {server_max} bytes): the job-submitted event carries the payload plus up to \
+         {EVENT_OVERHEAD_BYTES} bytes of names, key and headers; use at most {allowed}"
+    )]
+    PayloadLimit {
+        /// The configured limit.
+        limit: usize,
+        /// The server's `max_payload`.
+        server_max: usize,
+        /// The largest limit that fits.
+        allowed: usize,
+    },
+}
+
+/// What a `JobSubmitted` event and its headers can add to the launcher's payload: the other
+/// fields of the spec (each bounded by [`Limits`] or by the budget tree's
+/// names), the job id, the key twice (event and header), the message id and trace context.
+pub const EVENT_OVERHEAD_BYTES: usize = 8 * 1024;
+
+/// Refuses a payload limit the server could never carry in an event ([`EVENT_OVERHEAD_BYTES`]
+/// more); otherwise a submission near the limit would fail to append on every retry, and on
+/// the intake hold up every message behind it.
+fn check_payload_limit(limits: &Limits, server_max: usize) -> Result<(), ServiceError> {
+    let allowed = server_max.saturating_sub(EVENT_OVERHEAD_BYTES);
+    if limits.max_payload_bytes > allowed {
+        return Err(ServiceError::PayloadLimit {
+            limit: limits.max_payload_bytes,
+            server_max,
+            allowed,
+        });
+    }
+    Ok(())
 }
 
 /// A started service: state folded up to the log's end, ready to serve.
@@ -157,6 +192,7 @@ impl Service {
         config: Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ServiceError> {
+        check_payload_limit(&config.limits, client.server_info().max_payload)?;
         let js = jetstream::new(client.clone());
         ensure_streams(&js, config.stream_replicas).await?;
         let log = log_position(&js).await?;
@@ -317,4 +353,52 @@ pub async fn run(
         .await?
         .serve(shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use fairshare_runtime::clock::SystemClock;
+
+    use super::*;
+
+    /// A server taking messages of at most 64 KiB cannot carry the event of a 64 KiB payload:
+    /// the service says so at start, with the largest limit that works, instead of failing
+    /// every such submission later.
+    #[tokio::test]
+    async fn a_payload_limit_the_server_cannot_carry_is_refused_at_start() {
+        let server =
+            fairshare_testkit::NatsServer::start_with_config("max_payload: 65536\n").unwrap();
+        let start = |max_payload_bytes| {
+            let url = server.url();
+            async move {
+                let client = async_nats::connect(url).await.unwrap();
+                let config = Config {
+                    limits: Limits {
+                        max_payload_bytes,
+                        ..Limits::default()
+                    },
+                    consume_intake: false,
+                    ..Config::default()
+                };
+                Service::start(client, config, Arc::new(SystemClock)).await
+            }
+        };
+        let Err(refused) = start(64 * 1024).await else {
+            panic!("a 64 KiB payload limit on a 64 KiB server must be refused");
+        };
+        let allowed = 65_536 - EVENT_OVERHEAD_BYTES;
+        assert!(
+            matches!(refused, ServiceError::PayloadLimit { allowed: a, .. } if a == allowed),
+            "{refused}"
+        );
+        assert!(
+            refused
+                .to_string()
+                .contains(&format!("use at most {allowed}")),
+            "{refused}"
+        );
+        assert!(start(allowed).await.is_ok());
+    }
 }
