@@ -430,8 +430,17 @@ async fn intake_rejections_fit_a_message_and_an_empty_key_answers_nothing_for_la
     let mut huge = request("huge-cluster");
     huge.spec.as_mut().unwrap().cluster = "\u{1}".repeat(250_000);
     publish(huge).await;
-    // Two submissions without a key: each is rejected; the first does not answer the second.
-    publish(request("")).await;
+    // No spec at all: malformed, as over request/reply (not "names cluster \"\"").
+    publish(pb::SubmitRequest {
+        idempotency_key: "no-spec".into(),
+        spec: None,
+    })
+    .await;
+    // Two submissions without a key: each is rejected for it (even the one naming another
+    // cluster); the first does not answer the second.
+    let mut elsewhere = request("");
+    elsewhere.spec.as_mut().unwrap().cluster = "elsewhere".into();
+    publish(elsewhere).await;
     publish(request("")).await;
     publish(request("after-the-bad-ones")).await;
 
@@ -457,11 +466,16 @@ async fn intake_rejections_fit_a_message_and_an_empty_key_answers_nothing_for_la
             _ => None,
         })
         .collect();
-    assert_eq!(rejected.len(), 3, "{rejected:?}");
+    assert_eq!(rejected.len(), 4, "{rejected:?}");
     assert_eq!(rejected[0].idempotency_key, "huge-cluster");
     let message = &rejected[0].rejection.as_ref().unwrap().message;
     assert!(message.len() <= 1024, "{} bytes", message.len());
-    for r in &rejected[1..] {
+    assert_eq!(rejected[1].idempotency_key, "no-spec");
+    assert_eq!(
+        rejected[1].rejection.as_ref().unwrap().code,
+        RejectionCode::Malformed as i32
+    );
+    for r in &rejected[2..] {
         assert_eq!(
             r.rejection.as_ref().unwrap().code,
             RejectionCode::BadIdempotencyKey as i32

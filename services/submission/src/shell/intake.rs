@@ -112,12 +112,13 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
     if answered(shared, &key) {
         return Ok(());
     }
-    let spec_cluster = request
-        .spec
-        .as_ref()
-        .map(|s| s.cluster.as_str())
-        .unwrap_or_default();
-    if spec_cluster != cluster {
+    // A missing spec or an unusable key is answered as request/reply answers it (by
+    // `check_submission`), not hidden behind the cluster it failed to name.
+    if idempotency_key_problem(&key, &shared.limits).is_none()
+        && let Some(spec) = &request.spec
+        && spec.cluster != cluster
+    {
+        let spec_cluster = &spec.cluster;
         let rejection = pb::Rejection {
             code: pb::RejectionCode::InvalidName as i32,
             message: bounded(
