@@ -146,6 +146,19 @@ impl UsageFold {
         &self.counts
     }
 
+    /// Whether every cluster index the fold holds (by name, and on each live job) names one of
+    /// its clusters: always so for a fold built by [`Self::apply`]. A checkpoint is input too,
+    /// and the fold indexes its clusters by these without a check on every event, so a
+    /// damaged one that still decodes is refused with this rather than trusted.
+    pub fn links_hold(&self) -> bool {
+        let clusters = self.clusters.len();
+        let named = self
+            .cluster_ids
+            .values()
+            .all(|&id| (id as usize) < clusters);
+        named && self.jobs.clusters().all(|id| (id as usize) < clusters)
+    }
+
     /// Applies the event at stream `sequence`. Sequences at or below the last applied one are
     /// skipped; any other event advances the last applied sequence, even when it is ignored.
     pub fn apply(&mut self, sequence: u64, event: &pb::Event) -> Applied {
@@ -428,5 +441,27 @@ fn changed(clamped: bool) -> Applied {
         Applied::Clamped
     } else {
         Applied::Changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::tests::support::{node, submit};
+
+    #[test]
+    fn a_fold_whose_cluster_links_are_broken_says_so() {
+        let mut fold = UsageFold::new(FoldConfig::default());
+        fold.apply(1, &node(0, "c", "n1", 8));
+        fold.apply(2, &submit(0, "j", "c", "a", 1, 1, 60));
+        assert!(fold.links_hold());
+        // A checkpoint that decodes but names a cluster it does not hold.
+        let mut by_name = fold.clone();
+        by_name.cluster_ids.insert("d".into(), 7);
+        assert!(!by_name.links_hold());
+        let mut by_job = fold.clone();
+        by_job.clusters.clear();
+        by_job.cluster_ids.clear();
+        assert!(!by_job.links_hold(), "the live job still names cluster 0");
     }
 }

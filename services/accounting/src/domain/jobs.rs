@@ -108,6 +108,14 @@ impl JobTable {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The cluster index of every job remembered.
+    pub fn clusters(&self) -> impl Iterator<Item = u32> + '_ {
+        self.uuids
+            .values()
+            .chain(self.others.values())
+            .map(|j| j.cluster)
+    }
 }
 
 #[cfg(test)]

@@ -115,8 +115,9 @@ impl Paths {
     pub fn get(&self, path: &str) -> Option<PathId> {
         let mask = self.slots.len().checked_sub(1)?;
         let mut i = (hash(path) as usize) & mask;
-        // The table is at most half full, so probing always reaches an empty slot.
-        loop {
+        // The table is at most half full, so probing reaches an empty slot; bounded all the
+        // same, so a table read from a damaged checkpoint cannot make it spin.
+        for _ in 0..self.slots.len() {
             let id = *self.slots.get(i)?;
             if id == EMPTY {
                 return None;
@@ -126,6 +127,7 @@ impl Paths {
             }
             i = (i + 1) & mask;
         }
+        None
     }
 
     /// The path of `id`.
@@ -189,6 +191,16 @@ mod tests {
         assert_eq!(p.parent(bx).map(|id| p.name(id)), Some("a/b"));
         assert_eq!(p.parent(0), None);
         assert_eq!(p.subtree("a").count(), 7);
+    }
+
+    #[test]
+    fn a_table_without_an_empty_slot_answers_instead_of_spinning() {
+        let mut p = Paths::default();
+        p.intern("a");
+        // As a damaged checkpoint could hold it: every slot taken.
+        p.slots.iter_mut().for_each(|slot| *slot = 0);
+        assert_eq!(p.get("a"), Some(0));
+        assert_eq!(p.get("nowhere"), None);
     }
 
     #[test]

@@ -178,7 +178,9 @@ impl Service {
         )?;
         let mut fold = match store.load::<UsageFold>() {
             Ok(Some(cp))
-                if cp.state.config() == config.fold && cp.state.last_applied() == cp.sequence =>
+                if cp.state.config() == config.fold
+                    && cp.state.last_applied() == cp.sequence
+                    && cp.state.links_hold() =>
             {
                 // A checkpoint past the log's end belongs to another incarnation of the stream
                 // (a server whose store was wiped): resumed, it would skip the new log's first
@@ -198,7 +200,8 @@ impl Service {
             }
             Ok(Some(_)) => {
                 tracing::warn!(
-                    "checkpoint was folded with other settings; rebuilding from the log"
+                    "checkpoint was folded with other settings, or does not hold together; \
+                     rebuilding from the log"
                 );
                 UsageFold::new(config.fold)
             }

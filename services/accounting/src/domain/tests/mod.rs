@@ -4,4 +4,4 @@
 mod brute;
 mod hand;
 mod props;
-mod support;
+pub(super) mod support;
