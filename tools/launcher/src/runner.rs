@@ -58,8 +58,13 @@ pub async fn run(
             () = &mut shutdown => return Ok(()),
             entry = follower.next() => match entry {
                 Some(Ok(entry)) => {
-                    if let Ok(event) = &entry.event {
-                        state.apply(entry.sequence, event);
+                    match &entry.event {
+                        Ok(event) => state.apply(entry.sequence, event),
+                        Err(e) => tracing::warn!(sequence = entry.sequence, subject = %entry.subject, "log entry unusable, folded as empty: {e}"),
+                    }
+                    // Whatever it was, it moved the job's subject.
+                    if let Some((job_id, _)) = subjects::job_event_parts(&entry.subject) {
+                        state.saw(job_id, entry.sequence);
                     }
                     traces.note(&entry);
                     if entry.pending == 0 {

@@ -158,13 +158,15 @@ impl LauncherState {
             Body::JobPreempted(e) => (&e.job_id, Phase::Ended),
             _ => return,
         };
-        // A job that finished, failed or was cancelled never comes back (only a preempted
-        // one is requeued): it is forgotten, so `due` looks at live jobs only, not at every
-        // job the cluster ever ran.
-        let terminal = matches!(
-            body,
-            Body::JobFinished(_) | Body::JobFailed(_) | Body::JobCancelled(_)
-        );
+        // A job that finished, failed or was cancelled never comes back, nor does a preempted
+        // one that cannot resume (only a resumable one is requeued): it is forgotten, so `due`
+        // looks at live jobs only, not at every job the cluster ever ran.
+        let resumable = self.jobs.get(job_id).is_some_and(|j| j.resumable);
+        let terminal = match body {
+            Body::JobFinished(_) | Body::JobFailed(_) | Body::JobCancelled(_) => true,
+            Body::JobPreempted(_) => !resumable,
+            _ => false,
+        };
         if let Some(job) = self.jobs.get_mut(job_id)
             && sequence > job.last_sequence
         {
@@ -185,6 +187,19 @@ impl LauncherState {
                 _ => {}
             }
             job.phase = phase;
+            job.last_sequence = sequence;
+            job.acted = false;
+        }
+    }
+
+    /// Notes an entry at `sequence` on job `job_id`'s subject that [`Self::apply`] does not
+    /// fold (bytes that do not decode, a misfiled event, a kind newer than this launcher):
+    /// the services fold it as empty, but it moved the job's subject, so the next append for
+    /// the job must expect it, or every append would be refused for good.
+    pub fn saw(&mut self, job_id: &str, sequence: u64) {
+        if let Some(job) = self.jobs.get_mut(job_id)
+            && sequence > job.last_sequence
+        {
             job.last_sequence = sequence;
             job.acted = false;
         }
@@ -269,32 +284,31 @@ mod tests {
             killed: false,
         });
         let requeued = Body::JobRequeued(pb::JobRequeued { job_id: "a".into() });
-        for (resumable, finish_at) in [(true, 230_000), (false, 320_000)] {
-            let mut s = LauncherState::new(1_000, true);
-            // Two hours of job time at 60x: two minutes of clock time.
-            let mut submit = submitted("a", b"sleep 7200");
-            if let Body::JobSubmitted(j) = &mut submit {
-                j.spec.as_mut().unwrap().resumable = resumable;
-            }
-            s.apply(1, &ev(0, submit));
-            s.apply(2, &ev(0, placed.clone()));
-            s.apply(3, &ev(0, started.clone()));
-            // Stopped after 100 s of clock time: 100 min of job time, 3 checkpoints (90 min).
-            s.apply(4, &ev(100_000, preempted.clone()));
-            s.apply(5, &ev(100_000, requeued.clone()));
-            s.apply(6, &ev(150_000, placed.clone()));
-            s.apply(7, &ev(200_000, started.clone()));
-            // Resumable: 30 min of job time left, 30 s; else the whole two hours again.
-            assert!(s.due(finish_at - 1, 60).is_empty(), "resumable {resumable}");
-            assert_eq!(
-                s.due(finish_at, 60),
-                vec![Action::Finish {
-                    job_id: "a".into(),
-                    expected: 7
-                }],
-                "resumable {resumable}"
-            );
+        // (A job that cannot resume ends with its preemption: nothing requeues it, see
+        // `ended_jobs_are_forgotten_but_a_preempted_one_comes_back`.)
+        let mut s = LauncherState::new(1_000, true);
+        // Two hours of job time at 60x: two minutes of clock time.
+        let mut submit = submitted("a", b"sleep 7200");
+        if let Body::JobSubmitted(j) = &mut submit {
+            j.spec.as_mut().unwrap().resumable = true;
         }
+        s.apply(1, &ev(0, submit));
+        s.apply(2, &ev(0, placed.clone()));
+        s.apply(3, &ev(0, started.clone()));
+        // Stopped after 100 s of clock time: 100 min of job time, 3 checkpoints (90 min).
+        s.apply(4, &ev(100_000, preempted));
+        s.apply(5, &ev(100_000, requeued));
+        s.apply(6, &ev(150_000, placed));
+        s.apply(7, &ev(200_000, started));
+        // 30 min of job time left: 30 s.
+        assert!(s.due(229_999, 60).is_empty());
+        assert_eq!(
+            s.due(230_000, 60),
+            vec![Action::Finish {
+                job_id: "a".into(),
+                expected: 7
+            }]
+        );
     }
 
     #[test]
@@ -405,11 +419,17 @@ mod tests {
             })
         };
         let mut s = LauncherState::new(1_000, true);
-        for (i, id) in ["done", "failed", "cancelled", "preempted"]
+        for (i, id) in ["done", "failed", "cancelled", "preempted", "lost"]
             .iter()
             .enumerate()
         {
-            s.apply(i as u64 + 1, &ev(0, submitted(id, b"sleep 1")));
+            let mut body = submitted(id, b"sleep 1");
+            if let Body::JobSubmitted(j) = &mut body
+                && let Some(spec) = &mut j.spec
+            {
+                spec.resumable = *id != "lost";
+            }
+            s.apply(i as u64 + 1, &ev(0, body));
         }
         s.apply(
             10,
@@ -451,6 +471,16 @@ mod tests {
                 }),
             ),
         );
+        s.apply(
+            9,
+            &ev(
+                0,
+                Body::JobPreempted(pb::JobPreempted {
+                    job_id: "lost".into(),
+                    killed: true,
+                }),
+            ),
+        );
         assert_eq!(
             s.jobs.keys().collect::<Vec<_>>(),
             ["preempted"],
@@ -473,6 +503,35 @@ mod tests {
                 expected: 15
             }]
         );
+    }
+
+    #[test]
+    fn an_entry_it_cannot_fold_still_moves_the_expected_sequence() {
+        let mut s = LauncherState::new(1_000, true);
+        s.apply(1, &ev(0, submitted("j", b"sleep 1")));
+        s.apply(
+            2,
+            &ev(
+                0,
+                Body::JobPlaced(pb::JobPlaced {
+                    job_id: "j".into(),
+                    ..Default::default()
+                }),
+            ),
+        );
+        let start = |expected| {
+            vec![Action::Start {
+                job_id: "j".into(),
+                expected,
+            }]
+        };
+        assert_eq!(s.due(1, 1), start(2));
+        // Garbage lands on the job's subject: the start expecting 2 is refused, and the
+        // launcher must try again expecting 3, not wait for an event that never comes.
+        s.saw("j", 3);
+        assert_eq!(s.due(1, 1), start(3));
+        s.saw("j", 3);
+        assert_eq!(s.due(1, 1), vec![], "acted on already");
     }
 
     #[test]
