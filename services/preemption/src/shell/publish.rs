@@ -40,7 +40,8 @@ pub(crate) struct Outcome {
     pub landed: usize,
     /// Dropped as a repeat of an earlier identical message id.
     pub duplicates: usize,
-    /// Refused: the subject moved since the state the pass decided from.
+    /// Refused: the subject moved since the state the pass decided from (or, for an order,
+    /// another victim's order for the same waiter was refused).
     pub refused: usize,
     /// Not sent or unacknowledged (connection trouble): decide again later. The pass stops
     /// at the first such effect: the ones after it would most likely wait out the same
@@ -130,10 +131,26 @@ pub(crate) async fn publish(
     // Per job: the sequence of this pass's earlier event of it, if it landed.
     let mut chained: HashMap<String, u64> = HashMap::new();
     let mut skipped: Vec<String> = Vec::new();
+    // Waiters one of whose victims' orders was refused: the rest of that plan would not let
+    // them fit, so its other victims are not ordered off for nothing; the next pass decides
+    // again from the moved state.
+    let mut abandoned: Vec<String> = Vec::new();
     for event in events {
         let Some(body) = &event.body else { continue };
         let key = key_of(body).unwrap_or_default().to_owned();
         if skipped.contains(&key) {
+            continue;
+        }
+        if let Body::PreemptionOrdered(p) = body
+            && !p.for_job_id.is_empty()
+            && abandoned.contains(&p.for_job_id)
+        {
+            tracing::debug!(
+                job_id = p.job_id,
+                for_job_id = p.for_job_id,
+                "not ordered: another victim of its plan was refused"
+            );
+            outcome.refused += 1;
             continue;
         }
         let Some((subject, message_id, expected, scope)) = target(fold, cluster, body, &chained)
@@ -184,6 +201,11 @@ pub(crate) async fn publish(
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
                 tracing::debug!(message_id, "refused: the subject moved on");
                 outcome.refused += 1;
+                if let Body::PreemptionOrdered(p) = body
+                    && !p.for_job_id.is_empty()
+                {
+                    abandoned.push(p.for_job_id.clone());
+                }
                 skipped.push(key);
             }
             Err(e) => {
@@ -271,6 +293,61 @@ mod tests {
                 stored_ms: None,
             });
         }
+    }
+
+    /// Two victims ordered off for one waiter; the first's subject moved (its launcher
+    /// reported something the fold has not seen): its order is refused, and the second is not
+    /// ordered off for a plan that no longer holds.
+    #[tokio::test]
+    async fn a_refused_order_withdraws_the_rest_of_its_plan() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::new(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let mut fold = ShellFold::new(C);
+        for job in ["v1", "v2", "w"] {
+            append(&js, &mut fold, job, submitted(job)).await;
+        }
+        // v1's subject moves behind the fold's back.
+        let moved = pb::Event {
+            at_ms: 2,
+            body: Some(Body::JobStarted(pb::JobStarted {
+                job_id: "v1".into(),
+            })),
+        };
+        let envelope = Envelope {
+            message_id: "moved".into(),
+            ..Default::default()
+        };
+        admin::append(
+            &js,
+            subjects::job_event(C, "v1", "job_started"),
+            &moved,
+            &envelope,
+        )
+        .await
+        .unwrap();
+        let order = |victim: &str| {
+            Body::PreemptionOrdered(pb::PreemptionOrdered {
+                job_id: victim.into(),
+                for_job_id: "w".into(),
+                grace_deadline_ms: 35,
+                ..Default::default()
+            })
+        };
+        let events = crate::domain::into_events(vec![order("v1"), order("v2")], 5);
+        let out = publish(&js, C, &fold, events).await;
+        assert_eq!((out.landed, out.refused, out.failed), (0, 2, 0));
+        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+        assert_eq!(
+            newest_sequence(&stream, &subjects::job(C, "v2"))
+                .await
+                .unwrap(),
+            fold.job_sequence("v2").unwrap(),
+            "nothing was written for v2"
+        );
     }
 
     #[tokio::test]
