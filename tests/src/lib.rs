@@ -249,7 +249,9 @@ impl Stack {
         Ok(out)
     }
 
-    /// Appends an event directly (as another service would), on `subject`.
+    /// Appends an event directly (as another service would), on `subject`, which must be
+    /// where its kind belongs (the services would fold it as empty anywhere else, and a test
+    /// meaning to exercise a fold would exercise nothing).
     pub async fn append(
         &self,
         subject: String,
@@ -260,6 +262,7 @@ impl Stack {
             at_ms: now_ms(),
             body: Some(body),
         };
+        fairshare_events::subjects::check_filed(&subject, &event)?;
         let envelope = fairshare_runtime::envelope::Envelope {
             message_id: message_id.to_owned(),
             ..Default::default()

@@ -366,14 +366,16 @@ async fn a_duplicated_event_changes_nothing() {
     let before = report_through(&stack, last).await;
     // The same start and finish again, published under new message ids (so JetStream keeps them).
     let mut seq = 0;
-    for (kind, body) in [
+    for (job, kind, body) in [
         (
+            "job-00002",
             "job_started",
             Body::JobStarted(pb::JobStarted {
                 job_id: "job-00002".into(),
             }),
         ),
         (
+            "job-00002",
             "job_finished",
             Body::JobFinished(pb::JobFinished {
                 job_id: "job-00002".into(),
@@ -381,6 +383,7 @@ async fn a_duplicated_event_changes_nothing() {
             }),
         ),
         (
+            "job-00004",
             "job_submitted",
             Body::JobSubmitted(pb::JobSubmitted {
                 job_id: "job-00004".into(),
@@ -401,7 +404,7 @@ async fn a_duplicated_event_changes_nothing() {
     ] {
         seq = stack
             .append(
-                subjects::job_event(CLUSTER, "job-dup", kind),
+                subjects::job_event(CLUSTER, job, kind),
                 body,
                 &format!("dup-{kind}"),
             )

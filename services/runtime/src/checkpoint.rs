@@ -110,6 +110,13 @@ impl CheckpointStore {
                 // for a post-mortem and the state is rebuilt from the log. Once only: a
                 // fresh directory that fails too is a real problem (disk, permissions).
                 Err(e) if is_unreadable(&e) && !set_aside => {
+                    // sled reads its config before it takes its lock: a live store may answer
+                    // this way too (another process mid-creation), and must not be moved.
+                    if lock_is_held(dir) {
+                        return Err(CheckpointError::Locked {
+                            dir: dir.to_owned(),
+                        });
+                    }
                     let aside = set_aside_path(dir);
                     std::fs::rename(dir, &aside).map_err(sled::Error::Io)?;
                     tracing::warn!(
@@ -244,6 +251,15 @@ fn is_unreadable(e: &sled::Error) -> bool {
     )
 }
 
+/// Whether another process holds the lock sled takes on the store's `db` file (an exclusive
+/// `flock`, which `File::try_lock` takes the same way).
+fn lock_is_held(dir: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(dir.join("db")) else {
+        return false;
+    };
+    matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+}
+
 /// Where an unreadable store in `dir` is moved: beside it, named for the moment.
 fn set_aside_path(dir: &Path) -> PathBuf {
     let seconds = std::time::SystemTime::now()
@@ -349,6 +365,24 @@ mod tests {
             .filter(|name| name.starts_with("decision-c1.unreadable-"))
             .collect();
         assert_eq!(aside.len(), 1, "kept for a post-mortem");
+    }
+
+    #[test]
+    fn an_unreadable_store_another_process_holds_is_not_moved() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("decision-c1");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("conf"), b"\xff half written").unwrap();
+        let db = std::fs::File::create(dir.join("db")).unwrap();
+        db.lock().unwrap();
+        let refused = CheckpointStore::open_waiting(&dir, "test", 1, Duration::ZERO);
+        assert!(
+            matches!(refused, Err(CheckpointError::Locked { .. })),
+            "{:?}",
+            refused.err()
+        );
+        assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 1);
+        drop(db);
     }
 
     #[test]

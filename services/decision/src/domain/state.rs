@@ -124,8 +124,8 @@ pub enum Ignored {
     /// A budget tree that does not validate; the previous tree stays in force.
     #[error("budget tree refused: {0}")]
     InvalidBudgetTree(#[from] BudgetError),
-    /// A usage snapshot covering less of the log than the one held (or, at the same log
-    /// position or without one, an earlier window end).
+    /// A usage snapshot for an earlier window end than the one held that does not cover as
+    /// much of the log either.
     #[error(
         "usage snapshot through sequence {through_sequence} (window end {window_end_ms}) is \
          older than the one held (through {held_through}, window end {held_ms})"
@@ -904,15 +904,16 @@ impl DecisionState {
     fn snapshot(&mut self, u: &pb::UsageSnapshot) -> Result<(), Ignored> {
         check_cluster(&self.cluster, &u.cluster)?;
         if let Some(held) = &self.usage {
-            // Newer is what covers more of the log; the window end (the accounting service's
-            // clock) only breaks ties, or decides for producers that name no sequence. Going
-            // by the clock alone, one snapshot from a clock that ran ahead would make every
-            // correct one after it look stale until real time caught up, freezing usage.
-            let stale = if u.through_sequence > 0 && held.through_sequence > 0 {
-                (u.through_sequence, u.window_end_ms) < (held.through_sequence, held.window_end_ms)
-            } else {
-                u.window_end_ms < held.window_end_ms
-            };
+            // Stale only if older by the accounting service's clock and not covering at least
+            // as much of the log. By the clock alone, one snapshot from a clock that ran ahead
+            // would make every correct one after it look stale until real time caught up,
+            // freezing usage. By the log alone, a snapshot of an instance that folds one
+            // cluster (whose position is that cluster's last event) would look older than one
+            // of an instance folding every cluster, on a cluster where nothing happens.
+            let covers_as_much = u.through_sequence > 0
+                && held.through_sequence > 0
+                && u.through_sequence >= held.through_sequence;
+            let stale = u.window_end_ms < held.window_end_ms && !covers_as_much;
             if stale {
                 return Err(Ignored::StaleSnapshot {
                     window_end_ms: u.window_end_ms,

@@ -97,9 +97,10 @@ const LOOKUP_RETRY: Duration = Duration::from_secs(1);
 /// before it is reported.
 const STALL_WARNING: Duration = Duration::from_secs(10);
 
-/// Format version of this service's checkpoints; bump it when the fold's serde form changes
-/// (older checkpoints are then refused and rebuilt from the log).
-const CHECKPOINT_VERSION: u32 = 8;
+/// Format version of this service's checkpoints; bump it when the fold's serde form changes,
+/// or what it folds (older checkpoints are then refused and rebuilt from the log). 9: events
+/// on a subject they do not belong to are folded as empty.
+const CHECKPOINT_VERSION: u32 = 9;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -378,6 +379,11 @@ impl Service {
                     let started = Instant::now();
                     let (outcome, deciding) = self.cycle().await;
                     pacer.ran(started, Instant::now(), outcome.max_sequence, deciding);
+                    if outcome.fenced {
+                        // Decided again once the barrier (the newer node event) is folded,
+                        // even if the fold ignores that event and so marks nothing changed.
+                        pacer.changed(Instant::now());
+                    }
                     if outcome.failed.is_empty() {
                         self.failed_cycles = 0;
                     } else {
@@ -584,6 +590,7 @@ impl Service {
                     }
                     Outcome {
                         max_sequence: newest,
+                        fenced: true,
                         ..Outcome::default()
                     }
                 }

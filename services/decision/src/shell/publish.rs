@@ -53,6 +53,10 @@ pub(crate) struct Outcome {
     /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
     /// next cycle, or that cycle would see these GPUs as free.
     pub max_sequence: u64,
+    /// Nothing was published because a node or maintenance event newer than the cycle's
+    /// state had landed (`max_sequence` is that event): the cycle must be decided again once
+    /// the fold reaches it, whether or not folding it changes anything.
+    pub fenced: bool,
 }
 
 /// Appends `batch` in order and waits for every acknowledgement.

@@ -57,36 +57,27 @@ async fn cancel(
     request: &pb::CancelRequest,
     trace: Option<headers::TraceParent>,
 ) -> Result<pb::Cancelled, pb::Rejection> {
-    let mut looked_in_log = false;
+    // The state's lock is let go at the end of the statement, before anything awaits.
+    let unknown = matches!(
+        check_cancel(&shared.state(), request, &shared.limits),
+        Err(r) if r.code == RejectionCode::UnknownJob as i32
+    );
+    if unknown && subjects::is_valid_token(&request.job_id) {
+        // Another instance may have accepted the job a moment ago, ahead of this one's fold:
+        // "unknown" is final for a launcher, so it is said only once the fold holds
+        // everything the log has of the job (the check below says it then).
+        let newest = newest_sequence(
+            &shared.events,
+            &subjects::job_in_any_cluster(&request.job_id),
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+        if !shared.wait_applied(newest, CATCH_UP).await {
+            return Err(unavailable("the fold is behind the log"));
+        }
+    }
     for _ in 0..ATTEMPTS {
-        // The state's lock is let go here, before anything below awaits.
-        let checked = check_cancel(&shared.state(), request, &shared.limits);
-        let target = match checked {
-            Err(r)
-                if r.code == RejectionCode::UnknownJob as i32
-                    && !looked_in_log
-                    && subjects::is_valid_token(&request.job_id) =>
-            {
-                // Another instance may have accepted the job a moment ago, ahead of this
-                // one's fold: "unknown" is final for a launcher, so it is said only once the
-                // fold holds everything the log has of the job.
-                looked_in_log = true;
-                let newest = newest_sequence(
-                    &shared.events,
-                    &subjects::job_in_any_cluster(&request.job_id),
-                )
-                .await
-                .map_err(|e| unavailable(&e))?;
-                if newest == 0 {
-                    return Err(r);
-                }
-                if !shared.wait_applied(newest, CATCH_UP).await {
-                    return Err(unavailable("the fold is behind the log"));
-                }
-                continue;
-            }
-            checked => checked?,
-        };
+        let target = check_cancel(&shared.state(), request, &shared.limits)?;
         let (cluster, expected) = match target {
             CancelTarget::AlreadyCancelled { sequence } => {
                 return Ok(pb::Cancelled {

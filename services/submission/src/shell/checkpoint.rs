@@ -18,9 +18,10 @@ use fairshare_runtime::log::LogPosition;
 use super::shared::Shared;
 use crate::domain::SubmissionState;
 
-/// Format version of the checkpoint; bump it when the state's serde form changes (older
-/// checkpoints are then refused and rebuilt from the log).
-const VERSION: u32 = 3;
+/// Format version of the checkpoint; bump it when the state's serde form changes, or what it
+/// folds (older checkpoints are then refused and rebuilt from the log). 4: events on a subject
+/// they do not belong to are folded as empty.
+const VERSION: u32 = 4;
 
 /// The scope a checkpoint is for: the service serves every cluster.
 const SCOPE: &str = "all-clusters";

@@ -338,21 +338,24 @@ fn a_snapshot_from_a_clock_that_ran_ahead_does_not_freeze_usage() {
     h.snapshot(2 * HOUR, &[("a", 7, 10)]);
     let usage = h.state.usage().unwrap();
     assert_eq!(usage.window_end_ms, 2 * HOUR);
-    // One covering less of the log than the one held is stale, whatever its clock says.
-    let older = usage.through_sequence - 1;
+    let held_through = usage.through_sequence;
+    let snapshot = |window_end_ms, through_sequence| {
+        Body::UsageSnapshot(pb::UsageSnapshot {
+            cluster: CLUSTER.into(),
+            window_end_ms,
+            through_sequence,
+            ..Default::default()
+        })
+    };
+    // Older by both the clock and the log: a late copy, refused.
     assert!(matches!(
-        h.apply(
-            0,
-            Body::UsageSnapshot(pb::UsageSnapshot {
-                cluster: CLUSTER.into(),
-                window_end_ms: 3 * HOUR,
-                through_sequence: older,
-                ..Default::default()
-            })
-        ),
+        h.apply(0, snapshot(HOUR, held_through - 1)),
         Err(Ignored::StaleSnapshot { .. })
     ));
-    assert_eq!(h.state.usage().unwrap().window_end_ms, 2 * HOUR);
+    // A later clock on less of the log (an instance that folds this cluster alone, whose
+    // position is the cluster's last event): taken.
+    h.ok(0, snapshot(3 * HOUR, held_through - 1));
+    assert_eq!(h.state.usage().unwrap().window_end_ms, 3 * HOUR);
 }
 
 #[test]
