@@ -389,14 +389,18 @@ async fn a_bad_entry_on_a_jobs_subject_does_not_make_it_uncancellable() {
         .unwrap()
         .await
         .unwrap();
+    // (Published raw: `Stack::append` refuses to misfile.)
+    let misaddressed = pb::Event {
+        at_ms: 1,
+        body: Some(Body::JobStarted(pb::JobStarted {
+            job_id: "some-other-job".into(),
+        })),
+    };
     stack
-        .append(
-            subject,
-            Body::JobStarted(pb::JobStarted {
-                job_id: "some-other-job".into(),
-            }),
-            "misaddressed-start",
-        )
+        .js
+        .publish(subject, codec::encode(&misaddressed))
+        .await
+        .unwrap()
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await; // let the fold see both

@@ -15,7 +15,8 @@
 //! - Uncordoned node: draining stops; no new orders. Orders already issued stand (there is no
 //!   event to take one back, and the job has been told to stop).
 //! - Maintenance window `[T, E)`: from `T - grace` until `E`, every job still on the node is
-//!   ordered off with the usual grace, so it is gone by `T`. Work placed after the window was
+//!   ordered off with the usual grace, so it is gone by `T`; one already ordered off (for fair
+//!   share) by a deadline after `T` is ordered again, by `T`. Work placed after the window was
 //!   known is protected no later than `T - 30 s` (the decision service's lead,
 //!   `MAINTENANCE_LEAD_MS`, the default grace), so this takes only unallocated work, work past
 //!   its minimum runtime, or work that was already running when the window was scheduled
@@ -89,6 +90,18 @@ fn imminent_window(windows: &[Window], now: i64, cfg: &Config) -> Option<i64> {
         .min()
 }
 
+/// The deadline of an order given at `now` for a window starting at `start_ms`: the usual
+/// grace, cut to end at the start while it is ahead ([`crate::domain::decide_preemptions`]
+/// gives it).
+fn maintenance_deadline(now: i64, start_ms: i64, cfg: &Config) -> i64 {
+    let deadline = now.saturating_add(cfg.grace_ms.max(0));
+    if now < start_ms {
+        deadline.min(start_ms)
+    } else {
+        deadline
+    }
+}
+
 /// Whether any node is cordoned or has a maintenance window: without one, nothing drains,
 /// and the passes below (run at every step of a busy cluster) can stop at once.
 fn anything_to_drain(state: &PreemptionState) -> bool {
@@ -117,7 +130,25 @@ pub fn drain_victims(
         }
         for (id, h) in &load.holdings {
             let job = &h.holder;
-            if job.preempt_deadline_ms.is_some() || out.contains_key(&**id) {
+            if out.contains_key(&**id) {
+                continue;
+            }
+            if let Some(deadline) = job.preempt_deadline_ms {
+                // Already leaving, by a deadline set before the window was known: ordered
+                // again if that deadline falls after the window starts, with one cut to the
+                // start (the fold keeps the earlier of the two).
+                if let Some(start_ms) = window
+                    && deadline > maintenance_deadline(now, start_ms, cfg)
+                {
+                    out.insert(
+                        id.to_string(),
+                        DrainReason::Maintenance {
+                            node: row.name.to_owned(),
+                            start_ms,
+                            cuts_protection: false,
+                        },
+                    );
+                }
                 continue;
             }
             let protected = contract::is_protected(job.start_ms, job.min_runtime_ms, now, cfg);

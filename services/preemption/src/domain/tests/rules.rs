@@ -461,6 +461,32 @@ fn maintenance_at_t_is_respected() {
 }
 
 #[test]
+fn a_window_brings_an_earlier_orders_deadline_forward() {
+    let t0 = HOUR;
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "x", "b", 60, &[("n1", 4)]);
+    // x is ordered off for fair share with the usual 30 s grace...
+    h.ok(
+        t0,
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "x".into(),
+            for_job_id: "w".into(),
+            grace_deadline_ms: t0 + 30 * SEC,
+            ..Default::default()
+        }),
+    );
+    // ...then a window on n1 is scheduled to start before that deadline.
+    let start = t0 + 20 * SEC;
+    h.maintenance(t0 + 5 * SEC, &["n1"], start, start + HOUR);
+    let out = h.step(t0 + 5 * SEC);
+    assert_eq!(render(&out), vec![format!("order x for \"\" by {start}")]);
+    // The earlier deadline is the one in force now; nothing more to order.
+    assert_eq!(h.decide(t0 + 6 * SEC), vec![]);
+}
+
+#[test]
 fn a_cancelled_window_clears_nothing() {
     let t = 3 * HOUR;
     let mut h = H::new();
