@@ -41,7 +41,8 @@ pub(crate) struct Outcome {
     /// Dropped as a repeat of an earlier identical message id.
     pub duplicates: usize,
     /// Refused: the subject moved since the state the pass decided from (or, for an order,
-    /// another victim's order for the same waiter was refused).
+    /// another victim's order for the same waiter was refused, or the waiter's own events
+    /// moved).
     pub refused: usize,
     /// Not sent or unacknowledged (connection trouble): decide again later. The pass stops
     /// at the first such effect: the ones after it would most likely wait out the same
@@ -120,6 +121,21 @@ pub(crate) async fn newest_on(js: &jetstream::Context, filter: &str) -> Result<u
         .inspect_err(|e| tracing::warn!(filter, "cannot look up the newest event: {e}"))
 }
 
+/// Whether job `waiter` has events the fold has not seen (placed, cancelled, ended since the
+/// state the pass decided from): victims ordered off for it could be ordered for nothing.
+/// A lookup that fails says no: the order goes, fenced on its victim as always.
+async fn waiter_moved(
+    js: &jetstream::Context,
+    cluster: &str,
+    fold: &ShellFold,
+    waiter: &str,
+) -> bool {
+    let seen = fold.job_sequence(waiter).unwrap_or(0);
+    newest_on(js, &subjects::job(cluster, waiter))
+        .await
+        .is_ok_and(|newest| newest > seen)
+}
+
 /// Appends `events` in order, each acknowledged before the next (a pass emits a handful).
 pub(crate) async fn publish(
     js: &jetstream::Context,
@@ -135,11 +151,23 @@ pub(crate) async fn publish(
     // them fit, so its other victims are not ordered off for nothing; the next pass decides
     // again from the moved state.
     let mut abandoned: Vec<String> = Vec::new();
+    // Waiters whose own events were looked up: each order is fenced on its victim, and the
+    // reason it is given for, the waiter still waiting as the pass saw it, is checked here.
+    let mut waiters_checked: Vec<String> = Vec::new();
     for event in events {
         let Some(body) = &event.body else { continue };
         let key = key_of(body).unwrap_or_default().to_owned();
         if skipped.contains(&key) {
             continue;
+        }
+        if let Body::PreemptionOrdered(p) = body
+            && !p.for_job_id.is_empty()
+            && !waiters_checked.contains(&p.for_job_id)
+        {
+            waiters_checked.push(p.for_job_id.clone());
+            if waiter_moved(js, cluster, fold, &p.for_job_id).await {
+                abandoned.push(p.for_job_id.clone());
+            }
         }
         if let Body::PreemptionOrdered(p) = body
             && !p.for_job_id.is_empty()
@@ -347,6 +375,57 @@ mod tests {
                 .unwrap(),
             fold.job_sequence("v2").unwrap(),
             "nothing was written for v2"
+        );
+    }
+
+    /// The waiter was placed (a job finished meanwhile) after the state the pass decided
+    /// from: its victim is not ordered off for it.
+    #[tokio::test]
+    async fn no_victim_is_ordered_off_for_a_waiter_that_moved_on() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::new(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let mut fold = ShellFold::new(C);
+        for job in ["v", "w"] {
+            append(&js, &mut fold, job, submitted(job)).await;
+        }
+        let placed = pb::Event {
+            at_ms: 2,
+            body: Some(Body::JobPlaced(pb::JobPlaced {
+                job_id: "w".into(),
+                ..Default::default()
+            })),
+        };
+        let envelope = Envelope {
+            message_id: "placed-w".into(),
+            ..Default::default()
+        };
+        admin::append(
+            &js,
+            subjects::job_event(C, "w", "job_placed"),
+            &placed,
+            &envelope,
+        )
+        .await
+        .unwrap();
+        let order = Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "v".into(),
+            for_job_id: "w".into(),
+            grace_deadline_ms: 35,
+            ..Default::default()
+        });
+        let out = publish(&js, C, &fold, crate::domain::into_events(vec![order], 5)).await;
+        assert_eq!((out.landed, out.refused), (0, 1));
+        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+        assert_eq!(
+            newest_sequence(&stream, &subjects::job(C, "v"))
+                .await
+                .unwrap(),
+            fold.job_sequence("v").unwrap(),
+            "nothing was written for v"
         );
     }
 
