@@ -93,6 +93,15 @@ fn every_decision_of_a_simulated_log_re_derives_and_other_settings_fail_until_se
         out.contains(&format!("{orders} earlier divergences set aside")),
         "{out}"
     );
+
+    // A mistyped cluster has nothing to audit: that is a failure, not a clean audit.
+    let typo = fairshare_audit(&server, &format!("{cluster}x"), &[]);
+    assert!(!typo.status.success(), "{}", stdout(&typo));
+    assert!(
+        stderr(&typo).contains("no events of cluster"),
+        "{}",
+        stderr(&typo)
+    );
 }
 
 #[test]

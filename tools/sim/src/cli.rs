@@ -198,9 +198,10 @@ struct CommonArgs {
 struct LoadArgs {
     /// The log file written with `--log`.
     file: PathBuf,
-    /// Cluster the log is for.
-    #[arg(long, default_value = "sim")]
-    cluster: String,
+    /// Cluster the log is for. Default: the one its events name (the budget file's
+    /// `cluster`); another is refused, since the services would fold every event as misfiled.
+    #[arg(long)]
+    cluster: Option<String>,
     #[command(flatten)]
     nats: fairshare_runtime::cli::NatsArgs,
 }
@@ -336,6 +337,25 @@ impl CommonArgs {
     ) -> anyhow::Result<()> {
         let config = self.engine()?;
         let policies = self.policies()?;
+        if (self.log.is_some() || self.audit) && !policies.contains(&Policy::Fairshare) {
+            // Only fairshare writes the contract's log; without it both would silently do
+            // nothing (and an earlier run's log file would stay behind).
+            bail!(
+                "--log and --audit are of the fairshare policy's log: add fairshare to --policies"
+            );
+        }
+        if let Some(path) = &self.log
+            && (!self.share_floor
+                || !self.hourly_floor
+                || self.debug_allowance_gpus != DEFAULT_DEBUG_ALLOWANCE_GPUS)
+        {
+            eprintln!(
+                "note: {} is written with settings the services do not run with (share floor, \
+                 hourly floor or debug allowance): `fairshare audit` of it, once loaded, will \
+                 report divergences",
+                path.display()
+            );
+        }
         let inputs = ReportInputs::new(title, source, rules, setup, workload, &config);
         let span = (setup.end_ms - EPOCH_MS).max(1);
         let mut bars: Vec<Progress> = policies
@@ -561,12 +581,16 @@ impl LoadArgs {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let cluster = match self.cluster {
+            Some(c) => c,
+            None => load::cluster_of(&events).ok_or(load::LoadError::NoCluster)?,
+        };
         runtime.block_on(async {
             let client = self.nats.connect("fairshare-sim-load").await?;
             let js = async_nats::jetstream::new(client);
             fairshare_runtime::nats::ensure_streams(&js, 1).await?;
-            let n = load::load_log(&js, &self.cluster, &events).await?;
-            fairshare_runtime::outln!("loaded {n} events of cluster {}", self.cluster);
+            let n = load::load_log(&js, &cluster, &events).await?;
+            fairshare_runtime::outln!("loaded {n} events of cluster {cluster}");
             anyhow::Ok(())
         })
     }

@@ -46,6 +46,20 @@ pub enum LoadError {
         /// Where it should have.
         expected: u64,
     },
+    /// The log names no cluster (no budget tree, node or submission event).
+    #[error("the log names no cluster: pass --cluster")]
+    NoCluster,
+    /// An event would be stored where the services fold it as empty (its body names another
+    /// cluster than the one it is loaded for). Nothing was written.
+    #[error("event {index}: {detail}; nothing loaded (the log's events name cluster {named:?})")]
+    Misfiled {
+        /// 0-based index.
+        index: usize,
+        /// What does not match.
+        detail: String,
+        /// The cluster the log's events name.
+        named: String,
+    },
     /// The stream could not be inspected.
     #[error("stream {stream}: {detail}")]
     Stream {
@@ -59,13 +73,46 @@ pub enum LoadError {
 /// How many publishes may await their acknowledgement at once.
 const IN_FLIGHT: usize = 256;
 
+/// The cluster a simulated log is for: the one its first budget tree, node or submission
+/// event names.
+pub fn cluster_of(events: &[pb::Event]) -> Option<String> {
+    use pb::event::Body;
+    events.iter().find_map(|e| match e.body.as_ref()? {
+        Body::BudgetTreeSet(b) => Some(b.cluster.clone()),
+        Body::NodeRegistered(n) => Some(n.cluster.clone()),
+        Body::JobSubmitted(s) => s.spec.as_ref().map(|spec| spec.cluster.clone()),
+        _ => None,
+    })
+}
+
+/// The subject of every event of `events` loaded for `cluster`, each checked to be where the
+/// services will fold it ([`subjects::check_filed`]), before anything is written.
+fn subjects_for(cluster: &str, events: &[pb::Event]) -> Result<Vec<String>, LoadError> {
+    events
+        .iter()
+        .enumerate()
+        .map(|(index, event)| {
+            let subject =
+                subjects::for_event(cluster, event).ok_or(LoadError::NoSubject { index })?;
+            subjects::check_filed(&subject, event).map_err(|e| LoadError::Misfiled {
+                index,
+                detail: e.to_string(),
+                named: cluster_of(events).unwrap_or_default(),
+            })?;
+            Ok(subject)
+        })
+        .collect()
+}
+
 /// Publishes `events` (one cluster's simulated log) to the events stream in order, on the
-/// subjects the services would have used; returns how many were loaded.
+/// subjects the services would have used; returns how many were loaded. Every event is
+/// checked first: a log that names another cluster writes nothing.
 pub async fn load_log(
     js: &jetstream::Context,
     cluster: &str,
     events: &[pb::Event],
 ) -> Result<u64, LoadError> {
+    let subjects = subjects_for(cluster, events)?;
     let name = streams::EVENTS_STREAM;
     let mut stream = js.get_stream(name).await.map_err(|e| LoadError::Stream {
         stream: name,
@@ -82,8 +129,7 @@ pub async fn load_log(
         });
     }
     let mut pending = VecDeque::new();
-    for (index, event) in events.iter().enumerate() {
-        let subject = subjects::for_event(cluster, event).ok_or(LoadError::NoSubject { index })?;
+    for (index, (event, subject)) in events.iter().zip(subjects).enumerate() {
         let ack = js
             .publish(subject, codec::encode(event))
             .await

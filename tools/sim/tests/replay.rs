@@ -267,6 +267,13 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
         // A second load would land at the wrong sequences: refused, nothing written.
         let err = load_log(&js, &s.setup.cluster, &log).await.unwrap_err();
         assert!(matches!(err, LoadError::NotFresh { .. }), "{err}");
+        // So is a load for another cluster than the log's events name, before anything else.
+        assert_eq!(
+            fairshare_sim::load::cluster_of(&log).as_deref(),
+            Some(s.setup.cluster.as_str())
+        );
+        let err = load_log(&js, "elsewhere", &log).await.unwrap_err();
+        assert!(matches!(err, LoadError::Misfiled { index: 0, .. }), "{err}");
         let again = read_log(&js, &s.setup.cluster, None).await.unwrap();
         assert_eq!(again.len(), log.len());
     });
@@ -387,4 +394,36 @@ fn settings_that_would_change_the_workload_are_refused() {
         !out.path().join("report.md").exists(),
         "nothing was written"
     );
+}
+
+/// `--log` (and `--audit`) are of fairshare's log: asked for without fairshare among the
+/// policies, the run is refused rather than silently writing nothing.
+#[test]
+fn a_log_without_the_fairshare_policy_is_refused() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.pb");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+        .arg("trace")
+        .arg("--trace")
+        .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
+        .args([
+            "--nodes",
+            "4",
+            "--span",
+            "2h",
+            "--policies",
+            "fifo",
+            "--quiet",
+        ])
+        .arg("--log")
+        .arg(&log)
+        .arg("--out")
+        .arg(dir.path().join("report"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("add fairshare to --policies"), "{stderr}");
+    assert!(!log.exists());
 }

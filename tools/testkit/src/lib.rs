@@ -357,6 +357,29 @@ fn free_port() -> std::io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// Checks that service binary `binary`'s `--audit` of an empty log, into a reader that is
+/// already gone, ends quietly with status 141 (as `fairshare audit` does), not with a panic.
+/// Panics (the test fails) otherwise.
+pub async fn assert_audit_into_closed_pipe_exits_quietly(binary: &str) {
+    let server = NatsServer::start().expect("nats-server");
+    // The streams exist (empty): the audit reads them and has its summary line to write.
+    server
+        .jetstream(Duration::from_secs(5))
+        .await
+        .expect("the streams");
+    let out = run_with_stdout_closed(Command::new(binary).args([
+        "--audit",
+        "--cluster",
+        "c1",
+        "--nats-url",
+        &server.url(),
+    ]))
+    .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+}
+
 /// Runs `command` with its standard output already closed at the reading end, as a reader that
 /// left at once (`| head -0`) leaves it, and returns how it ended. A command-line binary should
 /// end quietly with status 141 then, as other Unix tools do, not panic.

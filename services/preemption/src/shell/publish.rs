@@ -323,110 +323,85 @@ mod tests {
         }
     }
 
+    /// A fresh server with the streams, and a fold that has seen `jobs` submitted.
+    async fn submitted_jobs(
+        jobs: &[&str],
+    ) -> (fairshare_testkit::NatsServer, jetstream::Context, ShellFold) {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server
+            .jetstream(std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
+        let mut fold = ShellFold::new(C);
+        for job in jobs {
+            append(&js, &mut fold, job, submitted(job)).await;
+        }
+        (server, js, fold)
+    }
+
+    /// Appends `body` on job `job`'s subject without folding it: the log moves behind the
+    /// fold's back.
+    async fn behind_the_folds_back(js: &jetstream::Context, job: &str, body: Body) {
+        let event = pb::Event {
+            at_ms: 2,
+            body: Some(body),
+        };
+        let subject = subjects::job_event(C, job, codec::event_kind(&event));
+        let envelope = Envelope {
+            message_id: format!("{subject}:behind"),
+            ..Default::default()
+        };
+        admin::append(js, subject, &event, &envelope).await.unwrap();
+    }
+
+    fn order_for_w(victim: &str) -> Body {
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: victim.into(),
+            for_job_id: "w".into(),
+            grace_deadline_ms: 35,
+            ..Default::default()
+        })
+    }
+
+    /// Asserts that nothing was written for `job` beyond what the fold saw.
+    async fn nothing_written_for(js: &jetstream::Context, fold: &ShellFold, job: &str) {
+        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let newest = newest_sequence(&stream, &subjects::job(C, job))
+            .await
+            .unwrap();
+        assert_eq!(newest, fold.job_sequence(job).unwrap(), "{job}");
+    }
+
     /// Two victims ordered off for one waiter; the first's subject moved (its launcher
     /// reported something the fold has not seen): its order is refused, and the second is not
     /// ordered off for a plan that no longer holds.
     #[tokio::test]
     async fn a_refused_order_withdraws_the_rest_of_its_plan() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = jetstream::new(client);
-        fairshare_runtime::nats::ensure_streams(&js, 1)
-            .await
-            .unwrap();
-        let mut fold = ShellFold::new(C);
-        for job in ["v1", "v2", "w"] {
-            append(&js, &mut fold, job, submitted(job)).await;
-        }
-        // v1's subject moves behind the fold's back.
-        let moved = pb::Event {
-            at_ms: 2,
-            body: Some(Body::JobStarted(pb::JobStarted {
-                job_id: "v1".into(),
-            })),
-        };
-        let envelope = Envelope {
-            message_id: "moved".into(),
-            ..Default::default()
-        };
-        admin::append(
-            &js,
-            subjects::job_event(C, "v1", "job_started"),
-            &moved,
-            &envelope,
-        )
-        .await
-        .unwrap();
-        let order = |victim: &str| {
-            Body::PreemptionOrdered(pb::PreemptionOrdered {
-                job_id: victim.into(),
-                for_job_id: "w".into(),
-                grace_deadline_ms: 35,
-                ..Default::default()
-            })
-        };
-        let events = crate::domain::into_events(vec![order("v1"), order("v2")], 5);
+        let (_server, js, fold) = submitted_jobs(&["v1", "v2", "w"]).await;
+        let started = Body::JobStarted(pb::JobStarted {
+            job_id: "v1".into(),
+        });
+        behind_the_folds_back(&js, "v1", started).await;
+        let events = crate::domain::into_events(vec![order_for_w("v1"), order_for_w("v2")], 5);
         let out = publish(&js, C, &fold, events).await;
         assert_eq!((out.landed, out.refused, out.failed), (0, 2, 0));
-        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
-        assert_eq!(
-            newest_sequence(&stream, &subjects::job(C, "v2"))
-                .await
-                .unwrap(),
-            fold.job_sequence("v2").unwrap(),
-            "nothing was written for v2"
-        );
+        nothing_written_for(&js, &fold, "v2").await;
     }
 
     /// The waiter was placed (a job finished meanwhile) after the state the pass decided
     /// from: its victim is not ordered off for it.
     #[tokio::test]
     async fn no_victim_is_ordered_off_for_a_waiter_that_moved_on() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = jetstream::new(client);
-        fairshare_runtime::nats::ensure_streams(&js, 1)
-            .await
-            .unwrap();
-        let mut fold = ShellFold::new(C);
-        for job in ["v", "w"] {
-            append(&js, &mut fold, job, submitted(job)).await;
-        }
-        let placed = pb::Event {
-            at_ms: 2,
-            body: Some(Body::JobPlaced(pb::JobPlaced {
-                job_id: "w".into(),
-                ..Default::default()
-            })),
-        };
-        let envelope = Envelope {
-            message_id: "placed-w".into(),
-            ..Default::default()
-        };
-        admin::append(
-            &js,
-            subjects::job_event(C, "w", "job_placed"),
-            &placed,
-            &envelope,
-        )
-        .await
-        .unwrap();
-        let order = Body::PreemptionOrdered(pb::PreemptionOrdered {
-            job_id: "v".into(),
-            for_job_id: "w".into(),
-            grace_deadline_ms: 35,
+        let (_server, js, fold) = submitted_jobs(&["v", "w"]).await;
+        let placed = Body::JobPlaced(pb::JobPlaced {
+            job_id: "w".into(),
             ..Default::default()
         });
-        let out = publish(&js, C, &fold, crate::domain::into_events(vec![order], 5)).await;
+        behind_the_folds_back(&js, "w", placed).await;
+        let events = crate::domain::into_events(vec![order_for_w("v")], 5);
+        let out = publish(&js, C, &fold, events).await;
         assert_eq!((out.landed, out.refused), (0, 1));
-        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
-        assert_eq!(
-            newest_sequence(&stream, &subjects::job(C, "v"))
-                .await
-                .unwrap(),
-            fold.job_sequence("v").unwrap(),
-            "nothing was written for v"
-        );
+        nothing_written_for(&js, &fold, "v").await;
     }
 
     #[tokio::test]

@@ -29,12 +29,21 @@ pub struct AuditArgs {
     policy: PolicyArgs,
 }
 
-/// Audits both services' decisions; an error (exit status 1) if any finding remains.
+/// Audits both services' decisions; an error (exit status 1) if any finding remains, or if
+/// the cluster has no events at all.
 pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     let policy = args.policy.config()?;
     let entries = read_log(&conn.js, &args.cluster, None)
         .await
         .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
+    if entries.is_empty() {
+        // A clean audit of nothing would keep a scheduled audit with a mistyped cluster green.
+        bail!(
+            "the log holds no events of cluster {} (a typo? `fairshare tail --no-follow` \
+             shows every cluster's events); nothing audited",
+            args.cluster
+        );
+    }
     let mut placements = fairshare_decision::shell::audit::audit(&args.cluster, &entries);
     placements.keep_from(args.from);
     fairshare_runtime::out!("{}", placements.render(&args.cluster));
