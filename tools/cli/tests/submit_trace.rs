@@ -155,3 +155,19 @@ async fn a_cli_submission_carries_the_callers_trace_or_starts_one() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(stack.event_count().await.unwrap(), before);
 }
+
+/// With no submission service to answer, the error names the key it made up: the request may
+/// have been accepted all the same, and only a retry with that key cannot make a second job.
+#[test]
+fn a_submission_without_an_answer_names_its_key_for_the_retry() {
+    let server = fairshare_testkit::NatsServer::start().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["submit", "--nats-url", &server.url(), "--cluster", CLUSTER])
+        .args(["--allocation", "research/nlp", "--min-runtime", "15m"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("retry with --key cli-"), "{stderr}");
+    assert!(stderr.contains("--intake"), "{stderr}");
+}

@@ -144,6 +144,9 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             fairshare_events::headers::submission_id(&key).as_str(),
         );
         headers.insert(fairshare_events::headers::IDEMPOTENCY_KEY, key.as_str());
+        // The key must survive a failure: the publish may have landed, and only a retry with
+        // the same key is sure not to make a second job.
+        let retry = || format!("retry with --key {key} (it may have landed; the same key is safe)");
         let ack = conn
             .js
             .publish_with_headers(
@@ -151,8 +154,10 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
                 headers,
                 codec::encode(&request),
             )
-            .await?
-            .await?;
+            .await
+            .with_context(retry)?
+            .await
+            .with_context(retry)?;
         if ack.duplicate {
             // The first publish's context is the one its submission carries.
             fairshare_runtime::outln!(
@@ -176,7 +181,15 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             .request_with_headers(subjects::SUBMIT_API, headers, codec::encode(&request)),
     )
     .await
-    .context("no answer from the submission service within 10 s")??;
+    .map_err(anyhow::Error::from)
+    .and_then(|answer| answer.map_err(anyhow::Error::from))
+    .with_context(|| {
+        format!(
+            "no usable answer from the submission service within 10 s (is it running? \
+             `--intake` queues the submission durably instead); retry with --key {key}: it \
+             may have been accepted, and the same key is safe"
+        )
+    })?;
     match codec::decode_submit_reply(&reply.payload)?.result {
         Some(submit_reply::Result::Accepted(a)) => {
             let again = if a.duplicate {
