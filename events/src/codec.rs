@@ -108,6 +108,29 @@ pub fn decode_explain_reply(bytes: &[u8]) -> Result<pb::ExplainReply, DecodeErro
     decode(bytes, "fairshare.v1.ExplainReply")
 }
 
+/// Every name [`event_kind`] gives a body, in schema order: what filters by kind may name.
+pub const EVENT_KINDS: [&str; 19] = [
+    "job_submitted",
+    "job_rejected",
+    "job_cancelled",
+    "job_placed",
+    "job_started",
+    "job_finished",
+    "job_failed",
+    "preemption_ordered",
+    "job_preempted",
+    "job_requeued",
+    "budget_tree_set",
+    "node_registered",
+    "node_cordoned",
+    "node_uncordoned",
+    "node_drained",
+    "maintenance_scheduled",
+    "node_removed",
+    "maintenance_cancelled",
+    "usage_snapshot",
+];
+
 /// A short, stable name for an event's kind, for logs, `tail` output and filters.
 pub fn event_kind(event: &pb::Event) -> &'static str {
     use pb::event::Body;
@@ -138,6 +161,42 @@ pub fn event_kind(event: &pb::Event) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_name_is_listed() {
+        use pb::event::Body;
+        let bodies = [
+            Body::JobSubmitted(Default::default()),
+            Body::JobRejected(Default::default()),
+            Body::JobCancelled(Default::default()),
+            Body::JobPlaced(Default::default()),
+            Body::JobStarted(Default::default()),
+            Body::JobFinished(Default::default()),
+            Body::JobFailed(Default::default()),
+            Body::PreemptionOrdered(Default::default()),
+            Body::JobPreempted(Default::default()),
+            Body::JobRequeued(Default::default()),
+            Body::BudgetTreeSet(Default::default()),
+            Body::NodeRegistered(Default::default()),
+            Body::NodeCordoned(Default::default()),
+            Body::NodeUncordoned(Default::default()),
+            Body::NodeDrained(Default::default()),
+            Body::MaintenanceScheduled(Default::default()),
+            Body::NodeRemoved(Default::default()),
+            Body::MaintenanceCancelled(Default::default()),
+            Body::UsageSnapshot(Default::default()),
+        ];
+        let names: Vec<&str> = bodies
+            .into_iter()
+            .map(|b| {
+                event_kind(&pb::Event {
+                    at_ms: 0,
+                    body: Some(b),
+                })
+            })
+            .collect();
+        assert_eq!(names, EVENT_KINDS);
+    }
 
     #[test]
     fn empty_bytes_are_named_empty() {

@@ -1,5 +1,6 @@
-//! A reader that goes away (`fairshare tail | head -1`) ends the command quietly with status
-//! 141, as a closed pipe ends other Unix tools, not with a panic and a backtrace.
+//! `fairshare tail` at its edges: a reader that goes away (`fairshare tail | head -1`) ends the
+//! command quietly with status 141, as a closed pipe ends other Unix tools, not with a panic
+//! and a backtrace; a kind it could never show is refused.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -34,4 +35,17 @@ fn tail_into_a_reader_that_leaves_early_exits_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{stderr}");
+}
+
+/// A kind `tail` could never show (a typo) is refused with the kinds there are, rather than
+/// matching nothing and ending quietly.
+#[test]
+fn tail_refuses_an_unknown_kind() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["tail", "--no-follow", "--kind", "job_place"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("job_placed"), "{stderr}");
 }

@@ -17,7 +17,7 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// Passed to `fairshare-sim` as they are: `trace --trace FILE --nodes N ...`,
-    /// `scenario NAME`, `scenario --list`, `load --log FILE ...`.
+    /// `scenario NAME`, `scenario --list`, `load FILE ...`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     args: Vec<OsString>,
 }
