@@ -2,7 +2,8 @@
 //! node with nothing on it is reported drained by the service and listed so, and can then be
 //! removed; unknown nodes, removals of nodes in service or still holding a job, and empty or
 //! past maintenance windows are refused with nothing written; a change already in place writes
-//! nothing.
+//! nothing; an inventory file that still lists a removed node brings it back only with
+//! `--readd`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -159,6 +160,59 @@ async fn cordon_drain_remove_and_maintenance() {
         stderr(&gone)
     );
 
+    // The inventory file still lists it: applying the file (for some other change) does not
+    // put it back in service unless asked, and writes nothing for nodes already as it says.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), INVENTORY).unwrap();
+    let inventory = |readd: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+        command
+            .args(["inventory", "apply", "--nats-url", &stack.server.url()])
+            .arg(file.path());
+        if readd {
+            command.arg("--readd");
+        }
+        async move {
+            tokio::task::spawn_blocking(move || command.output())
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let registrations = || async {
+        stack
+            .all_events()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|(_, _, e)| matches!(e.body, Some(Body::NodeRegistered(_))))
+            .count()
+    };
+    let before = registrations().await;
+    let refused = inventory(false).await;
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains(first) && stderr(&refused).contains("--readd"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(registrations().await, before, "nothing written");
+    let readded = inventory(true).await;
+    assert!(readded.status.success(), "{}", stderr(&readded));
+    assert!(
+        stdout(&readded).contains("1 registered, 3 already as the file says"),
+        "{}",
+        stdout(&readded)
+    );
+    assert_eq!(registrations().await, before + 1);
+    listed_as(&stack, first, "in service").await;
+    // Removed again, for what follows.
+    let cordoned = node(&stack, &["cordon", first]).await;
+    assert!(cordoned.status.success(), "{}", stderr(&cordoned));
+    listed_as(&stack, first, "drained").await;
+    let removed = node(&stack, &["remove", first]).await;
+    assert!(removed.status.success(), "{}", stderr(&removed));
+
     // Maintenance: refused when empty or over, listed when ahead.
     for (start, end) in [
         ("+3h", "+1h"),
@@ -262,6 +316,10 @@ async fn cordon_drain_remove_and_maintenance() {
     assert_eq!(
         node_events(&stack).await,
         [
+            ("cordoned", first.to_owned()),
+            ("drained", first.to_owned()),
+            ("removed", first.to_owned()),
+            // Back in service by the inventory's --readd, then out again.
             ("cordoned", first.to_owned()),
             ("drained", first.to_owned()),
             ("removed", first.to_owned()),

@@ -5,8 +5,10 @@
 use std::future::Future;
 use std::path::PathBuf;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::Subcommand;
+use fairshare_events::pb::event::Body;
+use fairshare_events::subjects;
 use fairshare_model::budget::BudgetTree;
 use fairshare_model::files;
 use fairshare_runtime::admin;
@@ -105,10 +107,16 @@ pub enum InventoryCommand {
         /// The TOML inventory file.
         file: PathBuf,
     },
-    /// Validate an inventory file and register every node in it.
+    /// Validate an inventory file and register its nodes: new ones, and ones registered with
+    /// other GPUs (a node registered as the file says is left as it stands, cordon and all).
     Apply {
         /// The TOML inventory file.
         file: PathBuf,
+        /// Also register again nodes that were removed (`fairshare node remove`); without it,
+        /// a file that still lists one is refused, so hardware pulled for repair does not come
+        /// back into service by an unrelated change.
+        #[arg(long)]
+        readd: bool,
     },
 }
 
@@ -175,9 +183,9 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = anyhow::Result<Connection>>,
 {
-    let (file, apply) = match cmd {
-        InventoryCommand::Check { file } => (file, false),
-        InventoryCommand::Apply { file } => (file, true),
+    let (file, apply, readd) = match cmd {
+        InventoryCommand::Check { file } => (file, false, false),
+        InventoryCommand::Apply { file, readd } => (file, true, readd),
     };
     let inventory = files::parse_inventory(&read(&file)?)
         .with_context(|| format!("{} refused", file.display()))?;
@@ -187,12 +195,53 @@ where
         inventory.cluster,
         inventory.nodes.len()
     );
-    if apply {
-        let conn = connect().await?;
-        let seq = admin::register_nodes(&conn.js, SystemClock.now_ms(), inventory.registrations())
-            .await?;
-        fairshare_runtime::outln!("registered; the last node's registration is at sequence {seq}");
+    if !apply {
+        return Ok(());
     }
+    let conn = connect().await?;
+    let book = super::nodes::read_book(&conn, &inventory.cluster).await?;
+    let changes = book.inventory_changes(inventory.registrations(), readd);
+    if !changes.removed.is_empty() {
+        bail!(
+            "removed from the inventory: {} (`fairshare node remove`); nothing written: take \
+             them out of the file, or pass --readd to put them back in service",
+            changes.removed.join(", ")
+        );
+    }
+    let now = SystemClock.now_ms();
+    let (mut written, total) = (0, changes.write.len());
+    for (registration, last) in changes.write {
+        let (name, gpus) = (registration.node.clone(), registration.gpus);
+        let subject = subjects::node(&inventory.cluster, &name);
+        let kind = format!("node-{name}");
+        let body = Body::NodeRegistered(registration);
+        match admin::append_change(
+            &conn.js,
+            subject,
+            &kind,
+            &inventory.cluster,
+            now,
+            body,
+            last,
+        )
+        .await
+        {
+            Ok(seq) => {
+                written += 1;
+                fairshare_runtime::outln!("{name}: registered with {gpus} GPUs at sequence {seq}");
+            }
+            Err(e) => {
+                return Err(anyhow::Error::from(e).context(format!(
+                    "{name} not registered ({written} of {total} written before it; apply \
+                     again, what is in place is left alone)"
+                )));
+            }
+        }
+    }
+    fairshare_runtime::outln!(
+        "{written} registered, {} already as the file says",
+        changes.unchanged
+    );
     Ok(())
 }
 

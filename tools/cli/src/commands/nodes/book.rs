@@ -58,6 +58,17 @@ pub struct MaintenanceEntry {
     pub reason: String,
 }
 
+/// What an inventory file changes ([`NodeBook::inventory_changes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InventoryChanges {
+    /// Registrations to append, each with the sequence its node's subject must still be at.
+    pub write: Vec<(pb::NodeRegistered, u64)>,
+    /// Nodes registered as the file says already.
+    pub unchanged: usize,
+    /// Nodes the file lists that were removed from the inventory (`node remove`).
+    pub removed: Vec<String>,
+}
+
 /// A cluster's nodes and maintenance windows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeBook {
@@ -158,6 +169,34 @@ impl NodeBook {
         }
     }
 
+    /// What applying an inventory's `registrations` (of this book's cluster) would change:
+    /// nodes new or registered with other GPUs are written, each expecting its subject's
+    /// newest sequence; nodes registered as they are stay as they stand (a cordon too); nodes
+    /// removed from the inventory come back only with `readd`, otherwise they are named.
+    pub fn inventory_changes(
+        &self,
+        registrations: Vec<pb::NodeRegistered>,
+        readd: bool,
+    ) -> InventoryChanges {
+        let mut changes = InventoryChanges::default();
+        for r in registrations {
+            match self.nodes.get(&r.node) {
+                Some(e) if e.standing == Standing::Removed && !readd => {
+                    changes.removed.push(r.node);
+                }
+                Some(e) if e.standing != Standing::Removed && e.gpus == r.gpus => {
+                    changes.unchanged += 1;
+                }
+                _ => {
+                    let subject = fairshare_events::subjects::node(&r.cluster, &r.node);
+                    let last = self.sequence_on(&subject);
+                    changes.write.push((r, last));
+                }
+            }
+        }
+        changes
+    }
+
     /// The sequence of the newest entry on `subject` (0: none).
     pub fn sequence_on(&self, subject: &str) -> u64 {
         self.subject_sequences.get(subject).copied().unwrap_or(0)
@@ -192,6 +231,62 @@ impl NodeBook {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_inventory_writes_only_what_differs_and_names_removed_nodes() {
+        let reg = |node: &str, gpus| pb::NodeRegistered {
+            cluster: "c".into(),
+            node: node.into(),
+            gpus,
+        };
+        let event = |body| pb::Event {
+            at_ms: 1,
+            body: Some(body),
+        };
+        let mut book = NodeBook::default();
+        let node_subject = |n: &str| fairshare_events::subjects::node("c", n);
+        for (seq, n) in [(1, "same"), (2, "cordoned"), (3, "resized"), (4, "gone")] {
+            book.apply(
+                seq,
+                &node_subject(n),
+                Some(&event(Body::NodeRegistered(reg(n, 8)))),
+            );
+        }
+        let cordon = Body::NodeCordoned(pb::NodeCordoned {
+            cluster: "c".into(),
+            node: "cordoned".into(),
+            reason: "fan".into(),
+        });
+        book.apply(5, &node_subject("cordoned"), Some(&event(cordon)));
+        let removed = Body::NodeRemoved(pb::NodeRemoved {
+            cluster: "c".into(),
+            node: "gone".into(),
+        });
+        book.apply(6, &node_subject("gone"), Some(&event(removed)));
+        let file = || {
+            vec![
+                reg("same", 8),
+                reg("cordoned", 8),
+                reg("resized", 4),
+                reg("gone", 8),
+                reg("new", 8),
+            ]
+        };
+        let changes = book.inventory_changes(file(), false);
+        assert_eq!(changes.unchanged, 2, "a cordoned node stays cordoned");
+        assert_eq!(changes.removed, ["gone"]);
+        assert_eq!(changes.write, [(reg("resized", 4), 3), (reg("new", 8), 0)]);
+        let readd = book.inventory_changes(file(), true);
+        assert!(readd.removed.is_empty());
+        assert_eq!(
+            readd.write,
+            [
+                (reg("resized", 4), 3),
+                (reg("gone", 8), 6),
+                (reg("new", 8), 0)
+            ]
+        );
+    }
 
     fn event(body: Body) -> pb::Event {
         pb::Event {

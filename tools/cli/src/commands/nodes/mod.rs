@@ -106,7 +106,7 @@ pub enum NodeCommand {
 const ATTEMPTS: usize = 4;
 
 /// Folds cluster `cluster`'s node and maintenance events from the log.
-async fn read_book(conn: &Connection, cluster: &str) -> anyhow::Result<NodeBook> {
+pub(crate) async fn read_book(conn: &Connection, cluster: &str) -> anyhow::Result<NodeBook> {
     let filters = vec![subjects::node(cluster, "*"), subjects::maintenance(cluster)];
     let mut follower = Follower::start(&conn.js, 1, filters)
         .await
