@@ -13,6 +13,9 @@ use std::fmt;
 
 /// JetStream de-duplication header.
 pub const MESSAGE_ID: &str = "Nats-Msg-Id";
+/// Optimistic concurrency on the whole stream: the publish lands only if the stream's last
+/// sequence is this one.
+pub const EXPECTED_LAST_SEQUENCE: &str = "Nats-Expected-Last-Sequence";
 /// Optimistic concurrency: the last sequence the publisher saw on this subject.
 pub const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
 /// Scope of [`EXPECTED_LAST_SUBJECT_SEQUENCE`]: a subject filter (wildcards allowed), so the

@@ -36,6 +36,17 @@ pub enum LoadError {
         /// What went wrong.
         detail: String,
     },
+    /// Something else was appended to the stream while the log was loading (a service
+    /// running against it): the rest of the log was refused at its place.
+    #[error(
+        "event {index}: the stream moved while the log was loading (is a service running \
+         against this server? they append as they read); load into a fresh server with none \
+         running"
+    )]
+    Interleaved {
+        /// 0-based index of the first event refused.
+        index: usize,
+    },
     /// A publish landed at another sequence than its position in the log.
     #[error("event {index} landed at sequence {sequence}, expected {expected}")]
     OutOfPlace {
@@ -130,8 +141,14 @@ pub async fn load_log(
     }
     let mut pending = VecDeque::new();
     for (index, (event, subject)) in events.iter().zip(subjects).enumerate() {
+        // Each lands only right after the one before it: nothing can interleave unnoticed.
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(
+            fairshare_events::headers::EXPECTED_LAST_SEQUENCE,
+            index.to_string().as_str(),
+        );
         let ack = js
-            .publish(subject, codec::encode(event))
+            .publish_with_headers(subject, headers, codec::encode(event))
             .await
             .map_err(|e| LoadError::Publish {
                 index,
@@ -154,9 +171,12 @@ async fn confirm(
     let Some((index, ack)) = next else {
         return Ok(());
     };
-    let ack = ack.await.map_err(|e| LoadError::Publish {
-        index,
-        detail: e.to_string(),
+    let ack = ack.await.map_err(|e| match e.kind() {
+        jetstream::context::PublishErrorKind::WrongLastSequence => LoadError::Interleaved { index },
+        _ => LoadError::Publish {
+            index,
+            detail: e.to_string(),
+        },
     })?;
     let expected = index as u64 + 1;
     if ack.sequence != expected {
