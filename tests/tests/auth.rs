@@ -222,6 +222,16 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
         .await
         .unwrap();
     assert_eq!(seen, before, "the launcher reads the whole log");
+    // And single events: the budget tree in force, as `fairshare status` reads it.
+    let events = launcher_js.get_stream(EVENTS_STREAM).await.unwrap();
+    let tree = events
+        .get_last_raw_message_by_subject(&subjects::policy(CLUSTER))
+        .await
+        .unwrap();
+    assert!(matches!(
+        codec::decode_event(&tree.payload).unwrap().body,
+        Some(Body::BudgetTreeSet(_))
+    ));
     assert_eq!(
         misfiled, smuggled_at,
         "exactly the smuggled events are unusable"

@@ -105,6 +105,9 @@ impl Role {
                 format!("$JS.API.STREAM.INFO.{EVENTS_STREAM}"),
             ]);
             out.extend(consumer_api(EVENTS_STREAM));
+            // And single events (what it could read through a consumer anyway): the CLI's
+            // `status` reads the budget tree in force, `submit` its job's trace.
+            out.extend(single_event_api());
         } else {
             out.extend(service_stream_api(self));
         }
@@ -153,13 +156,18 @@ fn service_stream_api(role: Role) -> Vec<String> {
     if role == Role::Submission {
         out.extend(consumer_api(INTAKE_STREAM));
     }
-    out.extend([
-        format!("$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.>"),
+    out.push(format!("$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.>"));
+    out.extend(single_event_api());
+    out
+}
+
+/// Reading single events of the events stream (by sequence, or the newest on a subject).
+fn single_event_api() -> [String; 3] {
+    [
         format!("$JS.API.STREAM.MSG.GET.{EVENTS_STREAM}"),
         format!("$JS.API.DIRECT.GET.{EVENTS_STREAM}"),
         format!("$JS.API.DIRECT.GET.{EVENTS_STREAM}.>"),
-    ]);
-    out
+    ]
 }
 
 /// Creating consumers of one's own on `stream`, looking them up and pulling from them; not
