@@ -130,9 +130,6 @@ struct CommonArgs {
     /// Fair-share window.
     #[arg(long, env = "FAIRSHARE_WINDOW", default_value = "7d")]
     window: String,
-    /// Grace period between a preemption order and the kill.
-    #[arg(long, env = "FAIRSHARE_GRACE", default_value = "30s")]
-    grace: String,
     /// How long a job ordered off takes to stop and be confirmed by the launcher.
     #[arg(long, default_value = "10s")]
     stop_delay: String,
@@ -141,15 +138,12 @@ struct CommonArgs {
     /// figure beyond the replicas' spread (README, "Simulator").
     #[arg(long)]
     periodic_pass: Option<String>,
-    /// Largest minimum runtime the contract protects.
-    #[arg(long, env = "FAIRSHARE_MIN_RUNTIME_CAP", default_value = "8h")]
-    protection_cap: String,
-    /// Jobs checkpoint this often (lost work is the run since the last checkpoint).
-    #[arg(long, default_value = "30m")]
-    checkpoint_interval: String,
-    /// Rank margin, in per mille, before work is rotated (hysteresis).
-    #[arg(long, default_value_t = 100)]
-    hysteresis_permille: u32,
+    /// The preemption service's own flags (grace, protection cap, checkpoint interval,
+    /// hysteresis, packing), with its names, environment fall-backs and defaults: a run under
+    /// the deployment's environment simulates the deployed policy, and its log audits with
+    /// the same flags.
+    #[command(flatten)]
+    policy: fairshare_preemption::cli::PolicyArgs,
     /// How often accounting publishes usage snapshots while the log moves.
     #[arg(long, default_value = "10s")]
     snapshot_interval: String,
@@ -170,11 +164,6 @@ struct CommonArgs {
     /// on.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     hourly_floor: bool,
-    /// Packing moves: a blocked single-node waiter (or one behind a blocked job) may have
-    /// resumable jobs past their minimum runtime moved off a node into free GPUs elsewhere (see
-    /// README, "Packing moves"). `false` turns them off, to compare. The services keep them on.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
-    packing: bool,
     /// Re-derive every fairshare placement and preemption order from the log prefix its basis
     /// names (the decision and preemption services' audits, in-process) and fail if any
     /// differs.
@@ -275,16 +264,7 @@ impl CommonArgs {
                  --debug-allowance-gpus"
             );
         }
-        config.preemption.grace_ms = ms(&self.grace, "grace")?;
-        config.preemption.min_runtime_cap_ms = ms(&self.protection_cap, "protection-cap")?;
-        config.preemption.checkpoint_interval_ms =
-            ms(&self.checkpoint_interval, "checkpoint-interval")?;
-        config.preemption.hysteresis_permille = self.hysteresis_permille;
-        config.preemption.packing = self.packing;
-        config
-            .preemption
-            .validate()
-            .context("preemption settings")?;
+        config.preemption = self.policy.config().context("preemption settings")?;
         config.limits.max_min_runtime_s = config.preemption.min_runtime_cap_ms / 1000;
         Ok(config)
     }
@@ -481,6 +461,7 @@ impl TraceArgs {
             }
         };
         let allocations = setup.allocations();
+        let policy = self.common.policy.config().context("preemption settings")?;
         let tenant_map = match &self.tenant_map {
             Some(path) => parse_tenant_map(&read(path)?, &allocations)
                 .with_context(|| path.display().to_string())?,
@@ -493,7 +474,7 @@ impl TraceArgs {
             debug_min_runtime_ms: ms(&self.debug_min_runtime, "debug-min-runtime")?,
             min_runtime_cap_ms: match &self.min_runtime_cap {
                 Some(cap) => ms(cap, "min-runtime-cap")?,
-                None => ms(&self.common.checkpoint_interval, "checkpoint-interval")?,
+                None => policy.checkpoint_interval_ms,
             },
             resumable: !self.not_resumable,
             tenant_map,
@@ -502,7 +483,7 @@ impl TraceArgs {
         };
         // Every mapped job must pass the submission checks the fairshare run applies, or that
         // run would refuse jobs the baselines run, and compare different workloads.
-        let cap = ms(&self.common.protection_cap, "protection-cap")?;
+        let cap = policy.min_runtime_cap_ms;
         for (flag, value) in [
             (
                 "--min-runtime-cap (default: --checkpoint-interval)",
@@ -512,7 +493,7 @@ impl TraceArgs {
         ] {
             if value > cap {
                 bail!(
-                    "{flag} gives minimum runtimes of {} s, over --protection-cap ({} s): the \
+                    "{flag} gives minimum runtimes of {} s, over --max-min-runtime ({} s): the \
                      submission checks would refuse those jobs in the fairshare run only",
                     value / 1000,
                     cap / 1000

@@ -366,17 +366,17 @@ fn settings_that_would_change_the_workload_are_refused() {
     for (extra, expected) in [
         (
             &["--checkpoint-interval", "9h"][..],
-            "over --protection-cap",
+            "over --max-min-runtime",
         ),
         (
-            &["--min-runtime-cap", "3h", "--protection-cap", "2h"][..],
-            "over --protection-cap",
+            &["--min-runtime-cap", "3h", "--max-min-runtime", "2h"][..],
+            "over --max-min-runtime",
         ),
         (
             &[
                 "--debug-min-runtime",
                 "20m",
-                "--protection-cap",
+                "--max-min-runtime",
                 "10m",
                 "--min-runtime-cap",
                 "5m",
