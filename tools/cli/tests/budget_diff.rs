@@ -9,17 +9,78 @@ use std::process::Output;
 use fairshare_e2e::{BUDGET, Stack};
 
 async fn diff(stack: &Stack, budget: &str) -> Output {
+    budget_command(stack, "diff", budget, &[]).await
+}
+
+/// Runs `fairshare budget <verb> FILE <extra>` with `budget` as the file.
+async fn budget_command(stack: &Stack, verb: &str, budget: &str, extra: &[&str]) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("budget.toml");
     std::fs::write(&file, budget).unwrap();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
     command
-        .args(["budget", "diff", "--nats-url", &stack.server.url()])
-        .arg(&file);
+        .args(["budget", verb, "--nats-url", &stack.server.url()])
+        .arg(&file)
+        .args(extra);
     tokio::task::spawn_blocking(move || command.output())
         .await
         .unwrap()
         .unwrap()
+}
+
+/// `budget diff` names the sequence of the tree it compared against; `budget apply
+/// --expect-sequence` with it writes, and refuses once another change landed in between.
+#[tokio::test]
+async fn an_apply_held_to_the_diffs_tree_refuses_a_change_made_since() {
+    let stack = Stack::start().await.unwrap();
+    let ours = BUDGET.replace("share = 1", "share = 2");
+    assert_ne!(ours, BUDGET);
+    let shown = diff(&stack, &ours).await;
+    let text = String::from_utf8_lossy(&shown.stdout).into_owned();
+    let seq: u64 = text
+        .split("since sequence ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    // Another manager applies their tree first.
+    let theirs = BUDGET.replace("share = 3", "share = 5");
+    let first = budget_command(&stack, "apply", &theirs, &[]).await;
+    assert!(first.status.success(), "{first:?}");
+    let before = stack.event_count().await.unwrap();
+    let stale = budget_command(
+        &stack,
+        "apply",
+        &ours,
+        &["--expect-sequence", &seq.to_string()],
+    )
+    .await;
+    assert!(!stale.status.success());
+    assert!(
+        String::from_utf8_lossy(&stale.stderr).contains("changed since you looked"),
+        "{stale:?}"
+    );
+    assert_eq!(
+        stack.event_count().await.unwrap(),
+        before,
+        "nothing written"
+    );
+    // Against the tree now in force it goes through, and says what it replaced.
+    let now = before;
+    let applied = budget_command(
+        &stack,
+        "apply",
+        &ours,
+        &["--expect-sequence", &now.to_string()],
+    )
+    .await;
+    assert!(applied.status.success(), "{applied:?}");
+    assert!(
+        String::from_utf8_lossy(&applied.stdout)
+            .contains(&format!("replaces the tree of sequence {now}")),
+        "{applied:?}"
+    );
+    assert_eq!(stack.event_count().await.unwrap(), before + 1);
 }
 
 #[tokio::test]

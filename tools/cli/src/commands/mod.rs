@@ -12,7 +12,7 @@ pub mod tail;
 
 use fairshare_events::pb::event::Body;
 use fairshare_events::streams::EVENTS_STREAM;
-use fairshare_events::{codec, subjects};
+use fairshare_events::{codec, pb, subjects};
 use fairshare_model::budget::BudgetTree;
 use fairshare_runtime::nats::Identity;
 
@@ -52,6 +52,18 @@ pub fn cluster_name(name: &str) -> Result<String, String> {
 /// was ever set. Any other failure to read it, or a stored tree that does not validate, is an
 /// error: "no tree" would mislead a preview.
 pub async fn budget_tree(conn: &Connection, cluster: &str) -> anyhow::Result<Option<BudgetTree>> {
+    match budget_in_force(conn, cluster).await? {
+        Some((_, set)) => Ok(Some(BudgetTree::from_accounts(&set.accounts)?)),
+        None => Ok(None),
+    }
+}
+
+/// The budget tree in force for `cluster` as written, with the sequence it was written at;
+/// `None` if none was ever set.
+pub async fn budget_in_force(
+    conn: &Connection,
+    cluster: &str,
+) -> anyhow::Result<Option<(u64, pb::BudgetTreeSet)>> {
     use async_nats::jetstream::stream::LastRawMessageErrorKind;
     let stream = conn.js.get_stream(EVENTS_STREAM).await?;
     let message = match stream
@@ -63,7 +75,7 @@ pub async fn budget_tree(conn: &Connection, cluster: &str) -> anyhow::Result<Opt
         Err(e) => anyhow::bail!("cannot read the budget tree of cluster {cluster}: {e}"),
     };
     match codec::decode_log_entry(&message.subject, &message.payload)?.body {
-        Some(Body::BudgetTreeSet(set)) => Ok(Some(BudgetTree::from_accounts(&set.accounts)?)),
+        Some(Body::BudgetTreeSet(set)) => Ok(Some((message.sequence, set))),
         other => anyhow::bail!(
             "the newest event on {}'s policy subject is not a budget tree: {other:?}",
             cluster

@@ -14,7 +14,7 @@ use fairshare_model::files;
 use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
 
-use super::{Connection, budget_tree};
+use super::{Connection, budget_in_force};
 
 /// One allocation's share of the cluster before and after a budget change (`None`: not an
 /// allocation of that tree).
@@ -90,6 +90,11 @@ pub enum BudgetCommand {
     Apply {
         /// The TOML budget file.
         file: PathBuf,
+        /// Append only if the tree in force is still the one written at this sequence (as
+        /// `budget diff` prints it): a change another manager made since your diff is not
+        /// silently replaced.
+        #[arg(long)]
+        expect_sequence: Option<u64>,
     },
     /// Validate a budget file and show how each allocation's share of the cluster would change
     /// from the tree in force; writes nothing.
@@ -158,20 +163,70 @@ where
                 .with_context(|| format!("{} refused", file.display()))?;
             let after = BudgetTree::from_accounts(&set.accounts)?;
             let conn = connect().await?;
-            let before = budget_tree(&conn, &set.cluster).await?;
-            if before.is_none() {
-                fairshare_runtime::outln!("cluster {}: no budget tree in force yet", set.cluster);
-            }
+            let in_force = budget_in_force(&conn, &set.cluster).await?;
+            let before = match &in_force {
+                Some((seq, held)) => {
+                    fairshare_runtime::outln!(
+                        "cluster {}: against the tree in force since sequence {seq} (`budget \
+                         apply --expect-sequence {seq}` refuses if it changes before you apply)",
+                        set.cluster
+                    );
+                    Some(BudgetTree::from_accounts(&held.accounts)?)
+                }
+                None => {
+                    fairshare_runtime::outln!(
+                        "cluster {}: no budget tree in force yet (`budget apply \
+                         --expect-sequence 0` refuses if one is set before you apply)",
+                        set.cluster
+                    );
+                    None
+                }
+            };
             print_changes(&set.cluster, &share_changes(before.as_ref(), &after));
             Ok(())
         }
-        BudgetCommand::Apply { file } => {
+        BudgetCommand::Apply {
+            file,
+            expect_sequence,
+        } => {
             let set = files::parse_budget(&read(&file)?)
                 .with_context(|| format!("{} refused", file.display()))?;
             print_budget(&set)?;
             let conn = connect().await?;
-            let seq = admin::set_budget(&conn.js, SystemClock.now_ms(), set).await?;
-            fairshare_runtime::outln!("budget in force at sequence {seq}");
+            let cluster = set.cluster.clone();
+            let in_force = budget_in_force(&conn, &cluster).await?;
+            let held = in_force.as_ref().map_or(0, |(seq, _)| *seq);
+            if let Some(expected) = expect_sequence
+                && expected != held
+            {
+                bail!(
+                    "the tree in force is the one written at sequence {held}, not {expected}: \
+                     it changed since you looked; nothing written (`budget diff` again)"
+                );
+            }
+            if let Some((seq, current)) = &in_force
+                && *current == set
+            {
+                fairshare_runtime::outln!("budget already in force since sequence {seq}");
+                return Ok(());
+            }
+            // Appended only if the policy subject is still where it was read.
+            let seq = admin::append_change(
+                &conn.js,
+                subjects::policy(&cluster),
+                "budget",
+                &cluster,
+                SystemClock.now_ms(),
+                Body::BudgetTreeSet(set),
+                held,
+            )
+            .await?;
+            match in_force {
+                Some((replaced, _)) => fairshare_runtime::outln!(
+                    "budget in force at sequence {seq} (replaces the tree of sequence {replaced})"
+                ),
+                None => fairshare_runtime::outln!("budget in force at sequence {seq}"),
+            }
             Ok(())
         }
     }
