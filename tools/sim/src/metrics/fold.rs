@@ -492,6 +492,10 @@ impl Measure<'_> {
             };
             match job.first_start_ms {
                 Some(start) => waits.sorted_ms.push(start - job.submit_ms),
+                // Cancelled or failed before it ever started: it waits no more, and how long
+                // it had waited is no queue wait of a job that ran (the simulator writes no
+                // such event; a production log has them).
+                None if job.ended => {}
                 None => {
                     waits.sorted_ms.push((end - job.submit_ms).max(0));
                     waits.unstarted += 1;
@@ -736,6 +740,23 @@ mod tests {
             contract: ContractConfig::default(),
             window: FoldConfig::default(),
         }
+    }
+
+    #[test]
+    fn a_job_cancelled_before_it_started_is_no_wait() {
+        let mut log = a_runs_on_n1();
+        log.push(submitted(T0 + HOUR / 6, "b", 1, 600));
+        log.push(at(
+            T0 + HOUR / 3,
+            Body::JobCancelled(pb::JobCancelled {
+                job_id: "b".into(),
+                ..Default::default()
+            }),
+        ));
+        let m = measure("p", &log, &config(T0 + 2 * HOUR));
+        // `a` waited 0; `b` would have read as waiting until the end (1 h 50 min).
+        assert_eq!(m.allocated_waits.sorted_ms, vec![0]);
+        assert_eq!(m.allocated_waits.unstarted, 0);
     }
 
     #[test]
