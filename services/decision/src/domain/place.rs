@@ -434,6 +434,7 @@ impl<'s> Pool<'s> {
         };
         let sets =
             std::iter::once(&self.open).chain(restricted.into_iter().flatten().map(|(_, s)| s));
+        let mut refused = 0usize;
         for set in sets {
             let mut taken = 0;
             for &(_, _, idx) in set.range((gpn, true, 0)..=(gpn, true, u32::MAX)) {
@@ -444,7 +445,7 @@ impl<'s> Pool<'s> {
                     chosen.push(idx);
                     taken += 1;
                 } else {
-                    blocked = true;
+                    refused += 1;
                 }
             }
         }
@@ -452,7 +453,9 @@ impl<'s> Pool<'s> {
             chosen.sort_unstable();
             chosen.truncate(k);
             Found::Nodes(chosen.into_iter().map(|i| (i, gpn)).collect())
-        } else if blocked {
+        } else if blocked || chosen.len() + refused >= k {
+            // Only if the nodes the guard refused would have made up the job: otherwise it
+            // does not fit whatever the reservation holds.
             Found::Blocked
         } else {
             Found::Nowhere

@@ -159,6 +159,39 @@ fn reservation_lets_work_ending_before_its_start_backfill_and_not_longer_work() 
 }
 
 #[test]
+fn a_multi_node_job_too_big_for_the_free_nodes_is_not_said_to_be_blocked_by_the_reservation() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1", "n2", "n3", "n4", "n5"], 8);
+    // n0 is free; n1 frees at NOW+1h; n2 to n5 have 4 GPUs free each until NOW+3h: 24 GPUs
+    // free in all, but one whole node.
+    h.running(NOW - HOUR, "r1", "b", 2 * 3600, &[("n1", 8)]);
+    for n in ["n2", "n3", "n4", "n5"] {
+        h.running(NOW - HOUR, &format!("r-{n}"), "b", 4 * 3600, &[(n, 4)]);
+    }
+    h.snapshot(
+        NOW,
+        &[
+            ("a", 0, 1000 * HOUR as u64),
+            ("b", 50 * HOUR as u64, 1000 * HOUR as u64),
+        ],
+    );
+    // `big` (2 nodes) reserves n0 and n1 from NOW+1h; `wide` needs 3 whole nodes and only n0
+    // is wholly free: the reservation is not what keeps it waiting.
+    h.submit_full(NOW - 100, "big", "a", 2, 8, 3600, 0, true);
+    h.submit_full(NOW - 90, "wide", "b", 3, 8, 2 * 3600, 0, true);
+    let d = h.decide(NOW);
+    let r = d.reservation.as_ref().unwrap();
+    assert_eq!((r.job_id, r.start_ms), ("big", NOW + HOUR));
+    let wide = d.waiting.iter().find(|w| w.job_id == "wide").unwrap();
+    assert!(
+        !matches!(wide.reason, WaitReason::BlockedByReservation { .. }),
+        "{:?}",
+        wide.reason
+    );
+}
+
+#[test]
 fn reserved_nodes_names_the_nodes_the_cycle_reserves() {
     use crate::domain::reserve::reserved_nodes;
     use fairshare_model::shape::Shape;
