@@ -60,6 +60,22 @@ pub enum BudgetError {
         /// The largest total accepted.
         limit: u64,
     },
+    /// An account's fraction of the cluster is finer than [`MAX_FRACTION_DEN`] parts: the
+    /// share floors multiply it by the cluster's GPUs and by the hour's thousandths, which
+    /// must stay exact in 128 bits.
+    #[error(
+        "account {path:?}: its fraction of the cluster is one in {den} parts (the product of \
+         the share totals along its path), over the limit of {limit}: use smaller shares \
+         (they are relative)"
+    )]
+    TooFine {
+        /// Full path of the account.
+        path: String,
+        /// The denominator of its fraction (the share totals along its path, multiplied).
+        den: u128,
+        /// The largest denominator accepted.
+        limit: u128,
+    },
     /// The tree is deeper than ranking supports.
     #[error("account {path:?} is nested deeper than {limit} levels")]
     TooDeep {
@@ -76,6 +92,10 @@ pub enum BudgetError {
 pub const MAX_SHARE: u64 = 1_000_000;
 /// Deepest tree accepted (organisation -> program -> project -> team and a little more).
 pub const MAX_DEPTH: usize = 6;
+/// Finest fraction accepted (one in this many parts of the cluster): with a fraction this fine,
+/// a floor of `fraction x GPUs x 1000` (the hourly floor's thousandths) on clusters of up to
+/// four billion GPUs stays exact in 128 bits.
+pub const MAX_FRACTION_DEN: u128 = u64::MAX as u128;
 
 /// Index of an account in [`BudgetTree::accounts`].
 pub type AccountId = usize;
@@ -141,6 +161,18 @@ impl BudgetTree {
         };
         tree.roots = tree.add_level(accounts, None, "", 0)?;
         tree.fractions = tree.all_fractions();
+        if let Some((account, f)) = tree
+            .accounts
+            .iter()
+            .zip(&tree.fractions)
+            .find(|(_, f)| f.den > MAX_FRACTION_DEN)
+        {
+            return Err(BudgetError::TooFine {
+                path: account.path.clone(),
+                den: f.den,
+                limit: MAX_FRACTION_DEN,
+            });
+        }
         Ok(tree)
     }
 
@@ -325,6 +357,26 @@ mod tests {
     }
 
     #[test]
+    fn a_tree_whose_fractions_are_too_fine_for_the_floors_is_refused() {
+        // Four levels of share totals near a million: one in about 1e24 parts.
+        let level = |child: Vec<pb::Account>| vec![acc("x", 999_999, child), acc("y", 1, vec![])];
+        let deep = level(vec![
+            acc(
+                "x",
+                999_999,
+                vec![acc("x", 999_999, level(vec![])), acc("y", 1, vec![])],
+            ),
+            acc("y", 1, vec![]),
+        ]);
+        let err = BudgetTree::from_accounts(&deep).unwrap_err();
+        assert!(matches!(err, BudgetError::TooFine { .. }), "{err}");
+        assert!(err.to_string().contains("use smaller shares"), "{err}");
+        // Three such levels are fine (one in 1e18).
+        let three = level(vec![acc("x", 999_999, level(vec![])), acc("y", 1, vec![])]);
+        assert!(BudgetTree::from_accounts(&three).is_ok());
+    }
+
+    #[test]
     fn fractions_are_products_of_sibling_ratios() {
         let t = sample();
         let f = |p: &str| t.fraction(t.allocation(p).unwrap());
@@ -419,23 +471,31 @@ mod tests {
                 limit: MAX_SHARE,
             })
         );
-        // At the limit exactly, the deepest fraction is exact and not zero.
+        // At the share limit, three levels deep, the deepest fraction is exact and not zero;
+        // six such levels make fractions too fine for the share floors' arithmetic.
         let at_limit = |children: Vec<pb::Account>| -> Vec<pb::Account> {
             vec![acc("a", 999_999, vec![]), acc("b", 1, children)]
         };
         let mut tree = at_limit(vec![]);
-        for _ in 0..5 {
+        for _ in 0..2 {
             tree = at_limit(tree);
         }
         let ok = BudgetTree::from_accounts(&tree).unwrap();
-        let deepest = ok.allocation("b/b/b/b/b/b").unwrap();
+        let deepest = ok.allocation("b/b/b").unwrap();
         assert_eq!(
             ok.fraction(deepest),
             Fraction {
                 num: 1,
-                den: 1_000_000u128.pow(6)
+                den: 1_000_000u128.pow(3)
             }
         );
+        for _ in 0..3 {
+            tree = at_limit(tree);
+        }
+        assert!(matches!(
+            BudgetTree::from_accounts(&tree),
+            Err(BudgetError::TooFine { .. })
+        ));
         let mut deep = acc("l6", 1, vec![]);
         for i in (0..6).rev() {
             deep = acc(&format!("l{i}"), 1, vec![deep]);
