@@ -279,13 +279,11 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
     });
 }
 
-/// Runs the `fairshare-sim` binary in `dir` on the first 2 h of the Helios trace (FIFO only,
-/// 32 GPUs) with `extra` flags, and returns its report.
-fn small_run(dir: &std::path::Path, extra: &[&std::ffi::OsStr]) -> String {
+/// `fairshare-sim trace` on the first 2 h of the Helios trace, FIFO only, 32 GPUs, quiet.
+fn small_trace() -> std::process::Command {
     let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let out = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
-        .current_dir(dir)
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"));
+    command
         .arg("trace")
         .arg("--trace")
         .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
@@ -297,7 +295,16 @@ fn small_run(dir: &std::path::Path, extra: &[&std::ffi::OsStr]) -> String {
             "--policies",
             "fifo",
             "--quiet",
-        ])
+        ]);
+    command
+}
+
+/// Runs the `fairshare-sim` binary in `dir` on the first 2 h of the Helios trace (FIFO only,
+/// 32 GPUs) with `extra` flags, and returns its report.
+fn small_run(dir: &std::path::Path, extra: &[&std::ffi::OsStr]) -> String {
+    let out = tempfile::tempdir().unwrap();
+    let status = small_trace()
+        .current_dir(dir)
         .args(extra)
         .arg("--out")
         .arg(out.path())
@@ -400,22 +407,9 @@ fn settings_that_would_change_the_workload_are_refused() {
 /// policies, the run is refused rather than silently writing nothing.
 #[test]
 fn a_log_without_the_fairshare_policy_is_refused() {
-    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run.pb");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
-        .arg("trace")
-        .arg("--trace")
-        .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
-        .args([
-            "--nodes",
-            "4",
-            "--span",
-            "2h",
-            "--policies",
-            "fifo",
-            "--quiet",
-        ])
+    let out = small_trace()
         .arg("--log")
         .arg(&log)
         .arg("--out")
