@@ -163,17 +163,7 @@ mod tests {
             .unwrap(),
         );
         // Another instance accepts job j-1: it is in the log, not in this fold.
-        let request = pb::SubmitRequest {
-            idempotency_key: "k-1".into(),
-            spec: Some(pb::JobSpec {
-                cluster: "c".into(),
-                allocation: "a".into(),
-                gpus: 1,
-                nodes: 1,
-                min_runtime_s: 60,
-                ..Default::default()
-            }),
-        };
+        let request = super::super::shared::tests::one_gpu_request("k-1");
         let shape = Shape {
             nodes: 1,
             gpus_per_node: 1,

@@ -290,17 +290,7 @@ mod tests {
             let ack = js.publish(subject, codec::encode(&event)).await.unwrap();
             logged.push((ack.await.unwrap().sequence, event));
         }
-        let request = pb::SubmitRequest {
-            idempotency_key: "k-1".into(),
-            spec: Some(pb::JobSpec {
-                cluster: "c".into(),
-                allocation: "a".into(),
-                gpus: 1,
-                nodes: 1,
-                min_runtime_s: 60,
-                ..Default::default()
-            }),
-        };
+        let request = super::super::shared::tests::one_gpu_request("k-1");
         js.publish(subjects::intake("c"), codec::encode(&request))
             .await
             .unwrap()

@@ -203,8 +203,24 @@ pub(super) fn malformed(detail: &str) -> pb::Rejection {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     #![allow(clippy::unwrap_used)]
+
+    /// A valid 1-GPU submission with key `key` to allocation `a` of cluster `c` (1 min
+    /// minimum runtime), for the shell's tests.
+    pub(in crate::shell) fn one_gpu_request(key: &str) -> pb::SubmitRequest {
+        pb::SubmitRequest {
+            idempotency_key: key.into(),
+            spec: Some(pb::JobSpec {
+                cluster: "c".into(),
+                allocation: "a".into(),
+                gpus: 1,
+                nodes: 1,
+                min_runtime_s: 60,
+                ..Default::default()
+            }),
+        }
+    }
 
     use fairshare_events::pb::event::Body;
     use fairshare_runtime::clock::SystemClock;
