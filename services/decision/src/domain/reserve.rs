@@ -17,7 +17,9 @@
 //! maintenance ahead is usable from the earliest time at which the job's protection would end
 //! by the next window's start; cordoned nodes are never used. For a single-node job the start
 //! is the earliest time any node has enough GPUs (ties: lowest node name); for a multi-node job
-//! it is the time the k-th wholly reclaimable node of the right size becomes free.
+//! it is the earliest time at which k wholly reclaimable nodes of the right size all take it
+//! together (a node free early but closing for maintenance before the job's protection would
+//! end, counted from that shared start, is left out).
 //!
 //! Backfill rule (`Guard::allows`): later work may use a reserved node's GPUs if its own
 //! protection ends no later than the reservation's start (`now + min_runtime <= start`; this
@@ -157,8 +159,10 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
     let mut placed = pool.placed.clone();
     placed.sort_unstable();
     let mut held = Releases::new();
-    // (start, node index) per candidate node.
+    // (start, node index) per candidate node, and when its GPUs are reclaimable (before any
+    // maintenance window moves its start).
     let mut candidates: Vec<(i64, u32)> = Vec::new();
+    let mut ready_at: Vec<i64> = Vec::new();
     // Candidates that can start now. No start is earlier than now and nodes come in index
     // order, so once k nodes can start now they are the k earliest: the rest cannot change
     // the plan and need not be read.
@@ -203,17 +207,19 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
             ready_now += 1;
         }
         candidates.push((start, idx));
+        ready_at.push(ready.max(now));
     }
     if candidates.len() < k {
         return None;
     }
-    // The k earliest, in order (keys are distinct: one per node index).
-    if candidates.len() > k {
-        candidates.select_nth_unstable(k - 1);
-        candidates.truncate(k);
-    }
+    let (start_ms, mut candidates) = if k == 1 {
+        // A node's own start takes its windows into account already.
+        let first = candidates.iter().copied().min()?;
+        (first.0, vec![first])
+    } else {
+        shared_start(pool, &candidates, &ready_at, k, min_runtime_ms)?
+    };
     candidates.sort_unstable();
-    let start_ms = candidates.iter().map(|c| c.0).max().unwrap_or(now);
     let mut nodes: Vec<(u32, u32)> = candidates.iter().map(|c| (c.1, gpn)).collect();
     nodes.sort_unstable();
     let spare = nodes
@@ -229,6 +235,53 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
         nodes,
         guard: Guard { start_ms, spare },
     })
+}
+
+/// The earliest time at which `k` of the candidate nodes (`(start, node index)`, their GPUs
+/// reclaimable at `ready_at`) all take a job protected for `min_runtime_ms`, and the `k` of
+/// them with the earliest own starts (ties: lowest index). Each node's own start keeps clear of
+/// its own windows, but a multi-node job starts on all of its nodes at the latest of their
+/// starts, when an earlier node may be too close to its window: such a node is left out then,
+/// and the time moves on until `k` nodes take the job together.
+fn shared_start(
+    pool: &Pool<'_>,
+    candidates: &[(i64, u32)],
+    ready_at: &[i64],
+    k: usize,
+    min_runtime_ms: i64,
+) -> Option<(i64, Vec<(i64, u32)>)> {
+    let takes_at = |i: usize, t: i64| {
+        let windows = pool.nodes[candidates[i].1 as usize].windows;
+        ready_at[i] <= t && after_maintenance(t, min_runtime_ms, windows) == t
+    };
+    let mut starts: Vec<i64> = candidates.iter().map(|c| c.0).collect();
+    starts.sort_unstable();
+    let mut t = starts[k - 1];
+    // Each round moves `t` strictly later, to a node's next start: bounded by the nodes'
+    // starts and window ends.
+    for _ in 0..=candidates.len().saturating_mul(4).saturating_add(64) {
+        let mut taking: Vec<(i64, u32)> = (0..candidates.len())
+            .filter(|&i| takes_at(i, t))
+            .map(|i| candidates[i])
+            .collect();
+        if taking.len() >= k {
+            taking.sort_unstable();
+            taking.truncate(k);
+            return Some((t, taking));
+        }
+        t = (0..candidates.len())
+            .filter(|&i| !takes_at(i, t))
+            .map(|i| {
+                let windows = pool.nodes[candidates[i].1 as usize].windows;
+                after_maintenance(
+                    ready_at[i].max(t.saturating_add(1)),
+                    min_runtime_ms,
+                    windows,
+                )
+            })
+            .min()?;
+    }
+    None
 }
 
 /// The nodes a decision cycle would reserve for job `job_id` of `shape` and `min_runtime_ms` if

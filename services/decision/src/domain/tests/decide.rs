@@ -192,6 +192,25 @@ fn a_multi_node_job_too_big_for_the_free_nodes_is_not_said_to_be_blocked_by_the_
 }
 
 #[test]
+fn a_multi_node_reservation_leaves_out_a_node_whose_window_comes_too_soon_for_the_shared_start() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1", "n2"], 8);
+    // n0 is free now but closes for maintenance at NOW+2h; n1 frees at NOW+90m, n2 at
+    // NOW+100m.
+    h.maintenance(NOW - HOUR, &["n0"], NOW + 2 * HOUR, NOW + 3 * HOUR);
+    h.running(NOW - 30 * MIN, "r1", "b", 2 * 3600, &[("n1", 8)]);
+    h.running(NOW - 20 * MIN, "r2", "b", 2 * 3600, &[("n2", 8)]);
+    // Two whole nodes for 1 h: from NOW+90m on n0 and n1 it would run into n0's window, so it
+    // is n1 and n2 from NOW+100m.
+    h.submit_full(NOW - 100, "big", "a", 2, 8, 3600, 0, true);
+    let d = h.decide(NOW);
+    let r = d.reservation.as_ref().unwrap();
+    let nodes: Vec<&str> = r.nodes.iter().map(|n| n.node).collect();
+    assert_eq!((r.start_ms, nodes), (NOW + 100 * MIN, vec!["n1", "n2"]));
+}
+
+#[test]
 fn reserved_nodes_names_the_nodes_the_cycle_reserves() {
     use crate::domain::reserve::reserved_nodes;
     use fairshare_model::shape::Shape;
