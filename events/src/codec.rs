@@ -186,16 +186,38 @@ mod tests {
             Body::MaintenanceCancelled(Default::default()),
             Body::UsageSnapshot(Default::default()),
         ];
-        let names: Vec<&str> = bodies
-            .into_iter()
-            .map(|b| {
-                event_kind(&pb::Event {
-                    at_ms: 0,
-                    body: Some(b),
-                })
-            })
-            .collect();
-        assert_eq!(names, EVENT_KINDS);
+        // Exhaustive: a body added to the schema does not compile here until it is listed
+        // (and given its place in `EVENT_KINDS`).
+        let place = |b: &Body| match b {
+            Body::JobSubmitted(_) => 0,
+            Body::JobRejected(_) => 1,
+            Body::JobCancelled(_) => 2,
+            Body::JobPlaced(_) => 3,
+            Body::JobStarted(_) => 4,
+            Body::JobFinished(_) => 5,
+            Body::JobFailed(_) => 6,
+            Body::PreemptionOrdered(_) => 7,
+            Body::JobPreempted(_) => 8,
+            Body::JobRequeued(_) => 9,
+            Body::BudgetTreeSet(_) => 10,
+            Body::NodeRegistered(_) => 11,
+            Body::NodeCordoned(_) => 12,
+            Body::NodeUncordoned(_) => 13,
+            Body::NodeDrained(_) => 14,
+            Body::MaintenanceScheduled(_) => 15,
+            Body::NodeRemoved(_) => 16,
+            Body::MaintenanceCancelled(_) => 17,
+            Body::UsageSnapshot(_) => 18,
+        };
+        assert_eq!(bodies.len(), EVENT_KINDS.len());
+        for b in bodies {
+            let i = place(&b);
+            let event = pb::Event {
+                at_ms: 0,
+                body: Some(b),
+            };
+            assert_eq!(event_kind(&event), EVENT_KINDS[i]);
+        }
     }
 
     #[test]

@@ -161,19 +161,26 @@ impl BudgetTree {
         };
         tree.roots = tree.add_level(accounts, None, "", 0)?;
         tree.fractions = tree.all_fractions();
-        if let Some((account, f)) = tree
+        Ok(tree)
+    }
+
+    /// Refuses a tree with a fraction finer than [`MAX_FRACTION_DEN`] parts. Checked where a
+    /// tree is written (`files::parse_budget`), not where the log is folded: a tree already in
+    /// a log stays in force on replay, as it was when it was written.
+    pub fn check_fine_enough(&self) -> Result<(), BudgetError> {
+        match self
             .accounts
             .iter()
-            .zip(&tree.fractions)
+            .zip(&self.fractions)
             .find(|(_, f)| f.den > MAX_FRACTION_DEN)
         {
-            return Err(BudgetError::TooFine {
+            Some((account, f)) => Err(BudgetError::TooFine {
                 path: account.path.clone(),
                 den: f.den,
                 limit: MAX_FRACTION_DEN,
-            });
+            }),
+            None => Ok(()),
         }
-        Ok(tree)
     }
 
     fn add_level(
@@ -368,12 +375,14 @@ mod tests {
             ),
             acc("y", 1, vec![]),
         ]);
-        let err = BudgetTree::from_accounts(&deep).unwrap_err();
+        let tree = BudgetTree::from_accounts(&deep).unwrap();
+        let err = tree.check_fine_enough().unwrap_err();
         assert!(matches!(err, BudgetError::TooFine { .. }), "{err}");
         assert!(err.to_string().contains("use smaller shares"), "{err}");
         // Three such levels are fine (one in 1e18).
         let three = level(vec![acc("x", 999_999, level(vec![])), acc("y", 1, vec![])]);
-        assert!(BudgetTree::from_accounts(&three).is_ok());
+        let tree = BudgetTree::from_accounts(&three).unwrap();
+        assert!(tree.check_fine_enough().is_ok());
     }
 
     #[test]
@@ -493,8 +502,8 @@ mod tests {
             tree = at_limit(tree);
         }
         assert!(matches!(
-            BudgetTree::from_accounts(&tree),
-            Err(BudgetError::TooFine { .. })
+            BudgetTree::from_accounts(&tree).map(|t| t.check_fine_enough()),
+            Ok(Err(BudgetError::TooFine { .. }))
         ));
         let mut deep = acc("l6", 1, vec![]);
         for i in (0..6).rev() {

@@ -104,8 +104,8 @@ pub fn parse_budget(text: &str) -> Result<pb::BudgetTreeSet, FileError> {
         .ok_or_else(|| field("top level", "missing `[accounts.<name>]` tables"))?;
     let accounts = parse_accounts(accounts, "accounts")?;
     // Validate with the same code the services fold with, so a file that applies is a tree
-    // every service accepts.
-    BudgetTree::from_accounts(&accounts)?;
+    // every service accepts; and, for new trees, fine enough for the share floors.
+    BudgetTree::from_accounts(&accounts)?.check_fine_enough()?;
     Ok(pb::BudgetTreeSet { cluster, accounts })
 }
 
@@ -315,6 +315,19 @@ mod tests {
         assert!(matches!(
             parse_budget("cluster = \"a\"\n[accounts]\n"),
             Err(FileError::Budget(BudgetError::Empty))
+        ));
+        // Four levels of share totals near a million: one part in about 1e24, too fine.
+        let mut text = String::from("cluster = \"a\"\n");
+        let mut path = String::from("accounts");
+        for _ in 0..4 {
+            text.push_str(&format!(
+                "[{path}.y]\nshare = 1\n[{path}.x]\nshare = 999999\n"
+            ));
+            path.push_str(".x");
+        }
+        assert!(matches!(
+            parse_budget(&text),
+            Err(FileError::Budget(BudgetError::TooFine { .. }))
         ));
     }
 

@@ -73,7 +73,8 @@ enum Command {
     /// or its orders will not re-derive.
     Audit(commands::audit::AuditArgs),
     /// Run the trace-driven simulator (`fairshare-sim`) with these arguments: `simulate
-    /// trace --trace FILE --nodes N`, `simulate scenario --list`, `simulate --help`. No NATS.
+    /// trace --trace FILE --nodes N`, `simulate scenario --list`, `simulate --help` (these need
+    /// no NATS; `simulate load FILE` writes a simulated log into a fresh server).
     #[command(disable_help_flag = true)]
     Simulate(commands::simulate::SimulateArgs),
     /// Per-service NATS identities: one nkey per role and the server's permissions.

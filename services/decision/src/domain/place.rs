@@ -453,7 +453,7 @@ impl<'s> Pool<'s> {
             chosen.sort_unstable();
             chosen.truncate(k);
             Found::Nodes(chosen.into_iter().map(|i| (i, gpn)).collect())
-        } else if blocked || chosen.len() + refused >= k {
+        } else if chosen.len() + refused >= k {
             // Only if the nodes the guard refused would have made up the job: otherwise it
             // does not fit whatever the reservation holds.
             Found::Blocked

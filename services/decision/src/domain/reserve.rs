@@ -257,9 +257,19 @@ fn shared_start(
     let mut starts: Vec<i64> = candidates.iter().map(|c| c.0).collect();
     starts.sort_unstable();
     let mut t = starts[k - 1];
-    // Each round moves `t` strictly later, to a node's next start: bounded by the nodes'
-    // starts and window ends.
-    for _ in 0..=candidates.len().saturating_mul(4).saturating_add(64) {
+    // Each round moves `t` strictly later, to some node's next start: its first, or the end
+    // of one of its windows. So the rounds are bounded by the nodes plus their windows, and
+    // once every window is behind, every candidate takes the job.
+    let windows: usize = candidates
+        .iter()
+        .map(|c| pool.nodes[c.1 as usize].windows.len())
+        .sum();
+    let rounds = candidates
+        .len()
+        .saturating_add(windows)
+        .saturating_mul(2)
+        .saturating_add(2);
+    for _ in 0..rounds {
         let mut taking: Vec<(i64, u32)> = (0..candidates.len())
             .filter(|&i| takes_at(i, t))
             .map(|i| candidates[i])

@@ -176,7 +176,7 @@ pub(crate) async fn publish(
             tracing::debug!(
                 job_id = p.job_id,
                 for_job_id = p.for_job_id,
-                "not ordered: another victim of its plan was refused"
+                "not ordered: the plan for its waiter no longer holds (another victim's order was refused, or the waiter moved on)"
             );
             outcome.refused += 1;
             continue;

@@ -13,7 +13,8 @@ pub struct TailArgs {
     #[arg(long, value_parser = super::cluster_name)]
     cluster: Option<String>,
     /// Only events of these kinds (e.g. job_submitted,job_placed).
-    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(fairshare_events::codec::EVENT_KINDS))]
+    /// `unknown` takes events of a kind newer than this build.
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(fairshare_events::codec::EVENT_KINDS.iter().chain(&["unknown"])))]
     kind: Vec<String>,
     /// Start at this stream sequence (default: the beginning).
     #[arg(long, default_value_t = 1)]

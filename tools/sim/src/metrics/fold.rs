@@ -55,6 +55,8 @@ struct Tracked {
     /// Waiting to be placed.
     queued: bool,
     ended: bool,
+    /// When it ended before it ever started (cancelled or failed while waiting).
+    ended_unstarted_ms: Option<i64>,
     /// The cause of its latest preemption order, which its stop is filed under.
     order_cause: PreemptionCause,
 }
@@ -240,7 +242,7 @@ impl Measure<'_> {
         job.pending = false;
     }
 
-    fn end_job(&mut self, job_id: &str, finished: bool) {
+    fn end_job(&mut self, now: i64, job_id: &str, finished: bool) {
         self.leave_queue(job_id);
         self.release_nodes(job_id);
         self.stop_run(job_id);
@@ -248,6 +250,9 @@ impl Measure<'_> {
             && !job.ended
         {
             job.ended = true;
+            if job.first_start_ms.is_none() {
+                job.ended_unstarted_ms = Some(now);
+            }
             if finished {
                 self.out.jobs_finished += 1;
             }
@@ -285,9 +290,9 @@ impl Measure<'_> {
             Some(Body::JobSubmitted(s)) => self.submitted(s, now),
             Some(Body::JobPlaced(p)) => self.placed(p),
             Some(Body::JobStarted(s)) => self.started(&s.job_id, now),
-            Some(Body::JobFinished(f)) => self.end_job(&f.job_id, true),
-            Some(Body::JobFailed(f)) => self.end_job(&f.job_id, false),
-            Some(Body::JobCancelled(c)) => self.end_job(&c.job_id, false),
+            Some(Body::JobFinished(f)) => self.end_job(now, &f.job_id, true),
+            Some(Body::JobFailed(f)) => self.end_job(now, &f.job_id, false),
+            Some(Body::JobCancelled(c)) => self.end_job(now, &c.job_id, false),
             // A cause this code does not know (a newer writer's) is filed as unspecified.
             Some(Body::PreemptionOrdered(o)) => self.ordered(&o.job_id, o.cause(), now),
             Some(Body::JobPreempted(p)) => self.preempted(&p.job_id, now),
@@ -375,6 +380,7 @@ impl Measure<'_> {
                 running_since: None,
                 queued: true,
                 ended: false,
+                ended_unstarted_ms: None,
                 order_cause: PreemptionCause::Unspecified,
             },
         );
@@ -492,10 +498,14 @@ impl Measure<'_> {
             };
             match job.first_start_ms {
                 Some(start) => waits.sorted_ms.push(start - job.submit_ms),
-                // Cancelled or failed before it ever started: it waits no more, and how long
-                // it had waited is no queue wait of a job that ran (the simulator writes no
-                // such event; a production log has them).
-                None if job.ended => {}
+                // Cancelled or failed before it ever started: it waited until then (the
+                // simulator writes no such event; a production log has them). Not counted
+                // as a wait until the end, nor dropped: a user who gave up after hours of
+                // starvation waited those hours.
+                None if job.ended => {
+                    let ended = job.ended_unstarted_ms.unwrap_or(end);
+                    waits.sorted_ms.push((ended - job.submit_ms).max(0));
+                }
                 None => {
                     waits.sorted_ms.push((end - job.submit_ms).max(0));
                     waits.unstarted += 1;
@@ -743,7 +753,7 @@ mod tests {
     }
 
     #[test]
-    fn a_job_cancelled_before_it_started_is_no_wait() {
+    fn a_job_cancelled_before_it_started_waited_until_then() {
         let mut log = a_runs_on_n1();
         log.push(submitted(T0 + HOUR / 6, "b", 1, 600));
         log.push(at(
@@ -754,8 +764,8 @@ mod tests {
             }),
         ));
         let m = measure("p", &log, &config(T0 + 2 * HOUR));
-        // `a` waited 0; `b` would have read as waiting until the end (1 h 50 min).
-        assert_eq!(m.allocated_waits.sorted_ms, vec![0]);
+        // `a` waited 0; `b` 10 min, until it was cancelled (not until the end: 1 h 50 min).
+        assert_eq!(m.allocated_waits.sorted_ms, vec![0, HOUR / 6]);
         assert_eq!(m.allocated_waits.unstarted, 0);
     }
 
