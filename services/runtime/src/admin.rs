@@ -96,8 +96,20 @@ async fn newest_on(
     }
 }
 
-/// Appends `body` on `subject` unless the newest event there already has the same body;
-/// returns the sequence of the event in force. `kind` names the change in the message id.
+/// What [`set_budget_expecting`] (and the registrations) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    /// The sequence of the event in force now.
+    pub sequence: u64,
+    /// Whether this call wrote it (false: the newest event there said the same already).
+    pub written: bool,
+    /// The sequence of the newest event there before (0: none).
+    pub replaced: u64,
+}
+
+/// Appends `body` on `subject` unless the newest event there already has the same body, and,
+/// with `expected`, only if that newest event is at sequence `expected` (0: none; otherwise
+/// a stale [`AppendError`], nothing written). `kind` names the change in the message id.
 async fn apply(
     js: &jetstream::Context,
     subject: String,
@@ -105,12 +117,31 @@ async fn apply(
     cluster: &str,
     at_ms: i64,
     body: Body,
-) -> Result<u64, AppendError> {
+    expected: Option<u64>,
+) -> Result<Applied, AppendError> {
     let (last, newest) = newest_on(js, &subject).await?;
-    if newest.as_ref() == Some(&body) {
-        return Ok(last);
+    if let Some(expected) = expected
+        && expected != last
+    {
+        return Err(AppendError {
+            detail: format!("its newest event is at sequence {last}, not {expected}"),
+            subject,
+            stale: true,
+        });
     }
-    append_change(js, subject, kind, cluster, at_ms, body, last).await
+    if newest.as_ref() == Some(&body) {
+        return Ok(Applied {
+            sequence: last,
+            written: false,
+            replaced: last,
+        });
+    }
+    let sequence = append_change(js, subject, kind, cluster, at_ms, body, last).await?;
+    Ok(Applied {
+        sequence,
+        written: true,
+        replaced: last,
+    })
 }
 
 /// Appends `body` on `subject` only if the newest event there is still the one at sequence
@@ -143,26 +174,34 @@ pub async fn append_change(
     append(js, subject, &event, &envelope).await
 }
 
-/// Appends a budget tree (already validated by `fairshare_model::files::parse_budget`).
+/// Appends a budget tree (already validated by `fairshare_model::files::parse_budget`);
+/// returns the sequence of the tree in force.
 pub async fn set_budget(
     js: &jetstream::Context,
     at_ms: i64,
     set: pb::BudgetTreeSet,
 ) -> Result<u64, AppendError> {
-    let subject = subjects::policy(&set.cluster);
-    let cluster = set.cluster.clone();
-    apply(
-        js,
-        subject,
-        "budget",
-        &cluster,
-        at_ms,
-        Body::BudgetTreeSet(set),
-    )
-    .await
+    Ok(set_budget_expecting(js, at_ms, set, None).await?.sequence)
 }
 
-/// Registers every node of an inventory; returns the last sequence written.
+/// [`set_budget`], and with `expected` only if the tree in force is still the one written at
+/// that sequence (0: none), as a manager saw it before deciding (`fairshare budget diff`).
+pub async fn set_budget_expecting(
+    js: &jetstream::Context,
+    at_ms: i64,
+    set: pb::BudgetTreeSet,
+    expected: Option<u64>,
+) -> Result<Applied, AppendError> {
+    let subject = subjects::policy(&set.cluster);
+    let cluster = set.cluster.clone();
+    let body = Body::BudgetTreeSet(set);
+    apply(js, subject, "budget", &cluster, at_ms, body, expected).await
+}
+
+/// Registers every node of an inventory; returns the last sequence written. Each node's
+/// registration is written unless its newest event is that very registration: for a fresh
+/// cluster (the demo stack, tests, benches). On a live one it would register again a node
+/// cordoned since, or removed; `fairshare inventory apply` writes only what changed.
 pub async fn register_nodes(
     js: &jetstream::Context,
     at_ms: i64,
@@ -179,8 +218,10 @@ pub async fn register_nodes(
             &cluster,
             at_ms,
             Body::NodeRegistered(node),
+            None,
         )
-        .await?;
+        .await?
+        .sequence;
     }
     Ok(last)
 }

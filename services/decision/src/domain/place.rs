@@ -380,8 +380,9 @@ impl<'s> Pool<'s> {
                 )
             })
         };
-        let mut blocked = false;
         if shape.nodes <= 1 {
+            // A node with room that the guard refused: the job is blocked by the reservation.
+            let mut blocked = false;
             let g = shape.gpus_per_node;
             let mut best: Option<(u32, bool, u32)> = None;
             // The largest key is the most free GPUs on an open node: when even that is too

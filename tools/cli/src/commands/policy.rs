@@ -193,39 +193,29 @@ where
                 .with_context(|| format!("{} refused", file.display()))?;
             print_budget(&set)?;
             let conn = connect().await?;
-            let cluster = set.cluster.clone();
-            let in_force = budget_in_force(&conn, &cluster).await?;
-            let held = in_force.as_ref().map_or(0, |(seq, _)| *seq);
-            if let Some(expected) = expect_sequence
-                && expected != held
-            {
-                bail!(
-                    "the tree in force is the one written at sequence {held}, not {expected}: \
-                     it changed since you looked; nothing written (`budget diff` again)"
-                );
-            }
-            if let Some((seq, current)) = &in_force
-                && *current == set
-            {
+            let applied =
+                admin::set_budget_expecting(&conn.js, SystemClock.now_ms(), set, expect_sequence)
+                    .await
+                    .map_err(|e| {
+                        if e.stale && expect_sequence.is_some() {
+                            anyhow::anyhow!(
+                                "the tree in force changed since you looked ({}): nothing \
+                                 written (`budget diff` again)",
+                                e.detail
+                            )
+                        } else {
+                            e.into()
+                        }
+                    })?;
+            let (seq, replaced) = (applied.sequence, applied.replaced);
+            if !applied.written {
                 fairshare_runtime::outln!("budget already in force since sequence {seq}");
-                return Ok(());
-            }
-            // Appended only if the policy subject is still where it was read.
-            let seq = admin::append_change(
-                &conn.js,
-                subjects::policy(&cluster),
-                "budget",
-                &cluster,
-                SystemClock.now_ms(),
-                Body::BudgetTreeSet(set),
-                held,
-            )
-            .await?;
-            match in_force {
-                Some((replaced, _)) => fairshare_runtime::outln!(
+            } else if replaced > 0 {
+                fairshare_runtime::outln!(
                     "budget in force at sequence {seq} (replaces the tree of sequence {replaced})"
-                ),
-                None => fairshare_runtime::outln!("budget in force at sequence {seq}"),
+                );
+            } else {
+                fairshare_runtime::outln!("budget in force at sequence {seq}");
             }
             Ok(())
         }
