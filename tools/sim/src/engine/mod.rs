@@ -87,6 +87,56 @@ impl Default for EngineConfig {
     }
 }
 
+impl EngineConfig {
+    /// Every setting that moves fairshare's outcome, one line each, for the report: with the
+    /// inputs listed beside them, equal lines and equal inputs give an equal report.
+    pub fn settings(&self) -> Vec<String> {
+        let on_off = |on: bool| if on { "on" } else { "off" };
+        let p = &self.preemption;
+        vec![
+            format!("minimum-runtime cap: {}", duration(p.min_runtime_cap_ms)),
+            format!(
+                "checkpoint interval (lost work, fresh-victim limits): {}",
+                duration(p.checkpoint_interval_ms)
+            ),
+            format!(
+                "hysteresis: {}.{}%",
+                p.hysteresis_permille / 10,
+                p.hysteresis_permille % 10
+            ),
+            format!("packing moves: {}", on_off(p.packing)),
+            format!(
+                "debug allowance: {} GPUs per allocation",
+                self.debug_allowance_gpus
+            ),
+            format!("share floor: {}", on_off(self.share_floor)),
+            format!("hourly floor: {}", on_off(self.hourly_floor)),
+            format!("launcher stop delay: {}", duration(self.stop_delay_ms)),
+            format!(
+                "usage snapshot interval: {}",
+                duration(self.snapshot_interval_ms)
+            ),
+            format!(
+                "periodic preemption pass: {}",
+                self.periodic_pass_ms
+                    .filter(|ms| *ms > 0)
+                    .map_or_else(|| "off".to_owned(), duration)
+            ),
+        ]
+    }
+}
+
+/// `ms` in the largest unit that holds it exactly ("8 h", "90 s", "1500 ms"): a setting is
+/// shown as it was given, never rounded.
+fn duration(ms: i64) -> String {
+    for (unit, name) in [(3_600_000, "h"), (60_000, "min"), (1_000, "s")] {
+        if ms != 0 && ms % unit == 0 {
+            return format!("{} {name}", ms / unit);
+        }
+    }
+    format!("{ms} ms")
+}
+
 /// Counts of what the services did, for the report's footnotes and for tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EngineStats {
@@ -421,6 +471,49 @@ impl Engine<'_> {
         if due > now && self.wake_at.is_none_or(|w| due < w || w <= now) {
             self.wake_at = Some(due);
             self.agenda.schedule(due, Happening::Wake);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EngineConfig;
+
+    #[test]
+    fn settings_name_every_knob_that_moves_the_outcome() {
+        let default = EngineConfig::default();
+        let lines = default.settings();
+        for expected in [
+            "minimum-runtime cap: 8 h",
+            "checkpoint interval (lost work, fresh-victim limits): 30 min",
+            "hysteresis: 10.0%",
+            "packing moves: on",
+            "debug allowance: 16 GPUs per allocation",
+            "share floor: on",
+            "hourly floor: on",
+            "launcher stop delay: 10 s",
+            "usage snapshot interval: 10 s",
+            "periodic preemption pass: off",
+        ] {
+            assert!(
+                lines.iter().any(|l| l == expected),
+                "{expected} in {lines:?}"
+            );
+        }
+        // Each knob changed alone changes the lines.
+        let mut changed: Vec<EngineConfig> = vec![default.clone(); 10];
+        changed[0].preemption.min_runtime_cap_ms += 1_000;
+        changed[1].preemption.checkpoint_interval_ms += 60_000;
+        changed[2].preemption.hysteresis_permille += 5;
+        changed[3].preemption.packing = false;
+        changed[4].debug_allowance_gpus = 0;
+        changed[5].share_floor = false;
+        changed[6].hourly_floor = false;
+        changed[7].stop_delay_ms += 1_000;
+        changed[8].snapshot_interval_ms += 1_000;
+        changed[9].periodic_pass_ms = Some(5_000);
+        for (i, c) in changed.iter().enumerate() {
+            assert_ne!(c.settings(), lines, "knob {i}");
         }
     }
 }

@@ -62,6 +62,12 @@ fn inputs_section(out: &mut String, report: &Report) {
     );
     let _ = writeln!(out, "- Fair-share window: {}", human_duration(i.window_ms));
     let _ = writeln!(out, "- Grace period: {}", human_duration(i.grace_ms));
+    if !i.settings.is_empty() {
+        out.push_str("- fairshare's settings (the baselines use none of them):\n");
+        for setting in &i.settings {
+            let _ = writeln!(out, "  - {}", escape(setting));
+        }
+    }
     if i.rules.is_empty() {
         out.push_str("- Mapping rules: none\n");
     } else {
@@ -113,7 +119,15 @@ fn delivery_table(out: &mut String, runs: &[RunMetrics]) {
          owed, where owed = min(fraction x capacity, demand). Occupancy counts only time when \
          queued work exceeded idle GPUs.\n\n",
     );
+    out.push_str(READINGS);
 }
+
+/// How this report reads SPEC section 6 where it leaves room.
+const READINGS: &str = "Readings of SPEC section 6: capacity in owed time is every registered \
+     GPU, cordoned ones too (an allocation is owed its fraction of the cluster it was given), \
+     while occupancy counts only GPUs of open nodes; a debug job is allocated work of at most 2 \
+     GPUs with a minimum runtime of at most 15 min (\"a few GPUs\"); lost work is divided by \
+     all delivered GPU time, unallocated work's included.\n\n";
 
 fn missed_table(out: &mut String, runs: &[RunMetrics], window_ms: i64) {
     out.push_str("## Owed time missed\n\n");
@@ -769,10 +783,14 @@ mod tests {
         let md = rendered();
         assert!(md.starts_with("# unit \\| test\n"));
         assert!(md.contains("- Cluster: 16 GPUs on 2 nodes\n"));
+        assert!(md.contains("Readings of SPEC section 6: capacity in owed time"));
         assert!(md.contains("- Span: 0.2 days\n"));
         assert!(md.contains("- Oversubscription: 2.50x"));
         assert!(md.contains("- Fair-share window: 7.0 d\n"));
         assert!(md.contains("- Grace period: 30 s\n"));
+        assert!(md.contains(
+            "- fairshare's settings (the baselines use none of them):\n  - hysteresis: 10.0%\n"
+        ));
         assert!(md.contains("  - `debug: gpus <= 2`\n  - `rest: lab/c`\n"));
         assert_eq!(code_span("a `b` c"), "``a `b` c``");
         assert_eq!(code_span("`x`"), "`` `x` ``");

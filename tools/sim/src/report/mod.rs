@@ -34,6 +34,8 @@ pub struct ReportInputs {
     pub window_ms: i64,
     /// Grace period in ms.
     pub grace_ms: i64,
+    /// fairshare's other settings, one line each ([`crate::engine::EngineConfig::settings`]).
+    pub settings: Vec<String>,
 }
 
 impl ReportInputs {
@@ -59,6 +61,7 @@ impl ReportInputs {
             oversized_by_allocation: workload.oversized_by_allocation(setup),
             window_ms: i64::try_from(config.window.window_ms()).unwrap_or(i64::MAX),
             grace_ms: config.preemption.grace_ms,
+            settings: config.settings(),
         }
     }
 }
@@ -406,6 +409,7 @@ pub(crate) mod sample {
                 oversized_by_allocation: [("lab/c".to_owned(), 0.25)].into_iter().collect(),
                 window_ms: 7 * 86_400_000,
                 grace_ms: 30_000,
+                settings: vec!["hysteresis: 10.0%".to_owned()],
             },
             runs: vec![fairshare, fifo],
             spread: None,
