@@ -37,7 +37,9 @@ pub enum LoadError {
         detail: String,
     },
     /// Something else was appended to the stream while the log was loading (a service
-    /// running against it): the rest of the log was refused at its place.
+    /// running against it): this event was refused at its place. Events already sent behind
+    /// it (up to a few hundred) may have landed one place late, so the stream is no use for an
+    /// audit any more.
     #[error(
         "event {index}: the stream moved while the log was loading (is a service running \
          against this server? they append as they read); load into a fresh server with none \
@@ -139,6 +141,16 @@ pub async fn load_log(
             last: info.state.last_sequence,
         });
     }
+    publish_in_place(js, events, subjects).await?;
+    Ok(events.len() as u64)
+}
+
+/// Publishes `events` on `subjects`, event `i` only as stream sequence `i + 1`.
+async fn publish_in_place(
+    js: &jetstream::Context,
+    events: &[pb::Event],
+    subjects: Vec<String>,
+) -> Result<(), LoadError> {
     let mut pending = VecDeque::new();
     for (index, (event, subject)) in events.iter().zip(subjects).enumerate() {
         // Each lands only right after the one before it: nothing can interleave unnoticed.
@@ -162,7 +174,7 @@ pub async fn load_log(
     while let Some(next) = pending.pop_front() {
         confirm(Some(next)).await?;
     }
-    Ok(events.len() as u64)
+    Ok(())
 }
 
 async fn confirm(
@@ -187,4 +199,72 @@ async fn confirm(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn registered(cluster: &str, node: &str) -> pb::Event {
+        pb::Event {
+            at_ms: 1,
+            body: Some(pb::event::Body::NodeRegistered(pb::NodeRegistered {
+                cluster: cluster.into(),
+                node: node.into(),
+                gpus: 8,
+            })),
+        }
+    }
+
+    /// An event appended by someone else just as the load starts (past its freshness check)
+    /// is caught at the first event, which is refused rather than stored at sequence 2.
+    #[test]
+    fn an_append_interleaved_before_an_event_refuses_it() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let client = async_nats::connect(server.url()).await.unwrap();
+            let js = jetstream::new(client);
+            fairshare_runtime::nats::ensure_streams(&js, 1)
+                .await
+                .unwrap();
+            let log = vec![registered("c", "n1"), registered("c", "n2")];
+            let subjects = subjects_for("c", &log).unwrap();
+            let foreign = registered("c", "n0");
+            js.publish(
+                subjects::for_event("c", &foreign).unwrap(),
+                codec::encode(&foreign),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+            let err = publish_in_place(&js, &log, subjects).await.unwrap_err();
+            assert!(matches!(err, LoadError::Interleaved { index: 0 }), "{err}");
+            let info = js
+                .get_stream(streams::EVENTS_STREAM)
+                .await
+                .unwrap()
+                .info()
+                .await
+                .unwrap()
+                .state
+                .clone();
+            // The foreign event stays where it was; the first of the log never landed.
+            assert_eq!(info.first_sequence, 1);
+            let first = js
+                .get_stream(streams::EVENTS_STREAM)
+                .await
+                .unwrap()
+                .get_raw_message(1)
+                .await
+                .unwrap();
+            assert_eq!(codec::decode_event(&first.payload).unwrap(), foreign);
+        });
+    }
 }
