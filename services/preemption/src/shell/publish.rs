@@ -136,13 +136,22 @@ async fn waiter_moved(
         .is_ok_and(|newest| newest > seen)
 }
 
-/// Appends `events` in order, each acknowledged before the next (a pass emits a handful).
+/// Appends `events` in order, each acknowledged before the next (a pass emits a handful),
+/// except that `NodeDrained` reports go last.
+///
+/// Why last: a pass stops at its first unacknowledged effect, and a drained report is the
+/// one effect nothing else in the pass depends on (no order, kill or requeue names a node's
+/// report, and the audit re-derives orders, not reports). A report that can never land
+/// (credentials that deny the node subjects, say) would otherwise stop every fair-share order
+/// decided after it, pass after pass.
 pub(crate) async fn publish(
     js: &jetstream::Context,
     cluster: &str,
     fold: &ShellFold,
-    events: Vec<pb::Event>,
+    mut events: Vec<pb::Event>,
 ) -> Outcome {
+    // A stable sort: everything else keeps its order (a kill before its requeue).
+    events.sort_by_key(|e| matches!(e.body, Some(Body::NodeDrained(_))));
     let mut outcome = Outcome::default();
     // Per job: the sequence of this pass's earlier event of it, if it landed.
     let mut chained: HashMap<String, u64> = HashMap::new();
@@ -402,6 +411,45 @@ mod tests {
         let out = publish(&js, C, &fold, events).await;
         assert_eq!((out.landed, out.refused), (0, 1));
         nothing_written_for(&js, &fold, "v").await;
+    }
+
+    /// A drained report the server never stores (the service's credentials deny the node
+    /// subjects) holds up no order decided in the same pass: the reports go last.
+    #[tokio::test]
+    async fn a_drained_report_that_cannot_land_holds_up_no_order() {
+        let config = format!(
+            "authorization {{ users = [ {{ user: p, password: p, permissions: {{ \
+             publish: {{ allow: [\">\"], deny: [\"{}\"] }}, subscribe: \">\" }} }} ] }}",
+            subjects::node(C, "*")
+        );
+        let server = fairshare_testkit::NatsServer::start_with_config(&config).unwrap();
+        let client = async_nats::ConnectOptions::with_user_and_password("p".into(), "p".into())
+            .connect(server.url())
+            .await
+            .unwrap();
+        let mut js = jetstream::new(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let mut fold = ShellFold::new(C);
+        for job in ["v", "w"] {
+            append(&js, &mut fold, job, submitted(job)).await;
+        }
+        // A refused publish is never acknowledged: do not wait the default 5 s for it.
+        js.set_timeout(std::time::Duration::from_secs(1));
+        let drained = Body::NodeDrained(pb::NodeDrained {
+            cluster: C.into(),
+            node: "n1".into(),
+        });
+        // In the order the domain returns them: the report before the fair-share order.
+        let events = crate::domain::into_events(vec![drained, order_for_w("v")], 5);
+        let out = publish(&js, C, &fold, events).await;
+        assert_eq!((out.landed, out.failed), (1, 1), "{out:?}");
+        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let newest = newest_sequence(&stream, &subjects::job(C, "v"))
+            .await
+            .unwrap();
+        assert!(newest > fold.job_sequence("v").unwrap(), "the order landed");
     }
 
     #[tokio::test]
