@@ -50,6 +50,9 @@ if [[ "$auth" == 1 ]]; then
   conf="$run/nats/server.conf"
   echo "start: NATS authentication on; the CLI needs --nats-nkey $run/auth/operator.nk" >&2
 fi
+# An operator's FAIRSHARE_NATS_NKEY or FAIRSHARE_NATS_CREDS from an earlier run's shell would
+# otherwise reach every process below (and name a seed an `rm -rf .run` deleted).
+unset FAIRSHARE_NATS_NKEY FAIRSHARE_NATS_CREDS
 as() {
   if [[ "$auth" == 1 ]]; then
     printf 'FAIRSHARE_NATS_NKEY=%s' "$run/auth/$1.nk"
@@ -90,14 +93,16 @@ echo "$ready" >&2
 # again: the tail below starts after it.
 earlier="$(echo "$ready" | sed -n 's/.*ends at sequence \([0-9]*\).*/\1/p')"
 earlier="${earlier:-0}"
+# What each watched process is called, by pid: if one of them exits, everything stops.
+declare -A watched=([$nats_pid]=nats-server)
 env "$(as submission)" "$bin/fairshare-submission" --checkpoint-dir "$run/submission" >"$run/logs/submission.log" 2>&1 &
-pids+=($!)
+pids+=($!) && watched[$!]=submission
 env "$(as accounting)" "$bin/fairshare-accounting" --checkpoint-dir "$run/accounting" >"$run/logs/accounting.log" 2>&1 &
-pids+=($!)
+pids+=($!) && watched[$!]=accounting
 env "$(as decision)" "$bin/fairshare-decision" --cluster demo --checkpoint-dir "$run/decision-demo" >"$run/logs/decision.log" 2>&1 &
-pids+=($!)
+pids+=($!) && watched[$!]=decision
 env "$(as preemption)" "$bin/fairshare-preemption" --cluster demo --checkpoint-dir "$run/preemption-demo" >"$run/logs/preemption.log" 2>&1 &
-pids+=($!)
+pids+=($!) && watched[$!]=preemption
 
 env "$(as operator)" "$bin/fairshare" inventory apply deploy/demo/inventory.toml
 env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml
@@ -120,4 +125,22 @@ echo "start: running; NATS at $FAIRSHARE_NATS_URL; logs in .run/logs; Ctrl-C sto
 if ((earlier > 0)); then
   echo "start: the event log of earlier runs (through sequence $earlier) is kept in .run/nats; rm -rf .run for a fresh start" >&2
 fi
-env "$(as operator)" "$bin/fairshare" tail --cluster demo --from "$((earlier + 1))"
+env "$(as operator)" "$bin/fairshare" tail --cluster demo --from "$((earlier + 1))" &
+tail_pid=$!
+pids+=("$tail_pid")
+# Until nats-server, a service or the tail exits (the tail would otherwise wait silently for
+# a server that is gone, and a dead service would leave the demo stuck without a word).
+# `wait` returns early for a signal too: Ctrl-C still reaches the trap at once.
+exited=""
+wait -n -p exited "${!watched[@]}" "$tail_pid" || true
+if [[ -n "$exited" && -n "${watched[$exited]:-}" ]]; then
+  name="${watched[$exited]}"
+  log="$run/logs/$name.log"
+  echo "start: $name exited; its log (${log#"$repo"/}) ends:" >&2
+  tail -n 5 "$log" >&2
+  exit 1
+fi
+if [[ "$exited" == "$tail_pid" ]]; then
+  echo "start: the event tail (fairshare tail) exited; stopping" >&2
+  exit 1
+fi
