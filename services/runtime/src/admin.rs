@@ -107,9 +107,10 @@ pub struct Applied {
     pub replaced: u64,
 }
 
-/// Appends `body` on `subject` unless the newest event there already has the same body, and,
-/// with `expected`, only if that newest event is at sequence `expected` (0: none; otherwise
-/// a stale [`AppendError`], nothing written). `kind` names the change in the message id.
+/// Appends `body` on `subject` unless the newest event there already has the same body (then
+/// nothing is written, whatever `expected` says), and, with `expected`, only if that newest
+/// event is at sequence `expected` (0: none; otherwise a stale [`AppendError`], nothing
+/// written). `kind` names the change in the message id.
 async fn apply(
     js: &jetstream::Context,
     subject: String,
@@ -120,6 +121,16 @@ async fn apply(
     expected: Option<u64>,
 ) -> Result<Applied, AppendError> {
     let (last, newest) = newest_on(js, &subject).await?;
+    // Checked before the expectation: the same command retried after its acknowledgement was
+    // lost finds its own change in force, which is what it asked for, not a change made
+    // since it looked.
+    if newest.as_ref() == Some(&body) {
+        return Ok(Applied {
+            sequence: last,
+            written: false,
+            replaced: last,
+        });
+    }
     if let Some(expected) = expected
         && expected != last
     {
@@ -127,13 +138,6 @@ async fn apply(
             detail: format!("its newest event is at sequence {last}, not {expected}"),
             subject,
             stale: true,
-        });
-    }
-    if newest.as_ref() == Some(&body) {
-        return Ok(Applied {
-            sequence: last,
-            written: false,
-            replaced: last,
         });
     }
     let sequence = append_change(js, subject, kind, cluster, at_ms, body, last).await?;

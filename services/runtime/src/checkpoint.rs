@@ -240,8 +240,6 @@ impl CheckpointStore {
     }
 }
 
-/// Whether sled refused to open because another store holds the directory's lock. sled reports
-/// it only as an I/O error with this message (sled 0.34, `config.rs`).
 /// Whether sled found the database itself unreadable (as opposed to the disk or the
 /// directory's permissions failing).
 fn is_unreadable(e: &sled::Error) -> bool {
@@ -271,6 +269,8 @@ fn set_aside_path(dir: &Path) -> PathBuf {
     dir.with_file_name(format!("{name}.unreadable-{seconds}"))
 }
 
+/// Whether sled refused to open because another store holds the directory's lock. sled reports
+/// it only as an I/O error with this message (sled 0.34, `config.rs`).
 fn is_lock_held(e: &sled::Error) -> bool {
     matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
 }

@@ -81,6 +81,17 @@ async fn an_apply_held_to_the_diffs_tree_refuses_a_change_made_since() {
         "{applied:?}"
     );
     assert_eq!(stack.event_count().await.unwrap(), before + 1);
+    // The same command run again (its acknowledgement lost, say) finds its own tree in
+    // force: nothing written, and no claim that the tree changed since.
+    let again = budget_command(
+        &stack,
+        "apply",
+        &ours,
+        &["--expect-sequence", &now.to_string()],
+    )
+    .await;
+    assert!(again.status.success(), "{again:?}");
+    assert_eq!(stack.event_count().await.unwrap(), before + 1);
 }
 
 #[tokio::test]

@@ -2,9 +2,9 @@
 //! they could not (or would not) wait for a reply.
 //!
 //! A durable consumer with one message in flight keeps intake order across restarts. Each
-//! message ends as exactly one job-submitted or job-rejected event (both carry the message id
-//! `submit:<key>`), and is acknowledged only after that event is in the log; a crash in between
-//! redelivers it, and the repeat is dropped by key.
+//! message ends as at most one new job-submitted or job-rejected event (both carry the message
+//! id `submit:<key>`; a key already answered writes none), and is acknowledged only after that
+//! event is in the log; a crash in between redelivers it, and the repeat is dropped by key.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +18,7 @@ use fairshare_runtime::telemetry::{Handling, Relation, Role};
 use futures::StreamExt;
 
 use super::ServiceError;
-use super::shared::{Shared, malformed};
+use super::shared::{CATCH_UP, Shared, depends_on_inventory, malformed};
 use super::submit::append_submitted;
 use crate::domain::{
     Checked, MAX_REJECTION_MESSAGE_BYTES, bounded, check_submission, idempotency_key_problem,
@@ -159,24 +159,6 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
     }
 }
 
-/// How long an intake message waits for the fold to reach its cluster's newest budget tree and
-/// node events before it is offered again.
-const CATCH_UP: Duration = Duration::from_secs(2);
-
-/// Whether a rejection depends on the cluster's budget tree or nodes as folded so far (and may
-/// not stand once the newest of them are).
-fn depends_on_inventory(rejection: &pb::Rejection) -> bool {
-    use pb::RejectionCode as Code;
-    [
-        Code::UnknownCluster,
-        Code::UnknownAllocation,
-        Code::TooManyGpus,
-        Code::ShapeMismatch,
-    ]
-    .iter()
-    .any(|&code| rejection.code == code as i32)
-}
-
 /// Whether the log already holds the outcome of key `key`. Only a key that can be one is
 /// looked up: an invalid one (say empty) answered once must not answer for every later
 /// submission that has it too, each of which gets its own rejection.
@@ -259,37 +241,7 @@ mod tests {
             .await
             .unwrap(),
         );
-        let at_ms = 1_700_000_000_000;
-        let inventory = [
-            (
-                subjects::policy("c"),
-                Body::BudgetTreeSet(pb::BudgetTreeSet {
-                    cluster: "c".into(),
-                    accounts: vec![pb::Account {
-                        name: "a".into(),
-                        share: 1,
-                        children: vec![],
-                    }],
-                }),
-            ),
-            (
-                subjects::node("c", "n1"),
-                Body::NodeRegistered(pb::NodeRegistered {
-                    cluster: "c".into(),
-                    node: "n1".into(),
-                    gpus: 8,
-                }),
-            ),
-        ];
-        let mut logged = Vec::new();
-        for (subject, body) in inventory {
-            let event = pb::Event {
-                at_ms,
-                body: Some(body),
-            };
-            let ack = js.publish(subject, codec::encode(&event)).await.unwrap();
-            logged.push((ack.await.unwrap().sequence, event));
-        }
+        let logged = super::super::shared::tests::log_cluster_c(&js).await;
         let request = super::super::shared::tests::one_gpu_request("k-1");
         js.publish(subjects::intake("c"), codec::encode(&request))
             .await
@@ -308,17 +260,7 @@ mod tests {
             .unwrap()
             .unwrap();
 
-        // The service's fold gets there only a moment after the message.
-        let follower = {
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                for (sequence, event) in &logged {
-                    shared.state().apply(*sequence, event);
-                    shared.set_applied(*sequence);
-                }
-            })
-        };
+        let follower = super::super::shared::tests::fold_later(&shared, logged);
         handle(&shared, &message).await.unwrap();
         follower.await.unwrap();
         let newest = shared

@@ -65,8 +65,10 @@ impl Shared {
 
     /// The state, for a short synchronous section.
     pub fn state(&self) -> MutexGuard<'_, SubmissionState> {
-        // A panic while holding the lock leaves the state as the fold left it (every update
-        // is a single insert); keep serving rather than poisoning the service.
+        // Nothing the fold calls panics today. Were one to, mid-entry, the state would hold the
+        // entry's position and log time without its event, and so would a checkpoint written
+        // after it (remove the checkpoint directory to fold afresh); serving on from it beats
+        // a service that answers nothing.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -152,6 +154,36 @@ impl Shared {
 }
 
 /// A rejection meaning "nothing was written; retry with the same key".
+/// How long a submission whose rejection [`depends_on_inventory`] waits for the fold to reach
+/// its cluster's newest budget tree and node events before it is judged again.
+pub(super) const CATCH_UP: Duration = Duration::from_secs(2);
+
+/// Whether a rejection depends on the cluster's budget tree or nodes as folded so far (and may
+/// not stand once the newest of them are: a tree or node applied a moment ago).
+pub(super) fn depends_on_inventory(rejection: &pb::Rejection) -> bool {
+    use pb::RejectionCode as Code;
+    [
+        Code::UnknownCluster,
+        Code::UnknownAllocation,
+        Code::TooManyGpus,
+        Code::ShapeMismatch,
+    ]
+    .iter()
+    .any(|&code| rejection.code == code as i32)
+}
+
+/// The answer to a submission judged on a fold that could not reach its cluster's newest
+/// budget tree and nodes in time.
+pub(super) fn behind(detail: &str) -> pb::Rejection {
+    pb::Rejection {
+        code: pb::RejectionCode::Unavailable as i32,
+        message: format!(
+            "the service has not yet read the newest budget tree and nodes ({detail}); nothing \
+             changed, retry with the same key"
+        ),
+    }
+}
+
 pub(super) fn unavailable(detail: &str) -> pb::Rejection {
     pb::Rejection {
         code: pb::RejectionCode::Unavailable as i32,
@@ -205,6 +237,59 @@ pub(super) fn malformed(detail: &str) -> pb::Rejection {
 #[cfg(test)]
 pub(super) mod tests {
     #![allow(clippy::unwrap_used)]
+
+    /// Logs cluster `c`'s budget tree (allocation `a`) and node `n1` (8 GPUs) without folding
+    /// them: the log moves ahead of the service's fold. Returns what was logged.
+    pub(in crate::shell) async fn log_cluster_c(js: &jetstream::Context) -> Vec<(u64, pb::Event)> {
+        let at_ms = 1_700_000_000_000;
+        let inventory = [
+            (
+                subjects::policy("c"),
+                Body::BudgetTreeSet(pb::BudgetTreeSet {
+                    cluster: "c".into(),
+                    accounts: vec![pb::Account {
+                        name: "a".into(),
+                        share: 1,
+                        children: vec![],
+                    }],
+                }),
+            ),
+            (
+                subjects::node("c", "n1"),
+                Body::NodeRegistered(pb::NodeRegistered {
+                    cluster: "c".into(),
+                    node: "n1".into(),
+                    gpus: 8,
+                }),
+            ),
+        ];
+        let mut logged = Vec::new();
+        for (subject, body) in inventory {
+            let event = pb::Event {
+                at_ms,
+                body: Some(body),
+            };
+            let ack = js.publish(subject, codec::encode(&event)).await.unwrap();
+            logged.push((ack.await.unwrap().sequence, event));
+        }
+        logged
+    }
+
+    /// Folds `logged` into the service's state 300 ms from now, as a follower a moment behind
+    /// the log would.
+    pub(in crate::shell) fn fold_later(
+        shared: &Arc<Shared>,
+        logged: Vec<(u64, pb::Event)>,
+    ) -> tokio::task::JoinHandle<()> {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            for (sequence, event) in &logged {
+                shared.state().apply(*sequence, event);
+                shared.set_applied(*sequence);
+            }
+        })
+    }
 
     /// A valid 1-GPU submission with key `key` to allocation `a` of cluster `c` (1 min
     /// minimum runtime), for the shell's tests.

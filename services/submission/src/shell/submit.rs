@@ -11,7 +11,9 @@ use fairshare_runtime::telemetry::{Handling, Relation, Role};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::shared::{Retry, Shared, malformed, rejection_of, unavailable};
+use super::shared::{
+    CATCH_UP, Retry, Shared, behind, depends_on_inventory, malformed, rejection_of, unavailable,
+};
 use crate::domain::{Checked, check_submission, job_submitted};
 
 /// Answers one submit request.
@@ -63,7 +65,25 @@ async fn submit(
     request: &pb::SubmitRequest,
     trace: TraceParent,
 ) -> Result<pb::Accepted, pb::Rejection> {
-    let checked = check_submission(&shared.state(), request, &shared.limits)?;
+    let mut caught_up = false;
+    let checked = loop {
+        // Bound first: the state's lock must not be held across the wait below.
+        let checked = check_submission(&shared.state(), request, &shared.limits);
+        match checked {
+            Err(rejection) if !caught_up && depends_on_inventory(&rejection) => {
+                // The follower folds the log apart from this request: a budget tree or node
+                // the launcher's operator applied a moment ago may not be folded yet. Judge
+                // again once it is, rather than refuse what would be accepted in a moment.
+                caught_up = true;
+                let cluster = request.spec.as_ref().map_or("", |s| s.cluster.as_str());
+                shared
+                    .catch_up_on_cluster(cluster, CATCH_UP)
+                    .await
+                    .map_err(|e| behind(&e))?;
+            }
+            checked => break checked?,
+        }
+    };
     match checked {
         Checked::Repeat { job_id, sequence } => Ok(pb::Accepted {
             job_id,
@@ -167,5 +187,52 @@ async fn write_submitted(
         _ => Err(unavailable(&format!(
             "sequence {sequence} holds no submission for this key"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use std::time::Duration;
+
+    use fairshare_runtime::clock::SystemClock;
+
+    use super::super::shared::tests::{fold_later, log_cluster_c, one_gpu_request};
+    use super::*;
+    use crate::domain::{Limits, SubmissionState};
+
+    /// A budget tree and a node applied a moment before a submission to them, not yet folded
+    /// when it comes in: it is accepted once they are, not refused as "unknown cluster".
+    #[tokio::test]
+    async fn a_submission_waits_for_the_clusters_newest_policy_and_nodes() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let shared = Arc::new(
+            Shared::new(
+                js.clone(),
+                Limits::default(),
+                Arc::new(SystemClock),
+                SubmissionState::default(),
+            )
+            .await
+            .unwrap(),
+        );
+        let logged = log_cluster_c(&js).await;
+        let follower = fold_later(&shared, logged);
+        let request = one_gpu_request("k-1");
+        let accepted = submit(&shared, &request, TraceParent::new_root((1, 1))).await;
+        follower.await.unwrap();
+        let accepted = accepted.unwrap();
+        assert!(!accepted.duplicate);
+        // A cluster that the log does not hold either is refused once the fold has caught up.
+        let mut elsewhere = one_gpu_request("k-2");
+        if let Some(spec) = elsewhere.spec.as_mut() {
+            spec.cluster = "nowhere".into();
+        }
+        let refused = submit(&shared, &elsewhere, TraceParent::new_root((1, 1)))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code, pb::RejectionCode::UnknownCluster as i32);
     }
 }
