@@ -89,6 +89,15 @@ pub fn job_event_parts(subject: &str) -> Option<(&str, &str)> {
     (job == "job" && tokens.next().is_none()).then_some((job_id, kind))
 }
 
+/// The cluster token of an events subject, if it is one.
+pub fn cluster_of(subject: &str) -> Option<&str> {
+    subject
+        .strip_prefix(EVENTS_PREFIX)?
+        .strip_prefix('.')?
+        .split('.')
+        .next()
+}
+
 /// Every event of one job (a wildcard over kinds): the scope of optimistic concurrency.
 pub fn job(cluster: &str, job_id: &str) -> String {
     format!("{EVENTS_PREFIX}.{cluster}.job.{job_id}.*")
@@ -197,11 +206,8 @@ pub fn check_filed(subject: &str, event: &crate::pb::Event) -> Result<(), Misfil
     let Some(body) = &event.body else {
         return Ok(());
     };
-    let cluster = subject
-        .strip_prefix(EVENTS_PREFIX)
-        .and_then(|rest| rest.strip_prefix('.'))
-        .and_then(|rest| rest.split('.').next())
-        .ok_or_else(|| misfiled("not an events subject".to_owned()))?;
+    let cluster =
+        cluster_of(subject).ok_or_else(|| misfiled("not an events subject".to_owned()))?;
     let named = match body {
         Body::JobSubmitted(s) => s.spec.as_ref().map(|spec| spec.cluster.as_str()),
         Body::BudgetTreeSet(b) => Some(b.cluster.as_str()),

@@ -41,7 +41,8 @@ struct Args {
     /// ...or after this long, whichever comes first.
     #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVERY", default_value = "5s", value_parser = parse_duration)]
     checkpoint_every: std::time::Duration,
-    /// Snapshot cadence (a cluster whose usage did not change is re-published at most once a minute).
+    /// Snapshot cadence: each cluster with events folded since its last snapshot publishes a new
+    /// one; a cluster with none, at most once a minute (its running jobs keep charging).
     #[arg(long, env = "FAIRSHARE_SNAPSHOT_EVERY", default_value = "10s", value_parser = parse_duration)]
     snapshot_every: std::time::Duration,
     /// Fold only this cluster (run one instance per cluster); default: every cluster.

@@ -13,14 +13,16 @@
 //!
 //! | event                                       | from                        | to        |
 //! |---------------------------------------------|-----------------------------|-----------|
-//! | `JobSubmitted` (not stamped before `clock - W`) | (an id not seen)        | queued    |
-//! | `JobStarted`                                | queued                      | running   |
-//! | `JobPreempted`                              | running                     | preempted |
+//! | `JobSubmitted` (stamped after `clock - W`)  | (an id not seen)            | queued    |
+//! | `JobPlaced`                                 | queued                      | placed    |
+//! | `JobStarted`                                | queued, placed              | running   |
+//! | `JobPreempted` (resumable job)              | placed, running             | preempted |
+//! | `JobPreempted` (not resumable)              | placed, running             | ended     |
 //! | `JobRequeued`                               | preempted                   | queued    |
-//! | `JobFinished`, `JobFailed`, `JobCancelled`  | queued, running, preempted  | ended     |
+//! | `JobFinished`, `JobFailed`, `JobCancelled`  | queued, placed, running, preempted | ended |
 //!
 //! Charging runs from `JobStarted` to the event that stops the job; demand (for the ledger)
-//! runs while the job is queued or running.
+//! runs while the job is queued, placed or running.
 //!
 //! Job ids are taken to be unique (the submission service assigns UUIDv7s). An ended job is
 //! remembered while its end is inside the window, so a repeated stop or a re-published
@@ -384,6 +386,14 @@ impl UsageFold {
     pub fn cluster(&self, cluster: &str) -> Option<&ClusterState> {
         let id = *self.cluster_ids.get(cluster)?;
         self.clusters.get(id as usize)
+    }
+
+    /// The cluster of live job `job_id` (submitted, not ended), if the fold holds it.
+    pub fn job_cluster(&self, job_id: &str) -> Option<&str> {
+        let job = self.jobs.get(KeyRef::of(job_id))?;
+        self.clusters
+            .get(job.cluster as usize)
+            .map(ClusterState::name)
     }
 
     /// Names of every cluster seen, sorted.

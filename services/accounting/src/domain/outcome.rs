@@ -1,8 +1,8 @@
 //! What applying one event did, and running counts of it.
 //!
 //! Place in the flow: the fold returns an [`Applied`] for every `(sequence, event)` it is given
-//! and keeps [`FoldCounts`], so the shell can log skipped events and export the counts as
-//! metrics. Nothing here changes usage: an ignored event changes only these counters and the
+//! and keeps [`FoldCounts`] (in its checkpoint; the benches and tests read them), so the shell
+//! can log skipped and clamped events. Nothing here changes usage: an ignored event changes only these counters and the
 //! last applied sequence.
 
 use serde::{Deserialize, Serialize};

@@ -28,7 +28,7 @@ use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::telemetry::{self, Relation};
 use futures::StreamExt;
 
-use crate::domain::{Applied, FoldConfig, MAX_AHEAD_OF_LOG_MS, UsageFold};
+use crate::domain::{Applied, FoldConfig, MAX_AHEAD_OF_LOG_MS, Skip, UsageFold};
 
 /// Format version of this service's checkpoints.
 /// 2: jobs remember whether they resume, and a placed state.
@@ -129,11 +129,28 @@ pub struct Service {
 }
 
 /// Applies one log entry as the service does (the stream's stored time bounds the event's;
-/// an entry that does not decode only moves the fold past its sequence); reports what the fold
-/// refused. Public so a check can re-fold a log exactly as the service folded it.
+/// an entry that does not decode, or a job event filed under another cluster than its job's,
+/// only moves the fold past its sequence); reports what the fold refused. Public so a check can re-fold a log exactly as the service folded it.
 pub fn apply_entry(fold: &mut UsageFold, entry: &LogEntry) {
+    if entry.event.is_ok()
+        && let Some(theirs) = filed_in_another_cluster(fold, &entry.subject)
+    {
+        tracing::error!(
+            sequence = entry.sequence,
+            subject = %entry.subject,
+            job_cluster = theirs,
+            "job event stored under another cluster than its job's, skipped"
+        );
+        // Like an entry that does not decode: the fold only moves past its sequence.
+        fold.apply(entry.sequence, &fairshare_events::pb::Event::default());
+        return;
+    }
     match &entry.event {
         Ok(event) => {
+            // How far behind its cluster's clock the event is stamped, before it moves it.
+            let behind_clock = subjects::cluster_of(&entry.subject)
+                .and_then(|c| fold.cluster(c)?.clock())
+                .map_or(0, |clock| clock.saturating_sub(event.at_ms));
             let applied = match entry.stored_ms {
                 Some(stored) => {
                     if event.at_ms > stored.saturating_add(MAX_AHEAD_OF_LOG_MS) {
@@ -149,8 +166,27 @@ pub fn apply_entry(fold: &mut UsageFold, entry: &LogEntry) {
                 }
                 None => fold.apply(entry.sequence, event),
             };
-            if let Applied::Skipped(why) = applied {
-                tracing::debug!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why:?}");
+            match applied {
+                // A producer writing what no service should (a tree that does not validate, a
+                // submission without a usable spec): someone must look.
+                Applied::Skipped(why @ (Skip::InvalidBudgetTree | Skip::Malformed)) => {
+                    tracing::warn!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why:?}");
+                }
+                // Redeliveries, double stops and the like are routine.
+                Applied::Skipped(why) => {
+                    tracing::debug!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why:?}");
+                }
+                // Writers' clocks differ by milliseconds all the time; seconds mean one of
+                // them is wrong, and every event of the cluster takes effect late meanwhile.
+                Applied::Clamped if behind_clock >= CLAMP_WARN_MS => {
+                    tracing::warn!(
+                        sequence = entry.sequence,
+                        subject = %entry.subject,
+                        behind_ms = behind_clock,
+                        "event stamped well before its cluster's latest event (its writer's clock is behind, or another's ahead?): it takes effect at the cluster's clock"
+                    );
+                }
+                _ => {}
             }
         }
         Err(e) => {
@@ -159,6 +195,21 @@ pub fn apply_entry(fold: &mut UsageFold, entry: &LogEntry) {
             fold.apply(entry.sequence, &fairshare_events::pb::Event::default());
         }
     }
+}
+
+/// How far before its cluster's clock an event may be stamped before the clamp is reported.
+const CLAMP_WARN_MS: i64 = 5_000;
+
+/// The cluster of the live job a job event's subject names, when the subject files it under
+/// another cluster. A job's events belong to its cluster only: NATS lets a launcher publish on
+/// any cluster's job subjects its permissions cover, and job bodies name no cluster (so
+/// [`subjects::check_filed`] cannot see it). An instance folding every cluster would
+/// otherwise stop or start charging a job on an event that the job's own cluster's instances
+/// (and its decision service) never see.
+fn filed_in_another_cluster<'f>(fold: &'f UsageFold, subject: &str) -> Option<&'f str> {
+    let (job_id, _) = subjects::job_event_parts(subject)?;
+    let filed = subjects::cluster_of(subject)?;
+    fold.job_cluster(job_id).filter(|theirs| *theirs != filed)
 }
 
 impl Service {
@@ -292,6 +343,7 @@ impl Service {
                     Some(Ok(entry)) => {
                         let _span = telemetry::entry_span("accounting", &entry, Relation::Child);
                         apply_entry(&mut self.fold, &entry);
+                        snapshots.saw(&entry.subject, entry.sequence);
                         self.since_checkpoint += 1;
                         if self.since_checkpoint >= self.config.checkpoint_every_events {
                             self.checkpoint();
@@ -331,4 +383,98 @@ pub async fn run(
         .serve(shutdown)
         .await
         .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use fairshare_events::pb::{self, event::Body};
+
+    use super::*;
+    use crate::domain::FoldConfig;
+
+    /// Folds `body` at `at_ms` as the log entry at `sequence`, filed on `subject` (its own
+    /// cluster `a`'s subject unless given).
+    fn feed(fold: &mut UsageFold, sequence: u64, at_ms: i64, body: Body, subject: Option<String>) {
+        let event = pb::Event {
+            at_ms,
+            body: Some(body),
+        };
+        let subject = subject.unwrap_or_else(|| subjects::for_event("a", &event).unwrap());
+        apply_entry(
+            fold,
+            &LogEntry {
+                sequence,
+                subject,
+                event: Ok(event),
+                pending: 0,
+                trace: None,
+                stored_ms: None,
+            },
+        );
+    }
+
+    /// A launcher that may publish on cluster `b`'s job subjects files a finish of cluster
+    /// `a`'s job there: the job keeps running (and charging) until its own cluster says it
+    /// ended.
+    #[test]
+    fn a_job_event_filed_under_another_cluster_changes_nothing() {
+        let mut fold = UsageFold::new(FoldConfig::default());
+        let tree = Body::BudgetTreeSet(pb::BudgetTreeSet {
+            cluster: "a".into(),
+            accounts: vec![pb::Account {
+                name: "x".into(),
+                share: 1,
+                children: vec![],
+            }],
+        });
+        feed(&mut fold, 1, 0, tree, None);
+        let node = Body::NodeRegistered(pb::NodeRegistered {
+            cluster: "a".into(),
+            node: "n1".into(),
+            gpus: 8,
+        });
+        feed(&mut fold, 2, 0, node, None);
+        let submitted = Body::JobSubmitted(pb::JobSubmitted {
+            job_id: "j".into(),
+            spec: Some(pb::JobSpec {
+                cluster: "a".into(),
+                allocation: "x".into(),
+                gpus: 1,
+                nodes: 1,
+                min_runtime_s: 60,
+                ..Default::default()
+            }),
+            shape: Some(pb::Shape {
+                nodes: 1,
+                gpus_per_node: 1,
+            }),
+            ..Default::default()
+        });
+        feed(&mut fold, 3, 1_000, submitted, None);
+        let started = Body::JobStarted(pb::JobStarted { job_id: "j".into() });
+        feed(&mut fold, 4, 1_000, started, None);
+        let finished = || {
+            Body::JobFinished(pb::JobFinished {
+                job_id: "j".into(),
+                exit_code: 0,
+            })
+        };
+        let elsewhere = subjects::job_event("b", "j", "job_finished");
+        feed(&mut fold, 5, 2_000, finished(), Some(elsewhere));
+        assert_eq!(fold.last_applied(), 5);
+        assert_eq!(fold.job_cluster("j"), Some("a"), "still running");
+        assert_eq!(
+            fold.account("a", "x", 11_000).unwrap().charged_gpu_ms,
+            10_000
+        );
+        // Its own cluster's finish ends it.
+        feed(&mut fold, 6, 11_000, finished(), None);
+        assert_eq!(fold.job_cluster("j"), None);
+        assert_eq!(
+            fold.account("a", "x", 20_000).unwrap().charged_gpu_ms,
+            10_000
+        );
+    }
 }

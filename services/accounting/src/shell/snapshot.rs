@@ -1,7 +1,7 @@
 //! Publishing `UsageSnapshot` events for the decision service.
 //!
-//! On the cadence, a cluster's snapshot is published when the fold has moved since its last
-//! snapshot, or when the last one is older than [`MAX_QUIET_MS`] (running jobs keep charging and
+//! On the cadence, a cluster's snapshot is published when an event of that cluster was
+//! folded since its last snapshot, or when the last one is older than [`MAX_QUIET_MS`] (running jobs keep charging and
 //! the window slides even when no event arrives); on request it is always published.
 //! The message id names the cluster, the sequence folded and the window end, so a repeat of the
 //! same snapshot is dropped by JetStream.
@@ -24,6 +24,10 @@ pub const MAX_QUIET_MS: i64 = 60 * 1000;
 pub(super) struct Publisher {
     /// Cluster -> (sequence folded, window end) of its last snapshot.
     last: BTreeMap<String, (u64, i64)>,
+    /// Cluster -> sequence of the newest entry filed under it that the fold applied since
+    /// this service started ([`Publisher::saw`]): a busy cluster does not make every other
+    /// one publish again.
+    moved: BTreeMap<String, u64>,
     /// The cluster whose snapshot failed last: the next tick starts after it, so one cluster
     /// that fails every time (a report over the broker's size limit) cannot starve the rest.
     failed_last: Option<String>,
@@ -59,7 +63,8 @@ impl Publisher {
             let due = match self.last.get(&cluster) {
                 None => true,
                 Some(&(sequence, at)) => {
-                    sequence != fold.last_applied() || now_ms - at >= MAX_QUIET_MS
+                    self.moved.get(&cluster).is_some_and(|m| *m > sequence)
+                        || now_ms - at >= MAX_QUIET_MS
                 }
             };
             if !due {
@@ -73,6 +78,19 @@ impl Publisher {
             }
         }
         tried
+    }
+
+    /// Notes that the fold applied the entry at `sequence`, stored on `subject`.
+    pub fn saw(&mut self, subject: &str, sequence: u64) {
+        let Some(cluster) = subjects::cluster_of(subject) else {
+            return;
+        };
+        match self.moved.get_mut(cluster) {
+            Some(m) => *m = (*m).max(sequence),
+            None => {
+                self.moved.insert(cluster.to_owned(), sequence);
+            }
+        }
     }
 
     /// Publishes one cluster's snapshot now; returns its sequence.
@@ -124,6 +142,33 @@ mod tests {
             fold.apply(i as u64 + 1, &event);
         }
         fold
+    }
+
+    /// An event of one cluster makes that cluster's snapshot due, not every cluster's.
+    #[tokio::test]
+    async fn only_the_cluster_that_moved_publishes_again() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server
+            .jetstream(std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
+        let mut fold = fold_of(&["a", "b", "c"]);
+        let mut publisher = Publisher::default();
+        assert_eq!(publisher.publish_due(&fold, &js, 2_000).await, 3);
+        let node = pb::Event {
+            at_ms: 2_500,
+            body: Some(Body::NodeRegistered(pb::NodeRegistered {
+                cluster: "b".into(),
+                node: "n2".into(),
+                gpus: 8,
+            })),
+        };
+        fold.apply(4, &node);
+        publisher.saw(&subjects::node("b", "n2"), 4);
+        assert_eq!(publisher.publish_due(&fold, &js, 3_000).await, 1);
+        assert_eq!(publisher.last.get("b"), Some(&(4, 3_000)));
+        assert_eq!(publisher.last.get("a"), Some(&(3, 2_000)), "not again");
+        assert_eq!(publisher.publish_due(&fold, &js, 4_000).await, 0);
     }
 
     #[tokio::test]
