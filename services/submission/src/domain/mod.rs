@@ -13,7 +13,8 @@ pub use checks::{
 };
 pub use limits::Limits;
 pub use state::{
-    Applied, FORGET_AFTER_MS, Forget, JobRecord, JobStatus, KeyOutcome, SubmissionState,
+    Applied, FORGET_AFTER_MS, Forget, INTAKE_RETRY_MARGIN_MS, JobRecord, JobStatus, KeyOutcome,
+    SubmissionState,
 };
 
 #[cfg(test)]

@@ -27,6 +27,11 @@ use serde::{Deserialize, Serialize};
 /// than a launcher retries a submission.
 pub const FORGET_AFTER_MS: i64 = 24 * 3_600_000;
 
+/// How long before an intake message its key may have been answered and still be remembered
+/// when the message is judged (see [`SubmissionState::intake_expired`]): a launcher whose
+/// request/reply submit timed out falls back to the intake within this.
+pub const INTAKE_RETRY_MARGIN_MS: i64 = 3_600_000;
+
 /// A cluster as submission sees it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClusterView {
@@ -141,6 +146,17 @@ impl SubmissionState {
         let applied = self.fold_body(sequence, event);
         self.schedule_forgetting(sequence, event);
         applied
+    }
+
+    /// Whether an intake message the stream stored at `stored_ms` (the server's clock, like
+    /// the log time) is too old to judge. Keys are forgotten [`FORGET_AFTER_MS`] after their
+    /// outcome once their job has ended, and the intake keeps messages far longer (30 days):
+    /// a message that waited out an outage of a day could share its key with a submission
+    /// answered just before it, already forgotten, and would start a second copy. One that has
+    /// waited less than `FORGET_AFTER_MS - INTAKE_RETRY_MARGIN_MS` is judged as usual.
+    pub fn intake_expired(&self, stored_ms: i64) -> bool {
+        self.log_time_ms.saturating_sub(stored_ms)
+            >= FORGET_AFTER_MS.saturating_sub(INTAKE_RETRY_MARGIN_MS)
     }
 
     /// Moves the log's time to `at_ms` if that is later, and forgets what came due.

@@ -507,3 +507,16 @@ fn a_live_key_at_the_end_of_time_is_forgotten_rather_than_looked_at_for_ever() {
     assert!(s.keys.is_empty() && s.forget.is_empty());
     assert_eq!(s.jobs["j"].status, JobStatus::Active, "the live job stays");
 }
+
+/// An intake message is judged while every key answered up to the retry margin before it is
+/// still remembered, and refused as expired from then on.
+#[test]
+fn an_intake_message_expires_before_keys_answered_just_before_it_are_forgotten() {
+    let mut s = SubmissionState::default();
+    let stored = 1_000_000;
+    let limit = FORGET_AFTER_MS - INTAKE_RETRY_MARGIN_MS;
+    s.advance_log_time(stored + limit - 1);
+    assert!(!s.intake_expired(stored));
+    s.advance_log_time(stored + limit);
+    assert!(s.intake_expired(stored));
+}

@@ -112,6 +112,22 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
     if answered(shared, &key) {
         return Ok(());
     }
+    let stored_ms = message
+        .info()
+        .map(|i| i64::try_from(i.published.unix_timestamp_nanos() / 1_000_000).unwrap_or(0))
+        .map_err(|e| e.to_string())?;
+    if shared.state().intake_expired(stored_ms) {
+        let waited_h = (shared.state().log_time_ms - stored_ms) / 3_600_000;
+        let rejection = pb::Rejection {
+            code: pb::RejectionCode::Expired as i32,
+            message: format!(
+                "waited {waited_h} h in the intake, longer than keys are remembered: key {key:?} \
+                 may have been accepted already; check its job, and submit again with a new key \
+                 if it has none"
+            ),
+        };
+        return reject(shared, &key, cluster, rejection, intake_sequence, trace).await;
+    }
     // A missing spec or an unusable key is answered as request/reply answers it (by
     // `check_submission`), not hidden behind the cluster it failed to name.
     if idempotency_key_problem(&key, &shared.limits).is_none()
@@ -224,6 +240,71 @@ mod tests {
     use super::*;
     use crate::domain::{Limits, SubmissionState};
 
+    /// The first intake message of `shared`'s intake consumer.
+    async fn next_message(shared: &Shared) -> async_nats::jetstream::Message {
+        consumer(shared)
+            .await
+            .unwrap()
+            .fetch()
+            .max_messages(1)
+            .messages()
+            .await
+            .unwrap()
+            .next()
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    /// An intake message that waited out more than the service's memory of keys is rejected
+    /// as expired, not accepted: its key may belong to a job accepted before and forgotten.
+    #[tokio::test]
+    async fn an_intake_message_older_than_the_key_memory_is_rejected_as_expired() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let shared = Arc::new(
+            Shared::new(
+                js.clone(),
+                Limits::default(),
+                Arc::new(SystemClock),
+                SubmissionState::default(),
+            )
+            .await
+            .unwrap(),
+        );
+        let logged = super::super::shared::tests::log_cluster_c(&js).await;
+        for (sequence, event) in &logged {
+            shared.state().apply(*sequence, event);
+            shared.set_applied(*sequence);
+        }
+        let request = super::super::shared::tests::one_gpu_request("k-old");
+        js.publish(subjects::intake("c"), codec::encode(&request))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let message = next_message(&shared).await;
+        let stored_ms =
+            i64::try_from(message.info().unwrap().published.unix_timestamp_nanos() / 1_000_000)
+                .unwrap();
+        // The rest of the log moved on by a day while the message waited.
+        shared
+            .state()
+            .advance_log_time(stored_ms + crate::domain::FORGET_AFTER_MS);
+        handle(&shared, &message).await.unwrap();
+        let newest = shared
+            .events
+            .get_last_raw_message_by_subject(&subjects::cluster_events("c"))
+            .await
+            .unwrap();
+        let event = codec::decode_event(&newest.payload).unwrap();
+        let Some(Body::JobRejected(rejected)) = event.body else {
+            panic!("{event:?}");
+        };
+        let code = rejected.rejection.unwrap().code;
+        assert_eq!(code, pb::RejectionCode::Expired as i32);
+    }
+
     /// A budget tree and a node the launcher saw applied, not yet folded by the service when
     /// its intake message comes in: the message waits for the fold instead of being rejected
     /// for good as "unknown cluster".
@@ -248,17 +329,7 @@ mod tests {
             .unwrap()
             .await
             .unwrap();
-        let consumer = consumer(&shared).await.unwrap();
-        let message = consumer
-            .fetch()
-            .max_messages(1)
-            .messages()
-            .await
-            .unwrap()
-            .next()
-            .await
-            .unwrap()
-            .unwrap();
+        let message = next_message(&shared).await;
 
         let follower = super::super::shared::tests::fold_later(&shared, logged);
         handle(&shared, &message).await.unwrap();
