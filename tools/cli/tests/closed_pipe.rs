@@ -1,6 +1,7 @@
-//! `fairshare tail` at its edges: a reader that goes away (`fairshare tail | head -1`) ends the
-//! command quietly with status 141, as a closed pipe ends other Unix tools, not with a panic
-//! and a backtrace; a kind it could never show is refused.
+//! The CLI at its edges. `fairshare tail`: a reader that goes away (`fairshare tail | head -1`)
+//! ends the command quietly with status 141, as a closed pipe ends other Unix tools, not with a
+//! panic and a backtrace; a kind it could never show is refused. A question to a service that
+//! nothing serves names the missing service.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -48,4 +49,33 @@ fn tail_refuses_an_unknown_kind() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("job_placed"), "{stderr}");
+}
+
+/// `explain` and `status` for a cluster nothing serves (a typo, or its service is down) say
+/// which service did not answer, not NATS's bare "no responders".
+#[test]
+fn a_question_nobody_answers_names_the_missing_service() {
+    let server = fairshare_testkit::NatsServer::start().unwrap();
+    for (args, who) in [
+        (
+            vec!["explain", "--cluster", "nowhere", "some-job"],
+            "the decision service of cluster nowhere",
+        ),
+        (
+            vec!["status", "--cluster", "nowhere"],
+            "the accounting service of cluster nowhere",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+            .args(&args)
+            .args(["--nats-url", &server.url()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            stderr.contains(&format!("nothing answers for {who}")),
+            "{args:?}: {stderr}"
+        );
+    }
 }

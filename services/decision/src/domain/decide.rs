@@ -151,7 +151,9 @@ impl fmt::Display for WaitReason<'_> {
             }
             WaitReason::ReservationPending { start_ms } => write!(
                 f,
-                "holds a reservation; its GPUs are expected to free up at {}",
+                "holds a reservation; the work on its GPUs can be reclaimed from {} at the \
+                 earliest (once its minimum runtimes end), if the preemption rules let it go \
+                 for this job, and otherwise as it ends",
                 utc(*start_ms)
             ),
             WaitReason::BlockedByReservation {

@@ -83,9 +83,16 @@ pub fn explain(
                 explanation.reason =
                     "GPUs are free for it: the next decision cycle starts it".into();
             }
-            if !explanation.reason.is_empty()
-                && let Some(note) = floor_note(state, allocation, now_ms)
-            {
+            if explanation.reason.is_empty() {
+            } else if job.request.is_unallocated() {
+                // Its allocation's floor and rank do not move it: it charges nothing and
+                // counts toward no floor.
+                explanation.reason.push_str(
+                    "; it is unallocated work (minimum runtime 0): it gets only GPUs that every \
+                     waiting allocated job leaves, whatever its allocation's rank, and may be \
+                     ordered off at any time",
+                );
+            } else if let Some(note) = floor_note(state, allocation, now_ms) {
                 explanation.reason.push_str(&note);
             }
             room_being_made(state, job_id, now_ms, &mut explanation);

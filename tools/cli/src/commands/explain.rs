@@ -1,9 +1,7 @@
 //! `fairshare explain`: where a job stands and, if it waits, why (asked of the cluster's
 //! decision service, which re-runs its decision on demand).
 
-use std::time::Duration;
-
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
 use fairshare_events::pb::{self, explain_reply};
 use fairshare_events::{codec, subjects};
@@ -25,15 +23,14 @@ pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()>
     let request = pb::ExplainRequest {
         job_id: args.job_id.clone(),
     };
-    let reply = tokio::time::timeout(
-        Duration::from_secs(10),
-        conn.client.request(
+    let who = format!("the decision service of cluster {}", args.cluster);
+    let reply = conn
+        .ask(
             subjects::explain_api(&args.cluster),
             codec::encode(&request),
-        ),
-    )
-    .await
-    .context("no answer from the decision service within 10 s")??;
+            &who,
+        )
+        .await?;
     let e = match codec::decode_explain_reply(&reply.payload)?.result {
         Some(explain_reply::Result::Explanation(e)) => e,
         Some(explain_reply::Result::Rejected(r)) => bail!("refused: {}", r.message),
@@ -52,7 +49,7 @@ fn render(e: &pb::Explanation) -> String {
     ));
     if e.allocation_rank > 0 {
         lines.push(format!(
-            "  its allocation ranks {} of {} by fair share",
+            "  its allocation ranks {} of {} by window usage (allocations below their share floor go first)",
             e.allocation_rank, e.allocations_ranked
         ));
     }
@@ -146,7 +143,7 @@ mod tests {
         assert_eq!(
             text,
             "job v (research/bio) is queued\n\
-             \x20 its allocation ranks 2 of 5 by fair share\n\
+             \x20 its allocation ranks 2 of 5 by window usage (allocations below their share floor go first)\n\
              \x20 why: waits for 8 GPUs [no_room]\n\
              \x20 last preemption order (share floor): 2026-01-01T00:00:00Z for job w, to stop \
              by 2026-01-01T00:00:30Z\n\

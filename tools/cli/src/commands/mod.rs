@@ -16,6 +16,7 @@ use fairshare_events::{codec, pb, subjects};
 use fairshare_model::budget::BudgetTree;
 use fairshare_runtime::nats::Identity;
 
+use anyhow::Context;
 use async_nats::jetstream;
 
 /// A connection and its JetStream context.
@@ -33,7 +34,31 @@ impl Connection {
         let js = jetstream::new(client.clone());
         Ok(Self { client, js })
     }
+
+    /// Sends `payload` to a service's API `subject` and waits up to 10 s for its answer.
+    /// `who` names the service that should answer (for example "the decision service of
+    /// cluster gpu-east"), so a subject nobody serves says which one is missing rather than
+    /// NATS's bare "no responders".
+    pub async fn ask(
+        &self,
+        subject: String,
+        payload: bytes::Bytes,
+        who: &str,
+    ) -> anyhow::Result<async_nats::Message> {
+        let answer = tokio::time::timeout(ASK_TIMEOUT, self.client.request(subject, payload))
+            .await
+            .with_context(|| format!("no answer from {who} within 10 s"))?;
+        answer.map_err(|e| match e.kind() {
+            async_nats::RequestErrorKind::NoResponders => {
+                anyhow::anyhow!("nothing answers for {who}: is the name right, and is it running?")
+            }
+            _ => anyhow::Error::new(e).context(format!("asking {who}")),
+        })
+    }
 }
+
+/// How long [`Connection::ask`] waits.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A `--cluster` value: one NATS subject token, as every cluster's subjects need (a name with
 /// a `.` or a space would address other subjects, or none).

@@ -2,11 +2,10 @@
 //! time, the owed/delivered ledger, the GPUs it runs now against its share floor (its share of
 //! the cluster's GPUs) and the GPUs its jobs wait for, as the accounting service folded them.
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
 use fairshare_events::pb::{self, usage_reply};
 use fairshare_events::{codec, subjects};
-use std::time::Duration;
 
 use super::{Connection, budget_tree, format_ms};
 
@@ -32,13 +31,14 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
         path: args.path.clone(),
         publish_snapshot: false,
     };
-    let reply = tokio::time::timeout(
-        Duration::from_secs(10),
-        conn.client
-            .request(subjects::usage_api(&args.cluster), codec::encode(&query)),
-    )
-    .await
-    .context("no answer from the accounting service within 10 s")??;
+    let who = format!("the accounting service of cluster {}", args.cluster);
+    let reply = conn
+        .ask(
+            subjects::usage_api(&args.cluster),
+            codec::encode(&query),
+            &who,
+        )
+        .await?;
     let report = match codec::decode_usage_reply(&reply.payload)?.result {
         Some(usage_reply::Result::Report(r)) => r,
         Some(usage_reply::Result::Rejected(r)) => bail!("refused: {}", r.message),
@@ -121,5 +121,15 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
             a.queued_gpus
         );
     }
+    fairshare_runtime::outln!("{STATUS_LEGEND}");
     Ok(())
 }
+
+/// What the columns hold, where a manager could read them otherwise.
+const STATUS_LEGEND: &str = "\
+used: GPU time charged in the window; ratio: used / alloc (the ranking also counts, ahead, the
+  rest of running jobs' minimum runtimes: `fairshare explain` says where a job's allocation
+  ranks); owed deliv.: owed GPU time delivered over every hour closed since the log began, not
+  only the window; running / queued: GPUs its jobs run on / wait for now (placed jobs not yet
+  started count as queued); base floor: its fraction of the cluster's GPUs, before the hourly
+  floor moves it.";

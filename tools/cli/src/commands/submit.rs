@@ -252,13 +252,13 @@ pub async fn cancel(args: CancelArgs, conn: &Connection) -> anyhow::Result<()> {
         reason: args.reason,
         requested_by: args.requested_by,
     };
-    let reply = tokio::time::timeout(
-        TIMEOUT,
-        conn.client
-            .request(subjects::CANCEL_API, codec::encode(&request)),
-    )
-    .await
-    .context("no answer from the submission service within 10 s")??;
+    let reply = conn
+        .ask(
+            subjects::CANCEL_API.to_owned(),
+            codec::encode(&request),
+            "the submission service",
+        )
+        .await?;
     match codec::decode_cancel_reply(&reply.payload)?.result {
         Some(cancel_reply::Result::Cancelled(c)) => {
             fairshare_runtime::outln!(

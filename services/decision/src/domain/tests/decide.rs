@@ -720,6 +720,14 @@ fn explain_says_where_the_allocation_stands_against_its_floor() {
         "{}",
         reason("a1")
     );
+    // Unallocated work is not moved by its allocation's floor: it is told so, not promised
+    // to go first.
+    h.submit(NOW - 4, "b-free", "b", 1, 0);
+    let free = reason_in(&h, "b-free");
+    assert!(
+        free.contains("it is unallocated work") && !free.contains("share floor"),
+        "{free}"
+    );
     // Without the floor there is nothing to say about it.
     h.state.set_share_floor(false);
     let plain = reason_in(&h, "b1");
@@ -864,6 +872,8 @@ fn waiting_reasons_give_instants_as_utc_dates() {
     };
     assert_eq!(
         r.to_string(),
-        "holds a reservation; its GPUs are expected to free up at 2026-11-30T08:21:08.873Z"
+        "holds a reservation; the work on its GPUs can be reclaimed from 2026-11-30T08:21:08.873Z at \
+         the earliest (once its minimum runtimes end), if the preemption rules let it go for this \
+         job, and otherwise as it ends"
     );
 }
