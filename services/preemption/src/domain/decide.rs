@@ -156,7 +156,10 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
         // protection to end (a grace longer than the decision service's lead): the grace is
         // cut to what is left, never the protection.
         let deadline = match reason {
-            drain::DrainReason::Maintenance { start_ms, .. } if now_ms < start_ms => {
+            drain::DrainReason::Maintenance { start_ms, .. }
+            | drain::DrainReason::NotStartedInTime { start_ms, .. }
+                if now_ms < start_ms =>
+            {
                 deadline.min(start_ms)
             }
             _ => deadline,

@@ -26,6 +26,10 @@
 //!   its protection ends, with its grace cut to end at `T` (the SPEC's "a window at `T`
 //!   accepts work whose protection ends before `T`" taken at its word, and the node still
 //!   clear by `T`).
+//! - A job placed on such a node but not yet started when starting it would carry its
+//!   protection past `T` (its launcher took longer than the decision service's lead) is
+//!   ordered off then, before it starts: it loses no work, where starting it would have had
+//!   the window cut its minimum runtime short.
 
 use std::collections::BTreeMap;
 
@@ -49,6 +53,14 @@ pub enum DrainReason {
         /// after it started).
         cuts_protection: bool,
     },
+    /// Placed on a node with a window ahead and still not started when its protection,
+    /// counted from now, would run past the window's start.
+    NotStartedInTime {
+        /// The node.
+        node: String,
+        /// The window's start.
+        start_ms: i64,
+    },
     /// The node is cordoned and nothing protects the job any more.
     Cordon {
         /// The node.
@@ -70,6 +82,11 @@ impl std::fmt::Display for DrainReason {
                 }
                 Ok(())
             }
+            DrainReason::NotStartedInTime { node, start_ms } => write!(
+                f,
+                "maintenance: node {node} goes down at {start_ms} ms, and the job has not started: \
+                 started now, its minimum runtime would run past that"
+            ),
             DrainReason::Cordon { node } => {
                 write!(
                     f,
@@ -88,6 +105,30 @@ fn imminent_window(windows: &[Window], now: i64, cfg: &Config) -> Option<i64> {
         .filter(|w| w.end_ms > now && w.start_ms.saturating_sub(cfg.grace_ms) <= now)
         .map(|w| w.start_ms)
         .min()
+}
+
+/// The start of the earliest window on the node that is still ahead of `now`.
+fn next_window_start(windows: &[Window], now: i64) -> Option<i64> {
+    windows
+        .iter()
+        .filter(|w| w.start_ms > now)
+        .map(|w| w.start_ms)
+        .min()
+}
+
+/// Whether `job`, placed and not started or ordered off, would be protected past a window
+/// starting at `start_ms` if it started at `now`. (Allocated work only: unallocated work is
+/// never protected.)
+fn too_late_to_start(
+    job: &fairshare_decision::domain::state::Holder,
+    start_ms: i64,
+    now: i64,
+    cfg: &Config,
+) -> bool {
+    !job.started
+        && job.preempt_deadline_ms.is_none()
+        && !contract::is_unallocated(job.min_runtime_ms)
+        && contract::protected_until_ms(now, job.min_runtime_ms, cfg) > start_ms
 }
 
 /// The deadline of an order given at `now` for a window starting at `start_ms`: the usual
@@ -125,12 +166,28 @@ pub fn drain_victims(
             continue;
         };
         let window = imminent_window(row.windows, now, cfg);
-        if window.is_none() && !row.node.cordoned {
+        let ahead = next_window_start(row.windows, now);
+        if window.is_none() && ahead.is_none() && !row.node.cordoned {
             continue;
         }
         for (id, h) in &load.holdings {
             let job = &h.holder;
             if out.contains_key(&**id) {
+                continue;
+            }
+            if let Some(start_ms) = ahead
+                && too_late_to_start(job, start_ms, now, cfg)
+            {
+                out.insert(
+                    id.to_string(),
+                    DrainReason::NotStartedInTime {
+                        node: row.name.to_owned(),
+                        start_ms,
+                    },
+                );
+                continue;
+            }
+            if window.is_none() && !row.node.cordoned {
                 continue;
             }
             if let Some(deadline) = job.preempt_deadline_ms {
@@ -232,6 +289,11 @@ pub fn next_drain_due(state: &PreemptionState, now: i64, cfg: &Config) -> Option
                     );
                     if until > clearing && until < w.start_ms {
                         consider(until);
+                    }
+                    // A placed job still not started when starting it would be too late.
+                    if !h.holder.started && !contract::is_unallocated(h.holder.min_runtime_ms) {
+                        let m = contract::effective_min_runtime_ms(h.holder.min_runtime_ms, cfg);
+                        consider(w.start_ms.saturating_sub(m).saturating_add(1));
                     }
                 }
             }

@@ -1058,3 +1058,45 @@ fn nodes_off_limits_are_matched_by_name_whatever_their_order() {
     assert_eq!(mask(&view, &["n1"]), vec![true, false, false, false]);
     assert!(mask(&view, &[]).is_empty(), "nothing off limits");
 }
+
+/// A job placed to end its protection before a window, whose launcher starts it late: once
+/// starting it would carry its minimum runtime past the window, it is ordered off unstarted
+/// (losing nothing) instead of being started and cut by the window.
+#[test]
+fn a_job_not_started_in_time_for_a_window_is_ordered_off_before_it_starts() {
+    let t = 3 * HOUR;
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.maintenance(10 * MIN, &["n1"], t, t + HOUR);
+    // Placed one hour (its minimum runtime) and a minute before T: the decision service's
+    // rule (protection over 30 s before T) holds.
+    let placed_at = t - HOUR - MIN;
+    h.submit(placed_at, "late", "a", 4, 3600);
+    h.place(placed_at, "late", &[("n1", 4)]);
+    // Not started a minute later: started then, it would still be protected at T.
+    assert_eq!(next_due(&h.state, placed_at, &h.cfg), Some(t - HOUR + 1));
+    assert_eq!(h.decide(t - HOUR), vec![]);
+    let out = h.decide(t - HOUR + 1);
+    assert_eq!(
+        render(&out),
+        vec![format!(
+            "order late for \"\" by {}",
+            t - HOUR + 1 + 30 * SEC
+        )]
+    );
+    let Body::PreemptionOrdered(p) = &out[0] else {
+        unreachable!()
+    };
+    assert!(p.reason.contains("has not started"), "{}", p.reason);
+    assert_eq!(causes(&out)[0].1, PreemptionCause::Maintenance);
+    // Started in time, the same job is left to run out its protection before T.
+    let mut h2 = H::new();
+    h2.two_teams();
+    h2.node("n1", 8);
+    h2.maintenance(10 * MIN, &["n1"], t, t + HOUR);
+    h2.submit(placed_at, "late", "a", 4, 3600);
+    h2.place(placed_at, "late", &[("n1", 4)]);
+    h2.start(placed_at + 30 * SEC, "late");
+    assert_eq!(h2.decide(t - HOUR + 1), vec![]);
+}
