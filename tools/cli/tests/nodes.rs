@@ -1,7 +1,8 @@
 //! `fairshare node …` against a real nats-server and a running preemption service: a cordoned
 //! node with nothing on it is reported drained by the service and listed so, and can then be
-//! removed; unknown nodes, removals of nodes in service or still holding a job, and empty or
-//! past maintenance windows are refused with nothing written; a change already in place writes
+//! removed; unknown nodes, removals of nodes in service or still holding a job, empty or past
+//! maintenance windows, and windows that would cut a running job's minimum runtime (unless
+//! forced) are refused with nothing written; a change already in place writes
 //! nothing; an inventory file that still lists a removed node brings it back only with
 //! `--readd`.
 
@@ -363,13 +364,55 @@ async fn cordon_drain_remove_and_maintenance() {
         }],
         basis: None,
     });
-    for (kind, body) in [("job_submitted", submitted), ("job_placed", placed)] {
+    let started = Body::JobStarted(pb::JobStarted { job_id: job.into() });
+    for (kind, body) in [
+        ("job_submitted", submitted),
+        ("job_placed", placed),
+        ("job_started", started),
+    ] {
         let subject = subjects::job_event(CLUSTER, job, kind);
         stack
             .append(subject, body, &format!("t-{kind}"))
             .await
             .unwrap();
     }
+    // A window that would start inside its protection is refused, naming it, unless forced.
+    let before = node_events(&stack).await.len();
+    let cutting = node(
+        &stack,
+        &["maintenance", third, "--start", "+5m", "--end", "+1h"],
+    )
+    .await;
+    assert!(!cutting.status.success());
+    assert!(
+        stderr(&cutting).contains(&format!(
+            "would cut the minimum runtime of {job} on {third}"
+        )) && stderr(&cutting).contains("nothing written"),
+        "{}",
+        stderr(&cutting)
+    );
+    assert_eq!(node_events(&stack).await.len(), before);
+    let later = node(
+        &stack,
+        &["maintenance", third, "--start", "+1h", "--end", "+2h"],
+    )
+    .await;
+    assert!(later.status.success(), "{}", stderr(&later));
+    let forced = node(
+        &stack,
+        &[
+            "maintenance",
+            third,
+            "--start",
+            "+6m",
+            "--end",
+            "+1h",
+            "--force",
+        ],
+    )
+    .await;
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    assert_eq!(node_events(&stack).await.len(), before + 2);
     assert!(node(&stack, &["cordon", third]).await.status.success());
     let holding = node(&stack, &["remove", third]).await;
     assert!(!holding.status.success());

@@ -99,6 +99,11 @@ pub enum NodeCommand {
         /// these nodes; orders already given for it stand.
         #[arg(long)]
         cancel: bool,
+        /// Schedule it even if it starts while jobs on these nodes are inside their minimum
+        /// runtime: they are ordered off by the start, their protection cut short. Without it
+        /// such a window is refused, naming the jobs and the earliest start that cuts none.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -210,13 +215,8 @@ fn standing(book: &NodeBook, name: &str) -> Standing {
         .map_or(Standing::Removed, |e| e.standing)
 }
 
-/// The nodes of `names` that hold work by the decision service's fold of the whole log, with
-/// the jobs they hold.
-async fn holding_work(
-    conn: &Connection,
-    cluster: &str,
-    names: &[String],
-) -> anyhow::Result<Vec<String>> {
+/// The decision service's fold of cluster `cluster`'s whole log: who holds what, where.
+async fn fold_log(conn: &Connection, cluster: &str) -> anyhow::Result<LogFold> {
     let entries = read_log(&conn.js, cluster, None)
         .await
         .with_context(|| format!("cannot read the log of cluster {cluster}"))?;
@@ -224,6 +224,17 @@ async fn holding_work(
     for entry in &entries {
         fold.apply(entry);
     }
+    Ok(fold)
+}
+
+/// The nodes of `names` that hold work by the decision service's fold of the whole log, with
+/// the jobs they hold.
+async fn holding_work(
+    conn: &Connection,
+    cluster: &str,
+    names: &[String],
+) -> anyhow::Result<Vec<String>> {
+    let fold = fold_log(conn, cluster).await?;
     Ok(names
         .iter()
         .filter_map(|n| {
@@ -232,6 +243,36 @@ async fn holding_work(
             (!jobs.is_empty()).then(|| format!("{n} (holds {})", jobs.join(", ")))
         })
         .collect())
+}
+
+/// Jobs running on `names` whose minimum runtime would still protect them at `start_ms`, as
+/// `(job, node, protected until)`: what a window starting then would cut short (the preemption
+/// service orders off by the start whatever is still there). Jobs placed and not yet started
+/// are left out: one that could not start in time is ordered off before it starts.
+async fn protections_cut(
+    conn: &Connection,
+    cluster: &str,
+    names: &[String],
+    start_ms: i64,
+) -> anyhow::Result<Vec<(String, String, i64)>> {
+    let fold = fold_log(conn, cluster).await?;
+    let mut cut = Vec::new();
+    for name in names {
+        let Some(load) = fold.state().load(name) else {
+            continue;
+        };
+        for (id, h) in &load.holdings {
+            let job = &h.holder;
+            if !job.started || job.preempt_deadline_ms.is_some() || job.min_runtime_ms <= 0 {
+                continue;
+            }
+            let until = job.start_ms.saturating_add(job.min_runtime_ms);
+            if until >= start_ms {
+                cut.push((id.to_string(), name.clone(), until));
+            }
+        }
+    }
+    Ok(cut)
 }
 
 /// Runs a node command.
@@ -399,6 +440,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             end,
             reason,
             cancel,
+            force,
         } => {
             let start_ms = parse_instant(&start, now).context("--start")?;
             let end_ms = parse_instant(&end, now).context("--end")?;
@@ -416,6 +458,24 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 );
             }
             let nodes = live_nodes(conn, &cluster, &nodes).await?;
+            if !cancel && !force {
+                let cut = protections_cut(conn, &cluster, &nodes, start_ms).await?;
+                if let Some(latest) = cut.iter().map(|c| c.2).max() {
+                    let jobs: Vec<String> = cut
+                        .iter()
+                        .map(|(job, node, until)| {
+                            format!("{job} on {node} (protected until {})", format_ms(*until))
+                        })
+                        .collect();
+                    bail!(
+                        "a window from {} would cut the minimum runtime of {}; start it after \
+                         {} to cut none, or pass --force to cut them; nothing written",
+                        format_ms(start_ms),
+                        jobs.join(", "),
+                        format_ms(latest)
+                    );
+                }
+            }
             let decide = |book: &NodeBook| {
                 refuse_removed(book, &nodes)?;
                 let without: Vec<&str> = nodes
