@@ -106,7 +106,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes,
 /// or what it folds (older checkpoints are then refused and rebuilt from the log). 9: events
 /// on a subject they do not belong to are folded as empty.
-const CHECKPOINT_VERSION: u32 = 9;
+const CHECKPOINT_VERSION: u32 = 10;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).

@@ -412,6 +412,27 @@ fn a_job_landing_on_a_node_reported_drained_is_drained_and_the_node_reported_aga
     assert_eq!(h.decide(HOUR), vec![]);
 }
 
+/// A placement decided before the cordon lands just before a drained report decided without
+/// it: the report does not count, and the node is reported once the job has left.
+#[test]
+fn a_drained_report_that_missed_a_placement_does_not_count() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.cordon(0, "n1");
+    let report = h.decide(MIN);
+    assert_eq!(render(&report), vec!["drained n1"]);
+    // Folded in this order: the late placement, then the report decided before it.
+    h.running(MIN, "late", "b", 0, &[("n1", 2)]);
+    h.ok(MIN, report[0].clone());
+    assert_eq!(victims(&h.step(MIN)), vec!["late"]);
+    h.confirm(MIN + 10 * SEC, "late");
+    assert_eq!(
+        render(&h.step(MIN + 10 * SEC)),
+        vec!["requeued late", "drained n1"]
+    );
+}
+
 #[test]
 fn maintenance_at_t_is_respected() {
     let t = 3 * HOUR;
