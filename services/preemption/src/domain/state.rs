@@ -156,18 +156,17 @@ impl PreemptionState {
                 self.orders.remove(job_id);
                 self.awaiting_requeue.remove(job_id);
             }
-            Body::NodeDrained(n) => {
-                // A report is fenced on the node's own events only: a placement decided before
-                // the cordon (on the job's subject) can land between the state it was decided
-                // from and the report. A report of a node that holds work here is not a report
-                // of the node as it is: it is reported again once that work is gone.
+            // A report is fenced on the node's own events only: a placement decided before the
+            // cordon (on the job's subject) can land between the state it was decided from and
+            // the report. A report of a node that holds work here is not a report of the node
+            // as it is: it is reported again once that work is gone.
+            Body::NodeDrained(n)
                 if self
                     .decision
                     .load(&n.node)
-                    .is_none_or(|l| l.holdings.is_empty())
-                {
-                    self.drain_reported.insert(n.node.clone());
-                }
+                    .is_none_or(|l| l.holdings.is_empty()) =>
+            {
+                self.drain_reported.insert(n.node.clone());
             }
             // A placement decided before the cordon can land after the node was reported
             // drained: it is busy again, and is reported again once its drain empties it.
