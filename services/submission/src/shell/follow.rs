@@ -7,11 +7,36 @@ use fairshare_runtime::log::{FollowError, Follower, LogEntry};
 
 use super::checkpoint::Checkpoints;
 use super::shared::Shared;
-use crate::domain::Applied;
+use crate::domain::{Applied, SubmissionState};
+
+/// The cluster of the job a job event's subject names, when the subject files it under
+/// another cluster. A job's events belong to its cluster only: NATS lets a launcher publish on
+/// any cluster's job subjects its permissions cover, and job bodies name no cluster (so
+/// [`subjects::check_filed`] cannot see it). Folded, such an event would end the job here (a
+/// cancel then refused as "ended") or move its subject's sequence (every cancel then refused
+/// as stale), while the job's own cluster never saw it.
+fn filed_in_another_cluster(state: &SubmissionState, subject: &str) -> Option<String> {
+    let (job_id, _) = subjects::job_event_parts(subject)?;
+    let filed = subjects::cluster_of(subject)?;
+    let job = state.jobs.get(job_id)?;
+    (job.cluster != filed).then(|| job.cluster.clone())
+}
 
 fn apply(shared: &Shared, entry: LogEntry) {
     {
         let mut state = shared.state();
+        if let Some(theirs) = filed_in_another_cluster(&state, &entry.subject) {
+            tracing::error!(
+                sequence = entry.sequence,
+                subject = %entry.subject,
+                job_cluster = theirs,
+                "job event stored under another cluster than its job's, skipped"
+            );
+            skip(&mut state, &entry);
+            drop(state);
+            shared.set_applied(entry.sequence);
+            return;
+        }
         match &entry.event {
             Ok(event) => {
                 let applied = state.apply_stored(entry.sequence, event, entry.stored_ms);
@@ -23,10 +48,7 @@ fn apply(shared: &Shared, entry: LogEntry) {
                 // A malformed entry cannot be un-written; report it and fold past it so one bad
                 // publisher cannot stop submissions.
                 tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry skipped: {e}");
-                state.last_sequence = state.last_sequence.max(entry.sequence);
-                if let Some(stored_ms) = entry.stored_ms {
-                    state.advance_log_time(stored_ms);
-                }
+                skip(&mut state, &entry);
             }
         }
         // Whatever the entry said, it is the newest on its job's subject: a cancel must expect
@@ -36,6 +58,14 @@ fn apply(shared: &Shared, entry: LogEntry) {
         }
     }
     shared.set_applied(entry.sequence);
+}
+
+/// Folds past `entry` without its event: only the position and the log's time move.
+fn skip(state: &mut SubmissionState, entry: &LogEntry) {
+    state.last_sequence = state.last_sequence.max(entry.sequence);
+    if let Some(stored_ms) = entry.stored_ms {
+        state.advance_log_time(stored_ms);
+    }
 }
 
 /// Folds until the follower has delivered every entry that existed when it started.
@@ -82,5 +112,86 @@ pub(super) async fn run(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use std::time::Duration;
+
+    use fairshare_events::pb::{self, event::Body};
+    use fairshare_runtime::clock::SystemClock;
+
+    use super::*;
+    use crate::domain::{JobStatus, Limits};
+
+    fn entry(sequence: u64, subject: String, body: Body) -> LogEntry {
+        LogEntry {
+            sequence,
+            subject,
+            event: Ok(pb::Event {
+                at_ms: 1_000,
+                body: Some(body),
+            }),
+            pending: 0,
+            trace: None,
+            stored_ms: Some(1_000),
+        }
+    }
+
+    /// A finish of cluster `c`'s job filed under cluster `b` neither ends the job nor moves
+    /// the sequence its cancel must expect.
+    #[tokio::test]
+    async fn a_job_event_filed_under_another_cluster_changes_no_job() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let shared = Shared::new(
+            js,
+            Limits::default(),
+            Arc::new(SystemClock),
+            SubmissionState::default(),
+        )
+        .await
+        .unwrap();
+        let request = super::super::shared::tests::one_gpu_request("k");
+        let submitted = Body::JobSubmitted(pb::JobSubmitted {
+            job_id: "j".into(),
+            idempotency_key: "k".into(),
+            spec: request.spec,
+            shape: Some(pb::Shape {
+                nodes: 1,
+                gpus_per_node: 1,
+            }),
+        });
+        apply(
+            &shared,
+            entry(1, subjects::job_event("c", "j", "job_submitted"), submitted),
+        );
+        let finished = || {
+            Body::JobFinished(pb::JobFinished {
+                job_id: "j".into(),
+                exit_code: 0,
+            })
+        };
+        apply(
+            &shared,
+            entry(2, subjects::job_event("b", "j", "job_finished"), finished()),
+        );
+        {
+            let state = shared.state();
+            let job = &state.jobs["j"];
+            assert_eq!(job.status, JobStatus::Active);
+            assert_eq!(job.last_subject_sequence, 1);
+            assert_eq!(state.last_sequence, 2);
+        }
+        assert_eq!(shared.applied(), 2);
+        // Filed under its own cluster, the finish ends it.
+        apply(
+            &shared,
+            entry(3, subjects::job_event("c", "j", "job_finished"), finished()),
+        );
+        assert_ne!(shared.state().jobs["j"].status, JobStatus::Active);
     }
 }
