@@ -62,13 +62,19 @@ as() {
 }
 
 pids=()
+# Stops every process started here, then exits: with the script's own status at its end, or
+# 130 / 143 for Ctrl-C / SIGTERM.
 cleanup() {
+  local status="${1:-$?}"
   trap - INT TERM EXIT
   echo "start: stopping" >&2
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  exit "$status"
 }
-trap cleanup INT TERM EXIT
+trap 'cleanup 130' INT
+trap 'cleanup 143' TERM
+trap cleanup EXIT
 
 "$nats_bin" -c "$conf" -p "$port" -m "$http_port" -sd "$run/nats" >"$run/logs/nats-server.log" 2>&1 &
 nats_pid=$!
@@ -128,19 +134,28 @@ fi
 env "$(as operator)" "$bin/fairshare" tail --cluster demo --from "$((earlier + 1))" &
 tail_pid=$!
 pids+=("$tail_pid")
+watched[$tail_pid]=tail
 # Until nats-server, a service or the tail exits (the tail would otherwise wait silently for
 # a server that is gone, and a dead service would leave the demo stuck without a word).
-# `wait` returns early for a signal too: Ctrl-C still reaches the trap at once.
+# Polled, not `wait -n -p` (bash 5.1 and later only); Ctrl-C reaches the trap within a second.
 exited=""
-wait -n -p exited "${!watched[@]}" "$tail_pid" || true
-if [[ -n "$exited" && -n "${watched[$exited]:-}" ]]; then
+while [[ -z "$exited" ]]; do
+  for pid in "${!watched[@]}"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      exited="$pid"
+      break
+    fi
+  done
+  [[ -n "$exited" ]] || sleep 1
+done
+if [[ "$exited" == "$tail_pid" ]]; then
+  echo "start: the event tail (fairshare tail) exited; stopping" >&2
+  exit 1
+fi
+if [[ -n "${watched[$exited]:-}" ]]; then
   name="${watched[$exited]}"
   log="$run/logs/$name.log"
   echo "start: $name exited; its log (${log#"$repo"/}) ends:" >&2
   tail -n 5 "$log" >&2
-  exit 1
-fi
-if [[ "$exited" == "$tail_pid" ]]; then
-  echo "start: the event tail (fairshare tail) exited; stopping" >&2
   exit 1
 fi

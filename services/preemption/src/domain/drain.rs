@@ -26,10 +26,11 @@
 //!   its protection ends, with its grace cut to end at `T` (the SPEC's "a window at `T`
 //!   accepts work whose protection ends before `T`" taken at its word, and the node still
 //!   clear by `T`).
-//! - A job placed on such a node but not yet started when starting it would carry its
-//!   protection past `T` (its launcher took longer than the decision service's lead) is
-//!   ordered off then, before it starts: it loses no work, where starting it would have had
-//!   the window cut its minimum runtime short.
+//! - A resumable job placed on such a node but not yet started when starting it would leave
+//!   it protected at `T` (its launcher took longer than the decision service's lead) is
+//!   ordered off then, before it starts: it is requeued and loses no work, where starting it
+//!   would have had the window cut its minimum runtime short. (A job that cannot resume is
+//!   left to start: ordered off, it would end without having run.)
 
 use std::collections::BTreeMap;
 
@@ -116,9 +117,12 @@ fn next_window_start(windows: &[Window], now: i64) -> Option<i64> {
         .min()
 }
 
-/// Whether `job`, placed and not started or ordered off, would be protected past a window
-/// starting at `start_ms` if it started at `now`. (Allocated work only: unallocated work is
-/// never protected.)
+/// Whether `job`, placed and not started or ordered off, would still be protected at the start
+/// of a window starting at `start_ms` if it started at `now` (a window accepts only work
+/// whose protection ends before it starts). Allocated work only: unallocated work is never
+/// protected. Resumable work only: ordered off, it is requeued and loses nothing, while a job
+/// that cannot resume would end without having run (started late, it may still finish before
+/// the window, or is ordered off by its start).
 fn too_late_to_start(
     job: &fairshare_decision::domain::state::Holder,
     start_ms: i64,
@@ -126,9 +130,10 @@ fn too_late_to_start(
     cfg: &Config,
 ) -> bool {
     !job.started
+        && job.resumable
         && job.preempt_deadline_ms.is_none()
         && !contract::is_unallocated(job.min_runtime_ms)
-        && contract::protected_until_ms(now, job.min_runtime_ms, cfg) > start_ms
+        && contract::protected_until_ms(now, job.min_runtime_ms, cfg) >= start_ms
 }
 
 /// The deadline of an order given at `now` for a window starting at `start_ms`: the usual
@@ -259,7 +264,8 @@ pub fn drained(state: &PreemptionState) -> Vec<Body> {
 }
 
 /// The next time after `now` at which a drain or a window will order something: the end of the
-/// protection of a job on a cordoned node, or `start - grace` of a window on a busy node.
+/// protection of a job on a cordoned node, `start - grace` of a window on a busy node, or the
+/// moment a job placed there and not yet started could no longer start in time for it.
 pub fn next_drain_due(state: &PreemptionState, now: i64, cfg: &Config) -> Option<i64> {
     let mut next: Option<i64> = None;
     if !anything_to_drain(state) {
@@ -291,9 +297,12 @@ pub fn next_drain_due(state: &PreemptionState, now: i64, cfg: &Config) -> Option
                         consider(until);
                     }
                     // A placed job still not started when starting it would be too late.
-                    if !h.holder.started && !contract::is_unallocated(h.holder.min_runtime_ms) {
+                    if !h.holder.started
+                        && h.holder.resumable
+                        && !contract::is_unallocated(h.holder.min_runtime_ms)
+                    {
                         let m = contract::effective_min_runtime_ms(h.holder.min_runtime_ms, cfg);
-                        consider(w.start_ms.saturating_sub(m).saturating_add(1));
+                        consider(w.start_ms.saturating_sub(m));
                     }
                 }
             }

@@ -105,7 +105,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes,
 /// or what it folds (older checkpoints are then refused and rebuilt from the log). 9: events
-/// on a subject they do not belong to are folded as empty.
+/// on a subject they do not belong to are folded as empty. 10: a drained report of a node that
+/// holds work where the log has it does not count.
 const CHECKPOINT_VERSION: u32 = 10;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's

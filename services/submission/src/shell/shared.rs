@@ -153,7 +153,6 @@ impl Shared {
     }
 }
 
-/// A rejection meaning "nothing was written; retry with the same key".
 /// How long a submission whose rejection [`depends_on_inventory`] waits for the fold to reach
 /// its cluster's newest budget tree and node events before it is judged again.
 pub(super) const CATCH_UP: Duration = Duration::from_secs(2);
@@ -184,6 +183,7 @@ pub(super) fn behind(detail: &str) -> pb::Rejection {
     }
 }
 
+/// A rejection meaning "nothing was written; retry with the same key".
 pub(super) fn unavailable(detail: &str) -> pb::Rejection {
     pb::Rejection {
         code: pb::RejectionCode::Unavailable as i32,

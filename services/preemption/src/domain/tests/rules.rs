@@ -1095,16 +1095,14 @@ fn a_job_not_started_in_time_for_a_window_is_ordered_off_before_it_starts() {
     let placed_at = t - HOUR - MIN;
     h.submit(placed_at, "late", "a", 4, 3600);
     h.place(placed_at, "late", &[("n1", 4)]);
-    // Not started a minute later: started then, it would still be protected at T.
-    assert_eq!(next_due(&h.state, placed_at, &h.cfg), Some(t - HOUR + 1));
-    assert_eq!(h.decide(t - HOUR), vec![]);
-    let out = h.decide(t - HOUR + 1);
+    // Not started by T minus its minimum runtime: started then, it would still be protected
+    // at T.
+    assert_eq!(next_due(&h.state, placed_at, &h.cfg), Some(t - HOUR));
+    assert_eq!(h.decide(t - HOUR - 1), vec![]);
+    let out = h.decide(t - HOUR);
     assert_eq!(
         render(&out),
-        vec![format!(
-            "order late for \"\" by {}",
-            t - HOUR + 1 + 30 * SEC
-        )]
+        vec![format!("order late for \"\" by {}", t - HOUR + 30 * SEC)]
     );
     let Body::PreemptionOrdered(p) = &out[0] else {
         unreachable!()
@@ -1119,5 +1117,13 @@ fn a_job_not_started_in_time_for_a_window_is_ordered_off_before_it_starts() {
     h2.submit(placed_at, "late", "a", 4, 3600);
     h2.place(placed_at, "late", &[("n1", 4)]);
     h2.start(placed_at + 30 * SEC, "late");
-    assert_eq!(h2.decide(t - HOUR + 1), vec![]);
+    assert_eq!(h2.decide(t - HOUR), vec![]);
+    // A job that cannot resume is left to start late: ordered off, it would end unrun.
+    let mut h3 = H::new();
+    h3.two_teams();
+    h3.node("n1", 8);
+    h3.maintenance(10 * MIN, &["n1"], t, t + HOUR);
+    h3.submit_full(placed_at, "once", "a", 1, 4, 3600, 0, false);
+    h3.place(placed_at, "once", &[("n1", 4)]);
+    assert_eq!(h3.decide(t - HOUR), vec![]);
 }
