@@ -119,13 +119,10 @@ pub(super) async fn run(
 mod tests {
     #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-    use std::time::Duration;
-
     use fairshare_events::pb::{self, event::Body};
-    use fairshare_runtime::clock::SystemClock;
 
     use super::*;
-    use crate::domain::{JobStatus, Limits};
+    use crate::domain::JobStatus;
 
     fn entry(sequence: u64, subject: String, body: Body) -> LogEntry {
         LogEntry {
@@ -145,16 +142,7 @@ mod tests {
     /// the sequence its cancel must expect.
     #[tokio::test]
     async fn a_job_event_filed_under_another_cluster_changes_no_job() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
-        let shared = Shared::new(
-            js,
-            Limits::default(),
-            Arc::new(SystemClock),
-            SubmissionState::default(),
-        )
-        .await
-        .unwrap();
+        let (_server, _js, shared) = super::super::shared::tests::fresh_shared().await;
         let request = super::super::shared::tests::one_gpu_request("k");
         let submitted = Body::JobSubmitted(pb::JobSubmitted {
             job_id: "j".into(),

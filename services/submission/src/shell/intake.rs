@@ -235,10 +235,7 @@ async fn reject(
 mod tests {
     #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-    use fairshare_runtime::clock::SystemClock;
-
     use super::*;
-    use crate::domain::{Limits, SubmissionState};
 
     /// The first intake message of `shared`'s intake consumer.
     async fn next_message(shared: &Shared) -> async_nats::jetstream::Message {
@@ -260,18 +257,7 @@ mod tests {
     /// as expired, not accepted: its key may belong to a job accepted before and forgotten.
     #[tokio::test]
     async fn an_intake_message_older_than_the_key_memory_is_rejected_as_expired() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
-        let shared = Arc::new(
-            Shared::new(
-                js.clone(),
-                Limits::default(),
-                Arc::new(SystemClock),
-                SubmissionState::default(),
-            )
-            .await
-            .unwrap(),
-        );
+        let (_server, js, shared) = super::super::shared::tests::fresh_shared().await;
         let logged = super::super::shared::tests::log_cluster_c(&js).await;
         for (sequence, event) in &logged {
             shared.state().apply(*sequence, event);
@@ -310,18 +296,7 @@ mod tests {
     /// for good as "unknown cluster".
     #[tokio::test]
     async fn an_intake_submission_waits_for_the_clusters_newest_policy_and_nodes() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
-        let shared = Arc::new(
-            Shared::new(
-                js.clone(),
-                Limits::default(),
-                Arc::new(SystemClock),
-                SubmissionState::default(),
-            )
-            .await
-            .unwrap(),
-        );
+        let (_server, js, shared) = super::super::shared::tests::fresh_shared().await;
         let logged = super::super::shared::tests::log_cluster_c(&js).await;
         let request = super::super::shared::tests::one_gpu_request("k-1");
         js.publish(subjects::intake("c"), codec::encode(&request))

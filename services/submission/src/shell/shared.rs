@@ -238,6 +238,26 @@ pub(super) fn malformed(detail: &str) -> pb::Rejection {
 pub(super) mod tests {
     #![allow(clippy::unwrap_used)]
 
+    /// A fresh server with the streams, and a service state on it with default limits and
+    /// nothing folded yet.
+    pub(in crate::shell) async fn fresh_shared() -> (
+        fairshare_testkit::NatsServer,
+        jetstream::Context,
+        Arc<Shared>,
+    ) {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let shared = Shared::new(
+            js.clone(),
+            Limits::default(),
+            Arc::new(SystemClock),
+            SubmissionState::default(),
+        )
+        .await
+        .unwrap();
+        (server, js, Arc::new(shared))
+    }
+
     /// Logs cluster `c`'s budget tree (allocation `a`) and node `n1` (8 GPUs) without folding
     /// them: the log moves ahead of the service's fold. Returns what was logged.
     pub(in crate::shell) async fn log_cluster_c(js: &jetstream::Context) -> Vec<(u64, pb::Event)> {

@@ -194,30 +194,14 @@ async fn write_submitted(
 mod tests {
     #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-    use std::time::Duration;
-
-    use fairshare_runtime::clock::SystemClock;
-
-    use super::super::shared::tests::{fold_later, log_cluster_c, one_gpu_request};
+    use super::super::shared::tests::{fold_later, fresh_shared, log_cluster_c, one_gpu_request};
     use super::*;
-    use crate::domain::{Limits, SubmissionState};
 
     /// A budget tree and a node applied a moment before a submission to them, not yet folded
     /// when it comes in: it is accepted once they are, not refused as "unknown cluster".
     #[tokio::test]
     async fn a_submission_waits_for_the_clusters_newest_policy_and_nodes() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
-        let shared = Arc::new(
-            Shared::new(
-                js.clone(),
-                Limits::default(),
-                Arc::new(SystemClock),
-                SubmissionState::default(),
-            )
-            .await
-            .unwrap(),
-        );
+        let (_server, js, shared) = fresh_shared().await;
         let logged = log_cluster_c(&js).await;
         let follower = fold_later(&shared, logged);
         let request = one_gpu_request("k-1");
