@@ -392,6 +392,22 @@ async fn cordon_drain_remove_and_maintenance() {
         stderr(&cutting)
     );
     assert_eq!(node_events(&stack).await.len(), before);
+    // Under a preemption cap of a minute the job is protected for a minute only: no cut.
+    let capped = node(
+        &stack,
+        &[
+            "maintenance",
+            third,
+            "--start",
+            "+5m",
+            "--end",
+            "+1h",
+            "--max-min-runtime",
+            "1m",
+        ],
+    )
+    .await;
+    assert!(capped.status.success(), "{}", stderr(&capped));
     let later = node(
         &stack,
         &["maintenance", third, "--start", "+1h", "--end", "+2h"],
@@ -412,7 +428,7 @@ async fn cordon_drain_remove_and_maintenance() {
     )
     .await;
     assert!(forced.status.success(), "{}", stderr(&forced));
-    assert_eq!(node_events(&stack).await.len(), before + 2);
+    assert_eq!(node_events(&stack).await.len(), before + 3);
     assert!(node(&stack, &["cordon", third]).await.status.success());
     let holding = node(&stack, &["remove", third]).await;
     assert!(!holding.status.success());

@@ -22,6 +22,7 @@ use clap::{Args, Subcommand};
 use fairshare_decision::shell::{LogFold, read_log};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
+use fairshare_model::duration::parse_duration;
 use fairshare_model::timestamp::parse_instant;
 use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
@@ -104,6 +105,9 @@ pub enum NodeCommand {
         /// such a window is refused, naming the jobs and the earliest start that cuts none.
         #[arg(long)]
         force: bool,
+        /// The preemption service's minimum-runtime cap: no job is protected longer.
+        #[arg(long, env = "FAIRSHARE_MAX_MIN_RUNTIME", default_value = "8h", value_parser = parse_duration)]
+        max_min_runtime: std::time::Duration,
     },
 }
 
@@ -245,15 +249,17 @@ async fn holding_work(
         .collect())
 }
 
-/// Jobs running on `names` whose minimum runtime would still protect them at `start_ms`, as
-/// `(job, node, protected until)`: what a window starting then would cut short (the preemption
-/// service orders off by the start whatever is still there). Jobs placed and not yet started
-/// are left out: one that could not start in time is ordered off before it starts.
+/// Jobs running on `names` whose minimum runtime, capped at `cap_ms` as the preemption service
+/// caps it, would still protect them at `start_ms`, as `(job, node, protected until)`: what a
+/// window starting then would cut short (the preemption service orders off by the start
+/// whatever is still there). Jobs placed and not yet started are left out: one that could not
+/// start in time is ordered off before it starts.
 async fn protections_cut(
     conn: &Connection,
     cluster: &str,
     names: &[String],
     start_ms: i64,
+    cap_ms: i64,
 ) -> anyhow::Result<Vec<(String, String, i64)>> {
     let fold = fold_log(conn, cluster).await?;
     let mut cut = Vec::new();
@@ -266,7 +272,7 @@ async fn protections_cut(
             if !job.started || job.preempt_deadline_ms.is_some() || job.min_runtime_ms <= 0 {
                 continue;
             }
-            let until = job.start_ms.saturating_add(job.min_runtime_ms);
+            let until = job.start_ms.saturating_add(job.min_runtime_ms.min(cap_ms));
             if until >= start_ms {
                 cut.push((id.to_string(), name.clone(), until));
             }
@@ -441,6 +447,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             reason,
             cancel,
             force,
+            max_min_runtime,
         } => {
             let start_ms = parse_instant(&start, now).context("--start")?;
             let end_ms = parse_instant(&end, now).context("--end")?;
@@ -459,7 +466,8 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             }
             let nodes = live_nodes(conn, &cluster, &nodes).await?;
             if !cancel && !force {
-                let cut = protections_cut(conn, &cluster, &nodes, start_ms).await?;
+                let cap_ms = i64::try_from(max_min_runtime.as_millis()).unwrap_or(i64::MAX);
+                let cut = protections_cut(conn, &cluster, &nodes, start_ms, cap_ms).await?;
                 if let Some(latest) = cut.iter().map(|c| c.2).max() {
                     let jobs: Vec<String> = cut
                         .iter()
