@@ -59,15 +59,47 @@ pub(crate) struct Outcome {
     pub fenced: bool,
 }
 
+/// How many placements are in flight at once. A JetStream context holds a permit for each
+/// acknowledgement not yet awaited (5,000 by default) and makes the next publish wait for one:
+/// sending a whole cycle's placements before awaiting any would hang for good on a cycle of more
+/// than that (a backlog on a large cluster).
+const PUBLISH_CHUNK: usize = 1_000;
+
 /// Appends `batch` in order and waits for every acknowledgement.
 pub(crate) async fn publish(
     js: &jetstream::Context,
     cluster: &str,
     batch: Vec<ToPublish>,
 ) -> Outcome {
+    publish_in_chunks(js, cluster, batch, PUBLISH_CHUNK).await
+}
+
+/// [`publish`], `chunk` placements at a time: each chunk's acknowledgements are awaited before
+/// the next is sent.
+async fn publish_in_chunks(
+    js: &jetstream::Context,
+    cluster: &str,
+    batch: Vec<ToPublish>,
+    chunk: usize,
+) -> Outcome {
     let mut outcome = Outcome::default();
-    let mut acks = Vec::with_capacity(batch.len());
-    for p in batch {
+    let mut batch = batch.into_iter().peekable();
+    while batch.peek().is_some() {
+        let part: Vec<ToPublish> = batch.by_ref().take(chunk.max(1)).collect();
+        publish_part(js, cluster, part, &mut outcome).await;
+    }
+    outcome
+}
+
+/// Sends `part`, then awaits its acknowledgements, adding what became of each to `outcome`.
+async fn publish_part(
+    js: &jetstream::Context,
+    cluster: &str,
+    part: Vec<ToPublish>,
+    outcome: &mut Outcome,
+) {
+    let mut acks = Vec::with_capacity(part.len());
+    for p in part {
         let envelope = Envelope {
             message_id: placement_id(&p.job_id, p.expected),
             trace: Some(p.trace),
@@ -114,7 +146,6 @@ pub(crate) async fn publish(
             }
         }
     }
-    outcome
 }
 
 /// The sequence of job `job_id`'s newest event in the stream, whatever its kind: after a
@@ -183,6 +214,42 @@ mod tests {
                 })),
             },
         }
+    }
+
+    /// More placements than the context lets await acknowledgement at once all land, chunk
+    /// by chunk (sending them all before awaiting any would wait for a permit for ever).
+    #[tokio::test]
+    async fn a_cycle_of_more_placements_than_acks_in_flight_lands_them_all() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::ContextBuilder::new()
+            .max_ack_inflight(4)
+            .build(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let mut batch = Vec::new();
+        for i in 0..10 {
+            let job = format!("j{i}");
+            let s = append(
+                &js,
+                &job,
+                Body::JobSubmitted(pb::JobSubmitted {
+                    job_id: job.clone(),
+                    ..Default::default()
+                }),
+            )
+            .await;
+            batch.push(placement(&job, s, "n1"));
+        }
+        let out = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            publish_in_chunks(&js, C, batch, 4),
+        )
+        .await
+        .expect("no wait for an acknowledgement permit");
+        assert_eq!((out.landed, out.refused, out.failed.len()), (10, 0, 0));
+        assert_eq!(out.max_sequence, 20);
     }
 
     #[tokio::test]
