@@ -9,7 +9,7 @@ use super::queue::Queue;
 pub(crate) struct ByAllocation {
     /// Waiting jobs by allocation slot.
     pub queues: Vec<Queue>,
-    /// GPUs each allocation holds.
+    /// GPUs each allocation's allocated work holds (unallocated work charges nobody).
     pub running: Vec<u64>,
 }
 
@@ -23,15 +23,28 @@ impl ByAllocation {
         slots
     }
 
+    /// A job a pass started: its allocation holds its GPUs, unless it is unallocated work.
+    pub fn started(&mut self, job: &Job) {
+        if job.unallocated {
+            return;
+        }
+        if let Some(running) = self.running.get_mut(job.allocation) {
+            *running += job.gpus();
+        }
+    }
+
     /// Queues `job` under `ticket` in its allocation's queue.
     pub fn enqueue(&mut self, ticket: usize, job: &Job) {
         if let Some(queue) = self.queues.get_mut(job.allocation) {
-            queue.push(job.shape, job.priority, ticket);
+            queue.push(job.shape, job.unallocated, job.priority, ticket);
         }
     }
 
     /// `job` stopped holding its GPUs.
     pub fn finished(&mut self, job: &Job) {
+        if job.unallocated {
+            return;
+        }
         if let Some(running) = self.running.get_mut(job.allocation) {
             *running = running.saturating_sub(job.gpus());
         }

@@ -25,7 +25,8 @@ impl Policy for Fifo {
     fn set_shares(&mut self, _fractions: &[Fraction]) {}
 
     fn enqueue(&mut self, ticket: usize, job: &Job) {
-        self.queue.push(job.shape, job.priority, ticket);
+        self.queue
+            .push(job.shape, job.unallocated, job.priority, ticket);
     }
 
     fn finished(&mut self, _job: &Job) {}

@@ -12,8 +12,10 @@
 //!   jobs, whole free nodes for multi-node jobs: [`place`]) and one greedy pass (first-fit
 //!   backfill, no reservations: [`pass`]); they differ only in the order they offer jobs and,
 //!   for quotas, in a per-allocation cap;
-//! - no preemption, and no notion of minimum runtimes: a job with minimum runtime 0
-//!   ("unallocated" to fairshare) is just a job of its allocation, charged and capped like any;
+//! - no preemption, and no notion of minimum runtimes, except that a job with minimum runtime 0
+//!   ("unallocated" to fairshare) runs as a site would run it in a scavenger class: offered
+//!   after every allocated job of a pass, outside quotas, charging no usage (once started it
+//!   runs to its end like any job);
 //! - cordoned nodes take no new work but their jobs run on; maintenance windows are logged and
 //!   otherwise ignored (nothing drains for a baseline).
 
@@ -45,7 +47,8 @@ pub enum Baseline {
     Fifo,
     /// Each allocation owns its fraction of the GPUs and never more; idle quota is not lent.
     StaticQuotas,
-    /// Slurm's classic fair-share factor over usage decayed with a 7-day half-life.
+    /// Slurm's classic fair-share factor (effective usage down the tree) over usage decayed
+    /// with a 7-day half-life.
     DecayedFairShare,
 }
 

@@ -2,7 +2,9 @@
 //! order and start every one that fits.
 //!
 //! Place in the flow: a policy's `pass` calls [`walk`] with its queues ("lanes") and a rank per
-//! lane; [`walk`] merges the lanes by (lane rank, job key) and places what fits on the nodes.
+//! lane; [`walk`] merges the lanes by (allocated work first, lane rank, job key) and places
+//! what fits on the nodes. Unallocated work (minimum runtime 0) is offered after every
+//! allocated job of the pass, as a site would run it in a scavenger class.
 //! A job that does not fit does not block the ones after it (first-fit backfill without
 //! reservations): that is how these baselines behave, and why large jobs can starve in them.
 //!
@@ -46,7 +48,11 @@ impl Limit for Unlimited {
     fn took(&mut self, _job: &Job) {}
 }
 
-/// Places waiting jobs of `lanes` in order of (lane rank, priority, ticket), lowest first,
+/// A line's head as the pass orders them: (unallocated, lane rank, job key, lane, line).
+type Head<R> = (bool, R, JobKey, usize, ShapeKey);
+
+/// Places waiting jobs of `lanes` in order of (unallocated, lane rank, priority, ticket), lowest
+/// first (allocated work before unallocated),
 /// skipping what does not fit; `rank` has one entry per lane. Placed jobs leave their queue and
 /// are appended to `started`.
 pub(crate) fn walk<R: Ord + Copy>(
@@ -57,17 +63,17 @@ pub(crate) fn walk<R: Ord + Copy>(
     limit: &mut impl Limit,
     started: &mut Vec<Start>,
 ) {
-    let mut heads: BinaryHeap<Reverse<(R, JobKey, usize, ShapeKey)>> = BinaryHeap::new();
+    let mut heads: BinaryHeap<Reverse<Head<R>>> = BinaryHeap::new();
     for ((lane, queue), &r) in lanes.iter().enumerate().zip(rank) {
         for (shape, key) in queue.heads() {
             let job = &jobs[key.1];
             if nodes.fits(job.shape) && limit.admits(job) {
-                heads.push(Reverse((r, key, lane, shape)));
+                heads.push(Reverse((shape.0, r, key, lane, shape)));
             }
         }
     }
     while nodes.free_gpus() > 0 {
-        let Some(Reverse((r, key, lane, shape))) = heads.pop() else {
+        let Some(Reverse((_, r, key, lane, shape))) = heads.pop() else {
             break;
         };
         let job = &jobs[key.1];
@@ -85,7 +91,7 @@ pub(crate) fn walk<R: Ord + Copy>(
             held,
         });
         if let Some(next) = queue.head(shape) {
-            heads.push(Reverse((r, next, lane, shape)));
+            heads.push(Reverse((shape.0, r, next, lane, shape)));
         }
     }
 }

@@ -6,9 +6,10 @@
 //! happenings asks it for a scheduling pass. No policy ever preempts, so a job, once started,
 //! runs to its finish.
 
-use fairshare_model::budget::Fraction;
+use fairshare_model::budget::{BudgetTree, Fraction};
 use fairshare_model::shape::Shape;
 
+use super::allocations::Allocations;
 use super::pass::Start;
 use super::place::Nodes;
 
@@ -26,6 +27,9 @@ pub(crate) struct Job {
     pub priority: i32,
     /// How long it runs once started, in ms.
     pub duration_ms: i64,
+    /// Minimum runtime 0: work a site would run in a scavenger class, after all allocated
+    /// work, charging nobody ([`super`]).
+    pub unallocated: bool,
 }
 
 impl Job {
@@ -40,6 +44,10 @@ pub(crate) trait Policy {
     /// The budget tree in force changed (also called once before anything else): `fractions`
     /// has one entry per allocation slot, 0 for slots the tree no longer has.
     fn set_shares(&mut self, fractions: &[Fraction]);
+
+    /// The budget tree in force, whole, with the run's allocation slots (called right after
+    /// [`Policy::set_shares`]), for a policy that ranks by the tree's levels.
+    fn set_tree(&mut self, _tree: &BudgetTree, _allocations: &Allocations) {}
 
     /// The virtual clock moves to `now_ms`, before the happenings at that time are applied.
     fn advance(&mut self, _now_ms: i64) {}

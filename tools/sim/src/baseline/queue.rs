@@ -18,12 +18,14 @@ use fairshare_model::shape::Shape;
 /// A job's place in its queue: priority (higher first), then its ticket (acceptance order).
 pub(crate) type JobKey = (Reverse<i32>, usize);
 
-/// A job shape as an ordered key: (nodes, GPUs per node).
-pub(crate) type ShapeKey = (u32, u32);
+/// A line of jobs as an ordered key: (unallocated, nodes, GPUs per node). Unallocated work
+/// (minimum runtime 0) waits in lines of its own, so a pass can offer it after all allocated
+/// work ([`super::pass::walk`]).
+pub(crate) type ShapeKey = (bool, u32, u32);
 
-/// The ordered key of `shape`.
-pub(crate) fn shape_key(shape: Shape) -> ShapeKey {
-    (shape.nodes, shape.gpus_per_node)
+/// The ordered key of the line of jobs of `shape`, unallocated or not.
+pub(crate) fn shape_key(shape: Shape, unallocated: bool) -> ShapeKey {
+    (unallocated, shape.nodes, shape.gpus_per_node)
 }
 
 /// Waiting jobs, one ordered line per shape.
@@ -33,10 +35,10 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    /// Adds the job with `ticket`, of `shape` and `priority`.
-    pub fn push(&mut self, shape: Shape, priority: i32, ticket: usize) {
+    /// Adds the job with `ticket`, of `shape` and `priority`, unallocated or not.
+    pub fn push(&mut self, shape: Shape, unallocated: bool, priority: i32, ticket: usize) {
         self.lines
-            .entry(shape_key(shape))
+            .entry(shape_key(shape, unallocated))
             .or_default()
             .insert((Reverse(priority), ticket));
     }
@@ -85,20 +87,26 @@ mod tests {
     #[test]
     fn heads_are_the_highest_priority_then_earliest_of_each_shape() {
         let mut q = Queue::default();
-        q.push(one(8), 0, 0);
-        q.push(one(8), 5, 3);
-        q.push(one(8), 5, 1);
-        q.push(one(1), -1, 2);
+        q.push(one(8), false, 0, 0);
+        q.push(one(8), false, 5, 3);
+        q.push(one(8), false, 5, 1);
+        q.push(one(1), false, -1, 2);
+        q.push(one(1), true, 9, 4);
         let heads: Vec<_> = q.heads().collect();
         assert_eq!(
             heads,
-            vec![((1, 1), (Reverse(-1), 2)), ((1, 8), (Reverse(5), 1))]
+            vec![
+                ((false, 1, 1), (Reverse(-1), 2)),
+                ((false, 1, 8), (Reverse(5), 1)),
+                ((true, 1, 1), (Reverse(9), 4))
+            ]
         );
-        q.pop((1, 8));
-        assert_eq!(q.head((1, 8)), Some((Reverse(5), 3)));
-        q.pop((1, 8));
-        q.pop((1, 8));
-        q.pop((1, 1));
+        q.pop((false, 1, 8));
+        assert_eq!(q.head((false, 1, 8)), Some((Reverse(5), 3)));
+        q.pop((false, 1, 8));
+        q.pop((false, 1, 8));
+        q.pop((false, 1, 1));
+        q.pop((true, 1, 1));
         assert!(q.is_empty());
     }
 }

@@ -10,8 +10,9 @@
 //!
 //! Idle quota is never lent: while one team waits for its own GPUs, another team's idle quota
 //! stays idle. That is the waste fair share exists to remove, and what this baseline measures.
-//! A job larger than its allocation's quota never starts. Minimum runtimes play no part: a job
-//! with minimum runtime 0 counts against its allocation's quota like any other.
+//! A job larger than its allocation's quota never starts. Minimum runtimes play no part, but a
+//! job with minimum runtime 0 runs as scavenger work: outside every quota, on GPUs no
+//! allocated job took in the pass (and, once started, runs to its end like any job).
 
 use fairshare_model::budget::Fraction;
 
@@ -39,11 +40,21 @@ struct Headroom {
 
 impl Limit for Headroom {
     fn admits(&self, job: &Job) -> bool {
-        job.gpus() <= self.gpus
+        !job.unallocated && job.gpus() <= self.gpus
     }
     fn took(&mut self, job: &Job) {
         self.gpus -= job.gpus();
     }
+}
+
+/// Unallocated work only, outside every quota: the pass's last round.
+struct Scavenger;
+
+impl Limit for Scavenger {
+    fn admits(&self, job: &Job) -> bool {
+        job.unallocated
+    }
+    fn took(&mut self, _job: &Job) {}
 }
 
 impl Policy for StaticQuotas {
@@ -89,6 +100,17 @@ impl Policy for StaticQuotas {
             );
             self.by_allocation.running[slot] += before - headroom.gpus;
         }
+        // Then unallocated work of every allocation, by priority and submit order, on what the
+        // allocated work left.
+        let lanes = self.by_allocation.queues.len();
+        walk(
+            &mut self.by_allocation.queues,
+            &vec![(); lanes],
+            jobs,
+            nodes,
+            &mut Scavenger,
+            started,
+        );
     }
 }
 

@@ -52,6 +52,7 @@ pub(crate) fn replay(
 ) -> Vec<pb::Event> {
     let mut run = Replay::new(setup, workload);
     policy.set_shares(&run.allocations.fractions(run.tree()));
+    policy.set_tree(run.tree(), &run.allocations);
     let mut started = Vec::new();
     while let Some(&Reverse((now, _))) = run.agenda.peek() {
         // The span's end is exclusive, as in the fairshare engine: what would happen at
@@ -189,6 +190,7 @@ impl<'w> Replay<'w> {
             shape,
             priority: sim.priority,
             duration_ms: sim.duration_ms.max(0),
+            unallocated: sim.min_runtime_ms <= 0,
         };
         let body = Body::JobSubmitted(job_submitted(&job.id, &request, shape));
         self.write(now, body);
@@ -207,6 +209,7 @@ impl<'w> Replay<'w> {
                 if self.trees.get(index).is_some_and(Option::is_some) {
                     self.tree_in_force = Some(index);
                     policy.set_shares(&self.allocations.fractions(self.tree()));
+                    policy.set_tree(self.tree(), &self.allocations);
                 }
             }
             Action::Cordon { node } => self.nodes.cordon(node),

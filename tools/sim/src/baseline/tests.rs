@@ -206,6 +206,28 @@ fn bodies_at(log: &[pb::Event], at: i64) -> Vec<&'static str> {
         .collect()
 }
 
+/// Unallocated work (minimum runtime 0) is scavenger work in every baseline: offered after
+/// every allocated job of a pass, and outside quotas and decayed usage.
+#[test]
+fn unallocated_work_goes_after_allocated_work_and_charges_no_quota() {
+    let scavenger = |name: &str, at: i64, team: &str, gpus: u32| SimJob {
+        min_runtime_ms: 0,
+        ..job(name, at, 2 * H, team, gpus, 9)
+    };
+    // Submitted together, the scavenger first and with the higher priority: the allocated job
+    // (within b's quota of 4) still goes first, and the whole-node scavenger waits for it.
+    let s = setup(1, 8, &[("a", 1), ("b", 1)]);
+    for policy in Baseline::ALL {
+        let jobs = vec![scavenger("free", 0, "a", 8), job("owed", 0, H, "b", 4, 0)];
+        let at = starts(&run_checked(policy, &s, jobs, vec![]));
+        assert_eq!((at["owed"].0, at["free"].0), (0, H), "{}", policy.name());
+    }
+    // Static quotas (4 GPUs each): a's scavenger on half the node leaves a's quota whole.
+    let jobs = vec![scavenger("free", 0, "a", 4), job("a-own", M, H, "a", 4, 0)];
+    let at = starts(&run_checked(Baseline::StaticQuotas, &s, jobs, vec![]));
+    assert_eq!((at["free"].0, at["a-own"].0), (0, M));
+}
+
 #[test]
 fn names() {
     let names: Vec<&str> = Baseline::ALL.iter().map(|b| b.name()).collect();

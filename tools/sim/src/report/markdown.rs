@@ -68,6 +68,13 @@ fn inputs_section(out: &mut String, report: &Report) {
             let _ = writeln!(out, "  - {}", escape(setting));
         }
     }
+    if report.runs.iter().any(|r| {
+        crate::baseline::Baseline::ALL
+            .iter()
+            .any(|b| b.name() == r.policy)
+    }) {
+        out.push_str(BASELINES);
+    }
     if i.rules.is_empty() {
         out.push_str("- Mapping rules: none\n");
     } else {
@@ -121,6 +128,18 @@ fn delivery_table(out: &mut String, runs: &[RunMetrics]) {
     );
     out.push_str(READINGS);
 }
+
+/// What the baselines do, for a report that has any.
+const BASELINES: &str = "\
+- Baselines (no preemption; first-fit backfill without reservations, so large jobs can wait \
+  behind a stream of small ones; unallocated work runs as scavenger work, after every \
+  allocated job of a pass, outside quotas, charging no usage):
+  - fifo: one queue by declared priority, then submit time;
+  - static-quotas: each allocation runs at most its fraction of the open GPUs; idle quota is \
+    not lent, and a job larger than its quota never starts;
+  - decayed-fair-share: Slurm's classic fair-share factor 2^(-effective usage / share), \
+    effective usage taken down the tree, usage decayed with a 7-day half-life.
+";
 
 /// How this report reads SPEC section 6 where it leaves room.
 const READINGS: &str = "Readings of SPEC section 6: capacity in owed time is every registered \
@@ -223,12 +242,13 @@ fn idle_table(out: &mut String, runs: &[RunMetrics]) {
         "\nThe occupancy shortfall, node by node: each idle GPU of an open node, while queued work \
          exceeded idle GPUs, is filed under the first cause that held. Percentages are of the GPU \
          time available then, so with occupancy they add up to 100%. \"A waiting job fitted\": \
-         the scheduler left usable GPUs idle (a reservation, or the next cycle). \"Victims still \
-         stopping\": the smallest waiting allocated job fits once the jobs already ordered off the \
-         node stop. \"Fits once ... leaves\": it would fit had that work gone too; unallocated \
-         work may always be preempted, work past its minimum runtime only for a better-ranked \
-         waiter. \"Nothing waiting fits\": protected work holds the rest of the node, or every \
-         waiting job is bigger (fragmentation).\n\n",
+         the scheduler left usable GPUs idle (a reservation, the next cycle, or for static \
+         quotas a quota). \"Victims still stopping\": the smallest waiting allocated job fits once \
+         the jobs already ordered off the node stop. \"Fits once ... leaves\": it would fit had \
+         that work gone too; under fairshare unallocated work may always be preempted, work past \
+         its minimum runtime only for a better-ranked waiter (the baselines preempt nothing: for \
+         them this names what holds the GPUs). \"Nothing waiting fits\": protected work holds the \
+         rest of the node, or every waiting job is bigger (fragmentation).\n\n",
     );
 }
 
