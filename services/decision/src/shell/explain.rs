@@ -5,9 +5,11 @@
 //! allocation and reason (code and sentence). [`Explainer`]s read the board from any task.
 //! With debug logging on, every change of a job's reason code between cycles is logged.
 //!
-//! There is no wire format for this yet: the contract (`schemas/`) has no explain request or
-//! reply, so an operator's `explain` over NATS needs messages added there first. Until then the
-//! board is a library API (tests, tools linking this crate) and a debug log.
+//! The board is a library API (tests, tools linking this crate) and a debug log. Operators ask
+//! over NATS instead (`fairshare.api.explain.<cluster>`, `ExplainRequest` / `ExplainReply`):
+//! the service answers that by deciding afresh on its current state
+//! ([`crate::domain::explain()`]), so an answer there can differ from the board's, which is
+//! the last cycle's.
 //!
 //! Cost: the waiting jobs are stored in decision order in flat arrays (job ids in one buffer,
 //! a row per job with an allocation index and a reason index); allocations and reasons are

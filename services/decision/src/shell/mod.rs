@@ -415,6 +415,9 @@ impl Service {
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => break Err(ServiceError::FollowerStopped("connection closed".into())),
                 },
+                // Before explains: a steady stream of them (each a whole decide) must not put
+                // the timed checkpoint off.
+                _ = checkpoint_timer.tick(), if self.store.is_some() => self.checkpoint(),
                 // After the log: folding an entry takes microseconds, answering an explain a
                 // whole decide(), so explains polled first could keep the fold, and with it
                 // every cycle, waiting for as long as they keep coming.
@@ -427,7 +430,6 @@ impl Service {
                         }
                     }
                 }
-                _ = checkpoint_timer.tick(), if self.store.is_some() => self.checkpoint(),
                 () = tokio::time::sleep(STALL_WARNING), if pacer.behind(self.fold.last_applied()) => {
                     tracing::warn!(
                         last_applied = self.fold.last_applied(),
