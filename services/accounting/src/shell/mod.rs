@@ -148,10 +148,6 @@ pub fn apply_entry(fold: &mut UsageFold, entry: &LogEntry) {
     }
     match &entry.event {
         Ok(event) => {
-            // How far behind its cluster's clock the event is stamped, before it moves it.
-            let behind_clock = subjects::cluster_of(&entry.subject)
-                .and_then(|c| fold.cluster(c)?.clock())
-                .map_or(0, |clock| clock.saturating_sub(event.at_ms));
             let applied = match entry.stored_ms {
                 Some(stored) => {
                     if event.at_ms > stored.saturating_add(MAX_AHEAD_OF_LOG_MS) {
@@ -179,13 +175,20 @@ pub fn apply_entry(fold: &mut UsageFold, entry: &LogEntry) {
                 }
                 // Writers' clocks differ by milliseconds all the time; seconds mean one of
                 // them is wrong, and every event of the cluster takes effect late meanwhile.
-                Applied::Clamped if behind_clock >= CLAMP_WARN_MS => {
-                    tracing::warn!(
-                        sequence = entry.sequence,
-                        subject = %entry.subject,
-                        behind_ms = behind_clock,
-                        "event stamped well before its cluster's latest event (its writer's clock is behind, or another's ahead?): it takes effect at the cluster's clock"
-                    );
+                // (A clamped event leaves its cluster's clock where it was, so the gap is read
+                // after the fold, and only for these: not a look-up per entry.)
+                Applied::Clamped => {
+                    let behind = subjects::cluster_of(&entry.subject)
+                        .and_then(|c| fold.cluster(c)?.clock())
+                        .map_or(0, |clock| clock.saturating_sub(event.at_ms));
+                    if behind >= CLAMP_WARN_MS {
+                        tracing::warn!(
+                            sequence = entry.sequence,
+                            subject = %entry.subject,
+                            behind_ms = behind,
+                            "event stamped well before its cluster's latest event (its writer's clock is behind, or another's ahead?): it takes effect at the cluster's clock"
+                        );
+                    }
                 }
                 _ => {}
             }
