@@ -11,6 +11,7 @@
 //! // dropped here: the process is killed and its store removed
 //! ```
 
+pub mod events;
 mod rng;
 
 pub use rng::Rng;

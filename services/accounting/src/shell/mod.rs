@@ -425,37 +425,10 @@ mod tests {
     #[test]
     fn a_job_event_filed_under_another_cluster_changes_nothing() {
         let mut fold = UsageFold::new(FoldConfig::default());
-        let tree = Body::BudgetTreeSet(pb::BudgetTreeSet {
-            cluster: "a".into(),
-            accounts: vec![pb::Account {
-                name: "x".into(),
-                share: 1,
-                children: vec![],
-            }],
-        });
-        feed(&mut fold, 1, 0, tree, None);
-        let node = Body::NodeRegistered(pb::NodeRegistered {
-            cluster: "a".into(),
-            node: "n1".into(),
-            gpus: 8,
-        });
-        feed(&mut fold, 2, 0, node, None);
-        let submitted = Body::JobSubmitted(pb::JobSubmitted {
-            job_id: "j".into(),
-            spec: Some(pb::JobSpec {
-                cluster: "a".into(),
-                allocation: "x".into(),
-                gpus: 1,
-                nodes: 1,
-                min_runtime_s: 60,
-                ..Default::default()
-            }),
-            shape: Some(pb::Shape {
-                nodes: 1,
-                gpus_per_node: 1,
-            }),
-            ..Default::default()
-        });
+        use fairshare_testkit::events::{node_registered, one_allocation_tree, one_gpu_submitted};
+        feed(&mut fold, 1, 0, one_allocation_tree("a", "x"), None);
+        feed(&mut fold, 2, 0, node_registered("a", "n1", 8), None);
+        let submitted = one_gpu_submitted("a", "x", "j", "k");
         feed(&mut fold, 3, 1_000, submitted, None);
         let started = Body::JobStarted(pb::JobStarted { job_id: "j".into() });
         feed(&mut fold, 4, 1_000, started, None);

@@ -691,44 +691,12 @@ mod tests {
                     .sequence
             }
         };
-        append(
-            subjects::policy("c"),
-            Body::BudgetTreeSet(pb::BudgetTreeSet {
-                cluster: "c".into(),
-                accounts: vec![pb::Account {
-                    name: "a".into(),
-                    share: 1,
-                    children: vec![],
-                }],
-            }),
-        )
-        .await;
-        let node = |gpus| {
-            Body::NodeRegistered(pb::NodeRegistered {
-                cluster: "c".into(),
-                node: "n1".into(),
-                gpus,
-            })
-        };
-        append(subjects::node("c", "n1"), node(8)).await;
+        use fairshare_testkit::events::{node_registered, one_allocation_tree, one_gpu_submitted};
+        append(subjects::policy("c"), one_allocation_tree("c", "a")).await;
+        append(subjects::node("c", "n1"), node_registered("c", "n1", 8)).await;
         append(
             subjects::job_event("c", "j1", "job_submitted"),
-            Body::JobSubmitted(pb::JobSubmitted {
-                job_id: "j1".into(),
-                idempotency_key: "k1".into(),
-                spec: Some(pb::JobSpec {
-                    cluster: "c".into(),
-                    allocation: "a".into(),
-                    gpus: 1,
-                    nodes: 1,
-                    min_runtime_s: 60,
-                    ..Default::default()
-                }),
-                shape: Some(pb::Shape {
-                    nodes: 1,
-                    gpus_per_node: 1,
-                }),
-            }),
+            one_gpu_submitted("c", "a", "j1", "k1"),
         )
         .await;
         let client = async_nats::connect(server.url()).await.unwrap();

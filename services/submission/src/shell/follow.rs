@@ -143,16 +143,7 @@ mod tests {
     #[tokio::test]
     async fn a_job_event_filed_under_another_cluster_changes_no_job() {
         let (_server, _js, shared) = super::super::shared::tests::fresh_shared().await;
-        let request = super::super::shared::tests::one_gpu_request("k");
-        let submitted = Body::JobSubmitted(pb::JobSubmitted {
-            job_id: "j".into(),
-            idempotency_key: "k".into(),
-            spec: request.spec,
-            shape: Some(pb::Shape {
-                nodes: 1,
-                gpus_per_node: 1,
-            }),
-        });
+        let submitted = fairshare_testkit::events::one_gpu_submitted("c", "a", "j", "k");
         apply(
             &shared,
             entry(1, subjects::job_event("c", "j", "job_submitted"), submitted),

@@ -262,26 +262,10 @@ pub(super) mod tests {
     /// them: the log moves ahead of the service's fold. Returns what was logged.
     pub(in crate::shell) async fn log_cluster_c(js: &jetstream::Context) -> Vec<(u64, pb::Event)> {
         let at_ms = 1_700_000_000_000;
+        use fairshare_testkit::events::{node_registered, one_allocation_tree};
         let inventory = [
-            (
-                subjects::policy("c"),
-                Body::BudgetTreeSet(pb::BudgetTreeSet {
-                    cluster: "c".into(),
-                    accounts: vec![pb::Account {
-                        name: "a".into(),
-                        share: 1,
-                        children: vec![],
-                    }],
-                }),
-            ),
-            (
-                subjects::node("c", "n1"),
-                Body::NodeRegistered(pb::NodeRegistered {
-                    cluster: "c".into(),
-                    node: "n1".into(),
-                    gpus: 8,
-                }),
-            ),
+            (subjects::policy("c"), one_allocation_tree("c", "a")),
+            (subjects::node("c", "n1"), node_registered("c", "n1", 8)),
         ];
         let mut logged = Vec::new();
         for (subject, body) in inventory {

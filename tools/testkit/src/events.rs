@@ -1,0 +1,47 @@
+//! Contract events that tests across the workspace build alike: a cluster with one allocation,
+//! a node, and one-GPU submissions to it. Each test states the names it uses, so what it
+//! checks reads from the call.
+
+use fairshare_events::pb::{self, event::Body};
+
+/// A budget tree of `cluster` with the single top-level allocation `allocation` (share 1).
+pub fn one_allocation_tree(cluster: &str, allocation: &str) -> Body {
+    Body::BudgetTreeSet(pb::BudgetTreeSet {
+        cluster: cluster.into(),
+        accounts: vec![pb::Account {
+            name: allocation.into(),
+            share: 1,
+            children: vec![],
+        }],
+    })
+}
+
+/// Node `node` of `cluster` registered with `gpus` GPUs.
+pub fn node_registered(cluster: &str, node: &str, gpus: u32) -> Body {
+    Body::NodeRegistered(pb::NodeRegistered {
+        cluster: cluster.into(),
+        node: node.into(),
+        gpus,
+    })
+}
+
+/// Job `job_id` (key `key`) accepted for one GPU of `allocation` on `cluster`, with a
+/// one-minute minimum runtime.
+pub fn one_gpu_submitted(cluster: &str, allocation: &str, job_id: &str, key: &str) -> Body {
+    Body::JobSubmitted(pb::JobSubmitted {
+        job_id: job_id.into(),
+        idempotency_key: key.into(),
+        spec: Some(pb::JobSpec {
+            cluster: cluster.into(),
+            allocation: allocation.into(),
+            gpus: 1,
+            nodes: 1,
+            min_runtime_s: 60,
+            ..Default::default()
+        }),
+        shape: Some(pb::Shape {
+            nodes: 1,
+            gpus_per_node: 1,
+        }),
+    })
+}
