@@ -27,8 +27,8 @@ use fairshare_model::budget::{BudgetTree, Fraction};
 
 use super::allocations::Allocations;
 use super::by_allocation::ByAllocation;
+use super::cluster::Cluster;
 use super::pass::{Start, Unlimited, walk};
-use super::place::Nodes;
 use super::policy::{Job, Policy};
 
 /// Half-life of recorded usage: 7 days, in ms (Slurm's default `PriorityDecayHalfLife`).
@@ -175,7 +175,7 @@ impl Policy for DecayedFairShare {
         self.by_allocation.finished(job);
     }
 
-    fn pass(&mut self, jobs: &[Job], nodes: &mut Nodes, started: &mut Vec<Start>) {
+    fn pass(&mut self, jobs: &[Job], cluster: &mut Cluster, started: &mut Vec<Start>) {
         let effective = effective_usage(&self.levels, &self.usage);
         // Non-negative floats order like their bits, which gives the rank a total order.
         let rank: Vec<Reverse<u64>> = (0..self.by_allocation.queues.len())
@@ -193,7 +193,7 @@ impl Policy for DecayedFairShare {
             &mut self.by_allocation.queues,
             &rank,
             jobs,
-            nodes,
+            cluster,
             &mut Unlimited,
             started,
         );

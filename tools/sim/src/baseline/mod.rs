@@ -9,9 +9,10 @@
 //!
 //! What the baselines share, and what they deliberately lack:
 //! - one virtual clock and log writer ([`replay`]), one placement (best fit for single-node
-//!   jobs, whole free nodes for multi-node jobs: [`place`]) and one greedy pass (first-fit
-//!   backfill, no reservations: [`pass`]); they differ only in the order they offer jobs and,
-//!   for quotas, in a per-allocation cap;
+//!   jobs, whole free nodes for multi-node jobs: [`place`]) and one pass (EASY backfill: the
+//!   first job that does not fit holds the nodes it will get when running jobs end, and the
+//!   others start around it: [`pass`], [`cluster`]); they differ only in the order they offer
+//!   jobs and, for quotas, in a per-allocation cap;
 //! - no preemption, and no notion of minimum runtimes, except that a job with minimum runtime 0
 //!   ("unallocated" to fairshare) runs as a site would run it in a scavenger class: offered
 //!   after every allocated job of a pass, outside quotas, charging no usage (once started it
@@ -21,6 +22,7 @@
 
 mod allocations;
 mod by_allocation;
+mod cluster;
 mod decayed;
 mod fifo;
 mod pass;

@@ -1,24 +1,40 @@
-//! The greedy scheduling pass all three baselines share: walk waiting jobs in the policy's
-//! order and start every one that fits.
+//! The scheduling pass all three baselines share: walk waiting jobs in the policy's order,
+//! start every one that fits, and hold nodes back for the first one that does not (EASY
+//! backfill, as Slurm's backfill scheduler does for its top job).
 //!
 //! Place in the flow: a policy's `pass` calls [`walk`] with its queues ("lanes") and a rank per
 //! lane; [`walk`] merges the lanes by (allocated work first, lane rank, job key) and places
 //! what fits on the nodes. Unallocated work (minimum runtime 0) is offered after every
 //! allocated job of the pass, as a site would run it in a scavenger class.
-//! A job that does not fit does not block the ones after it (first-fit backfill without
-//! reservations): that is how these baselines behave, and why large jobs can starve in them.
 //!
-//! Cost: only the head of each (lane, shape) line is ever looked at. A head that does not fit
-//! the nodes, or that its policy's [`Limit`] refuses, drops its line for the rest of the pass,
-//! which is sound because both free GPUs and limits only shrink while a pass places jobs. So a
-//! pass costs O((lines + jobs placed) x log lines), however long the queues are.
+//! Reservation: the first allocated job of the order that the policy admits but the nodes do
+//! not hold gets one ([`Cluster::reservation`]): the nodes it will take, and when. For the rest
+//! of the pass a job may start only if it ends by then, or on other nodes. So a large job waits
+//! at most until running jobs end, not behind a stream of small ones; and small jobs still fill
+//! the holes they can leave in time. A job that cannot ever fit (cordons) gets none, and the
+//! next one that does not fit is tried. Only one job holds a reservation per pass (EASY), and
+//! only GPUs on the reserved nodes are held back, never the rest of a node it leaves free.
+//!
+//! Cost: each (lane, shape) line is looked at from its head. A head that does not fit the
+//! nodes, or that its policy's [`Limit`] refuses, drops its line for the rest of the pass,
+//! which is sound because both free GPUs and limits only shrink while a pass places jobs (and
+//! the reservation, once made, stays). A head that fits only on reserved nodes and runs past
+//! the reservation hands its place to the next job of its line that ends in time, looked for
+//! among the next `BACKFILL_DEPTH`. So a pass costs O((lines + jobs placed) x (log lines +
+//! depth)) plus one walk over the running jobs' ends, however long the queues are.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::place::{Held, Nodes};
+use super::cluster::{Cluster, Reservation};
+use super::place::Held;
 use super::policy::Job;
 use super::queue::{JobKey, Queue, ShapeKey};
+
+/// How far down its line a pass looks for a job short enough to start before a reservation,
+/// once the line's head cannot (Slurm bounds its backfill's look-ahead the same way, with
+/// `bf_max_job_test`).
+const BACKFILL_DEPTH: usize = 64;
 
 /// A job a pass started, and the GPUs it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,50 +64,80 @@ impl Limit for Unlimited {
     fn took(&mut self, _job: &Job) {}
 }
 
-/// A line's head as the pass orders them: (unallocated, lane rank, job key, lane, line).
+/// A line's next candidate as the pass orders them: (unallocated, lane rank, job key, lane,
+/// line).
 type Head<R> = (bool, R, JobKey, usize, ShapeKey);
 
 /// Places waiting jobs of `lanes` in order of (unallocated, lane rank, priority, ticket), lowest
-/// first (allocated work before unallocated),
-/// skipping what does not fit; `rank` has one entry per lane. Placed jobs leave their queue and
-/// are appended to `started`.
+/// first (allocated work before unallocated), skipping what does not fit and backfilling
+/// around the first allocated job that does not (see the module doc); `rank` has one entry per
+/// lane. Placed jobs leave their queue, are recorded as running in `cluster`, and are appended
+/// to `started`.
 pub(crate) fn walk<R: Ord + Copy>(
     lanes: &mut [Queue],
     rank: &[R],
     jobs: &[Job],
-    nodes: &mut Nodes,
+    cluster: &mut Cluster,
     limit: &mut impl Limit,
     started: &mut Vec<Start>,
 ) {
+    let now = cluster.now_ms;
     let mut heads: BinaryHeap<Reverse<Head<R>>> = BinaryHeap::new();
     for ((lane, queue), &r) in lanes.iter().enumerate().zip(rank) {
         for (shape, key) in queue.heads() {
-            let job = &jobs[key.1];
-            if nodes.fits(job.shape) && limit.admits(job) {
+            if limit.admits(&jobs[key.1]) {
                 heads.push(Reverse((shape.0, r, key, lane, shape)));
             }
         }
     }
-    while nodes.free_gpus() > 0 {
-        let Some(Reverse((_, r, key, lane, shape))) = heads.pop() else {
+    let mut reservation: Option<Reservation> = None;
+    while cluster.nodes.free_gpus() > 0 {
+        let Some(Reverse((unallocated, r, key, lane, shape))) = heads.pop() else {
             break;
         };
         let job = &jobs[key.1];
         if !limit.admits(job) {
             continue;
         }
-        let Some(held) = nodes.place(job.shape) else {
+        let held = match &reservation {
+            Some(res) if !res.ends_before(now, job.duration_ms) => {
+                cluster.nodes.place_avoiding(job.shape, &res.nodes)
+            }
+            _ => cluster.nodes.place(job.shape),
+        };
+        let queue = &mut lanes[lane];
+        let Some(held) = held else {
+            if !cluster.nodes.fits(job.shape) {
+                if reservation.is_none() && !unallocated {
+                    reservation = cluster.reservation(job.shape);
+                }
+                continue;
+            }
+            // It fits only where the reservation holds GPUs, and runs past it: a job of its
+            // line that ends in time may go there instead.
+            let Some(res) = &reservation else {
+                continue;
+            };
+            let short = queue
+                .after(shape, key)
+                .take(BACKFILL_DEPTH)
+                .find(|k| res.ends_before(now, jobs[k.1].duration_ms));
+            if let Some(next) = short {
+                heads.push(Reverse((unallocated, r, next, lane, shape)));
+            }
             continue;
         };
         limit.took(job);
-        let queue = &mut lanes[lane];
-        queue.pop(shape);
+        queue.remove(shape, key);
+        cluster
+            .running
+            .start(key.1, now.saturating_add(job.duration_ms), held.clone());
         started.push(Start {
             ticket: key.1,
             held,
         });
-        if let Some(next) = queue.head(shape) {
-            heads.push(Reverse((shape.0, r, next, lane, shape)));
+        if let Some(next) = queue.after(shape, key).next() {
+            heads.push(Reverse((unallocated, r, next, lane, shape)));
         }
     }
 }

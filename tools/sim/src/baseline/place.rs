@@ -70,6 +70,26 @@ impl Nodes {
         &self.names[index]
     }
 
+    /// How many nodes are registered (cordoned or not).
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Free GPUs of node `index`, cordoned or not.
+    pub fn free_of(&self, index: usize) -> u32 {
+        self.free[index]
+    }
+
+    /// GPUs of node `index`.
+    pub fn capacity_of(&self, index: usize) -> u32 {
+        self.capacity[index]
+    }
+
+    /// Whether node `index` takes new work (is not cordoned).
+    pub fn takes_work(&self, index: usize) -> bool {
+        !self.cordoned[index]
+    }
+
     /// Free GPUs on nodes that take new work.
     pub fn free_gpus(&self) -> u64 {
         self.free_gpus
@@ -96,17 +116,32 @@ impl Nodes {
     /// Takes GPUs for a job of `shape` and says where, or `None` (taking nothing) when it does
     /// not fit.
     pub fn place(&mut self, shape: Shape) -> Option<Vec<Held>> {
+        self.place_avoiding(shape, &[])
+    }
+
+    /// As [`Nodes::place`], on nodes other than `avoid` (indices: a reservation's).
+    pub fn place_avoiding(&mut self, shape: Shape, avoid: &[usize]) -> Option<Vec<Held>> {
         let per_node = shape.gpus_per_node;
         let chosen: Vec<usize> = if shape.nodes <= 1 {
-            let &(_, best) = self.open.range((per_node.max(1), 0)..).next()?;
+            let best = self
+                .open
+                .range((per_node.max(1), 0)..)
+                .map(|&(_, i)| i)
+                .find(|i| !avoid.contains(i))?;
             vec![best]
         } else {
             let set = self.whole.get(&per_node)?;
             let wanted = shape.nodes as usize;
-            if set.len() < wanted {
+            let chosen: Vec<usize> = set
+                .iter()
+                .copied()
+                .filter(|i| !avoid.contains(i))
+                .take(wanted)
+                .collect();
+            if chosen.len() < wanted {
                 return None;
             }
-            set.iter().take(wanted).copied().collect()
+            chosen
         };
         for &i in &chosen {
             self.set_free(i, self.free[i] - per_node);

@@ -10,8 +10,8 @@ use fairshare_model::budget::{BudgetTree, Fraction};
 use fairshare_model::shape::Shape;
 
 use super::allocations::Allocations;
+use super::cluster::Cluster;
 use super::pass::Start;
-use super::place::Nodes;
 
 /// An accepted job, as the policies see it. Jobs are numbered by acceptance order (their
 /// *ticket*), which is submit time then workload index.
@@ -58,7 +58,8 @@ pub(crate) trait Policy {
     /// A running job ended and gave its GPUs back.
     fn finished(&mut self, job: &Job);
 
-    /// One scheduling pass: place waiting jobs on `nodes` as the policy allows, appending each
-    /// placement to `started` in placement order.
-    fn pass(&mut self, jobs: &[Job], nodes: &mut Nodes, started: &mut Vec<Start>);
+    /// One scheduling pass at `cluster.now_ms`: place waiting jobs on `cluster`'s nodes as the
+    /// policy allows ([`super::pass::walk`]), appending each placement to `started` in
+    /// placement order.
+    fn pass(&mut self, jobs: &[Job], cluster: &mut Cluster, started: &mut Vec<Start>);
 }

@@ -8,10 +8,12 @@
 //! Why per shape: during a pass free GPUs only shrink, so once the first waiting job of a shape
 //! does not fit, no later job of that shape fits either. Splitting by shape lets a pass stop
 //! looking at a shape after one failure instead of walking tens of thousands of jobs that cannot
-//! fit, and a job is only ever taken from the head of its line.
+//! fit. A job is taken from the head of its line, or, while a reservation holds nodes back,
+//! from further down when it ends before the reservation ([`super::pass`]).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 use fairshare_model::shape::Shape;
 
@@ -55,17 +57,19 @@ impl Queue {
             .filter_map(|(shape, line)| line.first().map(|key| (*shape, *key)))
     }
 
-    /// The first job of `shape`.
-    pub fn head(&self, shape: ShapeKey) -> Option<JobKey> {
+    /// The jobs of `shape` after `key`, in order.
+    pub fn after(&self, shape: ShapeKey, key: JobKey) -> impl Iterator<Item = JobKey> + '_ {
         self.lines
             .get(&shape)
-            .and_then(|line| line.first().copied())
+            .into_iter()
+            .flat_map(move |line| line.range((Bound::Excluded(key), Bound::Unbounded)))
+            .copied()
     }
 
-    /// Removes the first job of `shape` (it was placed).
-    pub fn pop(&mut self, shape: ShapeKey) {
+    /// Removes the job `key` of `shape` (it was placed).
+    pub fn remove(&mut self, shape: ShapeKey, key: JobKey) {
         if let Some(line) = self.lines.get_mut(&shape) {
-            line.pop_first();
+            line.remove(&key);
             if line.is_empty() {
                 self.lines.remove(&shape);
             }
@@ -101,12 +105,19 @@ mod tests {
                 ((true, 1, 1), (Reverse(9), 4))
             ]
         );
-        q.pop((false, 1, 8));
-        assert_eq!(q.head((false, 1, 8)), Some((Reverse(5), 3)));
-        q.pop((false, 1, 8));
-        q.pop((false, 1, 8));
-        q.pop((false, 1, 1));
-        q.pop((true, 1, 1));
+        assert_eq!(
+            q.after((false, 1, 8), (Reverse(5), 1)).collect::<Vec<_>>(),
+            vec![(Reverse(5), 3), (Reverse(0), 0)]
+        );
+        // A job from the middle of its line leaves the head where it is.
+        q.remove((false, 1, 8), (Reverse(5), 3));
+        assert_eq!(q.heads().nth(1), Some(((false, 1, 8), (Reverse(5), 1))));
+        q.remove((false, 1, 8), (Reverse(5), 1));
+        assert_eq!(q.heads().nth(1), Some(((false, 1, 8), (Reverse(0), 0))));
+        q.remove((false, 1, 8), (Reverse(0), 0));
+        q.remove((false, 1, 1), (Reverse(-1), 2));
+        q.remove((true, 1, 1), (Reverse(9), 4));
         assert!(q.is_empty());
+        assert_eq!(q.after((false, 1, 8), (Reverse(5), 1)).count(), 0);
     }
 }

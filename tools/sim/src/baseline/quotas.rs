@@ -4,9 +4,9 @@
 //! is its fraction of the uncordoned GPUs, rounded by largest remainder so the quotas add up to
 //! the cluster ([`quotas`]); it is recomputed when the budget tree or the uncordoned capacity
 //! changes. An allocation starts a job only while its running GPUs plus the job's stay within
-//! its quota. Within an allocation jobs go by priority, then submit time, then workload index
-//! (a job that does not fit does not block smaller ones behind it); passes visit allocations in
-//! path order.
+//! its quota. Jobs go by priority, then submit time, then workload index, across allocations;
+//! a job its quota refuses is passed over, and the first one its quota admits but the nodes
+//! do not hold gets the pass's reservation ([`super::pass`]).
 //!
 //! Idle quota is never lent: while one team waits for its own GPUs, another team's idle quota
 //! stays idle. That is the waste fair share exists to remove, and what this baseline measures.
@@ -17,8 +17,8 @@
 use fairshare_model::budget::Fraction;
 
 use super::by_allocation::ByAllocation;
+use super::cluster::Cluster;
 use super::pass::{Limit, Start, walk};
-use super::place::Nodes;
 use super::policy::{Job, Policy};
 
 /// Static per-allocation GPU quotas.
@@ -33,28 +33,27 @@ pub(crate) struct StaticQuotas {
     quotas_for: Option<u64>,
 }
 
-/// What one allocation may still start in a pass.
+/// What each allocation may still start in a pass, by slot; unallocated work is outside every
+/// quota.
 struct Headroom {
-    gpus: u64,
+    gpus: Vec<u64>,
 }
 
 impl Limit for Headroom {
     fn admits(&self, job: &Job) -> bool {
-        !job.unallocated && job.gpus() <= self.gpus
+        job.unallocated
+            || self
+                .gpus
+                .get(job.allocation)
+                .is_some_and(|g| job.gpus() <= *g)
     }
     fn took(&mut self, job: &Job) {
-        self.gpus -= job.gpus();
+        if !job.unallocated
+            && let Some(g) = self.gpus.get_mut(job.allocation)
+        {
+            *g -= job.gpus();
+        }
     }
-}
-
-/// Unallocated work only, outside every quota: the pass's last round.
-struct Scavenger;
-
-impl Limit for Scavenger {
-    fn admits(&self, job: &Job) -> bool {
-        job.unallocated
-    }
-    fn took(&mut self, _job: &Job) {}
 }
 
 impl Policy for StaticQuotas {
@@ -72,45 +71,33 @@ impl Policy for StaticQuotas {
         self.by_allocation.finished(job);
     }
 
-    fn pass(&mut self, jobs: &[Job], nodes: &mut Nodes, started: &mut Vec<Start>) {
-        let capacity = nodes.uncordoned_gpus();
+    fn pass(&mut self, jobs: &[Job], cluster: &mut Cluster, started: &mut Vec<Start>) {
+        let capacity = cluster.nodes.uncordoned_gpus();
         if self.quotas_for != Some(capacity) {
             self.quotas = quotas(&self.fractions, capacity);
             self.quotas_for = Some(capacity);
         }
-        for (slot, queue) in self.by_allocation.queues.iter_mut().enumerate() {
-            if nodes.free_gpus() == 0 {
-                break;
-            }
-            let quota = self.quotas.get(slot).copied().unwrap_or(0);
-            let mut headroom = Headroom {
-                gpus: quota.saturating_sub(self.by_allocation.running[slot]),
-            };
-            if headroom.gpus == 0 || queue.is_empty() {
-                continue;
-            }
-            let before = headroom.gpus;
-            walk(
-                std::slice::from_mut(queue),
-                &[()],
-                jobs,
-                nodes,
-                &mut headroom,
-                started,
-            );
-            self.by_allocation.running[slot] += before - headroom.gpus;
-        }
-        // Then unallocated work of every allocation, by priority and submit order, on what the
-        // allocated work left.
+        let mut headroom = Headroom {
+            gpus: (0..self.by_allocation.queues.len())
+                .map(|slot| {
+                    let quota = self.quotas.get(slot).copied().unwrap_or(0);
+                    quota.saturating_sub(self.by_allocation.running[slot])
+                })
+                .collect(),
+        };
         let lanes = self.by_allocation.queues.len();
+        let first = started.len();
         walk(
             &mut self.by_allocation.queues,
             &vec![(); lanes],
             jobs,
-            nodes,
-            &mut Scavenger,
+            cluster,
+            &mut headroom,
             started,
         );
+        for start in &started[first..] {
+            self.by_allocation.started(&jobs[start.ticket]);
+        }
     }
 }
 
@@ -200,6 +187,29 @@ mod tests {
             (0, H, 2 * H),
             "quota 8 of 16: b's idle half is not lent"
         );
+    }
+
+    #[test]
+    fn a_job_its_quota_refuses_holds_no_nodes_back() {
+        let s = setup(2, 8, &[("a", 1), ("b", 1)]);
+        let jobs = vec![
+            job("a-running", 0, H, "a", 4, 0),
+            // Over what "a" may still start (4 of its 8): passed over, not reserved for.
+            job("a-big", M, H, "a", 8, 9),
+            job("b-long", 2 * M, 2 * H, "b", 4, 0),
+        ];
+        let log = run_checked(Baseline::StaticQuotas, &s, jobs, vec![]);
+        let at = starts(&log);
+        let on = |name: &str| {
+            at[name]
+                .1
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+        };
+        // Best fit, beside "a-running": n000 is held for nobody.
+        assert_eq!((at["b-long"].0, on("b-long")), (2 * M, vec!["n000"]));
+        assert_eq!(at["a-big"].0, H);
     }
 
     #[test]

@@ -27,8 +27,9 @@ use fairshare_model::shape::{self, Shape};
 use fairshare_submission::domain::job_submitted;
 
 use super::allocations::Allocations;
+use super::cluster::{Cluster, Running};
 use super::pass::Start;
-use super::place::{Held, Nodes};
+use super::place::Nodes;
 use super::policy::{Job, Policy};
 use crate::setup::{EPOCH_MS, Setup};
 use crate::workload::{Action, Workload, job_id};
@@ -73,8 +74,9 @@ pub(crate) fn replay(
         }
         // Nothing can start while no open node has a free GPU: skip the pass rather than walk
         // queues that may hold tens of thousands of jobs.
-        if run.nodes.free_gpus() > 0 {
-            policy.pass(&run.jobs, &mut run.nodes, &mut started);
+        if run.cluster.nodes.free_gpus() > 0 {
+            run.cluster.now_ms = now;
+            policy.pass(&run.jobs, &mut run.cluster, &mut started);
             for start in started.drain(..) {
                 run.start(start, now);
             }
@@ -94,7 +96,8 @@ struct Replay<'w> {
     /// Resolved shapes by (GPUs, nodes) asked. Resolving scans the inventory, and a trace asks
     /// for a handful of sizes tens of thousands of times; the inventory is fixed for the run.
     shapes: BTreeMap<(i64, i64), Option<Shape>>,
-    nodes: Nodes,
+    /// Free GPUs per node and the running jobs.
+    cluster: Cluster,
     /// The validated tree of each `SetBudget` action (`None` for other actions and for trees
     /// that do not validate, which leave the tree in force unchanged, as the services do).
     trees: Vec<Option<BudgetTree>>,
@@ -103,8 +106,6 @@ struct Replay<'w> {
     allocations: Allocations,
     /// Accepted jobs by ticket.
     jobs: Vec<Job>,
-    /// GPUs each running job holds, by ticket.
-    held: Vec<Vec<Held>>,
 }
 
 impl<'w> Replay<'w> {
@@ -138,14 +139,17 @@ impl<'w> Replay<'w> {
             workload,
             log: setup.initial_events(EPOCH_MS),
             agenda,
-            nodes: Nodes::new(&inventory),
+            cluster: Cluster {
+                nodes: Nodes::new(&inventory),
+                running: Running::default(),
+                now_ms: EPOCH_MS,
+            },
             inventory,
             shapes: BTreeMap::new(),
             trees,
             tree_in_force: None,
             allocations,
             jobs: Vec::new(),
-            held: Vec::new(),
         }
     }
 
@@ -197,7 +201,6 @@ impl<'w> Replay<'w> {
         let ticket = self.jobs.len();
         policy.enqueue(ticket, &job);
         self.jobs.push(job);
-        self.held.push(Vec::new());
     }
 
     fn act(&mut self, index: usize, now: i64, policy: &mut dyn Policy) {
@@ -212,8 +215,8 @@ impl<'w> Replay<'w> {
                     policy.set_tree(self.tree(), &self.allocations);
                 }
             }
-            Action::Cordon { node } => self.nodes.cordon(node),
-            Action::Uncordon { node } => self.nodes.uncordon(node),
+            Action::Cordon { node } => self.cluster.nodes.cordon(node),
+            Action::Uncordon { node } => self.cluster.nodes.uncordon(node),
             // These baselines know no maintenance windows: nothing drains for them.
             Action::Maintenance { .. } => {}
         }
@@ -227,7 +230,7 @@ impl<'w> Replay<'w> {
                 .held
                 .iter()
                 .map(|&(node, gpus)| pb::NodeGpus {
-                    node: self.nodes.name(node).to_owned(),
+                    node: self.cluster.nodes.name(node).to_owned(),
                     gpus,
                 })
                 .collect(),
@@ -241,12 +244,11 @@ impl<'w> Replay<'w> {
         self.write(now, Body::JobStarted(running));
         self.agenda
             .push(Reverse((ends, Happening::Finish(start.ticket))));
-        self.held[start.ticket] = start.held;
     }
 
     fn finish(&mut self, ticket: usize, now: i64, policy: &mut dyn Policy) {
-        let held = std::mem::take(&mut self.held[ticket]);
-        self.nodes.release(&held);
+        let held = self.cluster.running.finish(ticket);
+        self.cluster.nodes.release(&held);
         let job = &self.jobs[ticket];
         policy.finished(job);
         let body = Body::JobFinished(pb::JobFinished {

@@ -60,7 +60,8 @@ pub(crate) fn budget_action(at: i64, teams: &[(&str, u64)]) -> TimedAction {
     }
 }
 
-fn node_action(at: i64, action: Action) -> TimedAction {
+/// An operator action `at` ms after the epoch.
+pub(crate) fn node_action(at: i64, action: Action) -> TimedAction {
     TimedAction {
         at_ms: EPOCH_MS + at,
         action,

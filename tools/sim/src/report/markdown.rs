@@ -131,9 +131,10 @@ fn delivery_table(out: &mut String, runs: &[RunMetrics]) {
 
 /// What the baselines do, for a report that has any.
 const BASELINES: &str = "\
-- Baselines (no preemption; first-fit backfill without reservations, so large jobs can wait \
-  behind a stream of small ones; unallocated work runs as scavenger work, after every \
-  allocated job of a pass, outside quotas, charging no usage):
+- Baselines (no preemption; EASY backfill: the first job of a pass that does not fit holds \
+  the nodes running jobs free for it soonest, planned with their real run times, and others \
+  start only if they end by then or keep off those nodes; unallocated work runs as scavenger \
+  work, after every allocated job of a pass, outside quotas, charging no usage):
   - fifo: one queue by declared priority, then submit time;
   - static-quotas: each allocation runs at most its fraction of the open GPUs; idle quota is \
     not lent, and a job larger than its quota never starts;
