@@ -59,14 +59,17 @@ impl Running {
     }
 }
 
-/// Where and when the first job of a pass's order that does not fit will start: nodes no job
-/// may take before then unless it ends by then.
+/// Where and when the first job of a pass's order that does not fit will start: GPUs on those
+/// nodes no job may take before then unless it ends by then.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Reservation {
     /// When enough GPUs are free for it, in ms since the Unix epoch.
     pub at_ms: i64,
     /// The nodes it will take then, by index.
     pub nodes: Vec<usize>,
+    /// Per reserved node, the GPUs free then beyond what it takes: a job that runs past the
+    /// reservation may have those (none on a multi-node job's whole nodes).
+    pub spare: Vec<u32>,
 }
 
 impl Reservation {
@@ -74,6 +77,27 @@ impl Reservation {
     /// so may take reserved GPUs meanwhile.
     pub fn ends_before(&self, now_ms: i64, duration_ms: i64) -> bool {
         now_ms.saturating_add(duration_ms) <= self.at_ms
+    }
+
+    /// The reserved nodes a job running past the reservation may not use for `gpus` GPUs per
+    /// node: those with fewer spare GPUs.
+    pub fn short_of(&self, gpus: u32) -> Vec<usize> {
+        self.nodes
+            .iter()
+            .zip(&self.spare)
+            .filter(|&(_, &spare)| spare < gpus)
+            .map(|(&i, _)| i)
+            .collect()
+    }
+
+    /// A job running past the reservation took `held`: what it took of the spare GPUs is no
+    /// longer spare.
+    pub fn took(&mut self, held: &[Held]) {
+        for &(node, gpus) in held {
+            if let Some(k) = self.nodes.iter().position(|&i| i == node) {
+                self.spare[k] = self.spare[k].saturating_sub(gpus);
+            }
+        }
     }
 }
 
@@ -112,12 +136,13 @@ impl Cluster {
             }
             if multi {
                 if whole_count >= shape.nodes as usize {
-                    let chosen = (0..free.len())
+                    let chosen: Vec<usize> = (0..free.len())
                         .filter(|&i| whole(i, &free))
                         .take(shape.nodes as usize)
                         .collect();
                     return Some(Reservation {
                         at_ms,
+                        spare: vec![0; chosen.len()],
                         nodes: chosen,
                     });
                 }
@@ -131,6 +156,7 @@ impl Cluster {
                 return Some(Reservation {
                     at_ms,
                     nodes: vec![best],
+                    spare: vec![free[best] - shape.gpus_per_node.max(1)],
                 });
             }
         }
@@ -180,7 +206,8 @@ mod tests {
             c.reservation(shape(1, 6)),
             Some(Reservation {
                 at_ms: 50,
-                nodes: vec![1]
+                nodes: vec![1],
+                spare: vec![2],
             })
         );
         // Three GPUs: n1 frees three at 30, so 4 free there then.
@@ -188,7 +215,8 @@ mod tests {
             c.reservation(shape(1, 3)),
             Some(Reservation {
                 at_ms: 30,
-                nodes: vec![1]
+                nodes: vec![1],
+                spare: vec![1],
             })
         );
         // A finished job is no longer counted on: nothing frees n1 at 50 now.
@@ -199,7 +227,8 @@ mod tests {
             c.reservation(shape(1, 7)),
             Some(Reservation {
                 at_ms: 100,
-                nodes: vec![0]
+                nodes: vec![0],
+                spare: vec![1],
             })
         );
     }
@@ -216,14 +245,16 @@ mod tests {
             c.reservation(shape(2, 8)),
             Some(Reservation {
                 at_ms: 40,
-                nodes: vec![0, 2]
+                nodes: vec![0, 2],
+                spare: vec![0, 0],
             })
         );
         assert_eq!(
             c.reservation(shape(3, 8)),
             Some(Reservation {
                 at_ms: 60,
-                nodes: vec![0, 1, 2]
+                nodes: vec![0, 1, 2],
+                spare: vec![0, 0, 0],
             })
         );
         assert_eq!(c.reservation(shape(4, 8)), None);
@@ -239,7 +270,8 @@ mod tests {
             c.reservation(shape(1, 8)),
             Some(Reservation {
                 at_ms: 20,
-                nodes: vec![1]
+                nodes: vec![1],
+                spare: vec![0],
             })
         );
         c.nodes.cordon("n1");

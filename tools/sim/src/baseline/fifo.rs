@@ -5,8 +5,8 @@
 //! each pass starts every job that fits, in that order, backfilling around a reservation for
 //! the first one that does not ([`super::pass`]). Budgets play no part, so a team that
 //! marks everything high priority, or simply submits most, gets the cluster (priority
-//! inflation). Minimum runtimes play no part either: a job with minimum runtime 0 is just
-//! another job.
+//! inflation). Minimum runtimes play no part, except that a job with minimum runtime 0 runs as
+//! scavenger work: offered after every allocated job, and never reserved for.
 
 use fairshare_model::budget::Fraction;
 
@@ -111,6 +111,24 @@ mod tests {
         );
         // Behind it in the same line, a job that ends in time still starts at once.
         assert_eq!((at["short-too"].0, on("short-too")), (5 * M, vec!["n000"]));
+    }
+
+    #[test]
+    fn a_job_running_past_a_reservation_may_use_what_the_reserved_job_leaves_of_its_node() {
+        let s = setup(1, 8, &[("a", 1)]);
+        let jobs = vec![
+            job("four", 0, H, "a", 4, 0),
+            // Reserved the node from 60 min; it leaves 2 of its 8 GPUs.
+            job("six", M, H, "a", 6, 9),
+            job("two-long", 2 * M, 3 * H, "a", 2, 0),
+            job("one-long", 3 * M, 3 * H, "a", 1, 0),
+        ];
+        let log = run_checked(Baseline::Fifo, &s, jobs, vec![]);
+        let at = starts(&log);
+        assert_eq!(at["two-long"].0, 2 * M);
+        assert_eq!(at["six"].0, H);
+        // The spare GPUs are taken: the next long job waits although a GPU is free.
+        assert_eq!(at["one-long"].0, 2 * H);
     }
 
     #[test]

@@ -9,19 +9,22 @@
 //!
 //! Reservation: the first allocated job of the order that the policy admits but the nodes do
 //! not hold gets one ([`Cluster::reservation`]): the nodes it will take, and when. For the rest
-//! of the pass a job may start only if it ends by then, or on other nodes. So a large job waits
-//! at most until running jobs end, not behind a stream of small ones; and small jobs still fill
-//! the holes they can leave in time. A job that cannot ever fit (cordons) gets none, and the
-//! next one that does not fit is tried. Only one job holds a reservation per pass (EASY), and
-//! only GPUs on the reserved nodes are held back, never the rest of a node it leaves free.
+//! of the pass a job may start only if it ends by then, or if it leaves the reserved job what
+//! it will need: the GPUs it takes on the reserved nodes then (a job may use what the reserved
+//! job leaves spare on its node), and, under static quotas, room in its allocation's quota
+//! ([`Limit::admits_beside`]). So a large job waits at most until running jobs end, not behind
+//! a stream of small ones; and small jobs still fill the holes they can leave in time. A job
+//! that cannot ever fit (cordons) gets none, and the next one that does not fit is tried. Only
+//! one job holds a reservation per pass (EASY).
 //!
 //! Cost: each (lane, shape) line is looked at from its head. A head that does not fit the
 //! nodes, or that its policy's [`Limit`] refuses, drops its line for the rest of the pass,
 //! which is sound because both free GPUs and limits only shrink while a pass places jobs (and
-//! the reservation, once made, stays). A head that fits only on reserved nodes and runs past
-//! the reservation hands its place to the next job of its line that ends in time, looked for
-//! among the next `BACKFILL_DEPTH`. So a pass costs O((lines + jobs placed) x (log lines +
-//! depth)) plus one walk over the running jobs' ends, however long the queues are.
+//! the reservation, once made, stays). A head that could start only by taking what the
+//! reservation holds, and runs past it, hands its place to the next job of its line that ends
+//! in time, looked for among the next `BACKFILL_DEPTH`. So a pass costs O((lines + jobs
+//! placed) x (log lines + depth)) plus a walk over the running jobs' ends for each shape that
+//! does not fit until one gets the reservation, however long the queues are.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -30,6 +33,7 @@ use super::cluster::{Cluster, Reservation};
 use super::place::Held;
 use super::policy::Job;
 use super::queue::{JobKey, Queue, ShapeKey};
+use fairshare_model::shape::Shape;
 
 /// How far down its line a pass looks for a job short enough to start before a reservation,
 /// once the line's head cannot (Slurm bounds its backfill's look-ahead the same way, with
@@ -49,6 +53,11 @@ pub(crate) struct Start {
 pub(crate) trait Limit {
     /// Whether `job` may start now.
     fn admits(&self, job: &Job) -> bool;
+    /// Whether `job`, which would run past the reservation for `reserved`, may start now and
+    /// still leave `reserved` room under the limit when its reservation comes.
+    fn admits_beside(&self, job: &Job, _reserved: &Job) -> bool {
+        self.admits(job)
+    }
     /// `job` was started.
     fn took(&mut self, job: &Job);
 }
@@ -90,7 +99,10 @@ pub(crate) fn walk<R: Ord + Copy>(
             }
         }
     }
-    let mut reservation: Option<Reservation> = None;
+    // The reservation, and the ticket of the job it is for.
+    let mut reserved: Option<(Reservation, usize)> = None;
+    // Shapes no running job's end makes room for (cordons): asked once per pass.
+    let mut impossible: Vec<Shape> = Vec::new();
     while cluster.nodes.free_gpus() > 0 {
         let Some(Reverse((unallocated, r, key, lane, shape))) = heads.pop() else {
             break;
@@ -99,23 +111,34 @@ pub(crate) fn walk<R: Ord + Copy>(
         if !limit.admits(job) {
             continue;
         }
-        let held = match &reservation {
-            Some(res) if !res.ends_before(now, job.duration_ms) => {
-                cluster.nodes.place_avoiding(job.shape, &res.nodes)
+        // A job that runs past the reservation must leave the reserved job what it will need:
+        // the GPUs on its nodes, and what the policy's limit holds for it.
+        let past = reserved
+            .as_ref()
+            .filter(|(res, _)| !res.ends_before(now, job.duration_ms));
+        let held = match past {
+            None => cluster.nodes.place(job.shape),
+            Some((res, ticket)) if limit.admits_beside(job, &jobs[*ticket]) => {
+                let avoid = res.short_of(job.shape.gpus_per_node);
+                cluster.nodes.place_avoiding(job.shape, &avoid)
             }
-            _ => cluster.nodes.place(job.shape),
+            Some(_) => None,
         };
+        let runs_past = past.is_some();
         let queue = &mut lanes[lane];
         let Some(held) = held else {
             if !cluster.nodes.fits(job.shape) {
-                if reservation.is_none() && !unallocated {
-                    reservation = cluster.reservation(job.shape);
+                if reserved.is_none() && !unallocated && !impossible.contains(&job.shape) {
+                    match cluster.reservation(job.shape) {
+                        Some(res) => reserved = Some((res, key.1)),
+                        None => impossible.push(job.shape),
+                    }
                 }
                 continue;
             }
-            // It fits only where the reservation holds GPUs, and runs past it: a job of its
-            // line that ends in time may go there instead.
-            let Some(res) = &reservation else {
+            // It fits only by taking what the reservation holds, and runs past it: a job of
+            // its line that ends in time may go instead.
+            let Some((res, _)) = &reserved else {
                 continue;
             };
             let short = queue
@@ -127,6 +150,9 @@ pub(crate) fn walk<R: Ord + Copy>(
             }
             continue;
         };
+        if runs_past && let Some((res, _)) = &mut reserved {
+            res.took(&held);
+        }
         limit.took(job);
         queue.remove(shape, key);
         cluster

@@ -14,7 +14,8 @@
 //!
 //! Cost: uncordoned nodes with free GPUs sit in an ordered set keyed by (free GPUs, name order),
 //! so best fit is one range lookup; wholly free nodes are kept per GPU count, so a multi-node
-//! fit is a length check. No operation scans the nodes.
+//! fit is a length check. No operation scans the nodes (placing around a reservation skips its
+//! few nodes).
 
 use std::collections::{BTreeMap, BTreeSet};
 

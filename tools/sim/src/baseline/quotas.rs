@@ -47,6 +47,16 @@ impl Limit for Headroom {
                 .get(job.allocation)
                 .is_some_and(|g| job.gpus() <= *g)
     }
+    /// A job of the reserved job's allocation that runs past the reservation may take only
+    /// what the reserved job leaves of their quota.
+    fn admits_beside(&self, job: &Job, reserved: &Job) -> bool {
+        if job.unallocated || job.allocation != reserved.allocation {
+            return self.admits(job);
+        }
+        self.gpus
+            .get(job.allocation)
+            .is_some_and(|g| job.gpus().saturating_add(reserved.gpus()) <= *g)
+    }
     fn took(&mut self, job: &Job) {
         if !job.unallocated
             && let Some(g) = self.gpus.get_mut(job.allocation)
@@ -189,14 +199,24 @@ mod tests {
         );
     }
 
+    /// An unallocated job of `gpus` GPUs submitted `at` ms after the epoch, running `duration`.
+    fn scavenger(name: &str, at: i64, duration: i64, gpus: u32) -> crate::workload::SimJob {
+        crate::workload::SimJob {
+            min_runtime_ms: 0,
+            ..job(name, at, duration, "b", gpus, 0)
+        }
+    }
+
     #[test]
     fn a_job_its_quota_refuses_holds_no_nodes_back() {
         let s = setup(2, 8, &[("a", 1), ("b", 1)]);
         let jobs = vec![
-            job("a-running", 0, H, "a", 4, 0),
-            // Over what "a" may still start (4 of its 8): passed over, not reserved for.
+            job("a-running", 0, H, "a", 4, 0),     // n000 until 60 min
+            job("b-running", 0, 2 * H, "b", 8, 0), // n001 until 2 h
+            // Fits no node, and is over what "a" may still start (4 of its 8): passed over,
+            // not reserved for (a reservation would hold n000 from 60 min).
             job("a-big", M, H, "a", 8, 9),
-            job("b-long", 2 * M, 2 * H, "b", 4, 0),
+            scavenger("scavenger", 2 * M, 2 * H, 4),
         ];
         let log = run_checked(Baseline::StaticQuotas, &s, jobs, vec![]);
         let at = starts(&log);
@@ -207,9 +227,29 @@ mod tests {
                 .map(|(n, _)| n.as_str())
                 .collect::<Vec<_>>()
         };
-        // Best fit, beside "a-running": n000 is held for nobody.
-        assert_eq!((at["b-long"].0, on("b-long")), (2 * M, vec!["n000"]));
-        assert_eq!(at["a-big"].0, H);
+        assert_eq!((at["scavenger"].0, on("scavenger")), (2 * M, vec!["n000"]));
+        assert_eq!(at["a-big"].0, 2 * H);
+    }
+
+    #[test]
+    fn a_reservation_holds_its_allocations_quota_against_its_own_long_jobs() {
+        let s = setup(2, 8, &[("a", 1), ("b", 1)]);
+        let jobs = vec![
+            scavenger("scavenger", 0, 3 * H, 6), // n000 until 3 h
+            job("b-running", 0, H, "b", 8, 0),   // n001 until 60 min
+            // Reserved n001 from 60 min, and "a"'s whole quota with it.
+            job("reserved", M, H, "a", 8, 9),
+            job("a-long", 2 * M, 3 * H, "a", 2, 0),
+            job("a-short", 3 * M, 30 * M, "a", 2, 0),
+        ];
+        let log = run_checked(Baseline::StaticQuotas, &s, jobs, vec![]);
+        let at = starts(&log);
+        assert_eq!(at["reserved"].0, H);
+        // Started at 2 min, "a-long" would have left "a" 6 GPUs of quota at 60 min and kept
+        // the reserved job waiting for hours; it waits for the reserved job instead.
+        assert_eq!(at["a-long"].0, 2 * H);
+        // What ends by the reservation may use the quota meanwhile.
+        assert_eq!(at["a-short"].0, 3 * M);
     }
 
     #[test]

@@ -131,13 +131,15 @@ fn delivery_table(out: &mut String, runs: &[RunMetrics]) {
 
 /// What the baselines do, for a report that has any.
 const BASELINES: &str = "\
-- Baselines (no preemption; EASY backfill: the first job of a pass that does not fit holds \
-  the nodes running jobs free for it soonest, planned with their real run times, and others \
-  start only if they end by then or keep off those nodes; unallocated work runs as scavenger \
-  work, after every allocated job of a pass, outside quotas, charging no usage):
+- Baselines (no preemption; EASY backfill: the first allocated job of a pass that the policy \
+  admits but the nodes do not hold keeps what running jobs free for it soonest, planned with \
+  their real run times, and others start only if they end by then or leave it that; \
+  unallocated work runs as scavenger work, after every allocated job of a pass, outside \
+  quotas, charging no usage, never reserved for):
   - fifo: one queue by declared priority, then submit time;
-  - static-quotas: each allocation runs at most its fraction of the open GPUs; idle quota is \
-    not lent, and a job larger than its quota never starts;
+  - static-quotas: each allocation runs at most its fraction of the open GPUs; jobs go by \
+    priority, then submit time, across allocations; idle quota is not lent, and a job larger \
+    than its quota never starts;
   - decayed-fair-share: Slurm's classic fair-share factor 2^(-effective usage / share), \
     effective usage taken down the tree, usage decayed with a 7-day half-life.
 ";
