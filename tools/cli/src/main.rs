@@ -54,7 +54,10 @@ enum Command {
     /// Nodes: list them, cordon and uncordon, remove drained ones, schedule maintenance.
     #[command(subcommand)]
     Node(commands::nodes::NodeCommand),
-    /// Submit a job (request/reply, or durable intake with --intake).
+    /// Submit a job (request/reply, or durable intake with --intake). Exit status 0: accepted
+    /// (or queued in intake); 1: rejected, or bad arguments; 3: the outcome is not known (no
+    /// answer, or the log did not confirm the write): retry with the `--key` printed, which
+    /// never makes a second job.
     Submit(commands::submit::SubmitArgs),
     /// Cancel a job.
     Cancel(commands::submit::CancelArgs),
@@ -115,7 +118,11 @@ async fn main() -> ExitCode {
         // Refusals (a rejected submission, an invalid file) are answers, not crashes: print
         // the chain of causes without a backtrace.
         eprintln!("error: {e:#}");
-        ExitCode::FAILURE
+        if e.is::<commands::submit::RetryWithKey>() {
+            ExitCode::from(commands::submit::RetryWithKey::EXIT_CODE)
+        } else {
+            ExitCode::FAILURE
+        }
     })
 }
 

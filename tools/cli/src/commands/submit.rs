@@ -82,6 +82,42 @@ pub struct CancelArgs {
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The submission may have landed, or may not: only a retry with `key` is sure to give one
+/// job. The CLI exits with [`RetryWithKey::EXIT_CODE`] for it (as the Python launcher does), so
+/// a script can tell it from a rejection (exit 1).
+#[derive(Debug)]
+pub struct RetryWithKey {
+    /// What went wrong.
+    pub what: String,
+    /// The submission's idempotency key.
+    pub key: String,
+}
+
+impl std::fmt::Display for RetryWithKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}; retry with --key {}: it may have landed, and the same key is safe",
+            self.what, self.key
+        )
+    }
+}
+
+impl std::error::Error for RetryWithKey {}
+
+impl RetryWithKey {
+    /// The exit status for an outcome that is not known.
+    pub const EXIT_CODE: u8 = 3;
+
+    fn error(what: impl std::fmt::Display, key: &str) -> anyhow::Error {
+        RetryWithKey {
+            what: what.to_string(),
+            key: key.to_owned(),
+        }
+        .into()
+    }
+}
+
 /// `d` in whole seconds, as the contract carries durations. A fraction is refused, not
 /// dropped: `--min-runtime 500ms` would otherwise become 0, which means unallocated.
 fn secs(what: &str, d: Duration) -> anyhow::Result<i64> {
@@ -146,7 +182,6 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
         headers.insert(fairshare_events::headers::IDEMPOTENCY_KEY, key.as_str());
         // The key must survive a failure: the publish may have landed, and only a retry with
         // the same key is sure not to make a second job.
-        let retry = || format!("retry with --key {key} (it may have landed; the same key is safe)");
         let ack = conn
             .js
             .publish_with_headers(
@@ -155,9 +190,9 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
                 codec::encode(&request),
             )
             .await
-            .with_context(retry)?
+            .map_err(|e| RetryWithKey::error(format!("intake publish failed: {e}"), &key))?
             .await
-            .with_context(retry)?;
+            .map_err(|e| RetryWithKey::error(format!("intake publish not confirmed: {e}"), &key))?;
         if ack.duplicate {
             // The first publish's context is the one its submission carries.
             fairshare_runtime::outln!(
@@ -183,14 +218,18 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
     .await
     .map_err(anyhow::Error::from)
     .and_then(|answer| answer.map_err(anyhow::Error::from))
-    .with_context(|| {
-        format!(
-            "no usable answer from the submission service within 10 s (is it running? \
-             `--intake` queues the submission durably instead); retry with --key {key}: it \
-             may have been accepted, and the same key is safe"
+    .map_err(|e| {
+        RetryWithKey::error(
+            format!(
+                "no usable answer from the submission service within 10 s ({e}; is it \
+                 running? `--intake` queues the submission durably instead)"
+            ),
+            &key,
         )
     })?;
-    match codec::decode_submit_reply(&reply.payload)?.result {
+    let decoded = codec::decode_submit_reply(&reply.payload)
+        .map_err(|e| RetryWithKey::error(format!("the reply does not decode: {e}"), &key))?;
+    match decoded.result {
         Some(submit_reply::Result::Accepted(a)) => {
             let again = if a.duplicate {
                 " (already accepted earlier)"
@@ -208,10 +247,21 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Some(submit_reply::Result::Rejected(r))
+            if r.code == pb::RejectionCode::Unavailable as i32 =>
+        {
+            Err(RetryWithKey::error(
+                format!("not confirmed ({}): {}", code_name(r.code), r.message),
+                &key,
+            ))
+        }
         Some(submit_reply::Result::Rejected(r)) => {
             bail!("rejected ({}): {}", code_name(r.code), r.message)
         }
-        None => bail!("empty reply from the submission service"),
+        None => Err(RetryWithKey::error(
+            "empty reply from the submission service",
+            &key,
+        )),
     }
 }
 
