@@ -16,9 +16,11 @@ It speaks the two wire formats itself, so it needs nothing but python3:
     python3 tools/launcher-py/fairshare_submit.py --cluster demo --allocation infra/evals \\
         --gpus 1 --min-runtime 600 --key my-run-1 --resumable --payload 'python train.py'
 
-Exit status: 0 accepted, 1 rejected, 2 bad arguments, 3 no usable answer (the service is down,
-or its reply did not decode: retry with the same key), 4 the server wants authentication or TLS,
-which this script does not do.
+Exit status: 0 accepted, 1 rejected, 2 bad arguments, 3 the outcome is not known (no server or
+service answered, the reply did not decode, or the service could not confirm the write,
+`UNAVAILABLE`): retry with the key printed, which never makes a second job; 4 the server wants
+authentication or TLS, or the URL is not one, which this script cannot help.
+`--url` (or FAIRSHARE_NATS_URL) may list a cluster's servers, comma-separated.
 """
 
 import argparse
@@ -31,6 +33,8 @@ import sys
 from urllib.parse import urlparse
 
 SUBMIT_SUBJECT = "fairshare.api.submit"
+# `RejectionCode.REJECTION_CODE_UNAVAILABLE`: the outcome is not known, retry with the same key.
+UNAVAILABLE = 14
 PROTO = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "schemas", "fairshare", "v1",
     "fairshare.proto",
@@ -138,7 +142,15 @@ def rejection_codes(proto_path=PROTO):
 
 
 def submit_reply(data):
-    """A `SubmitReply` as a dict: {"accepted": {...}} or {"rejected": {...}}."""
+    """A `SubmitReply` as a dict: {"accepted": {...}} or {"rejected": {...}}; ValueError for
+    bytes that are not one (a field of an unexpected wire type included)."""
+    try:
+        return decode_submit_reply(data)
+    except (TypeError, AttributeError, IndexError) as e:
+        raise ValueError(f"not a SubmitReply: {e}") from None
+
+
+def decode_submit_reply(data):
     for number, value in fields(data):
         if number == 1:
             accepted = {"job_id": "", "stream_sequence": 0, "duplicate": False}
@@ -169,10 +181,30 @@ class Unsupported(Exception):
     """The server wants what this script does not do (authentication, TLS)."""
 
 
-def request(url, subject, payload, timeout_s):
-    """One NATS request/reply over a fresh connection; returns the reply's payload."""
-    parsed = urlparse(url if "://" in url else "nats://" + url)
-    host, port = parsed.hostname or "127.0.0.1", parsed.port or 4222
+def request(urls, subject, payload, timeout_s):
+    """One NATS request/reply; returns the reply's payload. `urls` may name several servers of
+    a cluster, comma-separated (as FAIRSHARE_NATS_URL does): each is tried in turn until one
+    answers. Trying the next after a timeout is safe for a submission: its key makes a repeat
+    the same job."""
+    members = [u.strip() for u in urls.split(",") if u.strip()]
+    if not members:
+        raise ValueError("no NATS server URL given")
+    failures = []
+    for url in members:
+        try:
+            return request_one(url, subject, payload, timeout_s)
+        except (NoAnswer, OSError) as e:
+            failures.append(f"{url}: {e}")
+    raise NoAnswer("; ".join(failures))
+
+
+def request_one(url, subject, payload, timeout_s):
+    """One NATS request/reply over a fresh connection to one server."""
+    try:
+        parsed = urlparse(url if "://" in url else "nats://" + url)
+        host, port = parsed.hostname or "127.0.0.1", parsed.port or 4222
+    except ValueError as e:
+        raise Unsupported(f"not a NATS server URL: {url!r} ({e})") from None
     inbox = "_INBOX." + secrets.token_hex(12)
     with socket.create_connection((host, port), timeout=timeout_s) as sock:
         sock.settimeout(timeout_s)
@@ -263,6 +295,10 @@ def main(argv=None):
         return 0
     r = reply["rejected"]
     name = rejection_codes().get(r["code"], str(r["code"]))
+    if r["code"] == UNAVAILABLE:
+        # The log did not take or confirm the write: it may have landed. Not final.
+        print(f"not confirmed ({name}): {r['message']}; retry with --key {key}", file=sys.stderr)
+        return 3
     print(f"rejected ({name}): {r['message']}", file=sys.stderr)
     return 1
 

@@ -66,6 +66,7 @@ class Messages(unittest.TestCase):
         codes = f.rejection_codes()
         self.assertEqual(codes[5], "REJECTION_CODE_INVALID_GPUS")
         self.assertEqual(codes[0], "REJECTION_CODE_UNSPECIFIED")
+        self.assertEqual(codes[f.UNAVAILABLE], "REJECTION_CODE_UNAVAILABLE")
         # Without the .proto (a copy elsewhere), no names: the numbers are printed.
         self.assertEqual(f.rejection_codes("/nonexistent/fairshare.proto"), {})
 
@@ -113,6 +114,50 @@ class Exits(unittest.TestCase):
         code, err = self.run_main(url)
         self.assertEqual(code, 3)
         self.assertIn("retry with --key k", err)
+
+    def test_a_reply_with_a_field_of_the_wrong_wire_type_means_retry_not_a_crash(self):
+        # `accepted` as a varint, where a message is expected.
+        body = f.field(1, f.VARINT, 5)
+        msg = b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+        url = fake_server(b"INFO {}\r\n", msg)
+        code, err = self.run_main(url)
+        self.assertEqual(code, 3, err)
+        self.assertIn("retry with --key k", err)
+
+    def test_unavailable_is_not_final_it_means_retry_with_the_key(self):
+        rejected = f.field(1, f.VARINT, f.UNAVAILABLE) + f.field(2, f.LEN, b"it may have landed")
+        body = f.field(2, f.LEN, rejected)
+        msg = b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+        url = fake_server(b"INFO {}\r\n", msg)
+        code, err = self.run_main(url)
+        self.assertEqual(code, 3, err)
+        self.assertIn("retry with --key k", err)
+        self.assertIn("REJECTION_CODE_UNAVAILABLE", err)
+
+    def test_other_rejections_are_final(self):
+        rejected = f.field(1, f.VARINT, 4) + f.field(2, f.LEN, b"no such allocation")
+        body = f.field(2, f.LEN, rejected)
+        msg = b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+        url = fake_server(b"INFO {}\r\n", msg)
+        code, err = self.run_main(url)
+        self.assertEqual(code, 1, err)
+        self.assertNotIn("retry", err)
+
+    def test_a_cluster_url_list_tries_the_next_server_when_one_is_down(self):
+        body = f.field(1, f.LEN, f.field(1, f.LEN, b"job-1") + f.field(2, f.VARINT, 7))
+        msg = b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+        up = fake_server(b"INFO {}\r\n", msg)
+        # A port nothing listens on: bound, then closed.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            down = f"nats://127.0.0.1:{s.getsockname()[1]}"
+        code, err = self.run_main(f"{down}, {up}")
+        self.assertEqual(code, 0, err)
+
+    def test_a_url_that_is_not_one_is_a_clear_error_not_a_retry(self):
+        code, err = self.run_main("nats://127.0.0.1:notaport")
+        self.assertEqual(code, 4, err)
+        self.assertIn("not a NATS server URL", err)
 
     def test_an_accepted_reply_is_exit_zero(self):
         body = f.field(1, f.LEN, f.field(1, f.LEN, b"job-1") + f.field(2, f.VARINT, 7))
