@@ -700,6 +700,58 @@ async fn a_launcher_submission_waits_out_a_service_restart_and_gives_up_on_a_dea
     }
 }
 
+#[tokio::test]
+async fn a_launcher_submission_asks_again_after_a_reply_that_does_not_decode() {
+    use fairshare_launcher::submit::{Retry, submit};
+    use futures::StreamExt;
+    let mut stack = stack().await;
+    stack.stop_submission().await.unwrap();
+    // A responder that answers garbage first, then an acceptance.
+    let mut requests = stack
+        .client
+        .subscribe(fairshare_events::subjects::SUBMIT_API)
+        .await
+        .unwrap();
+    let client = stack.client.clone();
+    let responder = tokio::spawn(async move {
+        let mut keys = Vec::new();
+        while let Some(message) = requests.next().await {
+            let request = codec::decode_submit_request(&message.payload).unwrap();
+            keys.push(request.idempotency_key);
+            let answer = if keys.len() == 1 {
+                bytes::Bytes::from_static(b"\xff\xff\xff")
+            } else {
+                codec::encode(&pb::SubmitReply {
+                    result: Some(pb::submit_reply::Result::Accepted(pb::Accepted {
+                        job_id: "job-1".into(),
+                        stream_sequence: 9,
+                        duplicate: false,
+                    })),
+                })
+            };
+            client
+                .publish(message.reply.unwrap(), answer)
+                .await
+                .unwrap();
+            if keys.len() == 2 {
+                return keys;
+            }
+        }
+        keys
+    });
+    let retry = Retry {
+        attempt_timeout: Duration::from_millis(500),
+        backoff: Duration::from_millis(50),
+        give_up_after: Duration::from_secs(10),
+    };
+    let reply = submit(&stack.client, &request("garbled-1"), retry)
+        .await
+        .unwrap();
+    assert_eq!(accepted(&reply).unwrap().job_id, "job-1");
+    // Both tries carried the same key.
+    assert_eq!(responder.await.unwrap(), ["garbled-1", "garbled-1"]);
+}
+
 /// With a checkpoint directory, a restart resumes past sequence 0 and holds the state a start
 /// from scratch folds (every key and job, cancellations included), and answers a repeated key
 /// as before; with the directory deleted, a start folds from the beginning to the same state.

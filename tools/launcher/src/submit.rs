@@ -3,8 +3,9 @@
 //!
 //! Place in the flow: a launcher's request on `fairshare.api.submit`, answered by the
 //! submission service with `Accepted` or `Rejected`. No reply in time (the service restarting,
-//! a cluster member dying under it) and `Unavailable` (the log could not be written, for
-//! example while JetStream elects a new stream leader) say nothing was decided yet; the same
+//! a cluster member dying under it), a reply that does not decode, and `Unavailable` (the log
+//! could not be written, for example while JetStream elects a new stream leader) say nothing
+//! was decided yet; the same
 //! request again is safe because the service de-duplicates by the key, so a job accepted on a
 //! try whose answer was lost is answered as a duplicate, never placed twice. Every other
 //! rejection is final.
@@ -41,7 +42,8 @@ impl Default for Retry {
 /// Why a submission got no final answer.
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
-    /// Every try went unanswered or was answered `Unavailable` until `give_up_after`.
+    /// Every try went unanswered, was answered `Unavailable`, or got a reply that does not
+    /// decode, until `give_up_after`.
     #[error("no final answer after {attempts} tries: {last}")]
     GaveUp {
         /// Tries made.
@@ -49,9 +51,6 @@ pub enum SubmitError {
         /// What the last one got.
         last: String,
     },
-    /// The answer was not a `SubmitReply`.
-    #[error("the submission service answered with bytes that are not a SubmitReply")]
-    BadReply(#[source] fairshare_events::codec::DecodeError),
 }
 
 /// Sends `request` and returns the service's final answer: `Accepted` (perhaps a duplicate
@@ -86,18 +85,21 @@ pub async fn submit(
         {
             Err(_) => format!("no answer within {:?}", retry.attempt_timeout),
             Ok(Err(e)) => e.to_string(),
-            Ok(Ok(message)) => {
-                let reply =
-                    codec::decode_submit_reply(&message.payload).map_err(SubmitError::BadReply)?;
-                match &reply.result {
+            // A reply that is not a `SubmitReply`, or holds no result, says nothing of the
+            // outcome either (the job may have been accepted): asked again with the same key,
+            // the service answers for it.
+            Ok(Ok(message)) => match codec::decode_submit_reply(&message.payload) {
+                Err(e) => format!("a reply that is not a SubmitReply: {e}"),
+                Ok(reply) => match &reply.result {
+                    None => "a reply with neither accepted nor rejected".to_owned(),
                     Some(pb::submit_reply::Result::Rejected(r))
                         if r.code == RejectionCode::Unavailable as i32 =>
                     {
                         r.message.clone()
                     }
-                    _ => return Ok(reply),
-                }
-            }
+                    Some(_) => return Ok(reply),
+                },
+            },
         };
         if started.elapsed() + pause >= retry.give_up_after {
             return Err(SubmitError::GaveUp { attempts, last });
