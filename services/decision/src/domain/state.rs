@@ -1169,7 +1169,11 @@ impl DecisionState {
             });
         }
         let mut placed = placed.clone();
-        placed.start_ms = at;
+        // A job cannot start before it was placed: a launcher whose clock runs behind the
+        // decision service's would otherwise end its protection early, and its job could be
+        // ordered off inside its minimum runtime. (A clock running ahead lengthens it; the
+        // decision basis holds the placement's time, which is the service's own.)
+        placed.start_ms = at.max(placed.start_ms);
         placed.started = true;
         let job = job.clone();
         self.rehold(&id, &job, &placed);

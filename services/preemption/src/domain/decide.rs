@@ -14,12 +14,12 @@
 //!    grace deadline ([`grace::expired`]).
 //! 3. `PreemptionOrdered` for jobs on nodes leaving service ([`drain::drain_victims`]), then
 //!    `NodeDrained` for cordoned nodes now empty ([`drain::drained`]).
-//! 4. Only if steps 2 and 3 ordered or killed nothing: `PreemptionOrdered` for the victims of
-//!    the first waiting allocated job that does not fit, or, if it cannot be helped, unallocated
-//!    victims for one of the jobs behind it ([`victims::fair_share`]). Fair share
-//!    waits for the next pass when something else changed because its view of soon-free GPUs
-//!    would be stale until those events are folded (it could otherwise pick a job ordered off
-//!    in the same pass). When that first job is blocked (no rule lets it take anyone's
+//! 4. Only if steps 1 to 3 requeued, ordered or killed nothing: `PreemptionOrdered` for the
+//!    victims of the first waiting allocated job that does not fit, or, if it cannot be helped,
+//!    unallocated victims for one of the jobs behind it ([`victims::fair_share`]). Fair share
+//!    waits for the next pass when something else changed because its view of the queue and
+//!    of soon-free GPUs would be stale until those events are folded (it could otherwise pick
+//!    a job ordered off in the same pass, or pass over a requeued job that ranks first). When that first job is blocked (no rule lets it take anyone's
 //!    work), `PreemptionOrdered` for the jobs a packing move shifts to free GPUs elsewhere so
 //!    it fits on one node ([`pack::moves`]).
 //!
@@ -149,7 +149,8 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
     let deadline = now_ms.saturating_add(config.grace_ms.max(0));
     let mut out = grace::requeues(state);
     let kills = grace::expired(state, now_ms);
-    let mut changed = !kills.is_empty();
+    // A requeue changes the queue the fair-share walk reads as much as a kill frees GPUs.
+    let mut changed = !out.is_empty() || !kills.is_empty();
     out.extend(kills);
     for (job_id, reason) in drain::drain_victims(state, now_ms, config) {
         // Off the node by the window's start, even when the order waited for the job's

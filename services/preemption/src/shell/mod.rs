@@ -106,8 +106,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes,
 /// or what it folds (older checkpoints are then refused and rebuilt from the log). 9: events
 /// on a subject they do not belong to are folded as empty. 10: a drained report of a node that
-/// holds work where the log has it does not count.
-const CHECKPOINT_VERSION: u32 = 10;
+/// holds work where the log has it does not count. 11: a start stamped before its placement
+/// counts from the placement.
+const CHECKPOINT_VERSION: u32 = 11;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).

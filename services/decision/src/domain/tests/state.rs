@@ -106,6 +106,20 @@ fn other_clusters_jobs_are_unknown_here() {
 }
 
 #[test]
+fn a_start_stamped_before_its_placement_counts_from_the_placement() {
+    let mut h = H::new();
+    h.node("n0", 8);
+    h.submit(100, "j", "a", 1, 3600);
+    h.place(10_000, "j", &[("n0", 1)]);
+    // The launcher's clock runs 9 s behind the decision service's.
+    h.start(1_000, "j");
+    let j = h.state.load("n0").unwrap().holding("j").unwrap().clone();
+    assert!(j.holder.started);
+    assert_eq!(j.holder.start_ms, 10_000);
+    assert_eq!(j.reclaim_ms, 10_000 + HOUR);
+}
+
+#[test]
 fn placement_holds_gpus_and_start_refines_when_they_are_reclaimable() {
     let mut h = H::new();
     h.node("n0", 8);

@@ -1127,3 +1127,65 @@ fn a_job_not_started_in_time_for_a_window_is_ordered_off_before_it_starts() {
     h3.place(placed_at, "once", &[("n1", 4)]);
     assert_eq!(h3.decide(t - HOUR), vec![]);
 }
+
+#[test]
+fn a_pass_that_requeues_orders_nothing_for_the_queue_it_has_not_folded_yet() {
+    let mut h = H::new();
+    h.state.set_share_floor(false);
+    h.two_teams();
+    h.node("n0", 8);
+    h.node("n1", 8);
+    // "r" of well-served `a` was ordered off and has just stopped; "x" of `b` took n0, and
+    // unallocated "u" runs on n1. `b`'s "w" waits.
+    h.running(0, "r", "a", 60, &[("n0", 8)]);
+    h.ok(
+        HOUR,
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "r".into(),
+            grace_deadline_ms: HOUR + 30 * SEC,
+            for_job_id: "x".into(),
+            ..Default::default()
+        }),
+    );
+    h.confirm(HOUR + 10 * SEC, "r");
+    h.running(HOUR + 10 * SEC, "x", "b", 3600, &[("n0", 8)]);
+    h.running_full(0, "u", "a", 0, &[("n1", 8)], true);
+    h.submit(HOUR + 20 * SEC, "w", "b", 8, 3600);
+    let now = HOUR + 30 * SEC;
+    usage(&mut h, now, gpu_h(100.0));
+    // The pass requeues "r" and stops there: its walk would not have met "r", which ranks
+    // before "w" once it is back in the queue.
+    assert_eq!(render(&h.step(now)), vec!["requeued r".to_owned()]);
+    // The next pass makes room for "r", not "w".
+    assert_eq!(
+        orders(&h.decide(now)),
+        vec![("u".to_owned(), "r".to_owned())]
+    );
+}
+
+#[test]
+fn a_job_not_yet_started_that_cannot_resume_is_no_victim() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.node("n2", 8);
+    // Unallocated work on both nodes: "fresh" started on n2 and would lose 5 minutes of run;
+    // "pulling" was placed on n1 and its launcher has not started it (it cannot resume, so an
+    // order would end it before it ran, at no lost work).
+    h.running_full(0, "fresh", "b", 0, &[("n2", 8)], true);
+    h.submit_full(0, "pulling", "b", 1, 8, 0, 0, false);
+    h.place(HOUR, "pulling", &[("n1", 8)]);
+    h.submit(HOUR, "w", "a", 8, 3600);
+    let now = HOUR + 5 * MIN;
+    usage(&mut h, now, 0);
+    assert_eq!(
+        orders(&h.decide(now)),
+        vec![("fresh".to_owned(), "w".to_owned())]
+    );
+    // Once it runs it may go like any unallocated work (it has lost less than "fresh").
+    h.start(now, "pulling");
+    assert_eq!(
+        orders(&h.decide(now + SEC)),
+        vec![("pulling".to_owned(), "w".to_owned())]
+    );
+}

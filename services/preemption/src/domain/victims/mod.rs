@@ -35,7 +35,8 @@
 //! - a job of an allocation no longer in the budget tree, past its minimum runtime (it has no
 //!   claim, so it ranks below every allocation);
 //! - never a job inside its minimum runtime, never a job already ordered off (its GPUs already
-//!   count as free).
+//!   count as free), never a job placed but not yet started that cannot resume (the order
+//!   would end it before it ran).
 //!
 //! Debug jobs first: the walk opens with the debug jobs under their allocation's allowance
 //! ([`fairshare_decision::domain::debug`]), in the order the decision cycle places them. For

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use fairshare_decision::domain::debug;
 use fairshare_decision::domain::rank::FloorStanding;
-use fairshare_decision::domain::state::Holding;
+use fairshare_decision::domain::state::{Holder, Holding};
 use fairshare_decision::domain::{FairTree, cmp_ratio};
 use fairshare_model::budget::{AccountId, BudgetTree};
 
@@ -370,6 +370,14 @@ pub(crate) fn node_mask(view: &View<'_>, names: &[&str]) -> Vec<bool> {
         .collect()
 }
 
+/// Whether ordering the job off now would end it before it ever ran: placed, not yet started
+/// by its launcher, and not resumable (so not requeued). It would cost no lost work, which
+/// would make it every search's first pick; it is no victim until it starts (a resumable one
+/// is requeued, and may go).
+fn never_to_run(job: &Holder) -> bool {
+    !job.started && !job.resumable
+}
+
 impl Judge<'_> {
     /// Whether the waiter may not be made room on node `i` of the view.
     pub(super) fn off_limits(&self, i: usize) -> bool {
@@ -386,6 +394,7 @@ impl Judge<'_> {
             .filter(|(_, h)| {
                 let job = &h.holder;
                 job.preempt_deadline_ms.is_none()
+                    && !never_to_run(job)
                     && (contract::is_unallocated(job.min_runtime_ms)
                         || (!self.unallocated_only
                             && !contract::is_protected(
@@ -406,7 +415,7 @@ impl Judge<'_> {
         holding: &'s Holding,
     ) -> Option<Candidate<'s>> {
         let job = &holding.holder;
-        if job.preempt_deadline_ms.is_some() {
+        if job.preempt_deadline_ms.is_some() || never_to_run(job) {
             return None;
         }
         let mr = job.min_runtime_ms;
