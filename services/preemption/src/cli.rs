@@ -14,7 +14,8 @@ use crate::domain::{self, ConfigError};
 /// Grace, protection cap, checkpoint interval, hysteresis and packing.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PolicyArgs {
-    /// Time between a preemption order and the moment the job counts as killed (e.g. 30s).
+    /// Time between a preemption order and the moment the job counts as killed (e.g. 30s); an
+    /// order that drains a node for a maintenance window is cut to end at the window's start.
     #[arg(long, env = "FAIRSHARE_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub grace: Duration,
     /// Longest minimum runtime honoured (e.g. 8h).

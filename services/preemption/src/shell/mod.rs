@@ -72,7 +72,9 @@
 //!
 //! Every writer of a job's events appends with the job's newest sequence as the expected one
 //! (`Nats-Expected-Last-Subject-Sequence` over `…job.<id>.*`), so the launcher's confirmation
-//! and this service's kill cannot both land, and a job is never ordered off twice.
+//! and this service's kill cannot both land, and no pass orders a job off that an order it has
+//! folded already stops (a maintenance window may order it again, only to bring its deadline
+//! forward).
 
 pub mod audit;
 mod fold;

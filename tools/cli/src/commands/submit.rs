@@ -41,7 +41,7 @@ pub struct SubmitArgs {
     /// Priority within the allocation (higher first).
     #[arg(long, default_value_t = 0)]
     priority: i32,
-    /// Optional hard time limit (e.g. 24h).
+    /// Optional time limit (e.g. 24h), recorded for the launcher to enforce.
     #[arg(long, value_parser = parse_duration)]
     time_limit: Option<Duration>,
     /// User the job runs for.
