@@ -140,7 +140,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Node(cmd) => commands::nodes::node(cmd, &connect().await?).await,
         Command::Audit(args) => commands::audit::audit(args, &connect().await?).await,
         // The simulator's own exit status is this command's.
-        Command::Simulate(args) => return commands::simulate::simulate(args).map(ExitCode::from),
+        Command::Simulate(args) => {
+            let mut connection = vec![("FAIRSHARE_NATS_URL", cli.nats_url.clone().into())];
+            if let Some(creds) = &cli.nats_creds {
+                connection.push(("FAIRSHARE_NATS_CREDS", creds.clone().into()));
+            }
+            if let Some(nkey) = &cli.nats_nkey {
+                connection.push(("FAIRSHARE_NATS_NKEY", nkey.clone().into()));
+            }
+            return commands::simulate::simulate(args, &connection).map(ExitCode::from);
+        }
         Command::Auth(AuthCommand::Init { dir }) => {
             fairshare_runtime::auth::init(&dir)?;
             fairshare_runtime::outln!(

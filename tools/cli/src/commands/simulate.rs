@@ -37,11 +37,14 @@ fn simulator() -> PathBuf {
 }
 
 /// Runs the simulator with `args.args` and returns its exit status's code (1 if a signal
-/// ended it).
-pub fn simulate(args: SimulateArgs) -> anyhow::Result<u8> {
+/// ended it). `connection` is the `FAIRSHARE_NATS_*` variables to set for it: `fairshare`'s own
+/// connection flags (`fairshare --nats-url ... simulate load FILE`), which `fairshare-sim load`
+/// reads from them; a flag given after `simulate` still wins.
+pub fn simulate(args: SimulateArgs, connection: &[(&str, OsString)]) -> anyhow::Result<u8> {
     let sim = simulator();
     let status = Command::new(&sim)
         .args(&args.args)
+        .envs(connection.iter().map(|(k, v)| (k, v)))
         .status()
         .with_context(|| {
             format!(
