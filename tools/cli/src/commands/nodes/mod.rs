@@ -19,6 +19,7 @@ mod list;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use fairshare_decision::domain::state::DecisionState;
 use fairshare_decision::shell::{LogFold, read_log};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
@@ -249,36 +250,61 @@ async fn holding_work(
         .collect())
 }
 
-/// Jobs running on `names` whose minimum runtime, capped at `cap_ms` as the preemption service
-/// caps it, would still protect them at `start_ms`, as `(job, node, protected until)`: what a
+/// Jobs on `names` whose minimum runtime, capped at `cap_ms` as the preemption service caps
+/// it, would still protect them at `start_ms`, as `(job, node, protected until)`: what a
 /// window starting then would cut short (the preemption service orders off by the start
-/// whatever is still there). Jobs placed and not yet started are left out: one that could not
-/// start in time is ordered off before it starts.
+/// whatever is still there). See [`protections_in`].
 async fn protections_cut(
     conn: &Connection,
     cluster: &str,
     names: &[String],
     start_ms: i64,
     cap_ms: i64,
+    now_ms: i64,
 ) -> anyhow::Result<Vec<(String, String, i64)>> {
     let fold = fold_log(conn, cluster).await?;
+    Ok(protections_in(
+        fold.state(),
+        names,
+        start_ms,
+        cap_ms,
+        now_ms,
+    ))
+}
+
+/// [`protections_cut`] in a folded state at `now_ms`. A job placed and not yet started that
+/// can resume is left out: one that could not start in time is ordered off before it starts,
+/// and requeued. One that cannot resume is not (the order would end it), so it counts as
+/// protected from the moment it may start, now at the earliest.
+fn protections_in(
+    state: &DecisionState,
+    names: &[String],
+    start_ms: i64,
+    cap_ms: i64,
+    now_ms: i64,
+) -> Vec<(String, String, i64)> {
     let mut cut = Vec::new();
     for name in names {
-        let Some(load) = fold.state().load(name) else {
+        let Some(load) = state.load(name) else {
             continue;
         };
         for (id, h) in &load.holdings {
             let job = &h.holder;
-            if !job.started || job.preempt_deadline_ms.is_some() || job.min_runtime_ms <= 0 {
+            if job.preempt_deadline_ms.is_some() || job.min_runtime_ms <= 0 {
                 continue;
             }
-            let until = job.start_ms.saturating_add(job.min_runtime_ms.min(cap_ms));
+            let from = match (job.started, job.resumable) {
+                (true, _) => job.start_ms,
+                (false, true) => continue,
+                (false, false) => job.start_ms.max(now_ms),
+            };
+            let until = from.saturating_add(job.min_runtime_ms.min(cap_ms));
             if until >= start_ms {
                 cut.push((id.to_string(), name.clone(), until));
             }
         }
     }
-    Ok(cut)
+    cut
 }
 
 /// Runs a node command.
@@ -467,7 +493,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             let nodes = live_nodes(conn, &cluster, &nodes).await?;
             if !cancel && !force {
                 let cap_ms = i64::try_from(max_min_runtime.as_millis()).unwrap_or(i64::MAX);
-                let cut = protections_cut(conn, &cluster, &nodes, start_ms, cap_ms).await?;
+                let cut = protections_cut(conn, &cluster, &nodes, start_ms, cap_ms, now).await?;
                 if let Some(latest) = cut.iter().map(|c| c.2).max() {
                     let jobs: Vec<String> = cut
                         .iter()
@@ -580,4 +606,89 @@ fn refuse_removed(book: &NodeBook, nodes: &[String]) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use fairshare_decision::domain::state::DecisionState;
+    use fairshare_events::pb::{self, event::Body};
+
+    use super::protections_in;
+
+    const MIN: i64 = 60_000;
+
+    /// A state of cluster "c" with node n1 and a 30-minute job `id` placed on it at 0,
+    /// started at `started` if given.
+    fn placed(id: &str, resumable: bool, started: Option<i64>) -> DecisionState {
+        let mut state = DecisionState::new("c");
+        let mut events = vec![
+            Body::NodeRegistered(pb::NodeRegistered {
+                cluster: "c".into(),
+                node: "n1".into(),
+                gpus: 8,
+            }),
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: id.into(),
+                idempotency_key: "k".into(),
+                spec: Some(pb::JobSpec {
+                    cluster: "c".into(),
+                    allocation: "a".into(),
+                    gpus: 1,
+                    min_runtime_s: 30 * 60,
+                    resumable,
+                    ..Default::default()
+                }),
+                shape: Some(pb::Shape {
+                    nodes: 1,
+                    gpus_per_node: 1,
+                }),
+            }),
+            Body::JobPlaced(pb::JobPlaced {
+                job_id: id.into(),
+                nodes: vec![pb::NodeGpus {
+                    node: "n1".into(),
+                    gpus: 1,
+                }],
+                basis: None,
+            }),
+        ];
+        if started.is_some() {
+            events.push(Body::JobStarted(pb::JobStarted { job_id: id.into() }));
+        }
+        for (i, body) in events.into_iter().enumerate() {
+            let at = if matches!(body, Body::JobStarted(_)) {
+                started.unwrap_or(0)
+            } else {
+                0
+            };
+            let event = pb::Event {
+                at_ms: at,
+                body: Some(body),
+            };
+            state.apply(i as u64 + 1, &event).expect("folds");
+        }
+        state
+    }
+
+    #[test]
+    fn a_window_cuts_a_started_job_and_one_placed_that_cannot_resume() {
+        let nodes = ["n1".to_owned()];
+        let now = 10 * MIN;
+        let cap = 8 * 60 * MIN;
+        // Started at 5 min: protected until 35 min.
+        let state = placed("run", true, Some(5 * MIN));
+        let cut = protections_in(&state, &nodes, 20 * MIN, cap, now);
+        assert_eq!(cut, vec![("run".into(), "n1".into(), 35 * MIN)]);
+        assert!(protections_in(&state, &nodes, 36 * MIN, cap, now).is_empty());
+        // Placed, not started, resumable: ordered off before it starts if it would not end in
+        // time, so nothing is cut.
+        let state = placed("waits", true, None);
+        assert!(protections_in(&state, &nodes, 20 * MIN, cap, now).is_empty());
+        // Not resumable: it may start now and then holds its protection until 40 min.
+        let state = placed("once", false, None);
+        let cut = protections_in(&state, &nodes, 20 * MIN, cap, now);
+        assert_eq!(cut, vec![("once".into(), "n1".into(), 40 * MIN)]);
+        // The cap bounds it as it bounds a running job's.
+        assert!(protections_in(&state, &nodes, 20 * MIN, 5 * MIN, now).is_empty());
+    }
 }
