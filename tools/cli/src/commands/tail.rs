@@ -2,19 +2,20 @@
 
 use clap::Args;
 use fairshare_events::{codec, subjects};
-use fairshare_runtime::log::Follower;
+use fairshare_runtime::log::{Follower, LogEntry};
 
 use super::{Connection, format_ms};
 
 /// What to print.
 #[derive(Debug, Args)]
 pub struct TailArgs {
-    /// Only this cluster's events.
-    #[arg(long, value_parser = super::cluster_name)]
+    /// Only this cluster's events (default: every cluster's).
+    #[arg(long, value_parser = super::cluster_name, env = "FAIRSHARE_CLUSTER")]
     cluster: Option<String>,
-    /// Only events of these kinds (e.g. job_submitted,job_placed).
-    /// `unknown` takes events of a kind newer than this build.
-    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(fairshare_events::codec::EVENT_KINDS.iter().chain(&["unknown"])))]
+    /// Only events of these kinds (e.g. job_submitted,job_placed). `unknown` takes events of
+    /// a kind newer than this build (or with no body); `unusable`, entries that do not decode
+    /// or sit on a subject their event does not belong to (the services fold both as empty).
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(fairshare_events::codec::EVENT_KINDS.iter().chain(&[UNKNOWN, UNUSABLE])))]
     kind: Vec<String>,
     /// Start at this stream sequence (default: the beginning).
     #[arg(long, default_value_t = 1)]
@@ -26,6 +27,14 @@ pub struct TailArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// The kind of an entry whose event is of a kind newer than this build, or has no body.
+const UNKNOWN: &str = "unknown";
+/// The kind of an entry that does not decode, or is filed on a subject it does not belong to.
+const UNUSABLE: &str = "unusable";
+
+/// Width of the time column: an RFC 3339 instant with milliseconds.
+const TIME_WIDTH: usize = "2026-01-01T00:00:00.000Z".len();
 
 /// Prints events until interrupted (or, with --no-follow, until caught up).
 pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
@@ -40,42 +49,67 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
     while let Some(entry) = follower.next().await {
         let entry = entry?;
         let done = args.no_follow && entry.pending == 0;
-        match &entry.event {
-            Ok(event) => {
-                let kind = codec::event_kind(event);
-                if args.kind.is_empty() || args.kind.iter().any(|k| k == kind) {
-                    if args.json {
-                        let line = serde_json::json!({
-                            "sequence": entry.sequence,
-                            "subject": entry.subject,
-                            "kind": kind,
-                            "event": event,
-                        });
-                        fairshare_runtime::outln!("{line}");
-                    } else {
-                        let body = event
-                            .body
-                            .as_ref()
-                            .map(|b| format!("{b:?}"))
-                            .unwrap_or_default();
-                        fairshare_runtime::outln!(
-                            "#{:<8} {} {:<22} {}  {body}",
-                            entry.sequence,
-                            format_ms(event.at_ms),
-                            kind,
-                            entry.subject
-                        );
-                    }
-                }
-            }
-            Err(e) => eprintln!(
-                "#{} {}: unusable, folded as empty by the services: {e}",
-                entry.sequence, entry.subject
-            ),
+        let kind = match &entry.event {
+            Ok(event) => codec::event_kind(event),
+            Err(codec::DecodeError::UnknownBody) => UNKNOWN,
+            Err(_) => UNUSABLE,
+        };
+        if args.kind.is_empty() || args.kind.iter().any(|k| k == kind) {
+            print(&entry, kind, args.json);
         }
         if done {
             break;
         }
     }
     Ok(())
+}
+
+/// One entry, as a JSON line or a human line. Entries the services fold as empty are printed
+/// too, with why, so a reader sees every sequence.
+fn print(entry: &LogEntry, kind: &str, json: bool) {
+    match (&entry.event, json) {
+        (Ok(event), true) => {
+            let line = serde_json::json!({
+                "sequence": entry.sequence,
+                "subject": entry.subject,
+                "kind": kind,
+                "event": event,
+            });
+            fairshare_runtime::outln!("{line}");
+        }
+        (Err(e), true) => {
+            let line = serde_json::json!({
+                "sequence": entry.sequence,
+                "subject": entry.subject,
+                "kind": kind,
+                "error": format!("folded as empty by the services: {e}"),
+            });
+            fairshare_runtime::outln!("{line}");
+        }
+        (Ok(event), false) => {
+            let body = event
+                .body
+                .as_ref()
+                .map(|b| format!("{b:?}"))
+                .unwrap_or_default();
+            fairshare_runtime::outln!(
+                "#{:<8} {:<TIME_WIDTH$} {:<22} {}  {body}",
+                entry.sequence,
+                format_ms(event.at_ms),
+                kind,
+                entry.subject
+            );
+        }
+        (Err(e), false) => {
+            // No event time to show: the time the stream stored it.
+            let stored = entry.stored_ms.map(format_ms).unwrap_or_default();
+            fairshare_runtime::outln!(
+                "#{:<8} {:<TIME_WIDTH$} {:<22} {}  folded as empty by the services: {e}",
+                entry.sequence,
+                stored,
+                kind,
+                entry.subject
+            );
+        }
+    }
 }

@@ -1,0 +1,115 @@
+//! `fairshare tail` shows every entry of the log, the ones the services fold as empty too:
+//! an event of a kind this build does not know (or with no body) is of kind `unknown`, bytes
+//! that do not decode or an event filed on a subject it does not belong to are `unusable`;
+//! `--kind` filters them like any other kind, and `--json` prints them as JSON lines with the
+//! reason, so a JSON reader sees no gap in the sequences.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::Command;
+
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::{codec, subjects};
+use fairshare_testkit::NatsServer;
+
+const CLUSTER: &str = "c1";
+
+/// A server whose log holds, in order: a node registration (usable), bytes that are no
+/// protobuf, an event with no body, and a node registration filed under a job's subject.
+fn server() -> NatsServer {
+    let server = NatsServer::start().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let registered = pb::Event {
+            at_ms: 1_000,
+            body: Some(Body::NodeRegistered(pb::NodeRegistered {
+                cluster: CLUSTER.into(),
+                node: "n1".into(),
+                gpus: 8,
+            })),
+        };
+        let job = subjects::job_event(CLUSTER, "j1", "job_started");
+        let entries = [
+            (subjects::node(CLUSTER, "n1"), codec::encode(&registered)),
+            (job.clone(), bytes::Bytes::from_static(b"\xff\xff\xff")),
+            (
+                job.clone(),
+                codec::encode(&pb::Event {
+                    at_ms: 2_000,
+                    body: None,
+                }),
+            ),
+            (job, codec::encode(&registered)),
+        ];
+        for (subject, payload) in entries {
+            js.publish(subject, payload).await.unwrap().await.unwrap();
+        }
+    });
+    server
+}
+
+fn tail(server: &NatsServer, extra: &[&str]) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["tail", "--no-follow", "--nats-url", &server.url()])
+        .args(extra)
+        .env_remove("FAIRSHARE_CLUSTER")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_entry_is_shown_and_filtered_by_kind_the_unusable_ones_too() {
+    let server = server();
+    let lines = tail(&server, &["--json"]);
+    let parsed: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seen: Vec<(u64, &str)> = parsed
+        .iter()
+        .map(|v| (v["sequence"].as_u64().unwrap(), v["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (1, "node_registered"),
+            (2, "unusable"),
+            (3, "unknown"),
+            (4, "unusable")
+        ]
+    );
+    assert!(parsed[0]["event"].is_object());
+    for v in &parsed[1..] {
+        let error = v["error"].as_str().unwrap();
+        assert!(error.starts_with("folded as empty"), "{error}");
+    }
+    assert!(parsed[3]["error"].as_str().unwrap().contains("misfiled"));
+
+    let unusable = tail(&server, &["--kind", "unusable"]);
+    assert_eq!(unusable.len(), 2, "{unusable:?}");
+    assert!(unusable[0].starts_with("#2 ") && unusable[1].starts_with("#4 "));
+    assert_eq!(tail(&server, &["--kind", "unknown"]).len(), 1);
+    let registered = tail(&server, &["--kind", "node_registered"]);
+    assert_eq!(registered.len(), 1, "{registered:?}");
+    // Human lines keep their columns whether or not a time has milliseconds.
+    let human = tail(&server, &[]);
+    let column = |l: &str| l.find(" node_registered").or_else(|| l.find(" unusable"));
+    assert_eq!(column(&human[0]), column(&human[1]), "{human:?}");
+}
