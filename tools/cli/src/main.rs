@@ -63,8 +63,8 @@ enum Command {
     Cancel(commands::submit::CancelArgs),
     /// Why a job waits (or where it runs).
     Explain(commands::explain::ExplainArgs),
-    /// Per allocation: share, window usage against allocated time and its ratio, owed GPU-hours
-    /// delivered, GPUs running and queued.
+    /// Per allocation: share, window usage against allocated time and its ratio, the share of
+    /// owed GPU time delivered, GPUs its allocated jobs run and wait for.
     Status(commands::status::StatusArgs),
     /// Print events from the log, decoded, as they arrive.
     Tail(commands::tail::TailArgs),

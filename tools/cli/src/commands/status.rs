@@ -130,6 +130,7 @@ const STATUS_LEGEND: &str = "\
 used: GPU time charged in the window; ratio: used / alloc (the ranking also counts, ahead, the
   rest of running jobs' minimum runtimes: `fairshare explain` says where a job's allocation
   ranks); owed deliv.: owed GPU time delivered over every hour closed since the log began, not
-  only the window; running / queued: GPUs its jobs run on / wait for now (placed jobs not yet
-  started count as queued); base floor: its fraction of the cluster's GPUs, before the hourly
-  floor moves it.";
+  only the window, as a share of what it was owed; running / queued: GPUs its allocated jobs run
+  on / wait for now (placed jobs not yet started count as queued; unallocated work, minimum
+  runtime 0, is no allocation's and is not counted here); base floor: its fraction of the
+  cluster's GPUs, before the hourly floor moves it.";
