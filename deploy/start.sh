@@ -110,7 +110,7 @@ pids+=($!) && watched[$!]=decision
 env "$(as preemption)" "$bin/fairshare-preemption" --cluster demo --checkpoint-dir "$run/preemption-demo" >"$run/logs/preemption.log" 2>&1 &
 pids+=($!) && watched[$!]=preemption
 
-env "$(as operator)" "$bin/fairshare" inventory apply deploy/demo/inventory.toml
+env "$(as operator)" "$bin/fairshare" inventory apply --new-cluster deploy/demo/inventory.toml
 env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml
 
 # Demo launcher: runs what the decision service places, and submits the first jobs of the

@@ -153,3 +153,58 @@ share = 2
         "{bad:?}"
     );
 }
+
+/// A budget or inventory file naming a cluster the log knows nothing of (a typo) is refused,
+/// nothing written, unless `--new-cluster` says it is meant; an inventory for it then makes it
+/// known, so its budget needs no flag.
+#[tokio::test]
+async fn a_file_for_a_cluster_the_log_does_not_know_is_refused_unless_new() {
+    let stack = Stack::start().await.unwrap();
+    let events = || async { stack.all_events().await.unwrap().len() };
+    let before = events().await;
+    let typo = BUDGET.replace("cluster = \"alpha\"", "cluster = \"aplha\"");
+    let refused = budget_command(&stack, "apply", &typo, &[]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("\"aplha\" has no budget tree and no nodes")
+            && stderr.contains("--new-cluster")
+            && stderr.contains("nothing written"),
+        "{stderr}"
+    );
+    assert_eq!(events().await, before);
+
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = dir.path().join("inventory.toml");
+    std::fs::write(
+        &inventory,
+        "cluster = \"beta\"\n[[nodes]]\nprefix = \"gpu\"\ncount = 1\ngpus = 8\n",
+    )
+    .unwrap();
+    let apply = |extra: &'static [&'static str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+        command
+            .args(["inventory", "apply", "--nats-url", &stack.server.url()])
+            .args(extra)
+            .arg(&inventory);
+        tokio::task::spawn_blocking(move || command.output())
+    };
+    let refused = apply(&[]).await.unwrap().unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(events().await, before);
+    let applied = apply(&["--new-cluster"]).await.unwrap().unwrap();
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert_eq!(events().await, before + 1);
+    let beta = BUDGET.replace("cluster = \"alpha\"", "cluster = \"beta\"");
+    let known = budget_command(&stack, "apply", &beta, &[]).await;
+    assert!(
+        known.status.success(),
+        "{}",
+        String::from_utf8_lossy(&known.stderr)
+    );
+    assert_eq!(events().await, before + 2);
+}

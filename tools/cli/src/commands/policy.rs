@@ -95,6 +95,11 @@ pub enum BudgetCommand {
         /// silently replaced.
         #[arg(long)]
         expect_sequence: Option<u64>,
+        /// The file's cluster is new: without it, a cluster the log has neither a budget tree
+        /// nor nodes for is refused (a typo in the file's `cluster` would otherwise start a
+        /// cluster nobody runs, for good: the log is append-only).
+        #[arg(long)]
+        new_cluster: bool,
     },
     /// Validate a budget file and show how each allocation's share of the cluster would change
     /// from the tree in force; writes nothing.
@@ -122,7 +127,29 @@ pub enum InventoryCommand {
         /// back into service by an unrelated change.
         #[arg(long)]
         readd: bool,
+        /// The file's cluster is new: without it, a cluster the log has neither nodes nor a
+        /// budget tree for is refused (a typo would register nodes under a cluster nobody
+        /// runs, for good: the log is append-only).
+        #[arg(long)]
+        new_cluster: bool,
     },
+}
+
+/// Refuses to write for a cluster the log knows nothing of (no budget tree, no node ever),
+/// unless `new_cluster` says it is meant.
+fn refuse_unknown_cluster(
+    cluster: &str,
+    has_budget: bool,
+    has_nodes: bool,
+    new_cluster: bool,
+) -> anyhow::Result<()> {
+    if new_cluster || has_budget || has_nodes {
+        return Ok(());
+    }
+    bail!(
+        "cluster {cluster:?} has no budget tree and no nodes in the log: if it is a new \
+         cluster, pass --new-cluster; otherwise check the file's `cluster`; nothing written"
+    )
 }
 
 fn read(file: &PathBuf) -> anyhow::Result<String> {
@@ -188,11 +215,16 @@ where
         BudgetCommand::Apply {
             file,
             expect_sequence,
+            new_cluster,
         } => {
             let set = files::parse_budget(&read(&file)?)
                 .with_context(|| format!("{} refused", file.display()))?;
             print_budget(&set)?;
             let conn = connect().await?;
+            if !new_cluster && budget_in_force(&conn, &set.cluster).await?.is_none() {
+                let book = super::nodes::read_book(&conn, &set.cluster).await?;
+                refuse_unknown_cluster(&set.cluster, false, !book.nodes.is_empty(), new_cluster)?;
+            }
             let applied =
                 admin::set_budget_expecting(&conn.js, SystemClock.now_ms(), set, expect_sequence)
                     .await
@@ -228,9 +260,13 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = anyhow::Result<Connection>>,
 {
-    let (file, apply, readd) = match cmd {
-        InventoryCommand::Check { file } => (file, false, false),
-        InventoryCommand::Apply { file, readd } => (file, true, readd),
+    let (file, apply, readd, new_cluster) = match cmd {
+        InventoryCommand::Check { file } => (file, false, false, false),
+        InventoryCommand::Apply {
+            file,
+            readd,
+            new_cluster,
+        } => (file, true, readd, new_cluster),
     };
     let inventory = files::parse_inventory(&read(&file)?)
         .with_context(|| format!("{} refused", file.display()))?;
@@ -245,6 +281,10 @@ where
     }
     let conn = connect().await?;
     let book = super::nodes::read_book(&conn, &inventory.cluster).await?;
+    if !new_cluster && book.nodes.is_empty() {
+        let has_budget = budget_in_force(&conn, &inventory.cluster).await?.is_some();
+        refuse_unknown_cluster(&inventory.cluster, has_budget, false, new_cluster)?;
+    }
     let changes = book.inventory_changes(inventory.registrations(), readd);
     if !changes.removed.is_empty() {
         bail!(
