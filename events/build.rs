@@ -18,6 +18,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "fairshare.v1.PreemptionOrdered.cause",
             "#[serde(serialize_with = \"crate::json::preemption_cause\")]",
         )
+        // ... and the launcher's payload as text where it is text (src/json.rs).
+        .field_attribute(
+            "fairshare.v1.JobSpec.payload",
+            "#[serde(serialize_with = \"crate::json::payload\")]",
+        )
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! How enumeration fields read in JSON (`fairshare tail --json`): by the name the schema gives
 //! the value (`PREEMPTION_CAUSE_SHARE_FLOOR`), not by its number, so an operator's filter reads
-//! like the schema. A value this build does not know (a newer writer's) stays a number.
+//! like the schema. A value this build does not know (a newer writer's) stays a number. A
+//! job's payload reads as its text.
 //!
 //! The generated types name these functions in `serialize_with` attributes (see `build.rs`).
 
@@ -13,6 +14,21 @@ pub(crate) fn rejection_code<S: Serializer>(value: &i32, s: S) -> Result<S::Ok, 
     match RejectionCode::try_from(*value) {
         Ok(code) => s.serialize_str(code.as_str_name()),
         Err(_) => s.serialize_i32(*value),
+    }
+}
+
+/// `JobSpec.payload` as the text it holds (a command line, an image name), or, for bytes that
+/// are not UTF-8, `{"hex": "..."}`: a list of byte values helps no reader.
+pub(crate) fn payload<S: Serializer>(value: &bytes::Bytes, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    match std::str::from_utf8(value) {
+        Ok(text) => s.serialize_str(text),
+        Err(_) => {
+            let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
+            let mut map = s.serialize_map(Some(1))?;
+            map.serialize_entry("hex", &hex)?;
+            map.end()
+        }
     }
 }
 
@@ -35,6 +51,20 @@ mod tests {
             ..Default::default()
         };
         serde_json::to_value(&order).expect("serializes")
+    }
+
+    #[test]
+    fn a_payload_reads_as_its_text_or_as_hex() {
+        let spec = |payload: &'static [u8]| {
+            let spec = pb::JobSpec {
+                payload: bytes::Bytes::from_static(payload),
+                ..Default::default()
+            };
+            serde_json::to_value(&spec).expect("serializes")["payload"].clone()
+        };
+        assert_eq!(spec(b"python train.py"), "python train.py");
+        assert_eq!(spec(b""), "");
+        assert_eq!(spec(b"\xff\x00a"), serde_json::json!({"hex": "ff0061"}));
     }
 
     #[test]
