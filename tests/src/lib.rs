@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use async_nats::jetstream;
 use fairshare_events::headers::{TRACEPARENT, TraceParent};
 use fairshare_events::pb::{self, event::Body};
@@ -237,14 +238,19 @@ impl Stack {
             .state
             .last_sequence;
         let mut out = Vec::new();
+        // The events stream is append-only: every sequence up to the last is there, and one
+        // that cannot be read fails the caller rather than vanish from what it checks (a
+        // second placement, say).
         for seq in 1..=last {
-            if let Ok(message) = stream.get_raw_message(seq).await {
-                out.push((
-                    seq,
-                    message.subject.to_string(),
-                    codec::decode_event(&message.payload)?,
-                ));
-            }
+            let message = stream
+                .get_raw_message(seq)
+                .await
+                .with_context(|| format!("cannot read sequence {seq} of the events stream"))?;
+            out.push((
+                seq,
+                message.subject.to_string(),
+                codec::decode_event(&message.payload)?,
+            ));
         }
         Ok(out)
     }

@@ -5,7 +5,8 @@
 //! 8-GPU jobs fill the cluster first; then allocated jobs of 1 to 8 GPUs (minimum runtimes of
 //! 1-2 s, 1-3 s of work, resumable) arrive a few per second, so the preemption service orders
 //! work off for them. The submission, accounting, decision and preemption services run
-//! in-process, each with its sled checkpoint, beside the demo launcher. Every 700 ms one of
+//! in-process, each with its sled checkpoint, beside the demo launcher. Every 0.2 to 1.2 s (a
+//! fixed pseudo-random sequence, so kills land at different points of the work) one of
 //! them, in turn, is killed (its task aborted, as a crash would end it: no last checkpoint,
 //! whatever it was doing cut off) and started again 150 ms later on the same checkpoint
 //! directory, until each was killed at least 3 times. Once, with a service down, the
@@ -388,12 +389,15 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
     let mut kills: BTreeMap<Kind, usize> = BTreeMap::new();
     let mut resumed: BTreeMap<Kind, usize> = BTreeMap::new();
     let cap = tokio::time::Instant::now() + Duration::from_secs(120);
+    // Each kill after a different pause (200 ms to 1.2 s, from a fixed seed), so the kills
+    // land at different points of the services' work rather than at one rhythm.
+    let mut pauses = Rng(0x5eed_0f4b_1d5c_0de5);
     for kind in KINDS.iter().cycle().copied() {
         if KINDS.iter().all(|k| kills.get(k).is_some_and(|n| *n >= 3)) {
             break;
         }
         assert!(tokio::time::Instant::now() < cap, "only {kills:?} in 120 s");
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(Duration::from_millis(200 + pauses.below(1_000))).await;
         let task = running.remove(&kind).unwrap();
         task.abort();
         assert!(

@@ -227,13 +227,35 @@ async fn every_rejection_class_has_its_code_and_writes_nothing() {
             r.message
         );
     }
+    // Bytes that are not a cancel request either.
+    for garbage in [&[0xff, 0xff, 0xff][..], &[0x0a, 0x50, 0x01][..]] {
+        let reply = tokio::time::timeout(
+            Duration::from_secs(10),
+            stack
+                .client
+                .request(subjects::CANCEL_API, bytes::Bytes::copy_from_slice(garbage)),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let reply = codec::decode_cancel_reply(&reply.payload).unwrap();
+        match reply.result {
+            Some(pb::cancel_reply::Result::Rejected(r)) => {
+                assert_eq!(r.code, RejectionCode::Malformed as i32, "{}", r.message)
+            }
+            other => panic!("{garbage:?}: {other:?}"),
+        }
+    }
     assert_eq!(
         stack.event_count().await.unwrap(),
         before,
         "rejections must not write"
     );
-    // The service is still healthy afterwards.
+    // The service is still healthy afterwards, and a key whose submissions were all refused
+    // is free: nothing was written for it.
     accepted(&stack.submit(&request("after-rejections")).await.unwrap()).unwrap();
+    let reused = stack.submit(&request("bad")).await.unwrap();
+    assert!(!accepted(&reused).unwrap().duplicate);
 }
 
 #[tokio::test]

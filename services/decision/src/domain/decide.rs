@@ -281,10 +281,12 @@ impl<'s> Cycle<'s> {
     /// [`Self::consider`] on the free GPUs as they stand.
     fn consider_free(&mut self, key: &'s QueueKey, req: Request, allocation: &'s str) -> bool {
         let protected_until = self.now.saturating_add(req.min_runtime_ms);
-        let reason = match self
-            .pool
-            .find(req.shape, protected_until, self.guard.as_ref())
-        {
+        let reason = match self.pool.find(
+            req.shape,
+            protected_until,
+            self.guard.as_ref(),
+            allocated_by(req, allocation),
+        ) {
             Found::Nodes(nodes) => {
                 self.place(key, req, allocation, nodes, protected_until);
                 return true;
@@ -319,10 +321,12 @@ impl<'s> Cycle<'s> {
     fn place_if_fits(&mut self, key: &'s QueueKey, req: Request, allocation: &'s str) -> bool {
         let protected_until = self.now.saturating_add(req.min_runtime_ms);
         let promised = self.pool.release_promise(&key.job_id);
-        match self
-            .pool
-            .find(req.shape, protected_until, self.guard.as_ref())
-        {
+        match self.pool.find(
+            req.shape,
+            protected_until,
+            self.guard.as_ref(),
+            allocated_by(req, allocation),
+        ) {
             Found::Nodes(nodes) => {
                 self.place(key, req, allocation, nodes, protected_until);
                 true
@@ -354,7 +358,12 @@ impl<'s> Cycle<'s> {
             self.pool.take(idx, gpus, reclaim);
             if let Some(guard) = &mut self.guard {
                 let own = self.pool.released_on(idx);
-                guard.commit(idx, gpus.saturating_sub(own), protected_until);
+                guard.commit(
+                    idx,
+                    gpus.saturating_sub(own),
+                    protected_until,
+                    allocated_by(req, allocation),
+                );
             }
             placed.push(NodeGpus {
                 node: self.pool.nodes[idx as usize].name,
@@ -398,7 +407,7 @@ impl<'s> Cycle<'s> {
                 })
                 .collect(),
         });
-        self.guard = Some(plan.guard);
+        self.guard = Some(plan.guard.for_allocation(allocation));
         Some(WaitReason::ReservationPending {
             start_ms: plan.start_ms,
         })
@@ -453,6 +462,12 @@ pub fn decide(state: &DecisionState, now_ms: i64) -> Decision<'_> {
 /// placements (the simulator), where reasons cost about as much as the placing itself.
 pub fn decide_placements(state: &DecisionState, now_ms: i64) -> Decision<'_> {
     run_cycle(state, now_ms, false)
+}
+
+/// The allocation whose allocated work a job is, `None` for unallocated work (which the
+/// preemption service may order off for anyone, its own allocation's waiters included).
+fn allocated_by(req: Request, allocation: &str) -> Option<&str> {
+    (!req.is_unallocated()).then_some(allocation)
 }
 
 /// What placing a job charges its allocation for the rest of the cycle: its protected run.

@@ -365,8 +365,15 @@ impl<'s> Pool<'s> {
         }
     }
 
-    /// Nodes for a job of `shape` protected until `protected_until`, respecting `guard`.
-    pub fn find(&self, shape: Shape, protected_until: i64, guard: Option<&Guard>) -> Found {
+    /// Nodes for a job of `shape` protected until `protected_until`, respecting `guard`;
+    /// `allocation` is the job's if it is allocated work, `None` if unallocated.
+    pub fn find(
+        &self,
+        shape: Shape,
+        protected_until: i64,
+        guard: Option<&Guard>,
+        allocation: Option<&str>,
+    ) -> Found {
         if shape.total_gpus() > self.free_total || shape.gpus_per_node == 0 {
             return Found::Nowhere;
         }
@@ -377,6 +384,7 @@ impl<'s> Pool<'s> {
                     idx,
                     gpus.saturating_sub(self.released_on(idx)),
                     protected_until,
+                    allocation,
                 )
             })
         };

@@ -23,8 +23,10 @@
 //!
 //! Backfill rule (`Guard::allows`): later work may use a reserved node's GPUs if its own
 //! protection ends no later than the reservation's start (`now + min_runtime <= start`; this
-//! includes all unallocated work), because by then it can be preempted; longer work may use
-//! only the GPUs of that node that will be free at the start *beyond* what is reserved.
+//! includes all unallocated work), because by then it can be preempted; longer work, and any
+//! work of the reserved job's own allocation (which the preemption service never orders off
+//! for that job), may use only the GPUs of that node that will be free at the start *beyond*
+//! what is reserved.
 //!
 //! One reservation per cycle, like Slurm backfill's top job: a second one would need a
 //! time-indexed profile of every node's free GPUs to avoid double-booking, and each cycle
@@ -56,12 +58,37 @@ pub(crate) struct Guard {
     start_ms: i64,
     /// `(node index, GPUs long work may still take)`, sorted by node index.
     spare: Vec<(u32, u32)>,
+    /// The reserved job's allocation (empty until [`Guard::for_allocation`]).
+    allocation: String,
 }
 
 impl Guard {
-    /// Whether `gpus` on node `idx` may go to work protected until `protected_until`.
-    pub fn allows(&self, idx: u32, gpus: u32, protected_until: i64) -> bool {
-        if protected_until <= self.start_ms {
+    /// The guard of a reservation for a job of `allocation`.
+    pub fn for_allocation(mut self, allocation: &str) -> Guard {
+        allocation.clone_into(&mut self.allocation);
+        self
+    }
+
+    /// Whether work protected until `protected_until`, allocated work of `allocation` or
+    /// unallocated work (`None`), would hold reserved GPUs past the reservation's start.
+    /// Allocated work of the reserved job's own allocation always counts as long: the
+    /// preemption service never orders an allocation's work off for its own waiter (only a
+    /// debug job's allowance does), so once on the reserved GPUs it would stay until it ended,
+    /// however early its protection ran out. Unallocated work may always be ordered off.
+    fn holds_past_start(&self, protected_until: i64, allocation: Option<&str>) -> bool {
+        protected_until > self.start_ms || allocation == Some(self.allocation.as_str())
+    }
+
+    /// Whether `gpus` on node `idx` may go to work protected until `protected_until`, of
+    /// `allocation` (`None`: unallocated work).
+    pub fn allows(
+        &self,
+        idx: u32,
+        gpus: u32,
+        protected_until: i64,
+        allocation: Option<&str>,
+    ) -> bool {
+        if !self.holds_past_start(protected_until, allocation) {
             return true;
         }
         match self.spare.binary_search_by_key(&idx, |&(i, _)| i) {
@@ -70,9 +97,10 @@ impl Guard {
         }
     }
 
-    /// Records that `gpus` on node `idx` went to work protected until `protected_until`.
-    pub fn commit(&mut self, idx: u32, gpus: u32, protected_until: i64) {
-        if protected_until <= self.start_ms {
+    /// Records that `gpus` on node `idx` went to work protected until `protected_until`, of
+    /// `allocation` (`None`: unallocated work).
+    pub fn commit(&mut self, idx: u32, gpus: u32, protected_until: i64, allocation: Option<&str>) {
+        if !self.holds_past_start(protected_until, allocation) {
             return;
         }
         if let Ok(i) = self.spare.binary_search_by_key(&idx, |&(i, _)| i) {
@@ -233,7 +261,11 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
     Some(Plan {
         start_ms,
         nodes,
-        guard: Guard { start_ms, spare },
+        guard: Guard {
+            start_ms,
+            spare,
+            allocation: String::new(),
+        },
     })
 }
 

@@ -88,16 +88,14 @@ fn multi_node_jobs_take_whole_nodes_and_hold_the_reservation() {
     // m2 takes the two lowest wholly free nodes. m3 needs three whole nodes: n3 is free now,
     // n1 at NOW+30m, n0 and n2 (just given to m2) at NOW+1h; the third earliest (n0, lower
     // name than n2) sets the start at NOW+1h. n1 and n3 are reserved from then with nothing
-    // spare: "long" (protected until NOW+2h) may use neither, "short" (NOW+30m) and
-    // unallocated "u" may, and best fit puts them on the partly used n1.
+    // spare: "long" (protected until NOW+2h) may use neither; nor may "short", although its
+    // protection ends at NOW+30m: it is m3's own allocation's work, which nothing would order
+    // off for m3. Unallocated "u" may, and best fit puts it on the partly used n1.
     assert_eq!(
         placed(&d),
-        [
-            p("m2", &[("n0", 8), ("n2", 8)]),
-            p("short", &[("n1", 1)]),
-            p("u", &[("n1", 1)]),
-        ]
+        [p("m2", &[("n0", 8), ("n2", 8)]), p("u", &[("n1", 1)])]
     );
+    assert_eq!(reason(&d, "short"), "blocked_by_reservation");
     let r = d.reservation.as_ref().unwrap();
     assert_eq!(r.job_id, "m3");
     assert_eq!(r.start_ms, NOW + HOUR);
@@ -106,7 +104,7 @@ fn multi_node_jobs_take_whole_nodes_and_hold_the_reservation() {
     assert!(r.nodes.iter().all(|n| n.gpus == 8));
     assert_eq!(reason(&d, "m3"), "reservation_pending");
     assert_eq!(reason(&d, "long"), "blocked_by_reservation");
-    assert_eq!(d.waiting.len(), 2);
+    assert_eq!(d.waiting.len(), 3);
 }
 
 #[test]
@@ -156,6 +154,39 @@ fn reservation_lets_work_ending_before_its_start_backfill_and_not_longer_work() 
             start_ms: NOW + HOUR
         })
     );
+}
+
+#[test]
+fn the_reserved_jobs_own_allocation_backfills_only_what_the_reservation_leaves_spare() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    // b's running work: 4 GPUs on n0 protected until NOW+1h, all of n1 until NOW+3h.
+    h.running(NOW - 30 * MIN, "r1", "b", 90 * 60, &[("n0", 4)]);
+    h.running(NOW - HOUR, "r3", "b", 4 * 3600, &[("n1", 8)]);
+    h.snapshot(
+        NOW,
+        &[
+            ("a", 0, 1000 * HOUR as u64),
+            ("b", 50 * HOUR as u64, 1000 * HOUR as u64),
+        ],
+    );
+    h.submit(NOW - 100, "big", "a", 8, 3600);
+    // Short work of a's own: its protection ends before the reservation's start, but nothing
+    // would order it off for "big" then (the preemption service takes an allocation's work
+    // for its own waiter only under a debug allowance).
+    h.submit_full(NOW - 90, "a-short", "a", 1, 2, 30 * 60, 0, true);
+    // The same of b's, and a's unallocated work: both may be ordered off for "big".
+    h.submit_full(NOW - 90, "b-short", "b", 1, 2, 30 * 60, 0, true);
+    h.submit_full(NOW - 90, "a-free", "a", 1, 2, 0, 0, true);
+    let d = h.decide(NOW);
+    let r = d.reservation.as_ref().unwrap();
+    assert_eq!((r.job_id, r.start_ms), ("big", NOW + HOUR));
+    assert_eq!(
+        placed(&d),
+        [p("b-short", &[("n0", 2)]), p("a-free", &[("n0", 2)])]
+    );
+    assert_eq!(reason(&d, "a-short"), "blocked_by_reservation");
 }
 
 #[test]
@@ -304,13 +335,14 @@ fn cordoned_nodes_take_nothing_and_hold_no_reservation() {
 #[test]
 fn maintenance_accepts_only_work_protected_until_its_start() {
     let mut h = H::new();
-    h.tree(vec![leaf("a", 1)]);
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
     nodes(&mut h, &["n0", "n1"], 8);
     h.maintenance(NOW - HOUR, &["n0"], NOW + HOUR, NOW + 3 * HOUR);
     h.running(NOW - HOUR, "r", "a", 6 * 3600, &[("n1", 6)]);
     h.submit_full(NOW - 10, "big", "a", 1, 8, 2 * 3600, 9, true);
     h.submit_full(NOW - 10, "long", "a", 1, 4, 2 * 3600, 8, true);
-    h.submit_full(NOW - 10, "short", "a", 1, 4, 3600 - 30, 7, true);
+    // Of another allocation, so the reservation below does not hold it back.
+    h.submit_full(NOW - 10, "short", "b", 1, 4, 3600 - 30, 7, true);
     h.submit_full(NOW - 10, "u", "a", 1, 4, 0, 0, true);
     let d = h.decide(NOW);
     // n0 only takes work protected until the window closes it, 30 s before it starts at
