@@ -1,7 +1,8 @@
 //! A 3-member JetStream cluster loses a member under load (SPEC section 6, reliability): every
 //! service and the launchers' runner carry on, every submission a launcher got accepted is in
 //! the log exactly once, every job is placed once and runs to its end, usage snapshots go on,
-//! and the decision and preemption services end having folded the whole log.
+//! and the decision and preemption services end having folded the whole log, each fold equal
+//! to one built from scratch, with every placement and order re-derived by the audits.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -315,4 +316,34 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
     );
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(15), serving).await;
+
+    // And nothing was skipped on the way: each fold equals one built from scratch over the
+    // same log, and every placement and preemption order re-derives from its log prefix.
+    let entries = decision::read_log(&js, CLUSTER, Some(log_end))
+        .await
+        .unwrap();
+    let mut decision_scratch = decision::LogFold::new(CLUSTER);
+    let mut preemption_scratch = preemption::ShellFold::new(CLUSTER);
+    for entry in entries.iter().filter(|e| e.sequence <= log_end) {
+        decision_scratch.apply(entry);
+        preemption_scratch.apply(entry);
+    }
+    assert!(
+        decision_scratch == decision_fold,
+        "the decision service's fold differs from a fold of the log from scratch"
+    );
+    assert!(
+        preemption_scratch == preemption_fold,
+        "the preemption service's fold differs from a fold of the log from scratch"
+    );
+    let placements = decision::audit(CLUSTER, &entries);
+    assert!(
+        placements.is_clean(),
+        "{:#?} {:#?}",
+        placements.divergences,
+        placements.overcommits
+    );
+    assert!(placements.placements >= SUBMISSIONS, "{placements:?}");
+    let orders = preemption::audit(CLUSTER, &entries, &preemption::Config::new(CLUSTER).policy);
+    assert!(orders.is_clean(), "{:#?}", orders.divergences);
 }
