@@ -71,6 +71,11 @@ class Messages(unittest.TestCase):
         self.assertEqual(f.rejection_codes("/nonexistent/fairshare.proto"), {})
 
 
+def reply_message(body):
+    """The NATS MSG frame that delivers `body` to the request's inbox."""
+    return b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+
+
 def fake_server(info, reply):
     """A one-connection server that sends `info`, then, once the PUB is in, `reply`."""
     listener = socket.socket()
@@ -118,7 +123,7 @@ class Exits(unittest.TestCase):
     def test_a_reply_with_a_field_of_the_wrong_wire_type_means_retry_not_a_crash(self):
         # `accepted` as a varint, where a message is expected.
         body = f.field(1, f.VARINT, 5)
-        msg = b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+        msg = reply_message(body)
         url = fake_server(b"INFO {}\r\n", msg)
         code, err = self.run_main(url)
         self.assertEqual(code, 3, err)
@@ -127,7 +132,7 @@ class Exits(unittest.TestCase):
     def test_unavailable_is_not_final_it_means_retry_with_the_key(self):
         rejected = f.field(1, f.VARINT, f.UNAVAILABLE) + f.field(2, f.LEN, b"it may have landed")
         body = f.field(2, f.LEN, rejected)
-        msg = b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+        msg = reply_message(body)
         url = fake_server(b"INFO {}\r\n", msg)
         code, err = self.run_main(url)
         self.assertEqual(code, 3, err)
@@ -137,7 +142,7 @@ class Exits(unittest.TestCase):
     def test_other_rejections_are_final(self):
         rejected = f.field(1, f.VARINT, 4) + f.field(2, f.LEN, b"no such allocation")
         body = f.field(2, f.LEN, rejected)
-        msg = b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+        msg = reply_message(body)
         url = fake_server(b"INFO {}\r\n", msg)
         code, err = self.run_main(url)
         self.assertEqual(code, 1, err)
@@ -145,7 +150,7 @@ class Exits(unittest.TestCase):
 
     def test_a_cluster_url_list_tries_the_next_server_when_one_is_down(self):
         body = f.field(1, f.LEN, f.field(1, f.LEN, b"job-1") + f.field(2, f.VARINT, 7))
-        msg = b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+        msg = reply_message(body)
         up = fake_server(b"INFO {}\r\n", msg)
         # A port nothing listens on: bound, then closed.
         with socket.socket() as s:
@@ -161,7 +166,7 @@ class Exits(unittest.TestCase):
 
     def test_an_accepted_reply_is_exit_zero(self):
         body = f.field(1, f.LEN, f.field(1, f.LEN, b"job-1") + f.field(2, f.VARINT, 7))
-        msg = b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
+        msg = reply_message(body)
         url = fake_server(b"INFO {}\r\n", b"PING\r\n" + msg)
         code, _ = self.run_main(url)
         self.assertEqual(code, 0)

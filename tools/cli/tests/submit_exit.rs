@@ -8,8 +8,8 @@ use std::process::Output;
 
 use fairshare_e2e::{CLUSTER, Stack};
 
-/// Runs the CLI binary's `submit` for a 1-GPU job of `allocation`, with no `--key`.
-async fn submit(stack: &Stack, allocation: &str) -> Output {
+/// Runs the CLI binary's `submit` for a 1-GPU job of `allocation`, with `--key` if given.
+async fn submit(stack: &Stack, allocation: &str, key: Option<&str>) -> Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
     command.args([
         "submit",
@@ -22,6 +22,9 @@ async fn submit(stack: &Stack, allocation: &str) -> Output {
         "--min-runtime",
         "15m",
     ]);
+    if let Some(key) = key {
+        command.args(["--key", key]);
+    }
     tokio::task::spawn_blocking(move || command.output())
         .await
         .unwrap()
@@ -31,7 +34,7 @@ async fn submit(stack: &Stack, allocation: &str) -> Output {
 #[tokio::test]
 async fn with_no_answer_submit_exits_3_and_names_the_generated_key_to_retry_with() {
     let mut stack = Stack::start().await.unwrap();
-    let out = submit(&stack, "research/nlp").await;
+    let out = submit(&stack, "research/nlp", None).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     let key = stderr
@@ -44,24 +47,7 @@ async fn with_no_answer_submit_exits_3_and_names_the_generated_key_to_retry_with
     // The key printed is the one to retry with: the same submission under it is accepted once
     // the service answers.
     stack.start_submission(Default::default()).await.unwrap();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
-    command.args([
-        "submit",
-        "--nats-url",
-        &stack.server.url(),
-        "--cluster",
-        CLUSTER,
-        "--allocation",
-        "research/nlp",
-        "--min-runtime",
-        "15m",
-        "--key",
-        key,
-    ]);
-    let retried = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .unwrap();
+    let retried = submit(&stack, "research/nlp", Some(key)).await;
     assert_eq!(
         retried.status.code(),
         Some(0),
@@ -70,7 +56,7 @@ async fn with_no_answer_submit_exits_3_and_names_the_generated_key_to_retry_with
     );
 
     // A rejection is final: exit 1, and no key to retry with.
-    let rejected = submit(&stack, "no/such/allocation").await;
+    let rejected = submit(&stack, "no/such/allocation", None).await;
     let stderr = String::from_utf8_lossy(&rejected.stderr);
     assert_eq!(rejected.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("UNKNOWN_ALLOCATION"), "{stderr}");

@@ -12,22 +12,14 @@ use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
 use fairshare_testkit::NatsServer;
 
+mod common;
+
 const CLUSTER: &str = "c1";
 
 /// A server whose log holds, in order: a node registration (usable), bytes that are no
 /// protobuf, an event with no body, and a node registration filed under a job's subject.
 fn server() -> NatsServer {
-    let server = NatsServer::start().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = async_nats::jetstream::new(client);
-        fairshare_runtime::nats::ensure_streams(&js, 1)
-            .await
-            .unwrap();
+    common::server_then(|js| async move {
         let registered = pb::Event {
             at_ms: 1_000,
             body: Some(Body::NodeRegistered(pb::NodeRegistered {
@@ -52,8 +44,7 @@ fn server() -> NatsServer {
         for (subject, payload) in entries {
             js.publish(subject, payload).await.unwrap().await.unwrap();
         }
-    });
-    server
+    })
 }
 
 fn tail(server: &NatsServer, extra: &[&str]) -> Vec<String> {

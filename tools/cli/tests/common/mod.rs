@@ -17,6 +17,20 @@ pub fn simulated_log(scenario: &str) -> (String, Vec<pb::Event>) {
 
 /// A fresh nats-server holding `log` as cluster `cluster`'s events.
 pub fn server_with(cluster: &str, log: &[pb::Event]) -> NatsServer {
+    server_then(|js| async move {
+        let loaded = fairshare_sim::load::load_log(&js, cluster, log)
+            .await
+            .unwrap();
+        assert_eq!(loaded, log.len() as u64);
+    })
+}
+
+/// A fresh nats-server with the streams made, after `fill` ran against it.
+pub fn server_then<F, Fut>(fill: F) -> NatsServer
+where
+    F: FnOnce(async_nats::jetstream::Context) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let server = NatsServer::start().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -28,10 +42,7 @@ pub fn server_with(cluster: &str, log: &[pb::Event]) -> NatsServer {
         fairshare_runtime::nats::ensure_streams(&js, 1)
             .await
             .unwrap();
-        let loaded = fairshare_sim::load::load_log(&js, cluster, log)
-            .await
-            .unwrap();
-        assert_eq!(loaded, log.len() as u64);
+        fill(js).await;
     });
     server
 }

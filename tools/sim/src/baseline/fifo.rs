@@ -46,7 +46,7 @@ impl Policy for Fifo {
 #[cfg(test)]
 mod tests {
     use crate::baseline::Baseline;
-    use crate::baseline::tests::{H, M, job, node_action, run_checked, setup, starts};
+    use crate::baseline::tests::{H, M, job, node_action, nodes_of, run_checked, setup, starts};
     use crate::workload::Action;
 
     #[test]
@@ -83,13 +83,7 @@ mod tests {
         ];
         let log = run_checked(Baseline::Fifo, &s, jobs, vec![]);
         let at = starts(&log);
-        let on = |name: &str| {
-            at[name]
-                .1
-                .iter()
-                .map(|(n, _)| n.as_str())
-                .collect::<Vec<_>>()
-        };
+        let on = |name: &str| nodes_of(&at, name);
         // The two whole nodes "both-nodes" needs are n003 (free) and n000, once "half" ends at
         // 60 min: they are held for it from 1 min.
         assert_eq!(

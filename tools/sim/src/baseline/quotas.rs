@@ -161,7 +161,7 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
 mod tests {
     use super::*;
     use crate::baseline::Baseline;
-    use crate::baseline::tests::{H, M, budget_action, job, run_checked, setup, starts};
+    use crate::baseline::tests::{H, M, budget_action, job, nodes_of, run_checked, setup, starts};
     use crate::setup::EPOCH_MS;
     use crate::workload::{Action, TimedAction};
 
@@ -220,13 +220,7 @@ mod tests {
         ];
         let log = run_checked(Baseline::StaticQuotas, &s, jobs, vec![]);
         let at = starts(&log);
-        let on = |name: &str| {
-            at[name]
-                .1
-                .iter()
-                .map(|(n, _)| n.as_str())
-                .collect::<Vec<_>>()
-        };
+        let on = |name: &str| nodes_of(&at, name);
         assert_eq!((at["scavenger"].0, on("scavenger")), (2 * M, vec!["n000"]));
         assert_eq!(at["a-big"].0, 2 * H);
     }

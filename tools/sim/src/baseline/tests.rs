@@ -102,8 +102,11 @@ pub(crate) fn run_checked(
     log
 }
 
-/// Each started job's start (ms after the epoch) and nodes, by job name.
-pub(crate) fn starts(log: &[pb::Event]) -> BTreeMap<String, (i64, Vec<(String, u32)>)> {
+/// Each started job's start (ms after the epoch) and nodes (name, GPUs), by job name.
+pub(crate) type Starts = BTreeMap<String, (i64, Vec<(String, u32)>)>;
+
+/// [`Starts`] of a log.
+pub(crate) fn starts(log: &[pb::Event]) -> Starts {
     let mut names = BTreeMap::new();
     let mut out = BTreeMap::new();
     for e in log {
@@ -119,6 +122,11 @@ pub(crate) fn starts(log: &[pb::Event]) -> BTreeMap<String, (i64, Vec<(String, u
         }
     }
     out
+}
+
+/// The nodes the job named `name` was placed on, by name (from [`starts`]).
+pub(crate) fn nodes_of<'a>(at: &'a Starts, name: &str) -> Vec<&'a str> {
+    at[name].1.iter().map(|(n, _)| n.as_str()).collect()
 }
 
 /// Replays `log` and panics where it breaks the contract a real system keeps.

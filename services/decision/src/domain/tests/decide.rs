@@ -107,8 +107,10 @@ fn multi_node_jobs_take_whole_nodes_and_hold_the_reservation() {
     assert_eq!(d.waiting.len(), 3);
 }
 
-#[test]
-fn reservation_lets_work_ending_before_its_start_backfill_and_not_longer_work() {
+/// Allocations a and b on n0 and n1 (8 GPUs): b's running work holds 4 GPUs of n0 protected
+/// until NOW+1h and all of n1 until NOW+3h, and b has used far more; a's "big" (8 GPUs)
+/// waits, and will reserve n0 from NOW+1h.
+fn big_reserving_n0() -> H {
     let mut h = H::new();
     h.tree(vec![leaf("a", 1), leaf("b", 1)]);
     nodes(&mut h, &["n0", "n1"], 8);
@@ -123,6 +125,12 @@ fn reservation_lets_work_ending_before_its_start_backfill_and_not_longer_work() 
         ],
     );
     h.submit(NOW - 100, "big", "a", 8, 3600);
+    h
+}
+
+#[test]
+fn reservation_lets_work_ending_before_its_start_backfill_and_not_longer_work() {
+    let mut h = big_reserving_n0();
     // In b: "long" is first in queue order but is protected until NOW+2h, after the
     // reservation's start; "short" ends at NOW+30m, before it.
     h.submit_full(NOW - 90, "long", "b", 1, 2, 2 * 3600, 2, true);
@@ -158,20 +166,7 @@ fn reservation_lets_work_ending_before_its_start_backfill_and_not_longer_work() 
 
 #[test]
 fn the_reserved_jobs_own_allocation_backfills_only_what_the_reservation_leaves_spare() {
-    let mut h = H::new();
-    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
-    nodes(&mut h, &["n0", "n1"], 8);
-    // b's running work: 4 GPUs on n0 protected until NOW+1h, all of n1 until NOW+3h.
-    h.running(NOW - 30 * MIN, "r1", "b", 90 * 60, &[("n0", 4)]);
-    h.running(NOW - HOUR, "r3", "b", 4 * 3600, &[("n1", 8)]);
-    h.snapshot(
-        NOW,
-        &[
-            ("a", 0, 1000 * HOUR as u64),
-            ("b", 50 * HOUR as u64, 1000 * HOUR as u64),
-        ],
-    );
-    h.submit(NOW - 100, "big", "a", 8, 3600);
+    let mut h = big_reserving_n0();
     // Short work of a's own: its protection ends before the reservation's start, but nothing
     // would order it off for "big" then (the preemption service takes an allocation's work
     // for its own waiter only under a debug allowance).
