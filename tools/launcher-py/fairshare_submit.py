@@ -188,7 +188,7 @@ def request(urls, subject, payload, timeout_s):
     the same job."""
     members = [u.strip() for u in urls.split(",") if u.strip()]
     if not members:
-        raise ValueError("no NATS server URL given")
+        raise Unsupported(f"no NATS server URL given: {urls!r}")
     failures = []
     for url in members:
         try:

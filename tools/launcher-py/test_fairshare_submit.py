@@ -163,6 +163,9 @@ class Exits(unittest.TestCase):
         code, err = self.run_main("nats://127.0.0.1:notaport")
         self.assertEqual(code, 4, err)
         self.assertIn("not a NATS server URL", err)
+        code, err = self.run_main(" , ")
+        self.assertEqual(code, 4, err)
+        self.assertIn("no NATS server URL given", err)
 
     def test_an_accepted_reply_is_exit_zero(self):
         body = f.field(1, f.LEN, f.field(1, f.LEN, b"job-1") + f.field(2, f.VARINT, 7))

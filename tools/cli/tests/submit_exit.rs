@@ -62,3 +62,43 @@ async fn with_no_answer_submit_exits_3_and_names_the_generated_key_to_retry_with
     assert!(stderr.contains("UNKNOWN_ALLOCATION"), "{stderr}");
     assert!(!stderr.contains("retry with --key"), "{stderr}");
 }
+
+/// A service that answers `UNAVAILABLE` (the log did not confirm the write), then bytes that
+/// are no reply: the submission may have landed either time, so both are exit 3 with the key.
+#[tokio::test]
+async fn an_unconfirmed_or_garbled_answer_is_exit_3_not_a_rejection() {
+    use fairshare_events::pb::{self, RejectionCode};
+    use fairshare_events::{codec, subjects};
+    use futures::StreamExt;
+    let stack = Stack::start().await.unwrap();
+    let mut requests = stack.client.subscribe(subjects::SUBMIT_API).await.unwrap();
+    let client = stack.client.clone();
+    let responder = tokio::spawn(async move {
+        let answers = [
+            codec::encode(&pb::SubmitReply {
+                result: Some(pb::submit_reply::Result::Rejected(pb::Rejection {
+                    code: RejectionCode::Unavailable as i32,
+                    message: "the write was not confirmed; it may have landed".into(),
+                })),
+            }),
+            bytes::Bytes::from_static(b"\xff\xff\xff"),
+        ];
+        for answer in answers {
+            let Some(message) = requests.next().await else {
+                return;
+            };
+            client
+                .publish(message.reply.unwrap(), answer)
+                .await
+                .unwrap();
+        }
+    });
+    for expected in ["REJECTION_CODE_UNAVAILABLE", "does not decode"] {
+        let out = submit(&stack, "research/nlp", Some("maybe-landed")).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert!(stderr.contains("retry with --key maybe-landed"), "{stderr}");
+    }
+    responder.await.unwrap();
+}

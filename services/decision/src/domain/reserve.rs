@@ -12,7 +12,10 @@
 //!
 //! Start time: from when running work can be reclaimed, without any run-time estimate. A job's
 //! GPUs count free at the end of its minimum runtime (`start + min_runtime`, earlier if a
-//! preemption deadline is set); unallocated work counts free at once (always preemptible).
+//! preemption deadline is set); unallocated work counts free at once (always preemptible). Not
+//! exactly: a job placed and not yet started that cannot resume is no victim until it starts
+//! (the preemption service's `never_to_run`), so a plan on its GPUs may start a little late;
+//! its launcher starts it within moments as a rule, and the next cycle plans again.
 //! Work placed earlier in the same cycle counts too (`now + min_runtime`). A node with
 //! maintenance ahead is usable from the earliest time at which the job's protection would end
 //! by the next window's start; cordoned nodes are never used. For a single-node job the start

@@ -203,7 +203,8 @@ where
                 None => {
                     fairshare_runtime::outln!(
                         "cluster {}: no budget tree in force yet (`budget apply \
-                         --expect-sequence 0` refuses if one is set before you apply)",
+                         --expect-sequence 0` refuses if one is set before you apply; add \
+                         --new-cluster if the log has no nodes for it either)",
                         set.cluster
                     );
                     None

@@ -9,7 +9,7 @@ use super::{Connection, format_ms};
 /// What to print.
 #[derive(Debug, Args)]
 pub struct TailArgs {
-    /// Only this cluster's events (default: every cluster's).
+    /// Only this cluster's events (default: FAIRSHARE_CLUSTER if set, else every cluster's).
     #[arg(long, value_parser = super::cluster_name, env = "FAIRSHARE_CLUSTER")]
     cluster: Option<String>,
     /// Only events of these kinds (e.g. job_submitted,job_placed). `unknown` takes events of

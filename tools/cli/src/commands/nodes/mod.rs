@@ -250,10 +250,14 @@ async fn holding_work(
         .collect())
 }
 
+/// A job a window would cut short: its id, its node, the end of its protection, and whether it
+/// has started (if not, its protection ends that late at the earliest: it runs from its start).
+type Cut = (String, String, i64, bool);
+
 /// Jobs on `names` whose minimum runtime, capped at `cap_ms` as the preemption service caps
-/// it, would still protect them at `start_ms`, as `(job, node, protected until)`: what a
-/// window starting then would cut short (the preemption service orders off by the start
-/// whatever is still there). See [`protections_in`].
+/// it, would still protect them at `start_ms`: what a window starting then would cut short
+/// (the preemption service orders off by the start whatever is still there). See
+/// [`protections_in`].
 async fn protections_cut(
     conn: &Connection,
     cluster: &str,
@@ -261,7 +265,7 @@ async fn protections_cut(
     start_ms: i64,
     cap_ms: i64,
     now_ms: i64,
-) -> anyhow::Result<Vec<(String, String, i64)>> {
+) -> anyhow::Result<Vec<Cut>> {
     let fold = fold_log(conn, cluster).await?;
     Ok(protections_in(
         fold.state(),
@@ -282,7 +286,7 @@ fn protections_in(
     start_ms: i64,
     cap_ms: i64,
     now_ms: i64,
-) -> Vec<(String, String, i64)> {
+) -> Vec<Cut> {
     let mut cut = Vec::new();
     for name in names {
         let Some(load) = state.load(name) else {
@@ -300,7 +304,7 @@ fn protections_in(
             };
             let until = from.saturating_add(job.min_runtime_ms.min(cap_ms));
             if until >= start_ms {
-                cut.push((id.to_string(), name.clone(), until));
+                cut.push((id.to_string(), name.clone(), until, job.started));
             }
         }
     }
@@ -497,13 +501,24 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 if let Some(latest) = cut.iter().map(|c| c.2).max() {
                     let jobs: Vec<String> = cut
                         .iter()
-                        .map(|(job, node, until)| {
-                            format!("{job} on {node} (protected until {})", format_ms(*until))
+                        .map(|(job, node, until, started)| {
+                            let when = if *started {
+                                "protected until"
+                            } else {
+                                "not started yet, protected at least until"
+                            };
+                            format!("{job} on {node} ({when} {})", format_ms(*until))
                         })
                         .collect();
+                    let after = if cut.iter().all(|c| c.3) {
+                        "to cut none"
+                    } else {
+                        "to cut none of those running (one not yet started is protected from \
+                         its start)"
+                    };
                     bail!(
                         "a window from {} would cut the minimum runtime of {}; start it after \
-                         {} to cut none, or pass --force to cut them; nothing written",
+                         {} {after}, or pass --force to cut them; nothing written",
                         format_ms(start_ms),
                         jobs.join(", "),
                         format_ms(latest)
@@ -678,7 +693,7 @@ mod tests {
         // Started at 5 min: protected until 35 min.
         let state = placed("run", true, Some(5 * MIN));
         let cut = protections_in(&state, &nodes, 20 * MIN, cap, now);
-        assert_eq!(cut, vec![("run".into(), "n1".into(), 35 * MIN)]);
+        assert_eq!(cut, vec![("run".into(), "n1".into(), 35 * MIN, true)]);
         assert!(protections_in(&state, &nodes, 36 * MIN, cap, now).is_empty());
         // Placed, not started, resumable: ordered off before it starts if it would not end in
         // time, so nothing is cut.
@@ -687,7 +702,7 @@ mod tests {
         // Not resumable: it may start now and then holds its protection until 40 min.
         let state = placed("once", false, None);
         let cut = protections_in(&state, &nodes, 20 * MIN, cap, now);
-        assert_eq!(cut, vec![("once".into(), "n1".into(), 40 * MIN)]);
+        assert_eq!(cut, vec![("once".into(), "n1".into(), 40 * MIN, false)]);
         // The cap bounds it as it bounds a running job's.
         assert!(protections_in(&state, &nodes, 20 * MIN, 5 * MIN, now).is_empty());
     }
