@@ -433,15 +433,22 @@ impl Measure<'_> {
         }
         // A maintenance window scheduled after a job started may cut its protection (SPEC
         // section 2: a window accepts only work whose protection ends before it); that is the
-        // operator's call, not the contract broken. Any other order inside the protection (a
-        // cordon's drain included) is a violation.
+        // operator's call, not the contract broken. The preemption service orders such work
+        // off a grace period before the window starts, not sooner. Any other order inside the
+        // protection (a cordon's drain included, or one long before a later window) is a
+        // violation.
         let protected_until =
             contract::protected_until_ms(since, job.min_runtime_ms, &self.config.contract);
+        let grace = self.config.contract.grace_ms.max(0);
         let window_cut = cause == PreemptionCause::Maintenance
             && job.placed_on.iter().any(|(node, _)| {
                 self.windows.get(node).is_some_and(|w| {
-                    w.iter()
-                        .any(|&(scheduled, start, _)| scheduled > since && start < protected_until)
+                    w.iter().any(|&(scheduled, start, end)| {
+                        scheduled > since
+                            && start < protected_until
+                            && start.saturating_sub(grace) <= now
+                            && now < end
+                    })
                 })
             });
         if !window_cut {
@@ -817,24 +824,37 @@ mod tests {
                 }),
             )
         };
-        let order = |cause: PreemptionCause, scheduled: Option<i64>| {
+        // Ordered off a grace period (30 s) before the window, as the preemption service does.
+        let drain_at = T0 + 90 * 60_000 - 30_000;
+        let order_at = |cause: PreemptionCause, scheduled: Option<i64>, at_ms: i64| {
             let mut log = a_runs_on_n1();
             log.extend(scheduled.map(window));
             log.push(at(
-                T0 + HOUR,
+                at_ms,
                 Body::PreemptionOrdered(pb::PreemptionOrdered {
                     job_id: "a".into(),
-                    grace_deadline_ms: T0 + HOUR + 30_000,
+                    grace_deadline_ms: at_ms + 30_000,
                     cause: cause as i32,
                     ..Default::default()
                 }),
             ));
             measure("p", &log, &config(T0 + 2 * HOUR)).violations
         };
+        let order = |cause, scheduled| order_at(cause, scheduled, drain_at);
         // Scheduled while `a` ran: the window's cut.
         assert_eq!(
             order(PreemptionCause::Maintenance, Some(T0 + 10 * 60_000)),
             0
+        );
+        // But not an order half an hour before it (a cordon's drain, say, inside the
+        // protection, behind a window that comes later).
+        assert_eq!(
+            order_at(
+                PreemptionCause::Maintenance,
+                Some(T0 + 10 * 60_000),
+                T0 + HOUR
+            ),
+            1
         );
         // A maintenance-cause order with no window since the start (a cordon's drain inside
         // the protection), or other causes, break the contract.
