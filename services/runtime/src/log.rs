@@ -144,6 +144,10 @@ pub struct Follower {
     repeats_skipped: u64,
     /// When a repeat last made it try to follow anew (see [`Follower::next`]).
     renew_tried_at: Option<Instant>,
+    /// An entry came without its stream metadata: the entries after `last_delivered` must be
+    /// read anew before anything else is delivered. A field, not a local, so a call dropped
+    /// mid-way (inside a `select!`) does not forget it.
+    reread: bool,
 }
 
 /// Whether an entry at `sequence` was delivered already, the last delivered being
@@ -182,6 +186,7 @@ impl Follower {
             idle_checks: 0,
             repeats_skipped: 0,
             renew_tried_at: None,
+            reread: false,
         })
     }
 
@@ -271,8 +276,24 @@ impl Follower {
     /// end would otherwise hand the whole log over again, and move backwards. The first such
     /// repeat also makes it follow anew from the entry after the last delivered: skipping
     /// alone would still read the whole log back to where it was.
+    ///
+    /// An entry whose stream metadata does not parse (so its sequence is unknown) is read
+    /// again, by following anew from the entry after the last delivered, rather than passed
+    /// over: the consumer has moved past it, and the next entry would otherwise take its place.
     pub async fn next(&mut self) -> Option<Result<LogEntry, FollowError>> {
         let (message, sequence, pending, stored_ms) = loop {
+            if self.reread {
+                // At most one attempt per `RENEW_RETRY`: an entry that keeps coming without its
+                // metadata stalls the follower (with a warning each time), never skips.
+                if let Some(tried) = self.renew_tried_at {
+                    tokio::time::sleep(RENEW_RETRY.saturating_sub(tried.elapsed())).await;
+                }
+                self.renew_tried_at = Some(Instant::now());
+                if self.follow_anew("entry without metadata").await {
+                    self.reread = false;
+                }
+                continue;
+            }
             let idle_until = self.checked_at + FOLLOW_IDLE_CHECK;
             let message = match tokio::time::timeout_at(idle_until, self.messages.next()).await {
                 Ok(Some(Ok(m))) => m,
@@ -292,7 +313,19 @@ impl Follower {
                     info.pending,
                     i64::try_from(info.published.unix_timestamp_nanos() / 1_000_000).ok(),
                 ),
-                Err(e) => return Some(Err(FollowError::Delivery(e.to_string()))),
+                Err(e) => {
+                    // Without its sequence the entry cannot be delivered, and the consumer has
+                    // moved past it: the next one would be delivered in its place and the fold
+                    // would skip it for good. Read anew from the entry after the last one
+                    // delivered (below), which reads this one again.
+                    tracing::warn!(
+                        last_delivered = self.last_delivered,
+                        "log follower got an entry without its stream metadata ({e}); reading \
+                         it again"
+                    );
+                    self.reread = true;
+                    continue;
+                }
             };
             if is_repeat(sequence, self.last_delivered) {
                 // A repeat is no delivery: it does not put the idle check off.
@@ -367,7 +400,9 @@ impl Follower {
 
     /// Replaces the consumer with one from the entry after the last delivered; on an error
     /// keeps the current one. `why` names the cause in the log lines.
-    async fn follow_anew(&mut self, why: &'static str) {
+    /// Re-creates the consumer from the entry after the last delivered; false (keeping the
+    /// current one) if it cannot.
+    async fn follow_anew(&mut self, why: &'static str) -> bool {
         let from = self.last_delivered + 1;
         match Self::consume(&self.js, from, self.filters.clone()).await {
             Ok((messages, missed)) => {
@@ -379,8 +414,12 @@ impl Follower {
                     tracing::debug!(from, why, "log follower following anew; nothing missed");
                 }
                 self.messages = messages;
+                true
             }
-            Err(e) => tracing::warn!(why, "log follower cannot follow the log anew: {e}"),
+            Err(e) => {
+                tracing::warn!(why, "log follower cannot follow the log anew: {e}");
+                false
+            }
         }
     }
 }
