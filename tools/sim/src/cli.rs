@@ -71,8 +71,8 @@ struct TraceArgs {
     /// trace).
     #[arg(long)]
     span: Option<String>,
-    /// Per cent of jobs that are unallocated (minimum runtime 0).
-    #[arg(long, default_value_t = 15)]
+    /// Per cent of jobs that are unallocated (minimum runtime 0), 0 to 100.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(0..=100))]
     unallocated_percent: u32,
     /// Largest debug job, in GPUs (over 2, the bigger ones are measured as other work: the
     /// product's debug job has at most 2).
@@ -277,11 +277,11 @@ impl CommonArgs {
         config: &EngineConfig,
         policies: &[Policy],
         main: &[RunMetrics],
-    ) -> anyhow::Result<Option<Spread>> {
+        jitter_ms: i64,
+    ) -> Option<Spread> {
         if self.replicas <= 1 {
-            return Ok(None);
+            return None;
         }
-        let jitter_ms = ms(&self.replica_jitter, "replica-jitter")?;
         let mut all = vec![main.to_vec()];
         for replica in 1..self.replicas {
             let started = Instant::now();
@@ -294,7 +294,7 @@ impl CommonArgs {
             );
             all.push(runs.into_iter().map(|r| r.metrics).collect());
         }
-        Ok(replicas::spread(&all, jitter_ms, MIN_OWED_GPU_MS))
+        replicas::spread(&all, jitter_ms, MIN_OWED_GPU_MS)
     }
 
     fn policies(&self) -> anyhow::Result<Vec<Policy>> {
@@ -335,6 +335,20 @@ impl CommonArgs {
                  report divergences",
                 path.display()
             );
+        }
+        // Everything that can be refused is refused before minutes of simulation: the report's
+        // folder and the log's are made now, and the replicas' jitter is read now.
+        let jitter_ms = ms(&self.replica_jitter, "replica-jitter")?;
+        std::fs::create_dir_all(&self.out)
+            .with_context(|| format!("cannot create {}", self.out.display()))?;
+        if let Some(dir) = self
+            .log
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
         }
         let inputs = ReportInputs::new(title, source, rules, setup, workload, &config);
         let span = (setup.end_ms - EPOCH_MS).max(1);
@@ -396,7 +410,7 @@ impl CommonArgs {
             }
         }
         let main: Vec<RunMetrics> = runs.iter().map(|r| r.metrics.clone()).collect();
-        let spread = self.replicate(setup, workload, &config, &policies, &main)?;
+        let spread = self.replicate(setup, workload, &config, &policies, &main, jitter_ms);
         let report = Report {
             inputs,
             runs: main,
@@ -468,7 +482,7 @@ impl TraceArgs {
             None => Default::default(),
         };
         let rules = MappingRules {
-            unallocated_percent: self.unallocated_percent.min(100),
+            unallocated_percent: self.unallocated_percent,
             debug_max_gpus: self.debug_max_gpus,
             debug_max_duration_ms: ms(&self.debug_max_duration, "debug-max-duration")?,
             debug_min_runtime_ms: ms(&self.debug_min_runtime, "debug-min-runtime")?,
@@ -481,6 +495,15 @@ impl TraceArgs {
             skip_ms,
             span_ms,
         };
+        // A declared minimum runtime of 0 (under a second, in whole seconds) is unallocated
+        // work, not debugging.
+        if rules.debug_min_runtime_ms < 1_000 {
+            bail!(
+                "--debug-min-runtime {:?} declares debug jobs' minimum runtime as 0 s, which \
+                 makes them unallocated work: give at least 1s",
+                self.debug_min_runtime
+            );
+        }
         // Every mapped job must pass the submission checks the fairshare run applies, or that
         // run would refuse jobs the baselines run, and compare different workloads.
         let cap = policy.min_runtime_cap_ms;
@@ -511,8 +534,9 @@ impl TraceArgs {
         let described = (
             format!("{} on {} GPUs", trace_name(&self.trace), setup.total_gpus()),
             format!(
-                "{} (attribution: see the README beside the trace)",
-                self.trace.display()
+                "{} ({})",
+                self.trace.display(),
+                attribution(&trace_name(&self.trace))
             ),
             rules.describe(),
         );
@@ -522,6 +546,22 @@ impl TraceArgs {
 }
 
 /// The trace's folder name ("helios-15k"), else its file name.
+/// The credit a report on a bundled trace must carry (tests/data/traces/README.md: both
+/// licences require it), by the trace's folder name; others point to their own README.
+fn attribution(trace: &str) -> &'static str {
+    match trace {
+        "helios-15k" => {
+            "SenseTime Helios trace, Hu et al., SC'21, CC-BY-4.0; the 15,000-job subset cut by \
+             DIR-LAB/Gen-Parallel-Workloads, Soundar Raj et al., JSSPP'24"
+        }
+        "msft-itp" => {
+            "Microsoft ITP clusters, 2021, from microsoft/elasticflow-traces (ElasticFlow, \
+             ASPLOS'23), MIT licence"
+        }
+        _ => "attribution: see the README beside the trace",
+    }
+}
+
 fn trace_name(path: &Path) -> String {
     path.parent()
         .and_then(Path::file_name)

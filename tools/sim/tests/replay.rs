@@ -391,6 +391,17 @@ fn settings_that_would_change_the_workload_are_refused() {
             "--debug-min-runtime",
         ),
         (&["--span", "99999d"][..], "longer than ten years"),
+        // A declared 0 s would make every debug job unallocated work.
+        (
+            &["--debug-min-runtime", "500ms"][..],
+            "makes them unallocated",
+        ),
+        (&["--unallocated-percent", "150"][..], "150"),
+        // Refused before the runs, not after them.
+        (
+            &["--replicas", "3", "--replica-jitter", "soon"][..],
+            "--replica-jitter",
+        ),
     ] {
         let o = run(extra);
         let stderr = String::from_utf8_lossy(&o.stderr);
@@ -420,4 +431,42 @@ fn a_log_without_the_fairshare_policy_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("add fairshare to --policies"), "{stderr}");
     assert!(!log.exists());
+}
+
+/// The report credits the bundled trace it ran on (both licences require it), and `--log` into
+/// a folder that does not exist yet is written there (it used to fail after the whole run).
+#[test]
+fn the_report_credits_the_trace_and_a_log_goes_into_a_new_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sim-report").join("helios.log");
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+        .arg("trace")
+        .arg("--trace")
+        .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
+        .args([
+            "--nodes",
+            "4",
+            "--span",
+            "1h",
+            "--policies",
+            "fairshare,fifo",
+        ])
+        .args(["--quiet", "--log"])
+        .arg(&log)
+        .arg("--out")
+        .arg(dir.path().join("sim-report").join("helios"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(log.is_file());
+    let report = std::fs::read_to_string(dir.path().join("sim-report/helios/report.md")).unwrap();
+    assert!(
+        report.contains("SenseTime Helios trace, Hu et al., SC'21, CC-BY-4.0"),
+        "{report}"
+    );
 }

@@ -92,7 +92,7 @@ pub const CHARTS: [(&str, &str); 3] = [
         "delivered_vs_owed.svg",
         "Delivered share of owed GPU time per allocation",
     ),
-    ("occupancy.svg", "GPU occupancy per hour"),
+    ("occupancy.svg", "GPU occupancy over time"),
     ("waits.svg", "Queue waits by job class"),
 ];
 
