@@ -477,3 +477,21 @@ async fn snapshots_carry_the_sequence_they_reflect() {
     let _ = running.stop.send(());
     running.task.await.unwrap().unwrap();
 }
+
+/// A `--cluster` that is not a cluster name (a dot would split the subject token) is refused
+/// at start, by name, rather than folding nothing and answering no query.
+#[tokio::test]
+async fn an_invalid_cluster_name_is_refused_at_start() {
+    let stack = Stack::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let config = Config {
+        cluster: Some("gpu.east".to_owned()),
+        ..Config::new(dir.path().to_path_buf())
+    };
+    match Service::start(client, config, Arc::new(SystemClock)).await {
+        Err(shell::ServiceError::InvalidCluster(name)) => assert_eq!(name, "gpu.east"),
+        Err(other) => panic!("another error: {other}"),
+        Ok(_) => panic!("started for an invalid cluster name"),
+    }
+}

@@ -146,6 +146,38 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
     .await;
     let info = intake_done.expect("the intake submission is in the log and acknowledged");
     assert_eq!(info.num_redelivered, 0, "taken once, not redelivered");
+    // One the checks refuse is logged as rejected, under the submission service's role, and
+    // acknowledged too (a refused append would be retried for good, holding up the intake).
+    let before_rejection = last_sequence(&op_js).await;
+    let mut refused = request("auth-intake-refused");
+    refused.spec.as_mut().unwrap().gpus = 0;
+    launcher_js
+        .publish(subjects::intake(CLUSTER), codec::encode(&refused))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let rejected_subject = subjects::rejected(CLUSTER);
+    let logged = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let info = intake_consumer_info(&op_js).await;
+            let last = last_sequence(&op_js).await;
+            if last > before_rejection && info.num_ack_pending == 0 {
+                let entry = op_js
+                    .get_stream(EVENTS_STREAM)
+                    .await
+                    .unwrap()
+                    .get_raw_message(last)
+                    .await
+                    .unwrap();
+                return entry.subject.to_string();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the refused intake submission is logged as rejected and acknowledged");
+    assert_eq!(logged, rejected_subject);
 
     // A launcher reports its runs...
     let started = Body::JobStarted(pb::JobStarted {

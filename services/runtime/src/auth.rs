@@ -85,7 +85,10 @@ impl Role {
             .map(|k| subjects::job_event("*", "*", k))
             .collect();
         match self {
-            Role::Submission => out.push(subjects::rejected("*")),
+            // Every cluster's intake rejections. (Not `subjects::rejected("*")`: that gives
+            // the stand-in subject of invalid cluster names, so every other rejection was
+            // refused, and the intake retried it for good, holding up everything behind it.)
+            Role::Submission => out.push(format!("{}.*.rejected", subjects::EVENTS_PREFIX)),
             Role::Accounting => out.push(subjects::usage("*")),
             Role::Preemption => out.push(subjects::node("*", "*")),
             _ => {}
@@ -99,10 +102,14 @@ impl Role {
                 format!("{INTAKE_PREFIX}.*"),
             ]);
             // Reading the log: an ordered consumer of its own on the events stream. It can
-            // neither change, purge nor delete a stream, nor list or delete anyone's consumers.
+            // neither change, purge nor delete a stream, nor list consumers. It may delete a
+            // consumer it names: the client deletes its own ordered consumer when it re-creates
+            // it after a gap (refused, each recovery waited out the request's timeout and left
+            // the old one behind), and another's name is random and never listed to it.
             out.extend([
                 "$JS.API.INFO".to_owned(),
                 format!("$JS.API.STREAM.INFO.{EVENTS_STREAM}"),
+                format!("$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.>"),
             ]);
             out.extend(consumer_api(EVENTS_STREAM));
             // And single events (what it could read through a consumer anyway): the CLI's
@@ -306,6 +313,18 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use fairshare_events::subjects::EVENTS_PREFIX;
+
+    #[test]
+    fn the_submission_service_may_reject_intake_submissions_of_any_cluster() {
+        let publish = Role::Submission.publish();
+        assert!(publish.contains(&format!("{EVENTS_PREFIX}.*.rejected")));
+        // And a launcher may clean up the consumer its client re-creates.
+        assert!(
+            Role::Launcher
+                .publish()
+                .contains(&"$JS.API.CONSUMER.DELETE.FAIRSHARE_EVENTS.>".to_owned())
+        );
+    }
 
     #[test]
     fn a_launcher_may_publish_its_reports_but_no_decision_and_no_budget() {

@@ -82,6 +82,12 @@ impl Config {
 /// Why the service stopped or could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
+    /// The `--cluster` given is not a cluster name (one subject token: letters, digits, `_`
+    /// and `-`, starting with a letter or digit): it would match no event and answer no query.
+    #[error(
+        "{0:?} is not a valid cluster name (letters, digits, _ and -, starting with a letter or digit)"
+    )]
+    InvalidCluster(String),
     /// The streams could not be created or updated.
     #[error(transparent)]
     Streams(#[from] StreamSetupError),
@@ -223,6 +229,13 @@ impl Service {
         config: Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, ServiceError> {
+        if let Some(cluster) = config
+            .cluster
+            .as_ref()
+            .filter(|c| !subjects::is_valid_token(c))
+        {
+            return Err(ServiceError::InvalidCluster(cluster.clone()));
+        }
         let js = jetstream::new(client.clone());
         ensure_streams(&js, config.stream_replicas).await?;
         let log = log_position(&js).await?;
