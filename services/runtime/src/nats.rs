@@ -163,16 +163,29 @@ pub async fn ensure_streams(
                     .map_err(|e| err(e.to_string()))?
                     .config
                     .clone();
+                // The log is the truth: one kept in memory, or by interest or work-queue
+                // retention, loses events. Refused rather than "fixed": JetStream cannot change
+                // either in place, and recreating a stream is the operator's call.
+                if current.storage != config.storage || current.retention != config.retention {
+                    return Err(err(format!(
+                        "it is stored as {:?} with {:?} retention; fairshare needs {:?} storage \
+                         with {:?} retention (recreate it: see deploy/nats/jetstream/)",
+                        current.storage, current.retention, config.storage, config.retention
+                    )));
+                }
                 if current.subjects != config.subjects
                     || current.duplicate_window != config.duplicate_window
                     || current.max_age != config.max_age
                 {
-                    // Replicas are chosen when a stream is created; an update for another
-                    // reason keeps them (a caller's default of 1 would silently drop a
-                    // replicated stream to one copy).
+                    // Only what the definition owns changes. The rest stays as it is: replicas
+                    // (chosen when a stream is created: a caller's default of 1 would silently
+                    // drop a replicated stream to one copy) and whatever an operator set beyond
+                    // the definition (size limits, compression, placement, purge protection).
                     let config = jetstream::stream::Config {
-                        num_replicas: current.num_replicas,
-                        ..config
+                        subjects: config.subjects.clone(),
+                        duplicate_window: config.duplicate_window,
+                        max_age: config.max_age,
+                        ..current.clone()
                     };
                     // Under per-role identities only the operator may change a stream's
                     // definition (see `auth`): a service's update goes unanswered.
