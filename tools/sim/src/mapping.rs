@@ -145,6 +145,21 @@ impl MappingRules {
                 DEBUG_MAX_MIN_RUNTIME_MS / 1000
             ));
         }
+        // The product calls a job debug by what it declares, not by these rules: other jobs
+        // of few GPUs whose run time, clamped to the cap, is a debug job's minimum runtime are
+        // debug jobs too (under the allowance, and in the debug waits).
+        let narrower = self.debug_max_gpus < DEBUG_MAX_GPUS
+            || self.debug_max_duration_ms < DEBUG_MAX_MIN_RUNTIME_MS;
+        if narrower || self.min_runtime_cap_ms <= DEBUG_MAX_MIN_RUNTIME_MS {
+            out.push(format!(
+                "jobs of at most {DEBUG_MAX_GPUS} GPUs declaring at most {} min are debug jobs to \
+                 the product whatever --debug-max-gpus and --debug-max-duration say: with \
+                 these settings (a minimum-runtime cap of {} min) some jobs the rules call \
+                 'other' declare that and count as debug",
+                DEBUG_MAX_MIN_RUNTIME_MS / MIN,
+                self.min_runtime_cap_ms / MIN
+            ));
+        }
         out
     }
 
@@ -274,6 +289,25 @@ mod tests {
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("--debug-max-gpus 4"));
         assert!(w[1].contains("--debug-min-runtime 1200 s"));
+        // Narrower rules, or a cap within a debug job's minimum runtime, leave jobs the rules
+        // call other declaring what makes them debug jobs to the product.
+        for narrow in [
+            MappingRules {
+                debug_max_gpus: 0,
+                ..MappingRules::default()
+            },
+            MappingRules {
+                debug_max_duration_ms: 5 * MIN,
+                ..MappingRules::default()
+            },
+            MappingRules {
+                min_runtime_cap_ms: 10 * MIN,
+                ..MappingRules::default()
+            },
+        ] {
+            let w = narrow.warnings();
+            assert!(w.len() == 1 && w[0].contains("count as debug"), "{w:?}");
+        }
     }
 
     use super::*;
