@@ -584,6 +584,25 @@ impl ScenarioArgs {
         };
         let scenario = scenarios::by_name(name)
             .with_context(|| format!("no scenario named {name:?} (see --list)"))??;
+        // As for traces: the fairshare run's submission checks must accept every job the
+        // baselines run, or the runs compare different workloads.
+        let cap_ms = self.common.policy.config().context("preemption settings")?;
+        let cap_ms = cap_ms.min_runtime_cap_ms;
+        if let Some(job) = scenario
+            .workload
+            .jobs
+            .iter()
+            .find(|j| j.min_runtime_ms > cap_ms)
+        {
+            bail!(
+                "scenario {name} has jobs declaring {} s of minimum runtime ({}), over \
+                 --max-min-runtime ({} s): the submission checks would refuse them in the \
+                 fairshare run only",
+                job.min_runtime_ms / 1000,
+                job.name,
+                cap_ms / 1000
+            );
+        }
         let described = (
             format!("scenario {}", scenario.name),
             scenario.description.to_owned(),

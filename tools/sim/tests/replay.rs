@@ -470,3 +470,26 @@ fn the_report_credits_the_trace_and_a_log_goes_into_a_new_folder() {
         "{report}"
     );
 }
+
+/// A scenario whose jobs declare more minimum runtime than `--max-min-runtime` allows is
+/// refused before it runs: the fairshare run alone would refuse those jobs.
+#[test]
+fn a_scenario_over_the_minimum_runtime_cap_is_refused() {
+    let out = tempfile::tempdir().unwrap();
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+        .args([
+            "scenario",
+            "fragmented",
+            "--max-min-runtime",
+            "4h",
+            "--quiet",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(stderr.contains("over --max-min-runtime"), "{stderr}");
+    assert!(!out.path().join("report.md").exists());
+}
