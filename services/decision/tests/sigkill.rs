@@ -1,0 +1,237 @@
+//! The decision service binary killed with SIGKILL at random moments (SPEC section 6: kill
+//! any service at any moment), a process kill this time: nothing it was doing finishes, a
+//! sled checkpoint write included (it checkpoints every few entries here, so kills land
+//! between, and sometimes inside, writes). Submissions keep arriving in the log meanwhile;
+//! it is restarted on the same checkpoint directory after each kill.
+//!
+//! Checked from the log at the end: every job was placed exactly once, every placement
+//! re-derives from the log prefix its basis names and no node is over-committed (the
+//! decision audit), and later starts resumed from the checkpoint rather than folding the
+//! log from the beginning.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::{codec, subjects};
+use fairshare_testkit::{NatsServer, Rng};
+
+const CLUSTER: &str = "k";
+const JOBS: usize = 40;
+
+fn event(body: Body) -> bytes::Bytes {
+    codec::encode(&pb::Event {
+        at_ms: fairshare_runtime::clock::Clock::now_ms(&fairshare_runtime::clock::SystemClock),
+        body: Some(body),
+    })
+}
+
+/// The decision binary for [`CLUSTER`] on `url`, checkpointing into `dir` every 3 entries.
+fn spawn(url: &str, dir: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_fairshare-decision"))
+        .args(["--nats-url", url, "--cluster", CLUSTER])
+        .arg("--checkpoint-dir")
+        .arg(dir)
+        .args(["--checkpoint-events", "3", "--checkpoint-every", "20ms"])
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// What a killed incarnation wrote on stderr, without colour codes.
+fn stderr_of(mut child: Child) -> String {
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    // Strip ANSI escapes (`ESC [ ... m`) whatever the logger decided.
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+#[tokio::test]
+async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    fairshare_runtime::nats::ensure_streams(&js, 1)
+        .await
+        .unwrap();
+    let tree = Body::BudgetTreeSet(pb::BudgetTreeSet {
+        cluster: CLUSTER.into(),
+        accounts: vec![
+            pb::Account {
+                name: "a".into(),
+                share: 1,
+                children: vec![],
+            },
+            pb::Account {
+                name: "b".into(),
+                share: 1,
+                children: vec![],
+            },
+        ],
+    });
+    js.publish(subjects::policy(CLUSTER), event(tree))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    for n in 0..6 {
+        let node = format!("n{n}");
+        let registered = Body::NodeRegistered(pb::NodeRegistered {
+            cluster: CLUSTER.into(),
+            node: node.clone(),
+            gpus: 8,
+        });
+        js.publish(subjects::node(CLUSTER, &node), event(registered))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn(&server.url(), dir.path());
+    let mut logs = Vec::new();
+    let mut rng = Rng(0x5161_c111_0de5_eed5);
+    let mut kills = 0;
+    // 40 one-GPU jobs of 30 min protection on 48 GPUs: each is placed, at once, exactly once.
+    for i in 0..JOBS {
+        let job_id = format!("0190a000-0000-7000-8000-{i:012}");
+        let submitted = Body::JobSubmitted(pb::JobSubmitted {
+            job_id: job_id.clone(),
+            idempotency_key: format!("k-{i}"),
+            spec: Some(pb::JobSpec {
+                cluster: CLUSTER.into(),
+                allocation: if i % 2 == 0 { "a" } else { "b" }.into(),
+                user: "u".into(),
+                gpus: 1,
+                min_runtime_s: 1800,
+                resumable: true,
+                ..Default::default()
+            }),
+            shape: Some(pb::Shape {
+                nodes: 1,
+                gpus_per_node: 1,
+            }),
+        });
+        js.publish(
+            subjects::job_event(CLUSTER, &job_id, "job_submitted"),
+            event(submitted),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(20 + rng.below(60))).await;
+        // About every eighth submission, a SIGKILL after a random moment, and a restart.
+        if rng.below(8) == 0 {
+            tokio::time::sleep(Duration::from_millis(rng.below(200))).await;
+            logs.push(stderr_of(child));
+            kills += 1;
+            child = spawn(&server.url(), dir.path());
+        }
+    }
+    assert!(kills >= 3, "only {kills} kills");
+
+    // Every job placed, once; the placements re-derive from the log.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let entries = loop {
+        let entries = fairshare_decision::shell::read_log(&js, CLUSTER, None)
+            .await
+            .unwrap();
+        let placed = entries
+            .iter()
+            .filter(|e| {
+                matches!(
+                    &e.event,
+                    Ok(pb::Event {
+                        body: Some(Body::JobPlaced(_)),
+                        ..
+                    })
+                )
+            })
+            .count();
+        if placed >= JOBS {
+            break entries;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{placed} of {JOBS} placed after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Give a restarted incarnation time to place a job twice, if it were to.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    logs.push(stderr_of(child));
+    let _ = entries;
+    let entries = fairshare_decision::shell::read_log(&js, CLUSTER, None)
+        .await
+        .unwrap();
+    let mut placements: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &entries {
+        if let Ok(pb::Event {
+            body: Some(Body::JobPlaced(p)),
+            ..
+        }) = &e.event
+        {
+            *placements.entry(p.job_id.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(placements.len(), JOBS, "every job placed");
+    assert!(
+        placements.values().all(|n| *n == 1),
+        "placed twice: {:?}",
+        placements
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .collect::<Vec<_>>()
+    );
+    let audit = fairshare_decision::shell::audit(CLUSTER, &entries);
+    assert!(
+        audit.is_clean(),
+        "{:#?} {:#?}",
+        audit.divergences,
+        audit.overcommits
+    );
+    assert_eq!(audit.placements, JOBS);
+    // Later starts took up a checkpoint written before a kill (`resumed_from` past 0).
+    let resumed = logs
+        .iter()
+        .skip(1)
+        .filter(|l| {
+            l.split("resumed_from=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .is_some_and(|n| n != "0")
+        })
+        .count();
+    assert!(
+        resumed >= 2,
+        "resumed from a checkpoint {resumed} times of {kills}"
+    );
+    eprintln!(
+        "sigkill: {kills} kills, {resumed} starts resumed from a checkpoint, {} entries, {} placements in {} cycles",
+        entries.len(),
+        audit.placements,
+        audit.cycles
+    );
+}
