@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
+use fairshare_testkit::process::{kill_and_read_stderr, resumed_starts};
 use fairshare_testkit::{NatsServer, Rng};
 
 const CLUSTER: &str = "k";
@@ -42,28 +43,6 @@ fn spawn(url: &str, dir: &std::path::Path) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// What a killed incarnation wrote on stderr, without colour codes.
-fn stderr_of(mut child: Child) -> String {
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stderr).into_owned();
-    // Strip ANSI escapes (`ESC [ ... m`) whatever the logger decided.
-    let mut plain = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            plain.push(c);
-        }
-    }
-    plain
 }
 
 #[tokio::test]
@@ -145,7 +124,7 @@ async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
         // About every eighth submission, a SIGKILL after a random moment, and a restart.
         if rng.below(8) == 0 {
             tokio::time::sleep(Duration::from_millis(rng.below(200))).await;
-            logs.push(stderr_of(child));
+            logs.push(kill_and_read_stderr(child));
             kills += 1;
             child = spawn(&server.url(), dir.path());
         }
@@ -181,7 +160,7 @@ async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
     };
     // Give a restarted incarnation time to place a job twice, if it were to.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    logs.push(stderr_of(child));
+    logs.push(kill_and_read_stderr(child));
     let _ = entries;
     let entries = fairshare_decision::shell::read_log(&js, CLUSTER, None)
         .await
@@ -214,16 +193,7 @@ async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
     );
     assert_eq!(audit.placements, JOBS);
     // Later starts took up a checkpoint written before a kill (`resumed_from` past 0).
-    let resumed = logs
-        .iter()
-        .skip(1)
-        .filter(|l| {
-            l.split("resumed_from=")
-                .nth(1)
-                .and_then(|rest| rest.split_whitespace().next())
-                .is_some_and(|n| n != "0")
-        })
-        .count();
+    let resumed = resumed_starts(&logs[1..]);
     assert!(
         resumed >= 2,
         "resumed from a checkpoint {resumed} times of {kills}"

@@ -12,6 +12,7 @@
 //! ```
 
 pub mod events;
+pub mod process;
 mod rng;
 
 pub use rng::Rng;

@@ -1,0 +1,62 @@
+//! Service binaries run as child processes by tests that kill them with SIGKILL: nothing the
+//! process was doing finishes, which an aborted in-process task cannot show.
+
+use std::process::Child;
+
+/// Kills `child` with SIGKILL (if it still runs) and returns what it wrote on stderr, without
+/// terminal colour codes. The child must have been spawned with stderr piped.
+pub fn kill_and_read_stderr(mut child: Child) -> String {
+    let _ = child.kill();
+    match child.wait_with_output() {
+        Ok(out) => strip_ansi(&String::from_utf8_lossy(&out.stderr)),
+        Err(e) => format!("(stderr unreadable: {e})"),
+    }
+}
+
+/// `text` without ANSI escape sequences (`ESC [ ... m`), as a logger may colour its fields.
+pub fn strip_ansi(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+/// How many of `logs` (one per start of a service, in order) report a start that resumed
+/// from a checkpoint: a `resumed_from=N` field with N past 0.
+pub fn resumed_starts(logs: &[String]) -> usize {
+    logs.iter()
+        .filter(|l| {
+            l.split("resumed_from=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .is_some_and(|n| n != "0")
+        })
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_codes_are_stripped_and_resumed_starts_counted() {
+        let coloured = "\u{1b}[3mresumed_from\u{1b}[0m\u{1b}[2m=\u{1b}[0m42 applied=3";
+        assert_eq!(strip_ansi(coloured), "resumed_from=42 applied=3");
+        let logs = [
+            "x resumed_from=0 y".to_owned(),
+            strip_ansi(coloured),
+            "no such field".to_owned(),
+        ];
+        assert_eq!(resumed_starts(&logs), 1);
+    }
+}
