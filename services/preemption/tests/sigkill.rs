@@ -14,13 +14,13 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::clock::{Clock, SystemClock};
-use fairshare_testkit::process::{kill_and_read_stderr, resumed_starts};
+use fairshare_testkit::process::{kill_and_read_stderr, resumed_starts, spawn_service};
 use fairshare_testkit::{NatsServer, Rng};
 
 const CLUSTER: &str = "k";
@@ -65,17 +65,21 @@ fn submitted(job_id: &str, allocation: &str) -> Body {
 /// The preemption binary for [`CLUSTER`] on `url`, checkpointing into `dir` every 2 entries,
 /// with a 1 s grace.
 fn spawn(url: &str, dir: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_fairshare-preemption"))
-        .args(["--nats-url", url, "--cluster", CLUSTER, "--grace", "1s"])
-        .arg("--checkpoint-dir")
-        .arg(dir)
-        .args(["--checkpoint-events", "2", "--checkpoint-every", "20ms"])
-        .env("NO_COLOR", "1")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    let args: Vec<std::ffi::OsString> = vec![
+        "--nats-url".into(),
+        url.into(),
+        "--cluster".into(),
+        CLUSTER.into(),
+        "--grace".into(),
+        "1s".into(),
+        "--checkpoint-dir".into(),
+        dir.into(),
+        "--checkpoint-events".into(),
+        "2".into(),
+        "--checkpoint-every".into(),
+        "20ms".into(),
+    ];
+    spawn_service(env!("CARGO_BIN_EXE_fairshare-preemption"), args)
 }
 
 #[tokio::test]

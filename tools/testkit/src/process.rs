@@ -1,7 +1,35 @@
 //! Service binaries run as child processes by tests that kill them with SIGKILL: nothing the
 //! process was doing finishes, which an aborted in-process task cannot show.
 
-use std::process::Child;
+use std::ffi::OsStr;
+use std::process::{Child, Command, Stdio};
+
+/// Starts the service binary `bin` with `args` and none of the caller's `FAIRSHARE_*`
+/// settings, its stderr piped (for [`kill_and_read_stderr`]), uncoloured, at the default log
+/// level.
+pub fn spawn_service<I, S>(bin: &str, args: I) -> Child
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut command = Command::new(bin);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("FAIRSHARE_") {
+            command.env_remove(name);
+        }
+    }
+    match command
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => panic!("cannot start {bin}: {e}"),
+    }
+}
 
 /// Kills `child` with SIGKILL (if it still runs) and returns what it wrote on stderr, without
 /// terminal colour codes. The child must have been spawned with stderr piped.

@@ -1,0 +1,215 @@
+//! The submission service binary killed with SIGKILL at random moments (SPEC section 6: kill
+//! any service at any moment, no submission lost, none applied twice) while launchers submit
+//! by request/reply, retrying with the same key until answered, and through the durable
+//! intake. It checkpoints every few entries here, so a kill can cut a write short; it is
+//! restarted on the same checkpoint directory after each kill.
+//!
+//! Checked from the log at the end: every key has exactly one `JobSubmitted`, and each
+//! request/reply key's is the job id its answer named.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::collections::BTreeMap;
+use std::process::Child;
+use std::time::Duration;
+
+use fairshare_events::pb::{self, RejectionCode, event::Body, submit_reply};
+use fairshare_events::streams::EVENTS_STREAM;
+use fairshare_events::{codec, headers, subjects};
+use fairshare_runtime::clock::{Clock, SystemClock};
+use fairshare_testkit::process::{kill_and_read_stderr, resumed_starts, spawn_service};
+use fairshare_testkit::{NatsServer, Rng};
+
+const CLUSTER: &str = "k";
+const REQUESTS: usize = 30;
+const INTAKE: usize = 10;
+
+fn request(key: &str) -> pb::SubmitRequest {
+    pb::SubmitRequest {
+        idempotency_key: key.into(),
+        spec: Some(pb::JobSpec {
+            cluster: CLUSTER.into(),
+            allocation: "a".into(),
+            user: "u".into(),
+            gpus: 1,
+            min_runtime_s: 600,
+            resumable: true,
+            ..Default::default()
+        }),
+    }
+}
+
+/// The submission binary on `url`, checkpointing into `dir` every 2 entries.
+fn spawn(url: &str, dir: &std::path::Path) -> Child {
+    let args: Vec<std::ffi::OsString> = vec![
+        "--nats-url".into(),
+        url.into(),
+        "--checkpoint-dir".into(),
+        dir.into(),
+        "--checkpoint-events".into(),
+        "2".into(),
+        "--checkpoint-every".into(),
+        "20ms".into(),
+    ];
+    spawn_service(env!("CARGO_BIN_EXE_fairshare-submission"), args)
+}
+
+/// Asks until the service answers `key` with an acceptance (a launcher's loop: no answer and
+/// `UNAVAILABLE` say nothing was decided, and the same key again is safe); the job id.
+async fn submit_until_accepted(client: &async_nats::Client, key: &str) -> String {
+    let body = codec::encode(&request(key));
+    loop {
+        let answer = tokio::time::timeout(
+            Duration::from_millis(500),
+            client.request(subjects::SUBMIT_API, body.clone()),
+        )
+        .await;
+        if let Ok(Ok(message)) = answer {
+            match codec::decode_submit_reply(&message.payload).unwrap().result {
+                Some(submit_reply::Result::Accepted(a)) => return a.job_id,
+                Some(submit_reply::Result::Rejected(r))
+                    if r.code == RejectionCode::Unavailable as i32 => {}
+                other => panic!("{key}: {other:?}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn killed_with_sigkill_at_random_moments_it_loses_and_doubles_no_submission() {
+    let server = NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    fairshare_runtime::nats::ensure_streams(&js, 1)
+        .await
+        .unwrap();
+    let at = SystemClock.now_ms();
+    let setup = [
+        (
+            subjects::policy(CLUSTER),
+            Body::BudgetTreeSet(pb::BudgetTreeSet {
+                cluster: CLUSTER.into(),
+                accounts: vec![pb::Account {
+                    name: "a".into(),
+                    share: 1,
+                    children: vec![],
+                }],
+            }),
+        ),
+        (
+            subjects::node(CLUSTER, "n0"),
+            Body::NodeRegistered(pb::NodeRegistered {
+                cluster: CLUSTER.into(),
+                node: "n0".into(),
+                gpus: 8,
+            }),
+        ),
+    ];
+    for (subject, body) in setup {
+        let event = pb::Event {
+            at_ms: at,
+            body: Some(body),
+        };
+        js.publish(subject, codec::encode(&event))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn(&server.url(), dir.path());
+    // Launchers submit on their own task, a few every second; some through the intake.
+    let submitter = {
+        let client = client.clone();
+        let js = js.clone();
+        tokio::spawn(async move {
+            let mut answered = BTreeMap::new();
+            for i in 0..REQUESTS {
+                let key = format!("rr-{i}");
+                let id = submit_until_accepted(&client, &key).await;
+                answered.insert(key, id);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if i % 3 == 0 {
+                    let key = format!("in-{}", i / 3);
+                    let mut h = async_nats::HeaderMap::new();
+                    h.insert(headers::MESSAGE_ID, headers::submission_id(&key).as_str());
+                    h.insert(headers::IDEMPOTENCY_KEY, key.as_str());
+                    js.publish_with_headers(
+                        subjects::intake(CLUSTER),
+                        h,
+                        codec::encode(&request(&key)),
+                    )
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+                }
+            }
+            answered
+        })
+    };
+    let mut rng = Rng(0x5ab0_c11e_d5ee_d001);
+    let mut logs = Vec::new();
+    while !submitter.is_finished() {
+        tokio::time::sleep(Duration::from_millis(150 + rng.below(500))).await;
+        logs.push(kill_and_read_stderr(child));
+        child = spawn(&server.url(), dir.path());
+    }
+    let answered = submitter.await.unwrap();
+    let kills = logs.len();
+    assert!(kills >= 3, "only {kills} kills");
+
+    // The intake drains once the last incarnation runs; then every key is in the log once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let by_key = loop {
+        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let last = js
+            .get_stream(EVENTS_STREAM)
+            .await
+            .unwrap()
+            .get_info()
+            .await
+            .unwrap()
+            .state
+            .last_sequence;
+        let mut by_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for seq in 1..=last {
+            let message = stream.get_raw_message(seq).await.unwrap();
+            if let Some(Body::JobSubmitted(s)) = codec::decode_event(&message.payload).unwrap().body
+            {
+                by_key.entry(s.idempotency_key).or_default().push(s.job_id);
+            }
+        }
+        if by_key.len() >= REQUESTS + INTAKE {
+            break by_key;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} keys in the log after 30 s",
+            by_key.len(),
+            REQUESTS + INTAKE
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Time for a restarted incarnation to apply something twice, if it were to.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    logs.push(kill_and_read_stderr(child));
+    assert_eq!(by_key.len(), REQUESTS + INTAKE, "{by_key:?}");
+    for (key, ids) in &by_key {
+        assert_eq!(ids.len(), 1, "{key} submitted {} times", ids.len());
+        if let Some(id) = answered.get(key) {
+            assert_eq!(&ids[0], id, "{key}: the log's job is the one answered");
+        }
+    }
+    let resumed = resumed_starts(&logs[1..]);
+    assert!(
+        resumed >= 2,
+        "resumed from a checkpoint {resumed} times of {kills}"
+    );
+    eprintln!(
+        "sigkill: {kills} kills, {resumed} starts resumed from a checkpoint, {} keys",
+        by_key.len()
+    );
+}
