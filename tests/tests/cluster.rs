@@ -346,4 +346,7 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
     assert!(placements.placements >= SUBMISSIONS, "{placements:?}");
     let orders = preemption::audit(CLUSTER, &entries, &preemption::Config::new(CLUSTER).policy);
     assert!(orders.is_clean(), "{:#?}", orders.divergences);
+    let snapshots = accounting::audit::audit(CLUSTER, &entries);
+    assert!(snapshots.is_clean(), "{:#?}", snapshots.divergences);
+    assert!(snapshots.snapshots > 0);
 }

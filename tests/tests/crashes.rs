@@ -298,39 +298,6 @@ fn lives(entries: &[LogEntry]) -> BTreeMap<String, (Life, usize)> {
     jobs
 }
 
-/// Re-derives every usage snapshot in `entries`: the log folded through the sequence it names
-/// (as the accounting service folds it) gives the same snapshot at its window end. Returns how
-/// many were checked.
-fn check_snapshots(entries: &[LogEntry]) -> usize {
-    let config = fairshare_accounting::domain::FoldConfig::default();
-    let mut fold = fairshare_accounting::domain::UsageFold::new(config);
-    // In the order of the prefixes they name: a killed instance's last snapshot may land after
-    // its successor's.
-    let mut snapshots: Vec<(u64, i64, &pb::UsageSnapshot)> = entries
-        .iter()
-        .filter_map(|e| match &e.event {
-            Ok(pb::Event {
-                at_ms,
-                body: Some(Body::UsageSnapshot(s)),
-            }) => Some((e.sequence, *at_ms, s)),
-            _ => None,
-        })
-        .collect();
-    snapshots.sort_by_key(|(sequence, _, s)| (s.through_sequence, *sequence));
-    let mut rest = entries.iter().peekable();
-    for (sequence, at_ms, logged) in &snapshots {
-        while let Some(entry) = rest.next_if(|x| x.sequence <= logged.through_sequence) {
-            fairshare_accounting::shell::apply_entry(&mut fold, entry);
-        }
-        assert_eq!(fold.last_applied(), logged.through_sequence, "{sequence}");
-        assert_eq!(logged.window_end_ms, *at_ms);
-        let report = fold.window(CLUSTER, logged.window_end_ms).unwrap();
-        let rederived = report.to_snapshot(logged.through_sequence, config.window_ms());
-        assert_eq!(&rederived, *logged, "snapshot at {sequence}");
-    }
-    snapshots.len()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean() {
     let mut server = NatsServer::start().unwrap();
@@ -482,7 +449,13 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
         "{} orders: too little preemption",
         orders.orders
     );
-    let snapshots = check_snapshots(&entries);
+    let snapshot_audit = fairshare_accounting::shell::audit::audit(CLUSTER, &entries);
+    assert!(
+        snapshot_audit.is_clean(),
+        "{:#?}",
+        snapshot_audit.divergences
+    );
+    let snapshots = snapshot_audit.snapshots;
     assert!(snapshots >= 5, "{snapshots} snapshots");
     eprintln!(
         "crashes: {kills:?}, resumed from a checkpoint {resumed:?}; {} entries, {placed} placements in {} cycles, {} orders in {} passes, {snapshots} snapshots",

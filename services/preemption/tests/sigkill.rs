@@ -212,10 +212,15 @@ async fn killed_with_sigkill_at_random_moments_it_orders_each_victim_once() {
     let audit = fairshare_preemption::shell::audit(CLUSTER, &entries, &policy);
     assert!(audit.is_clean(), "{:#?}", audit.divergences);
     assert_eq!(audit.orders, WAITERS);
+    // Every start after the first finds a checkpoint; the last one (which lives until the end)
+    // is sure to have caught up and said whether it resumed from it. Earlier ones may be
+    // killed before they say.
     let resumed = resumed_starts(&logs[1..]);
-    assert!(
-        resumed >= 3,
-        "resumed from a checkpoint {resumed} times of {kills}"
+    assert_eq!(
+        resumed_starts(&logs[logs.len() - 1..]),
+        1,
+        "the last start resumed from a checkpoint: {}",
+        logs.last().map_or("", String::as_str)
     );
     eprintln!(
         "sigkill: {kills} kills, {resumed} starts resumed from a checkpoint, {} entries, {} orders in {} passes",

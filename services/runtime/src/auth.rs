@@ -102,14 +102,13 @@ impl Role {
                 format!("{INTAKE_PREFIX}.*"),
             ]);
             // Reading the log: an ordered consumer of its own on the events stream. It can
-            // neither change, purge nor delete a stream, nor list consumers. It may delete a
-            // consumer it names: the client deletes its own ordered consumer when it re-creates
-            // it after a gap (refused, each recovery waited out the request's timeout and left
-            // the old one behind), and another's name is random and never listed to it.
+            // neither change, purge nor delete a stream, nor list or delete consumers. (Its
+            // client's delete of the consumer it re-creates after a gap is refused, and waits
+            // out the request's timeout; allowing it would let a launcher delete the services'
+            // consumers too, whose names reach every inbox subscriber in reply subjects.)
             out.extend([
                 "$JS.API.INFO".to_owned(),
                 format!("$JS.API.STREAM.INFO.{EVENTS_STREAM}"),
-                format!("$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.>"),
             ]);
             out.extend(consumer_api(EVENTS_STREAM));
             // And single events (what it could read through a consumer anyway): the CLI's
@@ -318,11 +317,12 @@ mod tests {
     fn the_submission_service_may_reject_intake_submissions_of_any_cluster() {
         let publish = Role::Submission.publish();
         assert!(publish.contains(&format!("{EVENTS_PREFIX}.*.rejected")));
-        // And a launcher may clean up the consumer its client re-creates.
+        // And a launcher may delete no consumer: the services' names reach its inbox.
         assert!(
-            Role::Launcher
+            !Role::Launcher
                 .publish()
-                .contains(&"$JS.API.CONSUMER.DELETE.FAIRSHARE_EVENTS.>".to_owned())
+                .iter()
+                .any(|s| s.contains("CONSUMER.DELETE"))
         );
     }
 

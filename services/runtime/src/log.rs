@@ -289,9 +289,15 @@ impl Follower {
                     tokio::time::sleep(RENEW_RETRY.saturating_sub(tried.elapsed())).await;
                 }
                 self.renew_tried_at = Some(Instant::now());
-                if self.follow_anew("entry without metadata").await {
-                    self.reread = false;
+                if !self.follow_anew("entry without metadata").await {
+                    // Said, not swallowed: a catch-up fails (the service restarts), a serving
+                    // loop logs it and calls again, which retries.
+                    return Some(Err(FollowError::Consumer(format!(
+                        "cannot read the log again after sequence {}",
+                        self.last_delivered
+                    ))));
                 }
+                self.reread = false;
                 continue;
             }
             let idle_until = self.checked_at + FOLLOW_IDLE_CHECK;
@@ -398,10 +404,8 @@ impl Follower {
         self.follow_anew("idle").await;
     }
 
-    /// Replaces the consumer with one from the entry after the last delivered; on an error
-    /// keeps the current one. `why` names the cause in the log lines.
-    /// Re-creates the consumer from the entry after the last delivered; false (keeping the
-    /// current one) if it cannot.
+    /// Replaces the consumer with one from the entry after the last delivered; false (keeping
+    /// the current one) if it cannot. `why` names the cause in the log lines.
     async fn follow_anew(&mut self, why: &'static str) -> bool {
         let from = self.last_delivered + 1;
         match Self::consume(&self.js, from, self.filters.clone()).await {

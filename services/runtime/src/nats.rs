@@ -164,8 +164,8 @@ pub async fn ensure_streams(
                     .config
                     .clone();
                 // The log is the truth: one kept in memory, or by interest or work-queue
-                // retention, loses events. Refused rather than "fixed": JetStream cannot change
-                // either in place, and recreating a stream is the operator's call.
+                // retention, loses events. Refused rather than "fixed": storage cannot change in
+                // place, and recreating or re-purposing the log is the operator's call.
                 if current.storage != config.storage || current.retention != config.retention {
                     return Err(err(format!(
                         "it is stored as {:?} with {:?} retention; fairshare needs {:?} storage \

@@ -48,7 +48,11 @@ fn every_decision_of_a_simulated_log_re_derives_and_other_settings_fail_until_se
     let (cluster, log) = simulated_log("debug-burst");
     let placements = count(&log, |b| matches!(b, Body::JobPlaced(_)));
     let orders = count(&log, |b| matches!(b, Body::PreemptionOrdered(_)));
-    assert!(placements >= 20 && orders >= 1, "{placements} / {orders}");
+    let snapshots = count(&log, |b| matches!(b, Body::UsageSnapshot(_)));
+    assert!(
+        placements >= 20 && orders >= 1 && snapshots >= 5,
+        "{placements} / {orders} / {snapshots}"
+    );
     let server = server_with(&cluster, &log);
 
     let clean = fairshare_audit(&server, &cluster, &[]);
@@ -62,6 +66,10 @@ fn every_decision_of_a_simulated_log_re_derives_and_other_settings_fail_until_se
     );
     assert!(
         out.contains(&format!("{orders} orders re-derived, 0 divergences")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{snapshots} snapshots re-derived, 0 divergences")),
         "{out}"
     );
     assert!(!out.contains("DIVERGENCE"), "{out}");
@@ -136,4 +144,35 @@ fn a_placement_moved_to_another_node_fails_the_audit() {
         stderr(&moved)
     );
     assert!(out.starts_with(&first), "{out}");
+}
+
+#[test]
+fn a_usage_snapshot_with_a_changed_charge_fails_the_audit() {
+    let (cluster, mut log) = simulated_log("debug-burst");
+    let (index, snapshot) = log
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(i, e)| match &mut e.body {
+            Some(Body::UsageSnapshot(s)) if !s.allocations.is_empty() => Some((i, s)),
+            _ => None,
+        })
+        .nth(3)
+        .unwrap();
+    snapshot.allocations[0].charged_gpu_ms += 1_000;
+    let server = server_with(&cluster, &log);
+    let changed = fairshare_audit(&server, &cluster, &[]);
+    let out = stdout(&changed);
+    assert!(!changed.status.success(), "{out}");
+    assert!(
+        stderr(&changed).contains("usage snapshots that do not re-derive"),
+        "{}",
+        stderr(&changed)
+    );
+    assert!(
+        out.contains(&format!(
+            "DIVERGENCE usage snapshot at sequence {}:",
+            index + 1
+        )),
+        "{out}"
+    );
 }

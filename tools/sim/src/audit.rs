@@ -1,4 +1,5 @@
-//! The decision and preemption services' audits, run over a simulated log without NATS.
+//! The decision, preemption and accounting services' audits, run over a simulated log without
+//! NATS.
 //!
 //! Place in the flow: after the [`engine`](crate::engine). The log is handed to
 //! `fairshare_decision::shell::audit` and `fairshare_preemption::shell::audit` exactly as
@@ -7,6 +8,7 @@
 //! preemption order the simulator made re-derives byte for byte from the log prefix its basis
 //! names, as it must in production.
 
+use fairshare_accounting::shell::audit::SnapshotAudit;
 use fairshare_decision::shell::{AuditReport, audit};
 use fairshare_events::{pb, subjects};
 use fairshare_preemption::domain::Config;
@@ -32,6 +34,12 @@ pub fn entries(cluster: &str, log: &[pb::Event]) -> Vec<LogEntry> {
 /// Audits every placement of `log` (one cluster's simulated log).
 pub fn audit_log(cluster: &str, log: &[pb::Event]) -> AuditReport {
     audit(cluster, &entries(cluster, log))
+}
+
+/// Re-derives every usage snapshot of `log` (one cluster's simulated log) with the
+/// accounting service's fold.
+pub fn audit_snapshots(cluster: &str, log: &[pb::Event]) -> SnapshotAudit {
+    fairshare_accounting::shell::audit::audit(cluster, &entries(cluster, log))
 }
 
 /// Audits every preemption order of `log` (one cluster's simulated log) under `policy`, the

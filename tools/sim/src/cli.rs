@@ -408,6 +408,15 @@ impl CommonArgs {
             if let Some(first) = orders.divergences.first() {
                 bail!("the audit found preemption orders that do not re-derive: {first}");
             }
+            let snapshots = fairshare_sim::audit::audit_snapshots(&setup.cluster, &run.log);
+            eprintln!(
+                "audit: {} usage snapshots re-derived, {} divergences",
+                snapshots.snapshots,
+                snapshots.divergences.len()
+            );
+            if let Some(first) = snapshots.divergences.first() {
+                bail!("the audit found usage snapshots that do not re-derive: {first}");
+            }
         }
         let main: Vec<RunMetrics> = runs.iter().map(|r| r.metrics.clone()).collect();
         let spread = self.replicate(setup, workload, &config, &policies, &main, jitter_ms);
@@ -545,9 +554,8 @@ impl TraceArgs {
     }
 }
 
-/// The trace's folder name ("helios-15k"), else its file name.
 /// The credit a report on a bundled trace must carry (tests/data/traces/README.md: both
-/// licences require it), by the trace's folder name; others point to their own README.
+/// licences require it), by the trace's folder name; other traces are the user's to credit.
 fn attribution(trace: &str) -> &'static str {
     match trace {
         "helios-15k" => {
@@ -558,10 +566,11 @@ fn attribution(trace: &str) -> &'static str {
             "Microsoft ITP clusters, 2021, from microsoft/elasticflow-traces (ElasticFlow, \
              ASPLOS'23), MIT licence"
         }
-        _ => "attribution: see the README beside the trace",
+        _ => "not a bundled trace: credit its source as its licence asks",
     }
 }
 
+/// The trace's folder name ("helios-15k"), else its file name.
 fn trace_name(path: &Path) -> String {
     path.parent()
         .and_then(Path::file_name)

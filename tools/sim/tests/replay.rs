@@ -397,11 +397,6 @@ fn settings_that_would_change_the_workload_are_refused() {
             "makes them unallocated",
         ),
         (&["--unallocated-percent", "150"][..], "150"),
-        // Refused before the runs, not after them.
-        (
-            &["--replicas", "3", "--replica-jitter", "soon"][..],
-            "--replica-jitter",
-        ),
     ] {
         let o = run(extra);
         let stderr = String::from_utf8_lossy(&o.stderr);
@@ -492,4 +487,36 @@ fn a_scenario_over_the_minimum_runtime_cap_is_refused() {
     assert!(!run.status.success(), "{stderr}");
     assert!(stderr.contains("over --max-min-runtime"), "{stderr}");
     assert!(!out.path().join("report.md").exists());
+}
+
+/// A bad `--replica-jitter` is refused before anything runs: the log named by `--log` (which
+/// is written after the runs) is not there.
+#[test]
+fn a_bad_replica_jitter_is_refused_before_the_runs() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.log");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+        .arg("trace")
+        .arg("--trace")
+        .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
+        .args([
+            "--nodes",
+            "4",
+            "--span",
+            "1h",
+            "--policies",
+            "fairshare",
+            "--quiet",
+        ])
+        .args(["--replicas", "3", "--replica-jitter", "soon", "--log"])
+        .arg(&log)
+        .arg("--out")
+        .arg(dir.path().join("report"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--replica-jitter"), "{stderr}");
+    assert!(!log.exists(), "the runs went ahead");
 }

@@ -10,6 +10,7 @@
 //! state that is a prefix of the log (`through_sequence` in every answer says which).
 
 mod answer;
+pub mod audit;
 mod snapshot;
 
 pub use answer::report;

@@ -1,11 +1,13 @@
-//! `fairshare audit`: re-derive every placement and every preemption order in a cluster's log
-//! from the log prefix each names, and report what does not come out identical.
+//! `fairshare audit`: re-derive every placement, every preemption order and every usage
+//! snapshot in a cluster's log from the log prefix each names, and report what does not come
+//! out identical.
 //!
 //! Place in the flow: a reader of the log, like `tail`. It reads the cluster's log once and
-//! hands it to the decision service's audit ([`fairshare_decision::shell::audit`]) and the
-//! preemption service's ([`fairshare_preemption::shell::audit`]): the same pure code the
-//! services decided with, so a divergence means the log was not written by this build under
-//! these settings, or was tampered with.
+//! hands it to the decision service's audit ([`fairshare_decision::shell::audit`]), the
+//! preemption service's ([`fairshare_preemption::shell::audit`]) and the accounting service's
+//! ([`fairshare_accounting::shell::audit`]): the same pure code the services decided with, so
+//! a divergence means the log was not written by this build under these settings, or was
+//! tampered with.
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -50,12 +52,27 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     let mut orders = fairshare_preemption::shell::audit::audit(&args.cluster, &entries, &policy);
     orders.keep_from(args.from);
     fairshare_runtime::out!("{}", orders.render(&args.cluster));
-    match (placements.is_clean(), orders.is_clean()) {
-        (true, true) => Ok(()),
-        (false, true) => bail!("placements that do not re-derive or over-committed nodes"),
-        (true, false) => bail!("preemption orders that do not re-derive"),
-        (false, false) => {
-            bail!("placements and preemption orders that do not re-derive")
-        }
+    let mut snapshots = fairshare_accounting::shell::audit::audit(&args.cluster, &entries);
+    snapshots.keep_from(args.from);
+    fairshare_runtime::out!("{}", snapshots.render(&args.cluster));
+    let failed: Vec<&str> = [
+        (
+            placements.is_clean(),
+            "placements that do not re-derive or over-committed nodes",
+        ),
+        (orders.is_clean(), "preemption orders that do not re-derive"),
+        (
+            snapshots.is_clean(),
+            "usage snapshots that do not re-derive",
+        ),
+    ]
+    .into_iter()
+    .filter(|(clean, _)| !clean)
+    .map(|(_, what)| what)
+    .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", failed.join("; "))
     }
 }

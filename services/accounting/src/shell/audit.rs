@@ -1,0 +1,295 @@
+//! Re-deriving every usage snapshot in a cluster's log: the log folded through the sequence a
+//! snapshot names, as the service folds it ([`super::apply_entry`]), must give the same
+//! snapshot at its window end.
+//!
+//! Place in the flow: a reader of the log, like the decision and preemption services' audits
+//! (`fairshare audit` runs all three). Snapshots are what the decision and preemption services
+//! rank with, so this closes the chain: every placement and order re-derives from its prefix,
+//! and every snapshot in that prefix re-derives from the events before it.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use fairshare_events::pb::{self, event::Body};
+use fairshare_runtime::log::LogEntry;
+
+use crate::domain::{FoldConfig, UsageFold};
+
+/// A snapshot that did not re-derive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotDivergence {
+    /// The snapshot's sequence in the log.
+    pub sequence: u64,
+    /// What differs.
+    pub detail: String,
+}
+
+impl fmt::Display for SnapshotDivergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "usage snapshot at sequence {}: {}",
+            self.sequence, self.detail
+        )
+    }
+}
+
+/// What [`audit`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SnapshotAudit {
+    /// Entries read.
+    pub entries: usize,
+    /// Snapshots re-derived.
+    pub snapshots: usize,
+    /// Those that came out different.
+    pub divergences: Vec<SnapshotDivergence>,
+    /// Divergences before the sequence [`SnapshotAudit::keep_from`] was given (counted, not
+    /// failed).
+    pub set_aside: usize,
+}
+
+impl SnapshotAudit {
+    /// Whether every snapshot re-derived.
+    pub fn is_clean(&self) -> bool {
+        self.divergences.is_empty()
+    }
+
+    /// Sets aside the divergences of snapshots before sequence `from`; how many.
+    pub fn keep_from(&mut self, from: u64) -> usize {
+        let before = self.divergences.len();
+        self.divergences.retain(|d| d.sequence >= from);
+        let dropped = before - self.divergences.len();
+        self.set_aside += dropped;
+        dropped
+    }
+
+    /// The report for people: a line per divergence (`DIVERGENCE ...`), then what was checked
+    /// in cluster `cluster`'s log.
+    pub fn render(&self, cluster: &str) -> String {
+        let mut out = String::new();
+        for d in &self.divergences {
+            out.push_str(&format!("DIVERGENCE {d}\n"));
+        }
+        out.push_str(&format!(
+            "usage snapshots of cluster {cluster}: {} entries, {} snapshots re-derived, {} \
+             divergences",
+            self.entries,
+            self.snapshots,
+            self.divergences.len()
+        ));
+        if self.set_aside > 0 {
+            out.push_str(&format!(" ({} earlier set aside)", self.set_aside));
+        }
+        out.push('\n');
+        out
+    }
+}
+
+/// Re-derives every usage snapshot of `cluster` in `entries` (its log, in order).
+pub fn audit(cluster: &str, entries: &[LogEntry]) -> SnapshotAudit {
+    let mut report = SnapshotAudit {
+        entries: entries.len(),
+        ..SnapshotAudit::default()
+    };
+    // `(through, sequence, at, snapshot)`, in the order of the prefixes they name: a killed
+    // instance's last snapshot may land after its successor's.
+    let mut snapshots: Vec<(u64, u64, i64, &pb::UsageSnapshot)> = entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Ok(pb::Event {
+                at_ms,
+                body: Some(Body::UsageSnapshot(s)),
+            }) if s.cluster == cluster => Some((s.through_sequence, e.sequence, *at_ms, s)),
+            _ => None,
+        })
+        .collect();
+    snapshots.sort_by_key(|&(through, sequence, _, _)| (through, sequence));
+    // One pass over the log per window length the snapshots were taken with (a service
+    // restarted with another `--window` writes both).
+    let windows: BTreeSet<i64> = snapshots.iter().map(|s| s.3.window_ms).collect();
+    for window_ms in windows {
+        let config = u64::try_from(window_ms)
+            .ok()
+            .and_then(|w| FoldConfig::new(w).ok());
+        let Some(config) = config else {
+            for s in snapshots.iter().filter(|s| s.3.window_ms == window_ms) {
+                report.divergences.push(SnapshotDivergence {
+                    sequence: s.1,
+                    detail: format!("names a window of {window_ms} ms, which no service folds"),
+                });
+            }
+            continue;
+        };
+        let mut fold = UsageFold::new(config);
+        let mut rest = entries.iter().peekable();
+        for &(through, sequence, at_ms, logged) in
+            snapshots.iter().filter(|s| s.3.window_ms == window_ms)
+        {
+            while let Some(entry) = rest.next_if(|x| x.sequence <= through) {
+                super::apply_entry(&mut fold, entry);
+            }
+            report.snapshots += 1;
+            if let Some(detail) =
+                differs(&fold, cluster, through, at_ms, logged, config.window_ms())
+            {
+                report
+                    .divergences
+                    .push(SnapshotDivergence { sequence, detail });
+            }
+        }
+    }
+    report.divergences.sort_by_key(|d| d.sequence);
+    report
+}
+
+/// What differs between `logged` and the snapshot `fold` gives, if anything.
+fn differs(
+    fold: &UsageFold,
+    cluster: &str,
+    through: u64,
+    at_ms: i64,
+    logged: &pb::UsageSnapshot,
+    window_ms: u64,
+) -> Option<String> {
+    if logged.window_end_ms != at_ms {
+        return Some(format!(
+            "its window ends at {} but it was logged at {at_ms}",
+            logged.window_end_ms
+        ));
+    }
+    if fold.last_applied() < through {
+        return Some(format!(
+            "names sequence {through}, past the last entry of the cluster ({})",
+            fold.last_applied()
+        ));
+    }
+    let rederived = match fold.window(cluster, logged.window_end_ms) {
+        Ok(report) => report.to_snapshot(through, window_ms),
+        Err(e) => return Some(format!("the log through {through} gives no report: {e}")),
+    };
+    if &rederived == logged {
+        return None;
+    }
+    let first = logged
+        .allocations
+        .iter()
+        .zip(&rederived.allocations)
+        .find(|(a, b)| a != b)
+        .map(|(a, b)| {
+            format!(
+                "{}: logged {} / {} GPU-ms charged / allocated, re-derived {} / {}",
+                a.allocation,
+                a.charged_gpu_ms,
+                a.allocated_gpu_ms,
+                b.charged_gpu_ms,
+                b.allocated_gpu_ms
+            )
+        });
+    Some(first.unwrap_or_else(|| {
+        format!(
+            "logged {} allocations and {} unallocated GPU-ms, re-derived {} and {}",
+            logged.allocations.len(),
+            logged.unallocated_gpu_ms,
+            rederived.allocations.len(),
+            rederived.unallocated_gpu_ms
+        )
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fairshare_events::subjects;
+
+    fn entry(sequence: u64, subject: String, at_ms: i64, body: Body) -> LogEntry {
+        LogEntry {
+            sequence,
+            subject,
+            event: Ok(pb::Event {
+                at_ms,
+                body: Some(body),
+            }),
+            pending: 0,
+            trace: None,
+            stored_ms: None,
+        }
+    }
+
+    /// A tree and a node, a job running from 1,000, and two snapshots at 3,600,000: the first
+    /// as the fold gives it, the second with its charge changed.
+    fn log() -> Vec<LogEntry> {
+        use fairshare_testkit::events::{node_registered, one_allocation_tree, one_gpu_submitted};
+        let mut log = vec![
+            entry(1, subjects::policy("c"), 0, one_allocation_tree("c", "a")),
+            entry(
+                2,
+                subjects::node("c", "n1"),
+                0,
+                node_registered("c", "n1", 8),
+            ),
+            entry(
+                3,
+                subjects::job_event("c", "j", "job_submitted"),
+                1_000,
+                one_gpu_submitted("c", "a", "j", "k-j"),
+            ),
+            entry(
+                4,
+                subjects::job_event("c", "j", "job_placed"),
+                1_000,
+                Body::JobPlaced(pb::JobPlaced {
+                    job_id: "j".into(),
+                    nodes: vec![pb::NodeGpus {
+                        node: "n1".into(),
+                        gpus: 1,
+                    }],
+                    basis: None,
+                }),
+            ),
+            entry(
+                5,
+                subjects::job_event("c", "j", "job_started"),
+                1_000,
+                Body::JobStarted(pb::JobStarted { job_id: "j".into() }),
+            ),
+        ];
+        let config = FoldConfig::default();
+        let mut fold = UsageFold::new(config);
+        for e in &log {
+            crate::shell::apply_entry(&mut fold, e);
+        }
+        let snapshot = fold
+            .window("c", 3_600_000)
+            .unwrap()
+            .to_snapshot(5, config.window_ms());
+        let mut tampered = snapshot.clone();
+        tampered.allocations[0].charged_gpu_ms += 1;
+        for (sequence, s) in [(6, snapshot), (7, tampered)] {
+            log.push(entry(
+                sequence,
+                subjects::usage("c"),
+                3_600_000,
+                Body::UsageSnapshot(s),
+            ));
+        }
+        log
+    }
+
+    #[test]
+    fn a_snapshot_that_does_not_re_derive_is_named() {
+        let report = audit("c", &log());
+        assert_eq!(report.snapshots, 2);
+        assert_eq!(report.divergences.len(), 1, "{report:?}");
+        assert_eq!(report.divergences[0].sequence, 7);
+        assert!(
+            report.divergences[0].detail.contains("logged"),
+            "{report:?}"
+        );
+        let mut set_aside = report.clone();
+        assert_eq!(set_aside.keep_from(8), 1);
+        assert!(set_aside.is_clean());
+        assert!(set_aside.render("c").contains("(1 earlier set aside)"));
+        // Another cluster's log holds none of these.
+        assert_eq!(audit("d", &log()).snapshots, 0);
+    }
+}
