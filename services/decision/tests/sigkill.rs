@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
-use fairshare_testkit::process::{kill_and_read_stderr, resumed_starts, spawn_service};
+use fairshare_testkit::process::{
+    assert_restarts_resumed, eventually, kill_and_read_stderr, spawn_service,
+};
 use fairshare_testkit::{NatsServer, Rng};
 
 const CLUSTER: &str = "k";
@@ -134,36 +136,24 @@ async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
     assert!(kills >= 3, "only {kills} kills");
 
     // Every job placed, once; the placements re-derive from the log.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let entries = loop {
+    eventually(Duration::from_secs(30), || async {
         let entries = fairshare_decision::shell::read_log(&js, CLUSTER, None)
             .await
             .unwrap();
         let placed = entries
             .iter()
-            .filter(|e| {
-                matches!(
-                    &e.event,
-                    Ok(pb::Event {
-                        body: Some(Body::JobPlaced(_)),
-                        ..
-                    })
-                )
-            })
+            .filter(|e| matches!(&e.event, Ok(e) if matches!(e.body, Some(Body::JobPlaced(_)))))
             .count();
         if placed >= JOBS {
-            break entries;
+            Ok(())
+        } else {
+            Err(format!("{placed} of {JOBS} placed"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{placed} of {JOBS} placed after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     // Give a restarted incarnation time to place a job twice, if it were to.
     tokio::time::sleep(Duration::from_millis(500)).await;
     logs.push(kill_and_read_stderr(child));
-    let _ = entries;
     let entries = fairshare_decision::shell::read_log(&js, CLUSTER, None)
         .await
         .unwrap();
@@ -194,17 +184,7 @@ async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
         audit.overcommits
     );
     assert_eq!(audit.placements, JOBS);
-    // Later starts took up a checkpoint written before a kill (`resumed_from` past 0).
-    // Every start after the first finds a checkpoint; the last one (which lives until the end)
-    // is sure to have caught up and said whether it resumed from it. Earlier ones may be
-    // killed before they say.
-    let resumed = resumed_starts(&logs[1..]);
-    assert_eq!(
-        resumed_starts(&logs[logs.len() - 1..]),
-        1,
-        "the last start resumed from a checkpoint: {}",
-        logs.last().map_or("", String::as_str)
-    );
+    let resumed = assert_restarts_resumed(&logs);
     eprintln!(
         "sigkill: {kills} kills, {resumed} starts resumed from a checkpoint, {} entries, {} placements in {} cycles",
         entries.len(),

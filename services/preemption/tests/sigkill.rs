@@ -20,7 +20,9 @@ use std::time::Duration;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::clock::{Clock, SystemClock};
-use fairshare_testkit::process::{kill_and_read_stderr, resumed_starts, spawn_service};
+use fairshare_testkit::process::{
+    assert_restarts_resumed, eventually, kill_and_read_stderr, spawn_service,
+};
 use fairshare_testkit::{NatsServer, Rng};
 
 const CLUSTER: &str = "k";
@@ -150,36 +152,29 @@ async fn killed_with_sigkill_at_random_moments_it_orders_each_victim_once() {
     }
 
     // Every waiter gets its victim, killed at its deadline (no launcher confirms).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let entries = loop {
+    eventually(Duration::from_secs(30), || async {
         let entries = fairshare_decision::shell::read_log(&js, CLUSTER, None)
             .await
             .unwrap();
         let killed = entries
             .iter()
             .filter(|e| {
-                matches!(
-                    &e.event,
-                    Ok(pb::Event {
-                        body: Some(Body::JobPreempted(pb::JobPreempted { killed: true, .. })),
-                        ..
-                    })
-                )
+                matches!(&e.event, Ok(e) if matches!(
+                    e.body,
+                    Some(Body::JobPreempted(pb::JobPreempted { killed: true, .. }))
+                ))
             })
             .count();
         if killed >= WAITERS {
-            break entries;
+            Ok(())
+        } else {
+            Err(format!("{killed} of {WAITERS} victims killed"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{killed} of {WAITERS} victims killed after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     // Time for a restarted incarnation to order a victim twice, if it were to.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     logs.push(kill_and_read_stderr(child));
-    let _ = entries;
     let entries = fairshare_decision::shell::read_log(&js, CLUSTER, None)
         .await
         .unwrap();
@@ -212,16 +207,7 @@ async fn killed_with_sigkill_at_random_moments_it_orders_each_victim_once() {
     let audit = fairshare_preemption::shell::audit(CLUSTER, &entries, &policy);
     assert!(audit.is_clean(), "{:#?}", audit.divergences);
     assert_eq!(audit.orders, WAITERS);
-    // Every start after the first finds a checkpoint; the last one (which lives until the end)
-    // is sure to have caught up and said whether it resumed from it. Earlier ones may be
-    // killed before they say.
-    let resumed = resumed_starts(&logs[1..]);
-    assert_eq!(
-        resumed_starts(&logs[logs.len() - 1..]),
-        1,
-        "the last start resumed from a checkpoint: {}",
-        logs.last().map_or("", String::as_str)
-    );
+    let resumed = assert_restarts_resumed(&logs);
     eprintln!(
         "sigkill: {kills} kills, {resumed} starts resumed from a checkpoint, {} entries, {} orders in {} passes",
         entries.len(),

@@ -17,7 +17,9 @@ use fairshare_events::pb::{self, RejectionCode, event::Body, submit_reply};
 use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, headers, subjects};
 use fairshare_runtime::clock::{Clock, SystemClock};
-use fairshare_testkit::process::{kill_and_read_stderr, resumed_starts, spawn_service};
+use fairshare_testkit::process::{
+    assert_restarts_resumed, eventually, kill_and_read_stderr, spawn_service,
+};
 use fairshare_testkit::{NatsServer, Rng};
 
 const CLUSTER: &str = "k";
@@ -191,19 +193,15 @@ async fn killed_with_sigkill_at_random_moments_it_loses_and_doubles_no_submissio
         }
         by_key
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(50);
-    loop {
+    eventually(Duration::from_secs(50), || async {
         let keys = read_keys().await.len();
         if keys >= REQUESTS + INTAKE {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{keys} of {} keys in the log", REQUESTS + INTAKE))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{keys} of {} keys in the log after 50 s",
-            REQUESTS + INTAKE
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     // Time for a restarted incarnation to apply something twice, if it were to; then the log
     // is read again.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -216,16 +214,7 @@ async fn killed_with_sigkill_at_random_moments_it_loses_and_doubles_no_submissio
             assert_eq!(&ids[0], id, "{key}: the log's job is the one answered");
         }
     }
-    // Every start after the first finds a checkpoint; the last one (which lives until the end)
-    // is sure to have caught up and said whether it resumed from it. Earlier ones may be
-    // killed before they say.
-    let resumed = resumed_starts(&logs[1..]);
-    assert_eq!(
-        resumed_starts(&logs[logs.len() - 1..]),
-        1,
-        "the last start resumed from a checkpoint: {}",
-        logs.last().map_or("", String::as_str)
-    );
+    let resumed = assert_restarts_resumed(&logs);
     eprintln!(
         "sigkill: {kills} kills, {resumed} starts resumed from a checkpoint, {} keys",
         by_key.len()

@@ -279,24 +279,29 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
     });
 }
 
-/// `fairshare-sim trace` on the first 2 h of the Helios trace, FIFO only, 32 GPUs, quiet.
-fn small_trace() -> std::process::Command {
+/// `fairshare-sim trace` on the Helios trace with `args`.
+fn helios(args: &[&str]) -> std::process::Command {
     let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"));
     command
         .arg("trace")
         .arg("--trace")
         .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
-        .args([
-            "--nodes",
-            "4",
-            "--span",
-            "2h",
-            "--policies",
-            "fifo",
-            "--quiet",
-        ]);
+        .args(args);
     command
+}
+
+/// `fairshare-sim trace` on the first 2 h of the Helios trace, FIFO only, 32 GPUs, quiet.
+fn small_trace() -> std::process::Command {
+    helios(&[
+        "--nodes",
+        "4",
+        "--span",
+        "2h",
+        "--policies",
+        "fifo",
+        "--quiet",
+    ])
 }
 
 /// Runs the `fairshare-sim` binary in `dir` on the first 2 h of the Helios trace (FIFO only,
@@ -434,11 +439,7 @@ fn a_log_without_the_fairshare_policy_is_refused() {
 fn the_report_credits_the_trace_and_a_log_goes_into_a_new_folder() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("sim-report").join("helios.log");
-    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
-        .arg("trace")
-        .arg("--trace")
-        .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
+    let out = helios(&[])
         .args([
             "--nodes",
             "4",
@@ -493,13 +494,9 @@ fn a_scenario_over_the_minimum_runtime_cap_is_refused() {
 /// is written after the runs) is not there.
 #[test]
 fn a_bad_replica_jitter_is_refused_before_the_runs() {
-    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("run.log");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
-        .arg("trace")
-        .arg("--trace")
-        .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
+    let out = helios(&[])
         .args([
             "--nodes",
             "4",

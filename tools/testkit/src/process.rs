@@ -59,6 +59,38 @@ pub fn strip_ansi(text: &str) -> String {
     plain
 }
 
+/// Asserts that the last of `logs` (one per start of a service, in order; the last ran until
+/// the end, so it caught up and said so) resumed from a checkpoint, and returns how many
+/// starts after the first said they did (earlier ones may be killed before they say).
+pub fn assert_restarts_resumed(logs: &[String]) -> usize {
+    let last = logs.last().map_or("", String::as_str);
+    assert_eq!(
+        resumed_starts(std::slice::from_ref(&last.to_owned())),
+        1,
+        "the last start resumed from a checkpoint: {last}"
+    );
+    resumed_starts(logs.get(1..).unwrap_or_default())
+}
+
+/// Calls `check` every 100 ms until it gives `Ok`, for at most `within`; panics with its last
+/// `Err` (what is still missing) otherwise.
+pub async fn eventually<T, F, Fut>(within: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(done) => return done,
+            Err(missing) if tokio::time::Instant::now() >= deadline => {
+                panic!("after {within:?}: {missing}")
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    }
+}
+
 /// How many of `logs` (one per start of a service, in order) report a start that resumed
 /// from a checkpoint: a `resumed_from=N` field with N past 0.
 pub fn resumed_starts(logs: &[String]) -> usize {
