@@ -16,7 +16,8 @@ use std::process::Child;
 use std::time::Duration;
 
 use fairshare_events::pb::{self, event::Body};
-use fairshare_events::{codec, subjects};
+use fairshare_events::subjects;
+use fairshare_testkit::events::append;
 use fairshare_testkit::process::{
     assert_restarts_resumed, eventually, kill_and_read_stderr, spawn_service,
 };
@@ -25,11 +26,8 @@ use fairshare_testkit::{NatsServer, Rng};
 const CLUSTER: &str = "k";
 const JOBS: usize = 40;
 
-fn event(body: Body) -> bytes::Bytes {
-    codec::encode(&pb::Event {
-        at_ms: fairshare_runtime::clock::Clock::now_ms(&fairshare_runtime::clock::SystemClock),
-        body: Some(body),
-    })
+fn now() -> i64 {
+    fairshare_runtime::clock::Clock::now_ms(&fairshare_runtime::clock::SystemClock)
 }
 
 /// The decision binary for [`CLUSTER`] on `url`, checkpointing into `dir` every 3 entries.
@@ -72,11 +70,7 @@ async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
             },
         ],
     });
-    js.publish(subjects::policy(CLUSTER), event(tree))
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    append(&js, subjects::policy(CLUSTER), now(), tree).await;
     for n in 0..6 {
         let node = format!("n{n}");
         let registered = Body::NodeRegistered(pb::NodeRegistered {
@@ -84,11 +78,7 @@ async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
             node: node.clone(),
             gpus: 8,
         });
-        js.publish(subjects::node(CLUSTER, &node), event(registered))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        append(&js, subjects::node(CLUSTER, &node), now(), registered).await;
     }
 
     let dir = tempfile::tempdir().unwrap();
@@ -116,14 +106,8 @@ async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
                 gpus_per_node: 1,
             }),
         });
-        js.publish(
-            subjects::job_event(CLUSTER, &job_id, "job_submitted"),
-            event(submitted),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+        let subject = subjects::job_event(CLUSTER, &job_id, "job_submitted");
+        append(&js, subject, now(), submitted).await;
         tokio::time::sleep(Duration::from_millis(20 + rng.below(60))).await;
         // About every eighth submission, a SIGKILL after a random moment, and a restart.
         if rng.below(8) == 0 {

@@ -18,8 +18,9 @@ use std::process::Child;
 use std::time::Duration;
 
 use fairshare_events::pb::{self, event::Body};
-use fairshare_events::{codec, subjects};
+use fairshare_events::subjects;
 use fairshare_runtime::clock::{Clock, SystemClock};
+use fairshare_testkit::events::append;
 use fairshare_testkit::process::{
     assert_restarts_resumed, eventually, kill_and_read_stderr, spawn_service,
 };
@@ -30,19 +31,6 @@ const NODES: usize = 6;
 /// Whole-node waiters of a: three, so b is left at its floor (half the cluster) and no
 /// rule takes more of its work.
 const WAITERS: usize = 3;
-
-/// Publishes `body` at `at_ms` on `subject` and waits for the stream's acknowledgement.
-async fn append(js: &async_nats::jetstream::Context, subject: String, at_ms: i64, body: Body) {
-    let event = pb::Event {
-        at_ms,
-        body: Some(body),
-    };
-    js.publish(subject, codec::encode(&event))
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-}
 
 fn submitted(job_id: &str, allocation: &str) -> Body {
     Body::JobSubmitted(pb::JobSubmitted {

@@ -17,6 +17,7 @@ use fairshare_events::pb::{self, RejectionCode, event::Body, submit_reply};
 use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, headers, subjects};
 use fairshare_runtime::clock::{Clock, SystemClock};
+use fairshare_testkit::events::append;
 use fairshare_testkit::process::{
     assert_restarts_resumed, eventually, kill_and_read_stderr, spawn_service,
 };
@@ -109,15 +110,7 @@ async fn killed_with_sigkill_at_random_moments_it_loses_and_doubles_no_submissio
         ),
     ];
     for (subject, body) in setup {
-        let event = pb::Event {
-            at_ms: at,
-            body: Some(body),
-        };
-        js.publish(subject, codec::encode(&event))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        append(&js, subject, at, body).await;
     }
 
     let dir = tempfile::tempdir().unwrap();

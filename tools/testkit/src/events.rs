@@ -45,3 +45,25 @@ pub fn one_gpu_submitted(cluster: &str, allocation: &str, job_id: &str, key: &st
         }),
     })
 }
+
+/// Appends `body`, taking effect at `at_ms`, to the log on `subject`, as a service would
+/// (without fences), and waits for the stream to store it.
+///
+/// # Panics
+/// If the stream refuses it: a test's setup that did not land is a failed test.
+pub async fn append(js: &async_nats::jetstream::Context, subject: String, at_ms: i64, body: Body) {
+    let event = pb::Event {
+        at_ms,
+        body: Some(body),
+    };
+    let stored = match js
+        .publish(subject.clone(), fairshare_events::codec::encode(&event))
+        .await
+    {
+        Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = stored {
+        panic!("cannot append to {subject}: {e}");
+    }
+}
