@@ -290,7 +290,13 @@ impl Service {
                 apply_entry(&mut fold, &entry);
             })
             .await?;
-        tracing::info!(from, applied, last = fold.last_applied(), "log folded");
+        tracing::info!(
+            resumed_from,
+            from,
+            applied,
+            last = fold.last_applied(),
+            "log folded"
+        );
         let usage_subject = match &config.cluster {
             Some(c) => subjects::usage_api(c),
             None => subjects::USAGE_API_ALL.to_owned(),
