@@ -19,7 +19,7 @@ use fairshare_runtime::clock::{Clock, SystemClock};
 use fairshare_runtime::log::{Follower, LogEntry};
 use fairshare_testkit::events::{append, node_registered, one_allocation_tree, one_gpu_submitted};
 use fairshare_testkit::process::{
-    assert_restarts_resumed, eventually, kill_and_read_stderr, spawn_service,
+    assert_restarts_resumed, checkpointed, eventually, kill_and_read_stderr, spawn_service,
 };
 use fairshare_testkit::{NatsServer, Rng};
 
@@ -29,20 +29,12 @@ const JOBS: usize = 30;
 /// The accounting binary for [`CLUSTER`] on `url`, checkpointing into `dir` every 2 entries
 /// and snapshotting usage every 200 ms.
 fn spawn(url: &str, dir: &std::path::Path) -> Child {
-    let args: Vec<std::ffi::OsString> = vec![
-        "--nats-url".into(),
-        url.into(),
-        "--cluster".into(),
-        CLUSTER.into(),
-        "--checkpoint-dir".into(),
-        dir.into(),
-        "--checkpoint-events".into(),
-        "2".into(),
-        "--checkpoint-every".into(),
-        "20ms".into(),
-        "--snapshot-every".into(),
-        "200ms".into(),
-    ];
+    let args = checkpointed(
+        url,
+        dir,
+        2,
+        &["--cluster", CLUSTER, "--snapshot-every", "200ms"],
+    );
     spawn_service(env!("CARGO_BIN_EXE_fairshare-accounting"), args)
 }
 
@@ -58,12 +50,7 @@ async fn read_log(js: &async_nats::jetstream::Context) -> Vec<LogEntry> {
 
 #[tokio::test]
 async fn killed_with_sigkill_at_random_moments_every_snapshot_re_derives() {
-    let server = NatsServer::start().unwrap();
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let js = async_nats::jetstream::new(client);
-    fairshare_runtime::nats::ensure_streams(&js, 1)
-        .await
-        .unwrap();
+    let (server, js) = NatsServer::with_streams().await;
     let now = || SystemClock.now_ms();
     let tree = one_allocation_tree(CLUSTER, "a");
     append(&js, subjects::policy(CLUSTER), now(), tree).await;

@@ -19,7 +19,7 @@ use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_testkit::events::append;
 use fairshare_testkit::process::{
-    assert_restarts_resumed, eventually, kill_and_read_stderr, spawn_service,
+    assert_restarts_resumed, checkpointed, eventually, kill_and_read_stderr, spawn_service,
 };
 use fairshare_testkit::{NatsServer, Rng};
 
@@ -32,29 +32,13 @@ fn now() -> i64 {
 
 /// The decision binary for [`CLUSTER`] on `url`, checkpointing into `dir` every 3 entries.
 fn spawn(url: &str, dir: &std::path::Path) -> Child {
-    let args: Vec<std::ffi::OsString> = vec![
-        "--nats-url".into(),
-        url.into(),
-        "--cluster".into(),
-        CLUSTER.into(),
-        "--checkpoint-dir".into(),
-        dir.into(),
-        "--checkpoint-events".into(),
-        "3".into(),
-        "--checkpoint-every".into(),
-        "20ms".into(),
-    ];
+    let args = checkpointed(url, dir, 3, &["--cluster", CLUSTER]);
     spawn_service(env!("CARGO_BIN_EXE_fairshare-decision"), args)
 }
 
 #[tokio::test]
 async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
-    let server = NatsServer::start().unwrap();
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let js = async_nats::jetstream::new(client);
-    fairshare_runtime::nats::ensure_streams(&js, 1)
-        .await
-        .unwrap();
+    let (server, js) = NatsServer::with_streams().await;
     let tree = Body::BudgetTreeSet(pb::BudgetTreeSet {
         cluster: CLUSTER.into(),
         accounts: vec![

@@ -22,7 +22,7 @@ use fairshare_events::subjects;
 use fairshare_runtime::clock::{Clock, SystemClock};
 use fairshare_testkit::events::append;
 use fairshare_testkit::process::{
-    assert_restarts_resumed, eventually, kill_and_read_stderr, spawn_service,
+    assert_restarts_resumed, checkpointed, eventually, kill_and_read_stderr, spawn_service,
 };
 use fairshare_testkit::{NatsServer, Rng};
 
@@ -55,31 +55,13 @@ fn submitted(job_id: &str, allocation: &str) -> Body {
 /// The preemption binary for [`CLUSTER`] on `url`, checkpointing into `dir` every 2 entries,
 /// with a 1 s grace.
 fn spawn(url: &str, dir: &std::path::Path) -> Child {
-    let args: Vec<std::ffi::OsString> = vec![
-        "--nats-url".into(),
-        url.into(),
-        "--cluster".into(),
-        CLUSTER.into(),
-        "--grace".into(),
-        "1s".into(),
-        "--checkpoint-dir".into(),
-        dir.into(),
-        "--checkpoint-events".into(),
-        "2".into(),
-        "--checkpoint-every".into(),
-        "20ms".into(),
-    ];
+    let args = checkpointed(url, dir, 2, &["--cluster", CLUSTER, "--grace", "1s"]);
     spawn_service(env!("CARGO_BIN_EXE_fairshare-preemption"), args)
 }
 
 #[tokio::test]
 async fn killed_with_sigkill_at_random_moments_it_orders_each_victim_once() {
-    let server = NatsServer::start().unwrap();
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let js = async_nats::jetstream::new(client);
-    fairshare_runtime::nats::ensure_streams(&js, 1)
-        .await
-        .unwrap();
+    let (server, js) = NatsServer::with_streams().await;
     let now = SystemClock.now_ms();
     let tree = Body::BudgetTreeSet(pb::BudgetTreeSet {
         cluster: CLUSTER.into(),

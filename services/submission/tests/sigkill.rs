@@ -19,7 +19,7 @@ use fairshare_events::{codec, headers, subjects};
 use fairshare_runtime::clock::{Clock, SystemClock};
 use fairshare_testkit::events::append;
 use fairshare_testkit::process::{
-    assert_restarts_resumed, eventually, kill_and_read_stderr, spawn_service,
+    assert_restarts_resumed, checkpointed, eventually, kill_and_read_stderr, spawn_service,
 };
 use fairshare_testkit::{NatsServer, Rng};
 
@@ -44,16 +44,7 @@ fn request(key: &str) -> pb::SubmitRequest {
 
 /// The submission binary on `url`, checkpointing into `dir` every 2 entries.
 fn spawn(url: &str, dir: &std::path::Path) -> Child {
-    let args: Vec<std::ffi::OsString> = vec![
-        "--nats-url".into(),
-        url.into(),
-        "--checkpoint-dir".into(),
-        dir.into(),
-        "--checkpoint-events".into(),
-        "2".into(),
-        "--checkpoint-every".into(),
-        "20ms".into(),
-    ];
+    let args = checkpointed(url, dir, 2, &[]);
     spawn_service(env!("CARGO_BIN_EXE_fairshare-submission"), args)
 }
 
@@ -81,12 +72,8 @@ async fn submit_until_accepted(client: &async_nats::Client, key: &str) -> String
 
 #[tokio::test]
 async fn killed_with_sigkill_at_random_moments_it_loses_and_doubles_no_submission() {
-    let server = NatsServer::start().unwrap();
+    let (server, js) = NatsServer::with_streams().await;
     let client = async_nats::connect(server.url()).await.unwrap();
-    let js = async_nats::jetstream::new(client.clone());
-    fairshare_runtime::nats::ensure_streams(&js, 1)
-        .await
-        .unwrap();
     let at = SystemClock.now_ms();
     let setup = [
         (

@@ -3,6 +3,23 @@
 //! checks reads from the call.
 
 use fairshare_events::pb::{self, event::Body};
+use fairshare_runtime::log::LogEntry;
+
+/// `body` at `at_ms` as the log entry at `sequence` on `subject`, as a follower delivers it
+/// (caught up, no trace, not from a stream).
+pub fn logged(sequence: u64, subject: String, at_ms: i64, body: Body) -> LogEntry {
+    LogEntry {
+        sequence,
+        subject,
+        event: Ok(pb::Event {
+            at_ms,
+            body: Some(body),
+        }),
+        pending: 0,
+        trace: None,
+        stored_ms: None,
+    }
+}
 
 /// A budget tree of `cluster` with the single top-level allocation `allocation` (share 1).
 pub fn one_allocation_tree(cluster: &str, allocation: &str) -> Body {

@@ -149,6 +149,26 @@ impl NatsServer {
         Self::start_inner(None, free_port()?, Vec::new())
     }
 
+    /// [`NatsServer::start`], connected, with the contract's streams made: the log a test
+    /// then fills.
+    ///
+    /// # Panics
+    /// If the server cannot start or the streams cannot be made (a broken harness).
+    pub async fn with_streams() -> (Self, async_nats::jetstream::Context) {
+        let server = match Self::start() {
+            Ok(server) => server,
+            Err(e) => panic!("cannot start nats-server: {e}"),
+        };
+        let js = match async_nats::connect(server.url()).await {
+            Ok(client) => async_nats::jetstream::new(client),
+            Err(e) => panic!("cannot connect to {}: {e}", server.url()),
+        };
+        if let Err(e) = fairshare_runtime::nats::ensure_streams(&js, 1).await {
+            panic!("cannot make the streams: {e}");
+        }
+        (server, js)
+    }
+
     /// Like [`NatsServer::start`], with `config` (nats-server config text, for example an
     /// `authorization` block) as the server's config file.
     pub fn start_with_config(config: &str) -> Result<Self, HarnessError> {

@@ -4,6 +4,26 @@
 use std::ffi::OsStr;
 use std::process::{Child, Command, Stdio};
 
+/// The arguments that point a service at `url` with a sled checkpoint in `dir` written every
+/// `every_entries` entries (or 20 ms), so a kill can land inside a write; then `extra`.
+pub fn checkpointed(
+    url: &str,
+    dir: &std::path::Path,
+    every_entries: u32,
+    extra: &[&str],
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = vec!["--nats-url".into(), url.into()];
+    args.extend(["--checkpoint-dir".into(), dir.into()]);
+    args.extend([
+        "--checkpoint-events".into(),
+        every_entries.to_string().into(),
+        "--checkpoint-every".into(),
+        "20ms".into(),
+    ]);
+    args.extend(extra.iter().map(Into::into));
+    args
+}
+
 /// Starts the service binary `bin` with `args` and none of the caller's `FAIRSHARE_*`
 /// settings, its stderr piped (for [`kill_and_read_stderr`]), uncoloured, at the default log
 /// level.

@@ -201,19 +201,7 @@ mod tests {
     use super::*;
     use fairshare_events::subjects;
 
-    fn entry(sequence: u64, subject: String, at_ms: i64, body: Body) -> LogEntry {
-        LogEntry {
-            sequence,
-            subject,
-            event: Ok(pb::Event {
-                at_ms,
-                body: Some(body),
-            }),
-            pending: 0,
-            trace: None,
-            stored_ms: None,
-        }
-    }
+    use fairshare_testkit::events::logged as entry;
 
     /// A tree and a node, a job running from 1,000, and two snapshots at 3,600,000: the first
     /// as the fold gives it, the second with its charge changed.

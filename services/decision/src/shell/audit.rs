@@ -456,19 +456,7 @@ mod tests {
 
     const C: &str = "c";
 
-    fn entry(sequence: u64, subject: String, at_ms: i64, body: Body) -> LogEntry {
-        LogEntry {
-            sequence,
-            subject,
-            event: Ok(pb::Event {
-                at_ms,
-                body: Some(body),
-            }),
-            pending: 0,
-            trace: None,
-            stored_ms: None,
-        }
-    }
+    use fairshare_testkit::events::logged as entry;
 
     fn submitted(sequence: u64, job: &str, gpus: u32) -> LogEntry {
         entry(

@@ -237,6 +237,32 @@ mod tests {
 
     use super::*;
 
+    /// Queues a one-GPU request with `key` in cluster "c"'s intake and takes it as the
+    /// service's intake consumer would.
+    async fn queued(
+        js: &async_nats::jetstream::Context,
+        shared: &Shared,
+        key: &str,
+    ) -> async_nats::jetstream::Message {
+        let request = super::super::shared::tests::one_gpu_request(key);
+        js.publish(subjects::intake("c"), codec::encode(&request))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        next_message(shared).await
+    }
+
+    /// The newest event of cluster "c".
+    async fn newest_event(shared: &Shared) -> pb::Event {
+        let newest = shared
+            .events
+            .get_last_raw_message_by_subject(&subjects::cluster_events("c"))
+            .await
+            .unwrap();
+        codec::decode_event(&newest.payload).unwrap()
+    }
+
     /// The first intake message of `shared`'s intake consumer.
     async fn next_message(shared: &Shared) -> async_nats::jetstream::Message {
         consumer(shared)
@@ -263,13 +289,7 @@ mod tests {
             shared.state().apply(*sequence, event);
             shared.set_applied(*sequence);
         }
-        let request = super::super::shared::tests::one_gpu_request("k-old");
-        js.publish(subjects::intake("c"), codec::encode(&request))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        let message = next_message(&shared).await;
+        let message = queued(&js, &shared, "k-old").await;
         let stored_ms =
             i64::try_from(message.info().unwrap().published.unix_timestamp_nanos() / 1_000_000)
                 .unwrap();
@@ -278,12 +298,7 @@ mod tests {
             .state()
             .advance_log_time(stored_ms + crate::domain::FORGET_AFTER_MS);
         handle(&shared, &message).await.unwrap();
-        let newest = shared
-            .events
-            .get_last_raw_message_by_subject(&subjects::cluster_events("c"))
-            .await
-            .unwrap();
-        let event = codec::decode_event(&newest.payload).unwrap();
+        let event = newest_event(&shared).await;
         let Some(Body::JobRejected(rejected)) = event.body else {
             panic!("{event:?}");
         };
@@ -298,27 +313,15 @@ mod tests {
     async fn an_intake_submission_waits_for_the_clusters_newest_policy_and_nodes() {
         let (_server, js, shared) = super::super::shared::tests::fresh_shared().await;
         let logged = super::super::shared::tests::log_cluster_c(&js).await;
-        let request = super::super::shared::tests::one_gpu_request("k-1");
-        js.publish(subjects::intake("c"), codec::encode(&request))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        let message = next_message(&shared).await;
+        let message = queued(&js, &shared, "k-1").await;
 
         let follower = super::super::shared::tests::fold_later(&shared, logged);
         handle(&shared, &message).await.unwrap();
         follower.await.unwrap();
-        let newest = shared
-            .events
-            .get_last_raw_message_by_subject(&subjects::cluster_events("c"))
-            .await
-            .unwrap();
-        let event = codec::decode_event(&newest.payload).unwrap();
+        let event = newest_event(&shared).await;
         assert!(
             matches!(event.body, Some(Body::JobSubmitted(_))),
-            "{}: {event:?}",
-            newest.subject
+            "{event:?}"
         );
     }
 }
