@@ -78,7 +78,10 @@ impl SnapshotAudit {
             self.divergences.len()
         ));
         if self.set_aside > 0 {
-            out.push_str(&format!(" ({} earlier set aside)", self.set_aside));
+            out.push_str(&format!(
+                ", {} earlier divergences set aside",
+                self.set_aside
+            ));
         }
         out.push('\n');
         out
@@ -276,7 +279,11 @@ mod tests {
         let mut set_aside = report.clone();
         assert_eq!(set_aside.keep_from(8), 1);
         assert!(set_aside.is_clean());
-        assert!(set_aside.render("c").contains("(1 earlier set aside)"));
+        assert!(
+            set_aside
+                .render("c")
+                .contains(", 1 earlier divergences set aside")
+        );
         // Another cluster's log holds none of these.
         assert_eq!(audit("d", &log()).snapshots, 0);
     }
