@@ -31,18 +31,13 @@ where
     F: FnOnce(async_nats::jetstream::Context) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let server = NatsServer::start().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = async_nats::jetstream::new(client);
-        fairshare_runtime::nats::ensure_streams(&js, 1)
-            .await
-            .unwrap();
+        let (server, js) = NatsServer::with_streams().await;
         fill(js).await;
-    });
-    server
+        server
+    })
 }
