@@ -135,18 +135,10 @@ pub enum InventoryCommand {
     },
 }
 
-/// Refuses to write for a cluster the log knows nothing of (no budget tree, no node ever),
-/// unless `new_cluster` says it is meant.
-fn refuse_unknown_cluster(
-    cluster: &str,
-    has_budget: bool,
-    has_nodes: bool,
-    new_cluster: bool,
-) -> anyhow::Result<()> {
-    if new_cluster || has_budget || has_nodes {
-        return Ok(());
-    }
-    bail!(
+/// The refusal of a write for a cluster the log knows nothing of (no budget tree, no node
+/// ever) without `--new-cluster`.
+fn unknown_cluster(cluster: &str) -> anyhow::Error {
+    anyhow::anyhow!(
         "cluster {cluster:?} has no budget tree and no nodes in the log: if it is a new \
          cluster, pass --new-cluster; otherwise check the file's `cluster`; nothing written"
     )
@@ -222,9 +214,14 @@ where
                 .with_context(|| format!("{} refused", file.display()))?;
             print_budget(&set)?;
             let conn = connect().await?;
-            if !new_cluster && budget_in_force(&conn, &set.cluster).await?.is_none() {
-                let book = super::nodes::read_book(&conn, &set.cluster).await?;
-                refuse_unknown_cluster(&set.cluster, false, !book.nodes.is_empty(), new_cluster)?;
+            if !new_cluster
+                && budget_in_force(&conn, &set.cluster).await?.is_none()
+                && super::nodes::read_book(&conn, &set.cluster)
+                    .await?
+                    .nodes
+                    .is_empty()
+            {
+                return Err(unknown_cluster(&set.cluster));
             }
             let applied =
                 admin::set_budget_expecting(&conn.js, SystemClock.now_ms(), set, expect_sequence)
@@ -282,9 +279,11 @@ where
     }
     let conn = connect().await?;
     let book = super::nodes::read_book(&conn, &inventory.cluster).await?;
-    if !new_cluster && book.nodes.is_empty() {
-        let has_budget = budget_in_force(&conn, &inventory.cluster).await?.is_some();
-        refuse_unknown_cluster(&inventory.cluster, has_budget, false, new_cluster)?;
+    if !new_cluster
+        && book.nodes.is_empty()
+        && budget_in_force(&conn, &inventory.cluster).await?.is_none()
+    {
+        return Err(unknown_cluster(&inventory.cluster));
     }
     let changes = book.inventory_changes(inventory.registrations(), readd);
     if !changes.removed.is_empty() {
