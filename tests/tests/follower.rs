@@ -109,3 +109,49 @@ async fn a_lost_consumer_resumed_at_the_end_does_not_hand_over_the_log_again() {
         follower.repeats_skipped()
     );
 }
+
+/// The server the follower's client is connected to restarts (as when the member it was
+/// given dies and the client reconnects): its consumer is gone with the server's memory. The
+/// follower must follow anew once its client is connected again, well before the idle check
+/// would notice (a decision service stalled that long after every member loss).
+#[tokio::test]
+async fn a_follower_whose_client_reconnects_delivers_again_before_the_idle_check() {
+    let mut stack = Stack::start().await.unwrap();
+    let subject = subjects::job_event(CLUSTER, "j", "job_started");
+    let started = || Body::JobStarted(pb::JobStarted { job_id: "j".into() });
+    let before = stack
+        .append(subject.clone(), started(), "before")
+        .await
+        .unwrap();
+    let filter = subjects::cluster_events(CLUSTER);
+    let mut follower = Follower::start(&stack.js, before, vec![filter])
+        .await
+        .unwrap();
+    let first = follower.next().await.unwrap().unwrap();
+    assert_eq!(first.sequence, before);
+
+    stack.server.restart().unwrap();
+    // The test's own client reconnects too; its append is retried until the stream answers.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        match stack.append(subject.clone(), started(), "after").await {
+            Ok(sequence) => break sequence,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                eprintln!("append after the restart: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the restarted server takes no append: {e}"),
+        }
+    };
+    let appended_at = tokio::time::Instant::now();
+    // async-nats's own re-creation of the consumer took about 5 s here (its pulls expire after
+    // `FOLLOW_PULL_EXPIRES`); a follow anew on the reconnect takes a few requests.
+    let within = Duration::from_secs(2);
+    let entry = tokio::time::timeout(within, follower.next())
+        .await
+        .unwrap_or_else(|_| panic!("nothing delivered {within:?} after the reconnect"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(entry.sequence, after);
+    eprintln!("delivered {:?} after the append", appended_at.elapsed());
+}

@@ -5,6 +5,7 @@
 //! transparently on gaps, so nothing is skipped). Entries that do not decode are delivered as
 //! errors with their sequence: the service reports and skips them, it never stops on them.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
@@ -148,6 +149,10 @@ pub struct Follower {
     /// read anew before anything else is delivered. A field, not a local, so a call dropped
     /// mid-way (inside a `select!`) does not forget it.
     reread: bool,
+    /// How many times the client had connected when the current consumer was made. A higher
+    /// count means the client reconnected since, perhaps to another member than the one
+    /// holding the consumer (see [`Follower::next`]).
+    connects: u64,
 }
 
 /// Whether an entry at `sequence` was delivered already, the last delivered being
@@ -167,6 +172,10 @@ const RENEW_RETRY: Duration = Duration::from_secs(1);
 /// anything (see [`Follower::next`]).
 pub const FOLLOW_IDLE_CHECK: Duration = Duration::from_secs(10);
 
+/// How often a waiting [`Follower`] looks whether its client reconnected (a counter read, no
+/// request).
+const RECONNECT_POLL: Duration = Duration::from_millis(250);
+
 impl Follower {
     /// Follows the entries whose subject matches one of `filters`, from sequence `from` on
     /// (the first sequence is 1; `from <= 1` starts at the beginning).
@@ -175,7 +184,8 @@ impl Follower {
         from: u64,
         filters: Vec<String>,
     ) -> Result<Self, FollowError> {
-        let (messages, pending_at_start) = Self::consume(js, from, filters.clone()).await?;
+        let (messages, pending_at_start, connects) =
+            Self::consume(js, from, filters.clone()).await?;
         Ok(Self {
             messages,
             pending_at_start,
@@ -187,15 +197,24 @@ impl Follower {
             repeats_skipped: 0,
             renew_tried_at: None,
             reread: false,
+            connects,
         })
     }
 
-    /// An ordered consumer from sequence `from` on, and how many matching entries it has.
+    /// How many times `js`'s client has connected (1 until its first reconnect).
+    fn connects_of(js: &jetstream::Context) -> u64 {
+        js.client().statistics().connects.load(Ordering::Relaxed)
+    }
+
+    /// An ordered consumer from sequence `from` on, how many matching entries it has, and the
+    /// client's connect count before it was made.
     async fn consume(
         js: &jetstream::Context,
         from: u64,
         filters: Vec<String>,
-    ) -> Result<(consumer::pull::Ordered, u64), FollowError> {
+    ) -> Result<(consumer::pull::Ordered, u64, u64), FollowError> {
+        // Read first: a reconnect while the consumer is being made counts as after it.
+        let connects = Self::connects_of(js);
         let stream = js
             .get_stream(EVENTS_STREAM)
             .await
@@ -235,7 +254,7 @@ impl Follower {
             .messages()
             .await
             .map_err(|e| FollowError::Consumer(e.to_string()))?;
-        Ok((messages, pending_at_start))
+        Ok((messages, pending_at_start, connects))
     }
 
     /// Delivers every entry that existed when the follower started to `apply`, in order, and
@@ -280,6 +299,12 @@ impl Follower {
     /// An entry whose stream metadata does not parse (so its sequence is unknown) is read
     /// again, by following anew from the entry after the last delivered, rather than passed
     /// over: the consumer has moved past it, and the next entry would otherwise take its place.
+    ///
+    /// Once its client has reconnected (the member it was connected to died or restarted), it
+    /// follows anew from the entry after the last delivered without waiting for the idle
+    /// check: the consumer may have died with that member, and async-nats's own re-creation
+    /// of it was seen to take the full idle check after every member loss. Tried at most once
+    /// per `RENEW_RETRY` until it succeeds (the stream may still be electing its leader).
     pub async fn next(&mut self) -> Option<Result<LogEntry, FollowError>> {
         let (message, sequence, pending, stored_ms) = loop {
             if self.reread {
@@ -300,11 +325,23 @@ impl Follower {
                 self.reread = false;
                 continue;
             }
+            if Self::connects_of(&self.js) > self.connects
+                && self
+                    .renew_tried_at
+                    .is_none_or(|t| t.elapsed() >= RENEW_RETRY)
+            {
+                self.renew_tried_at = Some(Instant::now());
+                self.follow_anew("reconnected").await;
+                continue;
+            }
             let idle_until = self.checked_at + FOLLOW_IDLE_CHECK;
-            let message = match tokio::time::timeout_at(idle_until, self.messages.next()).await {
+            let wake = idle_until.min(Instant::now() + RECONNECT_POLL);
+            let message = match tokio::time::timeout_at(wake, self.messages.next()).await {
                 Ok(Some(Ok(m))) => m,
                 Ok(Some(Err(e))) => return Some(Err(FollowError::Delivery(e.to_string()))),
                 Ok(None) => return None,
+                // Only a look at the reconnect count is due.
+                Err(_) if Instant::now() < idle_until => continue,
                 Err(_) => {
                     self.renew_if_behind().await;
                     // Only once the check is done: a call dropped during it checks again.
@@ -409,7 +446,7 @@ impl Follower {
     async fn follow_anew(&mut self, why: &'static str) -> bool {
         let from = self.last_delivered + 1;
         match Self::consume(&self.js, from, self.filters.clone()).await {
-            Ok((messages, missed)) => {
+            Ok((messages, missed, connects)) => {
                 // Usually an idle follower's log moved on only outside its filters: nothing
                 // was missed, and that is not worth more than a debug line every 10 s.
                 if missed > 0 {
@@ -418,6 +455,9 @@ impl Follower {
                     tracing::debug!(from, why, "log follower following anew; nothing missed");
                 }
                 self.messages = messages;
+                self.connects = connects;
+                // The new consumer gets a full idle period before it is checked in turn.
+                self.checked_at = Instant::now();
                 true
             }
             Err(e) => {
