@@ -351,6 +351,13 @@ impl CommonArgs {
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
         let inputs = ReportInputs::new(title, source, rules, setup, workload, &config);
+        if inputs.refused > 0 {
+            eprintln!(
+                "warning: the submission checks refuse {} of the {} jobs (bigger than the \
+                 cluster, or of no allocation in the tree): no policy runs them",
+                inputs.refused, inputs.jobs
+            );
+        }
         let span = (setup.end_ms - EPOCH_MS).max(1);
         let mut bars: Vec<Progress> = policies
             .iter()
@@ -534,6 +541,14 @@ impl TraceArgs {
         }
         for warning in rules.warnings() {
             eprintln!("warning: {warning}");
+        }
+        let unmatched = rules.unmatched_tenants(&trace);
+        if !unmatched.is_empty() {
+            eprintln!(
+                "warning: --tenant-map names tenants no GPU job in the chosen part of the trace \
+                 has (their lines change nothing): {}",
+                unmatched.join(", ")
+            );
         }
         let jobs = rules.map(&trace, &allocations);
         if jobs.is_empty() {

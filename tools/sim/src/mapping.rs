@@ -197,21 +197,38 @@ impl MappingRules {
     /// The jobs of `trace` (sorted by submission) as this product's jobs charging
     /// `allocations`.
     pub fn map(&self, trace: &[TraceJob], allocations: &[String]) -> Vec<SimJob> {
-        let end = self.skip_ms.saturating_add(self.span_ms);
-        let kept: Vec<&TraceJob> = trace
-            .iter()
-            .filter(|t| t.gpus > 0 && t.duration_s >= 0)
-            .filter(|t| {
-                let at = t.submit_s.saturating_mul(1000);
-                at >= self.skip_ms && at < end
-            })
-            .collect();
+        let kept = self.kept(trace);
         let tenants = self.deal_tenants(&kept, allocations);
         kept.into_iter()
             .filter_map(|t| {
                 let allocation = tenants.get(t.tenant.as_str())?.clone();
                 Some(self.job(t, allocation))
             })
+            .collect()
+    }
+
+    /// The GPU rows of `trace` submitted in the chosen part of it.
+    fn kept<'t>(&self, trace: &'t [TraceJob]) -> Vec<&'t TraceJob> {
+        let end = self.skip_ms.saturating_add(self.span_ms);
+        trace
+            .iter()
+            .filter(|t| t.gpus > 0 && t.duration_s >= 0)
+            .filter(|t| {
+                let at = t.submit_s.saturating_mul(1000);
+                at >= self.skip_ms && at < end
+            })
+            .collect()
+    }
+
+    /// Tenants the tenant map names that no GPU job in the chosen part of `trace` has (a
+    /// typo, or a tenant outside `--skip` / `--span`): their lines change nothing.
+    pub fn unmatched_tenants(&self, trace: &[TraceJob]) -> Vec<&str> {
+        let present: std::collections::HashSet<&str> =
+            self.kept(trace).iter().map(|t| t.tenant.as_str()).collect();
+        self.tenant_map
+            .keys()
+            .map(String::as_str)
+            .filter(|t| !present.contains(t))
             .collect()
     }
 
@@ -358,6 +375,25 @@ mod tests {
             jobs.iter().find(|j| j.user == "big").unwrap().allocation,
             "b"
         );
+        assert!(rules.unmatched_tenants(&trace).is_empty());
+    }
+
+    /// A tenant-map line naming a tenant with no GPU job in the chosen part of the trace (a
+    /// typo, a CPU-only tenant, one outside the span) is reported, not silently unused.
+    #[test]
+    fn tenant_map_lines_that_match_no_job_are_named() {
+        let trace = vec![
+            row("1", 0, 100, 1, "small"),
+            row("2", 0, 100, 0, "cpu"),
+            row("3", 7_200, 100, 2, "late"),
+        ];
+        let rules = MappingRules {
+            tenant_map: parse_tenant_map("smal = a\ncpu = b\nlate = a\nsmall = b\n", &allocs())
+                .unwrap(),
+            span_ms: 3_600_000,
+            ..MappingRules::default()
+        };
+        assert_eq!(rules.unmatched_tenants(&trace), vec!["cpu", "late", "smal"]);
     }
 
     #[test]

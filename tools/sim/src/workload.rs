@@ -181,6 +181,31 @@ impl Workload {
         Workload { jobs, actions }
     }
 
+    /// How many jobs the submission checks refuse against `setup`'s tree and nodes as they
+    /// stand at the start (a job bigger than the cluster, an allocation that is no leaf):
+    /// every policy runs without them, so the report says how many there were.
+    pub fn refused_at_start(
+        &self,
+        setup: &crate::setup::Setup,
+        limits: &fairshare_submission::domain::Limits,
+    ) -> u64 {
+        use fairshare_submission::domain::{SubmissionState, check_submission};
+        let mut state = SubmissionState::default();
+        for (i, event) in setup
+            .initial_events(crate::setup::EPOCH_MS)
+            .iter()
+            .enumerate()
+        {
+            state.apply(i as u64 + 1, event);
+        }
+        let refused = self
+            .jobs
+            .iter()
+            .filter(|j| check_submission(&state, &j.request(&setup.cluster), limits).is_err())
+            .count();
+        refused as u64
+    }
+
     /// GPU-ms of work the jobs need.
     pub fn gpu_ms(&self) -> u128 {
         self.jobs
@@ -303,6 +328,32 @@ mod tests {
                 "{allocation}: {by:?}"
             );
         }
+    }
+
+    /// The count the report gives is what the fairshare run's submission checks refuse.
+    #[test]
+    fn refused_at_start_counts_what_the_submission_checks_refuse() {
+        use crate::engine::{self, EngineConfig};
+        use crate::scenarios::{flat_budget, job};
+        use crate::setup::{EPOCH_MS, Setup};
+        const H: i64 = 3_600_000;
+        let setup = Setup::new(
+            flat_budget("sim", &[("a", 75), ("b", 25)]),
+            Setup::uniform_nodes("node", 2, 8),
+            EPOCH_MS + H,
+        )
+        .expect("a valid setup");
+        let jobs = vec![
+            job("fits".into(), 0, "a", 8, H / 2, H / 2),
+            job("whole-cluster".into(), 0, "b", 16, H / 2, H / 2),
+            job("bigger-than-the-cluster".into(), 0, "a", 24, H / 2, H / 2),
+            job("ghost".into(), 0, "gone", 1, H / 2, H / 2),
+        ];
+        let workload = Workload::new(jobs, Vec::new());
+        let config = EngineConfig::default();
+        assert_eq!(workload.refused_at_start(&setup, &config.limits), 2);
+        let run = engine::run(&setup, &workload, &config, |_| {});
+        assert_eq!(run.stats.rejected, 2);
     }
 
     #[test]

@@ -48,6 +48,15 @@ fn inputs_section(out: &mut String, report: &Report) {
     let _ = writeln!(out, "- Cluster: {} GPUs on {} nodes", i.gpus, i.nodes);
     let _ = writeln!(out, "- Span: {} days", fixed(span_ms, 86_400_000, 1));
     let _ = writeln!(out, "- Jobs: {}", i.jobs);
+    if i.refused > 0 {
+        let _ = writeln!(
+            out,
+            "- Jobs the submission checks refuse (bigger than the cluster, or of no allocation \
+             in the tree): {}; no policy runs them, and no figure below counts them (the job count \
+             and the oversubscription above do)",
+            i.refused
+        );
+    }
     let _ = writeln!(
         out,
         "- Oversubscription: {:.2}x (GPU time the jobs need over GPU time the cluster offers)",
@@ -809,6 +818,7 @@ mod tests {
         assert!(md.contains("Readings of SPEC section 6: capacity in owed time"));
         assert!(md.contains("- Span: 0.2 days\n"));
         assert!(md.contains("- Oversubscription: 2.50x"));
+        assert!(md.contains("in the tree): 3; no policy runs them"));
         assert!(md.contains("- Fair-share window: 7.0 d\n"));
         assert!(md.contains("- Grace period: 30 s\n"));
         assert!(md.contains(

@@ -21,6 +21,9 @@ pub struct ReportInputs {
     pub span_ms: i64,
     /// Jobs replayed.
     pub jobs: u64,
+    /// Of those, jobs the submission checks refuse at the start
+    /// ([`Workload::refused_at_start`](crate::workload::Workload::refused_at_start)).
+    pub refused: u64,
     /// Demand over supply: GPU time the jobs need over GPU time the cluster offers in the
     /// span (2-3 for the clusters this product is built for).
     pub oversubscription: f64,
@@ -56,6 +59,7 @@ impl ReportInputs {
             nodes: setup.nodes.len() as u64,
             span_ms: setup.end_ms - crate::setup::EPOCH_MS,
             jobs: workload.jobs.len() as u64,
+            refused: workload.refused_at_start(setup, &config.limits),
             oversubscription: workload.demand_over_supply(setup),
             oversized_share: workload.oversized_share(setup),
             oversized_by_allocation: workload.oversized_by_allocation(setup),
@@ -404,6 +408,7 @@ pub(crate) mod sample {
                 nodes: 2,
                 span_ms: 4 * 3_600_000,
                 jobs: 120,
+                refused: 3,
                 oversubscription: 2.5,
                 oversized_share: 0.125,
                 oversized_by_allocation: [("lab/c".to_owned(), 0.25)].into_iter().collect(),
