@@ -155,3 +155,75 @@ async fn a_follower_whose_client_reconnects_delivers_again_before_the_idle_check
     assert_eq!(entry.sequence, after);
     eprintln!("delivered {:?} after the append", appended_at.elapsed());
 }
+
+/// The events stream is deleted and made again under a follower (an operator re-creating it,
+/// a member's store wiped): the new log's sequences start over. The follower must say so and
+/// deliver nothing of the new log (following on from its last sequence would skip the new
+/// log's first entries), and a service folding it must stop rather than serve a fold of a log
+/// that is gone.
+#[tokio::test]
+async fn a_stream_made_again_under_a_follower_stops_it_and_the_decision_service() {
+    let stack = Stack::start().await.unwrap();
+    let subject = subjects::job_event(CLUSTER, "j", "job_started");
+    let started = || Body::JobStarted(pb::JobStarted { job_id: "j".into() });
+    for i in 0..5 {
+        stack
+            .append(subject.clone(), started(), &format!("old-{i}"))
+            .await
+            .unwrap();
+    }
+    let filter = subjects::cluster_events(CLUSTER);
+    let mut follower = Follower::start(&stack.js, 1, vec![filter]).await.unwrap();
+    let mut old = 0;
+    follower.catch_up(|_| old += 1).await.unwrap();
+    assert!(old >= 5);
+    let decision = stack
+        .start_decision(fairshare_decision::shell::Config::new(CLUSTER))
+        .await
+        .unwrap();
+    let (_stop, deciding) = fairshare_e2e::spawn_until_stopped(|stopped| decision.serve(stopped));
+
+    stack
+        .js
+        .delete_stream(fairshare_events::streams::EVENTS_STREAM)
+        .await
+        .unwrap();
+    fairshare_runtime::nats::ensure_streams(&stack.js, 1)
+        .await
+        .unwrap();
+    // The new log, shorter than the old one and then longer.
+    for i in 0..(old + 3) {
+        stack
+            .append(subject.clone(), started(), &format!("new-{i}"))
+            .await
+            .unwrap();
+    }
+    let within = FOLLOW_IDLE_CHECK + Duration::from_secs(5);
+    let got = tokio::time::timeout(within, follower.next())
+        .await
+        .expect("the follower says what happened");
+    match got {
+        Some(Err(fairshare_runtime::log::FollowError::StreamReplaced { was_ns, now_ns })) => {
+            assert_ne!(was_ns, now_ns);
+        }
+        other => panic!(
+            "expected the stream's replacement, got {:?}",
+            other.map(|r| r.map(|e| e.sequence))
+        ),
+    }
+    // It stays said: nothing of the new log comes after it.
+    assert!(matches!(
+        follower.next().await,
+        Some(Err(
+            fairshare_runtime::log::FollowError::StreamReplaced { .. }
+        ))
+    ));
+    let stopped = tokio::time::timeout(within, deciding)
+        .await
+        .expect("the decision service stops")
+        .unwrap();
+    match stopped {
+        Err(e) => assert!(e.to_string().contains("made again"), "{e}"),
+        Ok(_) => panic!("the decision service went on serving a log that is gone"),
+    }
+}

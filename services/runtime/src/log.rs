@@ -57,6 +57,22 @@ pub enum FollowError {
     /// The consumer failed while delivering.
     #[error("log delivery failed: {0}")]
     Delivery(String),
+    /// The events stream was deleted and made again while the follower read it: its
+    /// sequences started over, so what was folded from the old one does not describe the new
+    /// one, and following on from the last sequence delivered would skip the new log's first
+    /// entries. Nothing more is delivered; the service must start again (its checkpoint,
+    /// tagged with the old stream's creation time, is refused and the new log folded from the
+    /// beginning).
+    #[error(
+        "the events stream {EVENTS_STREAM} was deleted and made again under this follower \
+         (created at {was_ns} ns, now at {now_ns} ns, Unix time): restart to fold the new log"
+    )]
+    StreamReplaced {
+        /// Creation time of the stream the follower started on (Unix ns).
+        was_ns: i128,
+        /// Creation time of the stream there now (Unix ns).
+        now_ns: i128,
+    },
 }
 
 /// Which log a service folds, and how far it reaches, read when the service starts.
@@ -145,14 +161,37 @@ pub struct Follower {
     repeats_skipped: u64,
     /// When a repeat last made it try to follow anew (see [`Follower::next`]).
     renew_tried_at: Option<Instant>,
-    /// An entry came without its stream metadata: the entries after `last_delivered` must be
-    /// read anew before anything else is delivered. A field, not a local, so a call dropped
+    /// The entries after `last_delivered` must be read anew before anything else is
+    /// delivered, for the reason given: an entry came without its stream metadata, or from a
+    /// consumer the client made again on its own. A field, not a local, so a call dropped
     /// mid-way (inside a `select!`) does not forget it.
-    reread: bool,
+    reread: Option<&'static str>,
+    /// The name of the consumer the follower made last. Entries delivered under another name
+    /// come from a consumer async-nats made again by itself, perhaps on a stream made again
+    /// (see [`Follower::next`]).
+    consumer_name: String,
     /// How many times the client had connected when the current consumer was made. A higher
     /// count means the client reconnected since, perhaps to another member than the one
     /// holding the consumer (see [`Follower::next`]).
     connects: u64,
+    /// When the stream it started on was created (Unix ns): another time at a later look
+    /// means the stream was made again ([`FollowError::StreamReplaced`]).
+    created_ns: i128,
+    /// Set once the stream was found made again: every later call returns the error.
+    replaced: Option<i128>,
+}
+
+/// A new ordered consumer, and what the follower notes about it.
+struct Consumed {
+    messages: consumer::pull::Ordered,
+    /// Matching entries in the stream when it was made.
+    pending: u64,
+    /// The client's connect count before it was made.
+    connects: u64,
+    /// When the stream was created (Unix ns).
+    created_ns: i128,
+    /// The consumer's name, which each entry it delivers carries.
+    name: String,
 }
 
 /// Whether an entry at `sequence` was delivered already, the last delivered being
@@ -184,11 +223,10 @@ impl Follower {
         from: u64,
         filters: Vec<String>,
     ) -> Result<Self, FollowError> {
-        let (messages, pending_at_start, connects) =
-            Self::consume(js, from, filters.clone()).await?;
+        let consumed = Self::consume(js, from, filters.clone()).await?;
         Ok(Self {
-            messages,
-            pending_at_start,
+            messages: consumed.messages,
+            pending_at_start: consumed.pending,
             js: js.clone(),
             filters,
             last_delivered: from.saturating_sub(1),
@@ -196,8 +234,11 @@ impl Follower {
             idle_checks: 0,
             repeats_skipped: 0,
             renew_tried_at: None,
-            reread: false,
-            connects,
+            reread: None,
+            consumer_name: consumed.name,
+            connects: consumed.connects,
+            created_ns: consumed.created_ns,
+            replaced: None,
         })
     }
 
@@ -206,19 +247,19 @@ impl Follower {
         js.client().statistics().connects.load(Ordering::Relaxed)
     }
 
-    /// An ordered consumer from sequence `from` on, how many matching entries it has, and the
-    /// client's connect count before it was made.
+    /// An ordered consumer from sequence `from` on.
     async fn consume(
         js: &jetstream::Context,
         from: u64,
         filters: Vec<String>,
-    ) -> Result<(consumer::pull::Ordered, u64, u64), FollowError> {
+    ) -> Result<Consumed, FollowError> {
         // Read first: a reconnect while the consumer is being made counts as after it.
         let connects = Self::connects_of(js);
         let stream = js
             .get_stream(EVENTS_STREAM)
             .await
             .map_err(|e| FollowError::Stream(e.to_string()))?;
+        let created_ns = stream.cached_info().created.unix_timestamp_nanos();
         let deliver_policy = if from <= 1 {
             consumer::DeliverPolicy::All
         } else {
@@ -245,16 +286,22 @@ impl Follower {
             .create_consumer(config)
             .await
             .map_err(|e| FollowError::Consumer(e.to_string()))?;
-        let pending_at_start = consumer
+        let info = consumer
             .info()
             .await
-            .map_err(|e| FollowError::Consumer(e.to_string()))?
-            .num_pending;
+            .map_err(|e| FollowError::Consumer(e.to_string()))?;
+        let (pending_at_start, name) = (info.num_pending, info.name.clone());
         let messages = consumer
             .messages()
             .await
             .map_err(|e| FollowError::Consumer(e.to_string()))?;
-        Ok((messages, pending_at_start, connects))
+        Ok(Consumed {
+            messages,
+            pending: pending_at_start,
+            connects,
+            created_ns,
+            name,
+        })
     }
 
     /// Delivers every entry that existed when the follower started to `apply`, in order, and
@@ -307,14 +354,20 @@ impl Follower {
     /// per `RENEW_RETRY` until it succeeds (the stream may still be electing its leader).
     pub async fn next(&mut self) -> Option<Result<LogEntry, FollowError>> {
         let (message, sequence, pending, stored_ms) = loop {
-            if self.reread {
+            if let Some(now_ns) = self.replaced {
+                return Some(Err(FollowError::StreamReplaced {
+                    was_ns: self.created_ns,
+                    now_ns,
+                }));
+            }
+            if let Some(why) = self.reread {
                 // At most one attempt per `RENEW_RETRY`: an entry that keeps coming without its
                 // metadata stalls the follower (with a warning each time), never skips.
                 if let Some(tried) = self.renew_tried_at {
                     tokio::time::sleep(RENEW_RETRY.saturating_sub(tried.elapsed())).await;
                 }
                 self.renew_tried_at = Some(Instant::now());
-                if !self.follow_anew("entry without metadata").await {
+                if !self.follow_anew(why).await && self.replaced.is_none() {
                     // Said, not swallowed: a catch-up fails (the service restarts), a serving
                     // loop logs it and calls again, which retries.
                     return Some(Err(FollowError::Consumer(format!(
@@ -322,7 +375,7 @@ impl Follower {
                         self.last_delivered
                     ))));
                 }
-                self.reread = false;
+                self.reread = None;
                 continue;
             }
             if Self::connects_of(&self.js) > self.connects
@@ -351,6 +404,14 @@ impl Follower {
                 }
             };
             let (sequence, pending, stored_ms) = match message.info() {
+                Ok(info) if info.consumer != self.consumer_name => {
+                    // async-nats made the consumer again by itself (its heartbeats stopped),
+                    // from where it was: on a stream deleted and made again, that skips the
+                    // new log's first entries without a word. Following anew checks which
+                    // stream it is, and reads this entry again.
+                    self.reread = Some("consumer made again by the client");
+                    continue;
+                }
                 Ok(info) => (
                     info.stream_sequence,
                     info.pending,
@@ -366,7 +427,7 @@ impl Follower {
                         "log follower got an entry without its stream metadata ({e}); reading \
                          it again"
                     );
-                    self.reread = true;
+                    self.reread = Some("entry without metadata");
                     continue;
                 }
             };
@@ -424,6 +485,7 @@ impl Follower {
     async fn renew_if_behind(&mut self) {
         let last = match self.js.get_stream(EVENTS_STREAM).await {
             Ok(mut stream) => match stream.info().await {
+                Ok(info) if self.is_replaced(info.created.unix_timestamp_nanos()) => return,
                 Ok(info) => info.state.last_sequence,
                 Err(e) => {
                     tracing::debug!("log follower idle; cannot read the stream's end: {e}");
@@ -441,12 +503,37 @@ impl Follower {
         self.follow_anew("idle").await;
     }
 
+    /// Whether the stream now there, created at `created_ns`, is another than the one the
+    /// follower started on; if so, notes it ([`FollowError::StreamReplaced`] from then on).
+    fn is_replaced(&mut self, created_ns: i128) -> bool {
+        if created_ns == self.created_ns {
+            return false;
+        }
+        tracing::error!(
+            was_ns = self.created_ns,
+            now_ns = created_ns,
+            last_delivered = self.last_delivered,
+            "the events stream was deleted and made again under the log follower: it delivers \
+             nothing more"
+        );
+        self.replaced = Some(created_ns);
+        true
+    }
+
     /// Replaces the consumer with one from the entry after the last delivered; false (keeping
-    /// the current one) if it cannot. `why` names the cause in the log lines.
+    /// the current one) if it cannot, or if the stream is another one now
+    /// ([`Follower::is_replaced`]). `why` names the cause in the log lines.
     async fn follow_anew(&mut self, why: &'static str) -> bool {
         let from = self.last_delivered + 1;
         match Self::consume(&self.js, from, self.filters.clone()).await {
-            Ok((messages, missed, connects)) => {
+            Ok(consumed) if self.is_replaced(consumed.created_ns) => false,
+            Ok(Consumed {
+                messages,
+                pending: missed,
+                connects,
+                name,
+                ..
+            }) => {
                 // Usually an idle follower's log moved on only outside its filters: nothing
                 // was missed, and that is not worth more than a debug line every 10 s.
                 if missed > 0 {
@@ -456,6 +543,7 @@ impl Follower {
                 }
                 self.messages = messages;
                 self.connects = connects;
+                self.consumer_name = name;
                 // The new consumer gets a full idle period before it is checked in turn.
                 self.checked_at = Instant::now();
                 true

@@ -71,6 +71,8 @@ pub async fn run(
                         act(&js, &config, clock.now_ms(), &mut state, &traces).await;
                     }
                 }
+                // Another log now: the jobs it knows of are not in it.
+                Some(Err(e @ FollowError::StreamReplaced { .. })) => return Err(e.into()),
                 Some(Err(e)) => tracing::warn!("launcher log follower: {e}"),
                 None => return Err(FollowError::Delivery("connection closed".into()).into()),
             },

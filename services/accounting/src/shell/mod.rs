@@ -373,6 +373,8 @@ impl Service {
                             self.checkpoint();
                         }
                     }
+                    // Another log now: the fold describes none of it.
+                    Some(Err(e @ FollowError::StreamReplaced { .. })) => return Err(e.into()),
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => return Err(FollowError::Delivery("connection closed".into()).into()),
                 },

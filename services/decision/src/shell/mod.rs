@@ -413,6 +413,8 @@ impl Service {
                         }
                     }
                     // The ordered consumer re-creates itself after a gap; report and go on.
+                    // Another log now: the fold describes none of it.
+                    Some(Err(e @ FollowError::StreamReplaced { .. })) => break Err(e.into()),
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => break Err(ServiceError::FollowerStopped("connection closed".into())),
                 },

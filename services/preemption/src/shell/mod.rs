@@ -403,6 +403,8 @@ impl Service {
                             self.checkpoint();
                         }
                     }
+                    // Another log now: the fold describes none of it.
+                    Some(Err(e @ FollowError::StreamReplaced { .. })) => break Err(e.into()),
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => break Err(ServiceError::FollowerStopped("connection closed".into())),
                 },

@@ -96,6 +96,8 @@ pub(super) async fn run(
                 match entry {
                     Some(Ok(entry)) => apply(&shared, entry),
                     // The ordered consumer re-creates itself after a gap; report and go on.
+                    // Another log now: the fold describes none of it.
+                    Some(Err(e @ FollowError::StreamReplaced { .. })) => return Err(e),
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => return Ok(()),
                 }
