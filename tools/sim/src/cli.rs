@@ -353,8 +353,8 @@ impl CommonArgs {
         let inputs = ReportInputs::new(title, source, rules, setup, workload, &config);
         if inputs.refused > 0 {
             eprintln!(
-                "warning: the submission checks refuse {} of the {} jobs (bigger than the \
-                 cluster, or of no allocation in the tree): no policy runs them",
+                "warning: the submission checks refuse {} of the {} jobs (of no allocation in \
+                 the tree, or of GPUs no shape on the nodes holds): no policy runs them",
                 inputs.refused, inputs.jobs
             );
         }
@@ -449,6 +449,14 @@ impl CommonArgs {
                     stats.snapshots,
                     stats.rejected
                 );
+                if stats.rejected != report.inputs.refused {
+                    eprintln!(
+                        "warning: the fairshare run refused {} jobs where the report's inputs \
+                         count {}: an action at a job's own submission time, or a label or key \
+                         over the submission limits (which the baselines do not check)",
+                        stats.rejected, report.inputs.refused
+                    );
+                }
             }
         }
         for path in written {

@@ -169,7 +169,7 @@ impl MappingRules {
         vec![
             "CPU-only rows dropped".to_owned(),
             format!(
-                "tenants dealt round-robin onto allocations by GPU time asked, largest first ({} overridden)",
+                "tenants dealt round-robin onto allocations by GPU time asked, largest first, but for the {} tenants the tenant map names",
                 self.tenant_map.len()
             ),
             format!(

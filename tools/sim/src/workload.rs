@@ -181,29 +181,54 @@ impl Workload {
         Workload { jobs, actions }
     }
 
-    /// How many jobs the submission checks refuse against `setup`'s tree and nodes as they
-    /// stand at the start (a job bigger than the cluster, an allocation that is no leaf):
-    /// every policy runs without them, so the report says how many there were.
-    pub fn refused_at_start(
+    /// How many jobs the submission checks refuse, checked as the fairshare run checks them:
+    /// in submission order, against `setup`'s tree and nodes with the workload's earlier
+    /// actions applied, each accepted job remembered (a repeated key is refused). A job of no
+    /// leaf allocation, or of GPUs no shape on the nodes holds (more than the cluster, or
+    /// more than a node and not whole nodes), is run by no policy; the report says how many.
+    pub fn refused(
         &self,
         setup: &crate::setup::Setup,
         limits: &fairshare_submission::domain::Limits,
     ) -> u64 {
-        use fairshare_submission::domain::{SubmissionState, check_submission};
+        use fairshare_submission::domain::{
+            Checked, SubmissionState, check_submission, job_submitted,
+        };
         let mut state = SubmissionState::default();
-        for (i, event) in setup
-            .initial_events(crate::setup::EPOCH_MS)
-            .iter()
-            .enumerate()
-        {
-            state.apply(i as u64 + 1, event);
+        let mut sequence = 0;
+        let mut fold = |state: &mut SubmissionState, at_ms: i64, body: pb::event::Body| {
+            sequence += 1;
+            let event = pb::Event {
+                at_ms,
+                body: Some(body),
+            };
+            state.apply(sequence, &event);
+        };
+        for event in setup.initial_events(crate::setup::EPOCH_MS) {
+            if let Some(body) = event.body {
+                fold(&mut state, event.at_ms, body);
+            }
         }
-        let refused = self
-            .jobs
-            .iter()
-            .filter(|j| check_submission(&state, &j.request(&setup.cluster), limits).is_err())
-            .count();
-        refused as u64
+        let mut actions = self.actions.iter().peekable();
+        let mut refused = 0;
+        for (index, job) in self.jobs.iter().enumerate() {
+            while let Some(a) = actions.next_if(|a| a.at_ms < job.submit_ms) {
+                fold(&mut state, a.at_ms, a.action.body(&setup.cluster));
+            }
+            let request = job.request(&setup.cluster);
+            match check_submission(&state, &request, limits) {
+                Ok(Checked::New(shape)) => {
+                    let body = job_submitted(&job_id(index, job.submit_ms), &request, shape);
+                    fold(
+                        &mut state,
+                        job.submit_ms,
+                        pb::event::Body::JobSubmitted(body),
+                    );
+                }
+                Ok(Checked::Repeat { .. }) | Err(_) => refused += 1,
+            }
+        }
+        refused
     }
 
     /// GPU-ms of work the jobs need.
@@ -332,7 +357,7 @@ mod tests {
 
     /// The count the report gives is what the fairshare run's submission checks refuse.
     #[test]
-    fn refused_at_start_counts_what_the_submission_checks_refuse() {
+    fn refused_counts_what_the_submission_checks_refuse() {
         use crate::engine::{self, EngineConfig};
         use crate::scenarios::{flat_budget, job};
         use crate::setup::{EPOCH_MS, Setup};
@@ -347,13 +372,28 @@ mod tests {
             job("fits".into(), 0, "a", 8, H / 2, H / 2),
             job("whole-cluster".into(), 0, "b", 16, H / 2, H / 2),
             job("bigger-than-the-cluster".into(), 0, "a", 24, H / 2, H / 2),
+            job(
+                "more-than-a-node-not-whole-nodes".into(),
+                0,
+                "a",
+                12,
+                H / 2,
+                H / 2,
+            ),
             job("ghost".into(), 0, "gone", 1, H / 2, H / 2),
         ];
         let workload = Workload::new(jobs, Vec::new());
         let config = EngineConfig::default();
-        assert_eq!(workload.refused_at_start(&setup, &config.limits), 2);
+        assert_eq!(workload.refused(&setup, &config.limits), 3);
         let run = engine::run(&setup, &workload, &config, |_| {});
-        assert_eq!(run.stats.rejected, 2);
+        assert_eq!(run.stats.rejected, 3);
+        // The baselines run without the same jobs.
+        let log = crate::baseline::run(crate::baseline::Baseline::Fifo, &setup, &workload);
+        let submitted = log
+            .iter()
+            .filter(|e| matches!(e.body, Some(pb::event::Body::JobSubmitted(_))))
+            .count();
+        assert_eq!(submitted, 2);
     }
 
     #[test]

@@ -51,9 +51,9 @@ fn inputs_section(out: &mut String, report: &Report) {
     if i.refused > 0 {
         let _ = writeln!(
             out,
-            "- Jobs the submission checks refuse (bigger than the cluster, or of no allocation \
-             in the tree): {}; no policy runs them, and no figure below counts them (the job count \
-             and the oversubscription above do)",
+            "- Of those, jobs the submission checks refuse (of no allocation in the tree, or \
+             of GPUs no shape on the nodes holds): {}; no policy runs them, and they count only \
+             in the job count, the oversubscription and the shares of oversized work",
             i.refused
         );
     }
@@ -818,7 +818,7 @@ mod tests {
         assert!(md.contains("Readings of SPEC section 6: capacity in owed time"));
         assert!(md.contains("- Span: 0.2 days\n"));
         assert!(md.contains("- Oversubscription: 2.50x"));
-        assert!(md.contains("in the tree): 3; no policy runs them"));
+        assert!(md.contains("the nodes holds): 3; no policy runs them"));
         assert!(md.contains("- Fair-share window: 7.0 d\n"));
         assert!(md.contains("- Grace period: 30 s\n"));
         assert!(md.contains(

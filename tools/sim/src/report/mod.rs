@@ -21,8 +21,8 @@ pub struct ReportInputs {
     pub span_ms: i64,
     /// Jobs replayed.
     pub jobs: u64,
-    /// Of those, jobs the submission checks refuse at the start
-    /// ([`Workload::refused_at_start`](crate::workload::Workload::refused_at_start)).
+    /// Of those, jobs the submission checks refuse
+    /// ([`Workload::refused`](crate::workload::Workload::refused)).
     pub refused: u64,
     /// Demand over supply: GPU time the jobs need over GPU time the cluster offers in the
     /// span (2-3 for the clusters this product is built for).
@@ -59,7 +59,7 @@ impl ReportInputs {
             nodes: setup.nodes.len() as u64,
             span_ms: setup.end_ms - crate::setup::EPOCH_MS,
             jobs: workload.jobs.len() as u64,
-            refused: workload.refused_at_start(setup, &config.limits),
+            refused: workload.refused(setup, &config.limits),
             oversubscription: workload.demand_over_supply(setup),
             oversized_share: workload.oversized_share(setup),
             oversized_by_allocation: workload.oversized_by_allocation(setup),
