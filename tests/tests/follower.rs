@@ -101,8 +101,9 @@ async fn a_lost_consumer_resumed_at_the_end_does_not_hand_over_the_log_again() {
         entry.sequence, next,
         "only what follows the start, not the log again"
     );
-    // And it did not read its way back through the log to get there: the first repeat made
-    // it follow anew from where it left off.
+    // And it did not read its way back through the log to get there: the first entry of the
+    // client's own new consumer (or the first repeat) made it follow anew from where it left
+    // off.
     assert!(
         follower.repeats_skipped() <= 1,
         "skipped {} of the {before} entries before its start",
@@ -166,14 +167,20 @@ async fn a_stream_made_again_under_a_follower_stops_it_and_the_decision_service(
     let stack = Stack::start().await.unwrap();
     let subject = subjects::job_event(CLUSTER, "j", "job_started");
     let started = || Body::JobStarted(pb::JobStarted { job_id: "j".into() });
+    let mut old_end = 0;
     for i in 0..5 {
-        stack
+        old_end = stack
             .append(subject.clone(), started(), &format!("old-{i}"))
             .await
             .unwrap();
     }
+    let old_log = fairshare_runtime::log::log_position(&stack.js)
+        .await
+        .unwrap();
     let filter = subjects::cluster_events(CLUSTER);
-    let mut follower = Follower::start(&stack.js, 1, vec![filter]).await.unwrap();
+    let mut follower = Follower::start(&stack.js, 1, vec![filter.clone()])
+        .await
+        .unwrap();
     let mut old = 0;
     follower.catch_up(|_| old += 1).await.unwrap();
     assert!(old >= 5);
@@ -191,10 +198,12 @@ async fn a_stream_made_again_under_a_follower_stops_it_and_the_decision_service(
     fairshare_runtime::nats::ensure_streams(&stack.js, 1)
         .await
         .unwrap();
-    // The new log, shorter than the old one and then longer.
-    for i in 0..(old + 3) {
-        stack
-            .append(subject.clone(), started(), &format!("new-{i}"))
+    // The new log, shorter than the old one and then longer: the client's own new consumer
+    // delivers its entries past the old log's end, unless the follower stops it.
+    let mut new_end = 0;
+    while new_end <= old_end + 2 {
+        new_end = stack
+            .append(subject.clone(), started(), &format!("new-{new_end}"))
             .await
             .unwrap();
     }
@@ -217,6 +226,14 @@ async fn a_stream_made_again_under_a_follower_stops_it_and_the_decision_service(
         Some(Err(
             fairshare_runtime::log::FollowError::StreamReplaced { .. }
         ))
+    ));
+    // A service that resumed against the old log and starts following the new one says so.
+    let mut late = Follower::start(&stack.js, old_end + 1, vec![filter])
+        .await
+        .unwrap();
+    assert!(matches!(
+        late.expect_log(&old_log),
+        Err(fairshare_runtime::log::FollowError::StreamReplaced { .. })
     ));
     let stopped = tokio::time::timeout(within, deciding)
         .await

@@ -1,9 +1,12 @@
 //! Following the event log in stream order.
 //!
 //! Every service's state is a fold of `FAIRSHARE_EVENTS`. A [`Follower`] delivers entries from a
-//! given sequence on, filtered by subject, through an ordered consumer (the server re-creates it
-//! transparently on gaps, so nothing is skipped). Entries that do not decode are delivered as
-//! errors with their sequence: the service reports and skips them, it never stops on them.
+//! given sequence on, filtered by subject, through an ordered consumer. When that consumer is
+//! lost (a member died, the client reconnected, the client re-created it by itself) the
+//! follower makes a new one from the entry after the last it delivered, first checking that the
+//! stream is still the one it started on (see [`Follower::next`]). Entries that do not decode
+//! are delivered as errors with their sequence: the service reports and skips them, it never
+//! stops on them.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -242,6 +245,22 @@ impl Follower {
         })
     }
 
+    /// Checks that the follower reads the log `log` was read from (the position a service
+    /// resumed its checkpoint against): a stream made again between the two reads would mix
+    /// the old log's checkpoint with the new log's entries.
+    pub fn expect_log(&mut self, log: &LogPosition) -> Result<(), FollowError> {
+        if log.created_ns == self.created_ns {
+            return Ok(());
+        }
+        let now_ns = self.created_ns;
+        self.created_ns = log.created_ns;
+        self.replaced = Some(now_ns);
+        Err(FollowError::StreamReplaced {
+            was_ns: log.created_ns,
+            now_ns,
+        })
+    }
+
     /// How many times `js`'s client has connected (1 until its first reconnect).
     fn connects_of(js: &jetstream::Context) -> u64 {
         js.client().statistics().connects.load(Ordering::Relaxed)
@@ -255,11 +274,10 @@ impl Follower {
     ) -> Result<Consumed, FollowError> {
         // Read first: a reconnect while the consumer is being made counts as after it.
         let connects = Self::connects_of(js);
-        let stream = js
+        let mut stream = js
             .get_stream(EVENTS_STREAM)
             .await
             .map_err(|e| FollowError::Stream(e.to_string()))?;
-        let created_ns = stream.cached_info().created.unix_timestamp_nanos();
         let deliver_policy = if from <= 1 {
             consumer::DeliverPolicy::All
         } else {
@@ -291,6 +309,14 @@ impl Follower {
             .await
             .map_err(|e| FollowError::Consumer(e.to_string()))?;
         let (pending_at_start, name) = (info.num_pending, info.name.clone());
+        // Read once the consumer exists: a stream made again before this read has the consumer
+        // on it or deleted with the old one, so the time read is the consumer's stream's.
+        let created_ns = stream
+            .info()
+            .await
+            .map_err(|e| FollowError::Stream(e.to_string()))?
+            .created
+            .unix_timestamp_nanos();
         let messages = consumer
             .messages()
             .await
@@ -336,12 +362,16 @@ impl Follower {
     /// so a follower of a quiet part of a busy log is re-created every 10 s: one request or
     /// two, no entries lost.)
     ///
-    /// An entry at or before the last one delivered is skipped: async-nats re-creates an
-    /// ordered consumer that has delivered nothing yet from the stream's first entry (not from
-    /// where it was asked to start), so after a lost consumer a follower resumed at the log's
-    /// end would otherwise hand the whole log over again, and move backwards. The first such
-    /// repeat also makes it follow anew from the entry after the last delivered: skipping
-    /// alone would still read the whole log back to where it was.
+    /// An entry from a consumer the follower did not make (async-nats re-creates a lost
+    /// ordered consumer by itself, under a new name) is not delivered: the follower follows
+    /// anew from the entry after the last delivered, which checks that the stream is still the
+    /// one it started on (a stream deleted and made again is another log, whose first entries
+    /// the client's consumer would skip) and reads that entry again. Such a consumer also
+    /// starts from the stream's first entry when it had delivered nothing yet.
+    ///
+    /// An entry at or before the last one delivered is skipped all the same, and makes the
+    /// follower follow anew from the entry after the last delivered (a guard: a follower
+    /// resumed at the log's end must not hand the whole log over again, nor move backwards).
     ///
     /// An entry whose stream metadata does not parse (so its sequence is unknown) is read
     /// again, by following anew from the entry after the last delivered, rather than passed
@@ -385,6 +415,10 @@ impl Follower {
             {
                 self.renew_tried_at = Some(Instant::now());
                 self.follow_anew("reconnected").await;
+                // Stamped again once done: an attempt that waited out request timeouts (a
+                // stream electing its leader) leaves the current consumer a second to deliver
+                // before the next.
+                self.renew_tried_at = Some(Instant::now());
                 continue;
             }
             let idle_until = self.checked_at + FOLLOW_IDLE_CHECK;

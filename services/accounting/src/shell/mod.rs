@@ -284,6 +284,7 @@ impl Service {
         let from = resumed_from + 1;
         let mut follower =
             Follower::start(&js, from, log_filters(config.cluster.as_deref())).await?;
+        follower.expect_log(&log)?;
         let applied = follower
             .catch_up(|entry| {
                 let _span = telemetry::entry_span("accounting", &entry, Relation::Linked);

@@ -246,6 +246,7 @@ impl Service {
             vec![subjects::cluster_events(&config.cluster)],
         )
         .await?;
+        follower.expect_log(&log)?;
         let applied = follower
             .catch_up(|entry| {
                 let _span = telemetry::entry_span("decision", &entry, Relation::Linked);
@@ -412,9 +413,9 @@ impl Service {
                             self.checkpoint();
                         }
                     }
-                    // The ordered consumer re-creates itself after a gap; report and go on.
                     // Another log now: the fold describes none of it.
                     Some(Err(e @ FollowError::StreamReplaced { .. })) => break Err(e.into()),
+                    // The follower makes a new consumer after a gap; report and go on.
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => break Err(ServiceError::FollowerStopped("connection closed".into())),
                 },

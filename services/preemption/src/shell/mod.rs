@@ -236,6 +236,7 @@ impl Service {
             vec![subjects::cluster_events(&config.cluster)],
         )
         .await?;
+        follower.expect_log(&log)?;
         if follower.pending_at_start > 0 {
             loop {
                 let Some(entry) = follower.next().await else {

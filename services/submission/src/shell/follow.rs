@@ -95,9 +95,9 @@ pub(super) async fn run(
             entry = follower.next() => {
                 match entry {
                     Some(Ok(entry)) => apply(&shared, entry),
-                    // The ordered consumer re-creates itself after a gap; report and go on.
                     // Another log now: the fold describes none of it.
                     Some(Err(e @ FollowError::StreamReplaced { .. })) => return Err(e),
+                    // The follower makes a new consumer after a gap; report and go on.
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => return Ok(()),
                 }
