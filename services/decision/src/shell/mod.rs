@@ -35,8 +35,9 @@
 //!   the state had folded, so a placement never lands after a cancel).
 //! - The next cycle waits until the fold has applied every placement the previous cycle got
 //!   acknowledged (the barrier). Otherwise it would see their GPUs as free and hand them out
-//!   again. A placement whose outcome is unknown (timeout) is looked up in the stream (the
-//!   newest event of that job) and the barrier raised to it before any further cycle.
+//!   again. A placement whose outcome is unknown (timeout) is sent again, identical, and the
+//!   barrier raised to what the server answers (its sequence, or the job's newest event if it
+//!   was refused) before any further cycle; so is a refused one (see `publish`).
 //! - The latest cycle's waiting reasons are kept for [`Explainer`]s (see `explain`).
 //! - Each placement has its own span, a child of the job's newest traced entry (its
 //!   submission, or its requeue), and `JobPlaced` carries it as `traceparent`
@@ -192,8 +193,8 @@ pub struct Service {
     clock: Arc<dyn Clock>,
     board: explain::Publisher,
     next_cycle: u64,
-    /// Jobs whose placement has an unknown outcome.
-    unresolved: Vec<String>,
+    /// Placements whose outcome the next cycle must know first (see [`publish::settle`]).
+    unresolved: Vec<publish::Unresolved>,
     /// Cycles with a placement of unknown outcome, and failed rounds of looking them up, since
     /// the last cycle whose placements were all answered: each waits longer before the next
     /// try ([`failure_backoff`]), so a server that refuses every write (a full disk) is not
@@ -386,12 +387,21 @@ impl Service {
                         // even if the fold ignores that event and so marks nothing changed.
                         pacer.changed(Instant::now());
                     }
-                    if outcome.failed.is_empty() {
+                    let wait = if outcome.failed.is_empty() {
                         self.failed_cycles = 0;
+                        Duration::ZERO
                     } else {
-                        self.unresolved = outcome.failed;
                         let wait = failure_backoff(self.failed_cycles);
                         self.failed_cycles = self.failed_cycles.saturating_add(1);
+                        wait
+                    };
+                    self.unresolved = outcome
+                        .failed
+                        .into_iter()
+                        .map(|p| publish::Unresolved::Unanswered(Box::new(p)))
+                        .chain(outcome.moved.into_iter().map(publish::Unresolved::Moved))
+                        .collect();
+                    if !self.unresolved.is_empty() {
                         pacer.block(Instant::now() + wait);
                         // Decide again once resolved: the placement may not have landed.
                         pacer.changed(Instant::now());
@@ -454,26 +464,30 @@ impl Service {
         result.map(|()| self.fold)
     }
 
-    /// Looks up placements of unknown outcome; raises the barrier to each job's newest event.
+    /// Settles the placements the last cycle could not ([`publish::settle`]); raises the
+    /// barrier to what each one found.
     async fn resolve(&mut self, pacer: &mut Pacer) {
         let mut still = Vec::new();
         // All at once: one at a time, a cycle of hundreds of placements whose acknowledgements
         // timed out would keep the loop (and shutdown) waiting a request timeout per job.
-        let (events, cluster) = (&self.events, self.config.cluster.as_str());
-        let lookups =
+        let (js, events, cluster) = (&self.js, &self.events, self.config.cluster.as_str());
+        let settled =
             futures::future::join_all(std::mem::take(&mut self.unresolved).into_iter().map(
-                |job_id| async move {
-                    let found = publish::newest_of_job(events, cluster, &job_id).await;
-                    (job_id, found)
+                |unresolved| async move {
+                    let settled = publish::settle(js, events, cluster, &unresolved).await;
+                    (unresolved, settled)
                 },
             ))
             .await;
-        for (job_id, found) in lookups {
-            match found {
-                Ok(sequence) => pacer.raise_barrier(sequence),
-                Err(e) => {
-                    tracing::warn!(job_id, "cannot look up the outcome of a placement: {e}");
-                    still.push(job_id);
+        for (unresolved, settled) in settled {
+            match settled {
+                publish::Settled::At(sequence) => pacer.raise_barrier(sequence),
+                publish::Settled::Unknown(e) => {
+                    tracing::warn!(
+                        job_id = unresolved.job_id(),
+                        "cannot settle the outcome of a placement: {e}"
+                    );
+                    still.push(unresolved);
                 }
             }
         }
@@ -481,7 +495,7 @@ impl Service {
             pacer.unblock();
         } else {
             self.unresolved = still;
-            // Each failed round of lookups waits longer, as failed cycles do.
+            // Each failed round of settling waits longer, as failed cycles do.
             let wait = failure_backoff(self.failed_cycles).max(LOOKUP_RETRY);
             self.failed_cycles = self.failed_cycles.saturating_add(1);
             pacer.block(Instant::now() + wait);
@@ -602,7 +616,7 @@ impl Service {
                 }
                 Ok(_) => publish::publish(&self.js, &self.config.cluster, batch).await,
                 // The same trouble would most likely fail the publish too: it is tried, and
-                // its outcome looked up as usual.
+                // its outcome settled as usual.
                 Err(e) => {
                     tracing::warn!("cannot read the newest node event, publishing unfenced: {e}");
                     publish::publish(&self.js, &self.config.cluster, batch).await

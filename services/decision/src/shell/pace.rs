@@ -39,7 +39,7 @@ pub(crate) struct Pacer {
     tick_due: Instant,
     /// The fold must have applied this sequence before the next cycle.
     barrier: u64,
-    /// Something must be looked up before the next cycle; retry at this time.
+    /// Placements must be settled before the next cycle; retry at this time.
     blocked_until: Option<Instant>,
 }
 
@@ -109,7 +109,7 @@ impl Pacer {
         self.blocked_until = None;
     }
 
-    /// Whether a cycle is blocked on a lookup.
+    /// Whether a cycle is blocked on settling placements.
     pub fn blocked(&self) -> bool {
         self.blocked_until.is_some()
     }

@@ -15,6 +15,14 @@
 //! All of a cycle's messages are sent first and their acknowledgements awaited together, so a
 //! cycle of hundreds of placements costs about one round trip, and they land in decision order
 //! (one connection preserves publish order).
+//!
+//! A placement whose acknowledgement never came (a timeout, a reconnect) may still be stored
+//! later: it may sit in the client's reconnect buffer or in the stream's replication. Looking
+//! the job up can answer before it lands, and a cycle run on that answer would give its GPUs
+//! away again. So its outcome is settled by sending the identical message again ([`settle`]):
+//! the server answers it after the first, with the first's sequence (a repeat), a refusal (the
+//! first, or something else, moved the job: its newest event is then looked up), or by storing
+//! it. A refusal in the cycle itself is looked up the same way, for the same reason.
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use fairshare_events::headers::TraceParent;
@@ -48,8 +56,11 @@ pub(crate) struct Outcome {
     pub duplicates: usize,
     /// Refused: the job's events moved since the state the cycle decided from.
     pub refused: usize,
-    /// Unknown outcome (timeout, connection trouble): the jobs, to look up.
-    pub failed: Vec<String>,
+    /// Unknown outcome (timeout, connection trouble): to settle before the next cycle.
+    pub failed: Vec<ToPublish>,
+    /// The jobs refused: the fold must reach each one's newest event before the next cycle
+    /// (it may be this very placement, sent earlier and stored late).
+    pub moved: Vec<String>,
     /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
     /// next cycle, or that cycle would see these GPUs as free.
     pub max_sequence: u64,
@@ -91,6 +102,23 @@ async fn publish_in_chunks(
     outcome
 }
 
+/// Sends placement `p`: the same subject, headers and bytes every time it is sent.
+async fn send(
+    js: &jetstream::Context,
+    cluster: &str,
+    p: &ToPublish,
+) -> Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError> {
+    let envelope = Envelope {
+        message_id: placement_id(&p.job_id, p.expected),
+        trace: Some(p.trace),
+        expected_last_subject_sequence: Some((p.expected, Some(subjects::job(cluster, &p.job_id)))),
+        ..Default::default()
+    };
+    let subject = subjects::job_event(cluster, &p.job_id, "job_placed");
+    js.publish_with_headers(subject, envelope.to_headers(), codec::encode(&p.event))
+        .await
+}
+
 /// Sends `part`, then awaits its acknowledgements, adding what became of each to `outcome`.
 async fn publish_part(
     js: &jetstream::Context,
@@ -100,33 +128,20 @@ async fn publish_part(
 ) {
     let mut acks = Vec::with_capacity(part.len());
     for p in part {
-        let envelope = Envelope {
-            message_id: placement_id(&p.job_id, p.expected),
-            trace: Some(p.trace),
-            expected_last_subject_sequence: Some((
-                p.expected,
-                Some(subjects::job(cluster, &p.job_id)),
-            )),
-            ..Default::default()
-        };
-        let subject = subjects::job_event(cluster, &p.job_id, "job_placed");
-        match js
-            .publish_with_headers(subject, envelope.to_headers(), codec::encode(&p.event))
-            .await
-        {
-            Ok(ack) => acks.push((p.job_id, ack)),
+        match send(js, cluster, &p).await {
+            Ok(ack) => acks.push((p, ack)),
             Err(e) => {
                 tracing::warn!(job_id = p.job_id, "placement not sent: {e}");
-                outcome.failed.push(p.job_id);
+                outcome.failed.push(p);
             }
         }
     }
     let results = futures::future::join_all(
         acks.into_iter()
-            .map(|(job_id, ack)| async move { (job_id, ack.await) }),
+            .map(|(p, ack)| async move { (p, ack.await) }),
     )
     .await;
-    for (job_id, result) in results {
+    for (p, result) in results {
         match result {
             Ok(ack) => {
                 outcome.max_sequence = outcome.max_sequence.max(ack.sequence);
@@ -137,14 +152,75 @@ async fn publish_part(
                 }
             }
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
-                tracing::debug!(job_id, "placement refused: the job's events moved on");
+                tracing::debug!(
+                    job_id = p.job_id,
+                    "placement refused: the job's events moved on"
+                );
                 outcome.refused += 1;
+                outcome.moved.push(p.job_id);
             }
             Err(e) => {
-                tracing::warn!(job_id, "placement acknowledgement failed: {e}");
-                outcome.failed.push(job_id);
+                tracing::warn!(job_id = p.job_id, "placement acknowledgement failed: {e}");
+                outcome.failed.push(p);
             }
         }
+    }
+}
+
+/// A placement whose outcome the next cycle must know first.
+#[derive(Debug, Clone)]
+pub(crate) enum Unresolved {
+    /// Sent without an answer: settled by sending it again ([`settle`]).
+    Unanswered(Box<ToPublish>),
+    /// Refused, the job having moved: settled by looking up its newest event.
+    Moved(String),
+}
+
+impl Unresolved {
+    /// The job placed.
+    pub fn job_id(&self) -> &str {
+        match self {
+            Unresolved::Unanswered(p) => &p.job_id,
+            Unresolved::Moved(job_id) => job_id,
+        }
+    }
+}
+
+/// What settling a placement found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The fold must reach this sequence before the next cycle: the placement's own (stored
+    /// by this send or an earlier one), or the newest event of a job that moved.
+    At(u64),
+    /// Still unknown (the stream did not answer): try again later.
+    Unknown(String),
+}
+
+/// Settles `unresolved` (see the module doc).
+pub(crate) async fn settle(
+    js: &jetstream::Context,
+    events: &jetstream::stream::Stream,
+    cluster: &str,
+    unresolved: &Unresolved,
+) -> Settled {
+    let job_id = match unresolved {
+        Unresolved::Moved(job_id) => job_id,
+        Unresolved::Unanswered(p) => {
+            let answer = match send(js, cluster, p).await {
+                Ok(ack) => ack.await,
+                Err(e) => return Settled::Unknown(format!("not sent again: {e}")),
+            };
+            match answer {
+                // Stored now, or a repeat of the first send: either way its sequence.
+                Ok(ack) => return Settled::At(ack.sequence),
+                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => &p.job_id,
+                Err(e) => return Settled::Unknown(e.to_string()),
+            }
+        }
+    };
+    match newest_of_job(events, cluster, job_id).await {
+        Ok(sequence) => Settled::At(sequence),
+        Err(e) => Settled::Unknown(format!("cannot look up the job's newest event: {e}")),
     }
 }
 
@@ -281,6 +357,11 @@ mod tests {
         .await;
         let out = publish(&js, C, vec![placement("j", s1, "n1")]).await;
         assert_eq!((out.landed, out.refused, out.max_sequence), (0, 1, 0));
+        assert_eq!(
+            out.moved,
+            vec!["j".to_owned()],
+            "looked up before the next cycle"
+        );
         assert_eq!(newest_of_job(&events, C, "j").await.unwrap(), cancelled);
 
         // A fresh job lands once; the same decision again (a retry, another instance) is
@@ -319,5 +400,85 @@ mod tests {
         );
         assert!(newest_of_job(&events, C, "a").await.unwrap() < out.max_sequence);
         assert_eq!(placement_id("a", a), format!("placed:a:{a}"));
+    }
+
+    /// A placement of unknown outcome is settled by the server's answer to the same message
+    /// sent again, never by a lookup alone (which may answer before a late first send lands):
+    /// not stored yet, it is stored now; stored already, its sequence comes back and nothing is
+    /// stored twice; the job moved, the job's newest event comes back and nothing is stored.
+    #[tokio::test]
+    async fn an_unanswered_placement_is_settled_by_sending_it_again() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::new(client);
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let events = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let submitted = |job: &str| {
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: job.into(),
+                ..Default::default()
+            })
+        };
+        let placements_of = |job: &'static str| {
+            let events = events.clone();
+            async move {
+                let mut n = 0;
+                let newest = newest_of_job(&events, C, job).await.unwrap();
+                for seq in 1..=newest {
+                    let Ok(m) = events.get_raw_message(seq).await else {
+                        continue;
+                    };
+                    if m.subject.as_str() == subjects::job_event(C, job, "job_placed") {
+                        n += 1;
+                    }
+                }
+                n
+            }
+        };
+
+        // Never stored (the first send was lost): stored by the second.
+        let a = append(&js, "a", submitted("a")).await;
+        let lost = Unresolved::Unanswered(Box::new(placement("a", a, "n1")));
+        let Settled::At(at) = settle(&js, &events, C, &lost).await else {
+            panic!("settled")
+        };
+        assert!(at > a);
+        assert_eq!(newest_of_job(&events, C, "a").await.unwrap(), at);
+        assert_eq!(placements_of("a").await, 1);
+
+        // Stored by the first send, whose answer never came: its sequence, nothing stored again.
+        let b = append(&js, "b", submitted("b")).await;
+        let first = publish(&js, C, vec![placement("b", b, "n1")]).await;
+        assert_eq!(first.landed, 1);
+        let late = Unresolved::Unanswered(Box::new(placement("b", b, "n1")));
+        assert_eq!(
+            settle(&js, &events, C, &late).await,
+            Settled::At(first.max_sequence)
+        );
+        assert_eq!(placements_of("b").await, 1);
+
+        // The job moved before the placement landed: its newest event, nothing stored.
+        let c = append(&js, "c", submitted("c")).await;
+        let cancelled = append(
+            &js,
+            "c",
+            Body::JobCancelled(pb::JobCancelled {
+                job_id: "c".into(),
+                ..Default::default()
+            }),
+        )
+        .await;
+        let stale = Unresolved::Unanswered(Box::new(placement("c", c, "n1")));
+        assert_eq!(
+            settle(&js, &events, C, &stale).await,
+            Settled::At(cancelled)
+        );
+        assert_eq!(
+            settle(&js, &events, C, &Unresolved::Moved("c".into())).await,
+            Settled::At(cancelled)
+        );
+        assert_eq!(placements_of("c").await, 0);
     }
 }
