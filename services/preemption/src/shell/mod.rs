@@ -32,11 +32,10 @@
 //! - **Barrier**: the next pass waits until the fold has applied every event the previous pass
 //!   got acknowledged. Otherwise it would not see its own orders and would order the same
 //!   victims (or more victims for the same waiter) again. After an effect whose outcome is
-//!   unknown (timeout) the pass stops; its subject's newest event is looked up and the barrier
-//!   raised to it, and no pass runs until that lookup succeeds (retried with a growing pause).
-//!   Its deterministic message id and expected sequence make a repeat land at most once. (A
-//!   write the server commits after the lookup, or a copy the client flushes on reconnect, can
-//!   still land late; nothing fences it yet.)
+//!   unknown (timeout) the pass stops; the effect is sent again, identical, and the barrier
+//!   raised to what the server answers (see `publish`), and no pass runs until it answers
+//!   (retried with a growing pause). Its deterministic message id and expected sequence make
+//!   a repeat land at most once.
 //!
 //! How decision and preemption coordinate, only through `FAIRSHARE_EVENTS` (time runs down):
 //!
@@ -196,9 +195,9 @@ pub struct Service {
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
-    /// Subjects of effects of unknown outcome whose newest event could not be looked up: no
-    /// pass runs until each is (see [`Service::resolve`]).
-    unresolved: Vec<String>,
+    /// Effects of unknown outcome not settled yet: no pass runs until each is (see
+    /// [`Service::resolve`]).
+    unresolved: Vec<publish::Unanswered>,
     /// Passes in a row with an effect of unknown outcome, for the back-off.
     failed_passes: u32,
 }
@@ -429,16 +428,22 @@ impl Service {
         failure_backoff(self.failed_passes).max(RETRY_AFTER)
     }
 
-    /// Looks up the newest event on each unresolved subject; returns the highest sequence
-    /// found (the fold must reach it before the next pass) and keeps the subjects still
-    /// unanswered.
+    /// Settles each effect of unknown outcome ([`publish::settle`]); returns the highest
+    /// sequence found (the fold must reach it before the next pass) and keeps the effects
+    /// still unanswered.
     async fn resolve(&mut self) -> u64 {
         let mut newest = 0;
         let mut still = Vec::new();
-        for scope in std::mem::take(&mut self.unresolved) {
-            match publish::newest_on(&self.js, &scope).await {
+        for unanswered in std::mem::take(&mut self.unresolved) {
+            match publish::settle(&self.js, &self.config.cluster, &unanswered).await {
                 Ok(sequence) => newest = newest.max(sequence),
-                Err(_) => still.push(scope),
+                Err(e) => {
+                    tracing::warn!(
+                        subject = unanswered.subject,
+                        "cannot settle the outcome of an effect: {e}"
+                    );
+                    still.push(unanswered);
+                }
             }
         }
         self.unresolved = still;

@@ -20,6 +20,15 @@
 //!
 //! A job's effect carries, as `traceparent`, its own span: a child of the job's newest traced
 //! entry, so an order joins the trace of the job it stops.
+//!
+//! An effect whose acknowledgement never came may still be stored later (from the client's
+//! reconnect buffer, or the stream's replication), and a lookup of its subject can answer
+//! before it lands: the next pass, not seeing an order, could pick another victim for the same
+//! waiter. So its outcome is settled by sending the identical message again ([`settle`]): the
+//! server answers after the first send, with its sequence (a repeat), a refusal (then the
+//! subject's newest event is looked up), or by storing it. An order whose waiter has moved
+//! since is not sent again (it would stop its victim for nothing now): its subject is looked
+//! up, as before.
 
 use std::collections::HashMap;
 
@@ -48,12 +57,59 @@ pub(crate) struct Outcome {
     /// at the first such effect: the ones after it would most likely wait out the same
     /// trouble one acknowledgement timeout each, and are decided again anyway.
     pub failed: usize,
-    /// Subjects (filters) of failed effects whose newest event could not be looked up either:
-    /// the effect may have landed unseen, so no pass may decide until a lookup succeeds.
-    pub unresolved: Vec<String>,
+    /// Failed effects that could not be settled either ([`settle`]): each may have landed
+    /// unseen, so no pass may decide until it is settled.
+    pub unresolved: Vec<Unanswered>,
     /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
     /// next pass, or that pass would order the same things again.
     pub max_sequence: u64,
+}
+
+/// An effect sent without an answer: what it takes to send it again, identical.
+#[derive(Debug, Clone)]
+pub(crate) struct Unanswered {
+    /// Its subject.
+    pub subject: String,
+    /// Its headers (message id, expected sequence, trace).
+    pub headers: async_nats::HeaderMap,
+    /// Its bytes.
+    pub payload: bytes::Bytes,
+    /// The filter its expected sequence is checked over (the job's or node's subjects).
+    pub scope: String,
+    /// The waiter an order was for (empty for other effects).
+    pub for_job_id: String,
+    /// The waiter's newest event the deciding state had folded.
+    pub waiter_seen: u64,
+}
+
+/// Settles `unanswered` (see the module doc): the sequence the fold must reach before the next
+/// pass, or why the stream did not answer.
+pub(crate) async fn settle(
+    js: &jetstream::Context,
+    cluster: &str,
+    unanswered: &Unanswered,
+) -> Result<u64, String> {
+    let waiter_moved = !unanswered.for_job_id.is_empty()
+        && newest_on(js, &subjects::job(cluster, &unanswered.for_job_id)).await?
+            > unanswered.waiter_seen;
+    if !waiter_moved {
+        let answer = async {
+            js.publish_with_headers(
+                unanswered.subject.clone(),
+                unanswered.headers.clone(),
+                unanswered.payload.clone(),
+            )
+            .await?
+            .await
+        }
+        .await;
+        match answer {
+            Ok(ack) => return Ok(ack.sequence),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    newest_on(js, &unanswered.scope).await
 }
 
 /// Where and how one body is appended; `None` for bodies this service never publishes or for
@@ -216,8 +272,9 @@ pub(crate) async fn publish(
             expected_last_subject_sequence: Some((expected, Some(scope.clone()))),
             ..Default::default()
         };
+        let (headers, payload) = (envelope.to_headers(), codec::encode(&event));
         let result = async {
-            js.publish_with_headers(subject, envelope.to_headers(), codec::encode(&event))
+            js.publish_with_headers(subject.clone(), headers.clone(), payload.clone())
                 .await?
                 .await
         }
@@ -248,12 +305,24 @@ pub(crate) async fn publish(
             Err(e) => {
                 tracing::warn!(message_id, "not published, will decide again: {e}");
                 outcome.failed += 1;
-                // It may have landed all the same (an acknowledgement lost in a leader change):
-                // the next pass must not decide before the fold has seen whatever is on the
-                // subject now, or it could pick another victim for the same waiter.
-                match newest_on(js, &scope).await {
-                    Ok(newest) => outcome.max_sequence = outcome.max_sequence.max(newest),
-                    Err(_) => outcome.unresolved.push(scope),
+                // It may have landed all the same (an acknowledgement lost in a leader change),
+                // or land later: the next pass must not decide before the fold has seen it, or
+                // it could pick another victim for the same waiter.
+                let for_job_id = match body {
+                    Body::PreemptionOrdered(p) => p.for_job_id.clone(),
+                    _ => String::new(),
+                };
+                let unanswered = Unanswered {
+                    subject,
+                    headers,
+                    payload,
+                    scope,
+                    waiter_seen: fold.job_sequence(&for_job_id).unwrap_or(0),
+                    for_job_id,
+                };
+                match settle(js, cluster, &unanswered).await {
+                    Ok(sequence) => outcome.max_sequence = outcome.max_sequence.max(sequence),
+                    Err(_) => outcome.unresolved.push(unanswered),
                 }
                 break;
             }
@@ -581,7 +650,82 @@ mod tests {
             .to_vec();
         let out = publish(&js, C, &fold, crate::domain::into_events(kills, 5)).await;
         assert_eq!((out.landed, out.failed), (0, 1), "stopped at the first");
-        assert_eq!(out.unresolved, vec![subjects::job(C, "j1")]);
+        let unresolved: Vec<&str> = out.unresolved.iter().map(|u| u.scope.as_str()).collect();
+        assert_eq!(unresolved, vec![subjects::job(C, "j1")]);
         assert_eq!(out.max_sequence, 0);
+    }
+
+    /// An effect of unknown outcome is settled by the server's answer to the same message sent
+    /// again: not stored yet, it is stored now; stored already, its sequence comes back and
+    /// nothing is stored twice. An order whose waiter moved since is not sent again (it would
+    /// stop its victim for nothing): its victim's newest event comes back.
+    #[tokio::test]
+    async fn an_unanswered_effect_is_settled_by_sending_it_again_unless_its_waiter_moved() {
+        let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
+        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let mut fold = ShellFold::new(C);
+        for job in ["v1", "v2", "w"] {
+            append(&js, &mut fold, job, submitted(job)).await;
+        }
+        let order = |fold: &ShellFold, victim: &str| {
+            let expected = fold.job_sequence(victim).unwrap();
+            let event = pb::Event {
+                at_ms: 5,
+                body: Some(Body::PreemptionOrdered(pb::PreemptionOrdered {
+                    job_id: victim.into(),
+                    for_job_id: "w".into(),
+                    ..Default::default()
+                })),
+            };
+            let envelope = Envelope {
+                message_id: format!("preempt:{victim}:{expected}"),
+                expected_last_subject_sequence: Some((expected, Some(subjects::job(C, victim)))),
+                ..Default::default()
+            };
+            Unanswered {
+                subject: subjects::job_event(C, victim, "preemption_ordered"),
+                headers: envelope.to_headers(),
+                payload: codec::encode(&event),
+                scope: subjects::job(C, victim),
+                for_job_id: "w".into(),
+                waiter_seen: fold.job_sequence("w").unwrap(),
+            }
+        };
+        let orders_of = |victim: &'static str| {
+            let stream = stream.clone();
+            async move {
+                stream
+                    .get_last_raw_message_by_subject(&subjects::job_event(
+                        C,
+                        victim,
+                        "preemption_ordered",
+                    ))
+                    .await
+                    .map(|m| m.sequence)
+                    .ok()
+            }
+        };
+
+        // The first send never reached the stream: the second stores it.
+        let lost = order(&fold, "v1");
+        let stored = settle(&js, C, &lost).await.unwrap();
+        assert_eq!(orders_of("v1").await, Some(stored));
+        // Sent again once more (its answer lost too): the same sequence, nothing new stored.
+        assert_eq!(settle(&js, C, &lost).await.unwrap(), stored);
+        assert_eq!(
+            newest_on(&js, &subjects::job(C, "v1")).await.unwrap(),
+            stored
+        );
+
+        // The waiter was placed meanwhile: v2's order is not sent again.
+        let v2 = order(&fold, "v2");
+        let waiter_placed = Body::JobPlaced(pb::JobPlaced {
+            job_id: "w".into(),
+            ..Default::default()
+        });
+        append(&js, &mut fold, "w", waiter_placed).await;
+        let v2_newest = fold.job_sequence("v2").unwrap();
+        assert_eq!(settle(&js, C, &v2).await.unwrap(), v2_newest);
+        assert_eq!(orders_of("v2").await, None);
     }
 }
