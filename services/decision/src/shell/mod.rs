@@ -571,6 +571,7 @@ impl Service {
                         batch.push(ToPublish {
                             job_id: p.job_id.clone(),
                             expected,
+                            decided_through: decision.through_sequence,
                             trace: span.hand_on(),
                             event,
                         });

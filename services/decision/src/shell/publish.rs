@@ -22,7 +22,10 @@
 //! away again. So its outcome is settled by sending the identical message again ([`settle`]):
 //! the server answers it after the first, with the first's sequence (a repeat), a refusal (the
 //! first, or something else, moved the job: its newest event is then looked up), or by storing
-//! it. A refusal in the cycle itself is looked up the same way, for the same reason.
+//! it. A refusal in the cycle itself is looked up the same way, for the same reason. Not sent
+//! again, only looked up as before: a placement decided before a node or maintenance event
+//! that has landed since (stored now, it could name GPUs that are gone), and one the server
+//! refused for good (a stream that is not there, a message over its size limit).
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use fairshare_events::headers::TraceParent;
@@ -41,6 +44,9 @@ pub(crate) struct ToPublish {
     pub job_id: String,
     /// Sequence of the job's newest folded event.
     pub expected: u64,
+    /// The last sequence the deciding state had folded: a node or maintenance event after it
+    /// means the placement may name GPUs that are no longer there, so it is not sent again.
+    pub decided_through: u64,
     /// The trace context the placement carries (its span's).
     pub trace: TraceParent,
     /// The `JobPlaced` event.
@@ -206,18 +212,47 @@ pub(crate) async fn settle(
     let job_id = match unresolved {
         Unresolved::Moved(job_id) => job_id,
         Unresolved::Unanswered(p) => {
+            match newest_inventory_change(events, cluster).await {
+                Ok(newest) if newest <= p.decided_through => {}
+                // The nodes moved: the fence the cycle passed no longer holds.
+                Ok(_) => return look_up(events, cluster, &p.job_id).await,
+                Err(e) => {
+                    return Settled::Unknown(format!("cannot read the newest node event: {e}"));
+                }
+            }
             let answer = match send(js, cluster, p).await {
                 Ok(ack) => ack.await,
-                Err(e) => return Settled::Unknown(format!("not sent again: {e}")),
+                Err(e) => Err(e),
             };
             match answer {
-                // Stored now, or a repeat of the first send: either way its sequence.
-                Ok(ack) => return Settled::At(ack.sequence),
-                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => &p.job_id,
-                Err(e) => return Settled::Unknown(e.to_string()),
+                // Stored now, or a repeat of the first send: either way its sequence (a
+                // server that answers a repeat still in flight with sequence 0 is asked again).
+                Ok(ack) if ack.sequence > 0 => return Settled::At(ack.sequence),
+                Ok(_) => return Settled::Unknown("answered without a sequence".into()),
+                Err(e) if still_unknown(e.kind()) => return Settled::Unknown(e.to_string()),
+                // Refused: the job moved (perhaps by the first send), or for good.
+                Err(_) => &p.job_id,
             }
         }
     };
+    look_up(events, cluster, job_id).await
+}
+
+/// Whether a publish that failed this way may still be stored (or be in flight): a timeout,
+/// a broken connection, a server busy with the same message id. The other failures are
+/// answers: the message is not stored.
+pub(crate) fn still_unknown(kind: PublishErrorKind) -> bool {
+    matches!(
+        kind,
+        PublishErrorKind::TimedOut
+            | PublishErrorKind::BrokenPipe
+            | PublishErrorKind::MaxAckPending
+            | PublishErrorKind::Other
+    )
+}
+
+/// [`Settled::At`] job `job_id`'s newest event.
+async fn look_up(events: &jetstream::stream::Stream, cluster: &str, job_id: &str) -> Settled {
     match newest_of_job(events, cluster, job_id).await {
         Ok(sequence) => Settled::At(sequence),
         Err(e) => Settled::Unknown(format!("cannot look up the job's newest event: {e}")),
@@ -277,6 +312,7 @@ mod tests {
         ToPublish {
             job_id: job.into(),
             expected,
+            decided_through: expected,
             trace: TraceParent::new_root((1, 1)),
             event: pb::Event {
                 at_ms: 2,
@@ -480,5 +516,27 @@ mod tests {
             Settled::At(cancelled)
         );
         assert_eq!(placements_of("c").await, 0);
+
+        // A node changed after the decision: not sent again (it may name GPUs that are gone),
+        // only looked up.
+        let d = append(&js, "d", submitted("d")).await;
+        let node = pb::Event {
+            at_ms: 3,
+            body: Some(Body::NodeRegistered(pb::NodeRegistered {
+                cluster: C.into(),
+                node: "n1".into(),
+                gpus: 4,
+            })),
+        };
+        let envelope = Envelope {
+            message_id: "node-n1".into(),
+            ..Default::default()
+        };
+        admin::append(&js, subjects::node(C, "n1"), &node, &envelope)
+            .await
+            .unwrap();
+        let fenced = Unresolved::Unanswered(Box::new(placement("d", d, "n1")));
+        assert_eq!(settle(&js, &events, C, &fenced).await, Settled::At(d));
+        assert_eq!(placements_of("d").await, 0);
     }
 }

@@ -28,7 +28,8 @@
 //! server answers after the first send, with its sequence (a repeat), a refusal (then the
 //! subject's newest event is looked up), or by storing it. An order whose waiter has moved
 //! since is not sent again (it would stop its victim for nothing now): its subject is looked
-//! up, as before.
+//! up, as before, and a first send still in flight can land after that look (the waiter is
+//! placed or gone by then, so no second victim is ordered for it).
 
 use std::collections::HashMap;
 
@@ -104,12 +105,28 @@ pub(crate) async fn settle(
         }
         .await;
         match answer {
-            Ok(ack) => return Ok(ack.sequence),
-            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {}
-            Err(e) => return Err(e.to_string()),
+            // A server that answers a repeat still in flight with sequence 0 is asked again.
+            Ok(ack) if ack.sequence > 0 => return Ok(ack.sequence),
+            Ok(_) => return Err("answered without a sequence".into()),
+            Err(e) if still_unknown(e.kind()) => return Err(e.to_string()),
+            // Refused: the subject moved (perhaps by the first send), or for good.
+            Err(_) => {}
         }
     }
     newest_on(js, &unanswered.scope).await
+}
+
+/// Whether a publish that failed this way may still be stored (or be in flight): a timeout,
+/// a broken connection, a server busy with the same message id. The other failures are
+/// answers: the message is not stored.
+fn still_unknown(kind: PublishErrorKind) -> bool {
+    matches!(
+        kind,
+        PublishErrorKind::TimedOut
+            | PublishErrorKind::BrokenPipe
+            | PublishErrorKind::MaxAckPending
+            | PublishErrorKind::Other
+    )
 }
 
 /// Where and how one body is appended; `None` for bodies this service never publishes or for
