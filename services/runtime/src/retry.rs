@@ -1,11 +1,26 @@
 //! How long a service waits before it tries again after writes of unknown outcome.
 //!
 //! Place in the flow: the decision service after a cycle whose placements were not
-//! acknowledged, and the preemption service after a pass whose effects were not, look up what
-//! landed and decide again; a server that refuses every write (a full disk, a lost quorum)
-//! must not be asked again and again without pause.
+//! acknowledged, and the preemption service after a pass whose effects were not, settle what
+//! became of them and decide again; a server that refuses every write (a full disk, a lost
+//! quorum) must not be asked again and again without pause.
 
 use std::time::Duration;
+
+use async_nats::jetstream::context::PublishErrorKind;
+
+/// Whether a publish that failed this way may still be stored, or be in flight: a timeout, a
+/// broken connection, a server busy with the same message id. The other failures are answers:
+/// the message is not stored.
+pub fn outcome_unknown(kind: PublishErrorKind) -> bool {
+    matches!(
+        kind,
+        PublishErrorKind::TimedOut
+            | PublishErrorKind::BrokenPipe
+            | PublishErrorKind::MaxAckPending
+            | PublishErrorKind::Other
+    )
+}
 
 /// The wait before trying again after `failed_before` tries in a row failed: at once the first
 /// time (a lone timeout), then doubling from 250 ms up to 8 s.

@@ -318,18 +318,24 @@ mod tests {
         assert_eq!(JobClass::of(1, 15 * 60_000 + 1), JobClass::Allocated);
     }
 
-    #[test]
-    fn oversized_share_counts_allocated_jobs_bigger_than_their_allocation_share() {
-        use crate::scenarios::{flat_budget, job};
+    const H: i64 = 3_600_000;
+
+    /// 16 GPUs on two 8-GPU nodes, for an hour: a's share is 12 GPUs, b's 4.
+    fn two_nodes_a_and_b() -> crate::setup::Setup {
+        use crate::scenarios::flat_budget;
         use crate::setup::{EPOCH_MS, Setup};
-        const H: i64 = 3_600_000;
-        // 16 GPUs: a's share is 12 GPUs, b's 4.
-        let setup = Setup::new(
+        Setup::new(
             flat_budget("sim", &[("a", 75), ("b", 25)]),
             Setup::uniform_nodes("node", 2, 8),
             EPOCH_MS + H,
         )
-        .expect("a valid setup");
+        .expect("a valid setup")
+    }
+
+    #[test]
+    fn oversized_share_counts_allocated_jobs_bigger_than_their_allocation_share() {
+        use crate::scenarios::job;
+        let setup = two_nodes_a_and_b();
         let jobs = vec![
             job("fits".into(), 0, "a", 8, H, H),
             job("too-big".into(), 0, "a", 16, H, H),
@@ -359,15 +365,8 @@ mod tests {
     #[test]
     fn refused_counts_what_the_submission_checks_refuse() {
         use crate::engine::{self, EngineConfig};
-        use crate::scenarios::{flat_budget, job};
-        use crate::setup::{EPOCH_MS, Setup};
-        const H: i64 = 3_600_000;
-        let setup = Setup::new(
-            flat_budget("sim", &[("a", 75), ("b", 25)]),
-            Setup::uniform_nodes("node", 2, 8),
-            EPOCH_MS + H,
-        )
-        .expect("a valid setup");
+        use crate::scenarios::job;
+        let setup = two_nodes_a_and_b();
         let jobs = vec![
             job("fits".into(), 0, "a", 8, H / 2, H / 2),
             job("whole-cluster".into(), 0, "b", 16, H / 2, H / 2),

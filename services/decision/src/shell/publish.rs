@@ -229,26 +229,15 @@ pub(crate) async fn settle(
                 // server that answers a repeat still in flight with sequence 0 is asked again).
                 Ok(ack) if ack.sequence > 0 => return Settled::At(ack.sequence),
                 Ok(_) => return Settled::Unknown("answered without a sequence".into()),
-                Err(e) if still_unknown(e.kind()) => return Settled::Unknown(e.to_string()),
+                Err(e) if fairshare_runtime::retry::outcome_unknown(e.kind()) => {
+                    return Settled::Unknown(e.to_string());
+                }
                 // Refused: the job moved (perhaps by the first send), or for good.
                 Err(_) => &p.job_id,
             }
         }
     };
     look_up(events, cluster, job_id).await
-}
-
-/// Whether a publish that failed this way may still be stored (or be in flight): a timeout,
-/// a broken connection, a server busy with the same message id. The other failures are
-/// answers: the message is not stored.
-pub(crate) fn still_unknown(kind: PublishErrorKind) -> bool {
-    matches!(
-        kind,
-        PublishErrorKind::TimedOut
-            | PublishErrorKind::BrokenPipe
-            | PublishErrorKind::MaxAckPending
-            | PublishErrorKind::Other
-    )
 }
 
 /// [`Settled::At`] job `job_id`'s newest event.
@@ -308,6 +297,13 @@ mod tests {
         admin::append(js, subject, &event, &envelope).await.unwrap()
     }
 
+    fn submitted(job: &str) -> Body {
+        Body::JobSubmitted(pb::JobSubmitted {
+            job_id: job.into(),
+            ..Default::default()
+        })
+    }
+
     fn placement(job: &str, expected: u64, node: &str) -> ToPublish {
         ToPublish {
             job_id: job.into(),
@@ -343,15 +339,7 @@ mod tests {
         let mut batch = Vec::new();
         for i in 0..10 {
             let job = format!("j{i}");
-            let s = append(
-                &js,
-                &job,
-                Body::JobSubmitted(pb::JobSubmitted {
-                    job_id: job.clone(),
-                    ..Default::default()
-                }),
-            )
-            .await;
+            let s = append(&js, &job, submitted(&job)).await;
             batch.push(placement(&job, s, "n1"));
         }
         let out = tokio::time::timeout(
@@ -366,19 +354,8 @@ mod tests {
 
     #[tokio::test]
     async fn placements_land_once_and_never_after_the_job_moved() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = jetstream::new(client);
-        fairshare_runtime::nats::ensure_streams(&js, 1)
-            .await
-            .unwrap();
+        let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
         let events = js.get_stream(EVENTS_STREAM).await.unwrap();
-        let submitted = |job: &str| {
-            Body::JobSubmitted(pb::JobSubmitted {
-                job_id: job.into(),
-                ..Default::default()
-            })
-        };
 
         // Decided from the state after j's submission, but j was cancelled meanwhile.
         let s1 = append(&js, "j", submitted("j")).await;
@@ -444,19 +421,8 @@ mod tests {
     /// stored twice; the job moved, the job's newest event comes back and nothing is stored.
     #[tokio::test]
     async fn an_unanswered_placement_is_settled_by_sending_it_again() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = jetstream::new(client);
-        fairshare_runtime::nats::ensure_streams(&js, 1)
-            .await
-            .unwrap();
+        let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
         let events = js.get_stream(EVENTS_STREAM).await.unwrap();
-        let submitted = |job: &str| {
-            Body::JobSubmitted(pb::JobSubmitted {
-                job_id: job.into(),
-                ..Default::default()
-            })
-        };
         let placements_of = |job: &'static str| {
             let events = events.clone();
             async move {

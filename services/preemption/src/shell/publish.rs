@@ -108,25 +108,14 @@ pub(crate) async fn settle(
             // A server that answers a repeat still in flight with sequence 0 is asked again.
             Ok(ack) if ack.sequence > 0 => return Ok(ack.sequence),
             Ok(_) => return Err("answered without a sequence".into()),
-            Err(e) if still_unknown(e.kind()) => return Err(e.to_string()),
+            Err(e) if fairshare_runtime::retry::outcome_unknown(e.kind()) => {
+                return Err(e.to_string());
+            }
             // Refused: the subject moved (perhaps by the first send), or for good.
             Err(_) => {}
         }
     }
     newest_on(js, &unanswered.scope).await
-}
-
-/// Whether a publish that failed this way may still be stored (or be in flight): a timeout,
-/// a broken connection, a server busy with the same message id. The other failures are
-/// answers: the message is not stored.
-fn still_unknown(kind: PublishErrorKind) -> bool {
-    matches!(
-        kind,
-        PublishErrorKind::TimedOut
-            | PublishErrorKind::BrokenPipe
-            | PublishErrorKind::MaxAckPending
-            | PublishErrorKind::Other
-    )
 }
 
 /// Where and how one body is appended; `None` for bodies this service never publishes or for
