@@ -661,6 +661,49 @@ mod tests {
         assert_eq!(out.max_sequence, 0);
     }
 
+    /// An order whose outcome stays unknown keeps what settling it later needs: the identical
+    /// message, its victim's subjects, and its waiter as the pass saw it.
+    #[tokio::test]
+    async fn an_unsettled_order_keeps_its_message_and_its_waiter() {
+        let mut server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server
+            .jetstream(std::time::Duration::from_millis(500))
+            .await
+            .unwrap();
+        let mut fold = ShellFold::new(C);
+        for job in ["v", "w"] {
+            append(&js, &mut fold, job, submitted(job)).await;
+        }
+        server.kill();
+        let order = Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "v".into(),
+            for_job_id: "w".into(),
+            ..Default::default()
+        });
+        let out = publish(&js, C, &fold, crate::domain::into_events(vec![order], 5)).await;
+        assert_eq!(out.failed, 1);
+        let [unsettled] = out.unresolved.as_slice() else {
+            panic!("one unsettled effect: {:?}", out.unresolved)
+        };
+        assert_eq!(
+            unsettled.subject,
+            subjects::job_event(C, "v", "preemption_ordered")
+        );
+        assert_eq!(unsettled.scope, subjects::job(C, "v"));
+        assert_eq!(unsettled.for_job_id, "w");
+        assert_eq!(Some(unsettled.waiter_seen), fold.job_sequence("w"));
+        let expected = fold.job_sequence("v").unwrap();
+        assert_eq!(
+            unsettled
+                .headers
+                .get("Nats-Msg-Id")
+                .map(|v| v.as_str().to_owned()),
+            Some(format!("preempt:v:{expected}"))
+        );
+        let event = codec::decode_event(&unsettled.payload).unwrap();
+        assert!(matches!(event.body, Some(Body::PreemptionOrdered(p)) if p.job_id == "v"));
+    }
+
     /// An effect of unknown outcome is settled by the server's answer to the same message sent
     /// again: not stored yet, it is stored now; stored already, its sequence comes back and
     /// nothing is stored twice. An order whose waiter moved since is not sent again (it would
