@@ -1,8 +1,8 @@
-//! The log follower's idle check against a real nats-server: services call
-//! `Follower::next` inside a `select!` whose other branches (pass and cycle timers) fire more
-//! often than the check's period, dropping each call. The check must still come due, or a
-//! follower whose consumer the client lost without noticing (seen after a cluster member
-//! died) never recovers.
+//! The log follower against a real nats-server, where its consumer goes: the idle check must
+//! come due although services call `Follower::next` inside a `select!` that drops each call;
+//! a consumer lost (deleted, or with the server restarted under a reconnecting client) is
+//! replaced from where the follower left off, never re-reading the log; a stream deleted and
+//! made again under it stops it and the services that fold it.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 

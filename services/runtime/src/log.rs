@@ -162,7 +162,8 @@ pub struct Follower {
     idle_checks: u64,
     /// Entries skipped as repeats of ones delivered already (see [`Follower::next`]).
     repeats_skipped: u64,
-    /// When a repeat last made it try to follow anew (see [`Follower::next`]).
+    /// When it last tried to follow anew after a repeat, a re-read or a reconnect (see
+    /// [`Follower::next`]): at most once per `RENEW_RETRY`.
     renew_tried_at: Option<Instant>,
     /// The entries after `last_delivered` must be read anew before anything else is
     /// delivered, for the reason given: an entry came without its stream metadata, or from a
@@ -186,6 +187,7 @@ pub struct Follower {
 
 /// A new ordered consumer, and what the follower notes about it.
 struct Consumed {
+    /// Its entries, in order.
     messages: consumer::pull::Ordered,
     /// Matching entries in the stream when it was made.
     pending: u64,
@@ -206,8 +208,8 @@ fn is_repeat(sequence: u64, last_delivered: u64) -> bool {
 /// How long one pull of a [`Follower`] waits for entries (see [`Follower::start`]).
 pub const FOLLOW_PULL_EXPIRES: Duration = Duration::from_secs(5);
 
-/// The least time between two attempts of a [`Follower`] to follow anew after its consumer
-/// started over from an earlier entry (see [`Follower::next`]).
+/// The least time between two attempts of a [`Follower`] to follow anew after a repeat, a
+/// re-read or a reconnect (see [`Follower::next`]).
 const RENEW_RETRY: Duration = Duration::from_secs(1);
 
 /// How long a [`Follower`] may deliver nothing before it asks the stream whether it missed
@@ -288,10 +290,10 @@ impl Follower {
         let mut config = consumer::pull::OrderedConfig {
             deliver_policy,
             // Each pull waits at most this long, and the server's idle heartbeat follows it
-            // (half of it). Two missed heartbeats make the ordered consumer re-create itself
-            // where the last delivered entry left off: with the defaults (30 s, 15 s) a
-            // follower whose cluster member died stalled for about a minute; with 5 s it is
-            // back within seconds (tests/tests/cluster.rs).
+            // (half of it). Two missed heartbeats make the client re-create the consumer, which
+            // the follower notices by its new name and replaces with one of its own (see
+            // `next`): with the defaults (30 s, 15 s) a follower whose cluster member died
+            // stalled for about a minute; with 5 s it is back within seconds.
             max_expires: FOLLOW_PULL_EXPIRES,
             ..Default::default()
         };

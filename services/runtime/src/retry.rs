@@ -7,19 +7,45 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::publish::PublishAck;
 
 /// Whether a publish that failed this way may still be stored, or be in flight: a timeout, a
-/// broken connection, a server busy with the same message id. The other failures are answers:
-/// the message is not stored.
+/// broken connection, and any other refusal the client does not name (`Other`: a server busy
+/// with the same message id, but also a full disk or a size limit, which are kept unknown on
+/// purpose: settling one as "not stored" when it was would give its GPUs away twice). The
+/// named ones are answers: the message is not stored (a wrong expected sequence or message
+/// id, no stream, over the client's payload limit or its limit of messages in flight).
 pub fn outcome_unknown(kind: PublishErrorKind) -> bool {
     matches!(
         kind,
-        PublishErrorKind::TimedOut
-            | PublishErrorKind::BrokenPipe
-            | PublishErrorKind::MaxAckPending
-            | PublishErrorKind::Other
+        PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe | PublishErrorKind::Other
     )
+}
+
+/// What the server said to a message sent again after its first send went unanswered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResendAnswer {
+    /// Stored, now or by the first send (a repeat): at this sequence.
+    Stored(u64),
+    /// Not stored: the subject moved (perhaps by the first send) or the message was refused
+    /// for good. Its subject's newest event says where the log is.
+    Refused,
+    /// Still unknown: ask again later.
+    Unknown(String),
+}
+
+/// Reads the answer to a message sent again (see [`ResendAnswer`]).
+pub fn resend_answer(answer: Result<PublishAck, PublishError>) -> ResendAnswer {
+    match answer {
+        Ok(ack) if ack.sequence > 0 => ResendAnswer::Stored(ack.sequence),
+        // A server that answers a repeat whose first send it is still storing with sequence 0.
+        Ok(_) => {
+            ResendAnswer::Unknown("the first send is still being stored; asking again".to_owned())
+        }
+        Err(e) if outcome_unknown(e.kind()) => ResendAnswer::Unknown(e.to_string()),
+        Err(_) => ResendAnswer::Refused,
+    }
 }
 
 /// The wait before trying again after `failed_before` tries in a row failed: at once the first

@@ -350,6 +350,16 @@ impl CommonArgs {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
+        // The baselines check allocations and shapes only: a job the submission service alone
+        // refuses would make the runs compare different workloads.
+        let only_fairshare = workload.refused(setup, &config.limits).by_fairshare_only;
+        if only_fairshare > 0 {
+            bail!(
+                "the submission checks would refuse {only_fairshare} jobs in the fairshare run \
+                 only (a label, key or minimum runtime over the submission limits, or a \
+                 repeated key): the runs would compare different workloads"
+            );
+        }
         let inputs = ReportInputs::new(title, source, rules, setup, workload, &config);
         if inputs.refused > 0 {
             eprintln!(
@@ -452,8 +462,8 @@ impl CommonArgs {
                 if stats.rejected != report.inputs.refused {
                     eprintln!(
                         "warning: the fairshare run refused {} jobs where the report's inputs \
-                         count {}: an action at a job's own submission time, or a label or key \
-                         over the submission limits (which the baselines do not check)",
+                         count {}: an action at a job's own submission time changed the tree or \
+                         the nodes it was checked against",
                         stats.rejected, report.inputs.refused
                     );
                 }

@@ -168,10 +168,14 @@ impl MappingRules {
         let m = |ms: i64| ms / MIN;
         vec![
             "CPU-only rows dropped".to_owned(),
-            format!(
-                "tenants dealt round-robin onto allocations by GPU time asked, largest first, but for the {} tenants the tenant map names",
-                self.tenant_map.len()
-            ),
+            match self.tenant_map.len() {
+                0 => "tenants dealt round-robin onto allocations by GPU time asked, largest first"
+                    .to_owned(),
+                n => format!(
+                    "tenants dealt round-robin onto allocations by GPU time asked, largest first, \
+                     but for the {n} the tenant map names"
+                ),
+            },
             format!(
                 "{}% of jobs unallocated (by hash of the trace id)",
                 self.unallocated_percent

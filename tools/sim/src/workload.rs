@@ -164,6 +164,18 @@ pub struct TimedAction {
     pub action: Action,
 }
 
+/// Jobs the submission checks refuse ([`Workload::refused`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Refused {
+    /// Of no leaf allocation, or of GPUs no shape on the nodes holds (more than the cluster,
+    /// or more than a node and not whole nodes): no policy runs them.
+    pub by_all: u64,
+    /// Refused for what only the submission service checks (a label, key or minimum runtime
+    /// over its limits, a repeated key): the baselines run them, so the runs would compare
+    /// different workloads.
+    pub by_fairshare_only: u64,
+}
+
 /// Jobs and actions, each sorted by time.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Workload {
@@ -183,14 +195,13 @@ impl Workload {
 
     /// How many jobs the submission checks refuse, checked as the fairshare run checks them:
     /// in submission order, against `setup`'s tree and nodes with the workload's earlier
-    /// actions applied, each accepted job remembered (a repeated key is refused). A job of no
-    /// leaf allocation, or of GPUs no shape on the nodes holds (more than the cluster, or
-    /// more than a node and not whole nodes), is run by no policy; the report says how many.
+    /// actions applied, each accepted job remembered (a repeated key is refused).
     pub fn refused(
         &self,
         setup: &crate::setup::Setup,
         limits: &fairshare_submission::domain::Limits,
-    ) -> u64 {
+    ) -> Refused {
+        use fairshare_events::pb::RejectionCode;
         use fairshare_submission::domain::{
             Checked, SubmissionState, check_submission, job_submitted,
         };
@@ -210,7 +221,7 @@ impl Workload {
             }
         }
         let mut actions = self.actions.iter().peekable();
-        let mut refused = 0;
+        let mut refused = Refused::default();
         for (index, job) in self.jobs.iter().enumerate() {
             while let Some(a) = actions.next_if(|a| a.at_ms < job.submit_ms) {
                 fold(&mut state, a.at_ms, a.action.body(&setup.cluster));
@@ -225,7 +236,19 @@ impl Workload {
                         pb::event::Body::JobSubmitted(body),
                     );
                 }
-                Ok(Checked::Repeat { .. }) | Err(_) => refused += 1,
+                // What the baselines check too (`baseline::replay`).
+                Err(r)
+                    if [
+                        RejectionCode::UnknownAllocation,
+                        RejectionCode::InvalidGpus,
+                        RejectionCode::TooManyGpus,
+                        RejectionCode::ShapeMismatch,
+                    ]
+                    .contains(&r.code()) =>
+                {
+                    refused.by_all += 1;
+                }
+                Ok(Checked::Repeat { .. }) | Err(_) => refused.by_fairshare_only += 1,
             }
         }
         refused
@@ -383,7 +406,23 @@ mod tests {
         ];
         let workload = Workload::new(jobs, Vec::new());
         let config = EngineConfig::default();
-        assert_eq!(workload.refused(&setup, &config.limits), 3);
+        let refused = workload.refused(&setup, &config.limits);
+        assert_eq!(refused.by_all, 3);
+        assert_eq!(refused.by_fairshare_only, 0);
+        // A repeated name is a repeated idempotency key: refused by the fairshare run only.
+        let twice = Workload::new(
+            vec![
+                job("same".into(), 0, "a", 1, H / 2, H / 2),
+                job("same".into(), 1, "a", 1, H / 2, H / 2),
+            ],
+            Vec::new(),
+        );
+        let refused = twice.refused(&setup, &config.limits);
+        assert_eq!((refused.by_all, refused.by_fairshare_only), (0, 1));
+        assert_eq!(
+            engine::run(&setup, &twice, &config, |_| {}).stats.rejected,
+            1
+        );
         let run = engine::run(&setup, &workload, &config, |_| {});
         assert_eq!(run.stats.rejected, 3);
         // The baselines run without the same jobs.

@@ -90,9 +90,9 @@ pub use fold::{Applied, LogFold};
 use pace::Pacer;
 use publish::{Outcome, ToPublish};
 
-/// The least wait before looking up a placement of unknown outcome again (longer after
+/// The least wait before trying to settle a placement of unknown outcome again (longer after
 /// several failed rounds: [`failure_backoff`]).
-const LOOKUP_RETRY: Duration = Duration::from_secs(1);
+const SETTLE_RETRY: Duration = Duration::from_secs(1);
 
 /// How long the fold may lag behind the last cycle's placements, with no entry arriving,
 /// before it is reported.
@@ -195,7 +195,7 @@ pub struct Service {
     next_cycle: u64,
     /// Placements whose outcome the next cycle must know first (see [`publish::settle`]).
     unresolved: Vec<publish::Unresolved>,
-    /// Cycles with a placement of unknown outcome, and failed rounds of looking them up, since
+    /// Cycles with a placement of unknown outcome, and failed rounds of settling them, since
     /// the last cycle whose placements were all answered: each waits longer before the next
     /// try ([`failure_backoff`]), so a server that refuses every write (a full disk) is not
     /// asked again back to back, with a warning per job per cycle.
@@ -471,10 +471,12 @@ impl Service {
         // All at once: one at a time, a cycle of hundreds of placements whose acknowledgements
         // timed out would keep the loop (and shutdown) waiting a request timeout per job.
         let (js, events, cluster) = (&self.js, &self.events, self.config.cluster.as_str());
+        let nodes_newest = &publish::newest_inventory_change(events, cluster).await;
         let settled =
             futures::future::join_all(std::mem::take(&mut self.unresolved).into_iter().map(
                 |unresolved| async move {
-                    let settled = publish::settle(js, events, cluster, &unresolved).await;
+                    let settled =
+                        publish::settle(js, events, cluster, nodes_newest, &unresolved).await;
                     (unresolved, settled)
                 },
             ))
@@ -496,7 +498,7 @@ impl Service {
         } else {
             self.unresolved = still;
             // Each failed round of settling waits longer, as failed cycles do.
-            let wait = failure_backoff(self.failed_cycles).max(LOOKUP_RETRY);
+            let wait = failure_backoff(self.failed_cycles).max(SETTLE_RETRY);
             self.failed_cycles = self.failed_cycles.saturating_add(1);
             pacer.block(Instant::now() + wait);
         }

@@ -31,6 +31,7 @@ use async_nats::jetstream::{self, context::PublishErrorKind};
 use fairshare_events::headers::TraceParent;
 use fairshare_events::{codec, pb, subjects};
 use fairshare_runtime::envelope::Envelope;
+use fairshare_runtime::retry::{ResendAnswer, resend_answer};
 
 /// The message id of job `job_id`'s placement decided when its newest event was `expected`.
 pub fn placement_id(job_id: &str, expected: u64) -> String {
@@ -202,18 +203,21 @@ pub(crate) enum Settled {
     Unknown(String),
 }
 
-/// Settles `unresolved` (see the module doc).
+/// Settles `unresolved` (see the module doc). `nodes_newest` is the cluster's newest node or
+/// maintenance event ([`newest_inventory_change`], read once per round), or why it could not
+/// be read.
 pub(crate) async fn settle(
     js: &jetstream::Context,
     events: &jetstream::stream::Stream,
     cluster: &str,
+    nodes_newest: &Result<u64, String>,
     unresolved: &Unresolved,
 ) -> Settled {
     let job_id = match unresolved {
         Unresolved::Moved(job_id) => job_id,
         Unresolved::Unanswered(p) => {
-            match newest_inventory_change(events, cluster).await {
-                Ok(newest) if newest <= p.decided_through => {}
+            match nodes_newest {
+                Ok(newest) if *newest <= p.decided_through => {}
                 // The nodes moved: the fence the cycle passed no longer holds.
                 Ok(_) => return look_up(events, cluster, &p.job_id).await,
                 Err(e) => {
@@ -224,16 +228,10 @@ pub(crate) async fn settle(
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
             };
-            match answer {
-                // Stored now, or a repeat of the first send: either way its sequence (a
-                // server that answers a repeat still in flight with sequence 0 is asked again).
-                Ok(ack) if ack.sequence > 0 => return Settled::At(ack.sequence),
-                Ok(_) => return Settled::Unknown("answered without a sequence".into()),
-                Err(e) if fairshare_runtime::retry::outcome_unknown(e.kind()) => {
-                    return Settled::Unknown(e.to_string());
-                }
-                // Refused: the job moved (perhaps by the first send), or for good.
-                Err(_) => &p.job_id,
+            match resend_answer(answer) {
+                ResendAnswer::Stored(sequence) => return Settled::At(sequence),
+                ResendAnswer::Unknown(why) => return Settled::Unknown(why),
+                ResendAnswer::Refused => &p.job_id,
             }
         }
     };
@@ -443,7 +441,15 @@ mod tests {
         // Never stored (the first send was lost): stored by the second.
         let a = append(&js, "a", submitted("a")).await;
         let lost = Unresolved::Unanswered(Box::new(placement("a", a, "n1")));
-        let Settled::At(at) = settle(&js, &events, C, &lost).await else {
+        let Settled::At(at) = settle(
+            &js,
+            &events,
+            C,
+            &newest_inventory_change(&events, C).await,
+            &lost,
+        )
+        .await
+        else {
             panic!("settled")
         };
         assert!(at > a);
@@ -456,7 +462,14 @@ mod tests {
         assert_eq!(first.landed, 1);
         let late = Unresolved::Unanswered(Box::new(placement("b", b, "n1")));
         assert_eq!(
-            settle(&js, &events, C, &late).await,
+            settle(
+                &js,
+                &events,
+                C,
+                &newest_inventory_change(&events, C).await,
+                &late
+            )
+            .await,
             Settled::At(first.max_sequence)
         );
         assert_eq!(placements_of("b").await, 1);
@@ -474,11 +487,25 @@ mod tests {
         .await;
         let stale = Unresolved::Unanswered(Box::new(placement("c", c, "n1")));
         assert_eq!(
-            settle(&js, &events, C, &stale).await,
+            settle(
+                &js,
+                &events,
+                C,
+                &newest_inventory_change(&events, C).await,
+                &stale
+            )
+            .await,
             Settled::At(cancelled)
         );
         assert_eq!(
-            settle(&js, &events, C, &Unresolved::Moved("c".into())).await,
+            settle(
+                &js,
+                &events,
+                C,
+                &newest_inventory_change(&events, C).await,
+                &Unresolved::Moved("c".into())
+            )
+            .await,
             Settled::At(cancelled)
         );
         assert_eq!(placements_of("c").await, 0);
@@ -502,7 +529,17 @@ mod tests {
             .await
             .unwrap();
         let fenced = Unresolved::Unanswered(Box::new(placement("d", d, "n1")));
-        assert_eq!(settle(&js, &events, C, &fenced).await, Settled::At(d));
+        assert_eq!(
+            settle(
+                &js,
+                &events,
+                C,
+                &newest_inventory_change(&events, C).await,
+                &fenced
+            )
+            .await,
+            Settled::At(d)
+        );
         assert_eq!(placements_of("d").await, 0);
     }
 }

@@ -344,7 +344,7 @@ impl Service {
             let domain_due = next_due(self.fold.state(), self.clock.now_ms(), &self.config.policy)
                 .map(|ms| self.instant_of(ms));
             let due = if !self.unresolved.is_empty() {
-                // Only the next lookup: nothing is decided until it succeeds.
+                // Only the next settling round: nothing is decided until it succeeds.
                 change_due
             } else if self.failed_passes > 0 {
                 // After a pass with an effect of unknown outcome, only the back-off's retry:
@@ -371,7 +371,7 @@ impl Service {
                     if !self.unresolved.is_empty() {
                         barrier = barrier.max(self.resolve().await);
                         if !self.unresolved.is_empty() {
-                            // Still no answer: each failed lookup waits longer.
+                            // Still no answer: each failed round waits longer.
                             self.failed_passes = self.failed_passes.saturating_add(1);
                         }
                         change_due = Some(Instant::now() + self.retry_wait());
@@ -423,7 +423,7 @@ impl Service {
         result.map(|()| self.fold)
     }
 
-    /// The wait before the next lookup or pass after effects of unknown outcome.
+    /// The wait before the next settling round or pass after effects of unknown outcome.
     fn retry_wait(&self) -> Duration {
         failure_backoff(self.failed_passes).max(RETRY_AFTER)
     }

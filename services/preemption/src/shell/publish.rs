@@ -39,6 +39,7 @@ use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::envelope::Envelope;
 use fairshare_runtime::log::newest_sequence;
+use fairshare_runtime::retry::{ResendAnswer, resend_answer};
 use fairshare_runtime::telemetry::{Handling, Relation, Role};
 
 use super::fold::ShellFold;
@@ -104,15 +105,10 @@ pub(crate) async fn settle(
             .await
         }
         .await;
-        match answer {
-            // A server that answers a repeat still in flight with sequence 0 is asked again.
-            Ok(ack) if ack.sequence > 0 => return Ok(ack.sequence),
-            Ok(_) => return Err("answered without a sequence".into()),
-            Err(e) if fairshare_runtime::retry::outcome_unknown(e.kind()) => {
-                return Err(e.to_string());
-            }
-            // Refused: the subject moved (perhaps by the first send), or for good.
-            Err(_) => {}
+        match resend_answer(answer) {
+            ResendAnswer::Stored(sequence) => return Ok(sequence),
+            ResendAnswer::Unknown(why) => return Err(why),
+            ResendAnswer::Refused => {}
         }
     }
     newest_on(js, &unanswered.scope).await
@@ -631,9 +627,9 @@ mod tests {
         assert_eq!(id(&m), format!("drained:n1:{first}"));
     }
 
-    /// With the server gone, an effect's acknowledgement and the lookup of its subject both
-    /// fail: the pass stops there (the next effect would wait out the same trouble) and names
-    /// the subject as unresolved, so the service decides nothing until it can look it up.
+    /// With the server gone, an effect's acknowledgement and its settling both fail: the pass
+    /// stops there (the next effect would wait out the same trouble) and keeps the effect as
+    /// unresolved, so the service decides nothing until it is settled.
     #[tokio::test]
     async fn with_the_server_gone_a_pass_stops_at_its_first_effect_and_leaves_it_unresolved() {
         let mut server = fairshare_testkit::NatsServer::start().unwrap();

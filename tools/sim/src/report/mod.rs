@@ -59,7 +59,7 @@ impl ReportInputs {
             nodes: setup.nodes.len() as u64,
             span_ms: setup.end_ms - crate::setup::EPOCH_MS,
             jobs: workload.jobs.len() as u64,
-            refused: workload.refused(setup, &config.limits),
+            refused: workload.refused(setup, &config.limits).by_all,
             oversubscription: workload.demand_over_supply(setup),
             oversized_share: workload.oversized_share(setup),
             oversized_by_allocation: workload.oversized_by_allocation(setup),
