@@ -627,21 +627,30 @@ mod tests {
         assert_eq!(id(&m), format!("drained:n1:{first}"));
     }
 
-    /// With the server gone, an effect's acknowledgement and its settling both fail: the pass
-    /// stops there (the next effect would wait out the same trouble) and keeps the effect as
-    /// unresolved, so the service decides nothing until it is settled.
-    #[tokio::test]
-    async fn with_the_server_gone_a_pass_stops_at_its_first_effect_and_leaves_it_unresolved() {
+    /// `jobs` submitted and folded, then the server killed: the connection's requests give up
+    /// after 500 ms.
+    async fn submitted_then_server_gone(
+        jobs: &[&str],
+    ) -> (fairshare_testkit::NatsServer, jetstream::Context, ShellFold) {
         let mut server = fairshare_testkit::NatsServer::start().unwrap();
         let js = server
             .jetstream(std::time::Duration::from_millis(500))
             .await
             .unwrap();
         let mut fold = ShellFold::new(C);
-        for job in ["j1", "j2"] {
+        for job in jobs {
             append(&js, &mut fold, job, submitted(job)).await;
         }
         server.kill();
+        (server, js, fold)
+    }
+
+    /// With the server gone, an effect's acknowledgement and its settling both fail: the pass
+    /// stops there (the next effect would wait out the same trouble) and keeps the effect as
+    /// unresolved, so the service decides nothing until it is settled.
+    #[tokio::test]
+    async fn with_the_server_gone_a_pass_stops_at_its_first_effect_and_leaves_it_unresolved() {
+        let (_server, js, fold) = submitted_then_server_gone(&["j1", "j2"]).await;
         let kills = ["j1", "j2"]
             .map(|job| {
                 Body::JobPreempted(pb::JobPreempted {
@@ -661,16 +670,7 @@ mod tests {
     /// message, its victim's subjects, and its waiter as the pass saw it.
     #[tokio::test]
     async fn an_unsettled_order_keeps_its_message_and_its_waiter() {
-        let mut server = fairshare_testkit::NatsServer::start().unwrap();
-        let js = server
-            .jetstream(std::time::Duration::from_millis(500))
-            .await
-            .unwrap();
-        let mut fold = ShellFold::new(C);
-        for job in ["v", "w"] {
-            append(&js, &mut fold, job, submitted(job)).await;
-        }
-        server.kill();
+        let (_server, js, fold) = submitted_then_server_gone(&["v", "w"]).await;
         let order = Body::PreemptionOrdered(pb::PreemptionOrdered {
             job_id: "v".into(),
             for_job_id: "w".into(),
