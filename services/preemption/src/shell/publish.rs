@@ -62,8 +62,9 @@ pub(crate) struct Outcome {
     /// Failed effects that could not be settled either ([`settle`]): each may have landed
     /// unseen, so no pass may decide until it is settled.
     pub unresolved: Vec<Unanswered>,
-    /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
-    /// next pass, or that pass would order the same things again.
+    /// Highest stream sequence acknowledged, or found behind a refusal or a waiter that moved
+    /// (0 if none): the fold must reach it before the next pass, or that pass would order the
+    /// same things again, or another victim for the same waiter.
     pub max_sequence: u64,
 }
 
@@ -92,8 +93,9 @@ pub(crate) async fn settle(
     unanswered: &Unanswered,
 ) -> Result<u64, String> {
     let waiter_moved = !unanswered.for_job_id.is_empty()
-        && newest_on(js, &subjects::job(cluster, &unanswered.for_job_id)).await?
-            > unanswered.waiter_seen;
+        && waiter_moved(js, cluster, &unanswered.for_job_id, unanswered.waiter_seen)
+            .await?
+            .is_some();
     if !waiter_moved {
         let answer = async {
             js.publish_with_headers(
@@ -179,19 +181,17 @@ pub(crate) async fn newest_on(js: &jetstream::Context, filter: &str) -> Result<u
         .inspect_err(|e| tracing::warn!(filter, "cannot look up the newest event: {e}"))
 }
 
-/// Whether job `waiter` has events the fold has not seen (placed, cancelled, ended since the
-/// state the pass decided from): victims ordered off for it could be ordered for nothing.
-/// A lookup that fails says no: the order goes, fenced on its victim as always.
+/// The newest event of job `waiter` if it is past `seen`, the newest the deciding state had
+/// folded (placed, cancelled, ended since): victims ordered off for it could be ordered for
+/// nothing. `None` if it has not moved.
 async fn waiter_moved(
     js: &jetstream::Context,
     cluster: &str,
-    fold: &ShellFold,
     waiter: &str,
-) -> bool {
-    let seen = fold.job_sequence(waiter).unwrap_or(0);
-    newest_on(js, &subjects::job(cluster, waiter))
-        .await
-        .is_ok_and(|newest| newest > seen)
+    seen: u64,
+) -> Result<Option<u64>, String> {
+    let newest = newest_on(js, &subjects::job(cluster, waiter)).await?;
+    Ok((newest > seen).then_some(newest))
 }
 
 /// Appends `events` in order, each acknowledged before the next (a pass emits a handful),
@@ -232,8 +232,12 @@ pub(crate) async fn publish(
             && !waiters_checked.contains(&p.for_job_id)
         {
             waiters_checked.push(p.for_job_id.clone());
-            if waiter_moved(js, cluster, fold, &p.for_job_id).await {
+            let seen = fold.job_sequence(&p.for_job_id).unwrap_or(0);
+            // A lookup that fails says no: the order goes, fenced on its victim as always.
+            if let Ok(Some(newest)) = waiter_moved(js, cluster, &p.for_job_id, seen).await {
                 abandoned.push(p.for_job_id.clone());
+                // The next pass waits for the fold to see why (its placement, say).
+                outcome.max_sequence = outcome.max_sequence.max(newest);
             }
         }
         if let Body::PreemptionOrdered(p) = body
@@ -297,6 +301,12 @@ pub(crate) async fn publish(
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
                 tracing::debug!(message_id, "refused: the subject moved on");
                 outcome.refused += 1;
+                // The next pass waits for the fold to see what moved it: perhaps this very
+                // effect, sent by an earlier pass and stored late. A failed lookup leaves it
+                // to the fold catching up.
+                if let Ok(newest) = newest_on(js, &scope).await {
+                    outcome.max_sequence = outcome.max_sequence.max(newest);
+                }
                 if let Body::PreemptionOrdered(p) = body
                     && !p.for_job_id.is_empty()
                 {
@@ -466,6 +476,10 @@ mod tests {
         let out = publish(&js, C, &fold, events).await;
         assert_eq!((out.landed, out.refused, out.failed), (0, 2, 0));
         nothing_written_for(&js, &fold, "v2").await;
+        // The next pass waits until the fold has seen what moved v1.
+        let v1_newest = newest_on(&js, &subjects::job(C, "v1")).await.unwrap();
+        assert!(v1_newest > fold.job_sequence("v1").unwrap());
+        assert_eq!(out.max_sequence, v1_newest);
     }
 
     /// The waiter was placed (a job finished meanwhile) after the state the pass decided
@@ -482,6 +496,9 @@ mod tests {
         let out = publish(&js, C, &fold, events).await;
         assert_eq!((out.landed, out.refused), (0, 1));
         nothing_written_for(&js, &fold, "v").await;
+        // The next pass waits until the fold has seen the waiter's placement.
+        let w_newest = newest_on(&js, &subjects::job(C, "w")).await.unwrap();
+        assert_eq!(out.max_sequence, w_newest);
     }
 
     /// A drained report the server never stores (the service's credentials deny the node
