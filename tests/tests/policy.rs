@@ -8,8 +8,7 @@
 use async_nats::jetstream;
 use fairshare_e2e::{BUDGET, CLUSTER};
 use fairshare_events::pb::{self, event::Body};
-use fairshare_events::streams::EVENTS_STREAM;
-use fairshare_events::{codec, subjects};
+use fairshare_events::subjects;
 use fairshare_model::files;
 use fairshare_runtime::admin;
 use fairshare_runtime::envelope::Envelope;
@@ -26,19 +25,12 @@ async fn start() -> (NatsServer, jetstream::Context) {
 
 /// Every event on `subject`, in log order.
 async fn bodies_on(js: &jetstream::Context, subject: &str) -> Vec<(u64, Body)> {
-    let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
-    let last = stream.get_info().await.unwrap().state.last_sequence;
-    let mut out = Vec::new();
-    for seq in 1..=last {
-        let Ok(m) = stream.get_raw_message(seq).await else {
-            continue;
-        };
-        if m.subject.as_str() == subject {
-            let event = codec::decode_event(&m.payload).unwrap();
-            out.push((seq, event.body.unwrap()));
-        }
-    }
-    out
+    fairshare_testkit::events::stored(js)
+        .await
+        .into_iter()
+        .filter(|s| s.subject == subject)
+        .filter_map(|s| Some((s.sequence, s.event.body?)))
+        .collect()
 }
 
 fn node(gpus: u32) -> pb::NodeRegistered {

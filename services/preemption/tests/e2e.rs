@@ -38,8 +38,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use fairshare_events::pb::{self, event::Body};
-use fairshare_events::streams::EVENTS_STREAM;
-use fairshare_events::{codec, headers, subjects};
+use fairshare_events::{codec, subjects};
 use fairshare_launcher::runner::{self, RunnerConfig};
 use fairshare_model::files;
 use fairshare_preemption::{domain, shell};
@@ -307,30 +306,11 @@ impl Stack {
 
     /// Every event in the stream: (sequence, message id, event).
     async fn log(&self) -> Vec<(u64, String, pb::Event)> {
-        let stream = self.js.get_stream(EVENTS_STREAM).await.unwrap();
-        let last = self
-            .js
-            .get_stream(EVENTS_STREAM)
+        fairshare_testkit::events::stored(&self.js)
             .await
-            .unwrap()
-            .get_info()
-            .await
-            .unwrap()
-            .state
-            .last_sequence;
-        let mut out = Vec::new();
-        for seq in 1..=last {
-            let Ok(m) = stream.get_raw_message(seq).await else {
-                continue;
-            };
-            let id = m
-                .headers
-                .get(headers::MESSAGE_ID)
-                .map(|v| v.as_str().to_owned())
-                .unwrap_or_default();
-            out.push((seq, id, codec::decode_event(&m.payload).unwrap()));
-        }
-        out
+            .into_iter()
+            .map(|s| (s.sequence, s.message_id, s.event))
+            .collect()
     }
 
     /// Polls the log until `done` holds for it, or panics after `within`.

@@ -14,7 +14,6 @@ use std::process::Child;
 use std::time::Duration;
 
 use fairshare_events::pb::{self, RejectionCode, event::Body, submit_reply};
-use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, headers, subjects};
 use fairshare_runtime::clock::{Clock, SystemClock};
 use fairshare_testkit::events::append;
@@ -153,21 +152,9 @@ async fn killed_with_sigkill_at_random_moments_it_loses_and_doubles_no_submissio
     // (A kill between an intake message's delivery and its acknowledgement leaves it to be
     // redelivered after the consumer's 30 s acknowledgement wait.)
     let read_keys = || async {
-        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
-        let last = js
-            .get_stream(EVENTS_STREAM)
-            .await
-            .unwrap()
-            .get_info()
-            .await
-            .unwrap()
-            .state
-            .last_sequence;
         let mut by_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for seq in 1..=last {
-            let message = stream.get_raw_message(seq).await.unwrap();
-            if let Some(Body::JobSubmitted(s)) = codec::decode_event(&message.payload).unwrap().body
-            {
+        for entry in fairshare_testkit::events::stored(&js).await {
+            if let Some(Body::JobSubmitted(s)) = entry.event.body {
                 by_key.entry(s.idempotency_key).or_default().push(s.job_id);
             }
         }

@@ -84,3 +84,55 @@ pub async fn append(js: &async_nats::jetstream::Context, subject: String, at_ms:
         panic!("cannot append to {subject}: {e}");
     }
 }
+
+/// One entry as the events stream stores it.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// Its stream sequence.
+    pub sequence: u64,
+    /// The subject it was published on.
+    pub subject: String,
+    /// Its `Nats-Msg-Id` (empty if none).
+    pub message_id: String,
+    /// The event.
+    pub event: pb::Event,
+}
+
+/// Every entry of the events stream, in order, read one by one (not through a consumer: what a
+/// test checks the services' folds against).
+///
+/// # Panics
+/// If the stream cannot be read or an entry does not decode: the log a test wrote is broken.
+pub async fn stored(js: &async_nats::jetstream::Context) -> Vec<Stored> {
+    use fairshare_events::streams::EVENTS_STREAM;
+    let mut stream = match js.get_stream(EVENTS_STREAM).await {
+        Ok(stream) => stream,
+        Err(e) => panic!("cannot open {EVENTS_STREAM}: {e}"),
+    };
+    let last = match stream.info().await {
+        Ok(info) => info.state.last_sequence,
+        Err(e) => panic!("cannot read {EVENTS_STREAM}'s end: {e}"),
+    };
+    let mut out = Vec::new();
+    for sequence in 1..=last {
+        let message = match stream.get_raw_message(sequence).await {
+            Ok(message) => message,
+            Err(e) => panic!("cannot read sequence {sequence} of {EVENTS_STREAM}: {e}"),
+        };
+        let event = match fairshare_events::codec::decode_event(&message.payload) {
+            Ok(event) => event,
+            Err(e) => panic!("sequence {sequence} does not decode: {e}"),
+        };
+        out.push(Stored {
+            sequence,
+            subject: message.subject.to_string(),
+            message_id: message
+                .headers
+                .get(fairshare_events::headers::MESSAGE_ID)
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default(),
+            event,
+        });
+    }
+    out
+}

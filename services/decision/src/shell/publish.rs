@@ -422,19 +422,11 @@ mod tests {
         let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
         let events = js.get_stream(EVENTS_STREAM).await.unwrap();
         let placements_of = |job: &'static str| {
-            let events = events.clone();
+            let js = js.clone();
             async move {
-                let mut n = 0;
-                let newest = newest_of_job(&events, C, job).await.unwrap();
-                for seq in 1..=newest {
-                    let Ok(m) = events.get_raw_message(seq).await else {
-                        continue;
-                    };
-                    if m.subject.as_str() == subjects::job_event(C, job, "job_placed") {
-                        n += 1;
-                    }
-                }
-                n
+                let placed = subjects::job_event(C, job, "job_placed");
+                let stored = fairshare_testkit::events::stored(&js).await;
+                stored.iter().filter(|s| s.subject == placed).count()
             }
         };
 
