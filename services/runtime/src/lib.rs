@@ -25,6 +25,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod clock;
 pub mod envelope;
+pub mod findings;
 pub mod log;
 pub mod nats;
 pub mod output;

@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use fairshare_events::pb::{self, event::Body};
+use fairshare_runtime::findings;
 use fairshare_runtime::log::LogEntry;
 
 use crate::domain::{FoldConfig, UsageFold};
@@ -56,9 +57,7 @@ impl SnapshotAudit {
 
     /// Sets aside the divergences of snapshots before sequence `from`; how many.
     pub fn keep_from(&mut self, from: u64) -> usize {
-        let before = self.divergences.len();
-        self.divergences.retain(|d| d.sequence >= from);
-        let dropped = before - self.divergences.len();
+        let dropped = findings::drop_before(&mut self.divergences, from, |d| d.sequence);
         self.set_aside += dropped;
         dropped
     }
@@ -66,25 +65,16 @@ impl SnapshotAudit {
     /// The report for people: a line per divergence (`DIVERGENCE ...`), then what was checked
     /// in cluster `cluster`'s log.
     pub fn render(&self, cluster: &str) -> String {
-        let mut out = String::new();
-        for d in &self.divergences {
-            out.push_str(&format!("DIVERGENCE {d}\n"));
-        }
-        out.push_str(&format!(
+        let summary = format!(
             "usage snapshots of cluster {cluster}: {} entries, {} snapshots re-derived, {} \
              divergences",
             self.entries,
             self.snapshots,
             self.divergences.len()
-        ));
-        if self.set_aside > 0 {
-            out.push_str(&format!(
-                ", {} earlier divergences set aside",
-                self.set_aside
-            ));
-        }
-        out.push('\n');
-        out
+        );
+        findings::Report::default()
+            .findings("DIVERGENCE", &self.divergences)
+            .summary(&summary, self.set_aside, "divergences")
     }
 }
 

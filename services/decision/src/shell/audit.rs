@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use async_nats::jetstream;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
+use fairshare_runtime::findings;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry};
 
 use super::fold::LogFold;
@@ -287,10 +288,8 @@ impl AuditReport {
     /// (Each cycle is re-derived from the log as written, so earlier findings do not change
     /// later ones.)
     pub fn keep_from(&mut self, from: u64) -> usize {
-        let before = self.divergences.len() + self.overcommits.len();
-        self.divergences.retain(|d| d.sequence() >= from);
-        self.overcommits.retain(|o| o.sequence >= from);
-        let dropped = before - self.divergences.len() - self.overcommits.len();
+        let dropped = findings::drop_before(&mut self.divergences, from, Divergence::sequence)
+            + findings::drop_before(&mut self.overcommits, from, |o| o.sequence);
         self.set_aside += dropped;
         dropped
     }
@@ -298,17 +297,10 @@ impl AuditReport {
     /// The report for people: a line per finding (`DIVERGENCE ...`, `OVERCOMMIT ...`), then
     /// what was checked in cluster `cluster`'s log.
     pub fn render(&self, cluster: &str) -> String {
-        let mut out = String::new();
-        for d in &self.divergences {
-            out.push_str(&format!("DIVERGENCE {d}\n"));
-        }
-        for o in &self.overcommits {
-            out.push_str(&format!("OVERCOMMIT {o}\n"));
-        }
-        out.push_str(&format!(
+        let summary = format!(
             "placements of cluster {cluster}: {} entries through sequence {}, {} cycles, {} \
-             placements re-derived, {} divergences, {} over-committed placements, {} decided but \
-             not in the log",
+         placements re-derived, {} divergences, {} over-committed placements, {} decided but \
+         not in the log",
             self.entries,
             self.last_sequence,
             self.cycles,
@@ -316,12 +308,11 @@ impl AuditReport {
             self.divergences.len(),
             self.overcommits.len(),
             self.unpublished
-        ));
-        if self.set_aside > 0 {
-            out.push_str(&format!(", {} earlier findings set aside", self.set_aside));
-        }
-        out.push('\n');
-        out
+        );
+        findings::Report::default()
+            .findings("DIVERGENCE", &self.divergences)
+            .findings("OVERCOMMIT", &self.overcommits)
+            .summary(&summary, self.set_aside, "findings")
     }
 }
 

@@ -26,6 +26,7 @@ use async_nats::jetstream;
 use fairshare_decision::shell::{AuditError, read_log};
 use fairshare_events::codec;
 use fairshare_events::pb::{self, event::Body};
+use fairshare_runtime::findings;
 use fairshare_runtime::log::LogEntry;
 
 use super::ShellFold;
@@ -169,9 +170,7 @@ impl OrderAudit {
     /// from `from` on. (Each pass is re-derived from the log as written, so earlier findings do
     /// not change later ones.)
     pub fn keep_from(&mut self, from: u64) -> usize {
-        let before = self.divergences.len();
-        self.divergences.retain(|d| d.sequence() >= from);
-        let dropped = before - self.divergences.len();
+        let dropped = findings::drop_before(&mut self.divergences, from, OrderDivergence::sequence);
         self.set_aside += dropped;
         dropped
     }
@@ -179,28 +178,19 @@ impl OrderAudit {
     /// The report for people: a line per divergence (`DIVERGENCE ...`), then what was checked
     /// in cluster `cluster`'s log.
     pub fn render(&self, cluster: &str) -> String {
-        let mut out = String::new();
-        for d in &self.divergences {
-            out.push_str(&format!("DIVERGENCE {d}\n"));
-        }
-        out.push_str(&format!(
+        let summary = format!(
             "preemption orders of cluster {cluster}: {} entries through sequence {}, {} passes, \
-             {} orders re-derived, {} divergences, {} decided but not in the log",
+         {} orders re-derived, {} divergences, {} decided but not in the log",
             self.entries,
             self.last_sequence,
             self.passes,
             self.orders,
             self.divergences.len(),
             self.unpublished
-        ));
-        if self.set_aside > 0 {
-            out.push_str(&format!(
-                ", {} earlier divergences set aside",
-                self.set_aside
-            ));
-        }
-        out.push('\n');
-        out
+        );
+        findings::Report::default()
+            .findings("DIVERGENCE", &self.divergences)
+            .summary(&summary, self.set_aside, "divergences")
     }
 }
 
