@@ -68,7 +68,10 @@ pub enum FollowError {
     /// beginning).
     #[error(
         "the events stream {EVENTS_STREAM} was deleted and made again under this follower \
-         (created at {was_ns} ns, now at {now_ns} ns, Unix time): restart to fold the new log"
+         (the one it read was created at {}, the one there now at {}): restart to fold the \
+         new log",
+        utc_of_ns(*was_ns),
+        utc_of_ns(*now_ns)
     )]
     StreamReplaced {
         /// Creation time of the stream the follower started on (Unix ns).
@@ -76,6 +79,14 @@ pub enum FollowError {
         /// Creation time of the stream there now (Unix ns).
         now_ns: i128,
     },
+}
+
+/// A stream's creation time (Unix ns, as JetStream reports it) in RFC 3339 UTC, for operators.
+fn utc_of_ns(ns: i128) -> String {
+    match i64::try_from(ns.div_euclid(1_000_000)) {
+        Ok(ms) => fairshare_model::timestamp::utc(ms),
+        Err(_) => format!("{ns} ns"),
+    }
 }
 
 /// Which log a service folds, and how far it reaches, read when the service starts.
@@ -183,6 +194,10 @@ pub struct Follower {
     created_ns: i128,
     /// Set once the stream was found made again: every later call returns the error.
     replaced: Option<i128>,
+    /// Attempts to follow anew that failed since the last one that worked: the first of a
+    /// run is a warning, the rest (once a second while a stream elects its leader, say) debug
+    /// lines, and the one that works says how many there were.
+    failed_renewals: u32,
 }
 
 /// A new ordered consumer, and what the follower notes about it.
@@ -244,6 +259,7 @@ impl Follower {
             connects: consumed.connects,
             created_ns: consumed.created_ns,
             replaced: None,
+            failed_renewals: 0,
         })
     }
 
@@ -546,8 +562,8 @@ impl Follower {
             return false;
         }
         tracing::error!(
-            was_ns = self.created_ns,
-            now_ns = created_ns,
+            was_created = %utc_of_ns(self.created_ns),
+            now_created = %utc_of_ns(created_ns),
             last_delivered = self.last_delivered,
             "the events stream was deleted and made again under the log follower: it delivers \
              nothing more"
@@ -572,7 +588,16 @@ impl Follower {
             }) => {
                 // Usually an idle follower's log moved on only outside its filters: nothing
                 // was missed, and that is not worth more than a debug line every 10 s.
-                if missed > 0 {
+                let failed = std::mem::take(&mut self.failed_renewals);
+                if failed > 0 {
+                    tracing::info!(
+                        from,
+                        missed,
+                        why,
+                        failed,
+                        "log follower following the log anew after failed attempts"
+                    );
+                } else if missed > 0 {
                     tracing::info!(from, missed, why, "log follower following the log anew");
                 } else {
                     tracing::debug!(from, why, "log follower following anew; nothing missed");
@@ -585,9 +610,42 @@ impl Follower {
                 true
             }
             Err(e) => {
-                tracing::warn!(why, "log follower cannot follow the log anew: {e}");
+                if self.failed_renewals == 0 {
+                    tracing::warn!(
+                        why,
+                        "log follower cannot follow the log anew (it keeps trying; further \
+                         failures are debug lines): {e}"
+                    );
+                } else {
+                    tracing::debug!(
+                        why,
+                        failed = self.failed_renewals,
+                        "log follower still cannot follow the log anew: {e}"
+                    );
+                }
+                self.failed_renewals = self.failed_renewals.saturating_add(1);
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FollowError;
+
+    #[test]
+    fn a_replaced_stream_is_reported_with_both_creation_times_in_utc() {
+        let e = FollowError::StreamReplaced {
+            was_ns: 1_796_180_709_502_000_123,
+            now_ns: 1_796_180_712_000_000_000,
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("created at 2026-12-02T03:05:09.502Z"),
+            "{text}"
+        );
+        assert!(text.contains("there now at 2026-12-02T03:05:12Z"), "{text}");
+        assert!(!text.contains(" ns"), "{text}");
     }
 }

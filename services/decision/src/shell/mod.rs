@@ -633,7 +633,7 @@ impl Service {
             placements,
             landed = outcome.landed,
             duplicates = outcome.duplicates,
-            refused = outcome.refused,
+            refused = outcome.moved.len(),
             failed = outcome.failed.len(),
             waiting,
             decided_us,

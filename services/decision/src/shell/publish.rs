@@ -61,11 +61,10 @@ pub(crate) struct Outcome {
     pub landed: usize,
     /// Dropped as a repeat of an earlier identical message id (the earlier one stands).
     pub duplicates: usize,
-    /// Refused: the job's events moved since the state the cycle decided from.
-    pub refused: usize,
     /// Unknown outcome (timeout, connection trouble): to settle before the next cycle.
     pub failed: Vec<ToPublish>,
-    /// The jobs refused: the fold must reach each one's newest event before the next cycle
+    /// The jobs whose placement was refused because their events moved since the state the
+    /// cycle decided from: the fold must reach each one's newest event before the next cycle
     /// (it may be this very placement, sent earlier and stored late).
     pub moved: Vec<String>,
     /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
@@ -163,7 +162,6 @@ async fn publish_part(
                     job_id = p.job_id,
                     "placement refused: the job's events moved on"
                 );
-                outcome.refused += 1;
                 outcome.moved.push(p.job_id);
             }
             Err(e) => {
@@ -346,7 +344,7 @@ mod tests {
         )
         .await
         .expect("no wait for an acknowledgement permit");
-        assert_eq!((out.landed, out.refused, out.failed.len()), (10, 0, 0));
+        assert_eq!((out.landed, out.moved.len(), out.failed.len()), (10, 0, 0));
         assert_eq!(out.max_sequence, 20);
     }
 
@@ -367,7 +365,7 @@ mod tests {
         )
         .await;
         let out = publish(&js, C, vec![placement("j", s1, "n1")]).await;
-        assert_eq!((out.landed, out.refused, out.max_sequence), (0, 1, 0));
+        assert_eq!((out.landed, out.moved.len(), out.max_sequence), (0, 1, 0));
         assert_eq!(
             out.moved,
             vec!["j".to_owned()],
@@ -379,14 +377,14 @@ mod tests {
         // dropped by its message id even if its content differs, and leaves the first standing.
         let s3 = append(&js, "k", submitted("k")).await;
         let out = publish(&js, C, vec![placement("k", s3, "n1")]).await;
-        assert_eq!((out.landed, out.refused, out.duplicates), (1, 0, 0));
+        assert_eq!((out.landed, out.moved.len(), out.duplicates), (1, 0, 0));
         let placed = out.max_sequence;
         assert!(placed > s3);
         let again = publish(&js, C, vec![placement("k", s3, "n2")]).await;
         assert_eq!(again.landed, 0);
         // nats-server 2.15 answers the expected-sequence check before de-duplication, so this
         // comes back refused; either answer leaves the first placement standing.
-        assert_eq!(again.duplicates + again.refused, 1);
+        assert_eq!(again.duplicates + again.moved.len(), 1);
         assert_eq!(newest_of_job(&events, C, "k").await.unwrap(), placed);
         let stored = events.get_raw_message(placed).await.unwrap();
         let event = codec::decode_event(&stored.payload).unwrap();
