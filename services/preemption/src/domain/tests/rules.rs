@@ -852,6 +852,28 @@ fn a_floor_order_waits_for_a_victim_that_checkpointed_lately() {
 }
 
 #[test]
+fn below_its_floor_a_waiter_takes_victims_that_lose_a_third_of_an_interval_on_average() {
+    // b holds both nodes and has used far more than a, so the window lets a's 8-GPU waiter
+    // take y1 and y2 (n1); a holds nothing, below its floor. y1 checkpoints on the half hour,
+    // y2 (started 20 min later) ten minutes after.
+    let case = |now: i64| {
+        let mut h = floor_case();
+        h.running(0, "y1", "b", 3600, &[("n1", 4)]);
+        h.running(20 * MIN, "y2", "b", 3600, &[("n1", 4)]);
+        h.running(0, "x3", "b", 8 * 3600, &[("n2", 8)]);
+        h.submit(MIN, "w", "a", 8, 3600);
+        h.snapshot(now, &[("a", 0, ALLOC), ("b", gpu_h(500.0), ALLOC)]);
+        victims(&h.decide(now))
+    };
+    // 14 and 24 min since their checkpoints: 19 min per GPU on average, over 10. It waits.
+    assert!(case(2 * HOUR + 14 * MIN).is_empty());
+    // 2 and 12 min: 7 on average. Both go, y2 too, though alone it is past 10 min.
+    assert_eq!(case(2 * HOUR + 2 * MIN), ["y1", "y2"]);
+    // 10 and 20 min: 15 on average; it waits again.
+    assert!(case(2 * HOUR + 10 * MIN).is_empty());
+}
+
+#[test]
 fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
     // Three teams on three 8-GPU nodes: floors of 8. n1 is held by a (its floor), or by c if
     // `below` (then a holds nothing); b holds 16. b has used far more than a, so the window
@@ -879,8 +901,9 @@ fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
     assert!(case(HOUR + 16 * MIN, false, 3600).is_empty());
     assert!(case(HOUR + 29 * MIN, false, 3600).is_empty());
     assert_eq!(case(HOUR + 30 * MIN, false, 3600), ["v"]);
-    // Below its floor, a is owed the GPUs now: it does not wait.
-    assert_eq!(case(HOUR + 16 * MIN, true, 3600), ["v"]);
+    // Below its floor, a is owed the GPUs now: it waits less, a third of the interval.
+    assert_eq!(case(HOUR + 10 * MIN, true, 3600), ["v"]);
+    assert!(case(HOUR + 11 * MIN, true, 3600).is_empty());
     // Unallocated work goes whenever it is asked to.
     assert_eq!(case(HOUR + 16 * MIN, false, 0), ["v"]);
 }

@@ -477,9 +477,9 @@ impl Judge<'_> {
         // An order for allocated work picks its moment: a job that did not checkpoint lately
         // would throw away too much. For the floor rule, which overrides the window; and for
         // the window when the waiter's allocation holds its floor already, so the wait costs
-        // it no owed time. (A multi-node waiter needs whole nodes at once, and waiting for all
-        // of them to be fresh would keep it waiting for good: a floor plan is limited on
-        // average instead, in `choose`. A debug job takes what it needs at once.)
+        // it no owed time. (A node's victims, or a multi-node waiter's nodes, are seldom all
+        // fresh at once: the plan of a waiter below its floor is limited on average too, in
+        // `choose`. A debug job takes what it needs at once.)
         let fresh_divisor = if floor_only {
             Some(FLOOR_FRESH_DIVISOR)
         } else if !unallocated && self.window_fresh {

@@ -331,9 +331,10 @@ pub(super) fn choose<'s, 't>(
     let lost = victims
         .iter()
         .fold(0u128, |acc, c| acc.saturating_add(c.victim.lost_gpu_ms));
-    if waiter.shape.nodes > 1 && judge.rule.below_floor && judge.debug_allowance.is_none() {
-        // A multi-node floor order picks its moment as a whole: its allocated victims may
-        // throw away no more than `interval / FLOOR_FRESH_DIVISOR` per GPU on average.
+    if judge.rule.below_floor && judge.debug_allowance.is_none() {
+        // An order for a waiter below its floor picks its moment as a whole: its allocated
+        // victims may throw away no more than `interval / FLOOR_FRESH_DIVISOR` per GPU on
+        // average, whichever rule allows each (see `FLOOR_FRESH_DIVISOR`).
         let (gpus, allocated_lost) = victims
             .iter()
             .filter(|c| !c.victim.unallocated)
