@@ -76,9 +76,14 @@ impl Drop for Telemetry {
 /// the result until the service has stopped.
 pub fn init(service: &str) -> Telemetry {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let colour = colour_logs(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .try_init();
     let provider = match ExportSetting::from_env(|name| std::env::var(name).ok()) {
@@ -97,6 +102,13 @@ pub fn init(service: &str) -> Telemetry {
     };
     tracing::info!(service, otlp = provider.is_some(), "starting");
     Telemetry { provider }
+}
+
+/// Whether log lines carry colour codes: only on a terminal, and not when `NO_COLOR` is set
+/// to anything but the empty string (<https://no-color.org>). A log written to a file or a
+/// pipe stays plain text, so `grep ' WARN '` finds its warnings.
+fn colour_logs(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Whether spans are exported, as the standard `OTEL_*` variables say.
