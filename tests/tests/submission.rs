@@ -81,6 +81,50 @@ async fn concurrent_submissions_with_one_key_write_one_event() {
     assert_eq!(stack.event_count().await.unwrap(), before + 1);
 }
 
+#[tokio::test]
+async fn a_key_reused_for_another_request_is_refused_and_writes_nothing() {
+    let stack = stack().await;
+    let before = stack.event_count().await.unwrap();
+    // Racing: one request wins the key; the rest repeat it or ask for something else.
+    let asks: Vec<pb::SubmitRequest> = (0..8)
+        .map(|i| {
+            let mut r = request("reused");
+            if let Some(spec) = r.spec.as_mut() {
+                spec.gpus = 1 + i % 2;
+            }
+            r
+        })
+        .collect();
+    let replies = futures::future::join_all(asks.iter().map(|r| stack.submit(r))).await;
+    let replies: Vec<pb::SubmitReply> = replies.into_iter().map(|r| r.unwrap()).collect();
+    let winner = replies
+        .iter()
+        .zip(&asks)
+        .find_map(|(reply, ask)| accepted(reply).ok().map(|a| (a.clone(), ask.clone())))
+        .expect("one request wins the key");
+    let won_gpus = winner.1.spec.as_ref().map_or(0, |s| s.gpus);
+    for (reply, ask) in replies.iter().zip(&asks) {
+        if ask.spec.as_ref().map_or(0, |s| s.gpus) == won_gpus {
+            assert_eq!(accepted(reply).unwrap().job_id, winner.0.job_id);
+        } else {
+            let refused = rejected(reply).unwrap();
+            assert_eq!(refused.code, RejectionCode::KeyReused as i32, "{refused:?}");
+            assert!(refused.message.contains(&winner.0.job_id), "{refused:?}");
+        }
+    }
+    // Later, once folded: another cluster's request with the key is refused too.
+    let mut elsewhere = winner.1.clone();
+    if let Some(spec) = elsewhere.spec.as_mut() {
+        spec.cluster = "beta".into();
+    }
+    let later = stack.submit(&elsewhere).await.unwrap();
+    assert_eq!(
+        rejected(&later).unwrap().code,
+        RejectionCode::KeyReused as i32
+    );
+    assert_eq!(stack.event_count().await.unwrap(), before + 1);
+}
+
 /// Each rejection class: the request, and the code it must get.
 fn rejection_cases() -> Vec<(&'static str, pb::SubmitRequest, RejectionCode)> {
     let with = |f: &dyn Fn(&mut pb::JobSpec)| {
@@ -507,6 +551,62 @@ async fn intake_rejections_fit_a_message_and_an_empty_key_answers_nothing_for_la
             RejectionCode::BadIdempotencyKey as i32
         );
     }
+}
+
+#[tokio::test]
+async fn an_intake_key_reused_for_another_request_is_rejected_in_the_log_and_a_repeat_is_not() {
+    let stack = stack().await;
+    let publish = |request: pb::SubmitRequest| {
+        let js = stack.js.clone();
+        async move {
+            js.publish(subjects::intake(CLUSTER), codec::encode(&request))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    };
+    let first = request("intake-key");
+    let mut other = first.clone();
+    other.spec.as_mut().unwrap().gpus = 2;
+    publish(first.clone()).await;
+    publish(other).await;
+    publish(first).await;
+    publish(request("intake-after")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let events = loop {
+        let events = stack.all_events().await.unwrap();
+        if events.iter().any(|(_, _, e)| {
+            matches!(&e.body, Some(Body::JobSubmitted(s)) if s.idempotency_key == "intake-after")
+        }) {
+            break events;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "intake stuck");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let submitted: Vec<&pb::JobSubmitted> = events
+        .iter()
+        .filter_map(|(_, _, e)| match &e.body {
+            Some(Body::JobSubmitted(s)) if s.idempotency_key == "intake-key" => Some(s),
+            _ => None,
+        })
+        .collect();
+    let rejected: Vec<&pb::JobRejected> = events
+        .iter()
+        .filter_map(|(_, _, e)| match &e.body {
+            Some(Body::JobRejected(r)) if r.idempotency_key == "intake-key" => Some(r),
+            _ => None,
+        })
+        .collect();
+    // One acceptance (the exact repeat adds nothing), one rejection naming the job.
+    assert_eq!(submitted.len(), 1, "{submitted:?}");
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    let rejection = rejected[0].rejection.as_ref().unwrap();
+    assert_eq!(rejection.code, RejectionCode::KeyReused as i32);
+    assert!(
+        rejection.message.contains(&submitted[0].job_id),
+        "{rejection:?}"
+    );
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use fairshare_events::subjects;
 use fairshare_model::shape::{self, Shape, ShapeError};
 
 use super::limits::Limits;
-use super::state::{JobStatus, KeyOutcome, SubmissionState};
+use super::state::{JobStatus, KeyOutcome, SubmissionState, request_fingerprint};
 
 fn reject(code: RejectionCode, message: impl Into<String>) -> pb::Rejection {
     pb::Rejection {
@@ -68,6 +68,17 @@ pub fn idempotency_key_problem(key: &str, limits: &Limits) -> Option<String> {
     })
 }
 
+/// The rejection of a request that reuses the key job `job_id` was accepted with.
+pub fn key_reused(key: &str, job_id: &str) -> pb::Rejection {
+    reject(
+        RejectionCode::KeyReused,
+        format!(
+            "idempotency key {key:?} was used for job {job_id} with another request; a retry \
+             must repeat that request exactly, a new submission needs a new key"
+        ),
+    )
+}
+
 /// Checks a submit request against the folded state and the limits.
 pub fn check_submission(
     state: &SubmissionState,
@@ -79,13 +90,34 @@ pub fn check_submission(
         return Err(reject(RejectionCode::BadIdempotencyKey, problem));
     }
     match state.keys.get(key) {
-        Some(KeyOutcome::Accepted { job_id, sequence }) => {
+        Some(KeyOutcome::Accepted {
+            job_id,
+            sequence,
+            request: first,
+        }) => {
+            if *first != request_fingerprint(request.spec.as_ref()) {
+                return Err(key_reused(key, job_id));
+            }
             return Ok(Checked::Repeat {
                 job_id: job_id.clone(),
                 sequence: *sequence,
             });
         }
-        Some(KeyOutcome::Rejected(rejection)) => return Err(rejection.clone()),
+        // Its request is not in the log (an intake rejection keeps only the answer): every
+        // request with the key gets that answer, said to be the earlier one.
+        Some(KeyOutcome::Rejected(rejection)) => {
+            return Err(pb::Rejection {
+                code: rejection.code,
+                message: bounded(
+                    format!(
+                        "idempotency key {key:?} was rejected before, and a key keeps its first \
+                         answer (submit again with a new key): {}",
+                        rejection.message
+                    ),
+                    MAX_REJECTION_MESSAGE_BYTES,
+                ),
+            });
+        }
         None => {}
     }
     let Some(spec) = &request.spec else {

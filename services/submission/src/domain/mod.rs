@@ -9,12 +9,12 @@ mod state;
 
 pub use checks::{
     CancelTarget, Checked, MAX_REJECTION_MESSAGE_BYTES, bounded, check_cancel, check_submission,
-    idempotency_key_problem, job_submitted,
+    idempotency_key_problem, job_submitted, key_reused,
 };
 pub use limits::Limits;
 pub use state::{
     Applied, FORGET_AFTER_MS, Forget, INTAKE_RETRY_MARGIN_MS, JobRecord, JobStatus, KeyOutcome,
-    SubmissionState,
+    SubmissionState, request_fingerprint,
 };
 
 #[cfg(test)]

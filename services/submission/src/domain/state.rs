@@ -71,6 +71,18 @@ pub struct JobRecord {
     pub resumable: bool,
 }
 
+/// A fingerprint of a submission's job spec (64-bit FNV-1a of its protobuf encoding, which is
+/// the same for equal specs: no maps, fields in tag order): what tells a retry, which repeats
+/// the request exactly, from another request that reuses its idempotency key. Stable across
+/// builds and machines, since checkpoints keep it.
+pub fn request_fingerprint(spec: Option<&pb::JobSpec>) -> u64 {
+    use prost::Message;
+    let bytes = spec.map(Message::encode_to_vec).unwrap_or_default();
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// The first logged outcome of an idempotency key; it is final.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KeyOutcome {
@@ -80,6 +92,9 @@ pub enum KeyOutcome {
         job_id: String,
         /// Sequence of the job-submitted event.
         sequence: u64,
+        /// [`request_fingerprint`] of its job spec: a later request with the key and another
+        /// spec is no retry, and is told so rather than answered with this job.
+        request: u64,
     },
     /// Rejected (intake only; request/reply rejections are not logged).
     Rejected(#[serde(with = "rejection")] pb::Rejection),
@@ -258,7 +273,8 @@ impl SubmissionState {
                     .as_ref()
                     .map(|s| s.cluster.clone())
                     .unwrap_or_default();
-                self.note_accepted(&s.idempotency_key, &s.job_id, &cluster, sequence);
+                let request = request_fingerprint(s.spec.as_ref());
+                self.note_accepted(&s.idempotency_key, &s.job_id, &cluster, sequence, request);
                 if let Some(job) = self.jobs.get_mut(&s.job_id) {
                     job.resumable = s.spec.as_ref().is_some_and(|spec| spec.resumable);
                 }
@@ -324,12 +340,20 @@ impl SubmissionState {
     /// Records an accepted submission. Called by the fold, and by the shell as soon as the
     /// stream acknowledged its own write, so a retry arriving before the fold catches up is
     /// still answered with the same job. The first outcome of a key wins.
-    pub fn note_accepted(&mut self, key: &str, job_id: &str, cluster: &str, sequence: u64) {
+    pub fn note_accepted(
+        &mut self,
+        key: &str,
+        job_id: &str,
+        cluster: &str,
+        sequence: u64,
+        request: u64,
+    ) {
         self.keys
             .entry(key.to_owned())
             .or_insert(KeyOutcome::Accepted {
                 job_id: job_id.to_owned(),
                 sequence,
+                request,
             });
         self.jobs.entry(job_id.to_owned()).or_insert(JobRecord {
             cluster: cluster.to_owned(),

@@ -108,14 +108,60 @@ fn an_accepted_key_is_answered_from_the_fold() {
         s.apply(10, &event(Body::JobSubmitted(submitted))),
         Applied::Applied
     );
-    // Even a request that would now fail the checks gets the first answer: the key is final.
-    let checked = check_submission(&s, &request("k", 999), &Limits::default()).unwrap();
+    // A retry (the same request) gets the first answer.
+    let checked = check_submission(&s, &request("k", 1), &Limits::default()).unwrap();
     assert_eq!(
         checked,
         Checked::Repeat {
             job_id: "job-1".into(),
             sequence: 10
         }
+    );
+    // Another request with the key is no retry: refused, naming the job the key is for, and
+    // nothing new is accepted for it (the key is final).
+    let other = check_submission(&s, &request("k", 999), &Limits::default()).unwrap_err();
+    assert_eq!(other.code, RejectionCode::KeyReused as i32);
+    assert!(other.message.contains("job-1"), "{}", other.message);
+    // So is the same job asked of another cluster: keys are not per cluster.
+    let mut elsewhere = request("k", 1);
+    if let Some(spec) = elsewhere.spec.as_mut() {
+        spec.cluster = "d".into();
+    }
+    assert_eq!(
+        code(check_submission(&s, &elsewhere, &Limits::default())),
+        RejectionCode::KeyReused
+    );
+    // The shell's early note, with the request's fingerprint, answers alike.
+    let mut noted = state();
+    let fingerprint = request_fingerprint(request("k", 1).spec.as_ref());
+    noted.note_accepted("k", "job-1", "c", 10, fingerprint);
+    assert!(matches!(
+        check_submission(&noted, &request("k", 1), &Limits::default()),
+        Ok(Checked::Repeat { .. })
+    ));
+    assert_eq!(
+        code(check_submission(
+            &noted,
+            &request("k", 2),
+            &Limits::default()
+        )),
+        RejectionCode::KeyReused
+    );
+}
+
+#[test]
+fn a_request_fingerprint_is_stable_and_tells_specs_apart() {
+    // Pinned: checkpoints keep fingerprints, so a build that computed them otherwise would
+    // refuse every retry answered from an older checkpoint.
+    assert_eq!(request_fingerprint(None), 0xcbf2_9ce4_8422_2325);
+    let one = request("k", 1);
+    assert_eq!(
+        request_fingerprint(one.spec.as_ref()),
+        request_fingerprint(request("other key", 1).spec.as_ref())
+    );
+    assert_ne!(
+        request_fingerprint(one.spec.as_ref()),
+        request_fingerprint(request("k", 2).spec.as_ref())
     );
 }
 
@@ -135,9 +181,13 @@ fn a_rejected_intake_key_stays_rejected() {
             intake_sequence: 4,
         })),
     );
-    assert_eq!(
-        check_submission(&s, &request("k", 1), &Limits::default()),
-        Err(rejection)
+    // Every request with the key gets that answer, said to be the earlier one.
+    let again = check_submission(&s, &request("k", 1), &Limits::default()).unwrap_err();
+    assert_eq!(again.code, rejection.code);
+    assert!(
+        again.message.contains("\"k\" was rejected before") && again.message.ends_with(": no"),
+        "{}",
+        again.message
     );
 }
 
@@ -189,7 +239,7 @@ fn cancel_follows_the_job_lifecycle() {
         check_cancel(&s, &cancel, &limits).unwrap_err().code,
         RejectionCode::UnknownJob as i32
     );
-    s.note_accepted("k", "j", "c", 10);
+    s.note_accepted("k", "j", "c", 10, 0);
     assert_eq!(
         check_cancel(&s, &cancel, &limits),
         Ok(CancelTarget::Cancel {
@@ -245,7 +295,13 @@ fn cancel_follows_the_job_lifecycle() {
 fn the_fold_and_early_notes_agree() {
     // The shell notes its own write before the fold reaches it; the fold must not change it.
     let mut noted = state();
-    noted.note_accepted("k", "j", "c", 10);
+    noted.note_accepted(
+        "k",
+        "j",
+        "c",
+        10,
+        request_fingerprint(request("k", 1).spec.as_ref()),
+    );
     let submitted = job_submitted(
         "j",
         &request("k", 1),
@@ -459,7 +515,7 @@ fn a_job_requeued_after_it_ended_is_not_forgotten_while_it_is_live() {
         at_ms: ms,
         body: Some(body),
     };
-    s.note_accepted("k", "j", "c", 10);
+    s.note_accepted("k", "j", "c", 10, 0);
     // Not resumable (no submission folded): the preemption ends it, and a requeue revives it.
     s.apply(
         11,

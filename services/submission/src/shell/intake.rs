@@ -21,7 +21,8 @@ use super::ServiceError;
 use super::shared::{CATCH_UP, Shared, depends_on_inventory, malformed};
 use super::submit::append_submitted;
 use crate::domain::{
-    Checked, MAX_REJECTION_MESSAGE_BYTES, bounded, check_submission, idempotency_key_problem,
+    Checked, KeyOutcome, MAX_REJECTION_MESSAGE_BYTES, bounded, check_submission,
+    idempotency_key_problem, request_fingerprint,
 };
 use fairshare_events::headers::TraceParent;
 
@@ -109,7 +110,7 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
         }
     };
     let key = request.idempotency_key.clone();
-    if answered(shared, &key) {
+    if answered_alike(shared, &key, &request) {
         return Ok(());
     }
     let stored_ms = message
@@ -175,6 +176,20 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
     }
 }
 
+/// Whether the log already answers `request`: its key's outcome is there, and is no
+/// acceptance of another request. A key accepted for another request is checked like a new
+/// submission, so its reuse is logged as a `KEY_REUSED` rejection (the launcher reads its
+/// answer from the log, and the key's acceptance answers another request); a key rejected
+/// before keeps that answer, since the rejection does not say which request it was for.
+fn answered_alike(shared: &Shared, key: &str, request: &pb::SubmitRequest) -> bool {
+    answered(shared, key)
+        && !matches!(
+            shared.state().keys.get(key),
+            Some(KeyOutcome::Accepted { request: first, .. })
+                if *first != request_fingerprint(request.spec.as_ref())
+        )
+}
+
 /// Whether the log already holds the outcome of key `key`. Only a key that can be one is
 /// looked up: an invalid one (say empty) answered once must not answer for every later
 /// submission that has it too, each of which gets its own rejection.
@@ -198,9 +213,11 @@ async fn reject(
         rejection.message
     );
     // A key that cannot be one (empty, oversized, a line break) still needs a unique, stable
-    // message id.
+    // message id; so does a key's reuse, whose own id is its acceptance's, which the stream
+    // would take this for a repeat of.
     let valid_key = idempotency_key_problem(key, &shared.limits).is_none();
-    let message_id = if valid_key {
+    let reused = rejection.code == pb::RejectionCode::KeyReused as i32;
+    let message_id = if valid_key && !reused {
         headers::submission_id(key)
     } else {
         format!("intake:{intake_sequence}")

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::shared::{
     CATCH_UP, Retry, Shared, behind, depends_on_inventory, malformed, rejection_of, unavailable,
 };
-use crate::domain::{Checked, check_submission, job_submitted};
+use crate::domain::{Checked, check_submission, job_submitted, key_reused, request_fingerprint};
 
 /// Answers one submit request.
 pub(super) async fn handle(
@@ -150,10 +150,15 @@ async fn write_submitted(
         )
         .await
         .map_err(|e| rejection_of(e, Retry::SameKey))?;
+    let fingerprint = request_fingerprint(request.spec.as_ref());
     if !duplicate {
-        shared
-            .state()
-            .note_accepted(&request.idempotency_key, &job_id, &cluster, sequence);
+        shared.state().note_accepted(
+            &request.idempotency_key,
+            &job_id,
+            &cluster,
+            sequence,
+            fingerprint,
+        );
         tracing::debug!(sequence, "job accepted");
         return Ok(pb::Accepted {
             job_id,
@@ -171,12 +176,19 @@ async fn write_submitted(
             // naming another cluster must not file the job under it (its cancels would then
             // expect the wrong subjects).
             let first_cluster = s.spec.as_ref().map_or(cluster, |spec| spec.cluster.clone());
+            let first = request_fingerprint(s.spec.as_ref());
             shared.state().note_accepted(
                 &request.idempotency_key,
                 &s.job_id,
                 &first_cluster,
                 sequence,
+                first,
             );
+            // The stream took the key for a repeat (its message id), but this request asks
+            // for something else: that is no retry.
+            if first != fingerprint {
+                return Err(key_reused(&request.idempotency_key, &s.job_id));
+            }
             Ok(pb::Accepted {
                 job_id: s.job_id,
                 stream_sequence: sequence,
