@@ -63,8 +63,15 @@ pub fn report(
         .iter()
         .map(|r| ledger_entry(&r.allocation, &r.totals))
         .collect();
-    if !query.path.is_empty() {
-        accounts.retain(|a| a.path == query.path);
+    // An account and everything below it (`status` writes inner accounts with a trailing
+    // slash, so that form is taken too).
+    let path = query.path.strip_suffix('/').unwrap_or(&query.path);
+    if !path.is_empty() {
+        let within = |p: &str| {
+            p.strip_prefix(path)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        accounts.retain(|a| within(&a.path));
         if accounts.is_empty() {
             return Err(rejection(
                 pb::RejectionCode::UnknownAccount,
@@ -74,7 +81,7 @@ pub fn report(
                 ),
             ));
         }
-        entries.retain(|e| e.allocation == query.path);
+        entries.retain(|e| within(&e.allocation));
     }
     Ok(pb::UsageReport {
         cluster: query.cluster.clone(),
@@ -126,5 +133,82 @@ pub(super) async fn usage_query(
     };
     if let Err(e) = client.publish(reply_to, codec::encode(&reply)).await {
         tracing::warn!("could not send usage reply: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use fairshare_events::pb::{self, event::Body};
+
+    use super::report;
+    use crate::domain::{FoldConfig, UsageFold};
+
+    fn account(name: &str, share: u64, children: Vec<pb::Account>) -> pb::Account {
+        pb::Account {
+            name: name.into(),
+            share,
+            children,
+        }
+    }
+
+    /// research/{nlp,vision} and infra on one 8-GPU node, an hour in.
+    fn fold() -> UsageFold {
+        let mut fold = UsageFold::new(FoldConfig::default());
+        let bodies = [
+            Body::BudgetTreeSet(pb::BudgetTreeSet {
+                cluster: "c".into(),
+                accounts: vec![
+                    account(
+                        "research",
+                        1,
+                        vec![account("nlp", 1, vec![]), account("vision", 1, vec![])],
+                    ),
+                    account("infra", 1, vec![]),
+                ],
+            }),
+            Body::NodeRegistered(pb::NodeRegistered {
+                cluster: "c".into(),
+                node: "n1".into(),
+                gpus: 8,
+            }),
+        ];
+        for (i, body) in bodies.into_iter().enumerate() {
+            let event = pb::Event {
+                at_ms: 0,
+                body: Some(body),
+            };
+            fold.apply(i as u64 + 1, &event);
+        }
+        fold
+    }
+
+    fn paths(query_path: &str) -> Result<Vec<String>, pb::Rejection> {
+        let query = pb::UsageQuery {
+            cluster: "c".into(),
+            path: query_path.into(),
+            publish_snapshot: false,
+        };
+        report(&fold(), &query, 3_600_000).map(|r| {
+            let mut paths: Vec<String> = r.accounts.into_iter().map(|a| a.path).collect();
+            paths.sort();
+            paths
+        })
+    }
+
+    #[test]
+    fn a_path_reports_its_account_and_every_account_below_it() {
+        let research = ["research", "research/nlp", "research/vision"];
+        assert_eq!(paths("research").unwrap(), research);
+        // As `status` writes an inner account.
+        assert_eq!(paths("research/").unwrap(), research);
+        assert_eq!(paths("research/nlp").unwrap(), ["research/nlp"]);
+        // A name's beginning is no account.
+        assert_eq!(
+            paths("research/nl").unwrap_err().code,
+            pb::RejectionCode::UnknownAccount as i32
+        );
+        assert_eq!(paths("").unwrap().len(), 4);
     }
 }

@@ -90,13 +90,25 @@ fn render(e: &pb::Explanation) -> String {
             Ok(c) => format!(" ({})", c.label()),
             Err(_) => format!(" (cause {})", p.cause),
         };
-        lines.push(format!(
-            "  last preemption order{cause}: {}{for_job}, to stop by {}",
-            format_ms(p.ordered_at_ms),
-            format_ms(p.grace_deadline_ms)
-        ));
-        // Running or preempted, the reason is the "why" above; queued again, it is not.
-        if e.status == "queued" {
+        // Placed or running and not ordered off now: the order was carried out before this
+        // placement, and the job was placed again since.
+        let carried_out =
+            matches!(e.status.as_str(), "placed" | "running") && e.reason_code != "ordered_off";
+        if carried_out {
+            lines.push(format!(
+                "  earlier preemption order{cause}: {}{for_job}, stopped by {}; placed again since",
+                format_ms(p.ordered_at_ms),
+                format_ms(p.grace_deadline_ms)
+            ));
+        } else {
+            lines.push(format!(
+                "  last preemption order{cause}: {}{for_job}, to stop by {}",
+                format_ms(p.ordered_at_ms),
+                format_ms(p.grace_deadline_ms)
+            ));
+        }
+        // Being stopped or preempted, the reason is the "why" above; otherwise it is not.
+        if e.status == "queued" || carried_out {
             lines.push(format!("    {}", p.reason));
         }
     }
@@ -149,6 +161,32 @@ mod tests {
              by 2026-01-01T00:00:30Z\n\
              \x20   share floor: makes room for job w\n"
         );
+    }
+
+    #[test]
+    fn a_running_job_shows_an_order_carried_out_before_as_past_and_one_in_force_as_pending() {
+        let mut again = requeued(pb::PreemptionCause::ShareFloor.into());
+        again.status = "running".into();
+        again.reason = String::new();
+        again.reason_code = String::new();
+        let text = render(&again);
+        assert!(
+            text.contains(
+                "  earlier preemption order (share floor): 2026-01-01T00:00:00Z for job w, \
+                 stopped by 2026-01-01T00:00:30Z; placed again since\n    share floor: makes \
+                 room for job w\n"
+            ),
+            "{text}"
+        );
+        let mut stopping = again.clone();
+        stopping.reason_code = "ordered_off".into();
+        stopping.reason = "ordered off: share floor: makes room for job w".into();
+        let text = render(&stopping);
+        assert!(
+            text.contains("  last preemption order (share floor): 2026-01-01T00:00:00Z for job w, to stop by 2026-01-01T00:00:30Z\n"),
+            "{text}"
+        );
+        assert!(!text.contains("placed again"), "{text}");
     }
 
     #[test]

@@ -15,7 +15,8 @@ pub struct StatusArgs {
     /// The cluster.
     #[arg(long, value_parser = super::cluster_name, env = "FAIRSHARE_CLUSTER")]
     cluster: String,
-    /// Only this allocation or subtree.
+    /// Only this allocation, or this inner account and every account below it ("research" or
+    /// "research/", as the table writes it).
     #[arg(long, default_value = "")]
     path: String,
 }
