@@ -219,6 +219,8 @@ async fn cordon_drain_remove_and_maintenance() {
         ("+3h", "+1h"),
         ("now", "now"),
         ("2020-01-01T00:00:00Z", "2020-01-02T00:00:00Z"),
+        // Started long ago and not over: a typo, not a window (use "now").
+        ("2020-01-01T00:00:00Z", "+2m"),
     ] {
         let bad = node(
             &stack,

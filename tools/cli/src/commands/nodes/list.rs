@@ -9,43 +9,110 @@ use super::book::{NodeBook, Standing};
 /// Prints every node of `book`: GPUs, standing (with a cordon's reason) and the maintenance
 /// windows not over at `now`.
 pub(super) fn print(book: &NodeBook, cluster: &str, now: i64) {
-    let gpus: u64 = book
-        .nodes
-        .values()
-        .filter(|e| e.standing != Standing::Removed)
-        .map(|e| u64::from(e.gpus))
-        .sum();
-    let live = book
-        .nodes
-        .values()
-        .filter(|e| e.standing != Standing::Removed);
-    fairshare_runtime::outln!("cluster {cluster}: {} nodes, {gpus} GPUs", live.count());
+    for line in lines(book, cluster, now) {
+        fairshare_runtime::outln!("{line}");
+    }
+}
+
+/// The lines [`print`] writes. A node in service whose maintenance window is in progress reads
+/// "in maintenance until ...": no work is placed on it then, whatever its cordon.
+fn lines(book: &NodeBook, cluster: &str, now: i64) -> Vec<String> {
+    let live = || {
+        book.nodes
+            .values()
+            .filter(|e| e.standing != Standing::Removed)
+    };
+    let gpus: u64 = live().map(|e| u64::from(e.gpus)).sum();
+    let mut out = vec![format!(
+        "cluster {cluster}: {} nodes, {gpus} GPUs",
+        live().count()
+    )];
     for (name, e) in &book.nodes {
         let reason = if e.reason.is_empty() {
             String::new()
         } else {
             format!(" ({})", e.reason)
         };
-        fairshare_runtime::outln!(
-            "  {name:<20} {:>3} GPUs  {}{reason}",
-            e.gpus,
-            e.standing.words()
-        );
-        if e.standing == Standing::Removed {
-            continue;
-        }
-        for w in book.windows_ahead(name, now) {
+        let windows = if e.standing == Standing::Removed {
+            Vec::new()
+        } else {
+            book.windows_ahead(name, now)
+        };
+        let in_progress = windows.iter().find(|w| w.start_ms <= now);
+        let standing = match in_progress {
+            Some(w) if e.standing == Standing::InService => {
+                format!("in maintenance until {}", format_ms(w.end_ms))
+            }
+            _ => e.standing.words().to_owned(),
+        };
+        out.push(format!(
+            "  {name:<20} {:>3} GPUs  {standing}{reason}",
+            e.gpus
+        ));
+        for w in windows {
             let why = if w.reason.is_empty() {
                 String::new()
             } else {
                 format!(" ({})", w.reason)
             };
-            fairshare_runtime::outln!(
+            out.push(format!(
                 "  {:<20}            maintenance {} to {}{why}",
                 "",
                 format_ms(w.start_ms),
                 format_ms(w.end_ms)
-            );
+            ));
         }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use fairshare_events::pb::{self, event::Body};
+
+    use super::*;
+
+    /// 2026-01-01T00:00:00Z.
+    const T: i64 = 1_767_225_600_000;
+
+    #[test]
+    fn a_node_whose_window_is_in_progress_reads_in_maintenance() {
+        let mut book = NodeBook::default();
+        for (seq, node) in [(1, "n1"), (2, "n2")] {
+            let e = pb::Event {
+                at_ms: 0,
+                body: Some(Body::NodeRegistered(pb::NodeRegistered {
+                    cluster: "c".into(),
+                    node: node.into(),
+                    gpus: 8,
+                })),
+            };
+            book.apply(seq, &format!("n.{node}"), Some(&e));
+        }
+        let window = pb::Event {
+            at_ms: 0,
+            body: Some(Body::MaintenanceScheduled(pb::MaintenanceScheduled {
+                cluster: "c".into(),
+                nodes: vec!["n1".into()],
+                start_ms: T,
+                end_ms: T + 3_600_000,
+                reason: "disks".into(),
+            })),
+        };
+        book.apply(3, "m", Some(&window));
+        let before = lines(&book, "c", T - 1);
+        assert!(before[1].ends_with("8 GPUs  in service"), "{before:?}");
+        let during = lines(&book, "c", T + 60_000);
+        assert!(
+            during[1].ends_with("8 GPUs  in maintenance until 2026-01-01T01:00:00Z"),
+            "{during:?}"
+        );
+        assert!(
+            during[2].contains("maintenance 2026-01-01T00:00:00Z to 2026-01-01T01:00:00Z (disks)")
+        );
+        assert!(during[3].ends_with("8 GPUs  in service"), "{during:?}");
+        let after = lines(&book, "c", T + 3_600_000);
+        assert!(after[1].ends_with("in service"), "{after:?}");
+        assert_eq!(after.len(), 3, "{after:?}");
     }
 }

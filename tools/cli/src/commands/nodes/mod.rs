@@ -32,6 +32,10 @@ use fairshare_runtime::log::Follower;
 use super::{Connection, format_ms};
 use book::{NodeBook, Standing};
 
+/// How far in the past a maintenance window's start may be given (the clock of the person
+/// typing "now" and the command's own differ a little); anything earlier is refused.
+const PAST_START_SLACK_MS: i64 = 60_000;
+
 /// The cluster a node command is about.
 #[derive(Debug, Args)]
 pub struct ClusterArg {
@@ -492,6 +496,15 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 bail!(
                     "the window is over already ({}); nothing written",
                     format_ms(end_ms)
+                );
+            }
+            // A window is scheduled ahead, or from now; cancelling names the one scheduled,
+            // which may have started.
+            if !cancel && start_ms < now.saturating_sub(PAST_START_SLACK_MS) {
+                bail!(
+                    "the window would have started at {}, in the past; start it \"now\" or \
+                     later; nothing written",
+                    format_ms(start_ms)
                 );
             }
             let nodes = live_nodes(conn, &cluster, &nodes).await?;
