@@ -6,7 +6,7 @@
 
 use fairshare_events::pb;
 
-use super::decide::decide;
+use super::decide::{WaitReason, decide};
 use super::rank;
 use super::state::{DecisionState, JobStatus};
 
@@ -75,9 +75,17 @@ pub fn explain(
         }
         JobStatus::Queued => {
             explanation.status = "queued".into();
+            // The job the cycle's reservation is for, when this one waits behind it for room.
+            let mut behind = None;
             if let Some(w) = decision.waiting.iter().find(|w| w.job_id == job_id) {
                 explanation.reason_code = w.reason.code().into();
                 explanation.reason = w.reason.to_string();
+                if matches!(
+                    w.reason,
+                    WaitReason::TooLargeForFreeNodes { .. } | WaitReason::BelowOthersInRank
+                ) {
+                    behind = decision.reservation.as_ref().filter(|r| r.job_id != job_id);
+                }
             } else if decision.placements.iter().any(|p| p.job_id == job_id) {
                 explanation.reason_code = "placed_next_cycle".into();
                 explanation.reason =
@@ -92,8 +100,23 @@ pub fn explain(
                      waiting allocated job leaves, whatever its allocation's rank, and may be \
                      ordered off at any time",
                 );
-            } else if let Some(note) = floor_note(state, allocation, now_ms) {
-                explanation.reason.push_str(&note);
+            } else {
+                if let Some(note) = floor_note(state, allocation, now_ms) {
+                    explanation.reason.push_str(&note);
+                }
+                if let Some(r) = behind {
+                    // The preemption service walks the same line (`victims::fair_share`): it
+                    // orders allocated work off for the first waiter that does not fit, and
+                    // for nobody behind it while no allowed victim can help that one.
+                    explanation.reason.push_str(&format!(
+                        "; job {} of {} ranks ahead of it and holds the cycle's reservation: \
+                         preemption makes room for waiting jobs one at a time in this order, so \
+                         for this one only once that job fits or is being made room for (until \
+                         then, only unallocated work off the reserved nodes may be ordered off \
+                         for it)",
+                        r.job_id, r.allocation
+                    ));
+                }
             }
             room_being_made(state, job_id, now_ms, &mut explanation);
         }

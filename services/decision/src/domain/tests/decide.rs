@@ -739,10 +739,11 @@ fn explain_says_where_the_allocation_stands_against_its_floor() {
         "{}",
         reason("b1")
     );
+    // (Then that b1, which holds the reservation, goes first.)
     assert!(
-        reason("a1").ends_with(
+        reason("a1").contains(
             "; a holds 8 GPUs against a share floor of 2.7: allocations below theirs go first, \
-             then the window decides"
+             then the window decides; job b1 of b ranks ahead of it"
         ),
         "{}",
         reason("a1")
@@ -761,6 +762,38 @@ fn explain_says_where_the_allocation_stands_against_its_floor() {
     assert!(
         !plain.is_empty() && !plain.contains("share floor"),
         "{plain}"
+    );
+}
+
+#[test]
+fn explain_names_the_reserved_job_a_waiting_job_is_behind() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    // Both nodes are partly held by protected work; neither 8-GPU job fits.
+    h.running(NOW - 30 * MIN, "r0", "b", 3600, &[("n0", 4)]);
+    h.running(NOW - 30 * MIN, "r1", "b", 2 * 3600, &[("n1", 4)]);
+    h.submit_full(NOW - 50, "first", "a", 1, 8, 3600, 10, true);
+    h.submit_full(NOW - 50, "second", "a", 1, 8, 3600, 5, true);
+    let d = h.decide(NOW);
+    assert_eq!(d.reservation.as_ref().map(|r| r.job_id), Some("first"));
+    let explain = |job: &str| crate::domain::explain(&h.state, job, NOW).unwrap();
+    let second = explain("second");
+    assert_eq!(second.reason_code, "too_large_for_free_nodes");
+    assert!(
+        second
+            .reason
+            .contains("job first of a ranks ahead of it and holds the cycle's reservation"),
+        "{}",
+        second.reason
+    );
+    // The reserved job itself is told of its reservation, not of itself.
+    let first = explain("first");
+    assert_eq!(first.reason_code, "reservation_pending");
+    assert!(
+        !first.reason.contains("ranks ahead of it"),
+        "{}",
+        first.reason
     );
 }
 
