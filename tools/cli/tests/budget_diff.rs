@@ -142,9 +142,24 @@ share = 2
     // The tree in force itself: nothing changes.
     let same = diff(&stack, BUDGET).await;
     assert!(
-        String::from_utf8_lossy(&same.stdout).contains("no allocation's share changes"),
+        String::from_utf8_lossy(&same.stdout).contains("no account's share changes"),
         "{same:?}"
     );
+    // Every share doubled: no fraction moves, but the tree is another one, which apply writes.
+    let doubled: String = BUDGET
+        .lines()
+        .map(|l| match l.trim().strip_prefix("share = ") {
+            Some(n) => format!("share = {}\n", 2 * n.parse::<u64>().unwrap()),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    let scaled = diff(&stack, &doubled).await;
+    let text = String::from_utf8_lossy(&scaled.stdout);
+    assert!(
+        text.contains("no allocation's share of the cluster changes, but account shares do"),
+        "{scaled:?}"
+    );
+    assert!(!text.contains("points"), "{text}");
     // An invalid file is refused before anything is read or written.
     let bad = diff(&stack, "cluster = \"alpha\"\n[accounts.a]\nshare = -1\n").await;
     assert!(!bad.status.success());

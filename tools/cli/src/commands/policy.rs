@@ -52,7 +52,24 @@ pub fn share_changes(before: Option<&BudgetTree>, after: &BudgetTree) -> Vec<Sha
         .collect()
 }
 
-fn print_changes(cluster: &str, changes: &[ShareChange]) {
+/// Every account's path and share, sorted: two trees with equal lists are the same tree.
+fn shares_by_path(tree: &BudgetTree) -> Vec<(&str, u64)> {
+    let mut shares: Vec<(&str, u64)> = tree
+        .accounts
+        .iter()
+        .map(|a| (a.path.as_str(), a.share))
+        .collect();
+    shares.sort_unstable();
+    shares
+}
+
+/// Whether `after` changes some account's share (or the accounts) of `before`, even where no
+/// allocation's fraction of the cluster moves (siblings' shares scaled alike).
+fn shares_differ(before: Option<&BudgetTree>, after: &BudgetTree) -> bool {
+    before.is_none_or(|b| shares_by_path(b) != shares_by_path(after))
+}
+
+fn print_changes(cluster: &str, changes: &[ShareChange], shares_differ: bool) {
     fairshare_runtime::outln!("cluster {cluster}: share of the cluster, in force -> in the file");
     let mut moved = 0;
     for c in changes {
@@ -73,8 +90,13 @@ fn print_changes(cluster: &str, changes: &[ShareChange]) {
             show(c.after)
         );
     }
-    if moved == 0 {
-        fairshare_runtime::outln!("no allocation's share changes");
+    if moved == 0 && shares_differ {
+        fairshare_runtime::outln!(
+            "no allocation's share of the cluster changes, but account shares do (scaled alike \
+             among siblings): `budget apply` writes the new tree"
+        );
+    } else if moved == 0 {
+        fairshare_runtime::outln!("no account's share changes");
     }
 }
 
@@ -202,7 +224,12 @@ where
                     None
                 }
             };
-            print_changes(&set.cluster, &share_changes(before.as_ref(), &after));
+            let differ = shares_differ(before.as_ref(), &after);
+            print_changes(
+                &set.cluster,
+                &share_changes(before.as_ref(), &after),
+                differ,
+            );
             Ok(())
         }
         BudgetCommand::Apply {
