@@ -117,13 +117,31 @@ async fn main() -> ExitCode {
     run(cli).await.unwrap_or_else(|e| {
         // Refusals (a rejected submission, an invalid file) are answers, not crashes: print
         // the chain of causes without a backtrace.
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", causes(&e));
         if e.is::<commands::submit::RetryWithKey>() {
             ExitCode::from(commands::submit::RetryWithKey::EXIT_CODE)
         } else {
             ExitCode::FAILURE
         }
     })
+}
+
+/// `e` and its causes, joined by ": ", leaving out a cause whose words the message before it
+/// already holds (many errors quote their source in their own message, and `{:#}` would then
+/// print it twice).
+fn causes(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let words = cause.to_string();
+        if text.contains(&words) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&words);
+    }
+    text
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -178,4 +196,37 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     };
     done.map(|()| ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::causes;
+
+    /// An error that quotes its source in its own message, as many do.
+    #[derive(Debug)]
+    struct Quoting(std::io::Error);
+
+    impl std::fmt::Display for Quoting {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "invalid budget tree: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Quoting {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_quoted_is_printed_once() {
+        let io = std::io::Error::other("name \"bad name\" is not valid");
+        let e = anyhow::Error::from(Quoting(io)).context("budget.toml refused");
+        assert_eq!(
+            causes(&e),
+            "budget.toml refused: invalid budget tree: name \"bad name\" is not valid"
+        );
+        let plain = anyhow::anyhow!("outer").context("top");
+        assert_eq!(causes(&plain), "top: outer");
+    }
 }
