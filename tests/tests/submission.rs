@@ -481,19 +481,41 @@ async fn a_bad_entry_on_a_jobs_subject_does_not_make_it_uncancellable() {
     );
 }
 
+/// Publishes `request` to the cluster's intake, as a launcher does, and waits for the stream's
+/// acknowledgement.
+async fn to_intake(stack: &Stack, request: pb::SubmitRequest) {
+    stack
+        .js
+        .publish(subjects::intake(CLUSTER), codec::encode(&request))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+/// The whole log once it holds the acceptance of key `key` (published to the intake after the
+/// messages a test is about, so everything before it was judged).
+async fn events_once_accepted(stack: &Stack, key: &str) -> Vec<(u64, String, pb::Event)> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let events = stack.all_events().await.unwrap();
+        if events.iter().any(
+            |(_, _, e)| matches!(&e.body, Some(Body::JobSubmitted(s)) if s.idempotency_key == key),
+        ) {
+            return events;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the intake is stuck before {key}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn intake_rejections_fit_a_message_and_an_empty_key_answers_nothing_for_later_ones() {
     let stack = stack().await;
-    let publish = |request: pb::SubmitRequest| {
-        let js = stack.js.clone();
-        async move {
-            js.publish(subjects::intake(CLUSTER), codec::encode(&request))
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
-    };
+    let publish = |request: pb::SubmitRequest| to_intake(&stack, request);
     // A cluster name of 250,000 control characters: quoted as it is, the rejection would be
     // over the server's 1 MB message limit, never written, and the intake (one message at a
     // time) would retry it for ever.
@@ -514,21 +536,7 @@ async fn intake_rejections_fit_a_message_and_an_empty_key_answers_nothing_for_la
     publish(request("")).await;
     publish(request("after-the-bad-ones")).await;
 
-    let before_accept = tokio::time::Instant::now() + Duration::from_secs(20);
-    let events = loop {
-        let events = stack.all_events().await.unwrap();
-        let accepted = events.iter().any(|(_, _, e)| {
-            matches!(&e.body, Some(Body::JobSubmitted(s)) if s.idempotency_key == "after-the-bad-ones")
-        });
-        if accepted {
-            break events;
-        }
-        assert!(
-            tokio::time::Instant::now() < before_accept,
-            "the intake is stuck behind the bad submissions"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let events = events_once_accepted(&stack, "after-the-bad-ones").await;
     let rejected: Vec<&pb::JobRejected> = events
         .iter()
         .filter_map(|(_, _, e)| match &e.body {
@@ -556,16 +564,7 @@ async fn intake_rejections_fit_a_message_and_an_empty_key_answers_nothing_for_la
 #[tokio::test]
 async fn an_intake_key_reused_for_another_request_is_rejected_in_the_log_and_a_repeat_is_not() {
     let stack = stack().await;
-    let publish = |request: pb::SubmitRequest| {
-        let js = stack.js.clone();
-        async move {
-            js.publish(subjects::intake(CLUSTER), codec::encode(&request))
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
-    };
+    let publish = |request: pb::SubmitRequest| to_intake(&stack, request);
     let first = request("intake-key");
     let mut other = first.clone();
     other.spec.as_mut().unwrap().gpus = 2;
@@ -573,17 +572,7 @@ async fn an_intake_key_reused_for_another_request_is_rejected_in_the_log_and_a_r
     publish(other).await;
     publish(first).await;
     publish(request("intake-after")).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let events = loop {
-        let events = stack.all_events().await.unwrap();
-        if events.iter().any(|(_, _, e)| {
-            matches!(&e.body, Some(Body::JobSubmitted(s)) if s.idempotency_key == "intake-after")
-        }) {
-            break events;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "intake stuck");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let events = events_once_accepted(&stack, "intake-after").await;
     let submitted: Vec<&pb::JobSubmitted> = events
         .iter()
         .filter_map(|(_, _, e)| match &e.body {
