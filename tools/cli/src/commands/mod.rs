@@ -9,6 +9,7 @@ pub mod simulate;
 pub mod status;
 pub mod submit;
 pub mod tail;
+mod tail_line;
 
 use fairshare_events::pb::event::Body;
 use fairshare_events::streams::EVENTS_STREAM;

@@ -90,7 +90,7 @@ fn print(entry: &LogEntry, kind: &str, json: bool) {
             let body = event
                 .body
                 .as_ref()
-                .map(|b| format!("{b:?}"))
+                .map(super::tail_line::summary)
                 .unwrap_or_default();
             fairshare_runtime::outln!(
                 "#{:<8} {:<TIME_WIDTH$} {:<22} {}  {body}",

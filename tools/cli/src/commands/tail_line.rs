@@ -1,0 +1,262 @@
+//! One event in an operator's words, for `fairshare tail`'s human lines.
+//!
+//! Place in the flow: a reader at the end of the log; it formats what the services wrote and
+//! changes nothing. Every body says who it is about first (job, node, cluster), then the facts
+//! an operator acts on; `--json` keeps every field.
+
+use fairshare_events::pb::{self, event::Body};
+
+use super::format_ms;
+
+/// `body` in words: the subject of the event, then its facts.
+pub(super) fn summary(body: &Body) -> String {
+    match body {
+        Body::JobSubmitted(s) => submitted(s),
+        Body::JobRejected(r) => {
+            let (code, message) = r.rejection.as_ref().map_or(("?", ""), |r| {
+                (
+                    pb::RejectionCode::try_from(r.code).map_or("unknown code", |c| {
+                        c.as_str_name().trim_start_matches("REJECTION_CODE_")
+                    }),
+                    r.message.as_str(),
+                )
+            });
+            format!(
+                "key {:?} (intake #{}): {code}: {message}",
+                r.idempotency_key, r.intake_sequence
+            )
+        }
+        Body::JobCancelled(c) => {
+            let by = if c.requested_by.is_empty() {
+                String::new()
+            } else {
+                format!(" by {}", c.requested_by)
+            };
+            format!("job {}{by}: {}", c.job_id, or_none(&c.reason))
+        }
+        Body::JobPlaced(p) => {
+            let nodes: Vec<String> = p
+                .nodes
+                .iter()
+                .map(|n| format!("{}:{}", n.node, n.gpus))
+                .collect();
+            format!("job {} on {}{}", p.job_id, nodes.join(","), basis(&p.basis))
+        }
+        Body::JobStarted(s) => format!("job {}", s.job_id),
+        Body::JobFinished(f) => format!("job {}: exit code {}", f.job_id, f.exit_code),
+        Body::JobFailed(f) => format!("job {}: {}", f.job_id, or_none(&f.reason)),
+        Body::PreemptionOrdered(o) => {
+            let cause = match pb::PreemptionCause::try_from(o.cause) {
+                Ok(c) => c.label().to_owned(),
+                Err(_) => format!("cause {}", o.cause),
+            };
+            format!(
+                "job {} off by {} ({cause}){}: {}",
+                o.job_id,
+                format_ms(o.grace_deadline_ms),
+                basis(&o.basis),
+                o.reason
+            )
+        }
+        Body::JobPreempted(p) => {
+            let how = if p.killed {
+                "killed at its grace deadline"
+            } else {
+                "stopped by its launcher"
+            };
+            format!("job {}: {how}", p.job_id)
+        }
+        Body::JobRequeued(r) => format!("job {}", r.job_id),
+        Body::BudgetTreeSet(t) => {
+            let mut leaves = Vec::new();
+            allocations(&t.accounts, "", &mut leaves);
+            format!(
+                "cluster {}: {} allocations ({})",
+                t.cluster,
+                leaves.len(),
+                leaves.join(", ")
+            )
+        }
+        Body::NodeRegistered(n) => format!("node {} of {}: {} GPUs", n.node, n.cluster, n.gpus),
+        Body::NodeCordoned(n) => {
+            format!("node {} of {}: {}", n.node, n.cluster, or_none(&n.reason))
+        }
+        Body::NodeUncordoned(n) => format!("node {} of {}", n.node, n.cluster),
+        Body::NodeDrained(n) => format!("node {} of {}", n.node, n.cluster),
+        Body::NodeRemoved(n) => format!("node {} of {}", n.node, n.cluster),
+        Body::MaintenanceScheduled(m) => format!(
+            "nodes {} of {}: {} to {}: {}",
+            m.nodes.join(","),
+            m.cluster,
+            format_ms(m.start_ms),
+            format_ms(m.end_ms),
+            or_none(&m.reason)
+        ),
+        Body::MaintenanceCancelled(m) => format!(
+            "nodes {} of {}: {} to {}",
+            m.nodes.join(","),
+            m.cluster,
+            format_ms(m.start_ms),
+            format_ms(m.end_ms)
+        ),
+        Body::UsageSnapshot(u) => format!(
+            "cluster {}: {} allocations over the window to {}, through #{}",
+            u.cluster,
+            u.allocations.len(),
+            format_ms(u.window_end_ms),
+            u.through_sequence
+        ),
+    }
+}
+
+fn submitted(s: &pb::JobSubmitted) -> String {
+    let Some(spec) = &s.spec else {
+        return format!("job {} (no spec), key {:?}", s.job_id, s.idempotency_key);
+    };
+    let shape = match &s.shape {
+        Some(sh) if sh.nodes > 1 => format!(
+            "{} GPUs ({} nodes x {})",
+            spec.gpus, sh.nodes, sh.gpus_per_node
+        ),
+        _ => format!("{} GPUs", spec.gpus),
+    };
+    let runtime = if spec.min_runtime_s == 0 {
+        "unallocated (minimum runtime 0)".to_owned()
+    } else {
+        format!("minimum runtime {} s", spec.min_runtime_s)
+    };
+    let resumable = if spec.resumable { ", resumable" } else { "" };
+    let name = if spec.name.is_empty() {
+        String::new()
+    } else {
+        format!(" {:?}", spec.name)
+    };
+    format!(
+        "job {}{name} of {}: {shape}, {runtime}{resumable}, user {:?}, key {:?}",
+        s.job_id, spec.allocation, spec.user, s.idempotency_key
+    )
+}
+
+/// The decision an event was computed from, if it names one.
+fn basis(basis: &Option<pb::DecisionBasis>) -> String {
+    basis.as_ref().map_or_else(String::new, |b| {
+        format!(" (cycle {}, through #{})", b.cycle, b.through_sequence)
+    })
+}
+
+fn or_none(text: &str) -> &str {
+    if text.is_empty() {
+        "(no reason given)"
+    } else {
+        text
+    }
+}
+
+/// The allocation paths under `accounts` with their shares, depth first.
+fn allocations(accounts: &[pb::Account], prefix: &str, out: &mut Vec<String>) {
+    for a in accounts {
+        let path = if prefix.is_empty() {
+            a.name.clone()
+        } else {
+            format!("{prefix}/{}", a.name)
+        };
+        if a.children.is_empty() {
+            out.push(format!("{path}={}", a.share));
+        } else {
+            allocations(&a.children, &path, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-01-01T00:00:00Z.
+    const T: i64 = 1_767_225_600_000;
+
+    #[test]
+    fn events_read_as_facts_not_as_struct_dumps() {
+        let submitted = Body::JobSubmitted(pb::JobSubmitted {
+            job_id: "j1".into(),
+            idempotency_key: "k1".into(),
+            spec: Some(pb::JobSpec {
+                cluster: "c".into(),
+                allocation: "research/nlp".into(),
+                user: "ada".into(),
+                gpus: 16,
+                nodes: 2,
+                min_runtime_s: 900,
+                resumable: true,
+                ..Default::default()
+            }),
+            shape: Some(pb::Shape {
+                nodes: 2,
+                gpus_per_node: 8,
+            }),
+        });
+        assert_eq!(
+            summary(&submitted),
+            "job j1 of research/nlp: 16 GPUs (2 nodes x 8), minimum runtime 900 s, resumable, \
+             user \"ada\", key \"k1\""
+        );
+        let rejected = Body::JobRejected(pb::JobRejected {
+            idempotency_key: "k2".into(),
+            cluster: "c".into(),
+            rejection: Some(pb::Rejection {
+                code: pb::RejectionCode::TooManyGpus as i32,
+                message: "asked for 500 GPUs".into(),
+            }),
+            intake_sequence: 7,
+        });
+        assert_eq!(
+            summary(&rejected),
+            "key \"k2\" (intake #7): TOO_MANY_GPUS: asked for 500 GPUs"
+        );
+        let ordered = Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "v".into(),
+            grace_deadline_ms: T + 30_000,
+            reason: "fair share: makes room".into(),
+            for_job_id: "j1".into(),
+            basis: Some(pb::DecisionBasis {
+                through_sequence: 41,
+                computed_at_ms: T,
+                cycle: 3,
+            }),
+            cause: pb::PreemptionCause::ShareFloor.into(),
+        });
+        assert_eq!(
+            summary(&ordered),
+            "job v off by 2026-01-01T00:00:30Z (share floor) (cycle 3, through #41): fair \
+             share: makes room"
+        );
+        let tree = Body::BudgetTreeSet(pb::BudgetTreeSet {
+            cluster: "c".into(),
+            accounts: vec![
+                pb::Account {
+                    name: "research".into(),
+                    share: 3,
+                    children: vec![pb::Account {
+                        name: "nlp".into(),
+                        share: 1,
+                        children: vec![],
+                    }],
+                },
+                pb::Account {
+                    name: "infra".into(),
+                    share: 1,
+                    children: vec![],
+                },
+            ],
+        });
+        assert_eq!(
+            summary(&tree),
+            "cluster c: 2 allocations (research/nlp=1, infra=1)"
+        );
+        let killed = Body::JobPreempted(pb::JobPreempted {
+            job_id: "v".into(),
+            killed: true,
+        });
+        assert_eq!(summary(&killed), "job v: killed at its grace deadline");
+    }
+}
