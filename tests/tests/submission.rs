@@ -388,6 +388,7 @@ async fn cancel_appends_once_and_refuses_unknown_and_ended_jobs() {
     let Some(pb::cancel_reply::Result::Cancelled(cancelled)) = reply.result else {
         panic!("{reply:?}")
     };
+    assert!(!cancelled.already);
     let (subject, event) = stack.event_at(cancelled.stream_sequence).await.unwrap();
     assert_eq!(
         subject,
@@ -402,7 +403,8 @@ async fn cancel_appends_once_and_refuses_unknown_and_ended_jobs() {
     tokio::time::sleep(Duration::from_millis(200)).await; // let the fold see the cancellation
     let again = stack.cancel(&job.job_id).await.unwrap();
     assert!(
-        matches!(again.result, Some(pb::cancel_reply::Result::Cancelled(ref c)) if c.stream_sequence == cancelled.stream_sequence)
+        matches!(again.result, Some(pb::cancel_reply::Result::Cancelled(ref c)) if c.stream_sequence == cancelled.stream_sequence && c.already),
+        "{again:?}"
     );
 
     // Unknown job.

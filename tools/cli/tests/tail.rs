@@ -103,4 +103,23 @@ fn every_entry_is_shown_and_filtered_by_kind_the_unusable_ones_too() {
     let human = tail(&server, &[]);
     let column = |l: &str| l.find(" node_registered").or_else(|| l.find(" unusable"));
     assert_eq!(column(&human[0]), column(&human[1]), "{human:?}");
+    // In words, not a struct dump.
+    assert!(human[0].ends_with("node n1 of c1: 8 GPUs"), "{human:?}");
+}
+
+#[test]
+fn a_cluster_with_no_events_is_said_to_have_none() {
+    let server = server();
+    let out = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["tail", "--no-follow", "--nats-url", &server.url()])
+        .args(["--cluster", "nosuch"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("no events of cluster \"nosuch\" in the log from sequence 1"),
+        "{said}"
+    );
 }

@@ -83,6 +83,7 @@ async fn cancel(
                 return Ok(pb::Cancelled {
                     job_id: request.job_id.clone(),
                     stream_sequence: sequence,
+                    already: true,
                 });
             }
             CancelTarget::Cancel {
@@ -104,11 +105,13 @@ async fn cancel(
             requested_by: request.requested_by.clone(),
         });
         match shared.append(subject, body, &envelope).await {
-            Ok((sequence, _duplicate)) => {
-                tracing::info!(job_id = %request.job_id, sequence, "job cancelled");
+            Ok((sequence, duplicate)) => {
+                tracing::info!(job_id = %request.job_id, sequence, duplicate, "job cancelled");
                 return Ok(pb::Cancelled {
                     job_id: request.job_id.clone(),
                     stream_sequence: sequence,
+                    // The stream took it for a repeat of a cancellation written a moment ago.
+                    already: duplicate,
                 });
             }
             Err(AppendError::Conflict) => {

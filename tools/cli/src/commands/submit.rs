@@ -311,11 +311,19 @@ pub async fn cancel(args: CancelArgs, conn: &Connection) -> anyhow::Result<()> {
         .await?;
     match codec::decode_cancel_reply(&reply.payload)?.result {
         Some(cancel_reply::Result::Cancelled(c)) => {
-            fairshare_runtime::outln!(
-                "cancelled job {} at sequence {}",
-                c.job_id,
-                c.stream_sequence
-            );
+            if c.already {
+                fairshare_runtime::outln!(
+                    "job {} was cancelled already, at sequence {}; nothing new written",
+                    c.job_id,
+                    c.stream_sequence
+                );
+            } else {
+                fairshare_runtime::outln!(
+                    "cancelled job {} at sequence {}",
+                    c.job_id,
+                    c.stream_sequence
+                );
+            }
             Ok(())
         }
         Some(cancel_reply::Result::Rejected(r)) => {

@@ -44,6 +44,14 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
     };
     let mut follower = Follower::start(&conn.js, args.from, vec![filter]).await?;
     if args.no_follow && follower.pending_at_start == 0 {
+        // Said on stderr, so a pipe reading the events still gets none.
+        match &args.cluster {
+            Some(c) => eprintln!(
+                "no events of cluster {c:?} in the log from sequence {} (is the name right?)",
+                args.from
+            ),
+            None => eprintln!("no events in the log from sequence {}", args.from),
+        }
         return Ok(());
     }
     while let Some(entry) = follower.next().await {

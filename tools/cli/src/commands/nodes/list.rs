@@ -27,6 +27,12 @@ fn lines(book: &NodeBook, cluster: &str, now: i64) -> Vec<String> {
         "cluster {cluster}: {} nodes, {gpus} GPUs",
         live().count()
     )];
+    if book.nodes.is_empty() {
+        out.push(format!(
+            "  no node of cluster {cluster:?} was ever registered: is the name right? (nodes \
+             are registered with `fairshare inventory apply`)"
+        ));
+    }
     for (name, e) in &book.nodes {
         let reason = if e.reason.is_empty() {
             String::new()
@@ -74,6 +80,13 @@ mod tests {
 
     /// 2026-01-01T00:00:00Z.
     const T: i64 = 1_767_225_600_000;
+
+    #[test]
+    fn a_cluster_without_nodes_is_said_to_have_none_registered() {
+        let lines = lines(&NodeBook::default(), "nosuch", T);
+        assert_eq!(lines[0], "cluster nosuch: 0 nodes, 0 GPUs");
+        assert!(lines[1].contains("no node of cluster \"nosuch\" was ever registered"));
+    }
 
     #[test]
     fn a_node_whose_window_is_in_progress_reads_in_maintenance() {
