@@ -219,6 +219,43 @@ mod tests {
     }
 
     #[test]
+    fn negative_numbers_and_times_reach_the_checks_as_values() {
+        use clap::Parser;
+        // A negative priority is a priority; negative GPUs get the service's own refusal,
+        // not "unexpected argument '-1'".
+        let submit = super::Cli::try_parse_from([
+            "fairshare",
+            "submit",
+            "--cluster",
+            "c",
+            "--allocation",
+            "a",
+            "--gpus",
+            "-1",
+            "--nodes",
+            "-2",
+            "--min-runtime",
+            "0",
+            "--priority",
+            "-3",
+        ]);
+        assert!(submit.is_ok(), "{:?}", submit.err());
+        let window = super::Cli::try_parse_from([
+            "fairshare",
+            "node",
+            "maintenance",
+            "--cluster",
+            "c",
+            "n1",
+            "--start",
+            "-1h",
+            "--end",
+            "+1h",
+        ]);
+        assert!(window.is_ok(), "{:?}", window.err());
+    }
+
+    #[test]
     fn a_cause_already_quoted_is_printed_once() {
         let io = std::io::Error::other("name \"bad name\" is not valid");
         let e = anyhow::Error::from(Quoting(io)).context("budget.toml refused");

@@ -27,10 +27,10 @@ pub struct SubmitArgs {
     #[arg(long)]
     allocation: String,
     /// Total GPUs.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     gpus: i64,
     /// Nodes (0: one node if it fits, else whole nodes).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     nodes: i64,
     /// Minimum runtime, protected from preemption (e.g. 15m, 2h); 0 = unallocated.
     #[arg(long, value_parser = parse_duration)]
@@ -38,8 +38,8 @@ pub struct SubmitArgs {
     /// The job can be stopped and requeued.
     #[arg(long)]
     resumable: bool,
-    /// Priority within the allocation (higher first).
-    #[arg(long, default_value_t = 0)]
+    /// Priority within the allocation (higher first; may be negative).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i32,
     /// Optional time limit (e.g. 24h), recorded for the launcher to enforce.
     #[arg(long, value_parser = parse_duration)]

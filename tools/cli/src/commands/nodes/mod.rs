@@ -93,10 +93,10 @@ pub enum NodeCommand {
         #[arg(required = true)]
         nodes: Vec<String>,
         /// When it starts: RFC 3339 (2026-12-02T06:00:00Z), `now`, or `+2h` from now.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         start: String,
         /// When it ends, in the same forms (`+DURATION` counts from now, not from --start).
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         end: String,
         /// Why.
         #[arg(long, default_value = "")]
