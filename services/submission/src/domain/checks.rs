@@ -79,6 +79,18 @@ pub fn key_reused(key: &str, job_id: &str) -> pb::Rejection {
     )
 }
 
+/// `s` seconds as a person reads them: "32400 s (9 h)", "600 s (10 min)"; a time that is no
+/// whole number of minutes stays in seconds.
+fn seconds(s: i64) -> String {
+    if s >= 3600 && s % 3600 == 0 {
+        format!("{s} s ({} h)", s / 3600)
+    } else if s >= 60 && s % 60 == 0 {
+        format!("{s} s ({} min)", s / 60)
+    } else {
+        format!("{s} s")
+    }
+}
+
 /// Checks a submit request against the folded state and the limits.
 pub fn check_submission(
     state: &SubmissionState,
@@ -205,8 +217,9 @@ pub fn check_submission(
         return Err(reject(
             RejectionCode::MinRuntimeOverCap,
             format!(
-                "minimum runtime {} s is over the cap of {} s",
-                spec.min_runtime_s, limits.max_min_runtime_s
+                "minimum runtime {} is over the cap of {}",
+                seconds(spec.min_runtime_s),
+                seconds(limits.max_min_runtime_s)
             ),
         ));
     }

@@ -576,3 +576,18 @@ fn an_intake_message_expires_before_keys_answered_just_before_it_are_forgotten()
     s.advance_log_time(stored + limit);
     assert!(s.intake_expired(stored));
 }
+
+#[test]
+fn a_minimum_runtime_over_the_cap_is_refused_in_hours_a_person_reads() {
+    let s = state();
+    let mut r = request("k", 1);
+    if let Some(spec) = r.spec.as_mut() {
+        spec.min_runtime_s = 9 * 3600;
+    }
+    let refused = check_submission(&s, &r, &Limits::default()).unwrap_err();
+    assert_eq!(refused.code, RejectionCode::MinRuntimeOverCap as i32);
+    assert_eq!(
+        refused.message,
+        "minimum runtime 32400 s (9 h) is over the cap of 28800 s (8 h)"
+    );
+}
