@@ -254,10 +254,11 @@ where
                 admin::set_budget_expecting(&conn.js, SystemClock.now_ms(), set, expect_sequence)
                     .await
                     .map_err(|e| {
-                        if e.stale && expect_sequence.is_some() {
+                        if let (true, Some(expected)) = (e.stale, expect_sequence) {
                             anyhow::anyhow!(
-                                "the tree in force changed since you looked ({}): nothing \
-                                 written (`budget diff` again)",
+                                "the tree in force is not the one of sequence {expected}: it \
+                                 changed since you looked, or the number is not the one `budget \
+                                 diff` printed ({}); nothing written (`budget diff` again)",
                                 e.detail
                             )
                         } else {
