@@ -46,15 +46,9 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
         None => bail!("empty reply from the accounting service"),
     };
     let tree = budget_tree(conn, &args.cluster).await?;
-    fairshare_runtime::outln!(
-        "cluster {}: window {:.1} days to {}, through sequence {}; capacity {:.0} GPU-h, unallocated {:.0} GPU-h",
-        report.cluster,
-        report.window_ms as f64 / 86_400_000.0,
-        format_ms(report.window_end_ms),
-        report.through_sequence,
-        hours(report.capacity_gpu_ms),
-        hours(report.unallocated_gpu_ms)
-    );
+    for line in header(&report) {
+        fairshare_runtime::outln!("{line}");
+    }
     fairshare_runtime::outln!(
         "{:<40} {:>8} {:>12} {:>12} {:>7} {:>12} {:>8} {:>8} {:>10}",
         "account",
@@ -126,6 +120,31 @@ pub async fn status(args: StatusArgs, conn: &Connection) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The report's first lines: the window, capacity and unallocated time, and owed time delivered
+/// over every allocation.
+fn header(report: &pb::UsageReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "cluster {}: window {:.1} days to {}, through sequence {}; capacity {:.1} GPU-h, \
+         unallocated {:.1} GPU-h",
+        report.cluster,
+        report.window_ms as f64 / 86_400_000.0,
+        format_ms(report.window_end_ms),
+        report.through_sequence,
+        hours(report.capacity_gpu_ms),
+        hours(report.unallocated_gpu_ms)
+    )];
+    if let Some(all) = report.ledger_overall.as_ref().filter(|l| l.owed_gpu_ms > 0) {
+        lines.push(format!(
+            "owed GPU time delivered, every allocation, every hour closed: {:.2}% ({:.1} of \
+             {:.1} GPU-h owed)",
+            all.delivered_owed_gpu_ms as f64 * 100.0 / all.owed_gpu_ms as f64,
+            hours(all.delivered_owed_gpu_ms),
+            hours(all.owed_gpu_ms)
+        ));
+    }
+    lines
+}
+
 /// What the columns hold, where a manager could read them otherwise.
 const STATUS_LEGEND: &str = "\
 used: GPU time charged in the window; ratio: used / alloc (the ranking also counts, ahead, the
@@ -135,3 +154,42 @@ used: GPU time charged in the window; ratio: used / alloc (the ranking also coun
   on / wait for now (placed jobs not yet started count as queued; unallocated work, minimum
   runtime 0, is no allocation's and is not counted here); base floor: its fraction of the
   cluster's GPUs, before the hourly floor moves it.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_keeps_a_tenth_of_a_gpu_hour_and_gives_owed_delivery_overall() {
+        let report = pb::UsageReport {
+            cluster: "demo".into(),
+            window_end_ms: 1_767_225_600_000,
+            window_ms: 7 * 86_400_000,
+            through_sequence: 42,
+            capacity_gpu_ms: 36_000_000,
+            unallocated_gpu_ms: 936_000,
+            ledger_overall: Some(pb::LedgerEntry {
+                owed_gpu_ms: 7_200_000,
+                delivered_owed_gpu_ms: 7_128_000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let lines = header(&report);
+        assert!(
+            lines[0].ends_with("capacity 10.0 GPU-h, unallocated 0.3 GPU-h"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[1],
+            "owed GPU time delivered, every allocation, every hour closed: 99.00% (2.0 of 2.0 \
+             GPU-h owed)"
+        );
+        // Nothing owed yet: no line to divide by zero on.
+        let fresh = pb::UsageReport {
+            ledger_overall: None,
+            ..report
+        };
+        assert_eq!(header(&fresh).len(), 1);
+    }
+}
