@@ -184,7 +184,24 @@ fn print_budget(set: &fairshare_events::pb::BudgetTreeSet) -> anyhow::Result<()>
         let percent = f.num as f64 * 100.0 / f.den as f64;
         fairshare_runtime::outln!("  {path:<40} {percent:>7.3}%");
     }
+    if let Some(warning) = claimless(&tree) {
+        eprintln!("warning: {warning}");
+    }
     Ok(())
+}
+
+/// A warning for a tree in which no allocation has a claim on the cluster (every share on
+/// some path is 0): legal, but then nothing is owed to anyone and ranking goes by usage alone.
+fn claimless(tree: &BudgetTree) -> Option<String> {
+    let claimed = tree
+        .allocation_paths()
+        .filter_map(|p| tree.allocation(p))
+        .any(|id| tree.fraction(id).num > 0);
+    (!claimed).then(|| {
+        "no allocation has a share of the cluster (every path has a share of 0): nothing is \
+         owed to anyone, and allocations rank by usage alone"
+            .to_owned()
+    })
 }
 
 /// Runs a budget command.
@@ -367,6 +384,14 @@ mod tests {
     fn tree(text: &str) -> BudgetTree {
         let set = files::parse_budget(text).unwrap();
         BudgetTree::from_accounts(&set.accounts).unwrap()
+    }
+
+    #[test]
+    fn a_tree_without_any_claim_is_warned_about() {
+        let none = tree("cluster = \"c\"\n[accounts.a]\nshare = 0\n[accounts.b]\nshare = 0\n");
+        assert!(claimless(&none).is_some_and(|w| w.contains("nothing is owed")));
+        let some = tree("cluster = \"c\"\n[accounts.a]\nshare = 0\n[accounts.b]\nshare = 1\n");
+        assert_eq!(claimless(&some), None);
     }
 
     #[test]
