@@ -20,8 +20,14 @@ pub struct ExplainArgs {
 
 /// Prints the explanation.
 pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()> {
+    // Job ids are UUIDs, which the services write in lower case; one pasted in upper case is
+    // the same job.
+    let job_id = match uuid::Uuid::parse_str(&args.job_id) {
+        Ok(id) => id.hyphenated().to_string(),
+        Err(_) => args.job_id.clone(),
+    };
     let request = pb::ExplainRequest {
-        job_id: args.job_id.clone(),
+        job_id: job_id.clone(),
     };
     let who = format!("the decision service of cluster {}", args.cluster);
     let reply = conn
@@ -33,11 +39,91 @@ pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()>
         .await?;
     let e = match codec::decode_explain_reply(&reply.payload)?.result {
         Some(explain_reply::Result::Explanation(e)) => e,
+        Some(explain_reply::Result::Rejected(r))
+            if r.code == pb::RejectionCode::UnknownJob as i32 =>
+        {
+            // The service holds live jobs only: the log says what became of an ended one.
+            let events = job_events(conn, &args.cluster, &job_id).await;
+            bail!("{}", not_live(&job_id, &args.cluster, &events))
+        }
         Some(explain_reply::Result::Rejected(r)) => bail!("refused: {}", r.message),
         None => bail!("empty reply from the decision service"),
     };
     fairshare_runtime::out!("{}", render(&e));
     Ok(())
+}
+
+/// The kinds of event that end a job's life or begin it, looked up for a job the decision
+/// service does not hold.
+const LIFE_KINDS: [&str; 6] = [
+    "job_submitted",
+    "job_finished",
+    "job_failed",
+    "job_cancelled",
+    "job_preempted",
+    // After a preemption, a resumable job lives on.
+    "job_requeued",
+];
+
+/// The newest event of each of [`LIFE_KINDS`] on job `job_id`'s subjects, with its sequence
+/// (none when the log cannot be read: the answer then says only what the service said).
+async fn job_events(conn: &Connection, cluster: &str, job_id: &str) -> Vec<(u64, pb::Event)> {
+    let Ok(stream) = conn
+        .js
+        .get_stream(fairshare_events::streams::EVENTS_STREAM)
+        .await
+    else {
+        return Vec::new();
+    };
+    let mut events = Vec::new();
+    for kind in LIFE_KINDS {
+        let subject = subjects::job_event(cluster, job_id, kind);
+        if let Ok(m) = stream.get_last_raw_message_by_subject(&subject).await
+            && let Ok(event) = codec::decode_log_entry(&m.subject, &m.payload)
+        {
+            events.push((m.sequence, event));
+        }
+    }
+    events.sort_by_key(|(sequence, _)| *sequence);
+    events
+}
+
+/// Why job `job_id` has no explanation, from its newest life events in the log.
+fn not_live(job_id: &str, cluster: &str, events: &[(u64, pb::Event)]) -> String {
+    use fairshare_events::pb::event::Body;
+    let Some((sequence, last)) = events.last() else {
+        return format!(
+            "no job {job_id:?} in cluster {cluster:?}'s log: check the id and --cluster"
+        );
+    };
+    let at = format_ms(last.at_ms);
+    let ended = match &last.body {
+        Some(Body::JobFinished(f)) => format!("finished at {at} (exit code {})", f.exit_code),
+        Some(Body::JobFailed(f)) => format!("failed at {at}: {}", f.reason),
+        Some(Body::JobCancelled(c)) => {
+            let by = if c.requested_by.is_empty() {
+                String::new()
+            } else {
+                format!(" by {}", c.requested_by)
+            };
+            format!("was cancelled at {at}{by}: {}", c.reason)
+        }
+        Some(Body::JobPreempted(p)) => format!(
+            "was {} at {at} and, not resumable, ended there",
+            if p.killed {
+                "killed at its grace deadline"
+            } else {
+                "stopped for a preemption"
+            }
+        ),
+        _ => {
+            return format!(
+                "job {job_id} was submitted at {at} (sequence {sequence}) but the decision \
+                 service does not hold it yet: ask again in a moment"
+            );
+        }
+    };
+    format!("job {job_id} is not live: it {ended} (sequence {sequence})")
 }
 
 /// The explanation as the operator reads it, one fact per line.
@@ -147,6 +233,40 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_job_the_service_no_longer_holds_is_said_how_it_ended() {
+        use fairshare_events::pb::event::Body;
+        let at = |at_ms, body| pb::Event {
+            at_ms,
+            body: Some(body),
+        };
+        let submitted = at(
+            T,
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: "j".into(),
+                ..Default::default()
+            }),
+        );
+        let cancelled = at(
+            T + 60_000,
+            Body::JobCancelled(pb::JobCancelled {
+                job_id: "j".into(),
+                reason: "wrong data".into(),
+                requested_by: "ada".into(),
+            }),
+        );
+        assert_eq!(
+            not_live("j", "c", &[(5, submitted.clone()), (9, cancelled)]),
+            "job j is not live: it was cancelled at 2026-01-01T00:01:00Z by ada: wrong data \
+             (sequence 9)"
+        );
+        assert!(not_live("j", "c", &[(5, submitted)]).contains("does not hold it yet"),);
+        assert_eq!(
+            not_live("j", "c", &[]),
+            "no job \"j\" in cluster \"c\"'s log: check the id and --cluster"
+        );
     }
 
     #[test]
