@@ -18,7 +18,8 @@ It speaks the two wire formats itself, so it needs nothing but python3:
 
 Exit status: 0 accepted, 1 rejected, 2 bad arguments, 3 the outcome is not known (no server or
 service answered, the reply did not decode, or the service could not confirm the write,
-`UNAVAILABLE`): retry with the key printed, which never makes a second job; 4 the server wants
+`UNAVAILABLE`): retry with the key printed and the same arguments, which never makes a second
+job (another request with that key is refused as `KEY_REUSED`); 4 the server wants
 authentication or TLS, or the URL is not one, which this script cannot help.
 `--url` (or FAIRSHARE_NATS_URL) may list a cluster's servers, comma-separated.
 """
@@ -286,7 +287,7 @@ def main(argv=None):
         return 4
     except (NoAnswer, OSError, ValueError) as e:
         # A reply that does not decode is no answer either: the job may have been accepted.
-        print(f"no answer ({e}); retry with --key {key}", file=sys.stderr)
+        print(f"no answer ({e}); retry with --key {key} and the same arguments", file=sys.stderr)
         return 3
     if "accepted" in reply:
         a = reply["accepted"]
@@ -297,7 +298,7 @@ def main(argv=None):
     name = rejection_codes().get(r["code"], str(r["code"]))
     if r["code"] == UNAVAILABLE:
         # The log did not take or confirm the write: it may have landed. Not final.
-        print(f"not confirmed ({name}): {r['message']}; retry with --key {key}", file=sys.stderr)
+        print(f"not confirmed ({name}): {r['message']}; retry with --key {key} and the same arguments", file=sys.stderr)
         return 3
     print(f"rejected ({name}): {r['message']}", file=sys.stderr)
     return 1

@@ -40,7 +40,7 @@ async fn with_no_answer_submit_exits_3_and_names_the_generated_key_to_retry_with
     let key = stderr
         .split("retry with --key ")
         .nth(1)
-        .and_then(|rest| rest.split(':').next())
+        .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("no key in {stderr:?}"));
     assert!(key.starts_with("cli-"), "{stderr}");
 

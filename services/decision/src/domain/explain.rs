@@ -77,14 +77,21 @@ pub fn explain(
             explanation.status = "queued".into();
             // The job the cycle's reservation is for, when this one waits behind it for room.
             let mut behind = None;
-            if let Some(w) = decision.waiting.iter().find(|w| w.job_id == job_id) {
+            let position = |id: &str| decision.waiting.iter().position(|w| w.job_id == id);
+            if let Some(at) = position(job_id) {
+                let w = &decision.waiting[at];
                 explanation.reason_code = w.reason.code().into();
                 explanation.reason = w.reason.to_string();
                 if matches!(
                     w.reason,
                     WaitReason::TooLargeForFreeNodes { .. } | WaitReason::BelowOthersInRank
                 ) {
-                    behind = decision.reservation.as_ref().filter(|r| r.job_id != job_id);
+                    // The cycle meets waiting jobs in rank order: a reservation held by one met
+                    // later (this job could have none: cordons, no plan) is not ahead of it.
+                    behind = decision
+                        .reservation
+                        .as_ref()
+                        .filter(|r| position(r.job_id).is_some_and(|holder| holder < at));
                 }
             } else if decision.placements.iter().any(|p| p.job_id == job_id) {
                 explanation.reason_code = "placed_next_cycle".into();

@@ -83,6 +83,16 @@ pub fn request_fingerprint(spec: Option<&pb::JobSpec>) -> u64 {
     })
 }
 
+/// Whether a logged rejection is its key's outcome. A `KEY_REUSED` one is not: it answers a
+/// request that reused a key another request holds, and must neither become that key's answer
+/// nor schedule its forgetting (which would cut short how long the first job's key is kept).
+fn is_key_outcome(rejected: &pb::JobRejected) -> bool {
+    rejected
+        .rejection
+        .as_ref()
+        .is_none_or(|r| r.code != pb::RejectionCode::KeyReused as i32)
+}
+
 /// The first logged outcome of an idempotency key; it is final.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KeyOutcome {
@@ -220,7 +230,9 @@ impl SubmissionState {
     fn schedule_forgetting(&mut self, sequence: u64, event: &pb::Event) {
         let what = match &event.body {
             Some(Body::JobSubmitted(s)) => Forget::Key(s.idempotency_key.clone()),
-            Some(Body::JobRejected(r)) => Forget::Key(r.idempotency_key.clone()),
+            Some(Body::JobRejected(r)) if is_key_outcome(r) => {
+                Forget::Key(r.idempotency_key.clone())
+            }
             Some(
                 Body::JobCancelled(pb::JobCancelled { job_id, .. })
                 | Body::JobFinished(pb::JobFinished { job_id, .. })
@@ -281,10 +293,12 @@ impl SubmissionState {
                 Applied::Applied
             }
             Body::JobRejected(r) => {
-                let rejection = r.rejection.clone().unwrap_or_default();
-                self.keys
-                    .entry(r.idempotency_key.clone())
-                    .or_insert(KeyOutcome::Rejected(rejection));
+                if is_key_outcome(r) {
+                    let rejection = r.rejection.clone().unwrap_or_default();
+                    self.keys
+                        .entry(r.idempotency_key.clone())
+                        .or_insert(KeyOutcome::Rejected(rejection));
+                }
                 Applied::Applied
             }
             Body::JobCancelled(e) => {

@@ -149,11 +149,29 @@ fn an_accepted_key_is_answered_from_the_fold() {
     );
 }
 
+/// FNV-1a 64 of this spec's protobuf encoding, worked out apart from this code (a Python
+/// encoder of the same fields in tag order): what version-6 checkpoints hold for it.
+const FULL_SPEC_FINGERPRINT: u64 = 0xb52d_a6c4_0b61_a25d;
+
 #[test]
 fn a_request_fingerprint_is_stable_and_tells_specs_apart() {
     // Pinned: checkpoints keep fingerprints, so a build that computed them otherwise would
     // refuse every retry answered from an older checkpoint.
     assert_eq!(request_fingerprint(None), 0xcbf2_9ce4_8422_2325);
+    let full = pb::JobSpec {
+        cluster: "c".into(),
+        allocation: "a/x".into(),
+        user: "ada".into(),
+        gpus: 16,
+        nodes: 2,
+        min_runtime_s: 600,
+        resumable: true,
+        priority: -3,
+        time_limit_s: 7200,
+        payload: bytes::Bytes::from_static(b"train.sh"),
+        name: "run-1".into(),
+    };
+    assert_eq!(request_fingerprint(Some(&full)), FULL_SPEC_FINGERPRINT);
     let one = request("k", 1);
     assert_eq!(
         request_fingerprint(one.spec.as_ref()),
@@ -590,4 +608,46 @@ fn a_minimum_runtime_over_the_cap_is_refused_in_hours_a_person_reads() {
         refused.message,
         "minimum runtime 32400 s (9 h) is over the cap of 28800 s (8 h)"
     );
+}
+
+#[test]
+fn a_key_reused_rejection_is_no_outcome_of_the_key_and_does_not_shorten_its_memory() {
+    let mut s = state();
+    let submitted = job_submitted(
+        "job-1",
+        &request("k", 1),
+        fairshare_model::shape::Shape {
+            nodes: 1,
+            gpus_per_node: 1,
+        },
+    );
+    s.apply(10, &event(Body::JobSubmitted(submitted)));
+    let forgets_before = s.forget.len();
+    s.apply(
+        11,
+        &event(Body::JobRejected(pb::JobRejected {
+            idempotency_key: "k".into(),
+            cluster: "c".into(),
+            rejection: Some(key_reused("k", "job-1")),
+            intake_sequence: 3,
+        })),
+    );
+    // Nothing new to forget, and the key still answers its own request.
+    assert_eq!(s.forget.len(), forgets_before);
+    assert!(matches!(
+        check_submission(&s, &request("k", 1), &Limits::default()),
+        Ok(Checked::Repeat { .. })
+    ));
+    // On a key the fold has forgotten (or never had), it does not become the key's answer.
+    let mut fresh = state();
+    fresh.apply(
+        11,
+        &event(Body::JobRejected(pb::JobRejected {
+            idempotency_key: "gone".into(),
+            cluster: "c".into(),
+            rejection: Some(key_reused("gone", "job-0")),
+            intake_sequence: 3,
+        })),
+    );
+    assert!(!fresh.keys.contains_key("gone"));
 }

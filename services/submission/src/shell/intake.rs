@@ -157,6 +157,11 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
                 match append_submitted(shared, &request, shape, trace).await {
                     Ok(_) => Ok(()),
                     Err(r) if r.code == pb::RejectionCode::Unavailable as i32 => Err(r.message),
+                    // The stream took it for a repeat of another request with the key, which
+                    // the fold had not reached yet: that answer is this message's own.
+                    Err(r) if r.code == pb::RejectionCode::KeyReused as i32 => {
+                        reject(shared, &key, cluster, r, intake_sequence, trace).await
+                    }
                     // The key had been rejected before (read back from the log): nothing to add.
                     Err(_) => Ok(()),
                 }
@@ -321,6 +326,48 @@ mod tests {
         };
         let code = rejected.rejection.unwrap().code;
         assert_eq!(code, pb::RejectionCode::Expired as i32);
+    }
+
+    /// Another request accepted with the key a moment ago, not yet folded here: the stream
+    /// takes this message's write for a repeat of it, and the intake logs this message's own
+    /// answer, `KEY_REUSED`, rather than nothing.
+    #[tokio::test]
+    async fn a_key_the_stream_holds_for_another_request_is_rejected_as_reused() {
+        let (_server, js, shared) = super::super::shared::tests::fresh_shared().await;
+        let logged = super::super::shared::tests::log_cluster_c(&js).await;
+        for (sequence, event) in &logged {
+            shared.state().apply(*sequence, event);
+            shared.set_applied(*sequence);
+        }
+        let mut first = super::super::shared::tests::one_gpu_request("k-race");
+        first.spec.as_mut().unwrap().gpus = 2;
+        let shape = fairshare_model::shape::Shape {
+            nodes: 1,
+            gpus_per_node: 2,
+        };
+        let envelope = Envelope {
+            message_id: headers::submission_id("k-race"),
+            idempotency_key: Some("k-race".into()),
+            ..Default::default()
+        };
+        shared
+            .append(
+                subjects::job_event("c", "j-first", "job_submitted"),
+                Body::JobSubmitted(crate::domain::job_submitted("j-first", &first, shape)),
+                &envelope,
+            )
+            .await
+            .unwrap();
+        // The same key asking for one GPU.
+        let message = queued(&js, &shared, "k-race").await;
+        handle(&shared, &message).await.unwrap();
+        let event = newest_event(&shared).await;
+        let Some(Body::JobRejected(rejected)) = event.body else {
+            panic!("{event:?}");
+        };
+        let rejection = rejected.rejection.unwrap();
+        assert_eq!(rejection.code, pb::RejectionCode::KeyReused as i32);
+        assert!(rejection.message.contains("j-first"), "{rejection:?}");
     }
 
     /// A budget tree and a node the launcher saw applied, not yet folded by the service when

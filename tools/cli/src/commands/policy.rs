@@ -247,6 +247,9 @@ where
                 &share_changes(before.as_ref(), &after),
                 differ,
             );
+            if let Some(warning) = claimless(&after) {
+                eprintln!("warning: {warning}");
+            }
             Ok(())
         }
         BudgetCommand::Apply {

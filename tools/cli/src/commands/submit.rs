@@ -97,7 +97,9 @@ impl std::fmt::Display for RetryWithKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}; retry with --key {}: it may have landed, and the same key is safe",
+            "{}; retry with --key {} and the same arguments: it may have landed, and the same \
+             key with the same request never makes a second job (another request with it is \
+             refused)",
             self.what, self.key
         )
     }
@@ -196,7 +198,9 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
         if ack.duplicate {
             // The first publish's context is the one its submission carries.
             fairshare_runtime::outln!(
-                "already in intake at sequence {} (key {key}); the outcome appears in the log",
+                "the intake holds a message with key {key} already, at sequence {}; this one was \
+                 dropped as its repeat: the key's outcome in the log answers that first message \
+                 (if this request differs from it, nothing was submitted for this one)",
                 ack.sequence
             );
             return Ok(());

@@ -798,6 +798,27 @@ fn explain_names_the_reserved_job_a_waiting_job_is_behind() {
 }
 
 #[test]
+fn explain_names_no_reservation_held_by_a_job_behind() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    h.cordon("n1");
+    h.running(NOW - 30 * MIN, "r0", "a", 3600, &[("n0", 4)]);
+    // "big" ranks first but no uncordoned capacity holds it: no reservation for it; "next"
+    // behind it gets the cycle's reservation.
+    h.submit_full(NOW - 50, "big", "a", 2, 8, 3600, 10, true);
+    h.submit_full(NOW - 50, "next", "a", 1, 8, 3600, 5, true);
+    let d = h.decide(NOW);
+    assert_eq!(d.reservation.as_ref().map(|r| r.job_id), Some("next"));
+    let big = crate::domain::explain(&h.state, "big", NOW).unwrap();
+    assert!(
+        !big.reason.contains("holds the cycle's reservation"),
+        "{}",
+        big.reason
+    );
+}
+
+#[test]
 fn explain_says_why_a_job_is_being_stopped_and_was_stopped() {
     use fairshare_events::pb::{self, event::Body};
     let mut h = H::new();

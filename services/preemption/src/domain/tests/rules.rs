@@ -874,6 +874,22 @@ fn below_its_floor_a_waiter_takes_victims_that_lose_a_third_of_an_interval_on_av
 }
 
 #[test]
+fn a_node_whose_cheapest_victims_are_stale_gives_way_to_a_dearer_fresh_one() {
+    // a (below its floor, holding nothing) waits for 1 GPU. On n1 the cheapest victim is
+    // y1 (1 GPU, 20 min past its checkpoint: 20 GPU-min); on n2, y2 (4 GPUs, 6 min past:
+    // 24 GPU-min). n1's set breaks the 10-minute average; n2's keeps it, and is taken.
+    let mut h = floor_case();
+    h.running(0, "y1", "b", 3600, &[("n1", 1)]);
+    h.running(0, "x1", "b", 8 * 3600, &[("n1", 7)]);
+    h.running(14 * MIN, "y2", "b", 3600, &[("n2", 4)]);
+    h.running(0, "x2", "b", 8 * 3600, &[("n2", 4)]);
+    h.submit(MIN, "w", "a", 1, 3600);
+    let now = 2 * HOUR + 20 * MIN;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", gpu_h(500.0), ALLOC)]);
+    assert_eq!(victims(&h.decide(now)), ["y2"]);
+}
+
+#[test]
 fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
     // Three teams on three 8-GPU nodes: floors of 8. n1 is held by a (its floor), or by c if
     // `below` (then a holds nothing); b holds 16. b has used far more than a, so the window

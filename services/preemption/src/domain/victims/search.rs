@@ -72,6 +72,25 @@ impl Cover {
     }
 }
 
+/// Whether `plan` breaks the average checkpoint limit of a waiter below its floor: an order
+/// for one picks its moment as a whole, its allocated victims throwing away no more than
+/// `interval / FLOOR_FRESH_DIVISOR` per GPU on average, whichever rule allows each (see
+/// `FLOOR_FRESH_DIVISOR`). A debug job under its allowance takes what it needs at once.
+fn over_average_limit<'a, 's: 'a>(
+    judge: &Judge<'_>,
+    plan: impl Iterator<Item = &'a Candidate<'s>>,
+) -> bool {
+    if !judge.rule.below_floor || judge.debug_allowance.is_some() {
+        return false;
+    }
+    let (gpus, allocated_lost) = plan
+        .filter(|c| !c.victim.unallocated)
+        .fold((0u64, 0u128), |(g, l), c| {
+            (g + c.victim.gpus, l.saturating_add(c.victim.lost_gpu_ms))
+        });
+    allocated_lost > fresh_limit_gpu_ms(judge.cfg, FLOOR_FRESH_DIVISOR, gpus)
+}
+
 fn single_node<'s>(
     view: &View<'s>,
     judge: &mut Judge<'_>,
@@ -113,8 +132,11 @@ fn single_node<'s>(
         let Some(cost) = cover.solve(&items, shortfall, &mut chosen) else {
             continue;
         };
+        // The cheapest set on a node that breaks the average limit rules that node out, not
+        // the waiter: a dearer node whose victims checkpointed lately may still do.
         if best.as_ref().is_none_or(|b| cost < b.0)
             && floor.allows(chosen.iter().map(|&k| &items[k].1))
+            && !over_average_limit(judge, chosen.iter().map(|&k| &items[k].1))
         {
             best = Some((cost, i, chosen.iter().map(|&k| items[k].1).collect()));
         }
@@ -331,19 +353,10 @@ pub(super) fn choose<'s, 't>(
     let lost = victims
         .iter()
         .fold(0u128, |acc, c| acc.saturating_add(c.victim.lost_gpu_ms));
-    if judge.rule.below_floor && judge.debug_allowance.is_none() {
-        // An order for a waiter below its floor picks its moment as a whole: its allocated
-        // victims may throw away no more than `interval / FLOOR_FRESH_DIVISOR` per GPU on
-        // average, whichever rule allows each (see `FLOOR_FRESH_DIVISOR`).
-        let (gpus, allocated_lost) = victims
-            .iter()
-            .filter(|c| !c.victim.unallocated)
-            .fold((0u64, 0u128), |(g, l), c| {
-                (g + c.victim.gpus, l.saturating_add(c.victim.lost_gpu_ms))
-            });
-        if allocated_lost > fresh_limit_gpu_ms(cfg, FLOOR_FRESH_DIVISOR, gpus) {
-            return Err(would_not_fit());
-        }
+    // Checked on each node's set already for a single-node waiter; a multi-node plan is
+    // checked as a whole here.
+    if over_average_limit(&judge, victims.iter()) {
+        return Err(would_not_fit());
     }
     let grounds = if judge.debug_allowance.is_some() && judge.rule.slack.is_some() {
         Grounds::DebugAllowance
