@@ -651,13 +651,7 @@ async fn intake_published_while_the_service_is_down_is_all_accepted_on_start() {
     // One invalid submission, and garbage bytes.
     let mut bad = request("intake-bad");
     bad.spec.as_mut().unwrap().gpus = 0;
-    stack
-        .js
-        .publish(subjects::intake(CLUSTER), codec::encode(&bad))
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    to_intake(&stack, bad).await;
     stack
         .js
         .publish(

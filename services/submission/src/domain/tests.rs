@@ -58,6 +58,19 @@ fn request(key: &str, gpus: i64) -> pb::SubmitRequest {
     }
 }
 
+/// Job "job-1" of one GPU accepted under key "k" (`request("k", 1)`).
+fn job_1_with_key_k() -> pb::Event {
+    let one_gpu = fairshare_model::shape::Shape {
+        nodes: 1,
+        gpus_per_node: 1,
+    };
+    event(Body::JobSubmitted(job_submitted(
+        "job-1",
+        &request("k", 1),
+        one_gpu,
+    )))
+}
+
 fn code(result: Result<Checked, pb::Rejection>) -> RejectionCode {
     let rejection = result.expect_err("expected a rejection");
     RejectionCode::try_from(rejection.code).expect("known code")
@@ -96,18 +109,7 @@ fn a_cluster_needs_both_a_tree_and_nodes() {
 #[test]
 fn an_accepted_key_is_answered_from_the_fold() {
     let mut s = state();
-    let submitted = job_submitted(
-        "job-1",
-        &request("k", 1),
-        fairshare_model::shape::Shape {
-            nodes: 1,
-            gpus_per_node: 1,
-        },
-    );
-    assert_eq!(
-        s.apply(10, &event(Body::JobSubmitted(submitted))),
-        Applied::Applied
-    );
+    assert_eq!(s.apply(10, &job_1_with_key_k()), Applied::Applied);
     // A retry (the same request) gets the first answer.
     let checked = check_submission(&s, &request("k", 1), &Limits::default()).unwrap();
     assert_eq!(
@@ -613,15 +615,7 @@ fn a_minimum_runtime_over_the_cap_is_refused_in_hours_a_person_reads() {
 #[test]
 fn a_key_reused_rejection_is_no_outcome_of_the_key_and_does_not_shorten_its_memory() {
     let mut s = state();
-    let submitted = job_submitted(
-        "job-1",
-        &request("k", 1),
-        fairshare_model::shape::Shape {
-            nodes: 1,
-            gpus_per_node: 1,
-        },
-    );
-    s.apply(10, &event(Body::JobSubmitted(submitted)));
+    s.apply(10, &job_1_with_key_k());
     let forgets_before = s.forget.len();
     s.apply(
         11,

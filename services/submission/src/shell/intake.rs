@@ -275,6 +275,22 @@ mod tests {
         next_message(shared).await
     }
 
+    /// A service whose fold already holds cluster "c" (its budget tree and node), with the
+    /// server it talks to (kept alive by the caller) and a JetStream context.
+    async fn folded_cluster_c() -> (
+        fairshare_testkit::NatsServer,
+        async_nats::jetstream::Context,
+        Arc<Shared>,
+    ) {
+        let (server, js, shared) = super::super::shared::tests::fresh_shared().await;
+        let logged = super::super::shared::tests::log_cluster_c(&js).await;
+        for (sequence, event) in &logged {
+            shared.state().apply(*sequence, event);
+            shared.set_applied(*sequence);
+        }
+        (server, js, shared)
+    }
+
     /// The newest event of cluster "c".
     async fn newest_event(shared: &Shared) -> pb::Event {
         let newest = shared
@@ -305,12 +321,7 @@ mod tests {
     /// as expired, not accepted: its key may belong to a job accepted before and forgotten.
     #[tokio::test]
     async fn an_intake_message_older_than_the_key_memory_is_rejected_as_expired() {
-        let (_server, js, shared) = super::super::shared::tests::fresh_shared().await;
-        let logged = super::super::shared::tests::log_cluster_c(&js).await;
-        for (sequence, event) in &logged {
-            shared.state().apply(*sequence, event);
-            shared.set_applied(*sequence);
-        }
+        let (_server, js, shared) = folded_cluster_c().await;
         let message = queued(&js, &shared, "k-old").await;
         let stored_ms =
             i64::try_from(message.info().unwrap().published.unix_timestamp_nanos() / 1_000_000)
@@ -333,12 +344,7 @@ mod tests {
     /// answer, `KEY_REUSED`, rather than nothing.
     #[tokio::test]
     async fn a_key_the_stream_holds_for_another_request_is_rejected_as_reused() {
-        let (_server, js, shared) = super::super::shared::tests::fresh_shared().await;
-        let logged = super::super::shared::tests::log_cluster_c(&js).await;
-        for (sequence, event) in &logged {
-            shared.state().apply(*sequence, event);
-            shared.set_applied(*sequence);
-        }
+        let (_server, js, shared) = folded_cluster_c().await;
         let mut first = super::super::shared::tests::one_gpu_request("k-race");
         first.spec.as_mut().unwrap().gpus = 2;
         let shape = fairshare_model::shape::Shape {
