@@ -138,9 +138,10 @@ impl fmt::Display for WaitReason<'_> {
                 largest_free,
             } => {
                 if *nodes <= 1 {
+                    let s = if *gpus_per_node == 1 { "" } else { "s" };
                     write!(
                         f,
-                        "needs {gpus_per_node} GPUs on one node; the most free on any node is {largest_free}"
+                        "needs {gpus_per_node} GPU{s} on one node; the most free on any node is {largest_free}"
                     )
                 } else {
                     write!(

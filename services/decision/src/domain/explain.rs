@@ -34,7 +34,13 @@ pub fn explain(
     };
     let decision = decide(state, now_ms);
     let allocation: &str = &job.allocation;
-    let rank = decision.ranking.iter().position(|a| *a == allocation);
+    // Unallocated work is not moved by its allocation's rank (it takes what every waiting
+    // allocated job leaves): it is given none, so no reader takes the rank for its place.
+    let rank = decision
+        .ranking
+        .iter()
+        .position(|a| *a == allocation)
+        .filter(|_| !job.request.is_unallocated());
     let mut explanation = pb::Explanation {
         job_id: job_id.to_owned(),
         allocation: allocation.to_owned(),

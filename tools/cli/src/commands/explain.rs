@@ -143,7 +143,8 @@ fn render(e: &pb::Explanation) -> String {
         lines.push(format!("  why: {} [{}]", e.reason, e.reason_code));
     }
     for n in &e.nodes {
-        lines.push(format!("  holds {} GPUs on {}", n.gpus, n.node));
+        let s = if n.gpus == 1 { "" } else { "s" };
+        lines.push(format!("  holds {} GPU{s} on {}", n.gpus, n.node));
     }
     if !e.held_for_it.is_empty() {
         let gpus: u32 = e.held_for_it.iter().map(|n| n.gpus).sum();

@@ -749,9 +749,18 @@ fn explain_says_where_the_allocation_stands_against_its_floor() {
         reason("a1")
     );
     // Unallocated work is not moved by its allocation's floor: it is told so, not promised
-    // to go first.
+    // to go first, and given no rank.
     h.submit(NOW - 4, "b-free", "b", 1, 0);
     let free = reason_in(&h, "b-free");
+    assert!(free.starts_with("needs 1 GPU on one node;"), "{free}");
+    let ranked = crate::domain::explain(&h.state, "b-free", NOW).unwrap();
+    assert_eq!(ranked.allocation_rank, 0);
+    assert_eq!(
+        crate::domain::explain(&h.state, "b1", NOW)
+            .unwrap()
+            .allocation_rank,
+        1
+    );
     assert!(
         free.contains("it is unallocated work") && !free.contains("share floor"),
         "{free}"
