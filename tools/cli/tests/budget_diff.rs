@@ -162,6 +162,20 @@ share = 2
         "{scaled:?}"
     );
     assert!(!text.contains("points"), "{text}");
+    // infra removed: its live work is asked of the accounting service, which does not run
+    // here, and the diff says it could not ask rather than saying nothing.
+    let without_infra = BUDGET.replace("[accounts.infra]\nshare = 1\n", "");
+    assert_ne!(without_infra, BUDGET);
+    let removed = diff(&stack, &without_infra).await;
+    let text = String::from_utf8_lossy(&removed.stdout);
+    assert!(
+        text.contains("(removed: no claim on the cluster any more)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("(could not ask about live work of the removed allocations: nothing answers"),
+        "{text}"
+    );
     // An invalid file is refused before anything is read or written.
     let bad = diff(&stack, "cluster = \"alpha\"\n[accounts.a]\nshare = -1\n").await;
     assert!(!bad.status.success());

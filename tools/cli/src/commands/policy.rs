@@ -52,6 +52,55 @@ pub fn share_changes(before: Option<&BudgetTree>, after: &BudgetTree) -> Vec<Sha
         .collect()
 }
 
+/// What becomes of the live work of allocations a new tree removes, one line each, from the
+/// accounting service's figures now (a line saying it could not ask, if it cannot).
+async fn removed_work(conn: &Connection, cluster: &str, removed: &[&str]) -> Vec<String> {
+    let query = fairshare_events::pb::UsageQuery {
+        cluster: cluster.to_owned(),
+        path: String::new(),
+        publish_snapshot: false,
+    };
+    let who = format!("the accounting service of cluster {cluster}");
+    let report = match conn
+        .ask(
+            subjects::usage_api(cluster),
+            fairshare_events::codec::encode(&query),
+            &who,
+        )
+        .await
+        .and_then(|reply| Ok(fairshare_events::codec::decode_usage_reply(&reply.payload)?))
+    {
+        Ok(fairshare_events::pb::UsageReply {
+            result: Some(fairshare_events::pb::usage_reply::Result::Report(r)),
+        }) => r,
+        Ok(_) => return vec!["(the accounting service did not report live work)".to_owned()],
+        Err(e) => {
+            return vec![format!(
+                "(could not ask about live work of the removed allocations: {e:#})"
+            )];
+        }
+    };
+    live_work_lines(&report, removed)
+}
+
+/// [`removed_work`]'s lines for `report`.
+fn live_work_lines(report: &fairshare_events::pb::UsageReport, removed: &[&str]) -> Vec<String> {
+    report
+        .accounts
+        .iter()
+        .filter(|a| a.allocation && removed.contains(&a.path.as_str()))
+        .filter(|a| a.running_gpus > 0 || a.queued_gpus > 0)
+        .map(|a| {
+            format!(
+                "  {}: its jobs run on {} GPUs and wait for {} now; under this tree its waiting \
+                 jobs start nowhere (their allocation is no leaf of it), and its running ones \
+                 may be ordered off for anyone once past their minimum runtime",
+                a.path, a.running_gpus, a.queued_gpus
+            )
+        })
+        .collect()
+}
+
 /// Every account's path and share, sorted: two trees with equal lists are the same tree.
 fn shares_by_path(tree: &BudgetTree) -> Vec<(&str, u64)> {
     let mut shares: Vec<(&str, u64)> = tree
@@ -250,6 +299,17 @@ where
             if let Some(warning) = claimless(&after) {
                 eprintln!("warning: {warning}");
             }
+            let changes = share_changes(before.as_ref(), &after);
+            let removed: Vec<&str> = changes
+                .iter()
+                .filter(|c| c.before.is_some() && c.after.is_none())
+                .map(|c| c.path.as_str())
+                .collect();
+            if !removed.is_empty() {
+                for line in removed_work(&conn, &set.cluster, &removed).await {
+                    fairshare_runtime::outln!("{line}");
+                }
+            }
             Ok(())
         }
         BudgetCommand::Apply {
@@ -387,6 +447,27 @@ mod tests {
     fn tree(text: &str) -> BudgetTree {
         let set = files::parse_budget(text).unwrap();
         BudgetTree::from_accounts(&set.accounts).unwrap()
+    }
+
+    #[test]
+    fn live_work_of_a_removed_allocation_is_named() {
+        let account = |path: &str, running_gpus, queued_gpus| fairshare_events::pb::AccountUsage {
+            path: path.into(),
+            allocation: true,
+            running_gpus,
+            queued_gpus,
+            ..Default::default()
+        };
+        let report = fairshare_events::pb::UsageReport {
+            accounts: vec![account("a", 8, 2), account("b", 0, 0), account("c", 4, 0)],
+            ..Default::default()
+        };
+        let lines = live_work_lines(&report, &["a", "b"]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("  a: its jobs run on 8 GPUs and wait for 2 now;"),
+            "{lines:?}"
+        );
     }
 
     #[test]
