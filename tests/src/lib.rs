@@ -137,6 +137,22 @@ impl Stack {
         )
     }
 
+    /// Starts the accounting service (every cluster, checkpoint in `checkpoint_dir`) on its own
+    /// connection and serves until the returned task is aborted or the runtime ends.
+    pub async fn serve_accounting(
+        &self,
+        checkpoint_dir: std::path::PathBuf,
+    ) -> anyhow::Result<JoinHandle<()>> {
+        let client = async_nats::connect(self.server.url()).await?;
+        let config = fairshare_accounting::shell::Config::new(checkpoint_dir);
+        let service =
+            fairshare_accounting::shell::Service::start(client, config, Arc::new(SystemClock))
+                .await?;
+        Ok(tokio::spawn(async move {
+            let _ = service.serve(std::future::pending::<()>()).await;
+        }))
+    }
+
     /// Starts the submission service on its own connection; returns once it serves.
     pub async fn start_submission(
         &mut self,

@@ -7,6 +7,7 @@
 use std::process::Output;
 
 use fairshare_e2e::{BUDGET, Stack};
+use fairshare_events::pb::event::Body;
 
 async fn diff(stack: &Stack, budget: &str) -> Output {
     budget_command(stack, "diff", budget, &[]).await
@@ -176,6 +177,57 @@ share = 2
         text.contains("(could not ask about live work of the removed allocations: nothing answers"),
         "{text}"
     );
+    // With the accounting service up and a job of infra running, the diff says what becomes
+    // of it.
+    let dir = tempfile::tempdir().unwrap();
+    let accounting = stack
+        .serve_accounting(dir.path().to_path_buf())
+        .await
+        .unwrap();
+    let spec = fairshare_events::pb::JobSpec {
+        cluster: fairshare_e2e::CLUSTER.into(),
+        allocation: "infra".into(),
+        gpus: 2,
+        min_runtime_s: 600,
+        ..Default::default()
+    };
+    let job = "0190c0de-0000-7000-8000-000000000001";
+    for (kind, body) in [
+        (
+            "job_submitted",
+            Body::JobSubmitted(fairshare_events::pb::JobSubmitted {
+                job_id: job.into(),
+                idempotency_key: "infra-run".into(),
+                spec: Some(spec),
+                shape: Some(fairshare_events::pb::Shape {
+                    nodes: 1,
+                    gpus_per_node: 2,
+                }),
+            }),
+        ),
+        (
+            "job_started",
+            Body::JobStarted(fairshare_events::pb::JobStarted { job_id: job.into() }),
+        ),
+    ] {
+        let subject = fairshare_events::subjects::job_event(fairshare_e2e::CLUSTER, job, kind);
+        stack
+            .append(subject, body, &format!("{job}-{kind}"))
+            .await
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let said = loop {
+        let out = diff(&stack, &without_infra).await;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("infra: its jobs run on 2 GPUs and wait for 0 now") {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(said.contains("its waiting jobs start nowhere"), "{said}");
+    accounting.abort();
     // An invalid file is refused before anything is read or written.
     let bad = diff(&stack, "cluster = \"alpha\"\n[accounts.a]\nshare = -1\n").await;
     assert!(!bad.status.success());
