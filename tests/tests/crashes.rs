@@ -26,7 +26,9 @@
 //!   there were orders to check;
 //! - every usage snapshot re-derives too: the log folded through the sequence it names, by the
 //!   accounting service's own fold, gives the same snapshot at its window end;
-//! - restarts resumed from their checkpoints, and every service was still running at the end.
+//! - restarts resumed from their checkpoints, and every service was still running at the end;
+//! - at every start, the decision and preemption services' folds (checkpoint plus catch-up)
+//!   equal a fold from scratch of the log through the same sequence.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -171,15 +173,23 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             Ok((serving(service.serve(forever)), resumed_from))
         }
         Kind::Decision => {
+            let js = jetstream::new(client.clone());
             let config = fairshare_decision::shell::Config {
                 checkpoint_dir: Some(dir),
                 ..fairshare_decision::shell::Config::new(CLUSTER)
             };
             let service = fairshare_decision::shell::Service::start(client, config, clock).await?;
+            let rebuilt = service.fold();
+            let mut scratch = fairshare_decision::shell::LogFold::new(CLUSTER);
+            for entry in log_through(&js, rebuilt.last_applied()).await {
+                scratch.apply(&entry);
+            }
+            assert_eq!(rebuilt, &scratch, "decision fold rebuilt at restart");
             let resumed_from = service.resumed_from();
             Ok((serving(service.serve(forever)), resumed_from))
         }
         Kind::Preemption => {
+            let js = jetstream::new(client.clone());
             let config = fairshare_preemption::shell::Config {
                 policy: policy(),
                 checkpoint_dir: Some(dir),
@@ -187,10 +197,28 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             };
             let service =
                 fairshare_preemption::shell::Service::start(client, config, clock).await?;
+            let rebuilt = service.fold();
+            let mut scratch = fairshare_preemption::shell::ShellFold::new(CLUSTER);
+            for entry in log_through(&js, rebuilt.last_applied()).await {
+                scratch.apply(&entry);
+            }
+            assert_eq!(rebuilt, &scratch, "preemption fold rebuilt at restart");
             let resumed_from = service.resumed_from();
             Ok((serving(service.serve(forever)), resumed_from))
         }
     }
+}
+
+/// The cluster's log through sequence `through` (nothing for 0): what a restarted service's
+/// fold must equal once folded from scratch (SPEC section 6: "rebuilt state equal to a
+/// from-scratch fold").
+async fn log_through(js: &jetstream::Context, through: u64) -> Vec<LogEntry> {
+    if through == 0 {
+        return Vec::new();
+    }
+    fairshare_decision::shell::read_log(js, CLUSTER, Some(through))
+        .await
+        .unwrap()
 }
 
 /// Runs a service's `serve` future on its own task; a service that stops with an error fails
