@@ -27,8 +27,8 @@
 //! - every usage snapshot re-derives too: the log folded through the sequence it names, by the
 //!   accounting service's own fold, gives the same snapshot at its window end;
 //! - restarts resumed from their checkpoints, and every service was still running at the end;
-//! - at every start, the decision and preemption services' folds (checkpoint plus catch-up)
-//!   equal a fold from scratch of the log through the same sequence.
+//! - at every start, the accounting, decision and preemption services' folds (checkpoint plus
+//!   catch-up) equal a fold from scratch of the log through the same sequence.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -162,13 +162,22 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             Ok((serving(service.serve(forever)), resumed_from))
         }
         Kind::Accounting => {
+            let js = jetstream::new(client.clone());
             let config = fairshare_accounting::shell::Config {
                 snapshot_every: Duration::from_millis(500),
                 cluster: Some(CLUSTER.into()),
                 ..fairshare_accounting::shell::Config::new(dir)
             };
+            let fold_config = config.fold;
             let service =
                 fairshare_accounting::shell::Service::start(client, config, clock).await?;
+            let rebuilt = service.fold();
+            let mut scratch = fairshare_accounting::domain::UsageFold::new(fold_config);
+            let filters = fairshare_accounting::shell::log_filters(Some(CLUSTER));
+            for entry in entries_through(&js, filters, rebuilt.last_applied()).await {
+                fairshare_accounting::shell::apply_entry(&mut scratch, &entry);
+            }
+            assert_eq!(rebuilt, &scratch, "accounting fold rebuilt at restart");
             let resumed_from = service.resumed_from();
             Ok((serving(service.serve(forever)), resumed_from))
         }
@@ -219,6 +228,36 @@ async fn log_through(js: &jetstream::Context, through: u64) -> Vec<LogEntry> {
     fairshare_decision::shell::read_log(js, CLUSTER, Some(through))
         .await
         .unwrap()
+}
+
+/// The log's entries on `filters` through sequence `through`, as a service following them
+/// reads them.
+async fn entries_through(
+    js: &jetstream::Context,
+    filters: Vec<String>,
+    through: u64,
+) -> Vec<LogEntry> {
+    let mut out = Vec::new();
+    if through == 0 {
+        return out;
+    }
+    let mut follower = fairshare_runtime::log::Follower::start(js, 1, filters)
+        .await
+        .unwrap();
+    if follower.pending_at_start == 0 {
+        return out;
+    }
+    while let Some(entry) = follower.next().await {
+        let entry = entry.unwrap();
+        let (sequence, pending) = (entry.sequence, entry.pending);
+        if sequence <= through {
+            out.push(entry);
+        }
+        if sequence >= through || pending == 0 {
+            return out;
+        }
+    }
+    panic!("the log closed before sequence {through}");
 }
 
 /// Runs a service's `serve` future on its own task; a service that stops with an error fails
