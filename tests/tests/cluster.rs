@@ -51,6 +51,22 @@ async fn retry<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T
     }
 }
 
+/// The name of the member leading the events stream, asked of whichever member answers.
+async fn events_leader(js: &jetstream::Context) -> String {
+    retry(Duration::from_secs(30), || async {
+        let mut stream = js
+            .get_stream(EVENTS_STREAM)
+            .await
+            .map_err(|e| e.to_string())?;
+        let info = stream.info().await.map_err(|e| e.to_string())?;
+        info.cluster
+            .as_ref()
+            .and_then(|c| c.leader.clone())
+            .ok_or_else(|| "no leader yet".to_owned())
+    })
+    .await
+}
+
 /// The events stream's last sequence, asked of whichever member answers.
 async fn last_sequence(js: &jetstream::Context) -> u64 {
     retry(Duration::from_secs(10), || async {
@@ -81,11 +97,19 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
         .await
         .unwrap();
 
-    // The services and the runner of the launchers' jobs all start on member 0, the one that
-    // dies: their connections, their consumers and perhaps the streams' leaders go with it.
-    // They were given that member alone and must find the others from it.
-    let doomed_url = cluster.servers[0].url();
-    let doomed = cluster.servers[0].port();
+    // The services and the runner of the launchers' jobs all start on the member that leads
+    // the events stream, the one that dies: their connections, their consumers and that
+    // stream's leader go with it (the hardest loss: the log must elect a new leader while the
+    // services reconnect). They were given that member alone and must find the others from it.
+    let leader = events_leader(&js).await;
+    let doomed_member = cluster
+        .servers
+        .iter()
+        .position(|s| s.name() == leader)
+        .unwrap_or_else(|| panic!("no member named {leader}"));
+    eprintln!("the events stream's leader, to be killed: {leader}");
+    let doomed_url = cluster.servers[doomed_member].url();
+    let doomed = cluster.servers[doomed_member].port();
     let service_client = connect(&doomed_url, "submission", Identity::None)
         .await
         .unwrap();

@@ -279,6 +279,16 @@ impl NatsServer {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The server's name (`--name`, as a cluster member has one; empty for a lone server):
+    /// how JetStream names a stream's leader.
+    pub fn name(&self) -> &str {
+        self.extra
+            .iter()
+            .position(|flag| flag == "--name")
+            .and_then(|at| self.extra.get(at + 1))
+            .map_or("", String::as_str)
+    }
+
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port
