@@ -98,8 +98,8 @@ fn fair_share_reason(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> Str
             ),
             Grounds::BelowFloor => format!(
                 "allocation {} holds fewer GPUs than its share floor, and {} is left no \
-                 further below its own",
-                w.allocation, victim.allocation
+                 further below its own floor than {} is",
+                w.allocation, victim.allocation, w.allocation
             ),
             Grounds::DebugAllowance => format!(
                 "the share floor allows it: allocation {} is left no further below its floor \

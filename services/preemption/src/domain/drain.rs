@@ -32,6 +32,7 @@
 //!   would have had the window cut its minimum runtime short. (A job that cannot resume is
 //!   left to start: ordered off, it would end without having run.)
 
+use fairshare_model::timestamp::utc;
 use std::collections::BTreeMap;
 
 use fairshare_decision::domain::state::Window;
@@ -77,7 +78,11 @@ impl std::fmt::Display for DrainReason {
                 start_ms,
                 cuts_protection,
             } => {
-                write!(f, "maintenance: node {node} goes down at {start_ms} ms")?;
+                write!(
+                    f,
+                    "maintenance: node {node} goes down at {}",
+                    utc(*start_ms)
+                )?;
                 if *cuts_protection {
                     f.write_str(" (inside the job's minimum runtime: the window was scheduled after it started)")?;
                 }
@@ -85,8 +90,9 @@ impl std::fmt::Display for DrainReason {
             }
             DrainReason::NotStartedInTime { node, start_ms } => write!(
                 f,
-                "maintenance: node {node} goes down at {start_ms} ms, and the job has not started: \
-                 started now, its minimum runtime would run past that"
+                "maintenance: node {node} goes down at {}, and the job has not started: \
+                 started now, its minimum runtime would run past that",
+                utc(*start_ms)
             ),
             DrainReason::Cordon { node } => {
                 write!(
@@ -318,4 +324,30 @@ pub fn next_drain_due(state: &PreemptionState, now: i64, cfg: &Config) -> Option
         }
     }
     next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DrainReason;
+
+    #[test]
+    fn a_maintenance_reason_gives_the_window_start_in_utc() {
+        let reason = DrainReason::Maintenance {
+            node: "n1".into(),
+            start_ms: 1_767_225_600_000,
+            cuts_protection: false,
+        };
+        assert_eq!(
+            reason.to_string(),
+            "maintenance: node n1 goes down at 2026-01-01T00:00:00Z"
+        );
+        let late = DrainReason::NotStartedInTime {
+            node: "n1".into(),
+            start_ms: 1_767_225_600_000,
+        };
+        assert!(
+            late.to_string()
+                .starts_with("maintenance: node n1 goes down at 2026-01-01T00:00:00Z, and")
+        );
+    }
 }

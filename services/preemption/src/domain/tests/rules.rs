@@ -824,7 +824,10 @@ fn below_its_floor_a_waiter_takes_work_the_window_would_keep() {
     let out = h.decide(now);
     assert_eq!(orders(&out), [("x1".to_owned(), "w".to_owned())]);
     assert!(
-        reasons(&out)[0].contains("a holds fewer GPUs than its share floor"),
+        reasons(&out)[0].contains(
+            "a holds fewer GPUs than its share floor, and b is left no further below its own \
+             floor than a is"
+        ),
         "{:?}",
         reasons(&out)
     );
