@@ -22,7 +22,10 @@ pub enum BudgetError {
     #[error("the budget tree has no accounts")]
     Empty,
     /// An account name is empty, too long, or uses characters outside `[A-Za-z0-9_.-]`.
-    #[error("account {path:?}: name {name:?} is not valid (1-64 characters of A-Z a-z 0-9 _ . -)")]
+    #[error(
+        "account name {name:?} {} is not valid (1-64 characters of A-Z a-z 0-9 _ . -)",
+        under(path)
+    )]
     InvalidName {
         /// Path of the parent account ("" at the top).
         path: String,
@@ -84,6 +87,15 @@ pub enum BudgetError {
         /// The deepest level accepted.
         limit: usize,
     },
+}
+
+/// Where an account named in an error sits: "at the top level" or "under \"a/b\"".
+fn under(parent: &str) -> String {
+    if parent.is_empty() {
+        "at the top level".to_owned()
+    } else {
+        format!("under {parent:?}")
+    }
 }
 
 /// Largest share accepted, and largest total of one group of siblings' shares: with
@@ -434,6 +446,24 @@ mod tests {
         assert_eq!(
             t.allocation_paths().collect::<Vec<_>>(),
             vec!["guests", "infra", "research/nlp", "research/vision"]
+        );
+    }
+
+    #[test]
+    fn an_invalid_name_is_placed_under_its_parent_or_at_the_top() {
+        let top = BudgetTree::from_accounts(&[acc("bad name", 1, vec![])]).unwrap_err();
+        assert_eq!(
+            top.to_string(),
+            "account name \"bad name\" at the top level is not valid (1-64 characters of A-Z a-z \
+             0-9 _ . -)"
+        );
+        let nested =
+            BudgetTree::from_accounts(&[acc("a", 1, vec![acc("vi deo", 1, vec![])])]).unwrap_err();
+        assert!(
+            nested
+                .to_string()
+                .starts_with("account name \"vi deo\" under \"a\" is not valid"),
+            "{nested}"
         );
     }
 

@@ -220,13 +220,16 @@ share = 2
     let said = loop {
         let out = diff(&stack, &without_infra).await;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if text.contains("infra: its jobs run on 2 GPUs and wait for 0 now") {
+        if text.contains("infra: its allocated jobs run on 2 GPUs and wait for 0 now") {
             break text;
         }
         assert!(std::time::Instant::now() < deadline, "{text}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
-    assert!(said.contains("its waiting jobs start nowhere"), "{said}");
+    assert!(
+        said.contains("its waiting jobs (unallocated ones too) start nowhere"),
+        "{said}"
+    );
     accounting.abort();
     // An invalid file is refused before anything is read or written.
     let bad = diff(&stack, "cluster = \"alpha\"\n[accounts.a]\nshare = -1\n").await;

@@ -36,8 +36,7 @@ pub fn explain(
     let allocation: &str = &job.allocation;
     // Unallocated work is not moved by its allocation's rank (it takes what every waiting
     // allocated job leaves): it is given none, so no reader takes the rank for its place.
-    let rank = decision
-        .ranking
+    let rank = serving_order(state, now_ms)
         .iter()
         .position(|a| *a == allocation)
         .filter(|_| !job.request.is_unallocated());
@@ -135,6 +134,26 @@ pub fn explain(
         }
     }
     Ok(explanation)
+}
+
+/// The allocations in the order a decision cycle serves them at `now_ms`: with the share
+/// floor on, those below their floor first, then the rest, each group by window usage (the
+/// order [`crate::domain::rank::FairTree::next_pending_leaf`] walks); without it, by window
+/// usage alone.
+fn serving_order(state: &DecisionState, now_ms: i64) -> Vec<String> {
+    let Some(tree) = state.budget_tree() else {
+        return Vec::new();
+    };
+    let fair = rank::ranking(state, tree, now_ms);
+    let by_window = fair.leaf_order();
+    let (below, rest): (Vec<_>, Vec<_>) = by_window
+        .into_iter()
+        .partition(|&leaf| fair.below_floor(leaf));
+    below
+        .into_iter()
+        .chain(rest)
+        .map(|leaf| tree.accounts[leaf].path.clone())
+        .collect()
 }
 
 /// `(node, GPUs)` pairs as the wire lists them.

@@ -20,12 +20,7 @@ pub struct ExplainArgs {
 
 /// Prints the explanation.
 pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()> {
-    // Job ids are UUIDs, which the services write in lower case; one pasted in upper case is
-    // the same job.
-    let job_id = match uuid::Uuid::parse_str(&args.job_id) {
-        Ok(id) => id.hyphenated().to_string(),
-        Err(_) => args.job_id.clone(),
-    };
+    let job_id = super::job_id_arg(&args.job_id);
     let request = pb::ExplainRequest {
         job_id: job_id.clone(),
     };
@@ -135,7 +130,7 @@ fn render(e: &pb::Explanation) -> String {
     ));
     if e.allocation_rank > 0 {
         lines.push(format!(
-            "  its allocation ranks {} of {} by window usage (allocations below their share floor go first)",
+            "  its allocation is served {} of {} (allocations below their share floor first, then by window usage)",
             e.allocation_rank, e.allocations_ranked
         ));
     }
@@ -276,7 +271,7 @@ mod tests {
         assert_eq!(
             text,
             "job v (research/bio) is queued\n\
-             \x20 its allocation ranks 2 of 5 by window usage (allocations below their share floor go first)\n\
+             \x20 its allocation is served 2 of 5 (allocations below their share floor first, then by window usage)\n\
              \x20 why: waits for 8 GPUs [no_room]\n\
              \x20 last preemption order (share floor): 2026-01-01T00:00:00Z for job w, to stop \
              by 2026-01-01T00:00:30Z\n\

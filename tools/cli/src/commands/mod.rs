@@ -109,12 +109,30 @@ pub async fn budget_in_force(
     }
 }
 
+/// A job id as the services write it: job ids are UUIDs in lower case, and one pasted in upper
+/// case is the same job. Anything else is left as typed (the service answers for it).
+pub fn job_id_arg(id: &str) -> String {
+    match uuid::Uuid::parse_str(id) {
+        Ok(uuid) => uuid.hyphenated().to_string(),
+        Err(_) => id.to_owned(),
+    }
+}
+
 /// Milliseconds since the epoch as RFC 3339 UTC, for people.
 pub use fairshare_model::timestamp::utc as format_ms;
 
 #[cfg(test)]
 mod tests {
-    use super::cluster_name;
+    use super::{cluster_name, job_id_arg};
+
+    #[test]
+    fn a_job_id_pasted_in_upper_case_is_the_uuid_the_services_wrote() {
+        assert_eq!(
+            job_id_arg("01A234F5-66C7-7000-8000-00000000ABCD"),
+            "01a234f5-66c7-7000-8000-00000000abcd"
+        );
+        assert_eq!(job_id_arg("not-a-uuid"), "not-a-uuid");
+    }
 
     #[test]
     fn cluster_names_are_one_subject_token() {

@@ -92,9 +92,10 @@ fn live_work_lines(report: &fairshare_events::pb::UsageReport, removed: &[&str])
         .filter(|a| a.running_gpus > 0 || a.queued_gpus > 0)
         .map(|a| {
             format!(
-                "  {}: its jobs run on {} GPUs and wait for {} now; under this tree its waiting \
-                 jobs start nowhere (their allocation is no leaf of it), and its running ones \
-                 may be ordered off for anyone once past their minimum runtime",
+                "  {}: its allocated jobs run on {} GPUs and wait for {} now; under this tree \
+                 its waiting jobs (unallocated ones too) start nowhere, their allocation being \
+                 no leaf of it, and its running ones may be ordered off for anyone once past \
+                 their minimum runtime",
                 a.path, a.running_gpus, a.queued_gpus
             )
         })
@@ -465,7 +466,7 @@ mod tests {
         let lines = live_work_lines(&report, &["a", "b"]);
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
-            lines[0].starts_with("  a: its jobs run on 8 GPUs and wait for 2 now;"),
+            lines[0].starts_with("  a: its allocated jobs run on 8 GPUs and wait for 2 now;"),
             "{lines:?}"
         );
     }

@@ -198,9 +198,10 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
         if ack.duplicate {
             // The first publish's context is the one its submission carries.
             fairshare_runtime::outln!(
-                "the intake holds a message with key {key} already, at sequence {}; this one was \
-                 dropped as its repeat: the key's outcome in the log answers that first message \
-                 (if this request differs from it, nothing was submitted for this one)",
+                "the intake took a message with key {key} already, at sequence {}, and dropped \
+                 this one as its repeat: nothing was submitted for this one. The log answers only \
+                 the key's first use (that message, or a request/reply submission before it): if \
+                 this request is not that one, submit it with a new key",
                 ack.sequence
             );
             return Ok(());
@@ -302,7 +303,7 @@ async fn submitted_trace(conn: &Connection, cluster: &str, job_id: &str) -> Opti
 /// Cancels one job and prints the answer.
 pub async fn cancel(args: CancelArgs, conn: &Connection) -> anyhow::Result<()> {
     let request = pb::CancelRequest {
-        job_id: args.job_id,
+        job_id: super::job_id_arg(&args.job_id),
         reason: args.reason,
         requested_by: args.requested_by,
     };

@@ -46,8 +46,12 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
     if args.no_follow && follower.pending_at_start == 0 {
         // Said on stderr, so a pipe reading the events still gets none.
         match &args.cluster {
+            Some(c) if args.from <= 1 => {
+                eprintln!("no events of cluster {c:?} in the log (is the name right?)")
+            }
             Some(c) => eprintln!(
-                "no events of cluster {c:?} in the log from sequence {} (is the name right?)",
+                "no events of cluster {c:?} in the log from sequence {} (the log may end before \
+                 it)",
                 args.from
             ),
             None => eprintln!("no events in the log from sequence {}", args.from),

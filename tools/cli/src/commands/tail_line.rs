@@ -6,6 +6,8 @@
 
 use fairshare_events::pb::{self, event::Body};
 
+use fairshare_model::budget::BudgetTree;
+
 use super::format_ms;
 
 /// `body` in words: the subject of the event, then its facts.
@@ -67,16 +69,29 @@ pub(super) fn summary(body: &Body) -> String {
             format!("job {}: {how}", p.job_id)
         }
         Body::JobRequeued(r) => format!("job {}", r.job_id),
-        Body::BudgetTreeSet(t) => {
-            let mut leaves = Vec::new();
-            allocations(&t.accounts, "", &mut leaves);
-            format!(
-                "cluster {}: {} allocations ({})",
-                t.cluster,
-                leaves.len(),
-                leaves.join(", ")
-            )
-        }
+        Body::BudgetTreeSet(t) => match BudgetTree::from_accounts(&t.accounts) {
+            Ok(tree) => {
+                // Each allocation's fraction of the cluster, as people read a budget (a share
+                // is relative to its siblings only). Display only: the services keep it exact.
+                let leaves: Vec<String> = tree
+                    .allocation_paths()
+                    .filter_map(|path| {
+                        let f = tree.fraction(tree.allocation(path)?);
+                        Some(format!(
+                            "{path} {:.1}%",
+                            f.num as f64 * 100.0 / f.den as f64
+                        ))
+                    })
+                    .collect();
+                format!(
+                    "cluster {}: {} allocations ({})",
+                    t.cluster,
+                    leaves.len(),
+                    leaves.join(", ")
+                )
+            }
+            Err(e) => format!("cluster {}: a tree the services refuse: {e}", t.cluster),
+        },
         Body::NodeRegistered(n) => format!("node {} of {}: {} GPUs", n.node, n.cluster, n.gpus),
         Body::NodeCordoned(n) => {
             format!("node {} of {}: {}", n.node, n.cluster, or_none(&n.reason))
@@ -113,12 +128,14 @@ fn submitted(s: &pb::JobSubmitted) -> String {
     let Some(spec) = &s.spec else {
         return format!("job {} (no spec), key {:?}", s.job_id, s.idempotency_key);
     };
+    let gpus = if spec.gpus == 1 {
+        "1 GPU".to_owned()
+    } else {
+        format!("{} GPUs", spec.gpus)
+    };
     let shape = match &s.shape {
-        Some(sh) if sh.nodes > 1 => format!(
-            "{} GPUs ({} nodes x {})",
-            spec.gpus, sh.nodes, sh.gpus_per_node
-        ),
-        _ => format!("{} GPUs", spec.gpus),
+        Some(sh) if sh.nodes > 1 => format!("{gpus} ({} nodes x {})", sh.nodes, sh.gpus_per_node),
+        _ => gpus,
     };
     let runtime = if spec.min_runtime_s == 0 {
         "unallocated (minimum runtime 0)".to_owned()
@@ -149,22 +166,6 @@ fn or_none(text: &str) -> &str {
         "(no reason given)"
     } else {
         text
-    }
-}
-
-/// The allocation paths under `accounts` with their shares, depth first.
-fn allocations(accounts: &[pb::Account], prefix: &str, out: &mut Vec<String>) {
-    for a in accounts {
-        let path = if prefix.is_empty() {
-            a.name.clone()
-        } else {
-            format!("{prefix}/{}", a.name)
-        };
-        if a.children.is_empty() {
-            out.push(format!("{path}={}", a.share));
-        } else {
-            allocations(&a.children, &path, out);
-        }
     }
 }
 
@@ -251,7 +252,22 @@ mod tests {
         });
         assert_eq!(
             summary(&tree),
-            "cluster c: 2 allocations (research/nlp=1, infra=1)"
+            "cluster c: 2 allocations (infra 25.0%, research/nlp 75.0%)"
+        );
+        let one = Body::JobSubmitted(pb::JobSubmitted {
+            job_id: "j2".into(),
+            idempotency_key: "k2".into(),
+            spec: Some(pb::JobSpec {
+                allocation: "infra".into(),
+                gpus: 1,
+                ..Default::default()
+            }),
+            shape: None,
+        });
+        assert!(
+            summary(&one).starts_with("job j2 of infra: 1 GPU, unallocated"),
+            "{}",
+            summary(&one)
         );
         let killed = Body::JobPreempted(pb::JobPreempted {
             job_id: "v".into(),

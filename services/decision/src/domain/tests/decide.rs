@@ -807,6 +807,33 @@ fn explain_names_the_reserved_job_a_waiting_job_is_behind() {
 }
 
 #[test]
+fn explain_places_an_allocation_below_its_floor_first_whatever_the_window_says() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    // b has used far more over the window, so the window ranks a first; but a holds all 8
+    // GPUs (floor 4) and b none: b is below its floor, and the cycle serves it first.
+    h.running(NOW - HOUR, "a-run", "a", 8 * 3600, &[("n0", 8)]);
+    let hour = 3_600_000u64;
+    h.snapshot(
+        NOW,
+        &[("a", hour, 100 * hour), ("b", 90 * hour, 100 * hour)],
+    );
+    h.submit(NOW - 10, "a1", "a", 1, 3600);
+    h.submit(NOW - 5, "b1", "b", 1, 3600);
+    let rank = |h: &H, id: &str| {
+        crate::domain::explain(&h.state, id, NOW)
+            .unwrap()
+            .allocation_rank
+    };
+    assert_eq!(h.decide(NOW).ranking, ["a", "b"], "the window's order");
+    assert_eq!((rank(&h, "b1"), rank(&h, "a1")), (1, 2));
+    // Without the floor, the window's order is the serving order.
+    h.state.set_share_floor(false);
+    assert_eq!((rank(&h, "b1"), rank(&h, "a1")), (2, 1));
+}
+
+#[test]
 fn explain_names_no_reservation_held_by_a_job_behind() {
     let mut h = H::new();
     h.tree(vec![leaf("a", 1)]);
