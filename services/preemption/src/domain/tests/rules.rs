@@ -893,6 +893,42 @@ fn a_node_whose_cheapest_victims_are_stale_gives_way_to_a_dearer_fresh_one() {
 }
 
 #[test]
+fn a_victim_whose_allocation_stays_at_its_floor_is_preferred_to_a_cheaper_one() {
+    // Three teams on three 8-GPU nodes (floors of 8). a holds nothing and waits for 8 GPUs;
+    // b holds exactly its floor (vb on n1, 1 min past its checkpoint); c holds 16 (vc on n2,
+    // 5 min past; n3 protected). vb loses less, but leaves b below its floor, whose own
+    // waiters would then take from someone else: vc goes.
+    let case = |with_c: bool| {
+        let mut h = H::new();
+        h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+        for n in ["n1", "n2", "n3"] {
+            h.node(n, 8);
+        }
+        h.running(0, "vb", "b", 3600, &[("n1", 8)]);
+        if with_c {
+            h.running(26 * MIN, "vc", "c", 3600, &[("n2", 8)]);
+        } else {
+            h.running(26 * MIN, "vc", "b", 3600, &[("n2", 8)]);
+        }
+        h.running(0, "xc", "c", 8 * 3600, &[("n3", 8)]);
+        h.submit(MIN, "w", "a", 8, 3600);
+        let now = 2 * HOUR + MIN;
+        h.snapshot(
+            now,
+            &[
+                ("a", 0, ALLOC),
+                ("b", gpu_h(100.0), ALLOC),
+                ("c", gpu_h(100.0), ALLOC),
+            ],
+        );
+        victims(&h.decide(now))
+    };
+    assert_eq!(case(true), ["vc"]);
+    // With both b's (it holds 16), neither leaves it below its floor: the cheaper goes.
+    assert_eq!(case(false), ["vb"]);
+}
+
+#[test]
 fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
     // Three teams on three 8-GPU nodes: floors of 8. n1 is held by a (its floor), or by c if
     // `below` (then a holds nothing); b holds 16. b has used far more than a, so the window
