@@ -7,8 +7,9 @@
 use fairshare_events::pb;
 
 use super::decide::{WaitReason, decide};
-use super::rank;
+use super::rank::{self, FairTree};
 use super::state::{DecisionState, JobStatus};
+use fairshare_model::budget::BudgetTree;
 
 fn rejection(code: pb::RejectionCode, message: String) -> pb::Rejection {
     pb::Rejection {
@@ -36,7 +37,14 @@ pub fn explain(
     let allocation: &str = &job.allocation;
     // Unallocated work is not moved by its allocation's rank (it takes what every waiting
     // allocated job leaves): it is given none, so no reader takes the rank for its place.
-    let rank = serving_order(state, now_ms)
+    // One ranking for the place and the floor note: both read the state at `now_ms`.
+    let fair = state
+        .budget_tree()
+        .map(|tree| (tree, rank::ranking(state, tree, now_ms)));
+    let rank = fair
+        .as_ref()
+        .map(|(tree, fair)| serving_order(tree, fair))
+        .unwrap_or_default()
         .iter()
         .position(|a| *a == allocation)
         .filter(|_| !job.request.is_unallocated());
@@ -113,7 +121,10 @@ pub fn explain(
                      ordered off at any time",
                 );
             } else {
-                if let Some(note) = floor_note(state, allocation, now_ms) {
+                if let Some(note) = fair
+                    .as_ref()
+                    .and_then(|(tree, fair)| floor_note(state, tree, fair, allocation))
+                {
                     explanation.reason.push_str(&note);
                 }
                 if let Some(r) = behind {
@@ -140,11 +151,7 @@ pub fn explain(
 /// floor on, those below their floor first, then the rest, each group by window usage (the
 /// order [`crate::domain::rank::FairTree::next_pending_leaf`] walks); without it, by window
 /// usage alone.
-fn serving_order(state: &DecisionState, now_ms: i64) -> Vec<String> {
-    let Some(tree) = state.budget_tree() else {
-        return Vec::new();
-    };
-    let fair = rank::ranking(state, tree, now_ms);
+fn serving_order(tree: &BudgetTree, fair: &FairTree<'_>) -> Vec<String> {
     let by_window = fair.leaf_order();
     let (below, rest): (Vec<_>, Vec<_>) = by_window
         .into_iter()
@@ -200,10 +207,14 @@ fn room_being_made(
 
 /// Where the job's allocation stands against its share floor ([`rank`]), as a clause to add
 /// to the reason: whether it goes before the others or after those below their floors.
-fn floor_note(state: &DecisionState, allocation: &str, now_ms: i64) -> Option<String> {
-    let tree = state.budget_tree()?;
+fn floor_note(
+    state: &DecisionState,
+    tree: &BudgetTree,
+    fair: &FairTree<'_>,
+    allocation: &str,
+) -> Option<String> {
     let leaf = tree.allocation(allocation)?;
-    let standing = rank::ranking(state, tree, now_ms).floor_standing(leaf)?;
+    let standing = fair.floor_standing(leaf)?;
     // For people: one decimal is enough (ranking compares exactly).
     let floor = standing.floor_num as f64 / standing.floor_den as f64;
     let fraction = tree.fraction(leaf);
