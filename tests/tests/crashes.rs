@@ -190,7 +190,13 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             let service = fairshare_decision::shell::Service::start(client, config, clock).await?;
             let rebuilt = service.fold();
             let mut scratch = fairshare_decision::shell::LogFold::new(CLUSTER);
-            for entry in log_through(&js, rebuilt.last_applied()).await {
+            for entry in entries_through(
+                &js,
+                vec![subjects::cluster_events(CLUSTER)],
+                rebuilt.last_applied(),
+            )
+            .await
+            {
                 scratch.apply(&entry);
             }
             assert_eq!(rebuilt, &scratch, "decision fold rebuilt at restart");
@@ -208,7 +214,13 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
                 fairshare_preemption::shell::Service::start(client, config, clock).await?;
             let rebuilt = service.fold();
             let mut scratch = fairshare_preemption::shell::ShellFold::new(CLUSTER);
-            for entry in log_through(&js, rebuilt.last_applied()).await {
+            for entry in entries_through(
+                &js,
+                vec![subjects::cluster_events(CLUSTER)],
+                rebuilt.last_applied(),
+            )
+            .await
+            {
                 scratch.apply(&entry);
             }
             assert_eq!(rebuilt, &scratch, "preemption fold rebuilt at restart");
@@ -218,20 +230,9 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
     }
 }
 
-/// The cluster's log through sequence `through` (nothing for 0): what a restarted service's
-/// fold must equal once folded from scratch (SPEC section 6: "rebuilt state equal to a
-/// from-scratch fold").
-async fn log_through(js: &jetstream::Context, through: u64) -> Vec<LogEntry> {
-    if through == 0 {
-        return Vec::new();
-    }
-    fairshare_decision::shell::read_log(js, CLUSTER, Some(through))
-        .await
-        .unwrap()
-}
-
-/// The log's entries on `filters` through sequence `through`, as a service following them
-/// reads them.
+/// The log's entries on `filters` through sequence `through` (none for 0), as a service
+/// following them reads them: what a restarted service's fold must equal once folded from
+/// scratch (SPEC section 6: "rebuilt state equal to a from-scratch fold").
 async fn entries_through(
     js: &jetstream::Context,
     filters: Vec<String>,
