@@ -1,7 +1,11 @@
 //! Compiles `schemas/` with protox (pure Rust), so no system `protoc` is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let schemas = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas");
+    // Read when the script runs, not baked in when it is compiled: a target directory shared
+    // by clones at different paths (CI's fresh clones) reuses this script's binary, and a
+    // compiled-in path would point at a clone that may be gone.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR unset")?;
+    let schemas = std::path::Path::new(&manifest_dir).join("../schemas");
     let proto = schemas.join("fairshare/v1/fairshare.proto");
     println!("cargo:rerun-if-changed={}", proto.display());
     let descriptors = protox::compile([&proto], [&schemas])?;
