@@ -13,6 +13,7 @@
 //!   share floor).
 //! - [`timestamp`]: instants for people (RFC 3339 UTC) in reasons and explanations.
 //! - [`trace`]: real job traces in the `replay.csv` schema.
+//! - [`words`]: counts in words for messages ("1 GPU", "8 GPUs").
 
 pub mod budget;
 pub mod duration;
@@ -23,3 +24,4 @@ pub mod shape;
 pub mod stored;
 pub mod timestamp;
 pub mod trace;
+pub mod words;

@@ -220,7 +220,7 @@ share = 2
     let said = loop {
         let out = diff(&stack, &without_infra).await;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if text.contains("infra: its allocated jobs run on 2 GPUs and wait for 0 now") {
+        if text.contains("infra: its allocated jobs run on 2 GPUs and wait for 0 GPUs now") {
             break text;
         }
         assert!(std::time::Instant::now() < deadline, "{text}");

@@ -10,6 +10,7 @@ use super::decide::{WaitReason, decide};
 use super::rank::{self, FairTree};
 use super::state::{DecisionState, JobStatus};
 use fairshare_model::budget::BudgetTree;
+use fairshare_model::words::Gpus;
 
 fn rejection(code: pb::RejectionCode, message: String) -> pb::Rejection {
     pb::Rejection {
@@ -238,7 +239,7 @@ fn floor_note(
         String::new()
     };
     Some(format!(
-        "; {allocation} holds {} GPUs against a share floor of {floor:.1}{moved}: {order}",
-        standing.held
+        "; {allocation} holds {} against a share floor of {floor:.1}{moved}: {order}",
+        Gpus(standing.held)
     ))
 }

@@ -197,8 +197,9 @@ pub enum Divergence {
 /// A placement that takes GPUs its node did not have free when it landed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "sequence {sequence}: placement of job {job_id} takes {gpus} GPUs on {node}, which held \
-     {held} of its {capacity} already (two decisions gave away the same GPUs)"
+    "sequence {sequence}: placement of job {job_id} takes {} on {node}, which held \
+     {held} of its {capacity} already (two decisions gave away the same GPUs)",
+    fairshare_model::words::Gpus(u64::from(*.gpus))
 )]
 pub struct Overcommit {
     /// The placement's sequence.

@@ -5,6 +5,7 @@ use anyhow::bail;
 use clap::Args;
 use fairshare_events::pb::{self, explain_reply};
 use fairshare_events::{codec, subjects};
+use fairshare_model::words::Gpus;
 
 use super::{Connection, format_ms};
 
@@ -138,18 +139,17 @@ fn render(e: &pb::Explanation) -> String {
         lines.push(format!("  why: {} [{}]", e.reason, e.reason_code));
     }
     for n in &e.nodes {
-        let s = if n.gpus == 1 { "" } else { "s" };
-        lines.push(format!("  holds {} GPU{s} on {}", n.gpus, n.node));
+        lines.push(format!("  holds {} on {}", Gpus(u64::from(n.gpus)), n.node));
     }
     if !e.held_for_it.is_empty() {
-        let gpus: u32 = e.held_for_it.iter().map(|n| n.gpus).sum();
+        let gpus = Gpus(e.held_for_it.iter().map(|n| u64::from(n.gpus)).sum());
         let nodes: Vec<String> = e
             .held_for_it
             .iter()
             .map(|n| format!("{} on {}", n.gpus, n.node))
             .collect();
         lines.push(format!(
-            "  {gpus} GPUs freed by preemption are held for it until {} ({})",
+            "  {gpus} freed by preemption are held for it until {} ({})",
             format_ms(e.held_until_ms),
             nodes.join(", ")
         ));

@@ -11,6 +11,7 @@ use fairshare_events::pb::event::Body;
 use fairshare_events::subjects;
 use fairshare_model::budget::BudgetTree;
 use fairshare_model::files;
+use fairshare_model::words::Gpus;
 use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
 
@@ -92,11 +93,13 @@ fn live_work_lines(report: &fairshare_events::pb::UsageReport, removed: &[&str])
         .filter(|a| a.running_gpus > 0 || a.queued_gpus > 0)
         .map(|a| {
             format!(
-                "  {}: its allocated jobs run on {} GPUs and wait for {} now; under this tree \
+                "  {}: its allocated jobs run on {} and wait for {} now; under this tree \
                  its waiting jobs (unallocated ones too) start nowhere, their allocation being \
                  no leaf of it, and its running ones may be ordered off for anyone once past \
                  their minimum runtime",
-                a.path, a.running_gpus, a.queued_gpus
+                a.path,
+                Gpus(a.running_gpus),
+                Gpus(a.queued_gpus)
             )
         })
         .collect()
@@ -422,7 +425,10 @@ where
         {
             Ok(seq) => {
                 written += 1;
-                fairshare_runtime::outln!("{name}: registered with {gpus} GPUs at sequence {seq}");
+                fairshare_runtime::outln!(
+                    "{name}: registered with {} at sequence {seq}",
+                    Gpus(u64::from(gpus))
+                );
             }
             Err(e) => {
                 return Err(anyhow::Error::from(e).context(format!(
@@ -460,13 +466,13 @@ mod tests {
             ..Default::default()
         };
         let report = fairshare_events::pb::UsageReport {
-            accounts: vec![account("a", 8, 2), account("b", 0, 0), account("c", 4, 0)],
+            accounts: vec![account("a", 8, 1), account("b", 0, 0), account("c", 4, 0)],
             ..Default::default()
         };
         let lines = live_work_lines(&report, &["a", "b"]);
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
-            lines[0].starts_with("  a: its allocated jobs run on 8 GPUs and wait for 2 now;"),
+            lines[0].starts_with("  a: its allocated jobs run on 8 GPUs and wait for 1 GPU now;"),
             "{lines:?}"
         );
     }

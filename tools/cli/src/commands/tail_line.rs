@@ -7,6 +7,7 @@
 use fairshare_events::pb::{self, event::Body};
 
 use fairshare_model::budget::BudgetTree;
+use fairshare_model::words::Gpus;
 
 use super::format_ms;
 
@@ -92,7 +93,12 @@ pub(super) fn summary(body: &Body) -> String {
             }
             Err(e) => format!("cluster {}: a tree the services refuse: {e}", t.cluster),
         },
-        Body::NodeRegistered(n) => format!("node {} of {}: {} GPUs", n.node, n.cluster, n.gpus),
+        Body::NodeRegistered(n) => format!(
+            "node {} of {}: {}",
+            n.node,
+            n.cluster,
+            Gpus(u64::from(n.gpus))
+        ),
         Body::NodeCordoned(n) => {
             format!("node {} of {}: {}", n.node, n.cluster, or_none(&n.reason))
         }
@@ -128,11 +134,9 @@ fn submitted(s: &pb::JobSubmitted) -> String {
     let Some(spec) = &s.spec else {
         return format!("job {} (no spec), key {:?}", s.job_id, s.idempotency_key);
     };
-    let gpus = if spec.gpus == 1 {
-        "1 GPU".to_owned()
-    } else {
-        format!("{} GPUs", spec.gpus)
-    };
+    // A rejected request may have asked for a negative count: shown as asked.
+    let gpus = u64::try_from(spec.gpus)
+        .map_or_else(|_| format!("{} GPUs", spec.gpus), |n| Gpus(n).to_string());
     let shape = match &s.shape {
         Some(sh) if sh.nodes > 1 => format!("{gpus} ({} nodes x {})", sh.nodes, sh.gpus_per_node),
         _ => gpus,

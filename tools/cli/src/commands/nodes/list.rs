@@ -3,6 +3,8 @@
 //! Place in the flow: a reader at the end; it prints what [`super::book`] folded from the node
 //! and maintenance events, and writes nothing.
 
+use fairshare_model::words::Gpus;
+
 use super::super::format_ms;
 use super::book::{NodeBook, Standing};
 
@@ -22,9 +24,9 @@ fn lines(book: &NodeBook, cluster: &str, now: i64) -> Vec<String> {
             .values()
             .filter(|e| e.standing != Standing::Removed)
     };
-    let gpus: u64 = live().map(|e| u64::from(e.gpus)).sum();
+    let gpus = Gpus(live().map(|e| u64::from(e.gpus)).sum());
     let mut out = vec![format!(
-        "cluster {cluster}: {} nodes, {gpus} GPUs",
+        "cluster {cluster}: {} nodes, {gpus}",
         live().count()
     )];
     if book.nodes.is_empty() {
