@@ -23,41 +23,43 @@ fn filed_in_another_cluster(state: &SubmissionState, subject: &str) -> Option<St
 }
 
 fn apply(shared: &Shared, entry: LogEntry) {
-    {
-        let mut state = shared.state();
-        if let Some(theirs) = filed_in_another_cluster(&state, &entry.subject) {
-            tracing::error!(
-                sequence = entry.sequence,
-                subject = %entry.subject,
-                job_cluster = theirs,
-                "job event stored under another cluster than its job's, skipped"
-            );
-            skip(&mut state, &entry);
-            drop(state);
-            shared.set_applied(entry.sequence);
-            return;
-        }
-        match &entry.event {
-            Ok(event) => {
-                let applied = state.apply_stored(entry.sequence, event, entry.stored_ms);
-                if let Applied::Ignored(why) = applied {
-                    tracing::warn!(sequence = entry.sequence, subject = %entry.subject, "{why}");
-                }
-            }
-            Err(e) => {
-                // A malformed entry cannot be un-written; report it and fold past it so one bad
-                // publisher cannot stop submissions.
-                tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry skipped: {e}");
-                skip(&mut state, &entry);
+    apply_entry(&mut shared.state(), &entry);
+    shared.set_applied(entry.sequence);
+}
+
+/// Folds one entry of the log (on [`super::log_filters`]) into `state` as the service does:
+/// the fold a restarted service rebuilds (checkpoint plus catch-up) must equal this one from
+/// scratch.
+pub fn apply_entry(state: &mut SubmissionState, entry: &LogEntry) {
+    if let Some(theirs) = filed_in_another_cluster(state, &entry.subject) {
+        tracing::error!(
+            sequence = entry.sequence,
+            subject = %entry.subject,
+            job_cluster = theirs,
+            "job event stored under another cluster than its job's, skipped"
+        );
+        skip(state, entry);
+        return;
+    }
+    match &entry.event {
+        Ok(event) => {
+            let applied = state.apply_stored(entry.sequence, event, entry.stored_ms);
+            if let Applied::Ignored(why) = applied {
+                tracing::warn!(sequence = entry.sequence, subject = %entry.subject, "{why}");
             }
         }
-        // Whatever the entry said, it is the newest on its job's subject: a cancel must expect
-        // it, or every cancel of that job would be refused until the job's next good event.
-        if let Some((job_id, _kind)) = subjects::job_event_parts(&entry.subject) {
-            state.note_job_subject(job_id, entry.sequence);
+        Err(e) => {
+            // A malformed entry cannot be un-written; report it and fold past it so one bad
+            // publisher cannot stop submissions.
+            tracing::error!(sequence = entry.sequence, subject = %entry.subject, "log entry skipped: {e}");
+            skip(state, entry);
         }
     }
-    shared.set_applied(entry.sequence);
+    // Whatever the entry said, it is the newest on its job's subject: a cancel must expect
+    // it, or every cancel of that job would be refused until the job's next good event.
+    if let Some((job_id, _kind)) = subjects::job_event_parts(&entry.subject) {
+        state.note_job_subject(job_id, entry.sequence);
+    }
 }
 
 /// Folds past `entry` without its event: only the position and the log's time move.

@@ -33,6 +33,7 @@ use futures::StreamExt;
 use tokio::task::JoinSet;
 
 use crate::domain::Limits;
+pub use follow::apply_entry;
 use shared::Shared;
 
 /// Requests handled at once, at most. Past it the service stops reading requests until some
@@ -175,7 +176,7 @@ async fn subscribe(
 
 /// Subjects the submission state is folded from (usage snapshots and decisions' cycle records
 /// are not needed here).
-fn log_filters() -> Vec<String> {
+pub fn log_filters() -> Vec<String> {
     let p = subjects::EVENTS_PREFIX;
     vec![
         format!("{p}.*.job.*.*"),
