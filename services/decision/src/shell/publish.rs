@@ -23,9 +23,14 @@
 //! the server answers it after the first, with the first's sequence (a repeat), a refusal (the
 //! first, or something else, moved the job: its newest event is then looked up), or by storing
 //! it. A refusal in the cycle itself is looked up the same way, for the same reason. Not sent
-//! again, only looked up as before: a placement decided before a node or maintenance event
-//! that has landed since (stored now, it could name GPUs that are gone), and one the server
-//! refused for good (a stream that is not there, a message over its size limit).
+//! again: a placement decided before a node or maintenance event that has landed since (stored
+//! now, it could name GPUs that are gone). It is looked up once a message the server must
+//! refuse, sent on the same connection after it, is answered, so a first send still in the
+//! client's buffer has landed by then. It may land after the node event: a cordon or a
+//! maintenance window then drains it as it drains the jobs that were there already (see the
+//! preemption service's `drain`); a node removed or shrunk meanwhile is not covered. Only
+//! looked up: one
+//! the server refused for good (a stream that is not there, a message over its size limit).
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use fairshare_events::headers::TraceParent;
@@ -217,7 +222,7 @@ pub(crate) async fn settle(
             match nodes_newest {
                 Ok(newest) if *newest <= p.decided_through => {}
                 // The nodes moved: the fence the cycle passed no longer holds.
-                Ok(_) => return look_up(events, cluster, &p.job_id).await,
+                Ok(_) => return look_up_behind_a_barrier(js, events, cluster, p).await,
                 Err(e) => {
                     return Settled::Unknown(format!("cannot read the newest node event: {e}"));
                 }
@@ -234,6 +239,40 @@ pub(crate) async fn settle(
         }
     };
     look_up(events, cluster, job_id).await
+}
+
+/// Settles placement `p` without sending it again: first a message the server is sure to
+/// refuse (on the job's subject, expecting the job to have no event yet, when it has its
+/// submission), which this connection's earlier sends, `p`'s first among them, reach the
+/// stream before; once it is answered, the job's newest event is looked up. A lookup alone
+/// can answer while that first send still waits in the client's buffer across a reconnect.
+async fn look_up_behind_a_barrier(
+    js: &jetstream::Context,
+    events: &jetstream::stream::Stream,
+    cluster: &str,
+    p: &ToPublish,
+) -> Settled {
+    let envelope = Envelope {
+        message_id: format!("barrier:{}:{}", p.job_id, p.expected),
+        expected_last_subject_sequence: Some((0, Some(subjects::job(cluster, &p.job_id)))),
+        ..Default::default()
+    };
+    let subject = subjects::job_event(cluster, &p.job_id, "job_placed");
+    let answer = match js
+        .publish_with_headers(subject, envelope.to_headers(), bytes::Bytes::new())
+        .await
+    {
+        Ok(ack) => ack.await,
+        Err(e) => Err(e),
+    };
+    match resend_answer(answer) {
+        ResendAnswer::Unknown(why) => Settled::Unknown(why),
+        // Refused, as meant. (Stored, it could only be because the job has no event at all:
+        // an empty entry the folds skip; the log has moved past the first send either way.)
+        ResendAnswer::Refused | ResendAnswer::Stored(_) => {
+            look_up(events, cluster, &p.job_id).await
+        }
+    }
 }
 
 /// [`Settled::At`] job `job_id`'s newest event.
@@ -531,5 +570,92 @@ mod tests {
             Settled::At(d)
         );
         assert_eq!(placements_of("d").await, 0);
+    }
+
+    /// A placement decided before a node event that landed since is not sent again, but its
+    /// first send may still sit in the client's buffer across a reconnect and land after the
+    /// node event. Its settling must not answer before that send lands (a lookup alone, on a
+    /// connection that is back first, would), or the next cycle gives its GPUs away again.
+    #[tokio::test]
+    async fn a_fenced_placement_buffered_across_a_reconnect_is_settled_once_it_lands() {
+        use std::time::Duration;
+        let mut server = fairshare_testkit::NatsServer::start().unwrap();
+        // The deciding client comes back 2 s after the server does; the other at once.
+        let slow = async_nats::ConnectOptions::new()
+            .reconnect_delay_callback(|_| Duration::from_secs(2))
+            .connect(server.url())
+            .await
+            .unwrap();
+        let js = jetstream::new(slow.clone());
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        let other = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+        let j = append(&other, "j", submitted("j")).await;
+
+        server.kill();
+        // Once the client knows the connection is gone, a send waits in its buffer (before,
+        // it could be written to the dead socket and lost, which is not this case).
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while slow.connection_state() == async_nats::connection::State::Connected {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the client sees the server gone");
+        let p = placement("j", j, "n1");
+        // Sent while the server is down: it waits in the client's buffer, its answer lost.
+        drop(send(&js, C, &p).await.unwrap());
+        server.restart().unwrap();
+
+        // A node event lands while the deciding client is still away.
+        let node = pb::Event {
+            at_ms: 3,
+            body: Some(Body::NodeRegistered(pb::NodeRegistered {
+                cluster: C.into(),
+                node: "n1".into(),
+                gpus: 4,
+            })),
+        };
+        let envelope = Envelope {
+            message_id: "node-n1".into(),
+            ..Default::default()
+        };
+        let fence = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match admin::append(&other, subjects::node(C, "n1"), &node, &envelope).await {
+                    Ok(s) => break s,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        })
+        .await
+        .expect("the other client is back");
+        let events = other.get_stream(EVENTS_STREAM).await.unwrap();
+        let newest = newest_inventory_change(&events, C).await;
+        assert_eq!(newest, Ok(fence));
+
+        let settled = settle(
+            &js,
+            &events,
+            C,
+            &newest,
+            &Unresolved::Unanswered(Box::new(p)),
+        )
+        .await;
+        // The buffered send has landed by now (the slow client is back): after the fence.
+        let placed = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let newest = newest_of_job(&events, C, "j").await.unwrap();
+                if newest > j {
+                    break newest;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("the buffered placement lands");
+        assert!(placed > fence, "stored after the node event");
+        assert_eq!(settled, Settled::At(placed), "the fold must reach it first");
     }
 }
