@@ -478,6 +478,98 @@ async fn snapshots_carry_the_sequence_they_reflect() {
     running.task.await.unwrap().unwrap();
 }
 
+/// Past its order's grace deadline a job counts as killed (SPEC section 2): its allocation is
+/// charged up to the deadline, not up to the kill that a preemption service back from an
+/// outage reports minutes later.
+#[tokio::test]
+async fn a_kill_reported_late_charges_only_up_to_the_grace_deadline() {
+    let stack = Stack::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // After the stack's own events, and less than a minute ahead of the stream's clock (an
+    // event takes effect no later than a minute after the stream stored it).
+    let base = SystemClock.now_ms();
+    let clock = ManualClock::new(base + 55_000);
+    let job = "job-late-kill";
+    let spec = pb::JobSpec {
+        cluster: CLUSTER.into(),
+        allocation: "research/nlp".into(),
+        gpus: 4,
+        min_runtime_s: 60,
+        resumable: true,
+        ..Default::default()
+    };
+    let events = [
+        (
+            "job_submitted",
+            base,
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: job.into(),
+                idempotency_key: job.into(),
+                spec: Some(spec),
+                shape: Some(pb::Shape {
+                    nodes: 1,
+                    gpus_per_node: 4,
+                }),
+            }),
+        ),
+        (
+            "job_started",
+            base + 1_000,
+            Body::JobStarted(pb::JobStarted { job_id: job.into() }),
+        ),
+        // Ordered off at 2 s with a 3 s grace: the job counts as killed at 5 s.
+        (
+            "preemption_ordered",
+            base + 2_000,
+            Body::PreemptionOrdered(pb::PreemptionOrdered {
+                job_id: job.into(),
+                grace_deadline_ms: base + 5_000,
+                ..Default::default()
+            }),
+        ),
+        // The preemption service, down since, reports the kill at 50 s.
+        (
+            "job_preempted",
+            base + 50_000,
+            Body::JobPreempted(pb::JobPreempted {
+                job_id: job.into(),
+                killed: true,
+            }),
+        ),
+    ];
+    let mut last = 0;
+    for (kind, at, body) in events {
+        let event = pb::Event {
+            at_ms: at,
+            body: Some(body),
+        };
+        let envelope = fairshare_runtime::envelope::Envelope {
+            message_id: format!("{job}:{kind}"),
+            ..Default::default()
+        };
+        last = fairshare_runtime::admin::append(
+            &stack.js,
+            subjects::job_event(CLUSTER, job, kind),
+            &event,
+            &envelope,
+        )
+        .await
+        .unwrap();
+    }
+    let running = start(&stack, dir.path(), &clock).await;
+    let report = report_through(&stack, last).await;
+    let charged = report
+        .accounts
+        .iter()
+        .find(|a| a.path == "research/nlp")
+        .map(|a| a.charged_gpu_ms);
+    // 4 GPUs from 1 s to 5 s, not to 50 s.
+    assert_eq!(charged, Some(4 * 4_000), "{report:?}");
+    assert_eq!(report, from_scratch(&stack, clock.now_ms()).await);
+    let _ = running.stop.send(());
+    running.task.await.unwrap().unwrap();
+}
+
 /// A `--cluster` that is not a cluster name (a dot would split the subject token) is refused
 /// at start, by name, rather than folding nothing and answering no query.
 #[tokio::test]

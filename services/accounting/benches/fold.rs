@@ -2,8 +2,8 @@
 //!
 //! Builds a realistic encoded stream: one cluster of 128 nodes x 8 GPUs, a 4-level budget tree
 //! (org -> 10 programs -> 10 projects -> 10 teams = 1,000 allocations), and a synthetic workload
-//! of jobs (1 to 16 GPUs, minutes to 8 hours, about 1 in 5 unallocated, some preempted and
-//! requeued) submitted, placed, started and stopped over months, so the 7-day window slides and
+//! of jobs (1 to 16 GPUs, minutes to 8 hours, about 1 in 5 unallocated, some ordered off,
+//! preempted and requeued) submitted, placed, started and stopped over months, so the 7-day window slides and
 //! evicts all along. Then, on one core, it measures:
 //!
 //! - events decoded per second (`fairshare_events::codec::decode_event`) alone;
@@ -166,8 +166,15 @@ fn workload(jobs: usize) -> (Vec<pb::Event>, i64) {
         );
         let run = 60_000 + rng.below(8 * HOUR as u64 / 3) as i64;
         if rng.below(10) == 0 {
-            // Preempted part-way, requeued, started again later.
+            // Ordered off part-way (a 60 s grace), stopped 20 s later, requeued, started
+            // again later.
             let cut = start + run / 2;
+            let body = Body::PreemptionOrdered(pb::PreemptionOrdered {
+                job_id: id.clone(),
+                grace_deadline_ms: cut + 40_000,
+                ..Default::default()
+            });
+            push(&mut timed, cut - 20_000, body);
             let body = Body::JobPreempted(pb::JobPreempted {
                 job_id: id.clone(),
                 killed: false,

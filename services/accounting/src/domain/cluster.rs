@@ -141,8 +141,12 @@ impl ClusterState {
     }
 
     /// A job in state `from` stopped at `t` (ended, or preempted when `from` is running or
-    /// placed).
+    /// placed, or killed by its grace deadline). An overdue job stopped at its deadline
+    /// already: nothing changes.
     pub(crate) fn stopped(&mut self, t: i64, job: &Job, from: JobState) {
+        if from == JobState::Overdue {
+            return;
+        }
         let running = from == JobState::Running;
         if job.allocated {
             if running && let Some(curve) = self.usage.get_mut(job.allocation as usize) {

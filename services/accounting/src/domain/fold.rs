@@ -19,10 +19,17 @@
 //! | `JobPreempted` (resumable job)              | placed, running             | preempted |
 //! | `JobPreempted` (not resumable)              | placed, running             | ended     |
 //! | `JobRequeued`                               | preempted                   | queued    |
-//! | `JobFinished`, `JobFailed`, `JobCancelled`  | queued, placed, running, preempted | ended |
+//! | `JobFinished`, `JobFailed`, `JobCancelled`  | queued, placed, running, preempted, overdue | ended |
+//! | (its order's grace deadline passes)         | placed, running             | overdue   |
+//! | `JobPreempted` (after the deadline)         | overdue                     | preempted, or ended if not resumable |
 //!
-//! Charging runs from `JobStarted` to the event that stops the job; demand (for the ledger)
-//! runs while the job is queued, placed or running.
+//! Charging runs from `JobStarted` to the event that stops the job, or to the grace deadline
+//! of the `PreemptionOrdered` that stops it, whichever comes first: past its deadline a job
+//! counts as killed whether or not its stop was reported (the preemption service reports the
+//! kill when it passes next, which after an outage is late). Demand (for the ledger) runs
+//! while the job is queued, placed or running, and stops at the deadline too. A deadline takes
+//! effect when its cluster's clock reaches it (the next event of the cluster at or after it);
+//! queries for a later `now` count it as if it had.
 //!
 //! Job ids are taken to be unique (the submission service assigns UUIDv7s). An ended job is
 //! remembered while its end is inside the window, so a repeated stop or a re-published
@@ -33,7 +40,8 @@
 //! Event times are clamped per cluster so they never go backwards: an event stamped before its
 //! cluster's latest event takes effect at that latest time ([`Applied::Clamped`]).
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 
 use fairshare_events::pb;
 use fairshare_events::pb::event::Body;
@@ -42,7 +50,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cluster::ClusterState;
 use super::config::FoldConfig;
-use super::ids::KeyRef;
+use super::ids::{JobKey, KeyRef};
 use super::jobs::{Job, JobState, JobTable};
 use super::outcome::{Applied, FoldCounts, Skip};
 use super::report::{AccountUsage, LedgerReport, WindowReport};
@@ -99,6 +107,9 @@ pub struct UsageFold {
     clusters: Vec<ClusterState>,
     cluster_ids: BTreeMap<String, u32>,
     jobs: JobTable,
+    /// Grace deadlines of live jobs ordered off, by (cluster, deadline, job): each makes its
+    /// job overdue when its cluster's clock reaches it.
+    deadlines: BTreeSet<(u32, i64, JobKey)>,
     counts: FoldCounts,
 }
 
@@ -158,7 +169,12 @@ impl UsageFold {
             .cluster_ids
             .values()
             .all(|&id| (id as usize) < clusters);
-        named && self.jobs.clusters().all(|id| (id as usize) < clusters)
+        named
+            && self.jobs.clusters().all(|id| (id as usize) < clusters)
+            && self
+                .deadlines
+                .iter()
+                .all(|(id, ..)| (*id as usize) < clusters)
     }
 
     /// Applies the event at stream `sequence`. Sequences at or below the last applied one are
@@ -227,7 +243,69 @@ impl UsageFold {
                 self.clusters[cluster].remove_node(t, &n.node);
                 changed(clamped)
             }
+            Body::PreemptionOrdered(o) => self.ordered(o),
             _ => Applied::NoEffect,
+        }
+    }
+
+    /// A preemption order: its job, placed or running, counts as killed at its grace deadline
+    /// (the earliest, if ordered again) unless it stops before. The order itself moves no clock.
+    fn ordered(&mut self, o: &pb::PreemptionOrdered) -> Applied {
+        let key = KeyRef::of(&o.job_id);
+        let Some(job) = self.jobs.get_mut(key) else {
+            return Applied::NoEffect;
+        };
+        if !matches!(job.state, JobState::Placed | JobState::Running)
+            || job.deadline_ms.is_some_and(|d| d <= o.grace_deadline_ms)
+        {
+            return Applied::NoEffect;
+        }
+        if let Some(earlier) = job.deadline_ms.replace(o.grace_deadline_ms) {
+            self.deadlines
+                .remove(&(job.cluster, earlier, key.to_owned()));
+        }
+        self.deadlines
+            .insert((job.cluster, o.grace_deadline_ms, key.to_owned()));
+        Applied::Changed
+    }
+
+    /// Makes every job of `cluster` whose grace deadline is at or before `at` overdue, in
+    /// deadline order, each stopping at its deadline (or the clock, if that is later).
+    fn pass_deadlines(&mut self, cluster: usize, at: i64) {
+        let Ok(id) = u32::try_from(cluster) else {
+            return;
+        };
+        loop {
+            let due = self
+                .deadlines
+                .range((id, i64::MIN, JobKey::Uuid(0))..)
+                .next()
+                .filter(|(c, d, _)| *c == id && *d <= at)
+                .cloned();
+            let Some(entry) = due else { break };
+            self.deadlines.remove(&entry);
+            let (_, deadline, key) = entry;
+            let Some(job) = self.jobs.get_mut(key.as_ref()) else {
+                continue;
+            };
+            let before = *job;
+            if !matches!(before.state, JobState::Placed | JobState::Running) {
+                continue;
+            }
+            job.state = JobState::Overdue;
+            let window = self.config.window();
+            if let Some(state) = self.clusters.get_mut(cluster) {
+                let (t, _) = state.advance(deadline, window);
+                state.stopped(t, &before, before.state);
+            }
+        }
+    }
+
+    /// Forgets job `key`'s deadline: its run stopped (or it became overdue) before it.
+    fn drop_deadline(&mut self, key: KeyRef<'_>, job: &Job) {
+        if let Some(deadline) = job.deadline_ms {
+            self.deadlines
+                .remove(&(job.cluster, deadline, key.to_owned()));
         }
     }
 
@@ -284,6 +362,7 @@ impl UsageFold {
             allocated,
             resumable: spec.resumable,
             state: JobState::Queued,
+            deadline_ms: None,
         };
         state.queued(t, &job);
         self.jobs.insert(key, job);
@@ -297,6 +376,13 @@ impl UsageFold {
 
     fn job_event(&mut self, id: &str, at: i64, body: &Body) -> Applied {
         let key = KeyRef::of(id);
+        // Deadlines passed by now first: the transition must start from the job's state then
+        // (a kill stamped after its deadline finds the job overdue already).
+        if !self.deadlines.is_empty()
+            && let Some(cluster) = self.jobs.get(key).map(|j| j.cluster as usize)
+        {
+            self.pass_deadlines(cluster, at);
+        }
         // One lookup: the transition is checked and recorded on the entry in place.
         let Some(entry) = self.jobs.get_mut(key) else {
             if !self.is_ended(key) {
@@ -321,22 +407,37 @@ impl UsageFold {
             // A placed job ordered off before its launcher started it is preempted too (the
             // decision service releases it the same way). Without resuming, nothing will
             // requeue it: it has ended, as the decision service and the launcher hold.
-            (Body::JobPreempted(_), JobState::Running | JobState::Placed) if job.resumable => {
+            (Body::JobPreempted(_), JobState::Running | JobState::Placed | JobState::Overdue)
+                if job.resumable =>
+            {
                 JobState::Preempted
             }
-            (Body::JobPreempted(_), JobState::Running | JobState::Placed) => JobState::Ended,
+            (Body::JobPreempted(_), JobState::Running | JobState::Placed | JobState::Overdue) => {
+                JobState::Ended
+            }
             (Body::JobPreempted(_), _) => return Applied::Skipped(Skip::PreemptNotRunning),
             (Body::JobRequeued(_), JobState::Preempted) => JobState::Queued,
             (Body::JobRequeued(_), _) => return Applied::Skipped(Skip::RequeueNotPreempted),
             // Ended jobs live in their cluster's ended set, never here; kept for totality.
             (_, JobState::Ended) => return Applied::Skipped(Skip::AlreadyEnded),
-            // Finished, failed or cancelled from queued, running or preempted.
+            // Finished, failed or cancelled from queued, running, preempted or overdue.
             _ => JobState::Ended,
         };
+        // The run an order's deadline was for is over.
+        let run_over = matches!(
+            next,
+            JobState::Preempted | JobState::Ended | JobState::Queued
+        );
         if next == JobState::Ended {
             self.jobs.remove(key);
         } else {
             entry.state = next;
+            if run_over {
+                entry.deadline_ms = None;
+            }
+        }
+        if run_over {
+            self.drop_deadline(key, &job);
         }
         let cluster = job.cluster as usize;
         let (t, clamped) = self.advance(cluster, at);
@@ -345,8 +446,9 @@ impl UsageFold {
             return Applied::Skipped(Skip::UnknownJob);
         };
         match next {
-            // Still waiting, as far as demand goes: nothing to charge or count anew.
-            JobState::Placed => {}
+            // Still waiting, as far as demand goes: nothing to charge or count anew. (Only a
+            // passed deadline makes a job overdue, never an event.)
+            JobState::Placed | JobState::Overdue => {}
             JobState::Running => state.started(t, &job),
             JobState::Queued => state.queued(t, &job),
             JobState::Preempted | JobState::Ended => state.stopped(t, &job, job.state),
@@ -401,20 +503,50 @@ impl UsageFold {
         self.cluster_ids.keys().map(String::as_str)
     }
 
-    fn queryable(&self, cluster: &str, now: i64) -> Result<&ClusterState, QueryError> {
-        let state = self
-            .cluster(cluster)
+    /// The state of `cluster` as of `now`: with the grace deadlines before `now` that no event
+    /// has reached yet taken (on a copy: queries change nothing), so a job past its deadline
+    /// is not charged on to `now` because the cluster has been quiet since.
+    fn queryable(&self, cluster: &str, now: i64) -> Result<Cow<'_, ClusterState>, QueryError> {
+        let id = *self
+            .cluster_ids
+            .get(cluster)
             .ok_or_else(|| QueryError::UnknownCluster {
                 cluster: cluster.to_owned(),
             })?;
-        match state.clock() {
-            Some(clock) if now < clock => Err(QueryError::NowBeforeClock {
+        let state = self
+            .clusters
+            .get(id as usize)
+            .ok_or_else(|| QueryError::UnknownCluster {
+                cluster: cluster.to_owned(),
+            })?;
+        if let Some(clock) = state.clock()
+            && now < clock
+        {
+            return Err(QueryError::NowBeforeClock {
                 cluster: cluster.to_owned(),
                 now,
                 clock,
-            }),
-            _ => Ok(state),
+            });
         }
+        let mut passed = self
+            .deadlines
+            .range((id, i64::MIN, JobKey::Uuid(0))..)
+            .take_while(|(c, d, _)| *c == id && *d < now)
+            .peekable();
+        if passed.peek().is_none() {
+            return Ok(Cow::Borrowed(state));
+        }
+        let mut copy = state.clone();
+        let window = self.config.window();
+        for (_, deadline, key) in passed {
+            if let Some(job) = self.jobs.get(key.as_ref())
+                && matches!(job.state, JobState::Placed | JobState::Running)
+            {
+                let (t, _) = copy.advance(*deadline, window);
+                copy.stopped(t, job, job.state);
+            }
+        }
+        Ok(Cow::Owned(copy))
     }
 
     /// How much the fold holds now.
@@ -436,8 +568,12 @@ impl UsageFold {
         f
     }
 
-    /// Moves `cluster`'s clock to an event at `at` (see [`ClusterState`]).
+    /// Moves `cluster`'s clock to an event at `at` (see [`ClusterState`]), passing the grace
+    /// deadlines on the way.
     fn advance(&mut self, cluster: usize, at: i64) -> (i64, bool) {
+        if !self.deadlines.is_empty() {
+            self.pass_deadlines(cluster, at);
+        }
         let window = self.config.window();
         match self.clusters.get_mut(cluster) {
             Some(state) => state.advance(at, window),

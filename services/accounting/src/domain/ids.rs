@@ -75,12 +75,22 @@ impl Hasher for IdHasher {
 /// A job id as the table keys it: canonical UUIDs (what the submission service assigns) as
 /// 128-bit integers, so the common case hashes two words and allocates nothing; anything else
 /// as its text.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum JobKey {
     /// A canonical lowercase UUID string (8-4-4-4-12 hex digits), as its 128 bits.
     Uuid(u128),
     /// Any other id, verbatim.
     Other(String),
+}
+
+impl JobKey {
+    /// The borrowed key, for lookups.
+    pub fn as_ref(&self) -> KeyRef<'_> {
+        match self {
+            JobKey::Uuid(bits) => KeyRef::Uuid(*bits),
+            JobKey::Other(id) => KeyRef::Other(id),
+        }
+    }
 }
 
 /// A borrowed [`JobKey`], for lookups without allocating.

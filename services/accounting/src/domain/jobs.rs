@@ -26,6 +26,11 @@ pub enum JobState {
     Running,
     /// Stopped by preemption, not yet requeued: neither demand nor charge.
     Preempted,
+    /// Ordered off and past its grace deadline with no stop reported yet: it counts as killed
+    /// at the deadline (SPEC section 2; `PreemptionOrdered.grace_deadline_ms`), so from then on
+    /// it is neither charged nor demand, and the stop that follows (a kill stamped late, after
+    /// a preemption-service outage) changes nothing more.
+    Overdue,
     /// Finished, failed or cancelled: nothing more happens to it (such jobs are kept in
     /// [`super::ended::EndedJobs`], not in the live table).
     Ended,
@@ -46,6 +51,9 @@ pub struct Job {
     pub resumable: bool,
     /// Where it stands.
     pub state: JobState,
+    /// The earliest grace deadline of the orders that stop its current run (placed or
+    /// running), once it is ordered off.
+    pub deadline_ms: Option<i64>,
 }
 
 type Fast<K> = HashMap<K, Job, BuildHasherDefault<IdHasher>>;
@@ -131,6 +139,7 @@ mod tests {
             allocated: true,
             resumable: false,
             state: JobState::Queued,
+            deadline_ms: None,
         };
         let mut t = JobTable::default();
         let u = KeyRef::of("0190a6b2-3c4d-7e5f-8a9b-0c1d2e3f4a5b");

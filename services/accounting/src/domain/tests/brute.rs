@@ -17,6 +17,8 @@ enum St {
     Placed,
     Running,
     Preempted,
+    /// Past its order's grace deadline, its stop not reported yet: counted as killed then.
+    Overdue,
     Ended,
 }
 
@@ -31,6 +33,8 @@ struct BJob {
     /// Index of the open run interval / demand interval.
     run: Option<usize>,
     demand: Option<usize>,
+    /// The earliest grace deadline of the orders that stop its current run.
+    deadline: Option<i64>,
 }
 
 /// A span of GPUs held: `end == None` means still open.
@@ -44,7 +48,7 @@ pub struct Span {
     pub end: Option<i64>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Brute {
     pub window: i64,
     last: u64,
@@ -121,6 +125,7 @@ impl Brute {
                     self.ignored += 1;
                     return;
                 }
+                self.pass(&spec.cluster, at);
                 let t = self.tick(&spec.cluster, at);
                 let mut job = BJob {
                     cluster: spec.cluster.clone(),
@@ -131,6 +136,7 @@ impl Brute {
                     st: St::Queued,
                     run: None,
                     demand: None,
+                    deadline: None,
                 };
                 job.demand = Some(self.open(&job, t, false));
                 self.jobs.insert(s.job_id.clone(), job);
@@ -142,8 +148,17 @@ impl Brute {
             Body::JobCancelled(x) => self.transition(&x.job_id, at, "end"),
             Body::JobPreempted(x) => self.transition(&x.job_id, at, "preempt"),
             Body::JobRequeued(x) => self.transition(&x.job_id, at, "requeue"),
+            Body::PreemptionOrdered(o) => {
+                if let Some(job) = self.jobs.get_mut(&o.job_id)
+                    && matches!(job.st, St::Placed | St::Running)
+                {
+                    let d = o.grace_deadline_ms;
+                    job.deadline = Some(job.deadline.map_or(d, |e| e.min(d)));
+                }
+            }
             Body::BudgetTreeSet(b) => match BudgetTree::from_accounts(&b.accounts) {
                 Ok(tree) => {
+                    self.pass(&b.cluster, at);
                     let t = self.tick(&b.cluster, at);
                     let list = self.trees.entry(b.cluster.clone()).or_default();
                     if list.last().is_some_and(|(lt, _)| *lt == t) {
@@ -154,6 +169,7 @@ impl Brute {
                 Err(_) => self.ignored += 1,
             },
             Body::NodeRegistered(n) => {
+                self.pass(&n.cluster, at);
                 let t = self.tick(&n.cluster, at);
                 self.nodes
                     .entry(n.cluster.clone())
@@ -170,6 +186,7 @@ impl Brute {
                     self.ignored += 1;
                     return;
                 }
+                self.pass(&n.cluster, at);
                 let t = self.tick(&n.cluster, at);
                 if let Some(m) = self.nodes.get_mut(&n.cluster) {
                     m.remove(&n.node);
@@ -206,7 +223,46 @@ impl Brute {
         list.len() - 1
     }
 
+    /// Every job of `cluster` whose order's deadline is at or before `at` counts as killed
+    /// then, in deadline order: its spans end at the deadline (or the clock, if later).
+    fn pass(&mut self, cluster: &str, at: i64) {
+        let mut due: Vec<(i64, String)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.cluster == cluster && matches!(j.st, St::Placed | St::Running))
+            .filter_map(|(id, j)| j.deadline.filter(|d| *d <= at).map(|d| (d, id.clone())))
+            .collect();
+        due.sort();
+        for (d, id) in due {
+            let t = self.tick(cluster, d);
+            let Some(mut job) = self.jobs.get(&id).cloned() else {
+                continue;
+            };
+            if let Some(i) = job.run.take() {
+                self.runs[i].end = Some(t);
+            }
+            if let Some(i) = job.demand.take() {
+                self.demands[i].end = Some(t);
+            }
+            job.st = St::Overdue;
+            self.jobs.insert(id, job);
+        }
+    }
+
+    /// This model as queries at `now` see it: with the deadlines before `now` passed.
+    pub fn at(&self, cluster: &str, now: i64) -> Brute {
+        let mut copy = self.clone();
+        copy.pass(cluster, now - 1);
+        copy
+    }
+
     fn transition(&mut self, id: &str, at: i64, what: &str) {
+        if let Some(job) = self.jobs.get(id)
+            && job.st != St::Ended
+        {
+            let cluster = job.cluster.clone();
+            self.pass(&cluster, at);
+        }
         let Some(job) = self.jobs.get(id).cloned() else {
             self.ignored += 1;
             return;
@@ -214,10 +270,12 @@ impl Brute {
         let next = match (what, job.st) {
             ("place", St::Queued) => St::Placed,
             ("start", St::Queued | St::Placed) => St::Running,
-            ("preempt", St::Running | St::Placed) if job.resumable => St::Preempted,
-            ("preempt", St::Running | St::Placed) => St::Ended,
+            ("preempt", St::Running | St::Placed | St::Overdue) if job.resumable => St::Preempted,
+            ("preempt", St::Running | St::Placed | St::Overdue) => St::Ended,
             ("requeue", St::Preempted) => St::Queued,
-            ("end", St::Queued | St::Placed | St::Running | St::Preempted) => St::Ended,
+            ("end", St::Queued | St::Placed | St::Running | St::Preempted | St::Overdue) => {
+                St::Ended
+            }
             _ => {
                 self.ignored += 1;
                 return;
@@ -225,11 +283,15 @@ impl Brute {
         };
         let t = self.tick(&job.cluster, at);
         let mut job = job;
+        if matches!(next, St::Preempted | St::Ended | St::Queued) {
+            job.deadline = None;
+        }
         match next {
             // Still waiting: the demand interval stays open.
-            St::Placed => {}
+            St::Placed | St::Overdue => {}
             St::Running => job.run = Some(self.open(&job, t, true)),
             St::Queued => job.demand = Some(self.open(&job, t, false)),
+            // An overdue job's spans ended at its deadline: nothing is left to take.
             St::Preempted | St::Ended => {
                 if let Some(i) = job.run.take() {
                     self.runs[i].end = Some(t);

@@ -609,3 +609,104 @@ fn a_future_stamp_takes_effect_when_the_log_stored_it() {
         .collect();
     assert_eq!(outcomes[6], Applied::Skipped(Skip::StaleSubmit));
 }
+
+/// Past its order's grace deadline a job counts as killed (SPEC section 2): charging stops
+/// there, whenever its kill is reported (late, after a preemption-service outage) and whatever
+/// else happened in the cluster meanwhile.
+#[test]
+fn an_order_stops_the_charge_at_its_grace_deadline_however_late_the_kill() {
+    let mut events = base();
+    // 4 GPUs from 100; ordered off at 200 with a deadline at 300; another job's events at 500
+    // move the clock past it; the kill is reported at 900 and the job requeued.
+    events.extend([
+        resumable(submit(0, "j", C, "a", 1, 4, 60)),
+        started(100, "j"),
+        ordered(200, "j", 300),
+        submit(500, "k", C, "b", 1, 1, 60),
+        killed(900, "j"),
+        requeued(900, "j"),
+    ]);
+    let f = fold(10_000, &events);
+    // 200 ms x 4 GPUs, not 800 ms x 4.
+    assert_eq!(charged(&f, "a", 1_000), 800);
+    assert_eq!(f.counts().ignored(), 0, "{:?}", f.counts());
+
+    // With nothing after the deadline but the kill, the same.
+    let mut quiet = base();
+    quiet.extend([
+        resumable(submit(0, "j", C, "a", 1, 4, 60)),
+        started(100, "j"),
+        ordered(200, "j", 300),
+        killed(900, "j"),
+    ]);
+    assert_eq!(charged(&fold(10_000, &quiet), "a", 1_000), 800);
+
+    // Before any event reaches the deadline, a query past it counts it as passed.
+    let mut waiting = base();
+    waiting.extend([
+        resumable(submit(0, "j", C, "a", 1, 4, 60)),
+        started(100, "j"),
+        ordered(200, "j", 300),
+    ]);
+    let f = fold(10_000, &waiting);
+    assert_eq!(
+        charged(&f, "a", 250),
+        600,
+        "still charged before its deadline"
+    );
+    assert_eq!(charged(&f, "a", 1_000), 800);
+}
+
+/// A job that stops before its deadline stops then; the deadline of a run that is over does
+/// nothing to the next run, and the earliest of two orders' deadlines counts.
+#[test]
+fn a_stop_before_the_deadline_counts_and_a_later_run_is_charged_in_full() {
+    let mut events = base();
+    events.extend([
+        resumable(submit(0, "j", C, "a", 1, 4, 60)),
+        started(100, "j"),
+        ordered(200, "j", 400),
+        // Confirmed at 250: 150 ms x 4.
+        preempted(250, "j"),
+        requeued(250, "j"),
+        // Its next run, from 500 to 1500, is charged whole although 400 has passed.
+        started(500, "j"),
+        finished(1_500, "j"),
+    ]);
+    let f = fold(10_000, &events);
+    assert_eq!(charged(&f, "a", 2_000), 150 * 4 + 1_000 * 4);
+    assert_eq!(f.counts().ignored(), 0, "{:?}", f.counts());
+
+    // Ordered off three times: the earliest deadline (700), not the first one (900).
+    let mut events = base();
+    events.extend([
+        submit(0, "m", C, "b", 1, 2, 60),
+        started(600, "m"),
+        ordered(610, "m", 900),
+        ordered(620, "m", 700),
+        ordered(630, "m", 800),
+        finished(2_000, "m"),
+    ]);
+    let f = fold(10_000, &events);
+    assert_eq!(charged(&f, "b", 2_000), 100 * 2);
+    assert_eq!(f.counts().ignored(), 0, "{:?}", f.counts());
+}
+
+/// A job that cannot resume ends at its kill; a job placed and not started when its deadline
+/// passes stops being demand then; either way the late stop is not counted twice.
+#[test]
+fn an_overdue_job_ends_or_requeues_once_its_stop_comes() {
+    let mut events = base();
+    events.extend([
+        submit(0, "j", C, "a", 1, 4, 60),
+        started(100, "j"),
+        ordered(200, "j", 300),
+        killed(900, "j"),
+        // Not resumable: ended, so a requeue is refused.
+        requeued(900, "j"),
+    ]);
+    let f = fold(10_000, &events);
+    assert_eq!(charged(&f, "a", 1_000), 800);
+    assert_eq!(f.counts().requeue_not_preempted, 1, "{:?}", f.counts());
+    assert_eq!(f.job_cluster("j"), None, "ended");
+}

@@ -7,7 +7,8 @@
 //! than the window, hours closing in bulk); nodes joining, resizing and leaving; budget trees
 //! changing, including invalid ones; event times running backwards (clamped); redeliveries with
 //! their old sequence; republications with a new sequence (double starts and stops, stale
-//! submissions); events for unknown jobs; events accounting does not use.
+//! submissions); events for unknown jobs; events accounting does not use; preemption orders
+//! whose grace deadlines pass before the job's stop is reported, or not.
 
 use fairshare_events::pb;
 use proptest::prelude::*;
@@ -65,6 +66,9 @@ enum Op {
     Cancel(u8),
     Preempt(u8),
     Requeue(u8),
+    /// A preemption order with this grace (its deadline may be before the clock already, when
+    /// the event is stamped back).
+    Order(u8, i64),
     UnknownJob,
     Node {
         cluster: usize,
@@ -113,6 +117,8 @@ fn op(window: i64) -> impl Strategy<Value = Op> {
         1 => job.clone().prop_map(Op::Cancel),
         2 => job.clone().prop_map(Op::Preempt),
         2 => job.clone().prop_map(Op::Requeue),
+        3 => (job.clone(), prop_oneof![Just(0i64), 0i64..60_000, 0i64..2 * HOUR_MS])
+            .prop_map(|(j, grace)| Op::Order(j, grace)),
         1 => Just(Op::UnknownJob),
         3 => (0..2usize, 0u8..4, 0u32..17).prop_map(|(cluster, node, gpus)| Op::Node {
             cluster, node, gpus
@@ -217,6 +223,7 @@ fn stream(ops: &[Op], base: i64) -> Vec<(u64, pb::Event)> {
             Op::Cancel(j) => cancelled(at, &job(*j, submitted)),
             Op::Preempt(j) => preempted(at, &job(*j, submitted)),
             Op::Requeue(j) => requeued(at, &job(*j, submitted)),
+            Op::Order(j, grace) => ordered(at, &job(*j, submitted), at + grace),
             Op::UnknownJob => finished(at, "nobody"),
             Op::Node {
                 cluster,
@@ -255,6 +262,7 @@ fn stream(ops: &[Op], base: i64) -> Vec<(u64, pb::Event)> {
 
 /// Compares every answer of the fold with the brute force for `cluster` at `now`.
 fn check(fold: &UsageFold, brute: &Brute, cluster: &str, now: i64) -> Result<(), TestCaseError> {
+    let brute = &brute.at(cluster, now);
     let report = fold
         .window(cluster, now)
         .map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -96,6 +96,27 @@ pub fn preempted(at: i64, job: &str) -> pb::Event {
     )
 }
 
+pub fn killed(at: i64, job: &str) -> pb::Event {
+    ev(
+        at,
+        Body::JobPreempted(pb::JobPreempted {
+            job_id: job.into(),
+            killed: true,
+        }),
+    )
+}
+
+pub fn ordered(at: i64, job: &str, deadline: i64) -> pb::Event {
+    ev(
+        at,
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: job.into(),
+            grace_deadline_ms: deadline,
+            ..Default::default()
+        }),
+    )
+}
+
 pub fn requeued(at: i64, job: &str) -> pb::Event {
     ev(
         at,
