@@ -116,6 +116,27 @@ async fn from_scratch(stack: &Stack, now: i64) -> pb::UsageReport {
     shell::report(&fold, &q, now).unwrap()
 }
 
+/// Appends job `job`'s event `body` of `kind` at `at`, with a message id of the two; returns
+/// its sequence.
+async fn append_job_event(stack: &Stack, job: &str, kind: &str, at: i64, body: Body) -> u64 {
+    let event = pb::Event {
+        at_ms: at,
+        body: Some(body),
+    };
+    let envelope = fairshare_runtime::envelope::Envelope {
+        message_id: format!("{job}:{kind}"),
+        ..Default::default()
+    };
+    fairshare_runtime::admin::append(
+        &stack.js,
+        subjects::job_event(CLUSTER, job, kind),
+        &event,
+        &envelope,
+    )
+    .await
+    .unwrap()
+}
+
 /// Appends the lifecycle of jobs `range`: submitted at t, started at t+1 s, finished at t+61 s
 /// for even jobs (odd ones keep running); allocations and allocated/unallocated alternate.
 async fn workload(stack: &Stack, base: i64, range: std::ops::Range<u64>) -> u64 {
@@ -166,22 +187,7 @@ async fn workload(stack: &Stack, base: i64, range: std::ops::Range<u64>) -> u64 
             if kind == "job_finished" && i % 2 == 1 {
                 continue;
             }
-            let event = pb::Event {
-                at_ms: at,
-                body: Some(body),
-            };
-            let envelope = fairshare_runtime::envelope::Envelope {
-                message_id: format!("{job}:{kind}"),
-                ..Default::default()
-            };
-            last = fairshare_runtime::admin::append(
-                &stack.js,
-                subjects::job_event(CLUSTER, &job, kind),
-                &event,
-                &envelope,
-            )
-            .await
-            .unwrap();
+            last = append_job_event(stack, &job, kind, at, body).await;
         }
     }
     last
@@ -539,22 +545,7 @@ async fn a_kill_reported_late_charges_only_up_to_the_grace_deadline() {
     ];
     let mut last = 0;
     for (kind, at, body) in events {
-        let event = pb::Event {
-            at_ms: at,
-            body: Some(body),
-        };
-        let envelope = fairshare_runtime::envelope::Envelope {
-            message_id: format!("{job}:{kind}"),
-            ..Default::default()
-        };
-        last = fairshare_runtime::admin::append(
-            &stack.js,
-            subjects::job_event(CLUSTER, job, kind),
-            &event,
-            &envelope,
-        )
-        .await
-        .unwrap();
+        last = append_job_event(&stack, job, kind, at, body).await;
     }
     let running = start(&stack, dir.path(), &clock).await;
     let report = report_through(&stack, last).await;

@@ -339,6 +339,23 @@ mod tests {
         })
     }
 
+    /// Node n1 registered (again) with 4 GPUs: a node event after any placement decided before.
+    fn n1_resized() -> (pb::Event, Envelope) {
+        let node = pb::Event {
+            at_ms: 3,
+            body: Some(Body::NodeRegistered(pb::NodeRegistered {
+                cluster: C.into(),
+                node: "n1".into(),
+                gpus: 4,
+            })),
+        };
+        let envelope = Envelope {
+            message_id: "node-n1".into(),
+            ..Default::default()
+        };
+        (node, envelope)
+    }
+
     fn placement(job: &str, expected: u64, node: &str) -> ToPublish {
         ToPublish {
             job_id: job.into(),
@@ -542,18 +559,7 @@ mod tests {
         // A node changed after the decision: not sent again (it may name GPUs that are gone),
         // only looked up.
         let d = append(&js, "d", submitted("d")).await;
-        let node = pb::Event {
-            at_ms: 3,
-            body: Some(Body::NodeRegistered(pb::NodeRegistered {
-                cluster: C.into(),
-                node: "n1".into(),
-                gpus: 4,
-            })),
-        };
-        let envelope = Envelope {
-            message_id: "node-n1".into(),
-            ..Default::default()
-        };
+        let (node, envelope) = n1_resized();
         admin::append(&js, subjects::node(C, "n1"), &node, &envelope)
             .await
             .unwrap();
@@ -609,18 +615,7 @@ mod tests {
         server.restart().unwrap();
 
         // A node event lands while the deciding client is still away.
-        let node = pb::Event {
-            at_ms: 3,
-            body: Some(Body::NodeRegistered(pb::NodeRegistered {
-                cluster: C.into(),
-                node: "n1".into(),
-                gpus: 4,
-            })),
-        };
-        let envelope = Envelope {
-            message_id: "node-n1".into(),
-            ..Default::default()
-        };
+        let (node, envelope) = n1_resized();
         let fence = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 match admin::append(&other, subjects::node(C, "n1"), &node, &envelope).await {
