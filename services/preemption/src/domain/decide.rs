@@ -67,6 +67,8 @@ fn fair_share_cause(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> pb::
         pb::PreemptionCause::Unallocated
     } else if victim.allocation == plan.waiter.allocation {
         pb::PreemptionCause::DebugAllowance
+    } else if victim.debug_by_window && plan.grounds == Grounds::BelowFloor {
+        pb::PreemptionCause::Window
     } else {
         match plan.grounds {
             Grounds::Window => pb::PreemptionCause::Window,
@@ -86,6 +88,16 @@ fn fair_share_reason(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> Str
         format!(
             "the victim is {}'s own work past its minimum runtime, given up for its debug allowance",
             w.allocation
+        )
+    } else if victim.debug_by_window && plan.grounds == Grounds::BelowFloor {
+        // The floor's comparison does not hold for this victim: the window took it.
+        format!(
+            "allocation {} ranks below {} after charging the waiter {} GPUs x {} s, and held \
+             at least its share floor, so a debug job may take a whole job of it",
+            victim.allocation,
+            w.allocation,
+            w.shape.total_gpus(),
+            w.min_runtime_ms / 1000
         )
     } else {
         match plan.grounds {

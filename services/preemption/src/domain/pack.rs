@@ -309,6 +309,7 @@ fn mover<'s>(job_id: &'s str, h: &'s Holding, now: i64, cfg: &Config) -> Option<
             unallocated,
             gpus: holder.gpus,
             lost_gpu_ms,
+            debug_by_window: false,
         },
         gpus: h.gpus,
         protected_until: now.saturating_add(min_runtime.max(0)),

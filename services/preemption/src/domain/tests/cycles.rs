@@ -316,6 +316,19 @@ impl Sim {
                 victim.allocation,
                 waiter.allocation
             );
+            // An order filed under the share floor says the victim's allocation ends no further
+            // below its floor than the waiter's was: it must be true.
+            prop_assert!(
+                p.cause() != pb::PreemptionCause::ShareFloor
+                    || after_y * den_x as i128 <= before_x.max(0) * den_y as i128,
+                "{} ordered off for {} under the share floor takes {} further below its floor \
+                 than {} is: {}",
+                p.job_id,
+                p.for_job_id,
+                victim.allocation,
+                waiter.allocation,
+                p.reason
+            );
             let charge = u128::from(waiter.request.shape.total_gpus())
                 * u128::try_from(waiter.request.min_runtime_ms).unwrap();
             let now = Preemption {

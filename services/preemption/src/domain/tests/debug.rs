@@ -157,3 +157,39 @@ fn a_debug_job_never_strands_a_whole_node() {
     h.submit(now, "a-train", "a", 8, 3600);
     assert_eq!(placed(&h, now + 1), ["b-debug"]);
 }
+
+/// A debug job of an allocation below its floor may take a whole job of one the window ranks
+/// below it and that holds at least its floor, even one that leaves that allocation further
+/// below its floor than the waiter's: the order says the window took it, not the floor, whose
+/// comparison would be false.
+#[test]
+fn a_whole_job_taken_for_a_debug_job_by_the_window_is_not_filed_under_the_floor() {
+    let mut h = over_served_b();
+    // Floors of 4 GPUs each. a holds 3 (its own work, protected for an hour); b holds 5 in one
+    // job past its minimum runtime, too big for the debug allowance to take.
+    h.running(0, "a-long", "a", 3600, &[("n1", 3)]);
+    h.running(0, "b-big", "b", 600, &[("n1", 5)]);
+    h.submit(0, "a-debug", "a", 2, 600);
+    // Just past b-big's checkpoint at 30 min: its lost work is within the floor's average
+    // checkpoint limit.
+    let now = 32 * MIN;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    let out = h.decide(now);
+    assert_eq!(orders(&out), [("b-big".to_owned(), "a-debug".to_owned())]);
+    let Some(Body::PreemptionOrdered(p)) = out.first() else {
+        panic!("{out:?}");
+    };
+    // b ends 4 GPUs below its floor, a was 1 below its own.
+    assert_eq!(
+        p.cause(),
+        fairshare_events::pb::PreemptionCause::Window,
+        "{}",
+        p.reason
+    );
+    assert!(
+        p.reason.contains("allocation b ranks below a after charging the waiter 2 GPUs x 600 s, and held at least its share floor, so a debug job may take a whole job of it"),
+        "{}",
+        p.reason
+    );
+    assert!(!p.reason.contains("no further below"), "{}", p.reason);
+}

@@ -178,6 +178,11 @@ pub struct Victim<'s> {
     pub gpus: u64,
     /// Work a preemption now throws away, GPU-ms.
     pub lost_gpu_ms: u128,
+    /// Taken for a debug job by the window alone: the window ranks its allocation below the
+    /// waiter's, and that allocation held at least its floor, so a whole job of it may go
+    /// even when that leaves it below its floor for a while. The plan's grounds (the
+    /// waiter's allocation below its floor, say) do not describe this victim.
+    pub debug_by_window: bool,
 }
 
 /// Victims for one waiter, and where it will fit once they are gone.

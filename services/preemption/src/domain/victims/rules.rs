@@ -81,6 +81,9 @@ pub(super) struct RankRule<'t> {
     /// Per allocation (by account id), the window's verdict once asked ([`Self::window`]):
     /// working out the slack and judging victims ask the same question.
     pub(super) window: Vec<Option<bool>>,
+    /// Per allocation, whether its slack is a debug waiter's whole-job exception rather than
+    /// [`floor_slack`] (empty when the floor is off).
+    pub(super) debug_by_window: Vec<bool>,
 }
 
 /// The most GPUs victims may take from allocation `v` for a waiter of allocation `a`.
@@ -149,8 +152,10 @@ impl<'t> RankRule<'t> {
             below_floor: walk.below_floor(leaf),
             slack: None,
             window: vec![None; tree.accounts.len()],
+            debug_by_window: Vec::new(),
         };
         if let Some(standing_a) = walk.floor_standing(leaf) {
+            rule.debug_by_window = vec![false; tree.accounts.len()];
             let slack = (0..tree.accounts.len())
                 .map(|v| match base.floor_standing(v) {
                     // Below its floor, with the waiter at or above its own: nothing to take,
@@ -163,6 +168,7 @@ impl<'t> RankRule<'t> {
                             // allocation at or above its floor, even one that leaves it below
                             // for a while: a few GPUs for minutes, where waiting for an
                             // allocation's own small work could take hours.
+                            rule.debug_by_window[v] = true;
                             u64::MAX
                         } else {
                             floor_slack(standing, standing_a, window, cfg.hysteresis_permille)
@@ -527,6 +533,11 @@ impl Judge<'_> {
         {
             return None;
         }
+        let debug_by_window = !unallocated
+            && job.account != Some(self.leaf)
+            && job
+                .account
+                .is_some_and(|v| self.rule.debug_by_window.get(v).copied().unwrap_or(false));
         Some(Candidate {
             victim: Victim {
                 job_id,
@@ -534,6 +545,7 @@ impl Judge<'_> {
                 unallocated,
                 gpus,
                 lost_gpu_ms: lost,
+                debug_by_window,
             },
             cost: (
                 lost.saturating_add(self.floor_breach_penalty(job)),
