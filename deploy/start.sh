@@ -107,7 +107,11 @@ env "$(as accounting)" "$bin/fairshare-accounting" --checkpoint-dir "$run/accoun
 pids+=($!) && watched[$!]=accounting
 env "$(as decision)" "$bin/fairshare-decision" --cluster demo --checkpoint-dir "$run/decision-demo" >"$run/logs/decision.log" 2>&1 &
 pids+=($!) && watched[$!]=decision
-env "$(as preemption)" "$bin/fairshare-preemption" --cluster demo --checkpoint-dir "$run/preemption-demo" >"$run/logs/preemption.log" 2>&1 &
+# The demo launcher checkpoints every 30 minutes of job time, 30 s of wall time at 60x: the
+# preemption service's lost work and checkpoint limits must assume the same (and an audit of
+# the demo's log must be given the same flag).
+env "$(as preemption)" "$bin/fairshare-preemption" --cluster demo --checkpoint-interval 30s \
+  --checkpoint-dir "$run/preemption-demo" >"$run/logs/preemption.log" 2>&1 &
 pids+=($!) && watched[$!]=preemption
 
 env "$(as operator)" "$bin/fairshare" inventory apply --new-cluster deploy/demo/inventory.toml
