@@ -79,9 +79,16 @@ fn every_decision_of_a_simulated_log_re_derives_and_other_settings_fail_until_se
     let out = stdout(&other);
     assert!(!other.status.success(), "{out}");
     assert!(
-        stderr(&other).contains("preemption orders that do not re-derive"),
+        stderr(&other).contains("preemption orders that do not re-derive (under --grace 31s"),
         "{}",
         stderr(&other)
+    );
+    // Each finding says what differs, in words.
+    assert!(
+        out.lines()
+            .filter(|l| l.starts_with("DIVERGENCE "))
+            .all(|l| l.contains("grace deadline logged 20") && !l.contains("reason logged")),
+        "{out}"
     );
     assert_eq!(
         out.lines().filter(|l| l.starts_with("DIVERGENCE ")).count(),

@@ -26,6 +26,7 @@ use async_nats::jetstream;
 use fairshare_decision::shell::{AuditError, read_log};
 use fairshare_events::codec;
 use fairshare_events::pb::{self, event::Body};
+use fairshare_model::timestamp::utc;
 use fairshare_runtime::findings;
 use fairshare_runtime::log::LogEntry;
 
@@ -132,9 +133,54 @@ impl fmt::Display for OrderDivergence {
             } => write!(
                 f,
                 "sequence {sequence}: the order of job {job_id} differs when {pass} is decided \
-                 again: logged {logged:?}, re-derived {rederived:?}"
+                 again: {}",
+                differences(logged, rederived)
             ),
         }
+    }
+}
+
+/// What differs between a logged order and the one decided again, field by field, in words:
+/// a grace deadline or a lost-work figure that moved says which flag the audit was not given.
+fn differences(logged: &pb::Event, rederived: &pb::Event) -> String {
+    let (Some(Body::PreemptionOrdered(l)), Some(Body::PreemptionOrdered(r))) =
+        (&logged.body, &rederived.body)
+    else {
+        return format!("logged {logged:?}, re-derived {rederived:?}");
+    };
+    let mut out = Vec::new();
+    let mut field = |name: &str, l: String, r: String| {
+        if l != r {
+            out.push(format!("{name} logged {l}, re-derived {r}"));
+        }
+    };
+    field("time", utc(logged.at_ms), utc(rederived.at_ms));
+    field(
+        "grace deadline",
+        utc(l.grace_deadline_ms),
+        utc(r.grace_deadline_ms),
+    );
+    field(
+        "for job",
+        format!("{:?}", l.for_job_id),
+        format!("{:?}", r.for_job_id),
+    );
+    field(
+        "cause",
+        format!("{:?}", l.cause()),
+        format!("{:?}", r.cause()),
+    );
+    field(
+        "reason",
+        format!("{:?}", l.reason),
+        format!("{:?}", r.reason),
+    );
+    field("basis", format!("{:?}", l.basis), format!("{:?}", r.basis));
+    if out.is_empty() {
+        // Fields this build does not know, or the job id.
+        format!("logged {logged:?}, re-derived {rederived:?}")
+    } else {
+        out.join("; ")
     }
 }
 
@@ -427,6 +473,10 @@ mod tests {
         );
         let shown = report.divergences[0].to_string();
         assert!(shown.contains("differs when pass"), "{shown}");
+        // Only what differs, in words: the grace deadline, 30 s apart (and no debug dump).
+        assert!(shown.contains("grace deadline logged 1970-01-01T00:01:30"), "{shown}");
+        assert!(!shown.contains("reason logged"), "{shown}");
+        assert!(!shown.contains("PreemptionOrdered {"), "{shown}");
 
         // Held to the other grace only from a sequence on: what came before is set aside.
         let last = report.divergences.last().unwrap().sequence();

@@ -55,12 +55,20 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     let mut snapshots = fairshare_accounting::shell::audit::audit(&args.cluster, &entries);
     snapshots.keep_from(args.from);
     fairshare_runtime::out!("{}", snapshots.render(&args.cluster));
+    // Orders re-derive only under the flags the service ran with: say which were used.
+    let p = &args.policy;
+    let orders_hint = format!(
+        "preemption orders that do not re-derive (under --grace {:?} --checkpoint-interval {:?} \
+         --max-min-runtime {:?} --hysteresis-per-mille {} --packing {}: give the audit the \
+         preemption service's own flags, or --from the sequence they last changed)",
+        p.grace, p.checkpoint_interval, p.max_min_runtime, p.hysteresis_per_mille, p.packing
+    );
     let failed: Vec<&str> = [
         (
             placements.is_clean(),
             "placements that do not re-derive or over-committed nodes",
         ),
-        (orders.is_clean(), "preemption orders that do not re-derive"),
+        (orders.is_clean(), orders_hint.as_str()),
         (
             snapshots.is_clean(),
             "usage snapshots that do not re-derive",
