@@ -5,26 +5,39 @@ use std::time::Duration;
 
 /// Why a duration string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid duration {0:?}: use a whole number with ms, s, m, h or d (e.g. 20ms, 15m, 8h, 7d)"
-)]
-pub struct DurationError(pub String);
+pub enum DurationError {
+    /// Not a number with a unit.
+    #[error(
+        "invalid duration {0:?}: use a whole number with ms, s, m, h or d (e.g. 20ms, 15m, 8h, 7d)"
+    )]
+    Invalid(String),
+    /// A number with a unit, past what a duration holds.
+    #[error("duration {0:?} is too large")]
+    TooLarge(String),
+}
 
 /// Parses `"20ms"`, `"15m"`, `"8h"`, `"7d"`, `"90s"` or `"90"` (seconds).
 pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let t = text.trim();
-    let err = || DurationError(text.to_owned());
+    let err = || DurationError::Invalid(text.to_owned());
+    let too_large = || DurationError::TooLarge(text.to_owned());
+    // All digits but too many for a number: too large, not malformed.
+    let number = |digits: &str| {
+        digits.parse::<u64>().map_err(|_| {
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                too_large()
+            } else {
+                err()
+            }
+        })
+    };
     if let Some(ms) = t.strip_suffix("ms") {
-        return ms
-            .parse::<u64>()
-            .map(Duration::from_millis)
-            .map_err(|_| err());
+        return number(ms).map(Duration::from_millis);
     }
     let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => t.split_at(i),
         None => (t, "s"),
     };
-    let n: u64 = digits.parse().map_err(|_| err())?;
     let scale = match unit {
         "s" => 1,
         "m" => 60,
@@ -32,9 +45,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         "d" => 86_400,
         _ => return Err(err()),
     };
-    n.checked_mul(scale)
+    number(digits)?
+        .checked_mul(scale)
         .map(Duration::from_secs)
-        .ok_or_else(err)
+        .ok_or_else(too_large)
 }
 
 #[cfg(test)]
@@ -53,5 +67,22 @@ mod tests {
         assert!(parse_duration("h").is_err());
         assert!(parse_duration("3w").is_err());
         assert!(parse_duration("-3s").is_err());
+    }
+
+    #[test]
+    fn a_number_too_large_is_called_that() {
+        let huge = "99999999999999999999999d";
+        assert_eq!(
+            parse_duration(huge),
+            Err(DurationError::TooLarge(huge.into()))
+        );
+        assert_eq!(
+            parse_duration("999999999999999d"),
+            Err(DurationError::TooLarge("999999999999999d".into()))
+        );
+        assert!(matches!(
+            parse_duration("12x"),
+            Err(DurationError::Invalid(_))
+        ));
     }
 }

@@ -474,7 +474,10 @@ mod tests {
         let shown = report.divergences[0].to_string();
         assert!(shown.contains("differs when pass"), "{shown}");
         // Only what differs, in words: the grace deadline, 30 s apart (and no debug dump).
-        assert!(shown.contains("grace deadline logged 1970-01-01T00:01:30"), "{shown}");
+        assert!(
+            shown.contains("grace deadline logged 1970-01-01T00:01:30"),
+            "{shown}"
+        );
         assert!(!shown.contains("reason logged"), "{shown}");
         assert!(!shown.contains("PreemptionOrdered {"), "{shown}");
 

@@ -32,18 +32,19 @@ pub struct SubmitArgs {
     /// Nodes (0: one node if it fits, else whole nodes).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     nodes: i64,
-    /// Minimum runtime, protected from preemption (e.g. 15m, 2h); 0 = unallocated.
-    #[arg(long, value_parser = parse_duration)]
-    min_runtime: Duration,
+    /// Minimum runtime in whole seconds, protected from preemption (e.g. 15m, 2h, 90s); 0 =
+    /// unallocated.
+    #[arg(long, value_parser = whole_seconds)]
+    min_runtime: i64,
     /// The job can be stopped and requeued.
     #[arg(long)]
     resumable: bool,
     /// Priority within the allocation (higher first; may be negative).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i32,
-    /// Optional time limit (e.g. 24h), recorded for the launcher to enforce.
-    #[arg(long, value_parser = parse_duration)]
-    time_limit: Option<Duration>,
+    /// Optional time limit in whole seconds (e.g. 24h), recorded for the launcher to enforce.
+    #[arg(long, value_parser = whole_seconds)]
+    time_limit: Option<i64>,
     /// User the job runs for.
     #[arg(long, env = "USER", default_value = "unknown")]
     user: String,
@@ -120,13 +121,21 @@ impl RetryWithKey {
     }
 }
 
-/// `d` in whole seconds, as the contract carries durations. A fraction is refused, not
-/// dropped: `--min-runtime 500ms` would otherwise become 0, which means unallocated.
-fn secs(what: &str, d: Duration) -> anyhow::Result<i64> {
+/// A duration flag in whole seconds, as the contract carries durations (a usage error
+/// otherwise). A fraction is refused, not dropped: `--min-runtime 500ms` would otherwise
+/// become 0, which means unallocated. The services work in milliseconds, so the seconds must
+/// hold as milliseconds too.
+fn whole_seconds(text: &str) -> Result<i64, String> {
+    let d = parse_duration(text).map_err(|e| e.to_string())?;
     if d.subsec_nanos() != 0 {
-        bail!("{what} must be whole seconds, got {d:?}");
+        return Err(format!(
+            "{text:?} is not a whole number of seconds (e.g. 90s, 15m, 2h)"
+        ));
     }
-    i64::try_from(d.as_secs()).with_context(|| format!("{what} too large"))
+    i64::try_from(d.as_secs())
+        .ok()
+        .filter(|s| *s <= i64::MAX / 1000)
+        .ok_or_else(|| format!("duration {text:?} is too large"))
 }
 
 /// What is wrong with an idempotency key given by hand, if anything: it travels in a NATS
@@ -164,14 +173,10 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             user: args.user,
             gpus: args.gpus,
             nodes: args.nodes,
-            min_runtime_s: secs("--min-runtime", args.min_runtime)?,
+            min_runtime_s: args.min_runtime,
             resumable: args.resumable,
             priority: args.priority,
-            time_limit_s: args
-                .time_limit
-                .map(|d| secs("--time-limit", d))
-                .transpose()?
-                .unwrap_or(0),
+            time_limit_s: args.time_limit.unwrap_or(0),
             payload: args.payload.into_bytes().into(),
             name: args.name,
         }),
@@ -355,17 +360,21 @@ mod tests {
 
     #[test]
     fn durations_are_whole_seconds_and_keys_have_no_control_characters() {
+        assert_eq!(whole_seconds("15m"), Ok(900));
+        assert_eq!(whole_seconds("2000ms"), Ok(2));
+        let err = whole_seconds("500ms").unwrap_err();
+        assert!(err.contains("not a whole number of seconds"), "{err}");
+        assert!(whole_seconds("1500ms").is_err());
+        // Too large for the services' milliseconds, or for a duration at all: said so.
         assert_eq!(
-            secs("--min-runtime", Duration::from_secs(900)).unwrap(),
-            900
+            whole_seconds("106751991167301d"),
+            Err("duration \"106751991167301d\" is too large".to_owned())
         );
-        let err = secs("--min-runtime", Duration::from_millis(500)).unwrap_err();
         assert!(
-            err.to_string()
-                .contains("--min-runtime must be whole seconds"),
-            "{err}"
+            whole_seconds("999999999999999d")
+                .unwrap_err()
+                .contains("is too large")
         );
-        assert!(secs("--time-limit", Duration::from_millis(1500)).is_err());
         assert_eq!(key_problem("job-1 ✓"), None);
         assert!(key_problem("a\nb").is_some());
         assert!(key_problem("").is_some());
