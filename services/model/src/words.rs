@@ -1,5 +1,5 @@
 //! Counts in words for the messages people read (explanations, CLI output, audit findings):
-//! "1 GPU", "8 GPUs". Recorded reasons in the log keep the words they were written with, since
+//! "1 GPU", "8 GPUs", "1 node". Recorded reasons in the log keep the words they were written with, since
 //! the audit compares them word for word.
 
 use std::fmt;
@@ -18,9 +18,26 @@ impl fmt::Display for Gpus {
     }
 }
 
+/// `n` and `noun`, plural with an "s" unless `n` is 1: "1 node", "16 nodes" (for nouns whose
+/// plural is that regular).
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Gpus;
+    use super::{Gpus, count};
+
+    #[test]
+    fn a_count_of_one_is_singular() {
+        assert_eq!(count(1, "allocation"), "1 allocation");
+        assert_eq!(count(0, "node"), "0 nodes");
+        assert_eq!(count(16, "node"), "16 nodes");
+    }
 
     #[test]
     fn one_gpu_is_singular_and_every_other_count_plural() {

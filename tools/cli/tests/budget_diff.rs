@@ -68,6 +68,11 @@ async fn an_apply_held_to_the_diffs_tree_refuses_a_change_made_since() {
         before,
         "nothing written"
     );
+    // And no table of shares as if it had been applied.
+    assert!(
+        !String::from_utf8_lossy(&stale.stdout).contains("allocations"),
+        "{stale:?}"
+    );
     // Against the tree now in force it goes through, and says what it replaced.
     let now = before;
     let applied = budget_command(
@@ -82,6 +87,10 @@ async fn an_apply_held_to_the_diffs_tree_refuses_a_change_made_since() {
         String::from_utf8_lossy(&applied.stdout)
             .contains(&format!("replaces the tree of sequence {now}")),
         "{applied:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&applied.stdout).contains("allocations"),
+        "the tree applied is shown: {applied:?}"
     );
     assert_eq!(stack.event_count().await.unwrap(), before + 1);
     // The same command run again (its acknowledgement lost, say) finds its own tree in

@@ -212,3 +212,27 @@ fn the_systemd_units_run_real_binaries_with_flags_and_variables_they_read() {
         );
     }
 }
+
+/// `inventory check` on the demo's inventory prints what its help says: the cluster's count
+/// and every node with its GPUs, and writes nothing (it needs no server).
+#[test]
+fn inventory_check_prints_the_files_nodes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["inventory", "check"])
+        .arg(repo().join("deploy/demo/inventory.toml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.first(),
+        Some(&"cluster demo: 16 nodes, 128 GPUs"),
+        "{text}"
+    );
+    assert_eq!(lines.len(), 17, "{text}");
+    assert!(
+        lines[1].starts_with("  gpu000") && lines[1].ends_with(" 8 GPUs"),
+        "{text}"
+    );
+}

@@ -11,7 +11,7 @@ use fairshare_events::pb::event::Body;
 use fairshare_events::subjects;
 use fairshare_model::budget::BudgetTree;
 use fairshare_model::files;
-use fairshare_model::words::Gpus;
+use fairshare_model::words::{Gpus, count};
 use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
 
@@ -226,9 +226,9 @@ fn read(file: &PathBuf) -> anyhow::Result<String> {
 fn print_budget(set: &fairshare_events::pb::BudgetTreeSet) -> anyhow::Result<()> {
     let tree = BudgetTree::from_accounts(&set.accounts)?;
     fairshare_runtime::outln!(
-        "cluster {}: {} allocations",
+        "cluster {}: {}",
         set.cluster,
-        tree.allocation_paths().count()
+        count(tree.allocation_paths().count() as u64, "allocation")
     );
     for path in tree.allocation_paths() {
         let id = tree.allocation(path).context("allocation vanished")?;
@@ -323,7 +323,8 @@ where
         } => {
             let set = files::parse_budget(&read(&file)?)
                 .with_context(|| format!("{} refused", file.display()))?;
-            print_budget(&set)?;
+            // Shown once written: a refusal after a table of shares reads like an apply.
+            let applying = set.clone();
             let conn = connect().await?;
             if !new_cluster
                 && budget_in_force(&conn, &set.cluster).await?.is_none()
@@ -350,6 +351,7 @@ where
                         }
                     })?;
             let (seq, replaced) = (applied.sequence, applied.replaced);
+            print_budget(&applying)?;
             if !applied.written {
                 fairshare_runtime::outln!("budget already in force since sequence {seq}");
             } else if replaced > 0 {
@@ -380,13 +382,16 @@ where
     };
     let inventory = files::parse_inventory(&read(&file)?)
         .with_context(|| format!("{} refused", file.display()))?;
-    let gpus: u64 = inventory.nodes.iter().map(|(_, g)| u64::from(*g)).sum();
+    let gpus = Gpus(inventory.nodes.iter().map(|(_, g)| u64::from(*g)).sum());
     fairshare_runtime::outln!(
-        "cluster {}: {} nodes, {gpus} GPUs",
+        "cluster {}: {}, {gpus}",
         inventory.cluster,
-        inventory.nodes.len()
+        count(inventory.nodes.len() as u64, "node")
     );
     if !apply {
+        for (name, gpus) in &inventory.nodes {
+            fairshare_runtime::outln!("  {name:<20} {}", Gpus(u64::from(*gpus)));
+        }
         return Ok(());
     }
     let conn = connect().await?;

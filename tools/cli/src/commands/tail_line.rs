@@ -7,7 +7,7 @@
 use fairshare_events::pb::{self, event::Body};
 
 use fairshare_model::budget::BudgetTree;
-use fairshare_model::words::Gpus;
+use fairshare_model::words::{Gpus, count};
 
 use super::format_ms;
 
@@ -106,7 +106,8 @@ pub(super) fn summary(body: &Body) -> String {
         Body::NodeDrained(n) => format!("node {} of {}", n.node, n.cluster),
         Body::NodeRemoved(n) => format!("node {} of {}", n.node, n.cluster),
         Body::MaintenanceScheduled(m) => format!(
-            "nodes {} of {}: {} to {}: {}",
+            "{} {} of {}: {} to {}: {}",
+            node_or_nodes(m.nodes.len()),
             m.nodes.join(","),
             m.cluster,
             format_ms(m.start_ms),
@@ -114,16 +115,17 @@ pub(super) fn summary(body: &Body) -> String {
             or_none(&m.reason)
         ),
         Body::MaintenanceCancelled(m) => format!(
-            "nodes {} of {}: {} to {}",
+            "{} {} of {}: {} to {}",
+            node_or_nodes(m.nodes.len()),
             m.nodes.join(","),
             m.cluster,
             format_ms(m.start_ms),
             format_ms(m.end_ms)
         ),
         Body::UsageSnapshot(u) => format!(
-            "cluster {}: {} allocations over the window to {}, through #{}",
+            "cluster {}: {} over the window to {}, through #{}",
             u.cluster,
-            u.allocations.len(),
+            count(u.allocations.len() as u64, "allocation"),
             format_ms(u.window_end_ms),
             u.through_sequence
         ),
@@ -165,6 +167,10 @@ fn basis(basis: &Option<pb::DecisionBasis>) -> String {
     })
 }
 
+fn node_or_nodes(n: usize) -> &'static str {
+    if n == 1 { "node" } else { "nodes" }
+}
+
 fn or_none(text: &str) -> &str {
     if text.is_empty() {
         "(no reason given)"
@@ -179,6 +185,36 @@ mod tests {
 
     /// 2026-01-01T00:00:00Z.
     const T: i64 = 1_767_225_600_000;
+
+    #[test]
+    fn one_node_and_one_allocation_read_in_the_singular() {
+        let window = |nodes: &[&str]| {
+            Body::MaintenanceScheduled(pb::MaintenanceScheduled {
+                cluster: "c".into(),
+                nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+                start_ms: T,
+                end_ms: T + 3_600_000,
+                reason: "bios".into(),
+            })
+        };
+        assert_eq!(
+            summary(&window(&["n1"])),
+            "node n1 of c: 2026-01-01T00:00:00Z to 2026-01-01T01:00:00Z: bios"
+        );
+        assert!(summary(&window(&["n1", "n2"])).starts_with("nodes n1,n2 of c: "));
+        let snapshot = Body::UsageSnapshot(pb::UsageSnapshot {
+            cluster: "c".into(),
+            allocations: vec![pb::AllocationUsage::default()],
+            window_end_ms: T,
+            through_sequence: 9,
+            ..Default::default()
+        });
+        assert!(
+            summary(&snapshot).starts_with("cluster c: 1 allocation over the window"),
+            "{}",
+            summary(&snapshot)
+        );
+    }
 
     #[test]
     fn events_read_as_facts_not_as_struct_dumps() {

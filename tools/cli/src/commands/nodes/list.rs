@@ -3,7 +3,7 @@
 //! Place in the flow: a reader at the end; it prints what [`super::book`] folded from the node
 //! and maintenance events, and writes nothing.
 
-use fairshare_model::words::Gpus;
+use fairshare_model::words::{Gpus, count};
 
 use super::super::format_ms;
 use super::book::{NodeBook, Standing};
@@ -26,8 +26,8 @@ fn lines(book: &NodeBook, cluster: &str, now: i64) -> Vec<String> {
     };
     let gpus = Gpus(live().map(|e| u64::from(e.gpus)).sum());
     let mut out = vec![format!(
-        "cluster {cluster}: {} nodes, {gpus}",
-        live().count()
+        "cluster {cluster}: {}, {gpus}",
+        count(live().count() as u64, "node")
     )];
     if book.nodes.is_empty() {
         out.push(format!(

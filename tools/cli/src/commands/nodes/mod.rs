@@ -410,8 +410,9 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                     .map(String::as_str)
                     .collect();
                 if !in_service.is_empty() {
+                    let them = if in_service.len() == 1 { "it" } else { "them" };
                     bail!(
-                        "in service: {}; cordon them and wait until `fairshare node list` says \
+                        "in service: {}; cordon {them} and wait until `fairshare node list` says \
                          drained, or give --force; nothing written",
                         in_service.join(", ")
                     );
@@ -485,7 +486,14 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
         } => {
             let start_ms = parse_instant(&start, now).context("--start")?;
             let end_ms = parse_instant(&end, now).context("--end")?;
-            if end_ms <= start_ms {
+            if end_ms == start_ms {
+                bail!(
+                    "the window starts and ends at {}: it must end after it starts; nothing \
+                     written",
+                    format_ms(start_ms)
+                );
+            }
+            if end_ms < start_ms {
                 bail!(
                     "the window ends ({}) before it starts ({}); nothing written",
                     format_ms(end_ms),
