@@ -20,7 +20,9 @@
 //! The rule, for an allocation of floor `F` GPUs at `now`, `e` ms into the hour and `r` ms
 //! before its end:
 //! - owed so far `O = min(F x e, demand so far)`, run so far `R`; behind by `B = O - R` GPU-ms
-//!   (negative: ahead);
+//!   (negative: ahead). `e` is weighted by the GPUs registered over the hour, against those
+//!   registered now (registered GPU-ms so far over today's GPUs): a cluster whose nodes arrived
+//!   mid-hour owes nothing for the minutes before, as the accounting ledger counts capacity;
 //! - its floor moves by `B / max(r, 20 min)` GPUs, what it must run above (or may run below)
 //!   `F` for the rest of the hour to end it even, at most `+F` and at least `-F` (so between 0
 //!   and twice its share): not spread over less than 20 minutes, so the last minutes of an
@@ -118,8 +120,22 @@ impl HourMeter {
 /// at `now` (see the module doc). Unbalanced: [`DecisionState::hourly_floor_shifts`] scales
 /// the cuts.
 pub fn shift_milli(floor_milli: i128, run: u128, demand: u128, now: i64) -> i128 {
+    let elapsed = now.saturating_sub(hour_start(now));
+    shift_milli_owing(floor_milli, run, demand, elapsed, now)
+}
+
+/// [`shift_milli`] for an allocation owed its floor for `owed_ms` of the hour so far: the
+/// elapsed time weighted by the GPUs registered then, over those registered now (less than
+/// the time elapsed if the cluster had fewer GPUs, or none, earlier in the hour).
+pub fn shift_milli_owing(
+    floor_milli: i128,
+    run: u128,
+    demand: u128,
+    owed_ms: i64,
+    now: i64,
+) -> i128 {
     let start = hour_start(now);
-    let elapsed = i128::from(now.saturating_sub(start));
+    let elapsed = i128::from(owed_ms.max(0));
     let spread = i128::from(
         start
             .saturating_add(HOUR_MS)
@@ -179,10 +195,16 @@ impl DecisionState {
         if !self.hourly_floor {
             return Vec::new();
         }
+        // The hour so far, weighted by the GPUs registered over it: floors are fractions of the
+        // GPUs registered now, and the hour's owed time is of the GPUs registered then.
+        let (capacity_area, _) = self.capacity_meter.at(now);
+        let owed_ms = capacity_area
+            .checked_div(u128::from(self.inventory.total_gpus()))
+            .map_or(0, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
         let mut shifts: Vec<(usize, i128)> = allocations
             .filter_map(|(index, path, floor_milli)| {
                 let (run, demand) = self.meters.get(path)?.at(now);
-                let shift = shift_milli(floor_milli, run, demand, now);
+                let shift = shift_milli_owing(floor_milli, run, demand, owed_ms, now);
                 (shift != 0).then_some((index, shift))
             })
             .collect();

@@ -49,6 +49,7 @@ pub(crate) struct Stored {
     usage: Option<Usage>,
     promises: BTreeMap<Arc<str>, Promise>,
     meters: BTreeMap<Arc<str>, HourMeter>,
+    capacity_meter: HourMeter,
 }
 
 impl From<Stored> for DecisionState {
@@ -76,6 +77,7 @@ impl From<Stored> for DecisionState {
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,
             meters: s.meters,
+            capacity_meter: s.capacity_meter,
             hourly_floor: true,
         };
         for queue in state.queues.values_mut() {

@@ -548,6 +548,11 @@ pub struct DecisionState {
     pub(crate) share_floor: bool,
     /// Per allocation, its run and demand in the open clock hour ([`super::hourly`]).
     pub(crate) meters: BTreeMap<Arc<str>, HourMeter>,
+    /// The cluster's registered GPUs integrated over the open clock hour (its run meter; no
+    /// demand): what an allocation is owed so far this hour is its fraction of this, not of
+    /// today's GPUs times the minutes elapsed, which would count time before the cluster had
+    /// its nodes ([`super::hourly`]).
+    pub(crate) capacity_meter: HourMeter,
     /// Whether share floors move with each hour's owed time ([`super::hourly`]). A setting
     /// like the share floor: never checkpointed, on unless set off.
     #[serde(skip)]
@@ -628,6 +633,7 @@ impl DecisionState {
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,
             meters: BTreeMap::new(),
+            capacity_meter: HourMeter::default(),
             hourly_floor: true,
         }
     }
@@ -808,6 +814,7 @@ impl DecisionState {
                 check_cluster(&self.cluster, &n.cluster)?;
                 self.inventory.register(&n.node, n.gpus);
                 self.copy_inventory();
+                self.capacity_meter.set(at, self.inventory.total_gpus(), 0);
                 Ok(())
             }
             Body::NodeCordoned(n) => self.cordon(&n.cluster, &n.node, true),
@@ -822,6 +829,7 @@ impl DecisionState {
                 }
                 self.inventory.remove(&n.node);
                 self.copy_inventory();
+                self.capacity_meter.set(at, self.inventory.total_gpus(), 0);
                 self.maintenance.remove(&n.node);
                 Ok(())
             }

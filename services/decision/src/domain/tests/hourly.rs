@@ -63,6 +63,44 @@ fn a_meter_integrates_run_and_demand_within_the_hour_and_starts_each_hour_afresh
     assert_eq!(h.state.hour_meter("a"), before.hour_meter("a"));
 }
 
+/// A cluster whose nodes arrive part-way through an hour owes nothing for the minutes before:
+/// an allocation that ran its share since then is not behind (the demo starts mid-hour).
+#[test]
+fn time_before_the_nodes_were_registered_is_not_owed() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    let register = |h: &mut H, at: i64, node: &str| {
+        h.ok(
+            at,
+            Body::NodeRegistered(pb::NodeRegistered {
+                cluster: CLUSTER.into(),
+                node: node.into(),
+                gpus: 8,
+            }),
+        );
+    };
+    // Nodes from 30 min into the hour; a runs 8 GPUs (its floor) from then on, and asks for
+    // more; b runs 8 too.
+    register(&mut h, T + 30 * MIN, "n0");
+    register(&mut h, T + 30 * MIN, "n1");
+    h.running(T + 30 * MIN, "a1", "a", 600, &[("n0", 8)]);
+    h.running(T + 30 * MIN, "b1", "b", 600, &[("n1", 8)]);
+    h.submit(T + 30 * MIN, "a2", "a", 8, 3600);
+    // 40 min in: owed 8 GPUs x 10 min, and run as much: its floor stays 8. (Counting the
+    // hour from its start, a would be owed all it asked for, 16 x 10 min, 80 GPU-min behind
+    // over the 20 min left: raised to 12.)
+    assert_eq!(floor_gpus(&h, "a", T + 40 * MIN), 8.0);
+    assert_eq!(floor_gpus(&h, "b", T + 40 * MIN), 8.0);
+    // A node that joins later in the hour counts from then: with a third node at 40 min the
+    // floors are 12 GPUs, and at 45 min each allocation is owed half of 16 x 10 min + 24 x 5
+    // min = 140 GPU-min (capped by its demand). a ran 8 x 15 = 120 and asked for more: 20
+    // GPU-min behind over the 15 min left, 1.33 GPUs, so 1 whole GPU more. b asked for no more
+    // than it ran: owed 120, ran 120, unmoved.
+    register(&mut h, T + 40 * MIN, "n2");
+    assert_eq!(floor_gpus(&h, "a", T + 45 * MIN), 13.0);
+    assert_eq!(floor_gpus(&h, "b", T + 45 * MIN), 12.0);
+}
+
 #[test]
 fn a_floor_moves_by_what_is_behind_spread_over_the_rest_of_the_hour() {
     let big = u128::MAX / 4;
