@@ -1,6 +1,6 @@
 //! Counts in words for the messages people read (explanations, CLI output, audit findings):
-//! "1 GPU", "8 GPUs", "1 node". Recorded reasons in the log keep the words they were written with, since
-//! the audit compares them word for word.
+//! "1 GPU", "8 GPUs", "1 node". The preemption service's order reasons use them too: an audit
+//! of a log written before they did compares the old words (re-audit from a later sequence).
 
 use std::fmt;
 

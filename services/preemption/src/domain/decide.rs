@@ -30,6 +30,7 @@
 
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::hour::{HOUR_MS, hour_start};
+use fairshare_model::words::Gpus;
 
 use super::config::Config;
 use super::contract;
@@ -92,20 +93,20 @@ fn fair_share_reason(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> Str
     } else if victim.debug_by_window && plan.grounds == Grounds::BelowFloor {
         // The floor's comparison does not hold for this victim: the window took it.
         format!(
-            "allocation {} ranks below {} after charging the waiter {} GPUs x {} s, and held \
+            "allocation {} ranks below {} after charging the waiter {} x {} s, and held \
              at least its share floor, so a debug job may take a whole job of it",
             victim.allocation,
             w.allocation,
-            w.shape.total_gpus(),
+            Gpus(w.shape.total_gpus()),
             w.min_runtime_ms / 1000
         )
     } else {
         match plan.grounds {
             Grounds::Window => format!(
-                "allocation {} ranks below {} after charging the waiter {} GPUs x {} s",
+                "allocation {} ranks below {} after charging the waiter {} x {} s",
                 victim.allocation,
                 w.allocation,
-                w.shape.total_gpus(),
+                Gpus(w.shape.total_gpus()),
                 w.min_runtime_ms / 1000
             ),
             Grounds::BelowFloor => format!(

@@ -218,6 +218,29 @@ fn allocated_victims_must_rank_below_the_waiter_after_it_is_charged() {
 }
 
 #[test]
+fn a_one_gpu_waiters_window_reason_says_one_gpu() {
+    let mut h = H::new();
+    h.state.set_share_floor(false);
+    h.cfg.hysteresis_permille = 0;
+    h.two_teams();
+    h.node("n1", 8);
+    h.running(0, "x", "b", 3600, &[("n1", 8)]);
+    h.submit(0, "w", "a", 1, 3600);
+    let now = 5 * HOUR;
+    usage(&mut h, now, gpu_h(8.5));
+    let out = h.decide(now);
+    let Some(Body::PreemptionOrdered(p)) = out.first() else {
+        panic!("{out:?}")
+    };
+    assert!(
+        p.reason
+            .contains("allocation b ranks below a after charging the waiter 1 GPU x 3600 s"),
+        "{}",
+        p.reason
+    );
+}
+
+#[test]
 fn never_a_victim_of_the_waiters_own_allocation() {
     let mut h = H::new();
     h.two_teams();
