@@ -6,6 +6,7 @@
 
 use fairshare_events::pb;
 
+use super::debug;
 use super::decide::{WaitReason, decide};
 use super::rank::{self, FairTree};
 use super::state::{DecisionState, JobStatus};
@@ -131,13 +132,29 @@ pub fn explain(
                 if let Some(r) = behind {
                     // The preemption service walks the same line (`victims::fair_share`): it
                     // orders allocated work off for the first waiter that does not fit, and
-                    // for nobody behind it while no allowed victim can help that one.
+                    // for nobody behind it while no allowed victim can help that one, except
+                    // by moving work into free GPUs elsewhere (packing). Debug jobs under
+                    // their allowance are met before that walk.
+                    let debug = state.debug_allowance_gpus() > 0
+                        && debug::is_debug(
+                            job.request.shape.total_gpus(),
+                            job.request.min_runtime_ms,
+                            state.debug_allowance_gpus(),
+                        );
+                    let exception = if debug {
+                        "; as a debug job it may still have work past its minimum runtime \
+                         ordered off for it before that, while its allocation's debug \
+                         allowance has room"
+                    } else {
+                        ""
+                    };
                     explanation.reason.push_str(&format!(
                         "; job {} of {} ranks ahead of it and holds the cycle's reservation: \
                          preemption makes room for waiting jobs one at a time in this order, so \
                          for this one only once that job fits or is being made room for (until \
                          then, only unallocated work off the reserved nodes may be ordered off \
-                         for it)",
+                         for it, or work moved into free GPUs on other nodes to make room on \
+                         one){exception}",
                         r.job_id, r.allocation
                     ));
                 }

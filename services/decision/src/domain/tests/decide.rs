@@ -796,6 +796,16 @@ fn explain_names_the_reserved_job_a_waiting_job_is_behind() {
         "{}",
         second.reason
     );
+    // What may still be ordered off for it meanwhile: unallocated work off the reserved
+    // nodes, and packing moves; it is no debug job, so nothing is said of the allowance.
+    assert!(
+        second
+            .reason
+            .contains("or work moved into free GPUs on other nodes to make room on one)"),
+        "{}",
+        second.reason
+    );
+    assert!(!second.reason.contains("debug"), "{}", second.reason);
     // The reserved job itself is told of its reservation, not of itself.
     let first = explain("first");
     assert_eq!(first.reason_code, "reservation_pending");
@@ -992,5 +1002,35 @@ fn waiting_reasons_give_instants_as_utc_dates() {
         "holds a reservation; the work on its GPUs can be reclaimed from 2026-11-30T08:21:08.873Z at \
          the earliest (once its minimum runtimes end), if the preemption rules let it go for this \
          job, and otherwise as it ends"
+    );
+}
+
+/// A debug job behind the reservation holder is told that, as a debug job, it may still have
+/// work past its minimum runtime ordered off for it while its allocation's allowance has room:
+/// the preemption service meets debug jobs under their allowance before the rank walk.
+#[test]
+fn a_debug_job_behind_the_reservation_is_told_of_the_allowance() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    // a's debug allowance (2 GPUs) is in use, so its next debug job waits in rank order.
+    h.state.set_debug_allowance_gpus(2);
+    h.running(NOW - 5 * MIN, "adbg", "a", 600, &[("n0", 2)]);
+    h.running(NOW - 30 * MIN, "r0", "b", 3600, &[("n0", 6)]);
+    h.running(NOW - 30 * MIN, "r1", "b", 2 * 3600, &[("n1", 8)]);
+    h.submit_full(NOW - 50, "first", "a", 1, 8, 3600, 10, true);
+    h.submit_full(NOW - 40, "dbg", "a", 1, 1, 600, 0, true);
+    let d = h.decide(NOW);
+    assert_eq!(d.reservation.as_ref().map(|r| r.job_id), Some("first"));
+    let dbg = crate::domain::explain(&h.state, "dbg", NOW).unwrap();
+    assert!(
+        dbg.reason
+            .contains("ranks ahead of it and holds the cycle's reservation")
+            && dbg.reason.ends_with(
+                "; as a debug job it may still have work past its minimum runtime ordered off \
+                 for it before that, while its allocation's debug allowance has room"
+            ),
+        "{}",
+        dbg.reason
     );
 }

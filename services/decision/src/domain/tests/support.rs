@@ -52,6 +52,7 @@ impl H {
         // Settings, not checkpointed: the service sets them again on loading.
         restored.set_share_floor(self.state.share_floor());
         restored.set_hourly_floor(self.state.hourly_floor());
+        restored.set_debug_allowance_gpus(self.state.debug_allowance_gpus());
         assert_eq!(
             restored, self.state,
             "derived state drifted at {}",
