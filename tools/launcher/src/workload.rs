@@ -9,7 +9,9 @@
 //!   duration clamped to [1 min, 30 min] (the simulator's default: the checkpoint interval);
 //! - minimum runtimes are in job time, so they are divided by the time scale like durations
 //!   (at least 1 s): the services protect a job for clock time, and at 60x a 30-minute
-//!   protection unscaled would outlast the job, and nothing would ever be rotated;
+//!   protection unscaled would outlast the job, and nothing would ever be rotated. (So every
+//!   scaled minimum runtime is under the services' 15-minute debug limit: at 60x, every
+//!   allocated job of 1-2 GPUs is a debug job to the services, not only the ones below.)
 //! - the payload is `sleep <duration>`, which the demo launcher honours.
 
 use fairshare_events::pb;
