@@ -85,6 +85,9 @@ pub enum WaitReason<'s> {
     ReservationPending {
         /// When the reserved GPUs are expected to be reclaimable.
         start_ms: i64,
+        /// Whether that is the cycle's own time: the work there is past its minimum runtimes
+        /// already, and only the preemption rules, or its end, decide when it goes.
+        reclaimable_now: bool,
     },
     /// It would fit now, but only on GPUs reserved for a higher-ranked job, and its minimum
     /// runtime ends after that reservation's start.
@@ -150,7 +153,15 @@ impl fmt::Display for WaitReason<'_> {
                     )
                 }
             }
-            WaitReason::ReservationPending { start_ms } => write!(
+            WaitReason::ReservationPending {
+                reclaimable_now: true,
+                ..
+            } => f.write_str(
+                "holds a reservation; the work on its GPUs is past its minimum runtimes \
+                 already: it goes for this job when the preemption rules let it, and otherwise \
+                 as it ends",
+            ),
+            WaitReason::ReservationPending { start_ms, .. } => write!(
                 f,
                 "holds a reservation; the work on its GPUs can be reclaimed from {} at the \
                  earliest (once its minimum runtimes end), if the preemption rules let it go \
@@ -411,6 +422,7 @@ impl<'s> Cycle<'s> {
         self.guard = Some(plan.guard.for_allocation(allocation));
         Some(WaitReason::ReservationPending {
             start_ms: plan.start_ms,
+            reclaimable_now: plan.start_ms <= self.now,
         })
     }
 

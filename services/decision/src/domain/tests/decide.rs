@@ -996,12 +996,24 @@ fn a_cycle_can_place_only_queued_shapes_that_fit_the_free_gpus() {
 fn waiting_reasons_give_instants_as_utc_dates() {
     let r = WaitReason::ReservationPending {
         start_ms: 1_796_026_868_873,
+        reclaimable_now: false,
     };
     assert_eq!(
         r.to_string(),
         "holds a reservation; the work on its GPUs can be reclaimed from 2026-11-30T08:21:08.873Z at \
          the earliest (once its minimum runtimes end), if the preemption rules let it go for this \
          job, and otherwise as it ends"
+    );
+    // Reclaimable at the cycle's own time: no date that reads like "about to start".
+    let now = WaitReason::ReservationPending {
+        start_ms: 1_796_026_868_873,
+        reclaimable_now: true,
+    };
+    assert!(!now.to_string().contains("2026"), "{now}");
+    assert!(
+        now.to_string()
+            .contains("past its minimum runtimes already"),
+        "{now}"
     );
 }
 
