@@ -199,7 +199,7 @@ impl DecisionState {
         // GPUs registered now, and the hour's owed time is of the GPUs registered then.
         let (capacity_area, _) = self.capacity_meter.at(now);
         let owed_ms = capacity_area
-            .checked_div(u128::from(self.inventory.total_gpus()))
+            .checked_div(u128::from(self.total_gpus()))
             .map_or(0, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
         let mut shifts: Vec<(usize, i128)> = allocations
             .filter_map(|(index, path, floor_milli)| {

@@ -814,7 +814,7 @@ impl DecisionState {
                 check_cluster(&self.cluster, &n.cluster)?;
                 self.inventory.register(&n.node, n.gpus);
                 self.copy_inventory();
-                self.capacity_meter.set(at, self.inventory.total_gpus(), 0);
+                self.capacity_meter.set(at, self.total_gpus(), 0);
                 Ok(())
             }
             Body::NodeCordoned(n) => self.cordon(&n.cluster, &n.node, true),
@@ -829,7 +829,7 @@ impl DecisionState {
                 }
                 self.inventory.remove(&n.node);
                 self.copy_inventory();
-                self.capacity_meter.set(at, self.inventory.total_gpus(), 0);
+                self.capacity_meter.set(at, self.total_gpus(), 0);
                 self.maintenance.remove(&n.node);
                 Ok(())
             }

@@ -29,8 +29,8 @@
 //! client's buffer has landed by then. It may land after the node event: a cordon or a
 //! maintenance window then drains it as it drains the jobs that were there already (see the
 //! preemption service's `drain`); a node removed or shrunk meanwhile is not covered. Only
-//! looked up: one
-//! the server refused for good (a stream that is not there, a message over its size limit).
+//! looked up: one the server refused for good (a stream that is not there, a message over its
+//! size limit).
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use fairshare_events::headers::TraceParent;

@@ -62,13 +62,19 @@ fn order(grounded: Grounded<'_>, basis: pb::DecisionBasis, deadline: i64) -> Bod
     Body::PreemptionOrdered(ordered)
 }
 
+/// Whether `victim` went for a debug waiter below its floor by the window alone (its
+/// allocation held its floor): the plan's floor grounds do not describe it.
+fn debug_by_window(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> bool {
+    victim.debug_by_window && plan.grounds == Grounds::BelowFloor
+}
+
 /// The rule that lets `victim` go for the plan's waiter, as [`fair_share_reason`] words it.
 fn fair_share_cause(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> pb::PreemptionCause {
     if victim.unallocated {
         pb::PreemptionCause::Unallocated
     } else if victim.allocation == plan.waiter.allocation {
         pb::PreemptionCause::DebugAllowance
-    } else if victim.debug_by_window && plan.grounds == Grounds::BelowFloor {
+    } else if debug_by_window(plan, victim) {
         pb::PreemptionCause::Window
     } else {
         match plan.grounds {
@@ -90,7 +96,7 @@ fn fair_share_reason(plan: &VictimPlan<'_>, victim: &victims::Victim<'_>) -> Str
             "the victim is {}'s own work past its minimum runtime, given up for its debug allowance",
             w.allocation
         )
-    } else if victim.debug_by_window && plan.grounds == Grounds::BelowFloor {
+    } else if debug_by_window(plan, victim) {
         // The floor's comparison does not hold for this victim: the window took it.
         format!(
             "allocation {} ranks below {} after charging the waiter {} x {} s, and held \
