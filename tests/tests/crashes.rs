@@ -150,9 +150,9 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
     let clock = Arc::new(SystemClock);
     let dir = dirs.join(format!("{kind:?}"));
     let forever = std::future::pending::<()>();
+    let js = jetstream::new(client.clone());
     match kind {
         Kind::Submission => {
-            let js = jetstream::new(client.clone());
             let config = fairshare_submission::Config {
                 checkpoint_dir: Some(dir),
                 ..Default::default()
@@ -160,17 +160,19 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             let service =
                 fairshare_submission::shell::Service::start(client, config, clock).await?;
             let rebuilt = service.state();
-            let mut scratch = fairshare_submission::domain::SubmissionState::default();
-            let filters = fairshare_submission::shell::log_filters();
-            for entry in entries_through(&js, filters, rebuilt.last_sequence).await {
-                fairshare_submission::shell::apply_entry(&mut scratch, &entry);
-            }
+            let scratch = folded_through(
+                &js,
+                fairshare_submission::shell::log_filters(),
+                rebuilt.last_sequence,
+                fairshare_submission::domain::SubmissionState::default(),
+                fairshare_submission::shell::apply_entry,
+            )
+            .await;
             assert_eq!(rebuilt, scratch, "submission fold rebuilt at restart");
             let resumed_from = service.resumed_from();
             Ok((serving(service.serve(forever)), resumed_from))
         }
         Kind::Accounting => {
-            let js = jetstream::new(client.clone());
             let config = fairshare_accounting::shell::Config {
                 snapshot_every: Duration::from_millis(500),
                 cluster: Some(CLUSTER.into()),
@@ -180,39 +182,38 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             let service =
                 fairshare_accounting::shell::Service::start(client, config, clock).await?;
             let rebuilt = service.fold();
-            let mut scratch = fairshare_accounting::domain::UsageFold::new(fold_config);
-            let filters = fairshare_accounting::shell::log_filters(Some(CLUSTER));
-            for entry in entries_through(&js, filters, rebuilt.last_applied()).await {
-                fairshare_accounting::shell::apply_entry(&mut scratch, &entry);
-            }
+            let scratch = folded_through(
+                &js,
+                fairshare_accounting::shell::log_filters(Some(CLUSTER)),
+                rebuilt.last_applied(),
+                fairshare_accounting::domain::UsageFold::new(fold_config),
+                fairshare_accounting::shell::apply_entry,
+            )
+            .await;
             assert_eq!(rebuilt, &scratch, "accounting fold rebuilt at restart");
             let resumed_from = service.resumed_from();
             Ok((serving(service.serve(forever)), resumed_from))
         }
         Kind::Decision => {
-            let js = jetstream::new(client.clone());
             let config = fairshare_decision::shell::Config {
                 checkpoint_dir: Some(dir),
                 ..fairshare_decision::shell::Config::new(CLUSTER)
             };
             let service = fairshare_decision::shell::Service::start(client, config, clock).await?;
             let rebuilt = service.fold();
-            let mut scratch = fairshare_decision::shell::LogFold::new(CLUSTER);
-            for entry in entries_through(
+            let scratch = folded_through(
                 &js,
                 vec![subjects::cluster_events(CLUSTER)],
                 rebuilt.last_applied(),
+                fairshare_decision::shell::LogFold::new(CLUSTER),
+                |fold, entry| fold.apply(entry),
             )
-            .await
-            {
-                scratch.apply(&entry);
-            }
+            .await;
             assert_eq!(rebuilt, &scratch, "decision fold rebuilt at restart");
             let resumed_from = service.resumed_from();
             Ok((serving(service.serve(forever)), resumed_from))
         }
         Kind::Preemption => {
-            let js = jetstream::new(client.clone());
             let config = fairshare_preemption::shell::Config {
                 policy: policy(),
                 checkpoint_dir: Some(dir),
@@ -221,21 +222,34 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             let service =
                 fairshare_preemption::shell::Service::start(client, config, clock).await?;
             let rebuilt = service.fold();
-            let mut scratch = fairshare_preemption::shell::ShellFold::new(CLUSTER);
-            for entry in entries_through(
+            let scratch = folded_through(
                 &js,
                 vec![subjects::cluster_events(CLUSTER)],
                 rebuilt.last_applied(),
+                fairshare_preemption::shell::ShellFold::new(CLUSTER),
+                |fold, entry| fold.apply(entry),
             )
-            .await
-            {
-                scratch.apply(&entry);
-            }
+            .await;
             assert_eq!(rebuilt, &scratch, "preemption fold rebuilt at restart");
             let resumed_from = service.resumed_from();
             Ok((serving(service.serve(forever)), resumed_from))
         }
     }
+}
+
+/// `state` with the log's entries on `filters` through sequence `through` folded into it by
+/// `apply`: the fold from scratch that a restarted service's must equal.
+async fn folded_through<S, R>(
+    js: &jetstream::Context,
+    filters: Vec<String>,
+    through: u64,
+    mut state: S,
+    apply: impl Fn(&mut S, &LogEntry) -> R,
+) -> S {
+    for entry in entries_through(js, filters, through).await {
+        apply(&mut state, &entry);
+    }
+    state
 }
 
 /// The log's entries on `filters` through sequence `through` (none for 0), as a service

@@ -106,22 +106,11 @@ pub(super) fn summary(body: &Body) -> String {
         Body::NodeDrained(n) => format!("node {} of {}", n.node, n.cluster),
         Body::NodeRemoved(n) => format!("node {} of {}", n.node, n.cluster),
         Body::MaintenanceScheduled(m) => format!(
-            "{} {} of {}: {} to {}: {}",
-            node_or_nodes(m.nodes.len()),
-            m.nodes.join(","),
-            m.cluster,
-            format_ms(m.start_ms),
-            format_ms(m.end_ms),
+            "{}: {}",
+            window(&m.nodes, &m.cluster, m.start_ms, m.end_ms),
             or_none(&m.reason)
         ),
-        Body::MaintenanceCancelled(m) => format!(
-            "{} {} of {}: {} to {}",
-            node_or_nodes(m.nodes.len()),
-            m.nodes.join(","),
-            m.cluster,
-            format_ms(m.start_ms),
-            format_ms(m.end_ms)
-        ),
+        Body::MaintenanceCancelled(m) => window(&m.nodes, &m.cluster, m.start_ms, m.end_ms),
         Body::UsageSnapshot(u) => format!(
             "cluster {}: {} over the window to {}, through #{}",
             u.cluster,
@@ -167,8 +156,15 @@ fn basis(basis: &Option<pb::DecisionBasis>) -> String {
     })
 }
 
-fn node_or_nodes(n: usize) -> &'static str {
-    if n == 1 { "node" } else { "nodes" }
+/// A maintenance window's nodes and times: "node n1 of c: <start> to <end>".
+fn window(nodes: &[String], cluster: &str, start_ms: i64, end_ms: i64) -> String {
+    let kind = if nodes.len() == 1 { "node" } else { "nodes" };
+    format!(
+        "{kind} {} of {cluster}: {} to {}",
+        nodes.join(","),
+        format_ms(start_ms),
+        format_ms(end_ms)
+    )
 }
 
 fn or_none(text: &str) -> &str {
