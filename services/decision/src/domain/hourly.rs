@@ -22,7 +22,10 @@
 //! - owed so far `O = min(F x e, demand so far)`, run so far `R`; behind by `B = O - R` GPU-ms
 //!   (negative: ahead). `e` is weighted by the GPUs registered over the hour, against those
 //!   registered now (registered GPU-ms so far over today's GPUs): a cluster whose nodes arrived
-//!   mid-hour owes nothing for the minutes before, as the accounting ledger counts capacity;
+//!   mid-hour owes nothing for the minutes before, as the accounting ledger counts capacity.
+//!   A budget tree applied mid-hour owes each allocation its old fraction of the registered
+//!   GPU-ms before the change and its new one after ([`OwedBefore`]), as the ledger splits
+//!   the hour, so a manager's change neither back-dates nor forgets the owed time;
 //! - its floor moves by `B / max(r, 20 min)` GPUs, what it must run above (or may run below)
 //!   `F` for the rest of the hour to end it even, at most `+F` and at least `-F` (so between 0
 //!   and twice its share): not spread over less than 20 minutes, so the last minutes of an
@@ -37,8 +40,10 @@
 //!
 //! All in integers: meters in GPU-ms, shifts in thousandths of a GPU.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use fairshare_model::budget::BudgetTree;
 use fairshare_model::hour::{HOUR_MS, hour_of, hour_start};
 use serde::{Deserialize, Serialize};
 
@@ -115,23 +120,94 @@ impl HourMeter {
     }
 }
 
+/// Owed time of the open clock hour under budget trees replaced within it: what each
+/// allocation was owed before the newest tree of the hour took over. Without it, a tree applied
+/// mid-hour would owe every allocation its new fraction for the whole hour.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwedBefore {
+    /// The clock hour (Unix epoch hours) the figures are of; other hours owe nothing before.
+    hour: i64,
+    /// The cluster's registered GPU-ms of that hour up to its last budget change: the newest
+    /// tree owes its fractions of what the capacity meter adds after this.
+    capacity_from: u128,
+    /// Per allocation path, thousandths of a GPU-ms owed in that hour before its last
+    /// budget change (its fraction of the registered GPU-ms under each earlier tree).
+    milli: BTreeMap<Arc<str>, u128>,
+}
+
+impl OwedBefore {
+    /// Closes the stretch of the hour owed under `tree` (the tree in force until now), at the
+    /// cluster's registered GPU-ms `capacity_area` of `now`'s hour, before a new tree applies.
+    pub(crate) fn close(&mut self, tree: Option<&BudgetTree>, capacity_area: u128, now: i64) {
+        let hour = hour_of(now);
+        if hour != self.hour {
+            *self = OwedBefore {
+                hour,
+                ..OwedBefore::default()
+            };
+        }
+        let stretch = capacity_area.saturating_sub(self.capacity_from);
+        self.capacity_from = self.capacity_from.max(capacity_area);
+        let Some(tree) = tree else {
+            return;
+        };
+        if stretch == 0 {
+            return;
+        }
+        for (account, f) in tree.accounts.iter().zip(tree.fractions()) {
+            if !account.is_allocation() || f.num == 0 {
+                continue;
+            }
+            let owed = f.num.saturating_mul(stretch).saturating_mul(MILLI as u128) / f.den.max(1);
+            let entry = self
+                .milli
+                .entry(Arc::from(account.path.as_str()))
+                .or_insert(0);
+            *entry = entry.saturating_add(owed);
+        }
+    }
+
+    /// The registered GPU-ms of `now`'s hour that the tree in force owes its fractions of
+    /// from: those before its application, if that was this hour.
+    fn capacity_from(&self, now: i64) -> u128 {
+        if hour_of(now) == self.hour {
+            self.capacity_from
+        } else {
+            0
+        }
+    }
+
+    /// Thousandths of a GPU-ms `allocation` was owed in `now`'s hour under the trees the one
+    /// in force replaced.
+    fn milli(&self, allocation: &str, now: i64) -> u128 {
+        if hour_of(now) == self.hour {
+            self.milli.get(allocation).copied().unwrap_or(0)
+        } else {
+            0
+        }
+    }
+}
+
 /// How far to move a floor of `floor_milli` thousandths of a GPU, in thousandths of a GPU,
 /// for an allocation that ran `run` and held or waited for `demand` GPU-ms of the hour so far,
 /// at `now` (see the module doc). Unbalanced: [`DecisionState::hourly_floor_shifts`] scales
 /// the cuts.
 pub fn shift_milli(floor_milli: i128, run: u128, demand: u128, now: i64) -> i128 {
     let elapsed = now.saturating_sub(hour_start(now));
-    shift_milli_owing(floor_milli, run, demand, elapsed, now)
+    shift_milli_owing(floor_milli, run, demand, elapsed, 0, now)
 }
 
 /// [`shift_milli`] for an allocation owed its floor for `owed_ms` of the hour so far: the
 /// elapsed time weighted by the GPUs registered then, over those registered now (less than
-/// the time elapsed if the cluster had fewer GPUs, or none, earlier in the hour).
+/// the time elapsed if the cluster had fewer GPUs, or none, earlier in the hour), on top of
+/// `owed_before_milli` thousandths of a GPU-ms owed under budget trees replaced this hour
+/// (`owed_ms` then counts from the last change).
 pub fn shift_milli_owing(
     floor_milli: i128,
     run: u128,
     demand: u128,
     owed_ms: i64,
+    owed_before_milli: u128,
     now: i64,
 ) -> i128 {
     let start = hour_start(now);
@@ -146,6 +222,7 @@ pub fn shift_milli_owing(
     // Everything in thousandths of a GPU-ms.
     let owed = floor_milli
         .saturating_mul(elapsed)
+        .saturating_add(i(owed_before_milli))
         .min(i(demand).saturating_mul(MILLI));
     let behind = owed.saturating_sub(i(run).saturating_mul(MILLI));
     whole_gpus((behind / spread).clamp(-floor_milli, floor_milli))
@@ -197,14 +274,18 @@ impl DecisionState {
         }
         // The hour so far, weighted by the GPUs registered over it: floors are fractions of the
         // GPUs registered now, and the hour's owed time is of the GPUs registered then.
+        // Under the tree in force, from its application if that was this hour; under the trees
+        // it replaced, what `owed_before` kept.
         let (capacity_area, _) = self.capacity_meter.at(now);
         let owed_ms = capacity_area
+            .saturating_sub(self.owed_before.capacity_from(now))
             .checked_div(u128::from(self.total_gpus()))
             .map_or(0, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
         let mut shifts: Vec<(usize, i128)> = allocations
             .filter_map(|(index, path, floor_milli)| {
                 let (run, demand) = self.meters.get(path)?.at(now);
-                let shift = shift_milli_owing(floor_milli, run, demand, owed_ms, now);
+                let before = self.owed_before.milli(path, now);
+                let shift = shift_milli_owing(floor_milli, run, demand, owed_ms, before, now);
                 (shift != 0).then_some((index, shift))
             })
             .collect();

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::debug;
 use super::flat::FlatMap;
 use super::flight::FlightIndex;
-use super::hourly::HourMeter;
+use super::hourly::{HourMeter, OwedBefore};
 use super::nodes::NodeIndex;
 use super::promise::Promise;
 use super::queue::SortedChunks;
@@ -50,6 +50,7 @@ pub(crate) struct Stored {
     promises: BTreeMap<Arc<str>, Promise>,
     meters: BTreeMap<Arc<str>, HourMeter>,
     capacity_meter: HourMeter,
+    owed_before: OwedBefore,
 }
 
 impl From<Stored> for DecisionState {
@@ -78,6 +79,7 @@ impl From<Stored> for DecisionState {
             share_floor: true,
             meters: s.meters,
             capacity_meter: s.capacity_meter,
+            owed_before: s.owed_before,
             hourly_floor: true,
         };
         for queue in state.queues.values_mut() {

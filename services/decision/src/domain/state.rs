@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use super::debug;
 use super::flat::FlatMap;
 use super::flight::FlightIndex;
-use super::hourly::HourMeter;
+use super::hourly::{HourMeter, OwedBefore};
 use super::nodes::NodeIndex;
 use super::persist;
 use super::promise::Promise;
@@ -553,6 +553,9 @@ pub struct DecisionState {
     /// today's GPUs times the minutes elapsed, which would count time before the cluster had
     /// its nodes ([`super::hourly`]).
     pub(crate) capacity_meter: HourMeter,
+    /// What each allocation was owed this hour under budget trees replaced within it
+    /// ([`super::hourly::OwedBefore`]).
+    pub(crate) owed_before: OwedBefore,
     /// Whether share floors move with each hour's owed time ([`super::hourly`]). A setting
     /// like the share floor: never checkpointed, on unless set off.
     #[serde(skip)]
@@ -634,6 +637,7 @@ impl DecisionState {
             share_floor: true,
             meters: BTreeMap::new(),
             capacity_meter: HourMeter::default(),
+            owed_before: OwedBefore::default(),
             hourly_floor: true,
         }
     }
@@ -805,6 +809,9 @@ impl DecisionState {
                 check_cluster(&self.cluster, &b.cluster)?;
                 // An invalid tree is refused whole; the one in force stays.
                 let tree = BudgetTree::from_accounts(&b.accounts)?;
+                let (capacity_area, _) = self.capacity_meter.at(at);
+                self.owed_before
+                    .close(self.tree.as_ref(), capacity_area, at);
                 self.allocations_by_path = rank::allocations_by_path(&tree);
                 self.tree = Some(tree);
                 self.resolve_holder_accounts();

@@ -101,6 +101,35 @@ fn time_before_the_nodes_were_registered_is_not_owed() {
     assert_eq!(floor_gpus(&h, "b", T + 45 * MIN), 12.0);
 }
 
+/// A budget tree applied mid-hour owes each allocation its old fraction before and its new one
+/// after, as the accounting ledger splits the hour: not its new fraction for the whole hour.
+#[test]
+fn a_budget_changed_mid_hour_owes_the_old_fractions_before_the_change() {
+    let mut h = two_on_two();
+    // From before the hour: a runs 8 GPUs and asks for 8 more, b runs 8.
+    h.running(T - HOUR, "a1", "a", 600, &[("n0", 8)]);
+    h.submit(T - HOUR, "a2", "a", 8, 3600);
+    h.running(T - HOUR, "b1", "b", 600, &[("n1", 8)]);
+    // 30 min in, the manager gives a three quarters: floors 12 and 4.
+    h.ok(
+        T + 30 * MIN,
+        Body::BudgetTreeSet(pb::BudgetTreeSet {
+            cluster: CLUSTER.into(),
+            accounts: vec![leaf("a", 3), leaf("b", 1)],
+        }),
+    );
+    // 45 min in, a is owed 8 x 30 + 12 x 15 = 420 GPU-min and ran 360: 60 behind over the
+    // 20 min spread, 3 GPUs more. b is owed 8 x 30 + 4 x 15 = 300 and ran 360: 3 fewer,
+    // balanced against a's raise. (Owed the new fractions for the whole hour, a would be
+    // 180 behind, raised to 21, and b cut to 0.)
+    assert_eq!(floor_gpus(&h, "a", T + 45 * MIN), 15.0);
+    assert_eq!(floor_gpus(&h, "b", T + 45 * MIN), 1.0);
+    // The next hour owes the new fractions from its start: a 12 x 30 = 360 against 240 run,
+    // 120 behind over the 30 min left; b 120 against 240, cut by its whole floor.
+    assert_eq!(floor_gpus(&h, "a", T + HOUR + 30 * MIN), 16.0);
+    assert_eq!(floor_gpus(&h, "b", T + HOUR + 30 * MIN), 0.0);
+}
+
 #[test]
 fn a_floor_moves_by_what_is_behind_spread_over_the_rest_of_the_hour() {
     let big = u128::MAX / 4;
