@@ -138,6 +138,7 @@ pub struct OwedBefore {
 impl OwedBefore {
     /// Closes the stretch of the hour owed under `tree` (the tree in force until now), at the
     /// cluster's registered GPU-ms `capacity_area` of `now`'s hour, before a new tree applies.
+    /// With no tree before, nothing was owed: the first tree owes from its application.
     pub(crate) fn close(&mut self, tree: Option<&BudgetTree>, capacity_area: u128, now: i64) {
         let hour = hour_of(now);
         if hour != self.hour {
