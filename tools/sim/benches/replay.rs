@@ -4,13 +4,16 @@
 //!
 //! `cargo bench -p fairshare-sim --bench replay` (rounds: `FAIRSHARE_BENCH_ROUNDS`, default 3).
 //! Times are wall-clock medians of the rounds, one policy at a time on one core; mapping the
-//! trace and measuring the log are outside the timed part.
+//! trace and measuring the log are outside the timed part. For fairshare it also prints where
+//! the median round's time went ([`fairshare_sim::engine::times`]): each service's fold, the
+//! decision cycles and preemption passes, each counted once.
 
 use std::time::{Duration, Instant};
 
 use fairshare_model::trace::parse_replay;
 use fairshare_sim::baseline;
-use fairshare_sim::engine::{self, EngineConfig};
+use fairshare_sim::engine::times::{Part, PartTimes};
+use fairshare_sim::engine::{self, EngineConfig, EngineStats};
 use fairshare_sim::mapping::MappingRules;
 use fairshare_sim::setup::{EPOCH_MS, Setup};
 use fairshare_sim::simulate::Policy;
@@ -63,10 +66,16 @@ fn bench(name: &str, setup: &Setup, workload: &Workload, rounds: usize) {
     for policy in Policy::all() {
         let mut times = Vec::new();
         let mut events = 0;
+        // The fairshare round of median time, with its parts and counts.
+        let mut fairshare_rounds: Vec<(Duration, PartTimes, EngineStats)> = Vec::new();
         for _ in 0..rounds {
             let started = Instant::now();
             let log = match policy {
-                Policy::Fairshare => engine::run(setup, workload, &config, |_| {}).log,
+                Policy::Fairshare => {
+                    let run = engine::run(setup, workload, &config, |_| {});
+                    fairshare_rounds.push((started.elapsed(), run.times, run.stats));
+                    run.log
+                }
                 Policy::Baseline(b) => baseline::run(b, setup, workload),
             };
             times.push(started.elapsed());
@@ -84,7 +93,42 @@ fn bench(name: &str, setup: &Setup, workload: &Workload, rounds: usize) {
             events,
             events as f64 / m.as_secs_f64()
         );
+        fairshare_rounds.sort_by_key(|(wall, _, _)| *wall);
+        if let Some((wall, parts, stats)) = fairshare_rounds.get(fairshare_rounds.len() / 2) {
+            print_parts(*wall, parts, stats);
+        }
     }
+}
+
+/// Where one fairshare round's time went, part by part, and how often each ran.
+fn print_parts(wall: Duration, parts: &PartTimes, stats: &EngineStats) {
+    println!(
+        "    median round, {} steps, {} decision cycles ({} placing, {} known empty), {} \
+         preemption passes, {} snapshots:",
+        stats.steps,
+        stats.cycles,
+        stats.placing_cycles,
+        stats.known_empty_cycles,
+        stats.passes,
+        stats.snapshots
+    );
+    let share = |d: Duration| 100.0 * d.as_secs_f64() / wall.as_secs_f64().max(1e-9);
+    for part in Part::ALL {
+        let d = parts.get(part);
+        println!(
+            "      {:<34} {:>7.3} s  {:>5.1}%",
+            part.name(),
+            d.as_secs_f64(),
+            share(d)
+        );
+    }
+    let rest = wall.saturating_sub(parts.total());
+    println!(
+        "      {:<34} {:>7.3} s  {:>5.1}%",
+        "the rest (agenda, launcher, log)",
+        rest.as_secs_f64(),
+        share(rest)
+    );
 }
 
 fn main() {

@@ -20,8 +20,10 @@
 pub mod agenda;
 pub mod launcher;
 pub mod services;
+pub mod times;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use fairshare_accounting::domain::FoldConfig;
 use fairshare_decision::domain::debug::DEFAULT_DEBUG_ALLOWANCE_GPUS;
@@ -35,6 +37,7 @@ use crate::workload::{Workload, job_id};
 use agenda::{Agenda, Happening};
 use launcher::SimLauncher;
 use services::Services;
+use times::{Part, PartTimes};
 
 /// How the simulated services and launcher behave.
 #[derive(Debug, Clone)]
@@ -166,6 +169,8 @@ pub struct FairshareRun {
     pub log: Vec<pb::Event>,
     /// Counts.
     pub stats: EngineStats,
+    /// Wall time per part of the run, for the bench (never in the report: it varies).
+    pub times: PartTimes,
 }
 
 /// The simulation in progress.
@@ -242,6 +247,7 @@ pub fn run(
     FairshareRun {
         log: engine.services.log,
         stats: engine.stats,
+        times: engine.services.times,
     }
 }
 
@@ -298,7 +304,10 @@ impl Engine<'_> {
             return;
         };
         let request = job.request(&self.setup.cluster);
-        match check_submission(&self.services.submission, &request, &self.config.limits) {
+        let start = Instant::now();
+        let checked = check_submission(&self.services.submission, &request, &self.config.limits);
+        self.services.times.add_since(Part::SubmissionChecks, start);
+        match checked {
             Ok(Checked::New(shape)) => {
                 let id = job_id(index, job.submit_ms);
                 self.launcher
@@ -377,7 +386,10 @@ impl Engine<'_> {
         if !due {
             return;
         }
-        let Ok(report) = self.services.accounting.window(&self.setup.cluster, now) else {
+        let start = Instant::now();
+        let report = self.services.accounting.window(&self.setup.cluster, now);
+        self.services.times.add_since(Part::Snapshots, start);
+        let Ok(report) = report else {
             return;
         };
         let window_ms = self.config.window.window_ms();
@@ -407,16 +419,19 @@ impl Engine<'_> {
         // outcome (nothing) is known without the ranking and packing. GPUs promised to a
         // waiting job are free for that job alone, so they count only for it. (The snapshot
         // just appended changes no node's load.)
-        if !self
+        let start = Instant::now();
+        let fits = self
             .services
             .preemption
             .decision()
-            .any_queued_shape_fits_at(&room, now)
-        {
+            .any_queued_shape_fits_at(&room, now);
+        if !fits {
+            self.services.times.add_since(Part::DecisionCycles, start);
             self.stats.known_empty_cycles += 1;
             return false;
         }
         let placed = decide_placements(self.services.preemption.decision(), now).events(self.cycle);
+        self.services.times.add_since(Part::DecisionCycles, start);
         if placed.is_empty() {
             return false;
         }
@@ -451,8 +466,10 @@ impl Engine<'_> {
 
     fn preemption_pass(&mut self, now: i64) -> bool {
         self.stats.passes += 1;
+        let start = Instant::now();
         let mut bodies =
             decide_preemptions(&self.services.preemption, now, &self.config.preemption);
+        self.services.times.add_since(Part::PreemptionPasses, start);
         if bodies.is_empty() {
             return false;
         }
@@ -465,7 +482,10 @@ impl Engine<'_> {
     }
 
     fn set_wake(&mut self, now: i64) {
-        let Some(due) = next_due(&self.services.preemption, now, &self.config.preemption) else {
+        let start = Instant::now();
+        let due = next_due(&self.services.preemption, now, &self.config.preemption);
+        self.services.times.add_since(Part::Timers, start);
+        let Some(due) = due else {
             return;
         };
         if due > now && self.wake_at.is_none_or(|w| due < w || w <= now) {

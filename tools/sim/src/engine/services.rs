@@ -11,7 +11,10 @@ use fairshare_events::pb;
 use fairshare_preemption::domain::PreemptionState;
 use fairshare_submission::domain::SubmissionState;
 
+use std::time::Instant;
+
 use super::EngineConfig;
+use super::times::{Part, PartTimes};
 
 /// The log and every fold of it.
 pub struct Services {
@@ -23,6 +26,8 @@ pub struct Services {
     pub accounting: UsageFold,
     /// The preemption service's fold, holding the decision service's.
     pub preemption: PreemptionState,
+    /// Wall time of each fold ([`super::times`]; the engine adds its other parts here too).
+    pub times: PartTimes,
 }
 
 impl Services {
@@ -38,6 +43,7 @@ impl Services {
             submission: SubmissionState::default(),
             accounting: UsageFold::new(config.window),
             preemption,
+            times: PartTimes::default(),
         }
     }
 
@@ -49,11 +55,15 @@ impl Services {
     /// Appends `event` and folds it everywhere.
     pub fn append(&mut self, event: pb::Event) {
         let sequence = self.last_sequence() + 1;
+        let start = Instant::now();
         self.submission.apply(sequence, &event);
+        let start = self.times.add_since(Part::SubmissionFold, start);
         self.accounting.apply(sequence, &event);
+        let start = self.times.add_since(Part::AccountingFold, start);
         // A service ignoring an event (a duplicate, a stale snapshot) is its own business;
         // the audit and the metrics see the log as written.
         let _ = self.preemption.apply(sequence, &event);
+        self.times.add_since(Part::DecisionFold, start);
         self.log.push(event);
     }
 }
