@@ -6,12 +6,12 @@
 //! decision cycle reads it). Sequence numbers are positions in the log, from 1, exactly as a
 //! fresh JetStream stream holding only this log would number them.
 
+use std::time::Instant;
+
 use fairshare_accounting::domain::UsageFold;
 use fairshare_events::pb;
 use fairshare_preemption::domain::PreemptionState;
 use fairshare_submission::domain::SubmissionState;
-
-use std::time::Instant;
 
 use super::EngineConfig;
 use super::times::{Part, PartTimes};
