@@ -352,7 +352,8 @@ impl CommonArgs {
         }
         // The baselines check allocations and shapes only: a job the submission service alone
         // refuses would make the runs compare different workloads.
-        let only_fairshare = workload.refused(setup, &config.limits).by_fairshare_only;
+        let refused = workload.refused(setup, &config.limits);
+        let only_fairshare = refused.by_fairshare_only;
         if only_fairshare > 0 {
             bail!(
                 "the submission checks would refuse {only_fairshare} jobs in the fairshare run \
@@ -360,7 +361,7 @@ impl CommonArgs {
                  repeated key): the runs would compare different workloads"
             );
         }
-        let inputs = ReportInputs::new(title, source, rules, setup, workload, &config);
+        let inputs = ReportInputs::new(title, source, rules, setup, workload, &refused, &config);
         if inputs.refused > 0 {
             eprintln!(
                 "warning: the submission checks refuse {} of the {} jobs (of no allocation in \

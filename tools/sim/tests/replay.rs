@@ -40,6 +40,7 @@ fn inputs(setup: &Setup, workload: &Workload) -> ReportInputs {
         MappingRules::default().describe(),
         setup,
         workload,
+        &workload.refused(setup, &EngineConfig::default().limits),
         &EngineConfig::default(),
     )
 }

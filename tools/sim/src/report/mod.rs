@@ -42,13 +42,18 @@ pub struct ReportInputs {
 }
 
 impl ReportInputs {
-    /// The inputs of a run of `workload` on `setup` with `config`'s window and grace.
+    /// The inputs of a run of `workload` on `setup` with `config`'s window and grace, of which
+    /// the submission checks refuse `refused` ([`Workload::refused`], computed once by the
+    /// caller: it replays every submission).
+    ///
+    /// [`Workload::refused`]: crate::workload::Workload::refused
     pub fn new(
         title: String,
         workload_source: String,
         rules: Vec<String>,
         setup: &crate::setup::Setup,
         workload: &crate::workload::Workload,
+        refused: &crate::workload::Refused,
         config: &crate::engine::EngineConfig,
     ) -> ReportInputs {
         ReportInputs {
@@ -59,7 +64,7 @@ impl ReportInputs {
             nodes: setup.nodes.len() as u64,
             span_ms: setup.end_ms - crate::setup::EPOCH_MS,
             jobs: workload.jobs.len() as u64,
-            refused: workload.refused(setup, &config.limits).by_all,
+            refused: refused.by_all,
             oversubscription: workload.demand_over_supply(setup),
             oversized_share: workload.oversized_share(setup),
             oversized_by_allocation: workload.oversized_by_allocation(setup),
