@@ -36,6 +36,9 @@ pub const MAX_TRACE_SECONDS: f64 = 1e12;
 /// Largest GPU count of one row.
 pub const MAX_TRACE_GPUS: f64 = 1e6;
 
+/// The columns a `replay.csv` header starts with, in order.
+const HEADER: [&str; 4] = ["job_id", "submit_time", "duration", "num_gpus"];
+
 /// Parses `replay.csv` (header `job_id,submit_time,duration,num_gpus,user,group,...`).
 ///
 /// Times may have a fraction (dropped: whole seconds); GPU counts must be whole. A value that
@@ -43,6 +46,22 @@ pub const MAX_TRACE_GPUS: f64 = 1e6;
 /// is an error naming its line, as are an empty or repeated job id: replaying such a row would
 /// quietly change the workload (a job id is the replay's idempotency key).
 pub fn parse_replay(text: &str) -> Result<Vec<TraceJob>, TraceError> {
+    // The first line must be the header: a file without one would lose its first job unseen.
+    let header = text.lines().next().unwrap_or_default();
+    let named: Vec<&str> = header
+        .split(',')
+        .map(str::trim)
+        .take(HEADER.len())
+        .collect();
+    if named != HEADER {
+        return Err(TraceError {
+            line: 1,
+            what: format!(
+                "expected the header {},user,group,... (the columns of replay.csv), got {header:?}",
+                HEADER.join(",")
+            ),
+        });
+    }
     let mut jobs = Vec::new();
     let mut ids = std::collections::HashSet::new();
     for (i, line) in text.lines().enumerate().skip(1) {
@@ -101,6 +120,25 @@ pub fn parse_replay(text: &str) -> Result<Vec<TraceJob>, TraceError> {
 mod tests {
     use super::*;
 
+    /// The header of the bundled traces.
+    const H: &str = "job_id,submit_time,duration,num_gpus,user,group,status,num_nodes";
+
+    #[test]
+    fn a_file_without_the_header_is_refused_not_read_from_its_second_line() {
+        // Without the check, the first job would be taken for the header and lost.
+        let err = parse_replay("he1,0,84,1,u001,,Pass,1\nhe2,5,84,1,u001,,Pass,1\n").unwrap_err();
+        assert_eq!(err.line, 1);
+        assert!(
+            err.what.contains("expected the header job_id,submit_time"),
+            "{}",
+            err.what
+        );
+        assert!(parse_replay("").is_err());
+        // Spaces around names and extra columns are fine.
+        let jobs = parse_replay("job_id, submit_time ,duration,num_gpus\nx,0,1,1,u,g\n").unwrap();
+        assert_eq!(jobs.len(), 1);
+    }
+
     #[test]
     fn parses_both_trace_flavours() {
         let text = "job_id,submit_time,duration,num_gpus,user,group,status,num_nodes\n\
@@ -112,9 +150,12 @@ mod tests {
         assert_eq!(jobs[0].tenant, "u001");
         assert_eq!(jobs[1].tenant, "cluster07");
         assert_eq!(jobs[1].gpus, 8);
-        assert!(parse_replay("h\nx,notanumber,1,1,u,g\n").is_err());
+        assert!(parse_replay(&format!("{H}\nx,notanumber,1,1,u,g\n")).is_err());
         // A fraction of a second is dropped.
-        assert_eq!(parse_replay("h\nx,1.9,2.5,1,u,g\n").unwrap()[0].submit_s, 1);
+        assert_eq!(
+            parse_replay(&format!("{H}\nx,1.9,2.5,1,u,g\n")).unwrap()[0].submit_s,
+            1
+        );
     }
 
     #[test]
@@ -129,11 +170,12 @@ mod tests {
             (",1,1,1,u,g", "job_id is empty"),
         ];
         for (row, expected) in bad {
-            let err = parse_replay(&format!("h\nok,0,1,1,u,g\n{row}\n")).unwrap_err();
+            let err = parse_replay(&format!("{H}\nok,0,1,1,u,g\n{row}\n")).unwrap_err();
             assert_eq!(err.line, 3, "{row}");
             assert!(err.what.contains(expected), "{row}: {}", err.what);
         }
-        let err = parse_replay("h\na,0,1,1,u,g\nb,0,1,1,u,g\na,5,1,1,u,g\n").unwrap_err();
+        let err =
+            parse_replay(&format!("{H}\na,0,1,1,u,g\nb,0,1,1,u,g\na,5,1,1,u,g\n")).unwrap_err();
         assert_eq!(
             (err.line, err.what.as_str()),
             (4, "job_id \"a\" appears twice")
