@@ -339,16 +339,16 @@ impl CommonArgs {
         // Everything that can be refused is refused before minutes of simulation: the report's
         // folder and the log's are made now, and the replicas' jitter is read now.
         let jitter_ms = ms(&self.replica_jitter, "replica-jitter")?;
+        if self.out.exists() && !self.out.is_dir() {
+            bail!(
+                "--out {} is a file, not a folder: the report is a folder of files",
+                self.out.display()
+            );
+        }
         std::fs::create_dir_all(&self.out)
             .with_context(|| format!("cannot create {}", self.out.display()))?;
-        if let Some(dir) = self
-            .log
-            .as_deref()
-            .and_then(std::path::Path::parent)
-            .filter(|d| !d.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
+        if let Some(path) = &self.log {
+            check_writable(path)?;
         }
         // The baselines check allocations and shapes only: a job the submission service alone
         // refuses would make the runs compare different workloads.
@@ -574,13 +574,27 @@ impl TraceArgs {
             bail!("no GPU jobs in the chosen part of the trace");
         }
         let workload = Workload::new(jobs, Vec::new());
+        // Every file and choice the run read, so two reports say how their inputs differ.
+        let mut source = format!(
+            "{} ({}); trace time replayed from {} for {}; budget {}",
+            self.trace.display(),
+            attribution(&trace_name(&self.trace)),
+            fairshare_sim::engine::duration(skip_ms),
+            fairshare_sim::engine::duration(span_ms),
+            self.budget.as_ref().map_or_else(
+                || "the built-in copy of deploy/sim/budget.toml".to_owned(),
+                |p| p.display().to_string()
+            ),
+        );
+        if let Some(path) = &self.inventory {
+            source.push_str(&format!("; inventory {}", path.display()));
+        }
+        if let Some(path) = &self.tenant_map {
+            source.push_str(&format!("; tenant map {}", path.display()));
+        }
         let described = (
             format!("{} on {} GPUs", trace_name(&self.trace), setup.total_gpus()),
-            format!(
-                "{} ({})",
-                self.trace.display(),
-                attribution(&trace_name(&self.trace))
-            ),
+            source,
             rules.describe(),
         );
         self.common
@@ -677,4 +691,27 @@ impl LoadArgs {
             anyhow::Ok(())
         })
     }
+}
+
+/// Refuses `path` for the log before the simulation, rather than after it: a folder, or a
+/// file that cannot be created or written. Its folder is made; a file made only to check is
+/// removed again, and an existing one is left as it is until the run writes it.
+fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
+    if path.is_dir() {
+        bail!("--log {} is a folder: give a file name", path.display());
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    if !existed {
+        // Nothing written yet: no empty log is left behind if the run fails.
+        std::fs::remove_file(path).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
 }

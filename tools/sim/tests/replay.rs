@@ -348,13 +348,128 @@ fn the_default_budget_is_built_in_and_is_the_deploy_file() {
     let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let elsewhere = tempfile::tempdir().unwrap();
     let budget = root.join("deploy/sim/budget.toml");
-    assert_eq!(
-        small_run(elsewhere.path(), &[]),
-        small_run(
-            elsewhere.path(),
-            &[std::ffi::OsStr::new("--budget"), budget.as_os_str()]
-        )
+    let built_in = small_run(elsewhere.path(), &[]);
+    let named = small_run(
+        elsewhere.path(),
+        &[std::ffi::OsStr::new("--budget"), budget.as_os_str()],
     );
+    // The inputs line names where the budget came from; the rest is the same.
+    let workload = |report: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with("- Workload: "))
+            .unwrap()
+            .to_owned()
+    };
+    assert!(workload(&built_in).contains("budget the built-in copy of deploy/sim/budget.toml"));
+    assert!(
+        workload(&named).contains(&format!("budget {}", budget.display())),
+        "{}",
+        workload(&named)
+    );
+    let without = |report: &str| {
+        report
+            .lines()
+            .filter(|l| !l.starts_with("- Workload: "))
+            .map(str::to_owned)
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(without(&built_in), without(&named));
+}
+
+/// Two reports say how their inputs differ: the part of the trace replayed and the files read
+/// are listed (found in a walkthrough, where a report left out `--skip` and `--budget`).
+#[test]
+fn the_report_names_the_trace_time_replayed_and_the_files_read() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("tenants.txt");
+    std::fs::write(&map, "u001 = research/science/bio\n").unwrap();
+    let report = small_run(
+        root,
+        &[
+            std::ffi::OsStr::new("--skip"),
+            std::ffi::OsStr::new("1d"),
+            std::ffi::OsStr::new("--tenant-map"),
+            map.as_os_str(),
+        ],
+    );
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("- Workload: "))
+        .unwrap();
+    assert!(
+        line.contains("trace time replayed from 1 d for 2 h"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("tenant map {}", map.display())),
+        "{line}"
+    );
+}
+
+/// An unusable `--log` is refused before the simulation, not after minutes of it, and a report
+/// whose files cannot all be written leaves none of them (found in a walkthrough).
+#[test]
+fn output_paths_are_checked_before_the_run_and_a_report_is_written_whole_or_not_at_all() {
+    let out = tempfile::tempdir().unwrap();
+    let run = |extra: &[&std::ffi::OsStr]| {
+        helios(&["--nodes", "4", "--span", "2h", "--quiet"])
+            .args(["--policies", "fairshare"])
+            .arg("--out")
+            .arg(out.path())
+            .args(extra)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap()
+    };
+    // A folder named as the log: refused by name, before any report exists.
+    let folder = tempfile::tempdir().unwrap();
+    let refused = run(&[std::ffi::OsStr::new("--log"), folder.path().as_os_str()]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("is a folder"), "{stderr}");
+    assert!(
+        !stderr.contains("simulated in"),
+        "refused only after simulating: {stderr}"
+    );
+    assert!(!out.path().join("report.md").exists());
+    // A log file that does not exist yet is not left behind by the check.
+    let log = folder.path().join("sub/run.log");
+    let ran = run(&[std::ffi::OsStr::new("--log"), log.as_os_str()]);
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(log.exists());
+    // One chart's place taken by a folder: no file of the report is written.
+    let blocked = tempfile::tempdir().unwrap();
+    std::fs::create_dir(blocked.path().join("waits.svg")).unwrap();
+    let failed = helios(&["--nodes", "4", "--span", "2h", "--quiet"])
+        .args(["--policies", "fifo", "--out"])
+        .arg(blocked.path())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(!failed.status.success());
+    let mut left: Vec<String> = std::fs::read_dir(blocked.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["waits.svg"]);
+    // A file given as the report's folder is named as such.
+    let file = blocked.path().join("waits.svg/file");
+    std::fs::write(&file, "x").unwrap();
+    let not_a_folder = helios(&["--nodes", "4", "--span", "2h", "--quiet"])
+        .args(["--policies", "fifo", "--out"])
+        .arg(&file)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&not_a_folder.stderr);
+    assert!(stderr.contains("is a file, not a folder"), "{stderr}");
 }
 
 /// Settings under which the fairshare run's submission checks would refuse jobs the baselines

@@ -97,7 +97,12 @@ impl EngineConfig {
         let on_off = |on: bool| if on { "on" } else { "off" };
         let p = &self.preemption;
         vec![
-            format!("minimum-runtime cap: {}", duration(p.min_runtime_cap_ms)),
+            // The services' cap on what a job may declare; what the mapping has jobs declare
+            // (`--min-runtime-cap`) is among the mapping rules.
+            format!(
+                "longest minimum runtime honoured (--max-min-runtime): {}",
+                duration(p.min_runtime_cap_ms)
+            ),
             format!(
                 "checkpoint interval (lost work, fresh-victim limits): {}",
                 duration(p.checkpoint_interval_ms)
@@ -129,10 +134,15 @@ impl EngineConfig {
     }
 }
 
-/// `ms` in the largest unit that holds it exactly ("8 h", "90 s", "1500 ms"): a setting is
-/// shown as it was given, never rounded.
-fn duration(ms: i64) -> String {
-    for (unit, name) in [(3_600_000, "h"), (60_000, "min"), (1_000, "s")] {
+/// `ms` in the largest unit that holds it exactly ("2 d", "8 h", "90 s", "1500 ms"): a setting
+/// is shown as it was given, never rounded.
+pub fn duration(ms: i64) -> String {
+    for (unit, name) in [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "min"),
+        (1_000, "s"),
+    ] {
         if ms != 0 && ms % unit == 0 {
             return format!("{} {name}", ms / unit);
         }
@@ -504,7 +514,7 @@ mod tests {
         let default = EngineConfig::default();
         let lines = default.settings();
         for expected in [
-            "minimum-runtime cap: 8 h",
+            "longest minimum runtime honoured (--max-min-runtime): 8 h",
             "checkpoint interval (lost work, fresh-victim limits): 30 min",
             "hysteresis: 10.0%",
             "packing moves: on",

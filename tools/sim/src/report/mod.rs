@@ -124,6 +124,10 @@ pub(crate) fn allocation_rows(runs: &[crate::metrics::RunMetrics]) -> Vec<Alloca
 
 /// Writes `report.md` and the three charts into `dir` (created if missing); returns the paths
 /// written, `report.md` first.
+///
+/// All or nothing: each file is written beside its place under a temporary name, and only
+/// once all four are, each is renamed into place. A failure removes the temporary files and
+/// leaves whatever report was there before, never a report mixing two runs.
 pub fn write(dir: &Path, report: &Report) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let files = [
@@ -132,13 +136,33 @@ pub fn write(dir: &Path, report: &Report) -> std::io::Result<Vec<PathBuf>> {
         (CHARTS[1].0, svg::occupancy(report)),
         (CHARTS[2].0, svg::waits(report)),
     ];
-    let mut written = Vec::with_capacity(files.len());
-    for (name, text) in files {
-        let path = dir.join(name);
-        std::fs::write(&path, text)?;
-        written.push(path);
+    let staged: Vec<(PathBuf, PathBuf)> = files
+        .iter()
+        .map(|(name, _)| (dir.join(format!(".{name}.partial")), dir.join(name)))
+        .collect();
+    let result = (|| {
+        // A rename fails on a folder in the way: found before any file moves.
+        if let Some((_, path)) = staged.iter().find(|(_, path)| path.is_dir()) {
+            return Err(std::io::Error::other(format!(
+                "{} is a folder",
+                path.display()
+            )));
+        }
+        for ((temporary, _), (_, text)) in staged.iter().zip(&files) {
+            std::fs::write(temporary, text)?;
+        }
+        for (temporary, path) in &staged {
+            std::fs::rename(temporary, path)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        for (temporary, _) in &staged {
+            let _ = std::fs::remove_file(temporary);
+        }
+        return Err(e);
     }
-    Ok(written)
+    Ok(staged.into_iter().map(|(_, path)| path).collect())
 }
 
 /// A duration for people: "0 s", "4.2 s", "42 s", "12 min", "3.4 h", "2.1 d". Negative
