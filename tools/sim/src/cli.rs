@@ -10,7 +10,7 @@ use fairshare_decision::domain::debug::DEFAULT_DEBUG_ALLOWANCE_GPUS;
 use fairshare_model::duration::parse_duration;
 use fairshare_model::trace::parse_replay;
 use fairshare_sim::engine::EngineConfig;
-use fairshare_sim::mapping::{MappingRules, parse_tenant_map};
+use fairshare_sim::mapping::{MappingRules, format_tenant_map, parse_tenant_map};
 use fairshare_sim::metrics::RunMetrics;
 use fairshare_sim::progress::Progress;
 use fairshare_sim::replicas::{self, Spread};
@@ -96,6 +96,12 @@ struct TraceArgs {
     /// `tenant = allocation` lines overriding the round-robin dealing of tenants.
     #[arg(long)]
     tenant_map: Option<PathBuf>,
+    /// Write which allocation each tenant charged in this run, as `--tenant-map` reads it. The
+    /// dealing follows the budget's list of allocations, so a budget that adds, removes or
+    /// renames one deals every tenant anew: to compare two budgets on the same work, write the
+    /// map in the first run and give it to the second with `--tenant-map`.
+    #[arg(long)]
+    write_tenant_map: Option<PathBuf>,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -572,6 +578,18 @@ impl TraceArgs {
         let jobs = rules.map(&trace, &allocations);
         if jobs.is_empty() {
             bail!("no GPU jobs in the chosen part of the trace");
+        }
+        if let Some(path) = &self.write_tenant_map {
+            let map = rules.tenant_allocations(&trace, &allocations);
+            std::fs::write(path, format_tenant_map(&map))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("tenant map: {} tenants -> {}", map.len(), path.display());
+        } else if self.budget.is_some() && self.tenant_map.is_none() {
+            eprintln!(
+                "note: tenants are dealt over this budget's allocations; a budget with other \
+                 allocations deals them anew. To compare budgets on the same work, write the \
+                 dealing with --write-tenant-map and replay it with --tenant-map"
+            );
         }
         let workload = Workload::new(jobs, Vec::new());
         // Every file and choice the run read, so two reports say how their inputs differ.

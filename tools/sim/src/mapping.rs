@@ -92,6 +92,16 @@ pub enum TenantMapError {
         /// The allocation named.
         allocation: String,
     },
+    /// A tenant is named twice: which line holds would be a guess.
+    #[error("tenant map line {line}: tenant {tenant:?} is already mapped on line {first}")]
+    Repeated {
+        /// 1-based line of the second mention.
+        line: usize,
+        /// The tenant.
+        tenant: String,
+        /// 1-based line of the first.
+        first: usize,
+    },
 }
 
 /// Parses a tenant map: `tenant = allocation` per line, `#` comments, blank lines ignored.
@@ -100,6 +110,7 @@ pub fn parse_tenant_map(
     allocations: &[String],
 ) -> Result<BTreeMap<String, String>, TenantMapError> {
     let mut out = BTreeMap::new();
+    let mut lines: BTreeMap<String, usize> = BTreeMap::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -118,9 +129,30 @@ pub fn parse_tenant_map(
                 allocation: allocation.to_owned(),
             });
         }
+        if let Some(&first) = lines.get(tenant) {
+            return Err(TenantMapError::Repeated {
+                line: i + 1,
+                tenant: tenant.to_owned(),
+                first,
+            });
+        }
+        lines.insert(tenant.to_owned(), i + 1);
         out.insert(tenant.to_owned(), allocation.to_owned());
     }
     Ok(out)
+}
+
+/// `map` in the form [`parse_tenant_map`] reads, one `tenant = allocation` line per tenant in
+/// tenant order, under a comment saying what it is.
+pub fn format_tenant_map(map: &BTreeMap<String, String>) -> String {
+    let mut out = String::from(
+        "# fairshare-sim tenant map: which allocation each tenant's jobs charge.\n\
+         # Give it to --tenant-map to replay the same work under another budget.\n",
+    );
+    for (tenant, allocation) in map {
+        out.push_str(&format!("{tenant} = {allocation}\n"));
+    }
+    out
 }
 
 impl MappingRules {
@@ -233,6 +265,19 @@ impl MappingRules {
             .keys()
             .map(String::as_str)
             .filter(|t| !present.contains(t))
+            .collect()
+    }
+
+    /// Which allocation each tenant of the chosen part of `trace` charges: the tenant map's
+    /// choice, else the round-robin dealing over `allocations`.
+    pub fn tenant_allocations(
+        &self,
+        trace: &[TraceJob],
+        allocations: &[String],
+    ) -> BTreeMap<String, String> {
+        self.deal_tenants(&self.kept(trace), allocations)
+            .into_iter()
+            .map(|(tenant, allocation)| (tenant.to_owned(), allocation))
             .collect()
     }
 
@@ -474,5 +519,26 @@ mod tests {
             parse_tenant_map("u = nope\n", &allocs()),
             Err(TenantMapError::UnknownAllocation { line: 1, .. })
         ));
+        // A tenant named twice: which line would hold is a guess, so neither does.
+        let a = &allocs()[0];
+        assert_eq!(
+            parse_tenant_map(&format!("u = {a}\n# c\nu = {a}\n"), &allocs()),
+            Err(TenantMapError::Repeated {
+                line: 3,
+                tenant: "u".into(),
+                first: 1
+            })
+        );
+    }
+
+    #[test]
+    fn a_written_tenant_map_reads_back_as_the_same_dealing() {
+        let allocations = allocs();
+        let mut map = BTreeMap::new();
+        map.insert("u001".to_owned(), allocations[0].clone());
+        map.insert("cluster07".to_owned(), allocations[1].clone());
+        let text = format_tenant_map(&map);
+        assert!(text.starts_with("# fairshare-sim tenant map"));
+        assert_eq!(parse_tenant_map(&text, &allocations), Ok(map));
     }
 }

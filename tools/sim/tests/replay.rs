@@ -377,6 +377,37 @@ fn the_default_budget_is_built_in_and_is_the_deploy_file() {
     assert_eq!(without(&built_in), without(&named));
 }
 
+/// The dealing of tenants can be written and replayed: the same work under another budget
+/// (found in a walkthrough, where adding an allocation dealt every tenant anew).
+#[test]
+fn a_written_tenant_map_replays_the_same_dealing() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("tenants.txt");
+    let first = small_run(
+        root,
+        &[std::ffi::OsStr::new("--write-tenant-map"), map.as_os_str()],
+    );
+    let text = std::fs::read_to_string(&map).unwrap();
+    let lines = text.lines().filter(|l| !l.starts_with('#')).count();
+    assert!(lines > 5, "{text}");
+    let replayed = small_run(
+        root,
+        &[std::ffi::OsStr::new("--tenant-map"), map.as_os_str()],
+    );
+    // Every tenant is now named by the map, and each charges what it charged before: the
+    // report is the same but for the inputs line and the dealing rule.
+    let same = |report: &str| {
+        report
+            .lines()
+            .filter(|l| !l.starts_with("- Workload: ") && !l.contains("tenants dealt"))
+            .map(str::to_owned)
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(same(&first), same(&replayed));
+    assert!(replayed.contains(&format!("but for the {lines} the tenant map names")));
+}
+
 /// Two reports say how their inputs differ: the part of the trace replayed and the files read
 /// are listed (found in a walkthrough, where a report left out `--skip` and `--budget`).
 #[test]
