@@ -408,6 +408,41 @@ fn a_written_tenant_map_replays_the_same_dealing() {
     assert!(replayed.contains(&format!("but for the {lines} the tenant map names")));
 }
 
+/// The SPEC's targets are checked for fairshare whatever order `--policies` names the
+/// policies in, and a policy named twice is refused (found in a walkthrough).
+#[test]
+fn targets_are_checked_for_fairshare_and_policies_are_named_once() {
+    let out = tempfile::tempdir().unwrap();
+    let run = |policies: &str| {
+        helios(&[
+            "--nodes",
+            "4",
+            "--span",
+            "2h",
+            "--quiet",
+            "--policies",
+            policies,
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap()
+    };
+    let ran = run("fifo,fairshare");
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(report.contains("Checked for fairshare"), "{report}");
+    let twice = run("fifo,fairshare,fifo");
+    assert!(!twice.status.success());
+    let stderr = String::from_utf8_lossy(&twice.stderr);
+    assert!(stderr.contains("--policies names fifo twice"), "{stderr}");
+}
+
 /// Two reports say how their inputs differ: the part of the trace replayed and the files read
 /// are listed (found in a walkthrough, where a report left out `--skip` and `--budget`).
 #[test]
