@@ -55,11 +55,12 @@ struct TraceArgs {
     /// `deploy/sim/budget.toml` built into the binary, so it runs from any directory.
     #[arg(long, env = "FAIRSHARE_SIM_BUDGET")]
     budget: Option<PathBuf>,
-    /// Cluster size: nodes of `--gpus-per-node` GPUs (ignored with `--inventory`).
-    #[arg(long, default_value_t = 32)]
-    nodes: usize,
-    /// GPUs per node with `--nodes`.
-    #[arg(long, default_value_t = 8)]
+    /// Cluster size: nodes of `--gpus-per-node` GPUs, 1 to 100,000 (ignored with
+    /// `--inventory`).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    nodes: u32,
+    /// GPUs per node with `--nodes`, 1 to 1,024.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1_024))]
     gpus_per_node: u32,
     /// Inventory file (the format `fairshare inventory apply` takes) instead of `--nodes`.
     #[arg(long)]
@@ -499,6 +500,17 @@ impl TraceArgs {
             Some(s) => ms(s, "span")?,
             None => (last_s * 1000 - skip_ms).max(0) + 1000,
         };
+        if span_ms <= 0 {
+            bail!("--span must be longer than 0");
+        }
+        let past_last = skip_ms.saturating_add(span_ms) - last_s.saturating_mul(1000);
+        if past_last > 24 * HOUR_MS {
+            eprintln!(
+                "warning: the run goes on {} days after the trace's last submission: the \
+                 oversubscription and every rate are taken over the whole span",
+                past_last / (24 * HOUR_MS)
+            );
+        }
         if span_ms > MAX_SPAN_MS {
             anyhow::bail!(
                 "the run would span {} days, over the {} the simulator keeps an hourly ledger for \
@@ -513,11 +525,19 @@ impl TraceArgs {
             Some(path) => read(path)?,
             None => DEFAULT_BUDGET.to_owned(),
         };
+        let budget_name = || {
+            self.budget.as_ref().map_or_else(
+                || "the built-in budget (deploy/sim/budget.toml)".to_owned(),
+                |p| p.display().to_string(),
+            )
+        };
         let setup = match &self.inventory {
-            Some(path) => Setup::from_files(&budget, &read(path)?, EPOCH_MS + span_ms)?,
+            Some(path) => Setup::from_files(&budget, &read(path)?, EPOCH_MS + span_ms)
+                .with_context(|| format!("{} with {}", budget_name(), path.display()))?,
             None => {
-                let budget = fairshare_model::files::parse_budget(&budget)?;
-                let nodes = Setup::uniform_nodes("node", self.nodes, self.gpus_per_node);
+                let budget =
+                    fairshare_model::files::parse_budget(&budget).with_context(budget_name)?;
+                let nodes = Setup::uniform_nodes("node", self.nodes as usize, self.gpus_per_node);
                 Setup::new(budget, nodes, EPOCH_MS + span_ms)?
             }
         };
@@ -542,6 +562,13 @@ impl TraceArgs {
             skip_ms,
             span_ms,
         };
+        if rules.min_runtime_cap_ms < 60_000 {
+            bail!(
+                "--min-runtime-cap {:?} is under the 1 min the mapping gives at least: give 1m \
+                 or more",
+                self.min_runtime_cap.as_deref().unwrap_or_default()
+            );
+        }
         // A declared minimum runtime of 0 (under a second, in whole seconds) is unallocated
         // work, not debugging.
         if rules.debug_min_runtime_ms < 1_000 {

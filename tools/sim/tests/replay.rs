@@ -578,6 +578,10 @@ fn settings_that_would_change_the_workload_are_refused() {
             "--debug-min-runtime",
         ),
         (&["--span", "99999d"][..], "longer than ten years"),
+        (&["--span", "0s"][..], "--span must be longer than 0"),
+        (&["--min-runtime-cap", "0s"][..], "is under the 1 min"),
+        (&["--nodes", "0"][..], "--nodes"),
+        (&["--gpus-per-node", "4294967295"][..], "--gpus-per-node"),
         // A declared 0 s would make every debug job unallocated work.
         (
             &["--debug-min-runtime", "500ms"][..],

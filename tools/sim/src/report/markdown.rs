@@ -46,7 +46,12 @@ fn inputs_section(out: &mut String, report: &Report) {
     out.push_str("## Inputs\n\n");
     let _ = writeln!(out, "- Workload: {}", escape(&i.workload));
     let _ = writeln!(out, "- Cluster: {} GPUs on {} nodes", i.gpus, i.nodes);
-    let _ = writeln!(out, "- Span: {} days", fixed(span_ms, 86_400_000, 1));
+    // Days to a tenth; a run under a day (whole hours) in hours, not "0.0 days".
+    if span_ms < 86_400_000 {
+        let _ = writeln!(out, "- Span: {} hours", fixed(span_ms, 3_600_000, 1));
+    } else {
+        let _ = writeln!(out, "- Span: {} days", fixed(span_ms, 86_400_000, 1));
+    }
     let _ = writeln!(out, "- Jobs: {}", i.jobs);
     if i.refused > 0 {
         let _ = writeln!(
@@ -816,7 +821,7 @@ mod tests {
         assert!(md.starts_with("# unit \\| test\n"));
         assert!(md.contains("- Cluster: 16 GPUs on 2 nodes\n"));
         assert!(md.contains("Readings of SPEC section 6: capacity in owed time"));
-        assert!(md.contains("- Span: 0.2 days\n"));
+        assert!(md.contains("- Span: 4.0 hours\n"), "{md}");
         assert!(md.contains("- Oversubscription: 2.50x"));
         assert!(md.contains("the nodes holds): 3; no policy runs them"));
         assert!(md.contains("- Fair-share window: 7.0 d\n"));
