@@ -111,9 +111,11 @@ fn cluster(shares: &[(&str, u64)], nodes: usize, days: i64) -> Result<Setup, Set
 }
 
 /// Two teams keep a 32-GPU cluster full with long 8-GPU jobs (1 h minimum runtime); after
-/// 3 hours an idle evaluation team sends 20 one-GPU debug jobs in 5 minutes. Each should
-/// start within one cycle plus the grace period: unallocated and past-minimum work of the
-/// over-served teams makes room.
+/// 3 hours an idle evaluation team sends 20 one-GPU debug jobs in 5 minutes. The first 16,
+/// under the team's debug allowance (16 GPUs), start within one cycle plus the grace period:
+/// past-minimum work of the over-served teams makes room. The last 4 are beyond the allowance
+/// and wait for their rank, about a minute, so the run's debug p90 is about a minute: the
+/// scenario shows where the allowance ends (`tools/sim/tests/scenarios.rs` holds both).
 pub fn debug_burst() -> Result<Scenario, SetupError> {
     let mut jobs = Vec::new();
     for team in ["train", "research"] {
