@@ -482,6 +482,7 @@ fn allocation_table(
         "Fraction".to_owned(),
         "In jobs over its share".to_owned(),
         format!("Owed GPU-h ({})", escape(&runs[0].policy)),
+        format!("Delivered GPU-h ({})", escape(&runs[0].policy)),
     ];
     head.extend(
         runs.iter()
@@ -500,6 +501,7 @@ fn allocation_table(
                 .get(*path)
                 .map_or_else(|| "-".to_owned(), |share| format!("{:.1}%", share * 100.0)),
             cells[0].map_or_else(|| "-".to_owned(), |a| gpu_hours_text(a.owed_gpu_ms)),
+            cells[0].map_or_else(|| "-".to_owned(), |a| gpu_hours_text(a.delivered_gpu_ms)),
         ];
         row.extend(
             cells
@@ -514,7 +516,8 @@ fn allocation_table(
          \\*: owed under one GPU-day in that run, reported but not held to the target. \"In jobs \
          over its share\": the allocation's GPU time in jobs of more GPUs than its fraction of the \
          cluster; while one runs the allocation gets more than its hourly owed time, while it \
-         waits less, under any policy.\n\n",
+         waits less, under any policy. Delivered GPU-h: all the allocated GPU time it ran, owed \
+         or beyond, which says how much more or less a budget change gives it.\n\n",
     );
 }
 
@@ -799,15 +802,19 @@ mod tests {
         };
         assert_eq!(
             row("| lab/&lt;tiny&gt; |"),
-            "| lab/&lt;tiny&gt; | 1.00% | - | 10.0 | 50.00% \\* | 100.00% \\* |"
+            // Delivered: 5 GPU-h of its owed time and 5 beyond it.
+            "| lab/&lt;tiny&gt; | 1.00% | - | 10.0 | 10.0 | 50.00% \\* | 100.00% \\* |"
         );
         assert_eq!(
             row("| lab/a\\&b |"),
-            "| lab/a\\&b | 50.00% | - | 600.0 | 99.50% | **90.00%** |"
+            "| lab/a\\&b | 50.00% | - | 600.0 | 602.0 | 99.50% | **90.00%** |"
         );
         // The share of its GPU time in jobs bigger than its share, where the workload has it.
         let c = row("| lab/c |");
-        assert!(c.starts_with("| lab/c | 49.00% | 25.0% | 390.0 |"), "{c}");
+        assert!(
+            c.starts_with("| lab/c | 49.00% | 25.0% | 390.0 | 393.0 |"),
+            "{c}"
+        );
         let order: Vec<_> = ["| lab/&lt;tiny&gt; |", "| lab/a\\&b |", "| lab/c |"]
             .iter()
             .map(|r| md.find(r).expect("row"))
