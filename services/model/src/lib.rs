@@ -9,6 +9,7 @@
 //! - [`files`]: the TOML files managers and operators write (budget tree, inventory), parsed
 //!   and validated into the events they publish.
 //! - [`duration`]: human durations on the command line ("8h", "15m").
+//! - [`exact`]: `floor(x * num / den)` without overflow, for fractions of the cluster.
 //! - [`hour`]: the clock hours owed time is measured by (the accounting ledger, the hourly
 //!   share floor).
 //! - [`timestamp`]: instants for people (RFC 3339 UTC) in reasons and explanations.
@@ -17,6 +18,7 @@
 
 pub mod budget;
 pub mod duration;
+pub mod exact;
 pub mod files;
 pub mod hour;
 pub mod inventory;

@@ -44,6 +44,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fairshare_model::budget::BudgetTree;
+use fairshare_model::exact::mul_div_floor;
 use fairshare_model::hour::{HOUR_MS, hour_of, hour_start};
 use serde::{Deserialize, Serialize};
 
@@ -141,7 +142,14 @@ impl OwedBefore {
     /// With no tree before, nothing was owed: the first tree owes from its application.
     pub(crate) fn close(&mut self, tree: Option<&BudgetTree>, capacity_area: u128, now: i64) {
         let hour = hour_of(now);
-        if hour != self.hour {
+        // A tree stamped in an earlier hour than the open one (a writer whose clock runs
+        // behind) takes over from the last change: it cannot undo the open hour's owed time,
+        // and the registered GPU-ms it comes with are another hour's. A later hour starts
+        // afresh.
+        if hour < self.hour {
+            return;
+        }
+        if hour > self.hour {
             *self = OwedBefore {
                 hour,
                 ..OwedBefore::default()
@@ -159,7 +167,8 @@ impl OwedBefore {
             if !account.is_allocation() || f.num == 0 {
                 continue;
             }
-            let owed = f.num.saturating_mul(stretch).saturating_mul(MILLI as u128) / f.den.max(1);
+            // Exactly, as the accounting ledger multiplies: deep trees have huge fractions.
+            let owed = mul_div_floor(stretch.saturating_mul(MILLI as u128), f.num, f.den);
             let entry = self
                 .milli
                 .entry(Arc::from(account.path.as_str()))
@@ -180,7 +189,7 @@ impl OwedBefore {
 
     /// Thousandths of a GPU-ms `allocation` was owed in `now`'s hour under the trees the one
     /// in force replaced.
-    fn milli(&self, allocation: &str, now: i64) -> u128 {
+    pub(crate) fn milli(&self, allocation: &str, now: i64) -> u128 {
         if hour_of(now) == self.hour {
             self.milli.get(allocation).copied().unwrap_or(0)
         } else {

@@ -130,6 +130,64 @@ fn a_budget_changed_mid_hour_owes_the_old_fractions_before_the_change() {
     assert_eq!(floor_gpus(&h, "b", T + HOUR + 30 * MIN), 0.0);
 }
 
+/// A budget tree stamped in an earlier hour than the open one (a writer whose clock runs
+/// behind) takes over from the last change: it does not wipe what the open hour owed under
+/// the trees before it.
+#[test]
+fn a_budget_stamped_before_the_open_hour_does_not_undo_its_owed_time() {
+    let mut h = two_on_two();
+    h.running(T - HOUR, "a1", "a", 600, &[("n0", 8)]);
+    h.submit(T - HOUR, "a2", "a", 8, 3600);
+    h.running(T - HOUR, "b1", "b", 600, &[("n1", 8)]);
+    let tree = |h: &mut H, at: i64| {
+        h.ok(
+            at,
+            Body::BudgetTreeSet(pb::BudgetTreeSet {
+                cluster: CLUSTER.into(),
+                accounts: vec![leaf("a", 3), leaf("b", 1)],
+            }),
+        );
+    };
+    tree(&mut h, T + 30 * MIN);
+    // The same tree again, stamped 10 s before the hour began: a is still owed 8 x 30 under
+    // the first tree and 12 x 15 since, as in the case above (reset, it would be owed 12 x 45
+    // and raised to 21).
+    tree(&mut h, T - 10_000);
+    assert_eq!(floor_gpus(&h, "a", T + 45 * MIN), 15.0);
+    assert_eq!(floor_gpus(&h, "b", T + 45 * MIN), 1.0);
+}
+
+/// Owed time under a replaced tree is taken exactly, as the accounting ledger takes it, even
+/// for the deepest allocation of a tree whose fractions are huge before reduction.
+#[test]
+fn owed_time_before_a_change_is_exact_in_the_deepest_tree() {
+    use crate::domain::hourly::OwedBefore;
+    use fairshare_model::budget::BudgetTree;
+    // Six levels of two siblings of share 100,000: the deepest allocation holds 1/64 as
+    // 10^30 / 6.4 x 10^31.
+    let mut level = vec![leaf("d", 100_000), leaf("e", 100_000)];
+    for name in ["x5", "x4", "x3", "x2", "x1"] {
+        level = vec![
+            acc(name, 100_000, level),
+            leaf(&format!("{name}y"), 100_000),
+        ];
+    }
+    let tree = BudgetTree::from_accounts(&level).unwrap();
+    let deepest = "x1/x2/x3/x4/x5/d";
+    assert!(tree.allocation(deepest).is_some());
+    // 64 GPUs for the first 30 min of the hour: 1/64 of it is 30 GPU-min.
+    let capacity_area = 64 * 30 * GPU_MIN;
+    let mut owed = OwedBefore::default();
+    owed.close(None, 0, T);
+    owed.close(Some(&tree), capacity_area, T + 30 * MIN);
+    assert_eq!(
+        owed.milli(deepest, T + 40 * MIN),
+        30 * GPU_MIN * MILLI as u128
+    );
+    // Another hour owes nothing before.
+    assert_eq!(owed.milli(deepest, T + HOUR), 0);
+}
+
 #[test]
 fn a_floor_moves_by_what_is_behind_spread_over_the_rest_of_the_hour() {
     let big = u128::MAX / 4;
