@@ -47,10 +47,13 @@ const HEADER: [&str; 4] = ["job_id", "submit_time", "duration", "num_gpus"];
 /// quietly change the workload (a job id is the replay's idempotency key).
 pub fn parse_replay(text: &str) -> Result<Vec<TraceJob>, TraceError> {
     // The first line must be the header: a file without one would lose its first job unseen.
+    // (A byte-order mark, as spreadsheet exports write, quoted names and any letter case are
+    // fine.)
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let header = text.lines().next().unwrap_or_default();
-    let named: Vec<&str> = header
+    let named: Vec<String> = header
         .split(',')
-        .map(str::trim)
+        .map(|c| c.trim().trim_matches('"').to_ascii_lowercase())
         .take(HEADER.len())
         .collect();
     if named != HEADER {
@@ -134,9 +137,13 @@ mod tests {
             err.what
         );
         assert!(parse_replay("").is_err());
-        // Spaces around names and extra columns are fine.
+        // Spaces around names, quoted names, a byte-order mark, CRLF line ends and extra
+        // columns are fine.
         let jobs = parse_replay("job_id, submit_time ,duration,num_gpus\nx,0,1,1,u,g\n").unwrap();
         assert_eq!(jobs.len(), 1);
+        let exported = "\u{feff}\"Job_ID\",\"submit_time\",\"duration\",\"num_gpus\",user,group\r\n\
+                        x,0,1,1,u,g\r\ny,2,1,1,u,g\r\n";
+        assert_eq!(parse_replay(exported).unwrap().len(), 2);
     }
 
     #[test]
