@@ -100,7 +100,8 @@ struct TraceArgs {
     /// Write which allocation each tenant charged in this run, as `--tenant-map` reads it. The
     /// dealing follows the budget's list of allocations, so a budget that adds, removes or
     /// renames one deals every tenant anew: to compare two budgets on the same work, write the
-    /// map in the first run and give it to the second with `--tenant-map`.
+    /// map in the first run and give it to the second with `--tenant-map` (editing the lines of
+    /// allocations the second budget renames or removes). Written once the run succeeds.
     #[arg(long)]
     write_tenant_map: Option<PathBuf>,
     #[command(flatten)]
@@ -503,14 +504,7 @@ impl TraceArgs {
         if span_ms <= 0 {
             bail!("--span must be longer than 0");
         }
-        let past_last = skip_ms.saturating_add(span_ms) - last_s.saturating_mul(1000);
-        if past_last > 24 * HOUR_MS {
-            eprintln!(
-                "warning: the run goes on {} days after the trace's last submission: the \
-                 oversubscription and every rate are taken over the whole span",
-                past_last / (24 * HOUR_MS)
-            );
-        }
+
         if span_ms > MAX_SPAN_MS {
             anyhow::bail!(
                 "the run would span {} days, over the {} the simulator keeps an hourly ledger for \
@@ -562,11 +556,13 @@ impl TraceArgs {
             skip_ms,
             span_ms,
         };
-        if rules.min_runtime_cap_ms < 60_000 {
+        // (Its default, the checkpoint interval, may be shorter: the mapping gives 1 min then.)
+        if let Some(cap) = &self.min_runtime_cap
+            && rules.min_runtime_cap_ms < 60_000
+        {
             bail!(
-                "--min-runtime-cap {:?} is under the 1 min the mapping gives at least: give 1m \
-                 or more",
-                self.min_runtime_cap.as_deref().unwrap_or_default()
+                "--min-runtime-cap {cap:?} is under the 1 min the mapping gives at least: give 1m \
+                 or more"
             );
         }
         // A declared minimum runtime of 0 (under a second, in whole seconds) is unallocated
@@ -612,12 +608,30 @@ impl TraceArgs {
         if jobs.is_empty() {
             bail!("no GPU jobs in the chosen part of the trace");
         }
-        if let Some(path) = &self.write_tenant_map {
-            let map = rules.tenant_allocations(&trace, &allocations);
-            std::fs::write(path, format_tenant_map(&map))
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!("tenant map: {} tenants -> {}", map.len(), path.display());
-        } else if self.budget.is_some() && self.tenant_map.is_none() {
+        let past_last = skip_ms.saturating_add(span_ms) - last_s.saturating_mul(1000);
+        if past_last > 24 * HOUR_MS {
+            eprintln!(
+                "warning: the run goes on {} days after the trace's last submission: the \
+                 oversubscription and every rate are taken over the whole span",
+                past_last / (24 * HOUR_MS)
+            );
+        }
+        // Written once the run has succeeded; a tenant the map's lines cannot hold is refused
+        // before it starts.
+        let tenant_map = match &self.write_tenant_map {
+            Some(path) => {
+                let map = rules.tenant_allocations(&trace, &allocations);
+                if let Some(tenant) = map.keys().find(|t| t.contains(['=', '#'])) {
+                    bail!(
+                        "--write-tenant-map: tenant {tenant:?} holds '=' or '#', which a tenant \
+                         map line cannot: pin it by hand, or leave the map out"
+                    );
+                }
+                Some((path, map))
+            }
+            None => None,
+        };
+        if tenant_map.is_none() && self.budget.is_some() && self.tenant_map.is_none() {
             eprintln!(
                 "note: tenants are dealt over this budget's allocations; a budget with other \
                  allocations deals them anew. To compare budgets on the same work, write the \
@@ -649,7 +663,13 @@ impl TraceArgs {
             rules.describe(),
         );
         self.common
-            .simulate_and_report(&setup, &workload, described)
+            .simulate_and_report(&setup, &workload, described)?;
+        if let Some((path, map)) = tenant_map {
+            std::fs::write(path, format_tenant_map(&map))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("tenant map: {} tenants -> {}", map.len(), path.display());
+        }
+        Ok(())
     }
 }
 
@@ -754,15 +774,25 @@ fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let existed = path.exists();
+    // Something already there (a file, or a link, even one to nothing yet) is left as it is
+    // and written through at the end; only a file this check creates is removed again.
+    match path.symlink_metadata() {
+        Ok(m) if m.file_type().is_symlink() => return Ok(()),
+        Ok(_) => {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            return Ok(());
+        }
+        Err(_) => {}
+    }
     std::fs::OpenOptions::new()
         .append(true)
-        .create(true)
+        .create_new(true)
         .open(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
-    if !existed {
-        // Nothing written yet: no empty log is left behind if the run fails.
-        std::fs::remove_file(path).with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    // Nothing written yet: no empty log is left behind if the run fails.
+    std::fs::remove_file(path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }

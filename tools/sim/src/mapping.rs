@@ -220,7 +220,8 @@ impl MappingRules {
             ),
             format!(
                 "others: minimum runtime = run time clamped to [1, {}] min; {}",
-                m(self.min_runtime_cap_ms),
+                // As `job` clamps: never under the 1 min floor.
+                m(self.min_runtime_cap_ms.max(MIN)),
                 if self.resumable {
                     "resumable"
                 } else {

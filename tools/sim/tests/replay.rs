@@ -334,6 +334,8 @@ fn the_minimum_runtime_cap_defaults_to_the_checkpoint_interval() {
             .to_owned()
     };
     assert!(rules_of(&[]).contains("clamped to [1, 30] min"));
+    // A checkpoint interval under the mapping's 1 min floor still runs, at that floor.
+    assert!(rules_of(&["--checkpoint-interval", "30s"]).contains("clamped to [1, 1] min"));
     assert!(rules_of(&["--checkpoint-interval", "45m"]).contains("clamped to [1, 45] min"));
     assert!(
         rules_of(&["--checkpoint-interval", "45m", "--min-runtime-cap", "2h"])
@@ -443,6 +445,38 @@ fn targets_are_checked_for_fairshare_and_policies_are_named_once() {
     assert!(stderr.contains("--policies names fifo twice"), "{stderr}");
 }
 
+/// A tenant whose name a map line cannot hold is refused before the run, and no map is
+/// written for a run that did not happen.
+#[test]
+fn a_tenant_map_line_that_could_not_be_read_back_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("replay.csv");
+    std::fs::write(
+        &trace,
+        "job_id,submit_time,duration,num_gpus,user,group\nj1,0,600,1,a=b,\nj2,5,600,1,c,\n",
+    )
+    .unwrap();
+    let map = dir.path().join("tenants.txt");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+        .arg("trace")
+        .arg("--trace")
+        .arg(&trace)
+        .args(["--nodes", "1", "--policies", "fifo", "--quiet", "--out"])
+        .arg(dir.path().join("report"))
+        .arg("--write-tenant-map")
+        .arg(&map)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("tenant \"a=b\" holds '=' or '#'"),
+        "{stderr}"
+    );
+    assert!(!map.exists());
+}
+
 /// Two reports say how their inputs differ: the part of the trace replayed and the files read
 /// are listed (found in a walkthrough, where a report left out `--skip` and `--budget`).
 #[test]
@@ -509,6 +543,24 @@ fn output_paths_are_checked_before_the_run_and_a_report_is_written_whole_or_not_
         String::from_utf8_lossy(&ran.stderr)
     );
     assert!(log.exists());
+    // A link to a file not made yet is written through, not replaced.
+    #[cfg(unix)]
+    {
+        let target = folder.path().join("target.log");
+        let link = folder.path().join("link.log");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let ran = run(&[std::ffi::OsStr::new("--log"), link.as_os_str()]);
+        assert!(
+            ran.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+        assert_eq!(
+            std::fs::read(&target).unwrap(),
+            std::fs::read(&log).unwrap()
+        );
+    }
     // One chart's place taken by a folder: no file of the report is written.
     let blocked = tempfile::tempdir().unwrap();
     std::fs::create_dir(blocked.path().join("waits.svg")).unwrap();

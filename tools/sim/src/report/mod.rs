@@ -138,7 +138,11 @@ pub fn write(dir: &Path, report: &Report) -> std::io::Result<Vec<PathBuf>> {
     ];
     let staged: Vec<(PathBuf, PathBuf)> = files
         .iter()
-        .map(|(name, _)| (dir.join(format!(".{name}.partial")), dir.join(name)))
+        // Named for this process, so two runs sharing a folder do not write over each other's.
+        .map(|(name, _)| {
+            let temporary = format!(".{name}.{}.partial", std::process::id());
+            (dir.join(temporary), dir.join(name))
+        })
         .collect();
     let result = (|| {
         // A rename fails on a folder in the way: found before any file moves.
