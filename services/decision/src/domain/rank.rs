@@ -59,6 +59,7 @@
 use std::cmp::Ordering;
 
 use fairshare_model::budget::{AccountId, BudgetTree};
+use fairshare_model::exact::mul_wide;
 
 use super::join::take_matching;
 use super::state::{DecisionState, InFlight};
@@ -72,22 +73,6 @@ pub struct LeafUsage {
     pub allocated_gpu_ms: u128,
     /// GPUs its allocated work holds now (placed or running, not ordered off).
     pub held_gpus: u64,
-}
-
-/// Full 256-bit product of two `u128`, as (high, low).
-fn mul_wide(a: u128, b: u128) -> (u128, u128) {
-    const MASK: u128 = u64::MAX as u128;
-    let (a_hi, a_lo) = (a >> 64, a & MASK);
-    let (b_hi, b_lo) = (b >> 64, b & MASK);
-    let ll = a_lo * b_lo;
-    let lh = a_lo * b_hi;
-    let hl = a_hi * b_lo;
-    let hh = a_hi * b_hi;
-    // Middle column: carries out of it go to the high word.
-    let mid = (ll >> 64) + (lh & MASK) + (hl & MASK);
-    let low = (ll & MASK) | (mid << 64);
-    let high = hh + (lh >> 64) + (hl >> 64) + (mid >> 64);
-    (high, low)
 }
 
 /// Compares `a_num / a_den` with `b_num / b_den` exactly by cross-multiplication.
