@@ -345,8 +345,8 @@ impl CommonArgs {
         {
             eprintln!(
                 "note: {} is written with settings the services do not run with (share floor, \
-                 hourly floor or debug allowance): `fairshare audit` of it, once loaded, will \
-                 report divergences",
+                 hourly floor or debug allowance): `fairshare audit` of it, once loaded, may \
+                 report divergences wherever those settings decided",
                 path.display()
             );
         }

@@ -132,6 +132,37 @@ pub struct CycleKey {
     pub cycle: u64,
 }
 
+impl std::fmt::Display for CycleKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cycle {} through sequence {} at {}",
+            self.cycle,
+            self.through_sequence,
+            fairshare_model::timestamp::utc(self.computed_at_ms)
+        )
+    }
+}
+
+/// Where and when a placement puts its job, for an audit finding ("on n1:8, n2:8 at ...").
+fn placement_words(event: &pb::Event) -> String {
+    match &event.body {
+        Some(Body::JobPlaced(p)) => {
+            let nodes: Vec<String> = p
+                .nodes
+                .iter()
+                .map(|n| format!("{}:{}", n.node, n.gpus))
+                .collect();
+            format!(
+                "on {} at {}",
+                nodes.join(", "),
+                fairshare_model::timestamp::utc(event.at_ms)
+            )
+        }
+        _ => format!("as a {} event", codec::event_kind(event)),
+    }
+}
+
 /// A `JobPlaced` as the log holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoggedPlacement {
@@ -167,7 +198,7 @@ pub enum Divergence {
         through_sequence: u64,
     },
     /// Re-deriving the cycle does not place this job.
-    #[error("sequence {sequence}: job {job_id} is not placed when cycle {key:?} is re-derived")]
+    #[error("sequence {sequence}: job {job_id} is not placed when {key} is re-derived")]
     NotRederived {
         /// The placement's sequence.
         sequence: u64,
@@ -178,7 +209,9 @@ pub enum Divergence {
     },
     /// Re-deriving the cycle places the job differently.
     #[error(
-        "sequence {sequence}: job {job_id} placed as {logged:?}, re-derived as {rederived:?} (cycle {key:?})"
+        "sequence {sequence}: job {job_id} placed {}, re-derived {} ({key})",
+        placement_words(logged),
+        placement_words(rederived)
     )]
     Differs {
         /// The placement's sequence.
@@ -654,6 +687,12 @@ mod tests {
             }
             other => panic!("expected Differs, got {other:?}"),
         }
+        // Said in words: the nodes each side names and the cycle, not two debug dumps.
+        let said = report.divergences[0].to_string();
+        assert!(said.contains("placed on n9:"), "{said}");
+        assert!(said.contains("re-derived on n"), "{said}");
+        assert!(said.contains("(cycle 9 through sequence "), "{said}");
+        assert!(!said.contains("Event {"), "{said}");
     }
 
     #[test]

@@ -60,7 +60,9 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     let orders_hint = format!(
         "preemption orders that do not re-derive (under --grace {:?} --checkpoint-interval {:?} \
          --max-min-runtime {:?} --hysteresis-per-mille {} --packing {}: give the audit the \
-         preemption service's own flags, or --from the sequence they last changed)",
+         preemption service's own flags, or --from the sequence they last changed; a \
+         simulator log run with the share floor, the hourly floor or the debug allowance \
+         changed re-derives under no flags)",
         p.grace, p.checkpoint_interval, p.max_min_runtime, p.hysteresis_per_mille, p.packing
     );
     let failed: Vec<&str> = [
