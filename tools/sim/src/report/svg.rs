@@ -164,12 +164,16 @@ fn scale(v: f64, (lo, hi): (f64, f64), (from, to): (f64, f64)) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // Delivered vs owed
 
+/// The least height of a bar for an allocation that was owed something, in pixels.
+const MIN_BAR_H: f64 = 2.0;
+
 /// Bars per allocation: each policy's delivered share of owed, in per cent.
 ///
 /// Grouped bars, one group per allocation in path order and one bar per policy, with the 95%
 /// target as a dashed line. Allocations owed under one GPU-day are drawn lighter (reported, not
-/// held to the target). The chart widens with the number of allocations and turns the labels,
-/// so 150 allocations stay legible; each bar's tooltip gives the exact figures.
+/// held to the target); one owed something and delivered (almost) none of it is a sliver. The
+/// chart widens with the number of allocations and turns the labels, so 150 allocations stay
+/// legible; each bar's tooltip gives the exact figures.
 pub fn delivered_vs_owed(report: &Report) -> String {
     let runs = &report.runs;
     let rows = allocation_rows(runs);
@@ -179,13 +183,15 @@ pub fn delivered_vs_owed(report: &Report) -> String {
     }
     let layout = BarLayout::new(&rows, runs.len());
     let mut c = Canvas::new(layout.width, layout.height, title);
-    let legend_end = c.legend(16.0, 48.0, runs);
+    c.legend(16.0, 48.0, runs);
+    // On its own line under the legend: beside it, a wide legend pushed it off the chart.
     c.text(
-        legend_end + 8.0,
-        48.0,
+        16.0,
+        64.0,
         "start",
         &format!("fill=\"{MUTED_TEXT}\""),
-        "lighter: owed under one GPU-day (not held to 95%); no bar: nothing owed",
+        "lighter: owed under one GPU-day (not held to 95%); no bar: nothing owed; \
+         a sliver: little or none of it delivered",
     );
     bar_axes(&mut c, &layout);
     for (g, (path, cells)) in rows.iter().enumerate() {
@@ -317,7 +323,9 @@ fn bar_group(
         } else {
             "1"
         };
-        let y = l.y(pct);
+        // Owed but (almost) nothing delivered still shows, as a sliver: no bar means nothing
+        // was owed.
+        let y = l.y(pct).min(l.top + l.plot_h - MIN_BAR_H);
         let _ = writeln!(
             c.out,
             "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" fill-opacity=\"{opacity}\">\
@@ -475,6 +483,9 @@ fn occupancy_axes(c: &mut Canvas, f: &Frame, span: u64) {
         c.text(f.left - 6.0, y + 4.0, "end", "", &format!("{pct}%"));
     }
     let step = tick_hours(span);
+    // Ticks of whole days are labelled in days; finer ones (a run of a few days or less) in
+    // hours, which read where "0.08 days" would not.
+    let in_days = step.is_multiple_of(24);
     let mut h = 0;
     while h <= span {
         let x = scale(h as f64, (0.0, span as f64), (f.left, f.right()));
@@ -483,7 +494,12 @@ fn occupancy_axes(c: &mut Canvas, f: &Frame, span: u64) {
             (x, f.bottom() + 4.0),
             &format!("stroke=\"{AXIS_COLOUR}\""),
         );
-        c.text(x, f.bottom() + 18.0, "middle", "", &day_label(h, step));
+        let label = if in_days {
+            (h / 24).to_string()
+        } else {
+            h.to_string()
+        };
+        c.text(x, f.bottom() + 18.0, "middle", "", &label);
         h += step;
     }
     let axis = format!("stroke=\"{AXIS_COLOUR}\"");
@@ -494,7 +510,11 @@ fn occupancy_axes(c: &mut Canvas, f: &Frame, span: u64) {
         f.bottom() + 40.0,
         "middle",
         "",
-        "days since start",
+        if in_days {
+            "days since start"
+        } else {
+            "hours since start"
+        },
     );
 }
 
@@ -504,14 +524,6 @@ fn tick_hours(span: u64) -> u64 {
         .into_iter()
         .find(|s| span / s <= 12)
         .unwrap_or_else(|| span.div_ceil(12).max(1))
-}
-
-fn day_label(hour: u64, step: u64) -> String {
-    if step.is_multiple_of(24) {
-        (hour / 24).to_string()
-    } else {
-        super::fixed(u128::from(hour), 24, 2)
-    }
 }
 
 fn occupancy_line(
@@ -922,6 +934,29 @@ mod tests {
     }
 
     #[test]
+    fn an_allocation_owed_time_and_given_none_is_a_sliver_not_a_missing_bar() {
+        let mut report = sample::report();
+        let starved = &mut report.runs[1].allocations[0];
+        starved.delivered_owed_gpu_ms = 0;
+        let path = starved.path.clone();
+        let svg = delivered_vs_owed(&report);
+        let bar = svg
+            .split("<rect ")
+            .find(|r| r.contains(&format!("{}, fifo: 0.00% of", xml(&path))))
+            .expect("the starved bar");
+        let height: f64 = bar
+            .split("height=\"")
+            .nth(1)
+            .and_then(|h| h.split('"').next())
+            .and_then(|h| h.parse().ok())
+            .expect("a height");
+        assert_eq!(height, MIN_BAR_H, "{bar}");
+        // The note under the legend says so, and starts at the chart's left edge.
+        assert!(svg.contains("a sliver: little or none of it delivered"));
+        assert!(svg.contains("<text x=\"16.0\" y=\"64.0\""), "{svg}");
+    }
+
+    #[test]
     fn the_axis_floor_rises_only_when_every_bar_clears_it() {
         assert_eq!(axis_floor(99.0), 90.0);
         assert_eq!(axis_floor(91.0), 80.0);
@@ -967,6 +1002,10 @@ mod tests {
         let mut report = sample::report();
         let line_count = |svg: &str| svg.matches("<path d=").count();
         assert_eq!(line_count(&occupancy(&report)), 2);
+        // A run of hours is labelled in hours, not in fractions of a day.
+        let short = occupancy(&report);
+        assert!(short.contains("hours since start"), "{short}");
+        assert!(!short.contains(">0.08<"), "{short}");
         for run in &mut report.runs {
             run.hourly = (0..720)
                 .map(|hour| crate::metrics::HourPoint {
@@ -990,6 +1029,7 @@ mod tests {
             .expect("path");
         assert_eq!(d.matches(['M', 'L']).count(), 240);
         assert!(svg.contains(">30</text>"), "last day tick");
+        assert!(svg.contains("days since start"));
     }
 
     #[test]
