@@ -2,8 +2,8 @@
 //!
 //! Place in the flow: after the main run. With `--replicas N`, the command line replays
 //! `N - 1` more copies of the workload ([`jittered`]) under every policy and [`spread`] turns
-//! the N runs of each policy into min / median / max of the headline figures, which the report
-//! prints beside the main run.
+//! the N runs of each policy into min / median / max of the headline figures, and of each
+//! allocation's figures under the first policy, which the report prints beside the main run.
 //!
 //! Why: a cluster under 2-3x oversubscription is chaotic. One job arriving a second later
 //! changes which job a reservation goes to, which changes the next hour's ranking, and so on.
@@ -19,7 +19,7 @@
 
 use fairshare_events::headers::content_hash;
 
-use crate::metrics::RunMetrics;
+use crate::metrics::{AllocationMetrics, RunMetrics};
 use crate::setup::EPOCH_MS;
 use crate::workload::{SimJob, Workload};
 
@@ -105,6 +105,22 @@ pub struct Spread {
     pub jitter_ms: i64,
     /// One row per policy, in the order of the main run.
     pub rows: Vec<PolicySpread>,
+    /// Per allocation of the main run's first policy (fairshare when it runs), in path order:
+    /// its delivered share of owed over the replicas, and its delivered GPU time (as a share
+    /// of the GPU-ms of one hour, so the range orders exactly). What a budget change is judged
+    /// by: its own allocation's figures, against their noise.
+    pub allocations: Vec<AllocationSpread>,
+}
+
+/// One allocation's figures over the replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocationSpread {
+    /// Its path.
+    pub path: String,
+    /// Delivered share of owed.
+    pub owed: Range,
+    /// Delivered GPU-ms, over one hour's ms: GPU-hours.
+    pub delivered_gpu_h: Range,
 }
 
 /// The spread of each policy of `runs` (one entry per replica, each with the same policies in
@@ -131,10 +147,43 @@ pub fn spread(runs: &[Vec<RunMetrics>], jitter_ms: i64, min_owed_gpu_ms: u128) -
             })
         })
         .collect();
+    let allocations = main
+        .first()
+        .map(|first| {
+            first
+                .allocations
+                .iter()
+                .filter_map(|a| {
+                    let found: Vec<&AllocationMetrics> = runs
+                        .iter()
+                        .filter_map(|run| {
+                            run.first()?.allocations.iter().find(|b| b.path == a.path)
+                        })
+                        .collect();
+                    Some(AllocationSpread {
+                        path: a.path.clone(),
+                        owed: Range::of(
+                            found
+                                .iter()
+                                .map(|b| (b.delivered_owed_gpu_ms, b.owed_gpu_ms))
+                                .collect(),
+                        )?,
+                        delivered_gpu_h: Range::of(
+                            found
+                                .iter()
+                                .map(|b| (b.delivered_gpu_ms, 3_600_000))
+                                .collect(),
+                        )?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     Some(Spread {
         replicas: u32::try_from(runs.len()).unwrap_or(u32::MAX),
         jitter_ms,
         rows,
+        allocations,
     })
 }
 
@@ -193,6 +242,9 @@ mod tests {
             r[0].owed_gpu_ms = 1000;
             r[0].contention_used_gpu_ms = used;
             r[0].contention_available_gpu_ms = 1000;
+            let a = &mut r[0].allocations[0];
+            (a.owed_gpu_ms, a.delivered_owed_gpu_ms) = (1000, delivered);
+            a.delivered_gpu_ms = delivered * 3_600_000;
             runs.push(r);
         }
         let s = spread(&runs, 60_000, 0).unwrap();
@@ -208,6 +260,20 @@ mod tests {
         // The baseline did not change between replicas: a single point.
         let fifo = &s.rows[1];
         assert_eq!(fifo.owed.min, fifo.owed.max);
+        // Per allocation of the first policy, in the main run's order, each over every run.
+        let paths: Vec<&str> = s.allocations.iter().map(|a| a.path.as_str()).collect();
+        let expected: Vec<&str> = base[0]
+            .allocations
+            .iter()
+            .map(|a| a.path.as_str())
+            .collect();
+        assert_eq!(paths, expected);
+        let a = &s.allocations[0];
+        assert_eq!(
+            (a.owed.min, a.owed.median, a.owed.max),
+            ((950, 1000), (970, 1000), (999, 1000))
+        );
+        assert_eq!(a.delivered_gpu_h.median, (970 * 3_600_000, 3_600_000));
         assert!(spread(&[], 0, 0).is_none());
     }
 
