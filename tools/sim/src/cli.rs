@@ -644,7 +644,11 @@ impl TraceArgs {
             "{} ({}); trace time replayed from {} for {}; budget {}",
             self.trace.display(),
             attribution(&trace_name(&self.trace)),
-            fairshare_sim::engine::duration(skip_ms),
+            if skip_ms == 0 {
+                "its start".to_owned()
+            } else {
+                fairshare_sim::engine::duration(skip_ms)
+            },
             fairshare_sim::engine::duration(span_ms),
             self.budget.as_ref().map_or_else(
                 || "the built-in copy of deploy/sim/budget.toml".to_owned(),
