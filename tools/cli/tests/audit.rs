@@ -131,7 +131,7 @@ fn a_placement_moved_to_another_node_fails_the_audit() {
         })
         .unwrap();
     let first = format!(
-        "DIVERGENCE sequence {}: job {} placed as",
+        "DIVERGENCE sequence {}: job {} placed on",
         index + 1,
         placed.job_id
     );
