@@ -103,21 +103,30 @@ fn time_before_the_nodes_were_registered_is_not_owed() {
 
 /// A budget tree applied mid-hour owes each allocation its old fraction before and its new one
 /// after, as the accounting ledger splits the hour: not its new fraction for the whole hour.
-#[test]
-fn a_budget_changed_mid_hour_owes_the_old_fractions_before_the_change() {
+/// [`two_on_two`] busy from before the hour `T`: a runs 8 GPUs and asks for 8 more, b runs 8.
+fn a_asking_for_more() -> H {
     let mut h = two_on_two();
-    // From before the hour: a runs 8 GPUs and asks for 8 more, b runs 8.
     h.running(T - HOUR, "a1", "a", 600, &[("n0", 8)]);
     h.submit(T - HOUR, "a2", "a", 8, 3600);
     h.running(T - HOUR, "b1", "b", 600, &[("n1", 8)]);
-    // 30 min in, the manager gives a three quarters: floors 12 and 4.
+    h
+}
+
+/// The manager gives a three quarters of the cluster, at `at`: floors 12 and 4.
+fn give_a_three_quarters(h: &mut H, at: i64) {
     h.ok(
-        T + 30 * MIN,
+        at,
         Body::BudgetTreeSet(pb::BudgetTreeSet {
             cluster: CLUSTER.into(),
             accounts: vec![leaf("a", 3), leaf("b", 1)],
         }),
     );
+}
+
+#[test]
+fn a_budget_changed_mid_hour_owes_the_old_fractions_before_the_change() {
+    let mut h = a_asking_for_more();
+    give_a_three_quarters(&mut h, T + 30 * MIN);
     // 45 min in, a is owed 8 x 30 + 12 x 15 = 420 GPU-min and ran 360: 60 behind over the
     // 20 min spread, 3 GPUs more. b is owed 8 x 30 + 4 x 15 = 300 and ran 360: 3 fewer,
     // balanced against a's raise. (Owed the new fractions for the whole hour, a would be
@@ -135,24 +144,12 @@ fn a_budget_changed_mid_hour_owes_the_old_fractions_before_the_change() {
 /// the trees before it.
 #[test]
 fn a_budget_stamped_before_the_open_hour_does_not_undo_its_owed_time() {
-    let mut h = two_on_two();
-    h.running(T - HOUR, "a1", "a", 600, &[("n0", 8)]);
-    h.submit(T - HOUR, "a2", "a", 8, 3600);
-    h.running(T - HOUR, "b1", "b", 600, &[("n1", 8)]);
-    let tree = |h: &mut H, at: i64| {
-        h.ok(
-            at,
-            Body::BudgetTreeSet(pb::BudgetTreeSet {
-                cluster: CLUSTER.into(),
-                accounts: vec![leaf("a", 3), leaf("b", 1)],
-            }),
-        );
-    };
-    tree(&mut h, T + 30 * MIN);
+    let mut h = a_asking_for_more();
+    give_a_three_quarters(&mut h, T + 30 * MIN);
     // The same tree again, stamped 10 s before the hour began: a is still owed 8 x 30 under
     // the first tree and 12 x 15 since, as in the case above (reset, it would be owed 12 x 45
     // and raised to 21).
-    tree(&mut h, T - 10_000);
+    give_a_three_quarters(&mut h, T - 10_000);
     assert_eq!(floor_gpus(&h, "a", T + 45 * MIN), 15.0);
     assert_eq!(floor_gpus(&h, "b", T + 45 * MIN), 1.0);
 }
