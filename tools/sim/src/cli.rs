@@ -504,7 +504,6 @@ impl TraceArgs {
         if span_ms <= 0 {
             bail!("--span must be longer than 0");
         }
-
         if span_ms > MAX_SPAN_MS {
             anyhow::bail!(
                 "the run would span {} days, over the {} the simulator keeps an hourly ledger for \
@@ -521,7 +520,7 @@ impl TraceArgs {
         };
         let budget_name = || {
             self.budget.as_ref().map_or_else(
-                || "the built-in budget (deploy/sim/budget.toml)".to_owned(),
+                || "the built-in copy of deploy/sim/budget.toml".to_owned(),
                 |p| p.display().to_string(),
             )
         };
@@ -650,10 +649,7 @@ impl TraceArgs {
                 fairshare_sim::engine::duration(skip_ms)
             },
             fairshare_sim::engine::duration(span_ms),
-            self.budget.as_ref().map_or_else(
-                || "the built-in copy of deploy/sim/budget.toml".to_owned(),
-                |p| p.display().to_string()
-            ),
+            budget_name(),
         );
         if let Some(path) = &self.inventory {
             source.push_str(&format!("; inventory {}", path.display()));
