@@ -839,6 +839,16 @@ mod tests {
     use super::*;
     use crate::metrics::AllocationMetrics;
 
+    /// The value of the first `name="..."` attribute in `fragment` (`name` may carry its tag:
+    /// `<path d`).
+    fn attr<'a>(fragment: &'a str, name: &str) -> &'a str {
+        fragment
+            .split(&format!("{name}=\""))
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap_or_else(|| panic!("no {name} in {fragment}"))
+    }
+
     /// Checks what a renderer cares about: one root, every tag closed in order, no raw `&` or
     /// `<` in text, and the exact ending.
     fn assert_well_formed(svg: &str) {
@@ -944,12 +954,7 @@ mod tests {
             .split("<rect ")
             .find(|r| r.contains(&format!("{}, fifo: 0.00% of", xml(&path))))
             .expect("the starved bar");
-        let height: f64 = bar
-            .split("height=\"")
-            .nth(1)
-            .and_then(|h| h.split('"').next())
-            .and_then(|h| h.parse().ok())
-            .expect("a height");
+        let height: f64 = attr(bar, "height").parse().expect("a height");
         assert_eq!(height, MIN_BAR_H, "{bar}");
         // The note under the legend says so, and starts at the chart's left edge.
         assert!(svg.contains("a sliver: little or none of it delivered"));
@@ -984,12 +989,7 @@ mod tests {
         }
         let svg = delivered_vs_owed(&report);
         assert_well_formed(&svg);
-        let width: f64 = svg
-            .split("width=\"")
-            .nth(1)
-            .and_then(|s| s.split('"').next())
-            .and_then(|s| s.parse().ok())
-            .expect("width");
+        let width: f64 = attr(&svg, "width").parse().expect("width");
         // Every bar at least 4 px wide.
         assert!(width >= 150.0 * (2.0 * 4.0), "width {width}");
         assert_eq!(svg.matches("rotate(-60").count(), 150);
@@ -1022,11 +1022,7 @@ mod tests {
         let svg = occupancy(&report);
         assert_well_formed(&svg);
         assert!(svg.contains("per 3 hours"));
-        let d = svg
-            .split("<path d=\"")
-            .nth(1)
-            .and_then(|s| s.split('"').next())
-            .expect("path");
+        let d = attr(&svg, "<path d");
         assert_eq!(d.matches(['M', 'L']).count(), 240);
         assert!(svg.contains(">30</text>"), "last day tick");
         assert!(svg.contains("days since start"));
@@ -1038,11 +1034,7 @@ mod tests {
         report.runs.truncate(1);
         report.runs[0].hourly[2].capacity_gpu_ms = 0;
         let svg = occupancy(&report);
-        let d = svg
-            .split("<path d=\"")
-            .nth(1)
-            .and_then(|s| s.split('"').next())
-            .expect("path");
+        let d = attr(&svg, "<path d");
         assert_eq!(d.matches('M').count(), 2, "{d}");
         assert_eq!(
             svg.matches("<circle").count(),
