@@ -359,8 +359,7 @@ impl CommonArgs {
                 self.out.display()
             );
         }
-        std::fs::create_dir_all(&self.out)
-            .with_context(|| format!("cannot create {}", self.out.display()))?;
+        let mut out_dir = NewFolder::create(&self.out)?;
         if let Some(path) = &self.log {
             check_writable(path)?;
         }
@@ -459,6 +458,7 @@ impl CommonArgs {
         };
         let written = report::write(&self.out, &report)
             .with_context(|| format!("cannot write the report to {}", self.out.display()))?;
+        out_dir.keep();
         for (name, took) in timings {
             eprintln!("{name}: simulated in {:.3} s", took.as_secs_f64());
         }
@@ -513,7 +513,18 @@ impl TraceArgs {
             );
         }
         // Whole hours, so the ledger's last hour closes at the end.
+        let given_ms = span_ms;
         let span_ms = (span_ms + HOUR_MS - 1) / HOUR_MS * HOUR_MS;
+        if let Some(given) = &self.span
+            && span_ms != given_ms
+        {
+            eprintln!(
+                "note: --span {given} is rounded up to {} (owed time is counted by whole hours): \
+                 jobs submitted in the {} added are replayed too",
+                fairshare_sim::engine::duration(span_ms),
+                fairshare_sim::engine::duration(span_ms - given_ms)
+            );
+        }
         let budget = match &self.budget {
             Some(path) => read(path)?,
             None => DEFAULT_BUDGET.to_owned(),
@@ -534,6 +545,13 @@ impl TraceArgs {
                 Setup::new(budget, nodes, EPOCH_MS + span_ms)?
             }
         };
+        if setup.owes_nothing() {
+            eprintln!(
+                "warning: every allocation in {} has share 0 (or sits under one that has): no \
+                 allocation is owed GPU time, so the report's owed-delivery figures measure nothing",
+                budget_name()
+            );
+        }
         let allocations = setup.allocations();
         let policy = self.common.policy.config().context("preemption settings")?;
         let tenant_map = match &self.tenant_map {
@@ -761,6 +779,40 @@ impl LoadArgs {
             fairshare_runtime::outln!("loaded {n} events of cluster {cluster}");
             anyhow::Ok(())
         })
+    }
+}
+
+/// The report's folder, made before the simulation so that a folder that cannot be made is
+/// refused before minutes of work. If the run then fails (an audit that finds divergences, a
+/// refused workload) and the folder was made for this run, it is removed again when still
+/// empty: a failed run leaves no empty report folder behind. An existing folder is left alone.
+struct NewFolder {
+    /// The folder, when this run made it and no report was written into it yet.
+    made: Option<PathBuf>,
+}
+
+impl NewFolder {
+    fn create(path: &Path) -> anyhow::Result<Self> {
+        let existed = path.exists();
+        std::fs::create_dir_all(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(NewFolder {
+            made: (!existed).then(|| path.to_owned()),
+        })
+    }
+
+    /// The report is in it: it stays whatever happens next.
+    fn keep(&mut self) {
+        self.made = None;
+    }
+}
+
+impl Drop for NewFolder {
+    fn drop(&mut self) {
+        if let Some(path) = self.made.take() {
+            // `remove_dir` removes only an empty folder: anything written there stays.
+            let _ = std::fs::remove_dir(path);
+        }
     }
 }
 

@@ -101,6 +101,16 @@ impl Setup {
         self.tree.allocation_paths().map(str::to_owned).collect()
     }
 
+    /// Whether no allocation holds any fraction of the cluster (every share on its path is 0
+    /// somewhere): then nothing is owed, and the report's owed figures measure nothing.
+    pub fn owes_nothing(&self) -> bool {
+        self.tree
+            .accounts
+            .iter()
+            .zip(self.tree.fractions())
+            .all(|(account, fraction)| !account.is_allocation() || fraction.num == 0)
+    }
+
     /// The events every policy's log starts with: the budget tree, then the nodes.
     pub fn initial_events(&self, at_ms: i64) -> Vec<pb::Event> {
         let mut out = vec![pb::Event {
@@ -118,5 +128,26 @@ impl Setup {
             });
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Setup;
+
+    fn setup(budget: &str) -> Setup {
+        let budget = fairshare_model::files::parse_budget(budget).unwrap();
+        Setup::new(budget, Setup::uniform_nodes("n", 1, 8), 0).unwrap()
+    }
+
+    #[test]
+    fn a_tree_owes_nothing_only_when_every_allocation_has_no_fraction() {
+        let zero = "cluster = \"c\"\n[accounts.a]\nshare = 0\n[accounts.b]\nshare = 0\n";
+        assert!(setup(zero).owes_nothing());
+        // A parent of share 0 gives its children nothing, whatever their own shares.
+        let under_zero = "cluster = \"c\"\n[accounts.a]\nshare = 0\n[accounts.a.x]\nshare = 5\n";
+        assert!(setup(under_zero).owes_nothing());
+        let one = "cluster = \"c\"\n[accounts.a]\nshare = 0\n[accounts.b]\nshare = 1\n";
+        assert!(!setup(one).owes_nothing());
     }
 }

@@ -755,3 +755,91 @@ fn a_bad_replica_jitter_is_refused_before_the_runs() {
     assert!(stderr.contains("--replica-jitter"), "{stderr}");
     assert!(!log.exists(), "the runs went ahead");
 }
+
+/// A run refused after the report's folder was made (here `--log` names a folder, found only
+/// once the folder exists) leaves no empty report folder behind; a folder that was there
+/// before stays.
+#[test]
+fn a_refused_run_leaves_no_empty_report_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("new").join("report");
+    let refused = || {
+        helios(&["--nodes", "4", "--span", "1h", "--policies", "fairshare"])
+            .args(["--quiet", "--log"])
+            .arg(dir.path())
+            .arg("--out")
+            .arg(&report)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap()
+    };
+    let o = refused();
+    assert!(!o.status.success());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("is a folder"), "{stderr}");
+    assert!(!report.exists(), "the empty report folder was removed");
+    std::fs::create_dir_all(&report).unwrap();
+    assert!(!refused().status.success());
+    assert!(report.is_dir(), "a folder made before the run stays");
+}
+
+/// A `--span` that is not whole hours is rounded up, and the run says so and by how much
+/// (the jobs submitted in the added time are replayed too).
+#[test]
+fn a_span_of_part_hours_is_rounded_up_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = helios(&["--nodes", "4", "--span", "90m", "--policies", "fifo"])
+        .args(["--quiet", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--span 90m is rounded up to 2 h") && stderr.contains("the 30 min added"),
+        "{stderr}"
+    );
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert!(report.contains("- Span: 2.0 hours\n"), "{report}");
+    // Whole hours are taken as given, without the note.
+    let whole = helios(&["--nodes", "4", "--span", "1h", "--policies", "fifo"])
+        .args(["--quiet", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(whole.status.success());
+    assert!(!String::from_utf8_lossy(&whole.stderr).contains("rounded up"));
+}
+
+/// A budget whose shares are all 0 owes nobody anything: the run goes on, and says that its
+/// owed figures measure nothing.
+#[test]
+fn a_budget_of_zero_shares_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = dir.path().join("budget.toml");
+    std::fs::write(
+        &budget,
+        "cluster = \"sim\"\n[accounts.a]\nshare = 0\n[accounts.b]\nshare = 0\n",
+    )
+    .unwrap();
+    let o = helios(&["--nodes", "4", "--span", "1h", "--policies", "fifo"])
+        .args(["--quiet", "--budget"])
+        .arg(&budget)
+        .arg("--out")
+        .arg(dir.path().join("report"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("every allocation in") && stderr.contains("has share 0"),
+        "{stderr}"
+    );
+    // The simulator's own budget owes time: no such warning.
+    let own = helios(&["--nodes", "4", "--span", "1h", "--policies", "fifo"])
+        .args(["--quiet", "--out"])
+        .arg(dir.path().join("report2"))
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&own.stderr).contains("has share 0"));
+}

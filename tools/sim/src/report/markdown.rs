@@ -305,9 +305,15 @@ fn spread_table(out: &mut String, spread: &Spread) {
         out,
         "\nLowest / median / highest over {} runs of each policy: the run above, and in each \
          other run the same jobs arriving up to {} earlier or later (by a hash of the job and \
-         the run). A difference between policies or settings inside these ranges is noise.\n",
+         the run). A difference between policies or settings inside these ranges is noise.{}\n",
         spread.replicas,
-        human_duration(spread.jitter_ms)
+        human_duration(spread.jitter_ms),
+        if spread.allocations.is_empty() {
+            ""
+        } else {
+            " The worst allocation need not be the same one in every run: the table below gives \
+             each allocation's own range, for the first policy."
+        }
     );
     allocation_spread_table(out, spread);
 }
