@@ -987,6 +987,43 @@ fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
 }
 
 #[test]
+fn at_its_floor_a_multi_node_waiter_takes_victims_within_half_an_interval_on_average() {
+    // Three teams on six 8-GPU nodes: floors of 16. a holds n1 and n2 (its floor), c holds
+    // the other four (16 over its floor), b nothing. c has used far more than a, so the window
+    // lets a's two-node job take c's `v1` (n3) and `v2` (n4), past their 1 h minimum runtime
+    // and checkpointing every 30 min; c's work on n5 and n6 is protected.
+    let case = |now: i64, v2_start: i64| {
+        let mut h = H::new();
+        h.state.set_hourly_floor(false);
+        h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+        for n in ["n1", "n2", "n3", "n4", "n5", "n6"] {
+            h.node(n, 8);
+        }
+        h.running(0, "own1", "a", 8 * 3600, &[("n1", 8)]);
+        h.running(0, "own2", "a", 8 * 3600, &[("n2", 8)]);
+        h.running(0, "v1", "c", 3600, &[("n3", 8)]);
+        h.running(v2_start, "v2", "c", 3600, &[("n4", 8)]);
+        h.running(0, "x1", "c", 8 * 3600, &[("n5", 8)]);
+        h.running(0, "x2", "c", 8 * 3600, &[("n6", 8)]);
+        h.submit_full(MIN, "w", "a", 2, 8, 3600, 0, true);
+        h.snapshot(
+            now,
+            &[("a", 0, ALLOC), ("b", 0, ALLOC), ("c", gpu_h(100.0), ALLOC)],
+        );
+        victims(&h.decide(now))
+    };
+    // Both 15 min past their checkpoints: half the interval per GPU, the most it may lose.
+    assert_eq!(case(HOUR + 15 * MIN, 0), ["v1", "v2"]);
+    // Both 20 min past: the waiter at its floor loses no owed time by waiting.
+    assert!(case(HOUR + 20 * MIN, 0).is_empty());
+    // 20 and 10 min past (v2 started 10 min later, its minimum runtime over too): 15 on
+    // average, so they go together, though v1 alone is over the limit.
+    assert_eq!(case(HOUR + 50 * MIN, 10 * MIN), ["v1", "v2"]);
+    // 20 and 25 min past: over on average.
+    assert!(case(HOUR + 50 * MIN, 25 * MIN).is_empty());
+}
+
+#[test]
 fn a_floor_order_leaves_the_victims_allocation_better_off_than_the_waiters() {
     // One 8-GPU node: floors of 4 each. a holds nothing (4 below its floor); b holds all 8 in
     // 2-GPU jobs past their minimum runtime. The plain floors: with the hourly floor, a's

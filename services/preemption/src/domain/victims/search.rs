@@ -16,7 +16,8 @@ use super::super::config::Config;
 use super::super::view::{View, is_ordered_off};
 use super::rules::{Candidate, Cost, FloorBudget, Judge, RankRule, add, node_mask};
 use super::{
-    FLOOR_FRESH_DIVISOR, Grounds, NoVictims, Rule, VictimPlan, Waiter, fresh_limit_gpu_ms,
+    FLOOR_FRESH_DIVISOR, Grounds, NoVictims, Rule, VictimPlan, WINDOW_FRESH_DIVISOR, Waiter,
+    fresh_limit_gpu_ms,
 };
 
 /// The cheapest victims on one node that free `shortfall` GPUs there: an exact covering
@@ -72,23 +73,28 @@ impl Cover {
     }
 }
 
-/// Whether `plan` breaks the average checkpoint limit of a waiter below its floor: an order
-/// for one picks its moment as a whole, its allocated victims throwing away no more than
-/// `interval / FLOOR_FRESH_DIVISOR` per GPU on average, whichever rule allows each (see
-/// `FLOOR_FRESH_DIVISOR`). A debug job under its allowance takes what it needs at once.
+/// Whether `plan` breaks the average checkpoint limit of a waiter below its floor, or of one
+/// at its floor that spans nodes: an order for one picks its moment as a whole, its allocated
+/// victims throwing away no more than `interval / FLOOR_FRESH_DIVISOR` (below the floor,
+/// whichever rule allows each) or `interval / WINDOW_FRESH_DIVISOR` (at it) per GPU on
+/// average (see those constants). A debug job under its allowance takes what it needs at once.
 fn over_average_limit<'a, 's: 'a>(
     judge: &Judge<'_>,
     plan: impl Iterator<Item = &'a Candidate<'s>>,
 ) -> bool {
-    if !judge.rule.below_floor || judge.debug_allowance.is_some() {
+    let divisor = if judge.rule.below_floor && judge.debug_allowance.is_none() {
+        FLOOR_FRESH_DIVISOR
+    } else if judge.window_fresh && !judge.single_node {
+        WINDOW_FRESH_DIVISOR
+    } else {
         return false;
-    }
+    };
     let (gpus, allocated_lost) = plan
         .filter(|c| !c.victim.unallocated)
         .fold((0u64, 0u128), |(g, l), c| {
             (g + c.victim.gpus, l.saturating_add(c.victim.lost_gpu_ms))
         });
-    allocated_lost > fresh_limit_gpu_ms(judge.cfg, FLOOR_FRESH_DIVISOR, gpus)
+    allocated_lost > fresh_limit_gpu_ms(judge.cfg, divisor, gpus)
 }
 
 fn single_node<'s>(
