@@ -101,8 +101,9 @@ impl Setup {
         self.tree.allocation_paths().map(str::to_owned).collect()
     }
 
-    /// Whether no allocation holds any fraction of the cluster (every share on its path is 0
-    /// somewhere): then nothing is owed, and the report's owed figures measure nothing.
+    /// Whether no allocation holds any fraction of the cluster (each has a share of 0 on its
+    /// path, its own or an ancestor's): then nothing is owed, and the report's owed figures
+    /// measure nothing.
     pub fn owes_nothing(&self) -> bool {
         self.tree
             .accounts
