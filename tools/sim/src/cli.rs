@@ -190,6 +190,10 @@ struct CommonArgs {
     /// Largest nudge of a job's arrival in a replica ("1m", "10s").
     #[arg(long, default_value = "1m")]
     replica_jitter: String,
+    /// Threads the replicas run on, one replica per thread at a time (0: one per core). The
+    /// report is the same for any number; each thread holds one replica's runs in memory.
+    #[arg(long, env = "FAIRSHARE_SIM_THREADS", default_value_t = 0)]
+    threads: u32,
 }
 
 #[derive(Debug, Args)]
@@ -291,18 +295,27 @@ impl CommonArgs {
         if self.replicas <= 1 {
             return None;
         }
+        let threads = match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            n => n as usize,
+        };
         let mut all = vec![main.to_vec()];
-        for replica in 1..self.replicas {
-            let started = Instant::now();
-            let nudged = replicas::jittered(workload, replica, jitter_ms);
-            let runs = simulate(setup, &nudged, config, policies, |_, _| {});
-            eprintln!(
-                "replica {replica}/{}: simulated in {:.3} s",
-                self.replicas - 1,
-                started.elapsed().as_secs_f64()
-            );
-            all.push(runs.into_iter().map(|r| r.metrics).collect());
-        }
+        all.extend(replicas::run_replicas(
+            setup,
+            workload,
+            config,
+            policies,
+            self.replicas,
+            jitter_ms,
+            threads,
+            |replica, took| {
+                eprintln!(
+                    "replica {replica}/{}: simulated in {:.3} s",
+                    self.replicas - 1,
+                    took.as_secs_f64()
+                );
+            },
+        ));
         replicas::spread(&all, jitter_ms, MIN_OWED_GPU_MS)
     }
 

@@ -17,11 +17,71 @@
 //! the job's name and the replica number, so a replica is the same on every machine and run.
 //! Replica 0 is the workload itself.
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
 use fairshare_events::headers::content_hash;
 
+use crate::engine::EngineConfig;
 use crate::metrics::{AllocationMetrics, RunMetrics};
-use crate::setup::EPOCH_MS;
+use crate::setup::{EPOCH_MS, Setup};
+use crate::simulate::{Policy, simulate};
 use crate::workload::{SimJob, Workload};
+
+/// Runs replicas `1..replicas` of `workload` ([`jittered`]) under every policy, on up to
+/// `threads` threads (at least one), and returns each replica's metrics in replica order, so
+/// the spread is the same however many threads ran them. `done(replica, wall time)` is called
+/// as each finishes, in the order they finish.
+#[allow(clippy::too_many_arguments)]
+pub fn run_replicas(
+    setup: &Setup,
+    workload: &Workload,
+    config: &EngineConfig,
+    policies: &[Policy],
+    replicas: u32,
+    jitter_ms: i64,
+    threads: usize,
+    done: impl Fn(u32, Duration) + Sync,
+) -> Vec<Vec<RunMetrics>> {
+    let count = replicas.saturating_sub(1) as usize;
+    let next = AtomicU32::new(1);
+    let results: Mutex<Vec<Option<Vec<RunMetrics>>>> = Mutex::new(vec![None; count]);
+    let worker = || {
+        loop {
+            let replica = next.fetch_add(1, Ordering::Relaxed);
+            if replica >= replicas {
+                break;
+            }
+            let started = Instant::now();
+            let nudged = jittered(workload, replica, jitter_ms);
+            let metrics: Vec<RunMetrics> = simulate(setup, &nudged, config, policies, |_, _| {})
+                .into_iter()
+                .map(|r| r.metrics)
+                .collect();
+            done(replica, started.elapsed());
+            // A worker that panicked poisons the lock; its replica is then missing, and the
+            // panic itself ends the scope below.
+            if let Ok(mut slots) = results.lock()
+                && let Some(slot) = slots.get_mut(replica as usize - 1)
+            {
+                *slot = Some(metrics);
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads.clamp(1, count.max(1)) {
+            scope.spawn(worker);
+        }
+        worker();
+    });
+    results
+        .into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .collect()
+}
 
 /// `workload` with each job's submission shifted by up to `jitter_ms` either way (never before
 /// the epoch), by a hash of the job's name and `replica`. Replica 0, or a jitter of 0, is the

@@ -149,6 +149,45 @@ fn replicas_with_nudged_arrivals_give_a_reproducible_spread() {
     assert!(pct(fs.owed.min) <= pct(fs.owed.median) && pct(fs.owed.median) <= pct(fs.owed.max));
 }
 
+/// Replicas run on several threads come back in replica order, each equal to the same replica
+/// run alone: the spread does not depend on which thread finished first.
+#[test]
+fn replicas_on_threads_come_back_in_replica_order() {
+    let (setup, workload) = helios_slice();
+    let config = EngineConfig::default();
+    let policies = [
+        Policy::Fairshare,
+        Policy::Baseline(fairshare_sim::baseline::Baseline::Fifo),
+    ];
+    let alone: Vec<Vec<_>> = (1..4)
+        .map(|r| {
+            let w = fairshare_sim::replicas::jittered(&workload, r, 60_000);
+            simulate(&setup, &w, &config, &policies, |_, _| {})
+                .into_iter()
+                .map(|run| run.metrics)
+                .collect()
+        })
+        .collect();
+    let finished = std::sync::Mutex::new(Vec::new());
+    for threads in [1, 3, 8] {
+        finished.lock().unwrap().clear();
+        let on_threads = fairshare_sim::replicas::run_replicas(
+            &setup,
+            &workload,
+            &config,
+            &policies,
+            4,
+            60_000,
+            threads,
+            |replica, _| finished.lock().unwrap().push(replica),
+        );
+        assert_eq!(on_threads, alone, "{threads} threads");
+        let mut seen = finished.lock().unwrap().clone();
+        seen.sort_unstable();
+        assert_eq!(seen, [1, 2, 3], "each replica once, {threads} threads");
+    }
+}
+
 #[test]
 fn every_simulated_preemption_order_passes_the_preemption_audit() {
     use fairshare_events::pb::event::Body;
