@@ -800,31 +800,37 @@ impl LoadArgs {
 /// refused workload) and the folder was made for this run, it is removed again when still
 /// empty: a failed run leaves no empty report folder behind. An existing folder is left alone.
 struct NewFolder {
-    /// The folder, when this run made it and no report was written into it yet.
-    made: Option<PathBuf>,
+    /// The folders this run made, innermost (the report's) first, while no report was
+    /// written: the report's folder and those of its parents that did not exist before.
+    made: Vec<PathBuf>,
 }
 
 impl NewFolder {
     fn create(path: &Path) -> anyhow::Result<Self> {
-        let existed = path.exists();
+        let made: Vec<PathBuf> = path
+            .ancestors()
+            .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+            .map(Path::to_path_buf)
+            .collect();
         std::fs::create_dir_all(path)
             .with_context(|| format!("cannot create {}", path.display()))?;
-        Ok(NewFolder {
-            made: (!existed).then(|| path.to_owned()),
-        })
+        Ok(NewFolder { made })
     }
 
     /// The report is in it: it stays whatever happens next.
     fn keep(&mut self) {
-        self.made = None;
+        self.made.clear();
     }
 }
 
 impl Drop for NewFolder {
     fn drop(&mut self) {
-        if let Some(path) = self.made.take() {
-            // `remove_dir` removes only an empty folder: anything written there stays.
-            let _ = std::fs::remove_dir(path);
+        for path in self.made.drain(..) {
+            // `remove_dir` removes only an empty folder: anything written there stays, and
+            // so do the folders above it.
+            if std::fs::remove_dir(path).is_err() {
+                break;
+            }
         }
     }
 }

@@ -817,6 +817,11 @@ fn a_refused_run_leaves_no_empty_report_folder() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("is a folder"), "{stderr}");
     assert!(!report.exists(), "the empty report folder was removed");
+    assert!(
+        !dir.path().join("new").exists(),
+        "and the new folder it was made in"
+    );
+    assert!(dir.path().is_dir(), "a folder that was there stays");
     std::fs::create_dir_all(&report).unwrap();
     assert!(!refused().status.success());
     assert!(report.is_dir(), "a folder made before the run stays");

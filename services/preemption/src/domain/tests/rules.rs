@@ -1019,8 +1019,8 @@ fn at_its_floor_a_multi_node_waiter_takes_victims_within_half_an_interval_on_ave
     // 20 and 10 min past (v2 started 10 min later, its minimum runtime over too): 15 on
     // average, so they go together, though v1 alone is over the limit.
     assert_eq!(case(HOUR + 50 * MIN, 10 * MIN), ["v1", "v2"]);
-    // 20 and 25 min past: over on average.
-    assert!(case(HOUR + 50 * MIN, 25 * MIN).is_empty());
+    // 25 and 10 min past: 17.5 on average, over, though v2 alone is under the limit.
+    assert!(case(HOUR + 55 * MIN, 15 * MIN).is_empty());
 }
 
 #[test]

@@ -147,7 +147,10 @@ const FLOOR_FRESH_DIVISOR: i64 = 3;
 /// orders' share of it at 368 from 344 to 230 GPU-h in the main run), owed delivered 99.62% /
 /// 99.14% / 95.59% to 99.61% / 99.13% / 95.74%; msft-itp at 512 GPUs from 0.69% to 0.64% lost
 /// (448 and 384: 0.72% both before and after), owed delivered unchanged (99.97% / 99.94% /
-/// 99.93%).
+/// 99.93%). A multi-node plan's nodes are chosen cheapest first and the plan is checked as a
+/// whole, so one over the average waits for a later pass rather than going to dearer nodes
+/// whose victims checkpointed lately (a single-node waiter passes over such a node): at its
+/// floor, the waiter loses no owed time by that wait.
 const WINDOW_FRESH_DIVISOR: i64 = 2;
 
 /// The most work victims holding `gpus` GPUs may throw away for an order limited to

@@ -349,7 +349,8 @@ pub(super) struct Judge<'a> {
     pub(super) unallocated_only: bool,
     /// Whether the waiter fits on one node.
     pub(super) single_node: bool,
-    /// Whether allocated victims must have checkpointed within `WINDOW_FRESH_DIVISOR`: the
+    /// Whether allocated victims must have checkpointed within `WINDOW_FRESH_DIVISOR` (each
+    /// one for a single-node waiter, on average over the plan for one that spans nodes): the
     /// waiter is no debug job, and its allocation holds at least its share floor, so waiting
     /// for a victim's checkpoint costs it no owed time.
     pub(super) window_fresh: bool,
@@ -518,8 +519,9 @@ impl Judge<'_> {
         // would throw away too much. For the floor rule, which overrides the window; and for
         // the window when the waiter's allocation holds its floor already, so the wait costs
         // it no owed time. (A node's victims, or a multi-node waiter's nodes, are seldom all
-        // fresh at once: the plan of a waiter below its floor is limited on average too, in
-        // `choose`. A debug job takes what it needs at once.)
+        // fresh at once: the plan of a waiter below its floor, and of a multi-node waiter at
+        // it, is limited on average instead or too, in `choose`. A debug job takes what it
+        // needs at once.)
         let fresh_divisor = if floor_only {
             Some(FLOOR_FRESH_DIVISOR)
         } else if !unallocated && self.window_fresh {
