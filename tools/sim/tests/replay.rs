@@ -121,21 +121,32 @@ fn the_idle_split_accounts_for_the_whole_occupancy_shortfall_of_every_policy() {
     );
 }
 
+/// The metrics of each of `replicas` (arrivals nudged by up to a minute), run one by one.
+fn replicas_alone(
+    setup: &Setup,
+    workload: &Workload,
+    config: &EngineConfig,
+    policies: &[Policy],
+    replicas: std::ops::Range<u32>,
+) -> Vec<Vec<fairshare_sim::metrics::RunMetrics>> {
+    replicas
+        .map(|r| {
+            let w = fairshare_sim::replicas::jittered(workload, r, 60_000);
+            simulate(setup, &w, config, policies, |_, _| {})
+                .into_iter()
+                .map(|run| run.metrics)
+                .collect()
+        })
+        .collect()
+}
+
 #[test]
 fn replicas_with_nudged_arrivals_give_a_reproducible_spread() {
     let (setup, workload) = helios_slice();
     let config = EngineConfig::default();
     let policies = Policy::all();
     let spread_of = || {
-        let runs: Vec<Vec<_>> = (0..3)
-            .map(|r| {
-                let w = fairshare_sim::replicas::jittered(&workload, r, 60_000);
-                simulate(&setup, &w, &config, &policies, |_, _| {})
-                    .into_iter()
-                    .map(|run| run.metrics)
-                    .collect()
-            })
-            .collect();
+        let runs = replicas_alone(&setup, &workload, &config, &policies, 0..3);
         fairshare_sim::replicas::spread(&runs, 60_000, 0).unwrap()
     };
     let spread = spread_of();
@@ -159,15 +170,7 @@ fn replicas_on_threads_come_back_in_replica_order() {
         Policy::Fairshare,
         Policy::Baseline(fairshare_sim::baseline::Baseline::Fifo),
     ];
-    let alone: Vec<Vec<_>> = (1..4)
-        .map(|r| {
-            let w = fairshare_sim::replicas::jittered(&workload, r, 60_000);
-            simulate(&setup, &w, &config, &policies, |_, _| {})
-                .into_iter()
-                .map(|run| run.metrics)
-                .collect()
-        })
-        .collect();
+    let alone = replicas_alone(&setup, &workload, &config, &policies, 1..4);
     let finished = std::sync::Mutex::new(Vec::new());
     for threads in [1, 3, 8] {
         finished.lock().unwrap().clear();
