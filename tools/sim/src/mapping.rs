@@ -109,8 +109,8 @@ pub fn parse_tenant_map(
     text: &str,
     allocations: &[String],
 ) -> Result<BTreeMap<String, String>, TenantMapError> {
-    let mut out = BTreeMap::new();
-    let mut lines: BTreeMap<String, usize> = BTreeMap::new();
+    // Each tenant's allocation and the line that named it (for a repeat's error).
+    let mut out: BTreeMap<String, (String, usize)> = BTreeMap::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -129,17 +129,19 @@ pub fn parse_tenant_map(
                 allocation: allocation.to_owned(),
             });
         }
-        if let Some(&first) = lines.get(tenant) {
+        if let Some((_, first)) = out.get(tenant) {
             return Err(TenantMapError::Repeated {
                 line: i + 1,
                 tenant: tenant.to_owned(),
-                first,
+                first: *first,
             });
         }
-        lines.insert(tenant.to_owned(), i + 1);
-        out.insert(tenant.to_owned(), allocation.to_owned());
+        out.insert(tenant.to_owned(), (allocation.to_owned(), i + 1));
     }
-    Ok(out)
+    Ok(out
+        .into_iter()
+        .map(|(tenant, (allocation, _))| (tenant, allocation))
+        .collect())
 }
 
 /// `map` in the form [`parse_tenant_map`] reads, one `tenant = allocation` line per tenant in
