@@ -132,6 +132,8 @@ fn print_parts(wall: Duration, parts: &PartTimes, stats: &EngineStats) {
 }
 
 fn main() {
+    // As the binary does (`fairshare_sim::memory`): the bench times what users run.
+    let _ = fairshare_sim::memory::prefer_small_pages();
     let rounds = std::env::var("FAIRSHARE_BENCH_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())

@@ -19,7 +19,8 @@
 //!    much of a difference between policies or settings is noise.
 //! 6. [`simulate`] ties the steps together for the command line and the tests; [`logfile`]
 //!    writes and reads a log, and [`load`] publishes one to JetStream for an audit;
-//!    [`audit`] runs the decision service's audit over a log in-process.
+//!    [`audit`] runs the decision service's audit over a log in-process; [`memory`] sets how
+//!    the process is given memory.
 
 pub mod audit;
 pub mod baseline;
@@ -27,6 +28,7 @@ pub mod engine;
 pub mod load;
 pub mod logfile;
 pub mod mapping;
+pub mod memory;
 pub mod metrics;
 pub mod progress;
 pub mod replicas;

@@ -12,5 +12,7 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    // Only a speed setting: without it the run computes the same, more slowly.
+    let _ = fairshare_sim::memory::prefer_small_pages();
     cli::Cli::parse().run()
 }
