@@ -373,9 +373,7 @@ impl CommonArgs {
             );
         }
         let mut out_dir = NewFolder::create(&self.out)?;
-        if let Some(path) = &self.log {
-            check_writable(path)?;
-        }
+        let mut log_dir = self.log.as_deref().map(check_writable).transpose()?;
         // The baselines check allocations and shapes only: a job the submission service alone
         // refuses would make the runs compare different workloads.
         let refused = workload.refused(setup, &config.limits);
@@ -417,6 +415,9 @@ impl CommonArgs {
         {
             std::fs::write(path, logfile::encode(&run.log))
                 .with_context(|| format!("cannot write {}", path.display()))?;
+            if let Some(dir) = &mut log_dir {
+                dir.keep();
+            }
             eprintln!(
                 "fairshare log: {} events -> {}",
                 run.log.len(),
@@ -795,13 +796,14 @@ impl LoadArgs {
     }
 }
 
-/// The report's folder, made before the simulation so that a folder that cannot be made is
-/// refused before minutes of work. If the run then fails (an audit that finds divergences, a
-/// refused workload) and the folder was made for this run, it is removed again when still
-/// empty: a failed run leaves no empty report folder behind. An existing folder is left alone.
+/// The report's folder, or the log's, made before the simulation so that a folder that cannot
+/// be made is refused before minutes of work. If the run then fails (an audit that finds
+/// divergences, a refused workload) and the folder was made for this run, it is removed again
+/// when still empty: a failed run leaves no empty folder behind. An existing folder is left
+/// alone.
 struct NewFolder {
-    /// The folders this run made, innermost (the report's) first, while no report was
-    /// written: the report's folder and those of its parents that did not exist before.
+    /// The folders this run made, innermost first, while nothing was written in them: the
+    /// folder asked for and those of its parents that did not exist before.
     made: Vec<PathBuf>,
 }
 
@@ -817,7 +819,7 @@ impl NewFolder {
         Ok(NewFolder { made })
     }
 
-    /// The report is in it: it stays whatever happens next.
+    /// The report (or the log) is in it: it stays whatever happens next.
     fn keep(&mut self) {
         self.made.clear();
     }
@@ -836,25 +838,27 @@ impl Drop for NewFolder {
 }
 
 /// Refuses `path` for the log before the simulation, rather than after it: a folder, or a
-/// file that cannot be created or written. Its folder is made; a file made only to check is
-/// removed again, and an existing one is left as it is until the run writes it.
-fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
+/// file that cannot be created or written. Its folder is made, and removed again if the run
+/// fails before the log is written ([`NewFolder`]); a file made only to check is removed
+/// again, and an existing one is left as it is until the run writes it.
+fn check_writable(path: &Path) -> anyhow::Result<NewFolder> {
     if path.is_dir() {
         bail!("--log {} is a folder: give a file name", path.display());
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
+    let folder = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => NewFolder::create(dir)?,
+        None => NewFolder { made: Vec::new() },
+    };
     // Something already there (a file, or a link, even one to nothing yet) is left as it is
     // and written through at the end; only a file this check creates is removed again.
     match path.symlink_metadata() {
-        Ok(m) if m.file_type().is_symlink() => return Ok(()),
+        Ok(m) if m.file_type().is_symlink() => return Ok(folder),
         Ok(_) => {
             std::fs::OpenOptions::new()
                 .append(true)
                 .open(path)
                 .with_context(|| format!("cannot write {}", path.display()))?;
-            return Ok(());
+            return Ok(folder);
         }
         Err(_) => {}
     }
@@ -865,5 +869,5 @@ fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))?;
     // Nothing written yet: no empty log is left behind if the run fails.
     std::fs::remove_file(path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    Ok(folder)
 }

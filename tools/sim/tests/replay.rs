@@ -770,6 +770,47 @@ fn a_scenario_over_the_minimum_runtime_cap_is_refused() {
     assert!(!out.path().join("report.md").exists());
 }
 
+/// A run refused after the log's folder was made for it (here a user name over the
+/// submission service's label limit: the fairshare run alone would refuse that job) removes
+/// that folder again, and the new folders above it: no empty folder is left where no log was
+/// written. A folder that was there stays.
+#[test]
+fn a_refused_run_leaves_no_empty_log_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("replay.csv");
+    std::fs::write(
+        &trace,
+        format!(
+            "job_id,submit_time,duration,num_gpus,user,group,status,num_nodes\n\
+             x1,0,600,1,{},,Pass,1\nx2,10,600,1,u002,,Pass,1\n",
+            "u".repeat(300)
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("new").join("logs").join("run.log");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+        .arg("trace")
+        .arg("--trace")
+        .arg(&trace)
+        .args(["--nodes", "2", "--span", "1h", "--policies", "fairshare"])
+        .args(["--quiet", "--log"])
+        .arg(&log)
+        .arg("--out")
+        .arg(dir.path().join("report"))
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(stderr.contains("in the fairshare run only"), "{stderr}");
+    assert!(
+        !dir.path().join("new").exists(),
+        "the log's new folders went"
+    );
+    assert!(!dir.path().join("report").exists(), "and the report's");
+    assert!(trace.is_file(), "what was there stays");
+}
+
 /// A bad `--replica-jitter` is refused before anything runs: the log named by `--log` (which
 /// is written after the runs) is not there.
 #[test]
