@@ -63,6 +63,18 @@ impl DecisionState {
         self.room_without(&withheld)
     }
 
+    /// [`Self::free_room_at`] for a caller that holds `free`, [`Self::free_room`] of this
+    /// same state: with no promise in force at `now` the two are the same, and the nodes are
+    /// not read again (the simulator asks both before every cycle).
+    pub fn free_room_at_given(&self, now: i64, free: FreeRoom) -> FreeRoom {
+        let withheld = self.withheld_by_node(now);
+        if withheld.is_empty() {
+            free
+        } else {
+            self.room_without(&withheld)
+        }
+    }
+
     /// The room of the uncordoned nodes, less `withheld` GPUs per node (sorted by name).
     fn room_without(&self, withheld: &[(&str, u32)]) -> FreeRoom {
         let mut withheld = withheld.iter().peekable();

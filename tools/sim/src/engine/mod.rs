@@ -417,10 +417,11 @@ impl Engine<'_> {
             }
             // No free GPU on an uncordoned node: no cycle (and no snapshot for one). GPUs
             // promised to a waiting job count as free here: that job may take them.
-            if !state.free_room().any_free() {
+            let free = state.free_room();
+            if !free.any_free() {
                 return false;
             }
-            state.free_room_at(now)
+            state.free_room_at_given(now, free)
         };
         self.snapshot_if_due(now);
         self.cycle += 1;

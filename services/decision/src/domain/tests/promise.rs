@@ -192,6 +192,11 @@ fn a_job_plans_its_reservation_on_the_gpus_promised_to_it() {
 #[test]
 fn the_skip_test_counts_promised_gpus_for_their_job_alone() {
     let mut h = cluster();
+    // No promise yet: both rooms are the free GPUs.
+    assert_eq!(
+        h.state.free_room_at_given(T0, h.state.free_room()),
+        h.state.free_room_at(T0)
+    );
     preempted(&mut h, T0 + MIN, "v1");
     let now = T0 + MIN;
     // n1 is free but held for w, which still needs n2: no cycle can place anything, though
@@ -199,11 +204,14 @@ fn the_skip_test_counts_promised_gpus_for_their_job_alone() {
     assert!(h.state.any_queued_shape_fits_in(&h.state.free_room()));
     let room = h.state.free_room_at(now);
     assert!(!room.any_free());
+    // Given the room with promised GPUs, the same answer, not that room.
+    assert_eq!(h.state.free_room_at_given(now, h.state.free_room()), room);
     assert!(!h.state.any_queued_shape_fits_at(&room, now));
     assert!(h.decide(now).placements.is_empty());
     // Once v2 is gone too, w fits its promised nodes.
     preempted(&mut h, D2, "v2");
     let room = h.state.free_room_at(D2);
+    assert_eq!(h.state.free_room_at_given(D2, h.state.free_room()), room);
     assert!(
         !h.state.any_queued_shape_fits_in(&room),
         "n1 and n2 are both w's"
