@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::folders::{NewFolder, check_writable};
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use fairshare_accounting::domain::FoldConfig;
@@ -373,6 +374,8 @@ impl CommonArgs {
             );
         }
         let mut out_dir = NewFolder::create(&self.out)?;
+        // Declared after the report's, so dropped first: a log folder made inside a new report
+        // folder goes before that one is tried (`remove_dir` takes only empty folders).
         let mut log_dir = self.log.as_deref().map(check_writable).transpose()?;
         // The baselines check allocations and shapes only: a job the submission service alone
         // refuses would make the runs compare different workloads.
@@ -794,80 +797,4 @@ impl LoadArgs {
             anyhow::Ok(())
         })
     }
-}
-
-/// The report's folder, or the log's, made before the simulation so that a folder that cannot
-/// be made is refused before minutes of work. If the run then fails (an audit that finds
-/// divergences, a refused workload) and the folder was made for this run, it is removed again
-/// when still empty: a failed run leaves no empty folder behind. An existing folder is left
-/// alone.
-struct NewFolder {
-    /// The folders this run made, innermost first, while nothing was written in them: the
-    /// folder asked for and those of its parents that did not exist before.
-    made: Vec<PathBuf>,
-}
-
-impl NewFolder {
-    fn create(path: &Path) -> anyhow::Result<Self> {
-        let made: Vec<PathBuf> = path
-            .ancestors()
-            .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
-            .map(Path::to_path_buf)
-            .collect();
-        std::fs::create_dir_all(path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        Ok(NewFolder { made })
-    }
-
-    /// The report (or the log) is in it: it stays whatever happens next.
-    fn keep(&mut self) {
-        self.made.clear();
-    }
-}
-
-impl Drop for NewFolder {
-    fn drop(&mut self) {
-        for path in self.made.drain(..) {
-            // `remove_dir` removes only an empty folder: anything written there stays, and
-            // so do the folders above it.
-            if std::fs::remove_dir(path).is_err() {
-                break;
-            }
-        }
-    }
-}
-
-/// Refuses `path` for the log before the simulation, rather than after it: a folder, or a
-/// file that cannot be created or written. Its folder is made, and removed again if the run
-/// fails before the log is written ([`NewFolder`]); a file made only to check is removed
-/// again, and an existing one is left as it is until the run writes it.
-fn check_writable(path: &Path) -> anyhow::Result<NewFolder> {
-    if path.is_dir() {
-        bail!("--log {} is a folder: give a file name", path.display());
-    }
-    let folder = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        Some(dir) => NewFolder::create(dir)?,
-        None => NewFolder { made: Vec::new() },
-    };
-    // Something already there (a file, or a link, even one to nothing yet) is left as it is
-    // and written through at the end; only a file this check creates is removed again.
-    match path.symlink_metadata() {
-        Ok(m) if m.file_type().is_symlink() => return Ok(folder),
-        Ok(_) => {
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            return Ok(folder);
-        }
-        Err(_) => {}
-    }
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create_new(true)
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    // Nothing written yet: no empty log is left behind if the run fails.
-    std::fs::remove_file(path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(folder)
 }

@@ -2,6 +2,7 @@
 //! baselines, and write the policy report. See `fairshare-sim --help`.
 
 mod cli;
+mod folders;
 
 use clap::Parser;
 

@@ -69,6 +69,7 @@ impl DecisionState {
     pub fn free_room_at_given(&self, now: i64, free: FreeRoom) -> FreeRoom {
         let withheld = self.withheld_by_node(now);
         if withheld.is_empty() {
+            debug_assert_eq!(free, self.free_room(), "`free` is this state's free room");
             free
         } else {
             self.room_without(&withheld)
