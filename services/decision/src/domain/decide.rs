@@ -327,6 +327,14 @@ impl<'s> Cycle<'s> {
         false
     }
 
+    /// Whether the rest of the cycle can change nothing a caller without reasons sees: nothing
+    /// can be placed any more ([`Pool::exhausted`]) and the reservation is taken (no later job
+    /// takes it). Then the walk stops: in a full cluster a cycle that places one job would
+    /// otherwise meet every other queued job to learn nothing.
+    fn nothing_left(&self) -> bool {
+        !self.reasons && self.reservation.is_some() && self.pool.exhausted()
+    }
+
     /// Places a debug job under its allocation's allowance if it fits now. Nothing else:
     /// one that does not fit is met again in rank order, where it may wait, reserve, or
     /// record why.
@@ -547,7 +555,7 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
                     fair.set_pending(id);
                 }
             }
-            while let Some(leaf) = fair.next_pending_leaf() {
+            'allocated: while let Some(leaf) = fair.next_pending_leaf() {
                 let (Some((allocation, _)), Some(cursor)) = (queues[leaf], cursors[leaf].as_mut())
                 else {
                     fair.exhaust(leaf);
@@ -567,13 +575,19 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
                         fair.hold(leaf, req.shape.total_gpus());
                         break;
                     }
+                    if cycle.nothing_left() {
+                        break 'allocated;
+                    }
                 }
             }
 
             // Unallocated pass: fill what is left, in the ranking the allocated pass ended with.
-            for leaf in fair.leaf_order() {
+            'unallocated: for leaf in fair.leaf_order() {
                 if let Some((allocation, q)) = queues[leaf] {
                     for (key, req) in q.unallocated.iter() {
+                        if cycle.nothing_left() {
+                            break 'unallocated;
+                        }
                         cycle.consider(key, *req, allocation);
                     }
                 }

@@ -328,6 +328,12 @@ impl<'s> Pool<'s> {
         }
     }
 
+    /// Whether no job can be placed any more this cycle: no free GPU on a node that takes
+    /// work, and no promise that a job could still be offered.
+    pub fn exhausted(&self) -> bool {
+        self.free_total == 0 && self.promised.is_empty()
+    }
+
     /// Whether GPUs are promised to `job_id` in this cycle.
     pub fn has_promise(&self, job_id: &str) -> bool {
         self.promise_index(job_id).is_some()
