@@ -218,6 +218,11 @@ fn the_skip_test_counts_promised_gpus_for_their_job_alone() {
     );
     assert!(h.state.any_queued_shape_fits_at(&room, D2));
     assert!(!h.decide(D2).placements.is_empty());
+    // Every free GPU is promised: a cycle without reasons must still meet w, not stop at
+    // the first sight of no free GPU.
+    let quick = crate::domain::decide_placements(&h.state, D2);
+    assert_eq!(quick.placements, h.decide(D2).placements);
+    assert_eq!(quick.reservation, h.decide(D2).reservation);
 }
 
 #[test]
