@@ -197,7 +197,8 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
     if changed {
         return out;
     }
-    let orders: Vec<Grounded<'_>> = match victims::fair_share(state, now_ms, config) {
+    let (fair_share, view) = victims::fair_share_and_view(state, now_ms, config);
+    let orders: Vec<Grounded<'_>> = match fair_share {
         FairShare::Preempt(plan) => plan
             .victims
             .iter()
@@ -208,7 +209,7 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
                 reason: fair_share_reason(&plan, v),
             })
             .collect(),
-        FairShare::Blocked(line) => pack::moves(state, &line, now_ms, config)
+        FairShare::Blocked(line) => pack::moves_in(state, &line, view, now_ms, config)
             .map(|plan| {
                 plan.movers
                     .iter()

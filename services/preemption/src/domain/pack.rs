@@ -97,6 +97,18 @@ pub fn moves<'s>(
     now: i64,
     cfg: &Config,
 ) -> Option<PackPlan<'s>> {
+    moves_in(state, line, None, now, cfg)
+}
+
+/// [`moves`], given the node view of `state` at `now` if the caller has it (the fair-share
+/// walk's, [reset](View::reset)); built here otherwise, and only when a move is looked for.
+pub(crate) fn moves_in<'s>(
+    state: &'s PreemptionState,
+    line: &Line<'s>,
+    view: Option<View<'s>>,
+    now: i64,
+    cfg: &Config,
+) -> Option<PackPlan<'s>> {
     let single = |w: &Waiter<'_>| w.shape.nodes <= 1 && w.shape.gpus_per_node > 0;
     if !cfg.packing || (!single(&line.first) && !line.behind.iter().any(single)) {
         return None;
@@ -108,7 +120,8 @@ pub fn moves<'s>(
     if d.any_placeable_shape_fits() {
         return None;
     }
-    let mut packer = Packer::new(View::new(state, now), now, cfg);
+    let view = view.unwrap_or_else(|| View::new(state, now));
+    let mut packer = Packer::new(view, now, cfg);
     if single(&line.first)
         && let Some(plan) = packer.move_for(line.first, &[])
     {

@@ -93,6 +93,8 @@ pub(crate) struct View<'s> {
     /// Per waiting job with GPUs promised or being freed for it, what counts for it alone
     /// (left out of the nodes' `free` and `pending`), by job id.
     claims: Vec<(&'s str, Vec<Claim>)>,
+    /// Per node, `(free, pending)` as [`View::new`] made them, for [`View::reset`].
+    made: Vec<(u32, u32)>,
 }
 
 impl<'s> View<'s> {
@@ -154,7 +156,23 @@ impl<'s> View<'s> {
                 }
             }
         }
-        View { nodes, claims }
+        let made = nodes.iter().map(|n| (n.free, n.pending)).collect();
+        View {
+            nodes,
+            claims,
+            made,
+        }
+    }
+
+    /// The view as [`View::new`] made it, whatever a walk claimed and took since: the
+    /// packing moves look at the nodes as the fair-share walk found them, before it gave
+    /// GPUs away, without reading the state again.
+    pub fn reset(&mut self) {
+        for (n, &(free, pending)) in self.nodes.iter_mut().zip(&self.made) {
+            n.free = free;
+            n.pending = pending;
+            n.taken = 0;
+        }
     }
 
     /// Adds what counts for `job_id` alone to the nodes, while the walk considers that job.

@@ -116,3 +116,32 @@ fn a_promise_lapsing_is_due_and_frees_its_gpus_then() {
     );
     assert_eq!(next_due(&h.state, lapse, &h.cfg), Some(3 * HOUR));
 }
+
+/// The view the fair-share walk hands on to the packing moves is the one a fresh read of the
+/// state gives, although the walk claimed the GPUs freed and leaving for w and gave them to it.
+#[test]
+fn the_walked_view_is_handed_on_as_the_state_gives_it() {
+    let (mut h, now) = ordered_for_w();
+    let later = now + 10 * SEC;
+    h.ok(
+        later,
+        Body::JobPreempted(pb::JobPreempted {
+            job_id: "x1".into(),
+            killed: false,
+        }),
+    );
+    let fresh = crate::domain::view::View::new(&h.state, later);
+    let (_, walked) = crate::domain::victims::fair_share_and_view(&h.state, later, &h.cfg);
+    let walked = walked.expect("w and y wait: a view was built");
+    let counts = |v: &crate::domain::view::View<'_>| {
+        v.nodes
+            .iter()
+            .map(|n| (n.name.to_owned(), n.free, n.pending, n.taken))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(counts(&walked), counts(&fresh));
+    assert!(
+        counts(&fresh).iter().any(|(_, free, _, _)| *free == 0),
+        "n1 is held for w alone in a fresh view"
+    );
+}

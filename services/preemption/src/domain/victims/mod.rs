@@ -90,8 +90,9 @@
 //!   victims.
 
 use fairshare_decision::domain::rank::ranking;
-use fairshare_decision::domain::state::{JobStatus, Request};
+use fairshare_decision::domain::state::{JobStatus, QueueKey, Request};
 use fairshare_decision::domain::{FairTree, debug, reserve};
+use fairshare_model::budget::BudgetTree;
 use fairshare_model::shape::Shape;
 
 use super::config::Config;
@@ -307,9 +308,20 @@ fn waiter<'s>(job_id: &'s str, allocation: &'s str, request: Request, cfg: &Conf
 /// Walks waiting allocated jobs in rank order and returns victims for the first one that does
 /// not fit (see the module doc).
 pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> FairShare<'s> {
+    fair_share_and_view(state, now, cfg).0
+}
+
+/// [`fair_share`], and the node view it walked, [reset](View::reset) to the nodes as it found
+/// them (`None` when nobody waited and no view was built): the packing moves that follow a
+/// blocked walk read the same view rather than building it again.
+pub(crate) fn fair_share_and_view<'s>(
+    state: &'s PreemptionState,
+    now: i64,
+    cfg: &Config,
+) -> (FairShare<'s>, Option<View<'s>>) {
     let d = state.decision();
     let Some(tree) = d.budget_tree() else {
-        return FairShare::NothingToDo;
+        return (FairShare::NothingToDo, None);
     };
     // Per allocation, its path and its queued allocated jobs in queue order. The queue holds
     // each job's request, so the walk never looks a job up by id.
@@ -325,7 +337,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
     }
     if !any_waiting {
         // Nobody to make room for: no ranking or view needed.
-        return FairShare::NothingToDo;
+        return (FairShare::NothingToDo, None);
     }
     let base = ranking(d, tree, now);
     let mut walk = base.clone();
@@ -335,6 +347,27 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
         }
     }
     let mut view = View::new(state, now);
+    let outcome = walk_from(state, now, cfg, tree, cursors, base, walk, &mut view);
+    view.reset();
+    (outcome, Some(view))
+}
+
+/// The walk of [`fair_share`] once it has its cursors, ranking and view.
+#[allow(clippy::too_many_arguments)]
+fn walk_from<'s, I>(
+    state: &'s PreemptionState,
+    now: i64,
+    cfg: &Config,
+    tree: &'s BudgetTree,
+    mut cursors: Vec<Option<(&'s str, I)>>,
+    base: FairTree<'s>,
+    mut walk: FairTree<'s>,
+    view: &mut View<'s>,
+) -> FairShare<'s>
+where
+    I: Iterator<Item = &'s (QueueKey, Request)>,
+{
+    let d = state.decision();
     // Every choice in this pass ranks against `base`, in `tree`, at `now`: only the view and
     // the walk (which change as waiters are given GPUs) and the waiter are its own.
     let choose_here = |view: &View<'s>, walk: &FairTree<'_>, rule, leaf, w, off_limits: &[&str]| {
@@ -375,7 +408,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             &[Rule::Debug(allowance)]
         };
         for &rule in rules {
-            if let Ok(plan) = choose_here(&view, &walk, rule, dw.leaf, w, &[]) {
+            if let Ok(plan) = choose_here(view, &walk, rule, dw.leaf, w, &[]) {
                 return FairShare::Preempt(plan);
             }
         }
@@ -422,11 +455,11 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
             continue;
         }
         let Some(b) = &mut behind else {
-            match choose_here(&view, &walk, Rule::Rank, leaf, w, &[]) {
+            match choose_here(view, &walk, Rule::Rank, leaf, w, &[]) {
                 Ok(plan) => return FairShare::Preempt(plan),
                 Err(_) => {
                     view.unclaim(w.job_id);
-                    let mut blocked = Behind::new(&view, w, *request);
+                    let mut blocked = Behind::new(view, w, *request);
                     if blocked.best_room == 0 {
                         // No unallocated work and no free GPU anywhere: nobody behind can
                         // be helped.
@@ -444,7 +477,7 @@ pub fn fair_share<'s>(state: &'s PreemptionState, now: i64, cfg: &Config) -> Fai
                 reserve::reserved_nodes(d, first, shape, min_runtime_ms, now)
             });
             let rule = Rule::UnallocatedOnly;
-            if let Ok(plan) = choose_here(&view, &walk, rule, leaf, w, reserved) {
+            if let Ok(plan) = choose_here(view, &walk, rule, leaf, w, reserved) {
                 return FairShare::Preempt(plan);
             }
         }
