@@ -235,12 +235,23 @@ pub fn shift_milli_owing(
         .saturating_add(i(owed_before_milli))
         .min(i(demand).saturating_mul(MILLI));
     let behind = owed.saturating_sub(i(run).saturating_mul(MILLI));
-    whole_gpus((behind / spread).clamp(-floor_milli, floor_milli))
+    whole_gpus(quotient(behind, spread).clamp(-floor_milli, floor_milli))
 }
 
 /// `milli` rounded towards zero to whole GPUs.
 fn whole_gpus(milli: i128) -> i128 {
-    milli / MILLI * MILLI
+    quotient(milli, MILLI) * MILLI
+}
+
+/// `a / b`, rounded towards zero as `/` rounds. The figures here fit 64 bits all but always,
+/// and a 128-bit division is a library call several times slower: every ranking divides
+/// three times per allocation (a twentieth of the simulator's instructions went to the
+/// floors' shifts).
+fn quotient(a: i128, b: i128) -> i128 {
+    match (i64::try_from(a), i64::try_from(b)) {
+        (Ok(a), Ok(b)) if b != 0 && !(a == i64::MIN && b == -1) => i128::from(a / b),
+        _ => a / b,
+    }
 }
 
 impl DecisionState {
@@ -312,9 +323,29 @@ pub fn balance(shifts: &mut Vec<(usize, i128)>) {
     if cut > raised {
         for s in shifts.iter_mut() {
             if s.1 < 0 {
-                s.1 = whole_gpus(s.1.saturating_mul(raised) / cut);
+                s.1 = whole_gpus(quotient(s.1.saturating_mul(raised), cut));
             }
         }
         shifts.retain(|s| s.1 != 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quotient;
+
+    #[test]
+    fn the_quotient_rounds_as_division_does() {
+        let big = i128::from(i64::MAX) * 4;
+        let (min, max) = (i128::from(i64::MIN), i128::from(i64::MAX));
+        for a in [
+            0, 1, -1, 7, -7, 999, -999, 1_001, -1_001, min, max, big, -big,
+        ] {
+            for b in [1, -1, 3, -3, 1_000, -1_000, max, min, big] {
+                assert_eq!(quotient(a, b), a / b, "{a} / {b}");
+            }
+        }
+        // The one 64-bit quotient that does not fit 64 bits.
+        assert_eq!(quotient(min, -1), -min);
     }
 }
