@@ -48,6 +48,7 @@ use fairshare_model::exact::mul_div_floor;
 use fairshare_model::hour::{HOUR_MS, hour_of, hour_start};
 use serde::{Deserialize, Serialize};
 
+use super::join::take_matching;
 use super::state::DecisionState;
 
 /// The shortest time a floor's shift is spread over: what an allocation is behind with
@@ -188,7 +189,8 @@ impl OwedBefore {
     }
 
     /// Thousandths of a GPU-ms `allocation` was owed in `now`'s hour under the trees the one
-    /// in force replaced.
+    /// in force replaced. (The floors' shifts walk the map beside the allocations instead.)
+    #[cfg(test)]
     pub(crate) fn milli(&self, allocation: &str, now: i64) -> u128 {
         if hour_of(now) == self.hour {
             self.milli.get(allocation).copied().unwrap_or(0)
@@ -282,9 +284,9 @@ impl DecisionState {
     }
 
     /// Floor shifts at `now`, in thousandths of a GPU, for allocations given as
-    /// `(index, path, floor in thousandths of a GPU)`: `(index, shift)` for each one whose
-    /// floor moves, cuts balanced against raises (see the module doc). Empty with the hourly
-    /// floor off.
+    /// `(index, path, floor in thousandths of a GPU)` in path order: `(index, shift)` for each
+    /// one whose floor moves, cuts balanced against raises (see the module doc). Empty with
+    /// the hourly floor off.
     pub fn hourly_floor_shifts<'p>(
         &self,
         allocations: impl Iterator<Item = (usize, &'p str, i128)>,
@@ -302,10 +304,19 @@ impl DecisionState {
             .saturating_sub(self.owed_before.capacity_from(now))
             .checked_div(u128::from(self.total_gpus()))
             .map_or(0, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
+        // Meters and what was owed before are walked beside the allocations, all in path
+        // order, rather than searched by path for each.
+        let mut meters = self.meters.iter().peekable();
+        let same_hour = hour_of(now) == self.owed_before.hour;
+        let mut owed_before = self.owed_before.milli.iter().peekable();
         let mut shifts: Vec<(usize, i128)> = allocations
             .filter_map(|(index, path, floor_milli)| {
-                let (run, demand) = self.meters.get(path)?.at(now);
-                let before = self.owed_before.milli(path, now);
+                let before = if same_hour {
+                    take_matching(&mut owed_before, path).copied().unwrap_or(0)
+                } else {
+                    0
+                };
+                let (run, demand) = take_matching(&mut meters, path)?.at(now);
                 let shift = shift_milli_owing(floor_milli, run, demand, owed_ms, before, now);
                 (shift != 0).then_some((index, shift))
             })

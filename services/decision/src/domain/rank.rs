@@ -251,17 +251,16 @@ impl<'t> FairTree<'t> {
             return;
         };
         let share = &f.share;
-        let allocations = tree
-            .accounts
+        let mut listed = Vec::new();
+        let allocations = ids_in_path_order(state, tree, &mut listed)
             .iter()
-            .enumerate()
-            .filter(|(id, a)| a.is_allocation() && share[*id].0 > 0)
-            .map(|(id, a)| {
+            .filter(|&&id| share[id].0 > 0)
+            .map(|&id| {
                 let (num, den) = share[id];
                 let milli = num.saturating_mul(1000) / den.max(1);
                 (
                     id,
-                    a.path.as_str(),
+                    tree.accounts[id].path.as_str(),
                     i128::try_from(milli).unwrap_or(i128::MAX),
                 )
             });
