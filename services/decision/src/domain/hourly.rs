@@ -247,8 +247,8 @@ fn whole_gpus(milli: i128) -> i128 {
 
 /// `a / b`, rounded towards zero as `/` rounds. The figures here fit 64 bits all but always,
 /// and a 128-bit division is a library call several times slower: every ranking divides
-/// three times per allocation (a twentieth of the simulator's instructions went to the
-/// floors' shifts).
+/// twice per allocation with the hourly floor (whose shifts took a twentieth of the
+/// simulator's instructions).
 fn quotient(a: i128, b: i128) -> i128 {
     match (i64::try_from(a), i64::try_from(b)) {
         (Ok(a), Ok(b)) if b != 0 && !(a == i64::MIN && b == -1) => i128::from(a / b),
