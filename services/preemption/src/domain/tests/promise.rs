@@ -1,9 +1,6 @@
 //! GPUs freed or being freed for a waiting job count for that job alone in the preemption
 //! pass, as the decision cycle hands them to it alone
 //! ([`fairshare_decision::domain::promise`]).
-
-use fairshare_events::pb::{self, event::Body};
-
 use super::support::*;
 use crate::domain::next_due;
 
@@ -33,13 +30,7 @@ fn a_better_placed_waiter_does_not_count_gpus_freed_for_another() {
     let (mut h, now) = ordered_for_w();
     // Inside the 30 s grace: x2 still runs.
     let later = now + 10 * SEC;
-    h.ok(
-        later,
-        Body::JobPreempted(pb::JobPreempted {
-            job_id: "x1".into(),
-            killed: false,
-        }),
-    );
+    h.confirm(later, "x1");
     // y (a, 4 GPUs) comes in ahead of w in a's queue. n1 is empty, but it was freed for w,
     // and x2's GPUs are on their way to w too: y must find its own room (the unallocated u0)
     // rather than count n1, which the decision cycle will not give it.
@@ -59,13 +50,7 @@ fn a_better_placed_waiter_does_not_count_gpus_freed_for_another() {
     assert_eq!(h.placements(later), vec![]);
     // Once x2 and u0 are gone, each gets what was freed for it.
     for v in ["x2", "u0"] {
-        h.ok(
-            later + 10 * SEC,
-            Body::JobPreempted(pb::JobPreempted {
-                job_id: v.into(),
-                killed: false,
-            }),
-        );
+        h.confirm(later + 10 * SEC, v);
     }
     assert_eq!(
         h.placements(later + 10 * SEC),
@@ -76,13 +61,7 @@ fn a_better_placed_waiter_does_not_count_gpus_freed_for_another() {
 #[test]
 fn a_waiter_with_gpus_on_their_way_needs_no_new_victims_however_they_come() {
     let (mut h, now) = ordered_for_w();
-    h.ok(
-        now + 5 * SEC,
-        Body::JobPreempted(pb::JobPreempted {
-            job_id: "x1".into(),
-            killed: false,
-        }),
-    );
+    h.confirm(now + 5 * SEC, "x1");
     // One node freed and promised, one still leaving: w is covered, pass after pass (the
     // first pass owes x1 its requeue).
     assert_eq!(render(&h.step(now + 5 * SEC)), vec!["requeued x1"]);
@@ -123,16 +102,10 @@ fn a_promise_lapsing_is_due_and_frees_its_gpus_then() {
 fn the_walked_view_is_handed_on_as_the_state_gives_it() {
     let (mut h, now) = ordered_for_w();
     let later = now + 10 * SEC;
-    h.ok(
-        later,
-        Body::JobPreempted(pb::JobPreempted {
-            job_id: "x1".into(),
-            killed: false,
-        }),
-    );
+    h.confirm(later, "x1");
     let fresh = crate::domain::view::View::new(&h.state, later);
     let (_, walked) = crate::domain::victims::fair_share_and_view(&h.state, later, &h.cfg);
-    let walked = walked.expect("w and y wait: a view was built");
+    let walked = walked.expect("w waits: a view was built");
     let counts = |v: &crate::domain::view::View<'_>| {
         v.nodes
             .iter()
