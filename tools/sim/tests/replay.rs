@@ -325,12 +325,13 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
 /// `fairshare-sim trace` on the Helios trace with `args`.
 fn helios(args: &[&str]) -> std::process::Command {
     let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    trace_of(&root.join("tests/data/traces/helios-15k/replay.csv"), args)
+}
+
+/// `fairshare-sim trace --trace <trace> <args>`.
+fn trace_of(trace: &std::path::Path, args: &[&str]) -> std::process::Command {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"));
-    command
-        .arg("trace")
-        .arg("--trace")
-        .arg(root.join("tests/data/traces/helios-15k/replay.csv"))
-        .args(args);
+    command.arg("trace").arg("--trace").arg(trace).args(args);
     command
 }
 
@@ -499,17 +500,16 @@ fn a_tenant_map_line_that_could_not_be_read_back_is_refused_before_the_run() {
     )
     .unwrap();
     let map = dir.path().join("tenants.txt");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
-        .arg("trace")
-        .arg("--trace")
-        .arg(&trace)
-        .args(["--nodes", "1", "--policies", "fifo", "--quiet", "--out"])
-        .arg(dir.path().join("report"))
-        .arg("--write-tenant-map")
-        .arg(&map)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap();
+    let out = trace_of(
+        &trace,
+        &["--nodes", "1", "--policies", "fifo", "--quiet", "--out"],
+    )
+    .arg(dir.path().join("report"))
+    .arg("--write-tenant-map")
+    .arg(&map)
+    .env("RUST_BACKTRACE", "0")
+    .output()
+    .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -788,18 +788,17 @@ fn a_refused_run_leaves_no_empty_log_folder() {
     )
     .unwrap();
     let log = dir.path().join("new").join("logs").join("run.log");
-    let run = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
-        .arg("trace")
-        .arg("--trace")
-        .arg(&trace)
-        .args(["--nodes", "2", "--span", "1h", "--policies", "fairshare"])
-        .args(["--quiet", "--log"])
-        .arg(&log)
-        .arg("--out")
-        .arg(dir.path().join("report"))
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap();
+    let run = trace_of(
+        &trace,
+        &["--nodes", "2", "--span", "1h", "--policies", "fairshare"],
+    )
+    .args(["--quiet", "--log"])
+    .arg(&log)
+    .arg("--out")
+    .arg(dir.path().join("report"))
+    .env("RUST_BACKTRACE", "0")
+    .output()
+    .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success(), "{stderr}");
     assert!(stderr.contains("in the fairshare run only"), "{stderr}");
