@@ -33,8 +33,8 @@
 //! - started, single-node, resumable, not already ordered off;
 //! - unallocated, or allocated and past its minimum runtime (never a protected job).
 //!
-//! Moving only jobs that checkpointed in the last 10 minutes (as a floor order's victim must)
-//! was tried on msft-itp at 512 GPUs, 30 days, 5 runs with nudged arrivals: occupancy under
+//! Moving only jobs that checkpointed in the last 10 minutes (a floor order's limit then) was
+//! tried on msft-itp at 512 GPUs, 30 days, 5 runs with nudged arrivals: occupancy under
 //! contention 97.7/97.9/98.0% (lowest/median/highest) against 97.8/98.1/98.2% with no such
 //! limit and 96.7/97.1/97.2% with no moves; lost work 0.87/0.88/0.93% against 0.94/0.96/0.99%
 //! and 0.84/0.87/0.89%. Waiting for a fresh checkpoint leaves a node idle meanwhile, which

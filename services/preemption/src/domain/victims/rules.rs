@@ -18,8 +18,8 @@ use super::super::config::Config;
 use super::super::contract;
 use super::super::view::View;
 use super::{
-    FLOOR_FRESH_DIVISOR, STRAND_LIMIT_GPUS, Victim, WINDOW_FRESH_DIVISOR, Waiter, charge_of,
-    fresh_limit_gpu_ms,
+    DEEP_BELOW_FLOOR, FLOOR_FRESH_DIVISOR, STRAND_LIMIT_GPUS, Victim, WINDOW_FRESH_DIVISOR, Waiter,
+    charge_of, fresh_limit_gpu_ms,
 };
 
 /// Lexicographic cost of a victim set: lost GPU-ms, allocated victims, victims.
@@ -75,6 +75,9 @@ pub(super) struct RankRule<'t> {
     /// Whether the waiter's allocation is below its share floor: then it may take any other
     /// allocation's work past its minimum runtime, whatever the window says.
     pub(super) below_floor: bool,
+    /// Whether the waiter's allocation holds less than `1 / DEEP_BELOW_FLOOR` of its floor:
+    /// a multi-node plan for it is held to the looser average ([`DEEP_FLOOR_FRESH_DIVISOR`]).
+    pub(super) deep_below_floor: bool,
     /// With the share floor on, per allocation: the most GPUs victims may take from it
     /// ([`floor_slack`]).
     pub(super) slack: Option<Vec<u64>>,
@@ -150,6 +153,12 @@ impl<'t> RankRule<'t> {
             leaf,
             margin_permille: cfg.hysteresis_permille,
             below_floor: walk.below_floor(leaf),
+            deep_below_floor: walk.floor_standing(leaf).is_some_and(|a| {
+                u128::from(a.held)
+                    .saturating_mul(a.floor_den)
+                    .saturating_mul(DEEP_BELOW_FLOOR)
+                    < a.floor_num
+            }),
             slack: None,
             window: vec![None; tree.accounts.len()],
             debug_by_window: Vec::new(),
