@@ -867,8 +867,8 @@ fn a_floor_order_waits_for_a_victim_that_checkpointed_lately() {
     h.running(0, "x2", "b", 8 * 3600, &[("n1", 4)]);
     h.running(0, "x3", "b", 8 * 3600, &[("n2", 8)]);
     h.submit(MIN, "w", "a", 4, 3600);
-    // 8 min after x1's last checkpoint: more than a quarter of the 30 min interval to lose.
-    let late = 2 * HOUR + 8 * MIN;
+    // 11 min after x1's last checkpoint: more than a third of the 30 min interval to lose.
+    let late = 2 * HOUR + 11 * MIN;
     a_over_served(&mut h, late);
     assert!(orders(&h.decide(late)).is_empty());
     // After its next checkpoint (2.5 h) it goes.
@@ -878,7 +878,7 @@ fn a_floor_order_waits_for_a_victim_that_checkpointed_lately() {
 }
 
 #[test]
-fn below_its_floor_a_waiter_takes_victims_that_lose_a_quarter_of_an_interval_on_average() {
+fn below_its_floor_a_waiter_takes_victims_that_lose_a_third_of_an_interval_on_average() {
     // b holds both nodes and has used far more than a, so the window lets a's 8-GPU waiter
     // take y1 and y2 (n1); a holds nothing, below its floor. y1 checkpoints on the half hour,
     // y2 (started 20 min later) ten minutes after.
@@ -891,53 +891,58 @@ fn below_its_floor_a_waiter_takes_victims_that_lose_a_quarter_of_an_interval_on_
         h.snapshot(now, &[("a", 0, ALLOC), ("b", gpu_h(500.0), ALLOC)]);
         victims(&h.decide(now))
     };
-    // 14 and 24 min since their checkpoints: 19 min per GPU on average, over 7.5. It waits.
+    // 14 and 24 min since their checkpoints: 19 min per GPU on average, over 10. It waits.
     assert!(case(2 * HOUR + 14 * MIN).is_empty());
-    // 2 and 12 min: 7 on average. Both go, y2 too, though alone it is past 7.5 min.
+    // 2 and 12 min: 7 on average. Both go, y2 too, though alone it is past 10 min.
     assert_eq!(case(2 * HOUR + 2 * MIN), ["y1", "y2"]);
     // 10 and 20 min: 15 on average; it waits again.
     assert!(case(2 * HOUR + 10 * MIN).is_empty());
 }
 
 #[test]
-fn a_multi_node_waiter_deep_below_its_floor_takes_victims_that_lose_a_third_of_an_interval() {
-    // Two teams on eight 4-GPU nodes: floors of 16. a's 2-node job waits; a has used far more
-    // than b, so only the share floor lets it take b's `v1` (n2) and `v2` (n3), past their
-    // 1 h minimum runtime. a holds n0, and n1 too unless `deep` (then b's protected work
-    // does): 8 GPUs is half its floor, 4 is less. Either way b keeps at least its floor.
-    let case = |now: i64, deep: bool| {
+fn above_half_its_floor_a_waiter_takes_victims_within_a_quarter_of_an_interval() {
+    // Two teams on four 8-GPU nodes: floors of 16. a has used far more than b, so only the
+    // share floor lets a's 4-GPU waiter take b's `v` (4 GPUs on n0, past its 1 h minimum
+    // runtime, beside a's protected 4-GPU job). a holds `a_holds` GPUs in protected work (4 on
+    // n0, and 4 or 8 more on n1 or none); b's protected work fills the rest, so b keeps at
+    // least its floor once `v` goes.
+    let case = |now: i64, a_holds: u32| {
         let mut h = H::new();
         h.state.set_hourly_floor(false);
         h.two_teams();
-        for i in 0..8 {
-            h.node(&format!("n{i}"), 4);
+        for n in ["n0", "n1", "n2", "n3"] {
+            h.node(n, 8);
         }
         h.running(0, "own0", "a", 8 * 3600, &[("n0", 4)]);
-        let n1 = if deep { "b" } else { "a" };
-        h.running(0, "own1", n1, 8 * 3600, &[("n1", 4)]);
-        h.running(0, "v1", "b", 3600, &[("n2", 4)]);
-        h.running(0, "v2", "b", 3600, &[("n3", 4)]);
-        for i in 4..8 {
-            h.running(0, &format!("x{i}"), "b", 8 * 3600, &[(&format!("n{i}"), 4)]);
+        h.running(0, "v", "b", 3600, &[("n0", 4)]);
+        let on_n1 = a_holds - 4;
+        if on_n1 > 0 {
+            h.running(0, "own1", "a", 8 * 3600, &[("n1", on_n1)]);
         }
-        h.submit_full(MIN, "w", "a", 2, 4, 3600, 0, true);
+        if on_n1 < 8 {
+            h.running(0, "x1", "b", 8 * 3600, &[("n1", 8 - on_n1)]);
+        }
+        h.running(0, "x2", "b", 8 * 3600, &[("n2", 8)]);
+        h.running(0, "x3", "b", 8 * 3600, &[("n3", 8)]);
+        h.submit(MIN, "w", "a", 4, 3600);
         a_over_served(&mut h, now);
         victims(&h.decide(now))
     };
-    // 9 min past their checkpoint (at 1 h): a at half its floor waits for a quarter of the
-    // interval, as a single-node waiter does.
-    assert!(case(HOUR + 9 * MIN, false).is_empty());
-    assert_eq!(case(HOUR + 7 * MIN, false), ["v1", "v2"]);
-    // Holding less than half its floor, a takes victims up to a third of the interval.
-    assert_eq!(case(HOUR + 9 * MIN, true), ["v1", "v2"]);
-    assert!(case(HOUR + 11 * MIN, true).is_empty());
+    // 9 min past v's checkpoint (at 1 h). Holding 12 GPUs, over half its floor, a waits for
+    // v's next checkpoint: a quarter of the interval (7.5 min) is the most it may lose.
+    assert!(case(HOUR + 9 * MIN, 12).is_empty());
+    assert_eq!(case(HOUR + 7 * MIN, 12), ["v"]);
+    // At half its floor or below, a is missing most of its owed time: a third (10 min).
+    assert_eq!(case(HOUR + 9 * MIN, 8), ["v"]);
+    assert_eq!(case(HOUR + 9 * MIN, 4), ["v"]);
+    assert!(case(HOUR + 11 * MIN, 4).is_empty());
 }
 
 #[test]
 fn a_node_whose_cheapest_victims_are_stale_gives_way_to_a_dearer_fresh_one() {
     // a (below its floor, holding nothing) waits for 1 GPU. On n1 the cheapest victim is
     // y1 (1 GPU, 20 min past its checkpoint: 20 GPU-min); on n2, y2 (4 GPUs, 6 min past:
-    // 24 GPU-min). n1's set breaks the 7.5-minute average; n2's keeps it, and is taken.
+    // 24 GPU-min). n1's set breaks the 10-minute average; n2's keeps it, and is taken.
     let mut h = floor_case();
     h.running(0, "y1", "b", 3600, &[("n1", 1)]);
     h.running(0, "x1", "b", 8 * 3600, &[("n1", 7)]);
@@ -1013,9 +1018,9 @@ fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
     assert!(case(HOUR + 16 * MIN, false, 3600).is_empty());
     assert!(case(HOUR + 29 * MIN, false, 3600).is_empty());
     assert_eq!(case(HOUR + 30 * MIN, false, 3600), ["v"]);
-    // Below its floor, a is owed the GPUs now: it waits less, a quarter of the interval.
-    assert_eq!(case(HOUR + 7 * MIN + 30 * SEC, true, 3600), ["v"]);
-    assert!(case(HOUR + 8 * MIN, true, 3600).is_empty());
+    // Below its floor, a is owed the GPUs now: it waits less, a third of the interval.
+    assert_eq!(case(HOUR + 10 * MIN, true, 3600), ["v"]);
+    assert!(case(HOUR + 11 * MIN, true, 3600).is_empty());
     // Unallocated work goes whenever it is asked to.
     assert_eq!(case(HOUR + 16 * MIN, false, 0), ["v"]);
 }

@@ -18,8 +18,8 @@ use super::super::config::Config;
 use super::super::contract;
 use super::super::view::View;
 use super::{
-    DEEP_BELOW_FLOOR, FLOOR_FRESH_DIVISOR, STRAND_LIMIT_GPUS, Victim, WINDOW_FRESH_DIVISOR, Waiter,
-    charge_of, fresh_limit_gpu_ms,
+    DEEP_BELOW_FLOOR, DEEP_FLOOR_FRESH_DIVISOR, FLOOR_FRESH_DIVISOR, STRAND_LIMIT_GPUS, Victim,
+    WINDOW_FRESH_DIVISOR, Waiter, charge_of, fresh_limit_gpu_ms,
 };
 
 /// Lexicographic cost of a victim set: lost GPU-ms, allocated victims, victims.
@@ -75,8 +75,8 @@ pub(super) struct RankRule<'t> {
     /// Whether the waiter's allocation is below its share floor: then it may take any other
     /// allocation's work past its minimum runtime, whatever the window says.
     pub(super) below_floor: bool,
-    /// Whether the waiter's allocation holds less than `1 / DEEP_BELOW_FLOOR` of its floor:
-    /// a multi-node plan for it is held to the looser average ([`DEEP_FLOOR_FRESH_DIVISOR`]).
+    /// Whether the waiter's allocation holds at most `1 / DEEP_BELOW_FLOOR` of its floor:
+    /// its floor orders are held to the looser limit ([`Self::floor_fresh_divisor`]).
     pub(super) deep_below_floor: bool,
     /// With the share floor on, per allocation: the most GPUs victims may take from it
     /// ([`floor_slack`]).
@@ -133,6 +133,17 @@ fn floor_slack(
 }
 
 impl<'t> RankRule<'t> {
+    /// The checkpoint limit of a floor order for this waiter: `interval / FLOOR_FRESH_DIVISOR`
+    /// per GPU, or `interval / DEEP_FLOOR_FRESH_DIVISOR` while its allocation is deep below
+    /// its floor (see those constants).
+    pub(super) fn floor_fresh_divisor(&self) -> i64 {
+        if self.deep_below_floor {
+            DEEP_FLOOR_FRESH_DIVISOR
+        } else {
+            FLOOR_FRESH_DIVISOR
+        }
+    }
+
     /// The rule for a waiter of allocation `leaf`: window ranks and slack from `base` (what
     /// runs now), whether it is below its floor from `walk` (with the GPUs the walk has given
     /// waiters before it, so an allocation the walk already brought to its floor is not).
@@ -157,7 +168,7 @@ impl<'t> RankRule<'t> {
                 u128::from(a.held)
                     .saturating_mul(a.floor_den)
                     .saturating_mul(DEEP_BELOW_FLOOR)
-                    < a.floor_num
+                    <= a.floor_num
             }),
             slack: None,
             window: vec![None; tree.accounts.len()],
@@ -532,7 +543,7 @@ impl Judge<'_> {
         // it, is limited on average instead or too, in `choose`. A debug job takes what it
         // needs at once.)
         let fresh_divisor = if floor_only {
-            Some(FLOOR_FRESH_DIVISOR)
+            Some(self.rule.floor_fresh_divisor())
         } else if !unallocated && self.window_fresh {
             Some(WINDOW_FRESH_DIVISOR)
         } else {

@@ -16,8 +16,7 @@ use super::super::config::Config;
 use super::super::view::{View, is_ordered_off};
 use super::rules::{Candidate, Cost, FloorBudget, Judge, RankRule, add, node_mask};
 use super::{
-    DEEP_FLOOR_FRESH_DIVISOR, FLOOR_FRESH_DIVISOR, Grounds, NoVictims, Rule, VictimPlan,
-    WINDOW_FRESH_DIVISOR, Waiter, fresh_limit_gpu_ms,
+    Grounds, NoVictims, Rule, VictimPlan, WINDOW_FRESH_DIVISOR, Waiter, fresh_limit_gpu_ms,
 };
 
 /// The cheapest victims on one node that free `shortfall` GPUs there: an exact covering
@@ -76,19 +75,15 @@ impl Cover {
 /// Whether `plan` breaks the average checkpoint limit of a waiter below its floor, or of one
 /// at its floor that spans nodes: an order for one picks its moment as a whole, its allocated
 /// victims throwing away no more than `interval / FLOOR_FRESH_DIVISOR` (below the floor,
-/// whichever rule allows each; `DEEP_FLOOR_FRESH_DIVISOR` for a multi-node waiter of an
-/// allocation deep below it) or `interval / WINDOW_FRESH_DIVISOR` (at it) per GPU on
-/// average (see those constants). A debug job under its allowance takes what it needs at once.
+/// whichever rule allows each; `DEEP_FLOOR_FRESH_DIVISOR` for an allocation deep below it) or
+/// `interval / WINDOW_FRESH_DIVISOR` (at it) per GPU on average (see those constants). A debug
+/// job under its allowance takes what it needs at once.
 fn over_average_limit<'a, 's: 'a>(
     judge: &Judge<'_>,
     plan: impl Iterator<Item = &'a Candidate<'s>>,
 ) -> bool {
     let divisor = if judge.rule.below_floor && judge.debug_allowance.is_none() {
-        if judge.single_node || !judge.rule.deep_below_floor {
-            FLOOR_FRESH_DIVISOR
-        } else {
-            DEEP_FLOOR_FRESH_DIVISOR
-        }
+        judge.rule.floor_fresh_divisor()
     } else if judge.window_fresh && !judge.single_node {
         WINDOW_FRESH_DIVISOR
     } else {
