@@ -900,7 +900,7 @@ fn below_its_floor_a_waiter_takes_victims_that_lose_a_third_of_an_interval_on_av
 }
 
 #[test]
-fn above_half_its_floor_a_waiter_takes_victims_within_a_quarter_of_an_interval() {
+fn above_half_its_floor_a_waiter_takes_victims_within_a_fifth_of_an_interval() {
     // Two teams on four 8-GPU nodes: floors of 16. a has used far more than b, so only the
     // share floor lets a's 4-GPU waiter take b's `v` (4 GPUs on n0, past its 1 h minimum
     // runtime, beside a's protected 4-GPU job). a holds `a_holds` GPUs in protected work (4 on
@@ -929,9 +929,10 @@ fn above_half_its_floor_a_waiter_takes_victims_within_a_quarter_of_an_interval()
         victims(&h.decide(now))
     };
     // 9 min past v's checkpoint (at 1 h). Holding 12 GPUs, over half its floor, a waits for
-    // v's next checkpoint: a quarter of the interval (7.5 min) is the most it may lose.
+    // v's next checkpoint: a fifth of the interval (6 min) is the most it may lose.
     assert!(case(HOUR + 9 * MIN, 12).is_empty());
-    assert_eq!(case(HOUR + 7 * MIN, 12), ["v"]);
+    assert!(case(HOUR + 7 * MIN, 12).is_empty());
+    assert_eq!(case(HOUR + 6 * MIN, 12), ["v"]);
     // At half its floor or below, a is missing most of its owed time: a third (10 min).
     assert_eq!(case(HOUR + 9 * MIN, 8), ["v"]);
     assert_eq!(case(HOUR + 9 * MIN, 4), ["v"]);
@@ -991,7 +992,7 @@ fn a_victim_whose_allocation_stays_at_its_floor_is_preferred_to_a_cheaper_one() 
 }
 
 #[test]
-fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
+fn at_its_floor_a_waiter_takes_a_victim_within_a_third_of_a_checkpoint_interval() {
     // Three teams on three 8-GPU nodes: floors of 8. n1 is held by a (its floor), or by c if
     // `below` (then a holds nothing); b holds 16. b has used far more than a, so the window
     // lets a take b's `v`, past its 1 h minimum runtime and checkpointing every 30 min.
@@ -1012,13 +1013,13 @@ fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
         );
         victims(&h.decide(now))
     };
-    // Its last checkpoint 15 min ago: half the interval, the most it may lose.
-    assert_eq!(case(HOUR + 15 * MIN, false, 3600), ["v"]);
-    // 16 min ago: it waits for the next checkpoint, and goes just after it.
-    assert!(case(HOUR + 16 * MIN, false, 3600).is_empty());
+    // Its last checkpoint 10 min ago: a third of the interval, the most it may lose.
+    assert_eq!(case(HOUR + 10 * MIN, false, 3600), ["v"]);
+    // 11 min ago: it waits for the next checkpoint, and goes just after it.
+    assert!(case(HOUR + 11 * MIN, false, 3600).is_empty());
     assert!(case(HOUR + 29 * MIN, false, 3600).is_empty());
     assert_eq!(case(HOUR + 30 * MIN, false, 3600), ["v"]);
-    // Below its floor, a is owed the GPUs now: it waits less, a third of the interval.
+    // Below its floor, holding none of it, a takes the same (the floor's limit deep below it).
     assert_eq!(case(HOUR + 10 * MIN, true, 3600), ["v"]);
     assert!(case(HOUR + 11 * MIN, true, 3600).is_empty());
     // Unallocated work goes whenever it is asked to.
@@ -1026,7 +1027,7 @@ fn at_its_floor_a_waiter_takes_a_victim_within_half_a_checkpoint_interval() {
 }
 
 #[test]
-fn at_its_floor_a_multi_node_waiter_takes_victims_within_half_an_interval_on_average() {
+fn at_its_floor_a_multi_node_waiter_takes_victims_within_a_third_of_an_interval_on_average() {
     // Three teams on six 8-GPU nodes: floors of 16. a holds n1 and n2 (its floor), c holds
     // the other four (16 over its floor), b nothing. c has used far more than a, so the window
     // lets a's two-node job take c's `v1` (n3) and `v2` (n4), past their 1 h minimum runtime
@@ -1051,13 +1052,14 @@ fn at_its_floor_a_multi_node_waiter_takes_victims_within_half_an_interval_on_ave
         );
         victims(&h.decide(now))
     };
-    // Both 15 min past their checkpoints: half the interval per GPU, the most it may lose.
-    assert_eq!(case(HOUR + 15 * MIN, 0), ["v1", "v2"]);
-    // Both 20 min past: the waiter at its floor loses no owed time by waiting.
-    assert!(case(HOUR + 20 * MIN, 0).is_empty());
-    // 20 and 10 min past (v2 started 10 min later, its minimum runtime over too): 15 on
+    // Both 10 min past their checkpoints: a third of the interval per GPU, the most it may
+    // lose.
+    assert_eq!(case(HOUR + 10 * MIN, 0), ["v1", "v2"]);
+    // Both 11 min past: the waiter at its floor loses no owed time by waiting.
+    assert!(case(HOUR + 11 * MIN, 0).is_empty());
+    // 15 and 5 min past (v2 started 10 min later, its minimum runtime over too): 10 on
     // average, so they go together, though v1 alone is over the limit.
-    assert_eq!(case(HOUR + 50 * MIN, 10 * MIN), ["v1", "v2"]);
+    assert_eq!(case(HOUR + 45 * MIN, 10 * MIN), ["v1", "v2"]);
     // 25 and 10 min past: 17.5 on average, over, though v2 alone is under the limit.
     assert!(case(HOUR + 55 * MIN, 15 * MIN).is_empty());
 }

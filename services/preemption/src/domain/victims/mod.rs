@@ -117,7 +117,7 @@ const BEHIND_BLOCKED: usize = 8;
 
 /// A floor order picks its moment. A victim that only the share floor allows (not the
 /// window) is taken for a single-node waiter only within `checkpoint interval /
-/// FLOOR_FRESH_DIVISOR` of its last checkpoint (7.5 min at the default 30), and the allocated
+/// FLOOR_FRESH_DIVISOR` of its last checkpoint (6 min at the default 30), and the allocated
 /// victims of any waiter below its floor (not a debug job under its allowance) may lose no
 /// more than that per GPU on average, whether the floor or the window lets each go; both limits
 /// are `DEEP_FLOOR_FRESH_DIVISOR`'s (10 min) while the waiter's allocation holds at most half
@@ -133,8 +133,10 @@ const BEHIND_BLOCKED: usize = 8;
 /// 99.95%), 0.67% / 0.77% / 0.75% lost (from 0.68% / 0.82% / 0.78%). A limit on each such
 /// victim instead (5 min) cost msft-itp at 384 GPUs 0.6 points of owed delivery: a node's
 /// victims are seldom all fresh at once. Until 2026-12-02 both limits were 10 min for every
-/// waiter below its floor; the split is measured under [`DEEP_FLOOR_FRESH_DIVISOR`].
-const FLOOR_FRESH_DIVISOR: i64 = 4;
+/// waiter below its floor; the split, and then 6 min rather than 7.5 with the window's limit
+/// at 10 min rather than 15 ([`WINDOW_FRESH_DIVISOR`]), are measured under
+/// [`DEEP_FLOOR_FRESH_DIVISOR`].
+const FLOOR_FRESH_DIVISOR: i64 = 5;
 
 /// The floor orders' checkpoint limit for a waiter whose allocation holds at most half its
 /// floor ([`DEEP_BELOW_FLOOR`]): `checkpoint interval / 3` (10 min at the default 30), as every
@@ -154,11 +156,19 @@ const FLOOR_FRESH_DIVISOR: i64 = 4;
 ///   for a victim's checkpoint at exactly half its floor, the hourly floor made that up with a
 ///   third job, and the busy team, below its floor behind that job's 2 h protection, missed 13
 ///   GPU-h of owed time (`tools/sim/tests/scenarios.rs`);
-/// - this rule (at most half, any waiter): Helios 99.59% / 98.88% / 1.00% and 99.00% / 97.46%
-///   / 1.05%, at 288 / 256 GPUs 97.56% / 93.01% / 1.29% and 95.41% / 89.43% / 1.86% (from
-///   97.63% / 93.22% / 1.55% and 95.74% / 90.05% / 2.08%); msft-itp at 384 / 448 / 512 GPUs
-///   99.78% / 99.20% / 0.69%, 99.91% / 99.36% / 0.70% and 99.92% / 99.46% / 0.63% (from 99.93%
-///   / 99.48% / 0.72%, 99.94% / 99.45% / 0.72% and 99.97% / 99.78% / 0.64%).
+/// - 7.5 min but at half the floor or below, any waiter: Helios 99.59% / 98.88% / 1.00% and
+///   99.00% / 97.46% / 1.05%, at 288 / 256 GPUs 97.56% / 93.01% / 1.29% and 95.41% / 89.43% /
+///   1.86% (from 97.63% / 93.22% / 1.55% and 95.74% / 90.05% / 2.08%); msft-itp at 384 / 448 /
+///   512 GPUs 99.78% / 99.20% / 0.69%, 99.91% / 99.36% / 0.70% and 99.92% / 99.46% / 0.63%
+///   (from 99.93% / 99.48% / 0.72%, 99.94% / 99.45% / 0.72% and 99.97% / 99.78% / 0.64%);
+/// - the same with 6 min: Helios 99.52% / 0.87% and 98.86% / 0.96%, msft-itp 99.73% / 98.33%
+///   / 0.67%, 99.86% / 99.02% / 0.70%, 99.88% / 99.33% / 0.62%;
+/// - with 6 min, and the window's limit for waiters at their floor 10 min instead of 15 (this
+///   rule): Helios 99.53% / 98.82% / 0.87% and 98.83% / 97.16% / 0.92% (each of the 5 runs
+///   within 99.53-99.59% and 0.83-0.93% at 368 GPUs, 0.87-0.98% lost at 320), at 288 / 256 GPUs
+///   97.32% / 92.68% / 1.23% and 95.24% / 90.08% / 1.62%; msft-itp 99.77% / 99.09% / 0.59%,
+///   99.86% / 98.62% / 0.61% and 99.92% / 99.40% / 0.56% (one of the 5 runs at 384 GPUs
+///   delivered 99.47%).
 const DEEP_FLOOR_FRESH_DIVISOR: i64 = 3;
 
 /// An allocation holding at most `1 / DEEP_BELOW_FLOOR` of its floor is deep below it
@@ -168,8 +178,9 @@ const DEEP_BELOW_FLOOR: u128 = 2;
 /// With the share floor on, a single-node waiter (not a debug job) whose allocation holds at
 /// least its floor takes allocated work the window allows (or work of an allocation no longer
 /// in the tree) only within `checkpoint interval / WINDOW_FRESH_DIVISOR` of the victim's last
-/// checkpoint (15 min at the default 30). Such a waiter gets its hourly owed time already, so
-/// the wait costs it none. Medians of 5 runs of 30 days of msft-itp (minimum runtimes capped
+/// checkpoint (10 min at the default 30; 15 before 2026-12-02, see
+/// [`DEEP_FLOOR_FRESH_DIVISOR`]). Such a waiter gets its hourly owed time already, so the wait
+/// costs it none. Medians of 5 runs of 30 days of msft-itp (minimum runtimes capped
 /// at 30 min): lost work went from 0.87% / 1.00% / 1.06% of delivered time to 0.71% / 0.80% /
 /// 0.79% at 512 / 448 / 384 GPUs, owed delivery from 99.96% / 99.93% / 99.92% to 99.96% /
 /// 99.93% / 99.91%. The same limit for every window order, whatever the waiter's floor, cost
@@ -184,7 +195,7 @@ const DEEP_BELOW_FLOOR: u128 = 2;
 /// whole, so one over the average waits for a later pass rather than going to dearer nodes
 /// whose victims checkpointed lately (a single-node waiter passes over such a node): at its
 /// floor, the waiter loses no owed time by that wait.
-const WINDOW_FRESH_DIVISOR: i64 = 2;
+const WINDOW_FRESH_DIVISOR: i64 = 3;
 
 /// The most work victims holding `gpus` GPUs may throw away for an order limited to
 /// `checkpoint interval / divisor` per GPU.
