@@ -867,6 +867,7 @@ fn a_floor_order_waits_for_a_victim_that_checkpointed_lately() {
     h.running(0, "x2", "b", 8 * 3600, &[("n1", 4)]);
     h.running(0, "x3", "b", 8 * 3600, &[("n2", 8)]);
     h.submit(MIN, "w", "a", 4, 3600);
+    // a holds nothing, deep below its floor: its limit is a third of the interval (10 min).
     // 11 min after x1's last checkpoint: more than a third of the 30 min interval to lose.
     let late = 2 * HOUR + 11 * MIN;
     a_over_served(&mut h, late);
@@ -891,6 +892,7 @@ fn below_its_floor_a_waiter_takes_victims_that_lose_a_third_of_an_interval_on_av
         h.snapshot(now, &[("a", 0, ALLOC), ("b", gpu_h(500.0), ALLOC)]);
         victims(&h.decide(now))
     };
+    // a holds nothing, deep below its floor: the limit is a third of the interval (10 min).
     // 14 and 24 min since their checkpoints: 19 min per GPU on average, over 10. It waits.
     assert!(case(2 * HOUR + 14 * MIN).is_empty());
     // 2 and 12 min: 7 on average. Both go, y2 too, though alone it is past 10 min.
@@ -1060,7 +1062,7 @@ fn at_its_floor_a_multi_node_waiter_takes_victims_within_a_third_of_an_interval_
     // 15 and 5 min past (v2 started 10 min later, its minimum runtime over too): 10 on
     // average, so they go together, though v1 alone is over the limit.
     assert_eq!(case(HOUR + 45 * MIN, 10 * MIN), ["v1", "v2"]);
-    // 25 and 10 min past: 17.5 on average, over, though v2 alone is under the limit.
+    // 25 and 10 min past: 17.5 on average, over, though v2 alone is within the limit.
     assert!(case(HOUR + 55 * MIN, 15 * MIN).is_empty());
 }
 

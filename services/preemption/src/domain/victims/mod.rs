@@ -32,9 +32,10 @@
 //!   victim allowed by the floor rule alone must also have checkpointed lately when the
 //!   waiter fits one node (`FLOOR_FRESH_DIVISOR`, or `DEEP_FLOOR_FRESH_DIVISOR` while the
 //!   waiter's allocation holds at most half its floor), and the allocated victims of a waiter
-//!   below its floor, by whichever rule, lately on average; one allowed by the window, for a waiter
-//!   whose allocation holds its floor already, less lately (`WINDOW_FRESH_DIVISOR`: each
-//!   victim for a single-node waiter, on average for one that spans nodes);
+//!   below its floor, by whichever rule, lately on average; one allowed by the window, for a
+//!   waiter whose allocation holds its floor already, within its own limit
+//!   (`WINDOW_FRESH_DIVISOR`: each victim for a single-node waiter, on average for one that
+//!   spans nodes);
 //! - a job of an allocation no longer in the budget tree, past its minimum runtime (it has no
 //!   claim, so it ranks below every allocation);
 //! - never a job inside its minimum runtime, never a job already ordered off (its GPUs already
@@ -121,7 +122,10 @@ const BEHIND_BLOCKED: usize = 8;
 /// victims of any waiter below its floor (not a debug job under its allowance) may lose no
 /// more than that per GPU on average, whether the floor or the window lets each go; both limits
 /// are `DEEP_FLOOR_FRESH_DIVISOR`'s (10 min) while the waiter's allocation holds at most half
-/// its floor. Single runs, before the hourly floor: on Helios at 256 GPUs the first cut lost
+/// its floor (as the hourly floor has moved it). The limit is tighter than the window's for a
+/// waiter at its floor (10 min), though this waiter is owed GPUs: the floor rule takes work the
+/// window would keep, so it rotates more, and measured so (below) it lost less work for little
+/// owed time. Single runs, before the hourly floor: on Helios at 256 GPUs the first cut lost
 /// work from 2.0% to 1.4% of delivered time and the average over a multi-node waiter's victims
 /// to 1.2%; on Helios at 384 GPUs the latter from 2.0% to 1.3%, owed delivery staying within
 /// the spread of 5 runs. With the hourly floor, extending the average to single-node waiters
@@ -175,26 +179,25 @@ const DEEP_FLOOR_FRESH_DIVISOR: i64 = 3;
 /// ([`DEEP_FLOOR_FRESH_DIVISOR`]).
 const DEEP_BELOW_FLOOR: u128 = 2;
 
-/// With the share floor on, a single-node waiter (not a debug job) whose allocation holds at
-/// least its floor takes allocated work the window allows (or work of an allocation no longer
-/// in the tree) only within `checkpoint interval / WINDOW_FRESH_DIVISOR` of the victim's last
-/// checkpoint (10 min at the default 30; 15 before 2026-12-02, see
-/// [`DEEP_FLOOR_FRESH_DIVISOR`]). Such a waiter gets its hourly owed time already, so the wait
-/// costs it none. Medians of 5 runs of 30 days of msft-itp (minimum runtimes capped
-/// at 30 min): lost work went from 0.87% / 1.00% / 1.06% of delivered time to 0.71% / 0.80% /
-/// 0.79% at 512 / 448 / 384 GPUs, owed delivery from 99.96% / 99.93% / 99.92% to 99.96% /
-/// 99.93% / 99.91%. The same limit for every window order, whatever the waiter's floor, cost
-/// msft-itp at 384 GPUs a quarter point of owed delivery (99.67%). A waiter that spans nodes
-/// (its victims on several nodes are seldom all fresh at once) is held to the limit on average
-/// over its allocated victims, as a floor order is: medians of 5 runs, lost work from 1.18% /
-/// 1.30% / 2.09% to 1.15% / 1.26% / 2.08% on Helios at 368 / 320 / 256 GPUs (the window's
-/// orders' share of it at 368 from 344 to 230 GPU-h in the main run), owed delivered 99.62% /
-/// 99.14% / 95.59% to 99.61% / 99.13% / 95.74%; msft-itp at 512 GPUs from 0.69% to 0.64% lost
-/// (448 and 384: 0.72% both before and after), owed delivered unchanged (99.97% / 99.94% /
-/// 99.93%). A multi-node plan's nodes are chosen cheapest first and the plan is checked as a
-/// whole, so one over the average waits for a later pass rather than going to dearer nodes
-/// whose victims checkpointed lately (a single-node waiter passes over such a node): at its
-/// floor, the waiter loses no owed time by that wait.
+/// With the share floor on, a single-node waiter (not a debug job) whose allocation holds at least
+/// its floor takes allocated work the window allows (or work of an allocation no longer in the
+/// tree) only within `checkpoint interval / WINDOW_FRESH_DIVISOR` of the victim's last checkpoint
+/// (10 min at the default 30; 15 before 2026-12-02, see [`DEEP_FLOOR_FRESH_DIVISOR`]). Such a
+/// waiter gets its hourly owed time already, so the wait costs it none. With 15 min, medians of 5
+/// runs of 30 days of msft-itp (minimum runtimes capped at 30 min): lost work went from 0.87% /
+/// 1.00% / 1.06% of delivered time to 0.71% / 0.80% / 0.79% at 512 / 448 / 384 GPUs, owed delivery
+/// from 99.96% / 99.93% / 99.92% to 99.96% / 99.93% / 99.91%. The same limit for every window
+/// order, whatever the waiter's floor, cost msft-itp at 384 GPUs a quarter point of owed delivery
+/// (99.67%). A waiter that spans nodes (its victims on several nodes are seldom all fresh at once)
+/// is held to the limit on average over its allocated victims, as a floor order is: medians of 5
+/// runs, lost work from 1.18% / 1.30% / 2.09% to 1.15% / 1.26% / 2.08% on Helios at 368 / 320 / 256
+/// GPUs (the window's orders' share of it at 368 from 344 to 230 GPU-h in the main run), owed
+/// delivered 99.62% / 99.14% / 95.59% to 99.61% / 99.13% / 95.74%; msft-itp at 512 GPUs from 0.69%
+/// to 0.64% lost (448 and 384: 0.72% both before and after), owed delivered unchanged (99.97% /
+/// 99.94% / 99.93%). A multi-node plan's nodes are chosen cheapest first and the plan is checked as
+/// a whole, so one over the average waits for a later pass rather than going to dearer nodes whose
+/// victims checkpointed lately (a single-node waiter passes over such a node): at its floor, the
+/// waiter loses no owed time by that wait.
 const WINDOW_FRESH_DIVISOR: i64 = 3;
 
 /// The most work victims holding `gpus` GPUs may throw away for an order limited to
