@@ -497,9 +497,10 @@ fn fragmented_free_gpus_are_packed_so_whole_node_jobs_start_at_once() {
     }
 }
 
-/// A floor order held back for lost work goes at the victim's next checkpoint only if a pass
-/// runs then: the services' periodic pass (`EngineConfig::periodic_pass_ms`) does; without it
-/// the simulator waits for the next event.
+/// A floor order held back for lost work goes at the victim's next checkpoint: the services'
+/// periodic pass (`EngineConfig::periodic_pass_ms`) meets it within 5 s; without it the
+/// simulator wakes at the time the pass that held it back names
+/// (`decide_preemptions_and_retry`), where it once waited for the next event.
 ///
 /// Two 8-GPU nodes, `a` and `b` at 50% (floors of 8 GPUs). `a` runs 16 GPUs for 6 h, so the
 /// window never favours it; from 6 h 15 min `b` holds all 16 GPUs in four 4-GPU jobs. At 7 h
@@ -507,7 +508,7 @@ fn fragmented_free_gpus_are_packed_so_whole_node_jobs_start_at_once() {
 /// but only within 10 minutes of that job's last checkpoint (they are 15 minutes past the one
 /// at 6 h 45). The next checkpoint is at 7 h 15.
 #[test]
-fn the_periodic_pass_takes_a_victim_at_its_next_checkpoint() {
+fn a_floor_order_held_back_for_lost_work_goes_at_the_victims_next_checkpoint() {
     use fairshare_sim::scenarios::{flat_budget, job};
     use fairshare_sim::setup::Setup;
     use fairshare_sim::workload::Workload;
@@ -542,16 +543,14 @@ fn the_periodic_pass_takes_a_victim_at_its_next_checkpoint() {
     };
     let late = |seen: &SeenLog| seen.named("a-late")[0].clone();
 
-    // Event-driven only: nothing wakes the simulator at 7 h 15. The hourly floor's wake-ups
-    // at each hour's end all fall 15 minutes after a checkpoint of `b`'s jobs. From 13 h the
-    // window would let `a` take one too (`b` has used 16 x 6.75 = 108 GPU-h by then, past
-    // `a`'s 96 plus the waiter's charge and the 10% margin), but below its floor `a`'s
-    // victims may lose 10 minutes on average whichever rule lets them go, so nobody is
-    // ordered off: `a-late` starts when `b`'s jobs end, at 16 h 15. (Before that limit, the
-    // window took a job at 13 h, throwing away its 15 minutes since 12 h 45.)
+    // Without the periodic pass: the pass at 7 h holds the order back and names 7 h 15, the
+    // victims' next checkpoint; the simulator passes then, orders one off with nothing lost
+    // yet, and `a-late` starts when it stops, 10 s later. (Before that wake, nothing woke the
+    // simulator at 7 h 15: the hourly floor's wake-ups at each hour's end all fall 15 minutes
+    // after a checkpoint of `b`'s jobs, and `a-late` waited until `b`'s jobs ended, at 16 h 15.)
     let (seen, m) = run_with(None);
-    assert_eq!(late(&seen).wait(), Some(9 * HOUR + 15 * MIN));
-    assert_eq!(m.preemptions, 0);
+    assert_eq!(late(&seen).wait(), Some(15 * MIN + 10 * S));
+    assert_eq!(m.preemptions, 1);
 
     // With a pass every 5 s: ordered at exactly 7 h 15 (a 5 s step from 7 h), stopped 10 s
     // later, 10 s of 4 GPUs lost; `a-late` starts then.

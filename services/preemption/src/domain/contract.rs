@@ -68,6 +68,25 @@ pub fn lost_work_gpu_ms(
     u128::from(gpus) * u128::try_from(since_checkpoint).unwrap_or(0)
 }
 
+/// When a job that has run since `start_ms` next checkpoints after `now_ms`, after which a
+/// preemption throws less of its work away; `None` if that never helps (not started, not
+/// resumable, or no checkpoint interval).
+pub fn next_checkpoint_ms(
+    start_ms: i64,
+    started: bool,
+    resumable: bool,
+    now_ms: i64,
+    config: &Config,
+) -> Option<i64> {
+    let interval = config.checkpoint_interval_ms;
+    if !started || !resumable || interval <= 0 {
+        return None;
+    }
+    let ran = now_ms.saturating_sub(start_ms).max(0);
+    let done = ran / interval;
+    Some(start_ms.saturating_add(done.saturating_add(1).saturating_mul(interval)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +108,42 @@ mod tests {
             ..c
         };
         assert!(!is_protected(0, 2 * HOUR, HOUR, &short));
+    }
+
+    #[test]
+    fn the_next_checkpoint_follows_the_run_and_needs_a_resumable_started_job() {
+        let c = Config::default();
+        let start = 5 * MIN;
+        // Checkpoints at 30, 60, ... min of run: at 35 min of run the next is at 60.
+        assert_eq!(
+            next_checkpoint_ms(start, true, true, start + 35 * MIN, &c),
+            Some(start + HOUR)
+        );
+        // At a checkpoint itself, the next one.
+        assert_eq!(
+            next_checkpoint_ms(start, true, true, start + 30 * MIN, &c),
+            Some(start + HOUR)
+        );
+        assert_eq!(
+            next_checkpoint_ms(start, true, true, start, &c),
+            Some(start + 30 * MIN)
+        );
+        assert_eq!(
+            next_checkpoint_ms(start, false, true, start + MIN, &c),
+            None
+        );
+        assert_eq!(
+            next_checkpoint_ms(start, true, false, start + MIN, &c),
+            None
+        );
+        let none = Config {
+            checkpoint_interval_ms: 0,
+            ..c
+        };
+        assert_eq!(
+            next_checkpoint_ms(start, true, true, start + MIN, &none),
+            None
+        );
     }
 
     #[test]

@@ -160,6 +160,20 @@ fn pack_reason(plan: &PackPlan<'_>, mover: &victims::Victim<'_>) -> String {
 
 /// Everything the preemption service should append now (see the module doc for the order).
 pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config) -> Vec<Body> {
+    decide_preemptions_and_retry(state, now_ms, config).0
+}
+
+/// [`decide_preemptions`], and when a pass that orders nothing is worth running again with no
+/// new event: the earliest next checkpoint of a victim or plan the fair-share walk held back
+/// for its lost work (after it, that victim throws away less). [`next_due`] leaves those out,
+/// since it would have to search for them; a caller that passes only at events and at
+/// [`next_due`] (the simulator, without its periodic pass) adds this time too, and so meets the
+/// held-back order when a service passing every few seconds would.
+pub fn decide_preemptions_and_retry(
+    state: &PreemptionState,
+    now_ms: i64,
+    config: &Config,
+) -> (Vec<Body>, Option<i64>) {
     let basis = pb::DecisionBasis {
         through_sequence: state.last_applied(),
         computed_at_ms: now_ms,
@@ -195,9 +209,13 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
     }
     out.extend(drain::drained(state));
     if changed {
-        return out;
+        return (out, None);
     }
     let (fair_share, view) = victims::fair_share_and_view(state, now_ms, config);
+    let retry = view
+        .as_ref()
+        .and_then(|v| v.retry_at())
+        .filter(|&at| at > now_ms);
     let orders: Vec<Grounded<'_>> = match fair_share {
         FairShare::Preempt(plan) => plan
             .victims
@@ -224,10 +242,11 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
             .unwrap_or_default(),
         FairShare::NothingToDo => Vec::new(),
     };
+    let retry = retry.filter(|_| orders.is_empty());
     for grounded in orders {
         out.push(order(grounded, basis, deadline));
     }
-    out
+    (out, retry)
 }
 
 /// Sets the basis cycle number of every `PreemptionOrdered` in `bodies`.
@@ -261,7 +280,8 @@ pub fn into_events(bodies: Vec<Body>, now_ms: i64) -> Vec<pb::Event> {
 /// is met again at the next event or at the service's periodic pass (every 5 s by default),
 /// and listing every running job's checkpoints would wake the service every few seconds on a
 /// busy cluster; the same goes for the hourly floors' moves within an hour. (The simulator
-/// runs the periodic pass only with `--periodic-pass`; without it, the next event it is.)
+/// runs the periodic pass only with `--periodic-pass`; without it, it passes again at the
+/// held-back victims' next checkpoint, which [`decide_preemptions_and_retry`] names.)
 pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option<i64> {
     let d = state.decision();
     let mut next = [

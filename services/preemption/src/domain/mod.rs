@@ -43,7 +43,9 @@ mod tests;
 
 pub use config::{Config, ConfigError};
 pub use contract::is_debug;
-pub use decide::{decide_preemptions, into_events, next_due, stamp_cycle};
+pub use decide::{
+    decide_preemptions, decide_preemptions_and_retry, into_events, next_due, stamp_cycle,
+};
 pub use grace::{expired, requeues};
 pub use pack::PackPlan;
 pub use state::{Order, PreemptionState};

@@ -22,6 +22,7 @@
 //! - Single-node jobs take the node with the fewest available GPUs that holds them (then the
 //!   lowest name); multi-node jobs take wholly available nodes of exactly their GPUs per node.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use fairshare_decision::domain::state::{Holding, Window};
@@ -95,6 +96,9 @@ pub(crate) struct View<'s> {
     claims: Vec<(&'s str, Vec<Claim>)>,
     /// Per node, `(free, pending)` as [`View::new`] made them, for [`View::reset`].
     made: Vec<(u32, u32)>,
+    /// The earliest time after which a victim or plan held back for its lost work in this
+    /// call could go ([`View::note_retry`]): the searches share the view, not a judge.
+    retry_at: Cell<Option<i64>>,
 }
 
 impl<'s> View<'s> {
@@ -161,7 +165,22 @@ impl<'s> View<'s> {
             nodes,
             claims,
             made,
+            retry_at: Cell::new(None),
         }
+    }
+
+    /// Notes that a search held victims back until `at` (their next checkpoint).
+    pub fn note_retry(&self, at: Option<i64>) {
+        if let Some(at) = at
+            && self.retry_at.get().is_none_or(|r| at < r)
+        {
+            self.retry_at.set(Some(at));
+        }
+    }
+
+    /// The earliest time noted by [`View::note_retry`].
+    pub fn retry_at(&self) -> Option<i64> {
+        self.retry_at.get()
     }
 
     /// The view as [`View::new`] made it, whatever a walk claimed and took since: the

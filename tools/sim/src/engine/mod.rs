@@ -10,9 +10,10 @@
 //!    reasons, the same placements) if some open GPU is free and work waits,
 //!    appending its `JobPlaced` events with their basis; the [`launcher`] confirms each with
 //!    `JobStarted`;
-//! 3. the preemption service runs a pass ([`decide_preemptions`]);
+//! 3. the preemption service runs a pass ([`decide_preemptions_and_retry`]);
 //!
-//! and the preemption service's timer ([`next_due`]) is put on the agenda, with, if
+//! and the preemption service's timer ([`next_due`], or sooner the next checkpoint of a victim
+//! the last pass held back for its lost work) is put on the agenda, with, if
 //! [`EngineConfig::periodic_pass_ms`] is set, its periodic pass. Everything appended
 //! is a contract event folded by the same folds the services use ([`services`]), so the log
 //! can be loaded into JetStream and audited like a production log.
@@ -29,7 +30,7 @@ use fairshare_accounting::domain::FoldConfig;
 use fairshare_decision::domain::debug::DEFAULT_DEBUG_ALLOWANCE_GPUS;
 use fairshare_decision::domain::decide_placements;
 use fairshare_events::pb::{self, event::Body};
-use fairshare_preemption::domain::{self as preemption, decide_preemptions, next_due};
+use fairshare_preemption::domain::{self as preemption, decide_preemptions_and_retry, next_due};
 use fairshare_submission::domain::{Checked, Limits, check_submission, job_submitted};
 
 use crate::setup::{EPOCH_MS, Setup};
@@ -200,6 +201,9 @@ struct Engine<'a> {
     last_snapshot: Option<(i64, u64)>,
     /// The preemption timer currently on the agenda.
     wake_at: Option<i64>,
+    /// When the last pass, which ordered nothing, held an order back until (a victim's next
+    /// checkpoint, [`decide_preemptions_and_retry`]): the timer wakes then too.
+    retry_at: Option<i64>,
     /// The periodic pass on the agenda (one at a time).
     periodic_at: Option<i64>,
 }
@@ -224,6 +228,7 @@ pub fn run(
         pass: 0,
         last_snapshot: None,
         wake_at: None,
+        retry_at: None,
         periodic_at: None,
     };
     // Seven to ten events per job on the bundled traces (submitted, placed, started,
@@ -478,8 +483,9 @@ impl Engine<'_> {
     fn preemption_pass(&mut self, now: i64) -> bool {
         self.stats.passes += 1;
         let start = Instant::now();
-        let mut bodies =
-            decide_preemptions(&self.services.preemption, now, &self.config.preemption);
+        let (mut bodies, retry_at) =
+            decide_preemptions_and_retry(&self.services.preemption, now, &self.config.preemption);
+        self.retry_at = retry_at;
         self.services.times.add_since(Part::PreemptionPasses, start);
         if bodies.is_empty() {
             return false;
@@ -496,6 +502,10 @@ impl Engine<'_> {
         let start = Instant::now();
         let due = next_due(&self.services.preemption, now, &self.config.preemption);
         self.services.times.add_since(Part::Timers, start);
+        let due = match (due, self.retry_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let Some(due) = due else {
             return;
         };

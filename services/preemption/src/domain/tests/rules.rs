@@ -6,7 +6,8 @@ use fairshare_events::pb::{self, PreemptionCause, event::Body};
 
 use super::support::{CLUSTER, H, HOUR, MIN, SEC, causes, leaf, orders, render, victims};
 use crate::domain::{
-    Config, FairShare, NoVictims, fair_share, next_due, select_victims, stamp_cycle,
+    Config, FairShare, NoVictims, decide_preemptions_and_retry, fair_share, next_due,
+    select_victims, stamp_cycle,
 };
 
 /// Allocated time of each team in the snapshots: 1,000 GPU-hours.
@@ -872,9 +873,18 @@ fn a_floor_order_waits_for_a_victim_that_checkpointed_lately() {
     let late = 2 * HOUR + 11 * MIN;
     a_over_served(&mut h, late);
     assert!(orders(&h.decide(late)).is_empty());
-    // After its next checkpoint (2.5 h) it goes.
+    // The pass names x1's next checkpoint as worth another pass, which `next_due` does not.
+    let (out, retry) = decide_preemptions_and_retry(&h.state, late, &h.cfg);
+    assert!(out.is_empty());
+    assert_eq!(retry, Some(2 * HOUR + 30 * MIN));
+    assert_ne!(next_due(&h.state, late, &h.cfg), retry);
+    // After its next checkpoint (2.5 h) it goes, and no retry is named beside the order.
     let fresh = 2 * HOUR + 31 * MIN;
     a_over_served(&mut h, fresh);
+    assert_eq!(
+        decide_preemptions_and_retry(&h.state, fresh, &h.cfg).1,
+        None
+    );
     assert_eq!(victims(&h.decide(fresh)), ["x1"]);
 }
 

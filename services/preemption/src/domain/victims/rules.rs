@@ -289,6 +289,9 @@ impl<'t> RankRule<'t> {
 pub(super) struct Candidate<'s> {
     pub(super) victim: Victim<'s>,
     pub(super) cost: Cost,
+    /// When the victim next checkpoints ([`contract::next_checkpoint_ms`]): a plan held back
+    /// for its lost work may go then.
+    pub(super) next_checkpoint_ms: Option<i64>,
     /// The victim's allocation, when the share floor limits what may be taken from it.
     pub(super) floor_account: Option<AccountId>,
 }
@@ -377,6 +380,9 @@ pub(super) struct Judge<'a> {
     /// Per node of the view, whether the waiter may not be made room there (a blocked
     /// waiter's reservation); empty when every node may be used.
     pub(super) off_limits: Vec<bool>,
+    /// The earliest next checkpoint of a victim or plan held back for its lost work
+    /// ([`Self::note_retry`]).
+    pub(super) retry_at: Option<i64>,
 }
 
 /// Per node of `view`, whether it is one of `names` (empty if `names` is). Both are in name
@@ -406,6 +412,17 @@ fn never_to_run(job: &Holder) -> bool {
 }
 
 impl Judge<'_> {
+    /// Notes that a victim or plan was held back for its lost work until `at` (its next
+    /// checkpoint): the pass is worth running again then, events or not.
+    pub(super) fn note_retry(&mut self, at: Option<i64>) {
+        if let Some(at) = at
+            && at > self.now
+            && self.retry_at.is_none_or(|r| at < r)
+        {
+            self.retry_at = Some(at);
+        }
+    }
+
     /// What ordering `job` off costs beyond its lost work when that would take its allocation
     /// below its share floor (by what runs now): a checkpoint interval of work per GPU. Such
     /// an allocation's own waiters may then order work off in turn, and each hop of that chain
@@ -549,10 +566,18 @@ impl Judge<'_> {
         } else {
             None
         };
+        let next_checkpoint_ms = contract::next_checkpoint_ms(
+            job.start_ms,
+            job.started,
+            job.resumable,
+            self.now,
+            self.cfg,
+        );
         if let Some(divisor) = fresh_divisor
             && self.single_node
             && lost > fresh_limit_gpu_ms(self.cfg, divisor, gpus)
         {
+            self.note_retry(next_checkpoint_ms);
             return None;
         }
         let debug_by_window = !unallocated
@@ -574,6 +599,7 @@ impl Judge<'_> {
                 u32::from(!unallocated),
                 1,
             ),
+            next_checkpoint_ms,
             // Work a debug job takes from its own allocation stays in that allocation.
             floor_account: if unallocated
                 || self.rule.slack.is_none()

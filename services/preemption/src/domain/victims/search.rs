@@ -78,8 +78,11 @@ impl Cover {
 /// whichever rule allows each; `DEEP_FLOOR_FRESH_DIVISOR` for an allocation deep below it) or
 /// `interval / WINDOW_FRESH_DIVISOR` (at it) per GPU on average (see those constants). A debug
 /// job under its allowance takes what it needs at once.
+///
+/// A plan over the limit is noted for a retry at its allocated victims' earliest next
+/// checkpoint ([`Judge::note_retry`]).
 fn over_average_limit<'a, 's: 'a>(
-    judge: &Judge<'_>,
+    judge: &mut Judge<'_>,
     plan: impl Iterator<Item = &'a Candidate<'s>>,
 ) -> bool {
     let divisor = if judge.rule.below_floor && judge.debug_allowance.is_none() {
@@ -89,12 +92,25 @@ fn over_average_limit<'a, 's: 'a>(
     } else {
         return false;
     };
-    let (gpus, allocated_lost) = plan
-        .filter(|c| !c.victim.unallocated)
-        .fold((0u64, 0u128), |(g, l), c| {
-            (g + c.victim.gpus, l.saturating_add(c.victim.lost_gpu_ms))
-        });
-    allocated_lost > fresh_limit_gpu_ms(judge.cfg, divisor, gpus)
+    let (gpus, allocated_lost, next_checkpoint) = plan.filter(|c| !c.victim.unallocated).fold(
+        (0u64, 0u128, None::<i64>),
+        |(g, l, next), c| {
+            let next = match (next, c.next_checkpoint_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            (
+                g + c.victim.gpus,
+                l.saturating_add(c.victim.lost_gpu_ms),
+                next,
+            )
+        },
+    );
+    let over = allocated_lost > fresh_limit_gpu_ms(judge.cfg, divisor, gpus);
+    if over {
+        judge.note_retry(next_checkpoint);
+    }
+    over
 }
 
 fn single_node<'s>(
@@ -316,7 +332,6 @@ pub(super) fn choose<'s, 't>(
     cfg: &Config,
     off_limits: &[&str],
 ) -> Result<VictimPlan<'s>, NoVictims> {
-    let would_not_fit = || NoVictims::WouldNotFit(waiter.job_id.to_owned());
     let rank_rule = RankRule::new(base, walk, tree, leaf, &waiter, cfg);
     let window_fresh = matches!(rule, Rule::Rank)
         && !waiter.debug
@@ -335,12 +350,26 @@ pub(super) fn choose<'s, 't>(
         leaf,
         now,
         cfg,
+        retry_at: None,
     };
+    let plan = plan_with(view, &mut judge, waiter, now);
+    view.note_retry(judge.retry_at);
+    plan
+}
+
+/// [`choose`]'s search and its independent checks, with the waiter's judge.
+fn plan_with<'s>(
+    view: &View<'s>,
+    judge: &mut Judge<'_>,
+    waiter: Waiter<'s>,
+    now: i64,
+) -> Result<VictimPlan<'s>, NoVictims> {
+    let would_not_fit = || NoVictims::WouldNotFit(waiter.job_id.to_owned());
     let protected_until = now.saturating_add(waiter.min_runtime_ms);
     let (nodes, mut victims) = if waiter.shape.nodes <= 1 {
-        single_node(view, &mut judge, &waiter, protected_until)
+        single_node(view, judge, &waiter, protected_until)
     } else {
-        multi_node(view, &mut judge, &waiter, protected_until)
+        multi_node(view, judge, &waiter, protected_until)
     }
     .ok_or_else(would_not_fit)?;
     if victims.is_empty() {
@@ -361,7 +390,7 @@ pub(super) fn choose<'s, 't>(
         .fold(0u128, |acc, c| acc.saturating_add(c.victim.lost_gpu_ms));
     // Checked on each node's set already for a single-node waiter; a multi-node plan is
     // checked as a whole here.
-    if over_average_limit(&judge, victims.iter()) {
+    if over_average_limit(judge, victims.iter()) {
         return Err(would_not_fit());
     }
     let grounds = if judge.debug_allowance.is_some() && judge.rule.slack.is_some() {
