@@ -144,9 +144,9 @@ struct CommonArgs {
     #[arg(long, default_value = "10s")]
     stop_delay: String,
     /// Also run the preemption service's periodic pass this often ("5s", as the service
-    /// does), events or not. Off by default: it takes 2 to 4.5 times as long, and moved the
-    /// headline figures little (on Helios at 320 GPUs 0.17 points more owed time, medians of
-    /// 5 runs; README, "Simulator").
+    /// does), events or not. Off by default: it takes 2 to 4.5 times as long, and since the
+    /// simulator passes anyway at the next checkpoint of a victim held back for its lost work,
+    /// it moves no headline figure beyond the replicas' spread (README, "Simulator").
     #[arg(long)]
     periodic_pass: Option<String>,
     /// The preemption service's own flags (grace, protection cap, checkpoint interval,

@@ -65,13 +65,12 @@ pub struct EngineConfig {
     pub hourly_floor: bool,
     /// The preemption service's periodic pass: at most this long after a step, another one
     /// runs, events or not (the service passes every 5 s). `None` (the default) steps only at
-    /// happenings and at [`next_due`], which leaves out what changes with time alone: a
-    /// victim's next checkpoint, after which an order held back for lost work may go, and the
-    /// hourly floors' moves within an hour (the next event, tens of seconds later on the
-    /// bundled traces, sees them; [`next_due`] names the hour's end). On the bundled traces
-    /// that moved no
-    /// headline figure beyond the spread of replicas and cost twice the time (see the README,
-    /// "Simulator"; measured before the hourly floor).
+    /// happenings, at [`next_due`] and at the next checkpoint of a victim the last pass held
+    /// back for its lost work ([`decide_preemptions_and_retry`]), which leaves out the hourly
+    /// floors' moves within an hour (the next event, tens of seconds later on the bundled
+    /// traces, sees them; [`next_due`] names the hour's end). On the bundled traces the
+    /// periodic pass moves no headline figure beyond the spread of replicas and costs 2 to 4.5
+    /// times the time (see the README, "Simulator").
     pub periodic_pass_ms: Option<i64>,
 }
 
