@@ -97,7 +97,7 @@ pub(crate) struct View<'s> {
     /// Per node, `(free, pending)` as [`View::new`] made them, for [`View::reset`].
     made: Vec<(u32, u32)>,
     /// The earliest time after which a victim or plan held back for its lost work in this
-    /// call could go ([`View::note_retry`]): the searches share the view, not a judge.
+    /// call could go ([`View::note_retry`]): each search's judge notes it here.
     retry_at: Cell<Option<i64>>,
 }
 

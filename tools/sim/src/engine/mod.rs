@@ -501,11 +501,7 @@ impl Engine<'_> {
         let start = Instant::now();
         let due = next_due(&self.services.preemption, now, &self.config.preemption);
         self.services.times.add_since(Part::Timers, start);
-        let due = match (due, self.retry_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let Some(due) = due else {
+        let Some(due) = [due, self.retry_at].into_iter().flatten().min() else {
             return;
         };
         if due > now && self.wake_at.is_none_or(|w| due < w || w <= now) {

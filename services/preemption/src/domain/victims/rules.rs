@@ -380,9 +380,9 @@ pub(super) struct Judge<'a> {
     /// Per node of the view, whether the waiter may not be made room there (a blocked
     /// waiter's reservation); empty when every node may be used.
     pub(super) off_limits: Vec<bool>,
-    /// The earliest next checkpoint of a victim or plan held back for its lost work
-    /// ([`Self::note_retry`]).
-    pub(super) retry_at: Option<i64>,
+    /// The call's view, which keeps the earliest next checkpoint of a victim or plan held
+    /// back for its lost work ([`Self::note_retry`]).
+    pub(super) view: &'a View<'a>,
 }
 
 /// Per node of `view`, whether it is one of `names` (empty if `names` is). Both are in name
@@ -414,13 +414,8 @@ fn never_to_run(job: &Holder) -> bool {
 impl Judge<'_> {
     /// Notes that a victim or plan was held back for its lost work until `at` (its next
     /// checkpoint): the pass is worth running again then, events or not.
-    pub(super) fn note_retry(&mut self, at: Option<i64>) {
-        if let Some(at) = at
-            && at > self.now
-            && self.retry_at.is_none_or(|r| at < r)
-        {
-            self.retry_at = Some(at);
-        }
+    pub(super) fn note_retry(&self, at: Option<i64>) {
+        self.view.note_retry(at);
     }
 
     /// What ordering `job` off costs beyond its lost work when that would take its allocation

@@ -82,7 +82,7 @@ impl Cover {
 /// A plan over the limit is noted for a retry at its allocated victims' earliest next
 /// checkpoint ([`Judge::note_retry`]).
 fn over_average_limit<'a, 's: 'a>(
-    judge: &mut Judge<'_>,
+    judge: &Judge<'_>,
     plan: impl Iterator<Item = &'a Candidate<'s>>,
 ) -> bool {
     let divisor = if judge.rule.below_floor && judge.debug_allowance.is_none() {
@@ -95,10 +95,7 @@ fn over_average_limit<'a, 's: 'a>(
     let (gpus, allocated_lost, next_checkpoint) = plan.filter(|c| !c.victim.unallocated).fold(
         (0u64, 0u128, None::<i64>),
         |(g, l, next), c| {
-            let next = match (next, c.next_checkpoint_ms) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let next = next.into_iter().chain(c.next_checkpoint_ms).min();
             (
                 g + c.victim.gpus,
                 l.saturating_add(c.victim.lost_gpu_ms),
@@ -350,26 +347,14 @@ pub(super) fn choose<'s, 't>(
         leaf,
         now,
         cfg,
-        retry_at: None,
+        view,
     };
-    let plan = plan_with(view, &mut judge, waiter, now);
-    view.note_retry(judge.retry_at);
-    plan
-}
-
-/// [`choose`]'s search and its independent checks, with the waiter's judge.
-fn plan_with<'s>(
-    view: &View<'s>,
-    judge: &mut Judge<'_>,
-    waiter: Waiter<'s>,
-    now: i64,
-) -> Result<VictimPlan<'s>, NoVictims> {
     let would_not_fit = || NoVictims::WouldNotFit(waiter.job_id.to_owned());
     let protected_until = now.saturating_add(waiter.min_runtime_ms);
     let (nodes, mut victims) = if waiter.shape.nodes <= 1 {
-        single_node(view, judge, &waiter, protected_until)
+        single_node(view, &mut judge, &waiter, protected_until)
     } else {
-        multi_node(view, judge, &waiter, protected_until)
+        multi_node(view, &mut judge, &waiter, protected_until)
     }
     .ok_or_else(would_not_fit)?;
     if victims.is_empty() {
@@ -390,7 +375,7 @@ fn plan_with<'s>(
         .fold(0u128, |acc, c| acc.saturating_add(c.victim.lost_gpu_ms));
     // Checked on each node's set already for a single-node waiter; a multi-node plan is
     // checked as a whole here.
-    if over_average_limit(judge, victims.iter()) {
+    if over_average_limit(&judge, victims.iter()) {
         return Err(would_not_fit());
     }
     let grounds = if judge.debug_allowance.is_some() && judge.rule.slack.is_some() {
