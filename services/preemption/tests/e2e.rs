@@ -22,6 +22,10 @@
 //! Packing (its own run): a blocked 8-GPU job of `a` starts once the service moves a small
 //! job of `a` from one node into the hole beside a protected job on the other.
 //!
+//! Lost work (its own run, 6 s checkpoint interval, no timed pass): a 1-GPU job of `b`
+//! submitted when every victim is past the 2 s a third of the interval allows is ordered for
+//! at the victim's next checkpoint, which the pass that held it back named.
+//!
 //! Every run ends with the order audit: each `PreemptionOrdered` in the log re-derives from the
 //! log prefix its basis names (`shell::audit_log`).
 //!
@@ -101,6 +105,8 @@ struct Stack {
     client: async_nats::Client,
     js: jetstream::Context,
     services: Vec<Running>,
+    /// The preemption service's policy, which the audit at [`Stack::stop`] re-derives with.
+    policy: domain::Config,
 }
 
 fn now_ms() -> i64 {
@@ -122,6 +128,18 @@ impl Stack {
 
     /// As [`Stack::start`], with the preemption service checkpointing into `checkpoint_dir`.
     async fn start_with(honour_preemption: bool, checkpoint_dir: Option<PathBuf>) -> Self {
+        let config = shell::Config {
+            policy: policy(),
+            checkpoint_dir,
+            ..shell::Config::new(CLUSTER)
+        };
+        Self::start_configured(honour_preemption, config).await
+    }
+
+    /// As [`Stack::start`], with the preemption service configured by `config` (its policy is
+    /// the audit's too).
+    async fn start_configured(honour_preemption: bool, config: shell::Config) -> Self {
+        let policy = config.policy;
         let server = NatsServer::start().unwrap();
         let client = async_nats::connect(server.url()).await.unwrap();
         let js = jetstream::new(client.clone());
@@ -209,11 +227,6 @@ impl Stack {
                 .unwrap();
         }));
         let c = async_nats::connect(&url).await.unwrap();
-        let config = shell::Config {
-            policy: policy(),
-            checkpoint_dir,
-            ..shell::Config::new(CLUSTER)
-        };
         let preemption = shell::Service::start(c, config, Arc::new(SystemClock))
             .await
             .unwrap();
@@ -245,6 +258,7 @@ impl Stack {
             client,
             js,
             services,
+            policy,
         }
     }
 
@@ -254,7 +268,7 @@ impl Stack {
         for s in self.services {
             s.stop().await;
         }
-        let audit = shell::audit_log(&self.js, CLUSTER, &policy())
+        let audit = shell::audit_log(&self.js, CLUSTER, &self.policy)
             .await
             .unwrap();
         assert!(audit.is_clean(), "{:#?}", audit.divergences);
@@ -674,6 +688,73 @@ async fn a_blocked_job_starts_once_a_small_job_is_moved_into_a_hole_elsewhere() 
     assert_eq!(note.cause, i32::from(pb::PreemptionCause::Packing));
     let audit = stack.stop().await;
     assert!(audit.orders >= 1, "the packing move re-derives");
+}
+
+/// Checkpoint interval of the held-back test: its victims may lose at most a third of it (2 s)
+/// for a waiter whose allocation holds nothing of its floor.
+const SHORT_CHECKPOINT_MS: i64 = 6_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_held_back_for_lost_work_goes_at_the_victims_next_checkpoint_not_the_timer() {
+    // No periodic pass within the test: only the held-back order's retry time can wake it.
+    let config = shell::Config {
+        policy: domain::Config {
+            checkpoint_interval_ms: SHORT_CHECKPOINT_MS,
+            ..policy()
+        },
+        pass_every: Duration::from_secs(3_600),
+        ..shell::Config::new(CLUSTER)
+    };
+    let stack = Stack::start_configured(true, config).await;
+    let f = fill(&stack).await;
+    let log = stack.log().await;
+    let starts: Vec<i64> = f.short.iter().map(|j| started(&log, j).unwrap()).collect();
+    let (first, last) = (*starts.iter().min().unwrap(), *starts.iter().max().unwrap());
+    assert!(last - first < 1_500, "the short jobs started together");
+    // Submit when every short job is 2.6 s or more past its last checkpoint (over the 2 s
+    // limit) and at least 1.4 s before its next.
+    let phase = |t: i64| (t - last).rem_euclid(SHORT_CHECKPOINT_MS);
+    let now = now_ms();
+    let wait = (2_600 - phase(now)).rem_euclid(SHORT_CHECKPOINT_MS);
+    tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+    let submitted_ms = now_ms();
+    // Not a debug job (those take their victims at once): 1 GPU for an hour.
+    let waiter = stack.submit("w", "b", 1, 3_600).await;
+    let log = stack
+        .wait_for(
+            Duration::from_millis(SHORT_CHECKPOINT_MS as u64 + 4_000),
+            "an order for the waiter",
+            |log| !orders(log).is_empty(),
+        )
+        .await;
+    let orders = orders(&log);
+    assert_eq!(orders.len(), 1, "{}", render(&log));
+    let (victim, (order_seq, _, order)) = orders.iter().next().unwrap();
+    assert_eq!(order.for_job_id, waiter);
+    assert!(f.short.contains(victim), "{victim}");
+    let ordered_ms = log
+        .iter()
+        .find(|(s, _, _)| s == order_seq)
+        .map(|(_, _, e)| e.at_ms)
+        .unwrap();
+    let victim_start = started(&log, victim).unwrap();
+    let since_checkpoint = (ordered_ms - victim_start).rem_euclid(SHORT_CHECKPOINT_MS);
+    assert!(
+        ordered_ms - submitted_ms >= 1_000,
+        "held back until a checkpoint: ordered {} ms after the submission",
+        ordered_ms - submitted_ms
+    );
+    assert!(
+        since_checkpoint <= 1_000,
+        "ordered {since_checkpoint} ms after the victim's checkpoint:\n{}",
+        render(&log)
+    );
+    println!(
+        "ordered {} ms after the submission, {since_checkpoint} ms after the victim's checkpoint",
+        ordered_ms - submitted_ms
+    );
+    let audit = stack.stop().await;
+    assert!(audit.orders >= 1, "the order re-derives from its basis");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -166,9 +166,8 @@ pub fn decide_preemptions(state: &PreemptionState, now_ms: i64, config: &Config)
 /// [`decide_preemptions`], and when a pass that orders nothing is worth running again with no
 /// new event: the earliest next checkpoint of a victim or plan the fair-share walk held back
 /// for its lost work (after it, that victim throws away less). [`next_due`] leaves those out,
-/// since it would have to search for them; a caller that passes only at events and at
-/// [`next_due`] (the simulator, without its periodic pass) adds this time too, and so meets the
-/// held-back order when a service passing every few seconds would.
+/// since it would have to search for them; the service and the simulator pass at this time
+/// too, so the held-back order goes at its victims' checkpoint, not at the next timer.
 pub fn decide_preemptions_and_retry(
     state: &PreemptionState,
     now_ms: i64,
@@ -276,12 +275,11 @@ pub fn into_events(bodies: Vec<Body>, now_ms: i64) -> Vec<pb::Event> {
 /// due, a promise holding GPUs lapsing (they are anyone's then), or, while allocated work
 /// waits, the end of some running job's minimum runtime (it may become a victim) and, with the
 /// hourly floor, the next clock hour (floors go back to the shares). Not a
-/// victim's next checkpoint, after which an order held back for lost work may go: that waiter
-/// is met again at the next event or at the service's periodic pass (every 5 s by default),
-/// and listing every running job's checkpoints would wake the service every few seconds on a
-/// busy cluster; the same goes for the hourly floors' moves within an hour. (The simulator
-/// runs the periodic pass only with `--periodic-pass`; without it, it passes again at the
-/// held-back victims' next checkpoint, which [`decide_preemptions_and_retry`] names.)
+/// victim's next checkpoint, after which an order held back for lost work may go: listing
+/// every running job's checkpoints would wake the service every few seconds on a busy
+/// cluster, so the pass that held the order back names the one that matters
+/// ([`decide_preemptions_and_retry`]). Nor the hourly floors' moves within an hour: the next
+/// event, or the service's periodic pass (every 5 s by default), meets those.
 pub fn next_due(state: &PreemptionState, now_ms: i64, config: &Config) -> Option<i64> {
     let d = state.decision();
     let mut next = [

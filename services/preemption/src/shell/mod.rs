@@ -25,10 +25,13 @@
 //! - It keeps folding new entries; each accepted entry makes the state dirty.
 //! - A pass runs `debounce` after the first change since the last pass, at the time
 //!   [`next_due`] names (a grace deadline, the end of a minimum runtime while allocated work
-//!   waits, a drain or maintenance window becoming due), and every `pass_every` regardless.
-//! - A pass runs [`decide_preemptions`] at the clock's "now", stamps its cycle number (cycle
-//!   numbers continue from the highest any `PreemptionOrdered` in the log names) and appends the
-//!   bodies (see `publish` for subjects, message ids and optimistic concurrency).
+//!   waits, a drain or maintenance window becoming due), at the next checkpoint of the victims
+//!   the last pass held back for their lost work ([`decide_preemptions_and_retry`]: after it
+//!   they throw away less, so the order goes then rather than at the next timer), and every
+//!   `pass_every` regardless.
+//! - A pass runs [`decide_preemptions_and_retry`] at the clock's "now", stamps its cycle
+//!   number (cycle numbers continue from the highest any `PreemptionOrdered` in the log names)
+//!   and appends the bodies (see `publish` for subjects, message ids and optimistic concurrency).
 //! - **Barrier**: the next pass waits until the fold has applied every event the previous pass
 //!   got acknowledged. Otherwise it would not see its own orders and would order the same
 //!   victims (or more victims for the same waiter) again. After an effect whose outcome is
@@ -96,7 +99,7 @@ use fairshare_runtime::retry::failure_backoff;
 use fairshare_runtime::telemetry::{self, Relation};
 use tokio::time::Instant;
 
-use crate::domain::{self, decide_preemptions, into_events, next_due, stamp_cycle};
+use crate::domain::{self, decide_preemptions_and_retry, into_events, next_due, stamp_cycle};
 pub use audit::{OrderAudit, OrderDivergence, PassKey, audit, audit_log};
 pub use fold::ShellFold;
 
@@ -335,6 +338,10 @@ impl Service {
         // When a pass is due because of a change (catch-up counts as one).
         let mut change_due: Option<Instant> = Some(Instant::now());
         let mut timer_due = Instant::now() + self.config.pass_every;
+        // When the last pass, which ordered nothing, held an order back until: its victims'
+        // next checkpoint, after which they throw away less. Any change passes sooner anyway
+        // (and names its own retry), so one time is kept, the last pass's.
+        let mut retry_due: Option<Instant> = None;
         // `interval` refuses a zero period.
         let mut checkpoint_timer =
             tokio::time::interval(self.config.checkpoint_every.max(Duration::from_millis(1)));
@@ -353,7 +360,7 @@ impl Service {
                 // every few seconds.
                 change_due.filter(|_| caught_up)
             } else {
-                [change_due, domain_due, Some(timer_due)]
+                [change_due, domain_due, retry_due, Some(timer_due)]
                     .into_iter()
                     .flatten()
                     .min()
@@ -378,7 +385,8 @@ impl Service {
                         change_due = Some(Instant::now() + self.retry_wait());
                         continue;
                     }
-                    let outcome = self.pass().await;
+                    let (outcome, retry_ms) = self.pass().await;
+                    retry_due = retry_ms.map(|ms| self.instant_of(ms));
                     barrier = barrier.max(outcome.max_sequence);
                     let now = Instant::now();
                     timer_due = now + self.config.pass_every;
@@ -451,12 +459,15 @@ impl Service {
         newest
     }
 
-    /// One pass: decide at the clock's now and append the effects.
-    async fn pass(&mut self) -> publish::Outcome {
+    /// One pass: decide at the clock's now and append the effects. Returns what publishing
+    /// them came to and, when the pass ordered nothing because victims checkpointed too long
+    /// ago, their next checkpoint (Unix ms), when it is worth passing again.
+    async fn pass(&mut self) -> (publish::Outcome, Option<i64>) {
         let now_ms = self.clock.now_ms();
-        let mut bodies = decide_preemptions(self.fold.state(), now_ms, &self.config.policy);
+        let (mut bodies, retry_ms) =
+            decide_preemptions_and_retry(self.fold.state(), now_ms, &self.config.policy);
         if bodies.is_empty() {
-            return publish::Outcome::default();
+            return (publish::Outcome::default(), retry_ms);
         }
         let cycle = self
             .next_cycle
@@ -481,7 +492,7 @@ impl Service {
             failed = outcome.failed,
             "preemption pass"
         );
-        outcome
+        (outcome, retry_ms)
     }
 }
 
