@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::folders::{NewFolder, check_writable};
+use crate::folders::{NewFolder, check_writable, refuse_overlaps};
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use fairshare_accounting::domain::FoldConfig;
@@ -336,6 +336,25 @@ impl CommonArgs {
         Ok(policies)
     }
 
+    /// Refuses a run whose report or log would be written over `inputs` or one another (with
+    /// `more_outputs`, the command's own): see [`refuse_overlaps`].
+    fn refuse_overlaps(
+        &self,
+        inputs: &[(&str, &Path)],
+        more_outputs: &[(&str, &Path)],
+    ) -> anyhow::Result<()> {
+        let report: Vec<(String, PathBuf)> = report::file_names()
+            .map(|name| (format!("--out (its {name})"), self.out.join(name)))
+            .collect();
+        let mut outputs: Vec<(&str, &Path)> = report
+            .iter()
+            .map(|(flag, path)| (flag.as_str(), path.as_path()))
+            .collect();
+        outputs.extend(self.log.as_deref().map(|path| ("--log", path)));
+        outputs.extend_from_slice(more_outputs);
+        refuse_overlaps(inputs, &outputs)
+    }
+
     /// Runs every policy, writes the report (and the log), prints the summary.
     /// `title`, `source` and `rules` describe the workload at the top of the report.
     fn simulate_and_report(
@@ -377,7 +396,11 @@ impl CommonArgs {
         let mut out_dir = NewFolder::create(&self.out)?;
         // Declared after the report's, so dropped first: a log folder made inside a new report
         // folder goes before that one is tried (`remove_dir` takes only empty folders).
-        let mut log_dir = self.log.as_deref().map(check_writable).transpose()?;
+        let mut log_dir = self
+            .log
+            .as_deref()
+            .map(|path| check_writable("--log", path))
+            .transpose()?;
         // The baselines check allocations and shapes only: a job the submission service alone
         // refuses would make the runs compare different workloads.
         let refused = workload.refused(setup, &config.limits);
@@ -511,6 +534,29 @@ impl CommonArgs {
 
 impl TraceArgs {
     fn run(self) -> anyhow::Result<()> {
+        let inputs: Vec<(&str, &Path)> = [
+            Some(("--trace", self.trace.as_path())),
+            self.budget.as_deref().map(|p| ("--budget", p)),
+            self.inventory.as_deref().map(|p| ("--inventory", p)),
+            self.tenant_map.as_deref().map(|p| ("--tenant-map", p)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let map_output: Vec<(&str, &Path)> = self
+            .write_tenant_map
+            .as_deref()
+            .map(|p| ("--write-tenant-map", p))
+            .into_iter()
+            .collect();
+        self.common.refuse_overlaps(&inputs, &map_output)?;
+        // Refused now rather than after minutes of simulation; its folder is taken back if
+        // the run fails before the map is written.
+        let mut map_folder = self
+            .write_tenant_map
+            .as_deref()
+            .map(|path| check_writable("--write-tenant-map", path))
+            .transpose()?;
         let text = read(&self.trace)?;
         let trace = parse_replay(&text).with_context(|| self.trace.display().to_string())?;
         let skip_ms = ms(&self.skip, "skip")?;
@@ -703,6 +749,9 @@ impl TraceArgs {
         if let Some((path, map)) = tenant_map {
             std::fs::write(path, format_tenant_map(&map))
                 .with_context(|| format!("cannot write {}", path.display()))?;
+            if let Some(folder) = &mut map_folder {
+                folder.keep();
+            }
             eprintln!("tenant map: {} tenants -> {}", map.len(), path.display());
         }
         Ok(())
@@ -746,6 +795,7 @@ impl ScenarioArgs {
         let Some(name) = &self.name else {
             bail!("name a scenario (see --list)");
         };
+        self.common.refuse_overlaps(&[], &[])?;
         let scenario = scenarios::by_name(name)
             .with_context(|| format!("no scenario named {name:?} (see --list)"))??;
         // As for traces: the fairshare run's submission checks must accept every job the

@@ -6,7 +6,7 @@
 //! divergences) leaves no empty folder of its own making behind.
 
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, bail};
 
@@ -34,6 +34,13 @@ impl NewFolder {
             match std::fs::create_dir(dir) {
                 Ok(()) => folder.made.insert(0, dir.to_path_buf()),
                 Err(e) if e.kind() == ErrorKind::AlreadyExists && dir.is_dir() => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    bail!(
+                        "cannot create {}: {} is a file, not a folder",
+                        path.display(),
+                        dir.display()
+                    );
+                }
                 // Dropping `folder` takes back what this call made before the error.
                 Err(e) => {
                     return Err(e).with_context(|| format!("cannot create {}", path.display()));
@@ -61,13 +68,14 @@ impl Drop for NewFolder {
     }
 }
 
-/// Refuses `path` for the log before the simulation, rather than after it: a folder, or a
-/// file that cannot be created or written. Its folder is made, and taken back if the run fails
+/// Refuses `path` for a file the run writes at its end (the log, the tenant map; `flag`
+/// names it) before the simulation, rather than after it: a folder, or a file that cannot be
+/// created or written. Its folder is made, and taken back if the run fails
 /// before the log is written ([`NewFolder`]); a file made only to check is removed again, and
 /// an existing one is left as it is until the run writes it.
-pub fn check_writable(path: &Path) -> anyhow::Result<NewFolder> {
+pub fn check_writable(flag: &str, path: &Path) -> anyhow::Result<NewFolder> {
     if path.is_dir() {
-        bail!("--log {} is a folder: give a file name", path.display());
+        bail!("{flag} {} is a folder: give a file name", path.display());
     }
     let folder = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
         Some(dir) => NewFolder::create(dir)?,
@@ -94,6 +102,60 @@ pub fn check_writable(path: &Path) -> anyhow::Result<NewFolder> {
     // Nothing written yet: no empty log is left behind if the run fails.
     std::fs::remove_file(path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(folder)
+}
+
+/// Where `path` is on disk: its longest part that exists, links followed, then the rest as
+/// written, `..` taking off the folder before it (those folders are the run's to make, so no
+/// link is in the way). Paths with one place name one file.
+fn place(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let parts: Vec<Component<'_>> = absolute.components().collect();
+    for known in (0..=parts.len()).rev() {
+        let Ok(mut at) = std::fs::canonicalize(parts[..known].iter().collect::<PathBuf>()) else {
+            continue;
+        };
+        for part in &parts[known..] {
+            match part {
+                Component::ParentDir => {
+                    at.pop();
+                }
+                Component::CurDir => {}
+                other => at.push(other),
+            }
+        }
+        return at;
+    }
+    absolute
+}
+
+/// Refuses, before the simulation, a run that would write over a file it reads or write two
+/// of its files to one place: `--log trace.csv` would replace the trace with the log, and
+/// `--log out/report.md` would have the report replace the log. `inputs` and `outputs` are
+/// `(flag, path)` pairs, named as the user gave them.
+pub fn refuse_overlaps(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> anyhow::Result<()> {
+    let inputs: Vec<(&str, &Path, PathBuf)> =
+        inputs.iter().map(|&(f, p)| (f, p, place(p))).collect();
+    let outputs: Vec<(&str, &Path, PathBuf)> =
+        outputs.iter().map(|&(f, p)| (f, p, place(p))).collect();
+    for (i, (flag, path, at)) in outputs.iter().enumerate() {
+        if let Some((read_by, read, _)) = inputs.iter().find(|(_, _, p)| p == at) {
+            bail!(
+                "{flag} {} is the file {read_by} {} reads: the run would write over its own \
+                 input; give another path",
+                path.display(),
+                read.display()
+            );
+        }
+        if let Some((other, other_path, _)) = outputs[..i].iter().find(|(_, _, p)| p == at) {
+            bail!(
+                "{other} {} and {flag} {} are one file: one would write over the other; give \
+                 them different paths",
+                other_path.display(),
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -139,17 +201,24 @@ mod tests {
     fn a_log_path_is_checked_and_its_folder_taken_back() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("logs").join("run.log");
-        let folder = check_writable(&log).unwrap();
+        let folder = check_writable("--log", &log).unwrap();
         assert!(dir.path().join("logs").is_dir());
         assert!(!log.exists(), "no empty log is made");
         drop(folder);
         assert!(!dir.path().join("logs").exists());
-        let err = check_writable(dir.path()).err().unwrap().to_string();
+        let err = check_writable("--log", dir.path())
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("is a folder"), "{err}");
         // A file where a folder should be: refused, and nothing of this call stays.
         let file = dir.path().join("file");
         std::fs::write(&file, b"").unwrap();
-        assert!(check_writable(&file.join("sub").join("run.log")).is_err());
+        let err = check_writable("--log", &file.join("sub").join("run.log"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("file is a file, not a folder"), "{err}");
         assert!(file.is_file());
     }
 }

@@ -632,6 +632,82 @@ fn output_paths_are_checked_before_the_run_and_a_report_is_written_whole_or_not_
     assert!(stderr.contains("is a file, not a folder"), "{stderr}");
 }
 
+/// A run that would write over a file it reads, or two of its files to one place, is refused
+/// before anything runs, by both flags' names, and every file is left as it was.
+#[test]
+fn outputs_that_would_write_over_an_input_or_each_other_are_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let trace = dir.path().join("trace.csv");
+    std::fs::copy(root.join("tests/data/traces/helios-15k/replay.csv"), &trace).unwrap();
+    let original = std::fs::read(&trace).unwrap();
+    let out = dir.path().join("out");
+    let run = |extra: &[&str]| {
+        trace_of(&trace, &["--nodes", "4", "--span", "2h", "--quiet"])
+            .args(["--policies", "fairshare", "--out"])
+            .arg(&out)
+            .args(extra)
+            .current_dir(dir.path())
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap()
+    };
+    let refused = |extra: &[&str], words: &[&str]| {
+        let output = run(extra);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{extra:?} ran: {stderr}");
+        for w in words {
+            assert!(stderr.contains(w), "{extra:?}: no {w:?} in {stderr}");
+        }
+        assert!(!stderr.contains("simulated in"), "refused late: {stderr}");
+        assert_eq!(std::fs::read(&trace).unwrap(), original, "{extra:?}");
+        assert!(!out.exists(), "{extra:?} left {}", out.display());
+    };
+    // The trace, named otherwise (relative to the working folder, through a `..`).
+    refused(
+        &["--log", "trace.csv"],
+        &["--log trace.csv", "--trace", "own input"],
+    );
+    refused(
+        &["--write-tenant-map", "out/../trace.csv"],
+        &["--write-tenant-map", "--trace"],
+    );
+    // A report file, and the log and the map in one place.
+    refused(
+        &["--log", "out/report.md"],
+        &["--out (its report.md)", "--log"],
+    );
+    refused(
+        &["--write-tenant-map", "out/waits.svg"],
+        &["--out (its waits.svg)", "--write-tenant-map"],
+    );
+    refused(
+        &["--log", "run.bin", "--write-tenant-map", "run.bin"],
+        &["--log run.bin and --write-tenant-map run.bin are one file"],
+    );
+    // A tenant map that could not be written is refused before the run, as a log is.
+    refused(
+        &["--write-tenant-map", "."],
+        &["--write-tenant-map . is a folder"],
+    );
+    // Side by side, they are written.
+    let ok = run(&[
+        "--log",
+        "out/run.bin",
+        "--write-tenant-map",
+        "out/tenants.txt",
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    for name in ["report.md", "run.bin", "tenants.txt"] {
+        assert!(out.join(name).is_file(), "{name}");
+    }
+    assert_eq!(std::fs::read(&trace).unwrap(), original);
+}
+
 /// Settings under which the fairshare run's submission checks would refuse jobs the baselines
 /// run (a mapping cap over the protection cap), or a span the hourly ledger cannot hold, are
 /// refused before anything runs, by name.

@@ -122,6 +122,11 @@ pub(crate) fn allocation_rows(runs: &[crate::metrics::RunMetrics]) -> Vec<Alloca
     rows.into_iter().collect()
 }
 
+/// The names of the files [`write()`] puts in its folder: `report.md`, then the charts.
+pub fn file_names() -> impl Iterator<Item = &'static str> {
+    std::iter::once("report.md").chain(CHARTS.iter().map(|(name, _)| *name))
+}
+
 /// Writes `report.md` and the three charts into `dir` (created if missing); returns the paths
 /// written, `report.md` first.
 ///
