@@ -17,7 +17,7 @@ use fairshare_sim::progress::Progress;
 use fairshare_sim::replicas::{self, Spread};
 use fairshare_sim::report::{self, MIN_OWED_GPU_MS, Report, ReportInputs};
 use fairshare_sim::scenarios;
-use fairshare_sim::setup::{EPOCH_MS, Setup};
+use fairshare_sim::setup::{EPOCH_MS, MAX_NODES, Setup};
 use fairshare_sim::simulate::{Policy, PolicyRun, simulate};
 use fairshare_sim::workload::Workload;
 use fairshare_sim::{load, logfile};
@@ -58,7 +58,7 @@ struct TraceArgs {
     budget: Option<PathBuf>,
     /// Cluster size: nodes of `--gpus-per-node` GPUs, 1 to 100,000 (ignored with
     /// `--inventory`).
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=MAX_NODES as i64))]
     nodes: u32,
     /// GPUs per node with `--nodes`, 1 to 1,024.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1_024))]

@@ -48,7 +48,16 @@ pub enum SetupError {
     /// The inventory has no GPUs.
     #[error("the inventory has no GPU nodes")]
     NoGpus,
+    /// More nodes than the simulator runs.
+    #[error("the inventory has {count} nodes; the simulator runs at most {MAX_NODES}")]
+    TooManyNodes {
+        /// Nodes in the inventory.
+        count: usize,
+    },
 }
+
+/// The most nodes a simulated cluster has (`--nodes`, or an inventory's groups together).
+pub const MAX_NODES: usize = 100_000;
 
 impl Setup {
     /// A setup from budget and inventory file texts, running until `end_ms`.
@@ -72,6 +81,9 @@ impl Setup {
     ) -> Result<Setup, SetupError> {
         let tree = BudgetTree::from_accounts(&budget.accounts)
             .map_err(|e| SetupError::Budget(e.to_string()))?;
+        if nodes.len() > MAX_NODES {
+            return Err(SetupError::TooManyNodes { count: nodes.len() });
+        }
         if nodes.iter().all(|(_, g)| *g == 0) {
             return Err(SetupError::NoGpus);
         }
@@ -84,10 +96,14 @@ impl Setup {
         })
     }
 
-    /// `count` nodes of `gpus` GPUs named `<prefix>000`, `<prefix>001`, ...
+    /// `count` nodes of `gpus` GPUs named `<prefix>000`, `<prefix>001`, ... (`<prefix>0000` on
+    /// from 1,001 nodes).
     pub fn uniform_nodes(prefix: &str, count: usize, gpus: u32) -> Vec<(String, u32)> {
+        // At least three digits, more when the count needs them: names sort as they are
+        // numbered, so each registration adds to the end of the folds' node lists.
+        let width = count.saturating_sub(1).to_string().len().max(3);
         (0..count)
-            .map(|i| (format!("{prefix}{i:03}"), gpus))
+            .map(|i| (format!("{prefix}{i:0width$}"), gpus))
             .collect()
     }
 
@@ -150,5 +166,27 @@ mod tests {
         assert!(setup(under_zero).owes_nothing());
         let one = "cluster = \"c\"\n[accounts.a]\nshare = 0\n[accounts.b]\nshare = 1\n";
         assert!(!setup(one).owes_nothing());
+    }
+
+    /// Nodes are named so that they sort as numbered, past a thousand too; an inventory of
+    /// more nodes than the simulator runs is refused by count.
+    #[test]
+    fn node_names_sort_as_numbered_and_too_many_nodes_are_refused() {
+        let names: Vec<String> = Setup::uniform_nodes("n", 1_001, 8)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(names[0], "n0000");
+        assert_eq!(names[1_000], "n1000");
+        assert!(names.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(Setup::uniform_nodes("n", 1_000, 8)[999].0, "n999");
+        let budget = "cluster = \"c\"\n[accounts.a]\nshare = 1\n";
+        let budget = fairshare_model::files::parse_budget(budget).unwrap();
+        let nodes = Setup::uniform_nodes("n", super::MAX_NODES + 1, 1);
+        let err = Setup::new(budget, nodes, 0).err().unwrap().to_string();
+        assert_eq!(
+            err,
+            "the inventory has 100001 nodes; the simulator runs at most 100000"
+        );
     }
 }

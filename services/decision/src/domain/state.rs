@@ -820,7 +820,7 @@ impl DecisionState {
             Body::NodeRegistered(n) => {
                 check_cluster(&self.cluster, &n.cluster)?;
                 self.inventory.register(&n.node, n.gpus);
-                self.copy_inventory();
+                self.node_changed(&n.node);
                 self.capacity_meter.set(at, self.total_gpus(), 0);
                 Ok(())
             }
@@ -835,7 +835,7 @@ impl DecisionState {
                     });
                 }
                 self.inventory.remove(&n.node);
-                self.copy_inventory();
+                self.node_changed(&n.node);
                 self.capacity_meter.set(at, self.total_gpus(), 0);
                 self.maintenance.remove(&n.node);
                 Ok(())
@@ -854,7 +854,7 @@ impl DecisionState {
             });
         }
         self.inventory.set_cordoned(node, cordoned);
-        self.copy_inventory();
+        self.node_changed(node);
         Ok(())
     }
 
@@ -1281,10 +1281,21 @@ impl DecisionState {
         Ok(())
     }
 
-    /// Builds the node index again after the inventory changed (node events are rare: a new
-    /// index is cheaper than keeping the old one in step).
+    /// Builds the node index from the inventory (after loading a checkpoint, which does not
+    /// carry it).
     pub(crate) fn copy_inventory(&mut self) {
         self.registered = NodeIndex::build(&self.inventory, &self.loads);
+    }
+
+    /// Brings the node index in step with the inventory's entry for `node`, just changed.
+    fn node_changed(&mut self, node: &str) {
+        self.registered
+            .node_changed(node, self.inventory.nodes.get(node), &self.loads);
+        debug_assert_eq!(
+            self.registered,
+            NodeIndex::build(&self.inventory, &self.loads),
+            "the node index moved in step with the inventory"
+        );
     }
 
     /// Fills in every holding's [`Holder`] from the job table, as recording the holdings
