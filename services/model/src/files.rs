@@ -56,9 +56,16 @@ pub enum FileError {
         /// What is wrong.
         what: String,
     },
-    /// The tree parsed but is not a valid budget tree.
+    /// The tree parsed but is not a valid budget tree. (Not the error's source: its words are
+    /// in this message already, and a report of the chain would say them twice.)
     #[error("invalid budget tree: {0}")]
-    Budget(#[from] BudgetError),
+    Budget(BudgetError),
+}
+
+impl From<BudgetError> for FileError {
+    fn from(e: BudgetError) -> Self {
+        FileError::Budget(e)
+    }
 }
 
 fn field(at: impl Into<String>, what: impl Into<String>) -> FileError {
@@ -312,10 +319,15 @@ mod tests {
             parse_budget("cluster = "),
             Err(FileError::Toml(_))
         ));
-        assert!(matches!(
-            parse_budget("cluster = \"a\"\n[accounts]\n"),
-            Err(FileError::Budget(BudgetError::Empty))
-        ));
+        let empty = parse_budget("cluster = \"a\"\n[accounts]\n");
+        assert!(matches!(empty, Err(FileError::Budget(BudgetError::Empty))));
+        // Its words once: in the message, not again as a source under it.
+        let err = empty.unwrap_err();
+        assert!(std::error::Error::source(&err).is_none());
+        assert!(
+            err.to_string().starts_with("invalid budget tree: "),
+            "{err}"
+        );
         // Four levels of share totals near a million: one part in about 1e24, too fine.
         let mut text = String::from("cluster = \"a\"\n");
         let mut path = String::from("accounts");

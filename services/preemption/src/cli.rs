@@ -50,7 +50,18 @@ impl PolicyArgs {
             hysteresis_permille: self.hysteresis_per_mille,
             packing: self.packing,
         };
-        config.validate()?;
+        // Named as the operator gave them, not as the domain calls them.
+        config.validate().map_err(|e| match e {
+            ConfigError::NotPositive { name, value } => ConfigError::NotPositive {
+                name: match name {
+                    "min_runtime_cap_ms" => "--max-min-runtime",
+                    "checkpoint_interval_ms" => "--checkpoint-interval",
+                    other => other,
+                },
+                value,
+            },
+            other => other,
+        })?;
         Ok(config)
     }
 }
@@ -98,9 +109,14 @@ mod tests {
         assert!(matches!(
             zero.policy.config(),
             Err(ConfigError::NotPositive {
-                name: "min_runtime_cap_ms",
+                name: "--max-min-runtime",
                 ..
             })
         ));
+        let zero = Wrapper::try_parse_from(["x", "--checkpoint-interval", "0s"]).unwrap();
+        assert_eq!(
+            zero.policy.config().unwrap_err().to_string(),
+            "--checkpoint-interval must be positive (got 0 ms)"
+        );
     }
 }

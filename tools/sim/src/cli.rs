@@ -387,6 +387,15 @@ impl CommonArgs {
         // Everything that can be refused is refused before minutes of simulation: the report's
         // folder and the log's are made now, and the replicas' jitter is read now.
         let jitter_ms = ms(&self.replica_jitter, "replica-jitter")?;
+        let span_ms = setup.end_ms.saturating_sub(EPOCH_MS);
+        if jitter_ms > span_ms {
+            bail!(
+                "--replica-jitter {} is longer than the run ({}): replicas would move arrivals \
+                 past its end; give at most the span",
+                self.replica_jitter,
+                fairshare_sim::engine::duration(span_ms)
+            );
+        }
         if self.out.exists() && !self.out.is_dir() {
             bail!(
                 "--out {} is a file, not a folder: the report is a folder of files",
@@ -405,11 +414,12 @@ impl CommonArgs {
         // refuses would make the runs compare different workloads.
         let refused = workload.refused(setup, &config.limits);
         let only_fairshare = refused.by_fairshare_only;
-        if only_fairshare > 0 {
+        if let Some((job, why)) = &refused.first_by_fairshare_only {
             bail!(
                 "the submission checks would refuse {only_fairshare} jobs in the fairshare run \
                  only (a label, key or minimum runtime over the submission limits, or a \
-                 repeated key): the runs would compare different workloads"
+                 repeated key), the first job {job:?}: {why}. The runs would compare different \
+                 workloads"
             );
         }
         let inputs = ReportInputs::new(title, source, rules, setup, workload, &refused, &config);
@@ -832,6 +842,13 @@ impl LoadArgs {
         let bytes = std::fs::read(&self.file)
             .with_context(|| format!("cannot read {}", self.file.display()))?;
         let events = logfile::decode(&bytes)?;
+        if events.is_empty() {
+            bail!(
+                "{} holds no events: nothing to load (a log `--log` wrote holds at least the \
+                 budget and the nodes)",
+                self.file.display()
+            );
+        }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;

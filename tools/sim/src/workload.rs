@@ -165,7 +165,7 @@ pub struct TimedAction {
 }
 
 /// Jobs the submission checks refuse ([`Workload::refused`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Refused {
     /// Of no leaf allocation, or of GPUs no shape on the nodes holds (more than the cluster,
     /// or more than a node and not whole nodes): no policy runs them.
@@ -174,6 +174,8 @@ pub struct Refused {
     /// over its limits, a repeated key): the baselines run them, so the runs would compare
     /// different workloads.
     pub by_fairshare_only: u64,
+    /// The first of those: the job's name and why the submission checks refuse it.
+    pub first_by_fairshare_only: Option<(String, String)>,
 }
 
 /// Jobs and actions, each sorted by time.
@@ -249,7 +251,16 @@ impl Workload {
                 {
                     refused.by_all += 1;
                 }
-                Ok(Checked::Repeat { .. }) | Err(_) => refused.by_fairshare_only += 1,
+                other => {
+                    refused.by_fairshare_only += 1;
+                    if refused.first_by_fairshare_only.is_none() {
+                        let why = match other {
+                            Err(r) => r.message,
+                            _ => "its name, the idempotency key, is a repeat".to_owned(),
+                        };
+                        refused.first_by_fairshare_only = Some((job.name.clone(), why));
+                    }
+                }
             }
         }
         refused
@@ -420,6 +431,20 @@ mod tests {
         );
         let refused = twice.refused(&setup, &config.limits);
         assert_eq!((refused.by_all, refused.by_fairshare_only), (0, 1));
+        let (first, why) = refused.first_by_fairshare_only.unwrap();
+        assert_eq!(first, "same");
+        assert!(why.contains("repeat"), "{why}");
+        // One over the submission limits is named with the check's own words.
+        let long = Workload::new(
+            vec![job("x".repeat(300), 0, "a", 1, H / 2, H / 2)],
+            Vec::new(),
+        );
+        let (first, why) = long
+            .refused(&setup, &config.limits)
+            .first_by_fairshare_only
+            .unwrap();
+        assert_eq!(first.len(), 300);
+        assert!(why.contains("256"), "{why}");
         assert_eq!(
             engine::run(&setup, &twice, &config, |_| {}).stats.rejected,
             1

@@ -823,6 +823,24 @@ fn the_report_credits_the_trace_and_a_log_goes_into_a_new_folder() {
     );
 }
 
+/// An empty log file is refused as empty, before any connection is tried.
+#[test]
+fn an_empty_log_is_refused_as_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.log");
+    std::fs::write(&empty, b"").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+        .arg("load")
+        .arg(&empty)
+        .args(["--nats-url", "nats://127.0.0.1:1"])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("empty.log holds no events"), "{stderr}");
+}
+
 /// A scenario whose jobs declare more minimum runtime than `--max-min-runtime` allows is
 /// refused before it runs: the fairshare run alone would refuse those jobs.
 #[test]
@@ -912,6 +930,20 @@ fn a_bad_replica_jitter_is_refused_before_the_runs() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("--replica-jitter"), "{stderr}");
     assert!(!log.exists(), "the runs went ahead");
+    // A nudge longer than the whole run is refused as such.
+    let out = helios(&["--nodes", "4", "--span", "1h", "--policies", "fairshare"])
+        .args(["--quiet", "--replicas", "3", "--replica-jitter", "3000d"])
+        .arg("--out")
+        .arg(dir.path().join("report"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--replica-jitter 3000d is longer than the run (1 h)"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("report").exists(), "the runs went ahead");
 }
 
 /// A run refused after the report's folder was made (here `--log` names a folder, found only
