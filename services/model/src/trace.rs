@@ -75,6 +75,14 @@ pub fn parse_replay(text: &str) -> Result<Vec<TraceJob>, TraceError> {
             line: i + 1,
             what: what.to_owned(),
         };
+        // Columns are split at every comma: a quoted field holding one would shift the rest
+        // into the wrong columns unseen (replay.csv quotes nothing).
+        if line.contains('"') {
+            return Err(err(
+                "quoted fields are not read (a comma inside quotes would shift the columns): \
+                 write the row without quotes",
+            ));
+        }
         let cols: Vec<&str> = line.split(',').collect();
         if cols.len() < 6 {
             return Err(err("expected at least 6 columns"));
@@ -175,6 +183,8 @@ mod tests {
             ("x,1,1,0.5,u,g", "num_gpus must be a whole number"),
             ("x,1,NaN,1,u,g", "duration must be a number from 0"),
             (",1,1,1,u,g", "job_id is empty"),
+            ("\"x,1\",2,1,1,u,g", "quoted fields are not read"),
+            ("x,1,1,1,\"u\",g", "quoted fields are not read"),
         ];
         for (row, expected) in bad {
             let err = parse_replay(&format!("{H}\nok,0,1,1,u,g\n{row}\n")).unwrap_err();

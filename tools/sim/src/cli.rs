@@ -226,7 +226,17 @@ const MAX_SPAN_MS: i64 = 3650 * 24 * HOUR_MS;
 const DEFAULT_BUDGET: &str = include_str!("../../../deploy/sim/budget.toml");
 
 fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        // Where, so the byte can be found and mended.
+        let before = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        anyhow::anyhow!(
+            "cannot read {}: line {line} is not UTF-8 text (byte {})",
+            path.display(),
+            before.len() + 1
+        )
+    })
 }
 
 impl Cli {

@@ -841,6 +841,28 @@ fn an_empty_log_is_refused_as_empty() {
     assert!(stderr.contains("empty.log holds no events"), "{stderr}");
 }
 
+/// A trace that is not UTF-8 text is refused with the line and byte where it stops being so.
+#[test]
+fn a_trace_that_is_not_text_is_refused_by_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("bad.csv");
+    let mut bytes = b"job_id,submit_time,duration,num_gpus,user,group\nj1,0,60,1,u,g\nj2,".to_vec();
+    bytes.extend_from_slice(&[0xff, 0xfe]);
+    bytes.extend_from_slice(b",60,1,u,g\n");
+    std::fs::write(&trace, &bytes).unwrap();
+    let out = trace_of(&trace, &["--quiet", "--out"])
+        .arg(dir.path().join("out"))
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("bad.csv: line 3 is not UTF-8 text (byte 66)"),
+        "{stderr}"
+    );
+}
+
 /// A scenario whose jobs declare more minimum runtime than `--max-min-runtime` allows is
 /// refused before it runs: the fairshare run alone would refuse those jobs.
 #[test]
