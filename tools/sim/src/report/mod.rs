@@ -130,9 +130,11 @@ pub fn file_names() -> impl Iterator<Item = &'static str> {
 /// Writes `report.md` and the three charts into `dir` (created if missing); returns the paths
 /// written, `report.md` first.
 ///
-/// All or nothing: each file is written beside its place under a temporary name, and only
-/// once all four are, each is renamed into place. A failure removes the temporary files and
-/// leaves whatever report was there before, never a report mixing two runs.
+/// All or nothing, as far as the folder allows: each file is written beside its place under a
+/// temporary name, and only once all four are, each is renamed into place. A failure to write
+/// removes the temporary files and leaves whatever report was there before. A rename refused
+/// once others went through (a report file another user owns in a sticky folder) leaves the
+/// ones before it in place, mixed with the old report: the error names the file refused.
 pub fn write(dir: &Path, report: &Report) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let files = [
@@ -157,11 +159,15 @@ pub fn write(dir: &Path, report: &Report) -> std::io::Result<Vec<PathBuf>> {
                 path.display()
             )));
         }
-        for ((temporary, _), (_, text)) in staged.iter().zip(&files) {
-            std::fs::write(temporary, text)?;
+        let naming = |path: &Path| {
+            let path = path.display().to_string();
+            move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{path}: {e}"))
+        };
+        for ((temporary, path), (_, text)) in staged.iter().zip(&files) {
+            std::fs::write(temporary, text).map_err(naming(path))?;
         }
         for (temporary, path) in &staged {
-            std::fs::rename(temporary, path)?;
+            std::fs::rename(temporary, path).map_err(naming(path))?;
         }
         Ok(())
     })();
