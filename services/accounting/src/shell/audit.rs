@@ -122,9 +122,14 @@ pub fn audit(cluster: &str, entries: &[LogEntry]) -> SnapshotAudit {
                 super::apply_entry(&mut fold, entry);
             }
             report.snapshots += 1;
-            if let Some(detail) =
-                differs(&fold, cluster, through, at_ms, logged, config.window_ms())
-            {
+            if let Some(detail) = differs(
+                &fold,
+                cluster,
+                (through, sequence),
+                at_ms,
+                logged,
+                config.window_ms(),
+            ) {
                 report
                     .divergences
                     .push(SnapshotDivergence { sequence, detail });
@@ -135,11 +140,12 @@ pub fn audit(cluster: &str, entries: &[LogEntry]) -> SnapshotAudit {
     report
 }
 
-/// What differs between `logged` and the snapshot `fold` gives, if anything.
+/// What differs between `logged`, at `sequence` in the log and naming `through`, and the
+/// snapshot `fold` gives, if anything.
 fn differs(
     fold: &UsageFold,
     cluster: &str,
-    through: u64,
+    (through, sequence): (u64, u64),
     at_ms: i64,
     logged: &pb::UsageSnapshot,
     window_ms: u64,
@@ -150,10 +156,13 @@ fn differs(
             logged.window_end_ms
         ));
     }
-    if fold.last_applied() < through {
+    // Sequences are the whole stream's: one service folds every cluster, and the entry it
+    // names may be another cluster's (this log's last entry before it is then older). Only
+    // a prefix reaching the snapshot itself is impossible.
+    if through >= sequence {
         return Some(format!(
-            "names sequence {through}, past the last entry of the cluster ({})",
-            fold.last_applied()
+            "names sequence {through}, not before its own: it cannot cover itself or what came \
+             after it"
         ));
     }
     let rederived = match fold.window(cluster, logged.window_end_ms) {
@@ -276,5 +285,51 @@ mod tests {
         );
         // Another cluster's log holds none of these.
         assert_eq!(audit("d", &log()).snapshots, 0);
+    }
+
+    /// The accounting service folds every cluster, so a snapshot may name the sequence of
+    /// another cluster's newest entry, past this cluster's last one: it re-derives from what
+    /// this cluster's log holds before it. A snapshot naming its own sequence or a later one is
+    /// a divergence.
+    #[test]
+    fn a_snapshot_naming_another_clusters_sequence_re_derives() {
+        let mut log = log();
+        log.truncate(6);
+        let Ok(pb::Event {
+            body: Some(Body::UsageSnapshot(snapshot)),
+            ..
+        }) = log[5].event.clone()
+        else {
+            panic!("the sixth entry is the snapshot");
+        };
+        // Sequences 6 to 9 were another cluster's; the snapshot names 9 and lands at 10.
+        let mut later = snapshot.clone();
+        later.through_sequence = 9;
+        log.push(entry(
+            10,
+            subjects::usage("c"),
+            3_600_000,
+            Body::UsageSnapshot(later),
+        ));
+        let mut itself = snapshot;
+        itself.through_sequence = 11;
+        log.push(entry(
+            11,
+            subjects::usage("c"),
+            3_600_000,
+            Body::UsageSnapshot(itself),
+        ));
+        let report = audit("c", &log);
+        assert_eq!(report.snapshots, 3);
+        assert_eq!(
+            report
+                .divergences
+                .iter()
+                .map(|d| d.sequence)
+                .collect::<Vec<_>>(),
+            [11],
+            "{report:?}"
+        );
+        assert!(report.divergences[0].detail.contains("not before its own"));
     }
 }
