@@ -282,6 +282,18 @@ pub fn check_cancel(
             ),
         ));
     }
+    // Both are shown to operators as written: a newline or an escape sequence would reach
+    // their terminals.
+    if let Some(c) = [&request.reason, &request.requested_by]
+        .iter()
+        .flat_map(|t| t.chars())
+        .find(|c| c.is_control())
+    {
+        return Err(reject(
+            RejectionCode::InvalidName,
+            format!("reason and requested_by must not contain control characters, found {c:?}"),
+        ));
+    }
     let Some(job) = state.jobs.get(&request.job_id) else {
         return Err(reject(
             RejectionCode::UnknownJob,

@@ -298,6 +298,18 @@ fn cancel_follows_the_job_lifecycle() {
         check_cancel(&s, &cancel, &limits),
         Ok(CancelTarget::Cancel { .. })
     ));
+    // A reason with a control character is refused, whoever sends it.
+    let escape = pb::CancelRequest {
+        reason: "gone\u{1b}[2J".into(),
+        ..cancel.clone()
+    };
+    let refused = check_cancel(&s, &escape, &limits).unwrap_err();
+    assert_eq!(refused.code, RejectionCode::InvalidName as i32);
+    assert!(
+        refused.message.contains("control characters"),
+        "{}",
+        refused.message
+    );
     s.apply(
         15,
         &event(Body::JobCancelled(pb::JobCancelled {

@@ -74,6 +74,46 @@ pub fn cluster_name(name: &str) -> Result<String, String> {
     }
 }
 
+/// Longest reason an operator may give (a cordon's, a window's, a cancel's), in bytes: what
+/// the submission service allows a cancel's.
+pub const MAX_REASON_BYTES: usize = 256;
+
+/// A `--reason` value: at most [`MAX_REASON_BYTES`], and no control characters, which would
+/// reach every terminal that tails or lists it (a newline, an escape sequence).
+pub fn reason_text(text: &str) -> Result<String, String> {
+    if text.len() > MAX_REASON_BYTES {
+        return Err(format!(
+            "a reason of {} bytes is over the {MAX_REASON_BYTES} allowed",
+            text.len()
+        ));
+    }
+    if let Some(c) = text.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "a reason must not contain control characters, found {c:?}"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// `text` as a terminal should show it: control characters escaped (`\n`, `\u{1b}`), since
+/// what is in the log may have been written by anyone.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        text.into()
+    }
+}
+
 /// The cluster's budget tree in force (the last one on its policy subject); `None` when none
 /// was ever set. Any other failure to read it, or a stored tree that does not validate, is an
 /// error: "no tree" would mislead a preview.
@@ -123,7 +163,21 @@ pub use fairshare_model::timestamp::utc as format_ms;
 
 #[cfg(test)]
 mod tests {
-    use super::{cluster_name, job_id_arg};
+    use super::{MAX_REASON_BYTES, cluster_name, job_id_arg, printable, reason_text};
+
+    #[test]
+    fn reasons_are_short_text_and_shown_escaped() {
+        assert_eq!(reason_text("new PSU").as_deref(), Ok("new PSU"));
+        assert!(reason_text(&"x".repeat(MAX_REASON_BYTES)).is_ok());
+        let long = reason_text(&"x".repeat(MAX_REASON_BYTES + 1)).unwrap_err();
+        assert!(long.contains("257 bytes"), "{long}");
+        let escape = reason_text("why\u{1b}[2J").unwrap_err();
+        assert!(escape.contains("control characters"), "{escape}");
+        assert!(reason_text("two\nlines").is_err());
+        // What another writer put in the log reaches the terminal escaped, not raw.
+        assert_eq!(printable("plain"), "plain");
+        assert_eq!(printable("why\u{1b}[2Jx\n"), "why\\u{1b}[2Jx\\n");
+    }
 
     #[test]
     fn a_job_id_pasted_in_upper_case_is_the_uuid_the_services_wrote() {

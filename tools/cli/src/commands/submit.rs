@@ -74,7 +74,7 @@ pub struct CancelArgs {
     /// The job id.
     job_id: String,
     /// Why, recorded on the event.
-    #[arg(long, default_value = "cancelled by hand")]
+    #[arg(long, default_value = "cancelled by hand", value_parser = super::reason_text)]
     reason: String,
     /// Who asks.
     #[arg(long, env = "USER", default_value = "unknown")]

@@ -4,12 +4,14 @@
 //! changes nothing. Every body says who it is about first (job, node, cluster), then the facts
 //! an operator acts on; `--json` keeps every field.
 
+use std::borrow::Cow;
+
 use fairshare_events::pb::{self, event::Body};
 
 use fairshare_model::budget::BudgetTree;
 use fairshare_model::words::{Gpus, count};
 
-use super::format_ms;
+use super::{format_ms, printable};
 
 /// `body` in words: the subject of the event, then its facts.
 pub(super) fn summary(body: &Body) -> String {
@@ -58,7 +60,7 @@ pub(super) fn summary(body: &Body) -> String {
                 o.job_id,
                 format_ms(o.grace_deadline_ms),
                 basis(&o.basis),
-                o.reason
+                printable(&o.reason)
             )
         }
         Body::JobPreempted(p) => {
@@ -167,11 +169,12 @@ fn window(nodes: &[String], cluster: &str, start_ms: i64, end_ms: i64) -> String
     )
 }
 
-fn or_none(text: &str) -> &str {
+/// A reason as a terminal should show it: anyone may have written it into the log.
+fn or_none(text: &str) -> Cow<'_, str> {
     if text.is_empty() {
-        "(no reason given)"
+        "(no reason given)".into()
     } else {
-        text
+        printable(text)
     }
 }
 
@@ -198,6 +201,16 @@ mod tests {
             "node n1 of c: 2026-01-01T00:00:00Z to 2026-01-01T01:00:00Z: bios"
         );
         assert!(summary(&window(&["n1", "n2"])).starts_with("nodes n1,n2 of c: "));
+        let cancelled = Body::JobCancelled(pb::JobCancelled {
+            job_id: "j".into(),
+            reason: "gone\u{1b}[2J\nfake line".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            summary(&cancelled),
+            "job j: gone\\u{1b}[2J\\nfake line",
+            "a reason from the log is shown escaped"
+        );
         let snapshot = Body::UsageSnapshot(pb::UsageSnapshot {
             cluster: "c".into(),
             allocations: vec![pb::AllocationUsage::default()],

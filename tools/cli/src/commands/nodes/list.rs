@@ -39,7 +39,7 @@ fn lines(book: &NodeBook, cluster: &str, now: i64) -> Vec<String> {
         let reason = if e.reason.is_empty() {
             String::new()
         } else {
-            format!(" ({})", e.reason)
+            format!(" ({})", super::super::printable(&e.reason))
         };
         let windows = if e.standing == Standing::Removed {
             Vec::new()
@@ -61,7 +61,7 @@ fn lines(book: &NodeBook, cluster: &str, now: i64) -> Vec<String> {
             let why = if w.reason.is_empty() {
                 String::new()
             } else {
-                format!(" ({})", w.reason)
+                format!(" ({})", super::super::printable(&w.reason))
             };
             out.push(format!(
                 "  {:<20}            maintenance {} to {}{why}",

@@ -59,7 +59,7 @@ pub enum NodeCommand {
         #[arg(required = true)]
         nodes: Vec<String>,
         /// Why (shown by `list`).
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", value_parser = super::reason_text)]
         reason: String,
     },
     /// Put cordoned nodes back in service. Orders already given to their jobs stand.
@@ -92,14 +92,16 @@ pub enum NodeCommand {
         /// The nodes.
         #[arg(required = true)]
         nodes: Vec<String>,
-        /// When it starts: RFC 3339 (2026-12-02T06:00:00Z), `now`, or `+2h` from now.
+        /// When it starts: RFC 3339 (2026-12-02T06:00:00Z), `now`, or `+2h` from now (up to the
+        /// year 9999).
         #[arg(long, allow_hyphen_values = true)]
         start: String,
-        /// When it ends, in the same forms (`+DURATION` counts from now, not from --start).
+        /// When it ends, in the same forms (`+DURATION` counts from now, not from --start). With
+        /// --cancel, a time `list` prints as `<n>ms` (past the calendar) is given so.
         #[arg(long, allow_hyphen_values = true)]
         end: String,
         /// Why.
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", value_parser = super::reason_text)]
         reason: String,
         /// Take back the window of exactly these --start and --end (as `list` prints them) on
         /// these nodes; orders already given for it stand.
