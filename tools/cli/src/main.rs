@@ -55,9 +55,10 @@ enum Command {
     #[command(subcommand)]
     Node(commands::nodes::NodeCommand),
     /// Submit a job (request/reply, or durable intake with --intake). Exit status 0: accepted
-    /// (or queued in intake); 1: rejected, an invalid value, or no connection; 2: usage error;
-    /// 3: the outcome is not known (no answer, a reply that does not decode, or the log did not
-    /// confirm the write): retry with the `--key` printed, which never makes a second job.
+    /// (or queued in intake); 1: rejected, an invalid value, no connection, or no submission
+    /// service listening (nothing submitted); 2: usage error; 3: the outcome is not known (no
+    /// answer in time, a reply that does not decode, or the log did not confirm the write):
+    /// retry with the `--key` printed, which never makes a second job.
     Submit(commands::submit::SubmitArgs),
     /// Cancel a job.
     Cancel(commands::submit::CancelArgs),

@@ -1,6 +1,6 @@
-//! `fairshare submit`'s exit status against a real nats-server: 0 accepted, 1 rejected, 3 when
-//! the outcome is not known, with the key to retry with printed (a retry with a new key could
-//! make a second job).
+//! `fairshare submit`'s exit status against a real nats-server: 0 accepted, 1 rejected (or no
+//! service listening: nothing submitted), 3 when the outcome is not known, with the key to
+//! retry with printed (a retry with a new key could make a second job).
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -31,10 +31,24 @@ async fn submit(stack: &Stack, allocation: &str, key: Option<&str>) -> Output {
         .unwrap()
 }
 
+/// Nobody listening: the request reached no service, so nothing was submitted (exit 1).
+/// Somebody listening who never answers: it may have landed, so exit 3 and the key, which a
+/// retry then uses to get the one job.
 #[tokio::test]
 async fn with_no_answer_submit_exits_3_and_names_the_generated_key_to_retry_with() {
+    use fairshare_events::subjects;
     let mut stack = Stack::start().await.unwrap();
+    let nobody = submit(&stack, "research/nlp", None).await;
+    let stderr = String::from_utf8_lossy(&nobody.stderr);
+    assert_eq!(nobody.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing was submitted"), "{stderr}");
+    assert!(!stderr.contains("retry with --key"), "{stderr}");
+
+    // A subscriber that swallows the request: the CLI waits out its 10 s.
+    let silent = stack.client.subscribe(subjects::SUBMIT_API).await.unwrap();
+    stack.client.flush().await.unwrap();
     let out = submit(&stack, "research/nlp", None).await;
+    drop(silent);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     let key = stderr

@@ -156,18 +156,20 @@ async fn a_cli_submission_carries_the_callers_trace_or_starts_one() {
     assert_eq!(stack.event_count().await.unwrap(), before);
 }
 
-/// With no submission service to answer, the error names the key it made up: the request may
-/// have been accepted all the same, and only a retry with that key cannot make a second job.
+/// With no submission service listening, the request reached nobody: the error says nothing
+/// was submitted and points at the durable intake, with no key to retry with (exit 1; a
+/// service that does not answer in time is exit 3 with the key, `submit_exit.rs`).
 #[test]
-fn a_submission_without_an_answer_names_its_key_for_the_retry() {
+fn a_submission_nobody_listens_for_is_refused_as_not_submitted() {
     let server = fairshare_testkit::NatsServer::start().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
         .args(["submit", "--nats-url", &server.url(), "--cluster", CLUSTER])
         .args(["--allocation", "research/nlp", "--min-runtime", "15m"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("retry with --key cli-"), "{stderr}");
+    assert!(stderr.contains("nothing was submitted"), "{stderr}");
+    assert!(!stderr.contains("retry with --key"), "{stderr}");
     assert!(stderr.contains("--intake"), "{stderr}");
 }

@@ -13,6 +13,7 @@ use super::{Connection, format_ms};
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// The job id.
+    #[arg(value_parser = super::job_id)]
     job_id: String,
     /// The job's cluster.
     #[arg(long, value_parser = super::cluster_name, env = "FAIRSHARE_CLUSTER")]
@@ -21,7 +22,8 @@ pub struct ExplainArgs {
 
 /// Prints the explanation.
 pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()> {
-    let job_id = super::job_id_arg(&args.job_id);
+    // Normalised by its parser (`super::job_id`).
+    let job_id = args.job_id.clone();
     let request = pb::ExplainRequest {
         job_id: job_id.clone(),
     };

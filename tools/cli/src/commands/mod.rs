@@ -149,6 +149,16 @@ pub async fn budget_in_force(
     }
 }
 
+/// A job id argument, as [`job_id_arg`] normalises it; an empty one is refused here rather
+/// than sent as an empty request, which a service can only call malformed.
+pub fn job_id(id: &str) -> Result<String, String> {
+    if id.trim().is_empty() {
+        Err("a job id is needed (as `submit` printed it)".to_owned())
+    } else {
+        Ok(job_id_arg(id))
+    }
+}
+
 /// A job id as the services write it: job ids are UUIDs in lower case, and one pasted in upper
 /// case is the same job. Anything else is left as typed (the service answers for it).
 pub fn job_id_arg(id: &str) -> String {
@@ -186,6 +196,15 @@ mod tests {
             "01a234f5-66c7-7000-8000-00000000abcd"
         );
         assert_eq!(job_id_arg("not-a-uuid"), "not-a-uuid");
+        assert_eq!(
+            super::job_id("01A234F5-66C7-7000-8000-00000000ABCD").as_deref(),
+            Ok("01a234f5-66c7-7000-8000-00000000abcd")
+        );
+        assert!(
+            super::job_id(" ")
+                .unwrap_err()
+                .contains("a job id is needed")
+        );
     }
 
     #[test]

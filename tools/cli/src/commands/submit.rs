@@ -72,6 +72,7 @@ pub struct SubmitArgs {
 #[derive(Debug, Args)]
 pub struct CancelArgs {
     /// The job id.
+    #[arg(value_parser = super::job_id)]
     job_id: String,
     /// Why, recorded on the event.
     #[arg(long, default_value = "cancelled by hand", value_parser = super::reason_text)]
@@ -220,23 +221,32 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let reply = tokio::time::timeout(
+    let answer = tokio::time::timeout(
         TIMEOUT,
         conn.client
             .request_with_headers(subjects::SUBMIT_API, headers, codec::encode(&request)),
     )
-    .await
-    .map_err(anyhow::Error::from)
-    .and_then(|answer| answer.map_err(anyhow::Error::from))
-    .map_err(|e| {
+    .await;
+    let unknown = |why: String| {
         RetryWithKey::error(
             format!(
-                "no usable answer from the submission service within 10 s ({e}; is it \
+                "no usable answer from the submission service within 10 s ({why}; is it \
                  running? `--intake` queues the submission durably instead)"
             ),
             &key,
         )
-    })?;
+    };
+    let reply = match answer {
+        Ok(Ok(reply)) => reply,
+        // The server had nobody to hand the request to: it reached no service, so it is known
+        // not to have landed (exit 1, not "retry with the key").
+        Ok(Err(e)) if matches!(e.kind(), async_nats::RequestErrorKind::NoResponders) => bail!(
+            "no submission service is listening, so nothing was submitted: start it, or queue \
+             the submission durably with --intake"
+        ),
+        Ok(Err(e)) => return Err(unknown(e.to_string())),
+        Err(elapsed) => return Err(unknown(elapsed.to_string())),
+    };
     let decoded = codec::decode_submit_reply(&reply.payload)
         .map_err(|e| RetryWithKey::error(format!("the reply does not decode: {e}"), &key))?;
     match decoded.result {
@@ -308,7 +318,7 @@ async fn submitted_trace(conn: &Connection, cluster: &str, job_id: &str) -> Opti
 /// Cancels one job and prints the answer.
 pub async fn cancel(args: CancelArgs, conn: &Connection) -> anyhow::Result<()> {
     let request = pb::CancelRequest {
-        job_id: super::job_id_arg(&args.job_id),
+        job_id: args.job_id,
         reason: args.reason,
         requested_by: args.requested_by,
     };
