@@ -335,6 +335,15 @@ fn trace_of(trace: &std::path::Path, args: &[&str]) -> std::process::Command {
     command
 }
 
+/// Runs `command`, which must fail saying `words`; returns what it said.
+fn fails_saying(command: &mut std::process::Command, words: &str) -> String {
+    let out = command.env("RUST_BACKTRACE", "0").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(words), "no {words:?} in {stderr}");
+    stderr
+}
+
 /// `fairshare-sim trace` on the first 2 h of the Helios trace, FIFO only, 32 GPUs, quiet.
 fn small_trace() -> std::process::Command {
     helios(&[
@@ -829,16 +838,13 @@ fn an_empty_log_is_refused_as_empty() {
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.log");
     std::fs::write(&empty, b"").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
-        .arg("load")
-        .arg(&empty)
-        .args(["--nats-url", "nats://127.0.0.1:1"])
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("empty.log holds no events"), "{stderr}");
+    fails_saying(
+        std::process::Command::new(env!("CARGO_BIN_EXE_fairshare-sim"))
+            .arg("load")
+            .arg(&empty)
+            .args(["--nats-url", "nats://127.0.0.1:1"]),
+        "empty.log holds no events",
+    );
 }
 
 /// A trace that is not UTF-8 text is refused with the line and byte where it stops being so.
@@ -850,16 +856,9 @@ fn a_trace_that_is_not_text_is_refused_by_line() {
     bytes.extend_from_slice(&[0xff, 0xfe]);
     bytes.extend_from_slice(b",60,1,u,g\n");
     std::fs::write(&trace, &bytes).unwrap();
-    let out = trace_of(&trace, &["--quiet", "--out"])
-        .arg(dir.path().join("out"))
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("bad.csv: line 3 is not UTF-8 text (byte 66)"),
-        "{stderr}"
+    fails_saying(
+        trace_of(&trace, &["--quiet", "--out"]).arg(dir.path().join("out")),
+        "bad.csv: line 3 is not UTF-8 text (byte 66)",
     );
 }
 
@@ -953,17 +952,12 @@ fn a_bad_replica_jitter_is_refused_before_the_runs() {
     assert!(stderr.contains("--replica-jitter"), "{stderr}");
     assert!(!log.exists(), "the runs went ahead");
     // A nudge longer than the whole run is refused as such.
-    let out = helios(&["--nodes", "4", "--span", "1h", "--policies", "fairshare"])
-        .args(["--quiet", "--replicas", "3", "--replica-jitter", "3000d"])
-        .arg("--out")
-        .arg(dir.path().join("report"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("--replica-jitter 3000d is longer than the run (1 h)"),
-        "{stderr}"
+    fails_saying(
+        helios(&["--nodes", "4", "--span", "1h", "--policies", "fairshare"])
+            .args(["--quiet", "--replicas", "3", "--replica-jitter", "3000d"])
+            .arg("--out")
+            .arg(dir.path().join("report")),
+        "--replica-jitter 3000d is longer than the run (1 h)",
     );
     assert!(!dir.path().join("report").exists(), "the runs went ahead");
 }

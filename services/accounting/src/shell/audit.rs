@@ -302,23 +302,18 @@ mod tests {
         else {
             panic!("the sixth entry is the snapshot");
         };
-        // Sequences 6 to 9 were another cluster's; the snapshot names 9 and lands at 10.
-        let mut later = snapshot.clone();
-        later.through_sequence = 9;
-        log.push(entry(
-            10,
-            subjects::usage("c"),
-            3_600_000,
-            Body::UsageSnapshot(later),
-        ));
-        let mut itself = snapshot;
-        itself.through_sequence = 11;
-        log.push(entry(
-            11,
-            subjects::usage("c"),
-            3_600_000,
-            Body::UsageSnapshot(itself),
-        ));
+        // Sequences 6 to 9 were another cluster's; the snapshot names 9 and lands at 10. Then
+        // one names its own sequence, 11.
+        for (through, sequence) in [(9, 10), (11, 11)] {
+            let mut named = snapshot.clone();
+            named.through_sequence = through;
+            log.push(entry(
+                sequence,
+                subjects::usage("c"),
+                3_600_000,
+                Body::UsageSnapshot(named),
+            ));
+        }
         let report = audit("c", &log);
         assert_eq!(report.snapshots, 3);
         assert_eq!(
