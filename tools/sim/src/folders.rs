@@ -71,7 +71,7 @@ impl Drop for NewFolder {
 /// Refuses `path` for a file the run writes at its end (the log, the tenant map; `flag`
 /// names it) before the simulation, rather than after it: a folder, or a file that cannot be
 /// created or written. Its folder is made, and taken back if the run fails
-/// before the log is written ([`NewFolder`]); a file made only to check is removed again, and
+/// before the file is written ([`NewFolder`]); a file made only to check is removed again, and
 /// an existing one is left as it is until the run writes it.
 pub fn check_writable(flag: &str, path: &Path) -> anyhow::Result<NewFolder> {
     if path.is_dir() {

@@ -23,7 +23,7 @@ pub struct ExplainArgs {
 /// Prints the explanation.
 pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()> {
     // Normalised by its parser (`super::job_id`).
-    let job_id = args.job_id.clone();
+    let job_id = args.job_id;
     let request = pb::ExplainRequest {
         job_id: job_id.clone(),
     };
