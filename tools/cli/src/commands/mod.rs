@@ -51,7 +51,8 @@ impl Connection {
             .with_context(|| format!("no answer from {who} within 10 s"))?;
         answer.map_err(|e| match e.kind() {
             async_nats::RequestErrorKind::NoResponders => {
-                anyhow::anyhow!("nothing answers for {who}: is the name right, and is it running?")
+                // `who` names the cluster for a cluster's service, so a mistyped cluster shows.
+                anyhow::anyhow!("nothing answers for {who}: is it running?")
             }
             _ => anyhow::Error::new(e).context(format!("asking {who}")),
         })
