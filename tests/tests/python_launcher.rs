@@ -28,6 +28,24 @@ async fn python_submit(stack: &Stack, args: &[&str]) -> Output {
         .expect("python3 runs (the README's commands need it too)")
 }
 
+/// A 1-GPU submission under `key` that waits 1 s for an answer.
+async fn submit_briefly(stack: &Stack, key: &str) -> Output {
+    python_submit(
+        stack,
+        &[
+            "--allocation",
+            "research/nlp",
+            "--min-runtime",
+            "60",
+            "--key",
+            key,
+            "--timeout",
+            "1",
+        ],
+    )
+    .await
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -139,26 +157,29 @@ async fn a_python_launcher_submits_repeats_and_is_refused_like_any_other() {
     }
     assert_eq!(stack.event_count().await.unwrap(), count);
 
-    // With the service stopped, no answer: exit status 3 and the key to retry with.
+    // With the service stopped, the server has nobody to hand the request to: nothing was
+    // submitted, exit status 1, no key to retry with.
     stack.stop_submission().await.unwrap();
-    let down = python_submit(
-        &stack,
-        &[
-            "--allocation",
-            "research/nlp",
-            "--min-runtime",
-            "60",
-            "--key",
-            "py-down",
-            "--timeout",
-            "1",
-        ],
-    )
-    .await;
-    assert_eq!(down.status.code(), Some(3), "{}", stdout(&down));
+    let down = submit_briefly(&stack, "py-down").await;
+    assert_eq!(down.status.code(), Some(1), "{}", stderr(&down));
     assert!(
-        stderr(&down).contains("retry with --key py-down"),
+        stderr(&down).contains("nothing was submitted"),
         "{}",
         stderr(&down)
+    );
+    // A subscriber that never answers: the outcome is not known, exit status 3 and the key.
+    let silent = stack
+        .client
+        .subscribe(fairshare_events::subjects::SUBMIT_API)
+        .await
+        .unwrap();
+    stack.client.flush().await.unwrap();
+    let unanswered = submit_briefly(&stack, "py-silent").await;
+    drop(silent);
+    assert_eq!(unanswered.status.code(), Some(3), "{}", stderr(&unanswered));
+    assert!(
+        stderr(&unanswered).contains("retry with --key py-silent"),
+        "{}",
+        stderr(&unanswered)
     );
 }

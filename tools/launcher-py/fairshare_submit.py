@@ -7,8 +7,8 @@ Place in the flow: a launcher in another language, at the very start. It sends a
 and message. The same idempotency key sent again gets the same job id back.
 
 It speaks the two wire formats itself, so it needs nothing but python3:
-- NATS: the text protocol (CONNECT, SUB, PUB with a reply subject, MSG, PING/PONG), for a
-  server without authentication or TLS. With per-service nkeys (`fairshare auth init`), use a
+- NATS: the text protocol (CONNECT, SUB, PUB with a reply subject, MSG and HMSG, PING/PONG),
+  for a server without authentication or TLS. With per-service nkeys (`fairshare auth init`), use a
   NATS client library that signs the server's nonce instead.
 - Protobuf: varints and length-delimited fields, by the field numbers of the .proto. The
   rejection codes' names are read from the .proto itself, so they cannot drift.
@@ -16,8 +16,10 @@ It speaks the two wire formats itself, so it needs nothing but python3:
     python3 tools/launcher-py/fairshare_submit.py --cluster demo --allocation infra/evals \\
         --gpus 1 --min-runtime 600 --key my-run-1 --resumable --payload 'python train.py'
 
-Exit status: 0 accepted, 1 rejected, 2 bad arguments, 3 the outcome is not known (no server or
-service answered, the reply did not decode, or the service could not confirm the write,
+Exit status: 0 accepted, 1 rejected (or no submission service listening: the server had
+nobody to hand the request to, so nothing was submitted), 2 bad arguments, 3 the outcome is
+not known (no server or service answered, the reply did not decode, or the service could not
+confirm the write,
 `UNAVAILABLE`): retry with the key printed and the same arguments, which never makes a second
 job (another request with that key is refused as `KEY_REUSED`); 4 the server wants
 authentication or TLS, or the URL is not one, which this script cannot help.
@@ -182,6 +184,10 @@ class Unsupported(Exception):
     """The server wants what this script does not do (authentication, TLS)."""
 
 
+class NoResponders(Exception):
+    """The server had no subscriber for the subject: the request reached no service."""
+
+
 def request(urls, subject, payload, timeout_s):
     """One NATS request/reply; returns the reply's payload. `urls` may name several servers of
     a cluster, comma-separated (as FAIRSHARE_NATS_URL does): each is tried in turn until one
@@ -191,11 +197,18 @@ def request(urls, subject, payload, timeout_s):
     if not members:
         raise Unsupported(f"no NATS server URL given: {urls!r}")
     failures = []
+    nobody = 0
     for url in members:
         try:
             return request_one(url, subject, payload, timeout_s)
+        except NoResponders as e:
+            nobody += 1
+            failures.append(f"{url}: {e}")
         except (NoAnswer, OSError) as e:
             failures.append(f"{url}: {e}")
+    # Known not to have landed only if no server could have handed it to anyone.
+    if nobody == len(members):
+        raise NoResponders("; ".join(failures))
     raise NoAnswer("; ".join(failures))
 
 
@@ -224,6 +237,10 @@ def request_one(url, subject, payload, timeout_s):
                     "do: use a NATS client library")
         connect = {"verbose": False, "pedantic": False, "name": "fairshare-submit.py",
                    "lang": "python", "version": "1"}
+        if server.get("headers"):
+            # Then the server answers a request nobody subscribes to with a 503 status at
+            # once, instead of leaving it to the timeout.
+            connect.update(headers=True, no_responders=True)
         sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\n")
         sock.sendall(f"SUB {inbox} 1\r\nUNSUB 1 1\r\n".encode())
         sock.sendall(f"PUB {subject} {inbox} {len(payload)}\r\n".encode() + payload + b"\r\n")
@@ -242,6 +259,17 @@ def request_one(url, subject, payload, timeout_s):
                     if len(data) < size:
                         raise NoAnswer("the reply was cut short")
                     return data[:size]
+                elif line.startswith(b"HMSG "):
+                    # HMSG <subject> <sid> [reply] <header bytes> <total bytes>
+                    parts = line.split()
+                    head, size = int(parts[-2]), int(parts[-1])
+                    data = stream.read(size + 2)
+                    if len(data) < size or head > size:
+                        raise NoAnswer("the reply was cut short")
+                    status = data[:head].split(b"\r\n", 1)[0].split()
+                    if status[1:2] == [b"503"]:
+                        raise NoResponders("no service subscribes to " + subject)
+                    return data[head:size]
         except socket.timeout:
             raise NoAnswer(f"no reply within {timeout_s} s") from None
 
@@ -285,6 +313,10 @@ def main(argv=None):
     except Unsupported as e:
         print(str(e), file=sys.stderr)
         return 4
+    except NoResponders as e:
+        print(f"no submission service is listening ({e}), so nothing was submitted: start it, "
+              "or publish to the durable intake", file=sys.stderr)
+        return 1
     except (NoAnswer, OSError, ValueError) as e:
         # A reply that does not decode is no answer either: the job may have been accepted.
         print(f"no answer ({e}); retry with --key {key} and the same arguments", file=sys.stderr)

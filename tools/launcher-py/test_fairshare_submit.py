@@ -167,6 +167,27 @@ class Exits(unittest.TestCase):
         self.assertEqual(code, 4, err)
         self.assertIn("no NATS server URL given", err)
 
+    def test_no_responders_is_final_nothing_was_submitted(self):
+        # The server's 503 status for a request no service subscribes to.
+        status = b"NATS/1.0 503\r\n\r\n"
+        n = str(len(status)).encode()
+        msg = b"HMSG INBOX 1 " + n + b" " + n + b"\r\n" + status + b"\r\n"
+        url = fake_server(b'INFO {"headers":true}\r\n', msg)
+        code, err = self.run_main(url)
+        self.assertEqual(code, 1, err)
+        self.assertIn("nothing was submitted", err)
+        self.assertNotIn("retry", err)
+
+    def test_a_reply_with_headers_is_read_past_them(self):
+        body = f.field(1, f.LEN, f.field(1, f.LEN, b"job-1") + f.field(2, f.VARINT, 7))
+        head = b"NATS/1.0\r\ntraceparent: 00-x\r\n\r\n"
+        total = str(len(head) + len(body)).encode()
+        msg = (b"HMSG INBOX 1 " + str(len(head)).encode() + b" " + total + b"\r\n" + head
+               + body + b"\r\n")
+        url = fake_server(b'INFO {"headers":true}\r\n', msg)
+        code, err = self.run_main(url)
+        self.assertEqual(code, 0, err)
+
     def test_an_accepted_reply_is_exit_zero(self):
         body = f.field(1, f.LEN, f.field(1, f.LEN, b"job-1") + f.field(2, f.VARINT, 7))
         msg = reply_message(body)
