@@ -8,8 +8,8 @@ and message. The same idempotency key sent again gets the same job id back.
 
 It speaks the two wire formats itself, so it needs nothing but python3:
 - NATS: the text protocol (CONNECT, SUB, PUB with a reply subject, MSG and HMSG, PING/PONG),
-  for a server without authentication or TLS. With per-service nkeys (`fairshare auth init`), use a
-  NATS client library that signs the server's nonce instead.
+  for a server without authentication or TLS. With per-service nkeys (`fairshare auth init`),
+  use a NATS client library that signs the server's nonce instead.
 - Protobuf: varints and length-delimited fields, by the field numbers of the .proto. The
   rejection codes' names are read from the .proto itself, so they cannot drift.
 
@@ -19,10 +19,9 @@ It speaks the two wire formats itself, so it needs nothing but python3:
 Exit status: 0 accepted, 1 rejected (or no submission service listening: the server had
 nobody to hand the request to, so nothing was submitted), 2 bad arguments, 3 the outcome is
 not known (no server or service answered, the reply did not decode, or the service could not
-confirm the write,
-`UNAVAILABLE`): retry with the key printed and the same arguments, which never makes a second
-job (another request with that key is refused as `KEY_REUSED`); 4 the server wants
-authentication or TLS, or the URL is not one, which this script cannot help.
+confirm the write, `UNAVAILABLE`): retry with the key printed and the same arguments, which
+never makes a second job (another request with that key is refused as `KEY_REUSED`); 4 the
+server wants authentication or TLS, or the URL is not one, which this script cannot help.
 `--url` (or FAIRSHARE_NATS_URL) may list a cluster's servers, comma-separated.
 """
 
