@@ -240,7 +240,31 @@ fn print_budget(set: &fairshare_events::pb::BudgetTreeSet) -> anyhow::Result<()>
     if let Some(warning) = claimless(&tree) {
         eprintln!("warning: {warning}");
     }
+    if let Some(warning) = oversized(set) {
+        eprintln!("warning: {warning}");
+    }
     Ok(())
+}
+
+/// What a NATS server takes in one message unless configured otherwise (`max_payload`).
+const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+
+/// A warning for a tree whose event is larger than a NATS server takes by default: `budget
+/// check` passes it, and `apply` would be refused (nothing written) unless the server allows
+/// more.
+fn oversized(set: &fairshare_events::pb::BudgetTreeSet) -> Option<String> {
+    let event = fairshare_events::pb::Event {
+        at_ms: 0,
+        body: Some(Body::BudgetTreeSet(set.clone())),
+    };
+    let bytes = fairshare_events::codec::encode(&event).len();
+    (bytes > DEFAULT_MAX_PAYLOAD).then(|| {
+        format!(
+            "the tree's event is {bytes} bytes, over the {DEFAULT_MAX_PAYLOAD} a NATS server \
+             takes by default (max_payload): `budget apply` is refused, nothing written, unless \
+             the server allows more"
+        )
+    })
 }
 
 /// A warning for a tree in which no allocation has a claim on the cluster (every share on
@@ -488,6 +512,26 @@ mod tests {
         assert!(claimless(&none).is_some_and(|w| w.contains("nothing is owed")));
         let some = tree("cluster = \"c\"\n[accounts.a]\nshare = 0\n[accounts.b]\nshare = 1\n");
         assert_eq!(claimless(&some), None);
+    }
+
+    /// A tree too large for a server's default message size is warned about by `check`.
+    #[test]
+    fn a_tree_over_the_default_max_payload_is_warned_about() {
+        let small = files::parse_budget("cluster = \"c\"\n[accounts.a]\nshare = 1\n").unwrap();
+        assert_eq!(oversized(&small), None);
+        // Built directly: the event's size is what counts, not how the file reads.
+        let large = fairshare_events::pb::BudgetTreeSet {
+            cluster: "c".into(),
+            accounts: (0..30_000)
+                .map(|i| fairshare_events::pb::Account {
+                    name: format!("team-with-a-rather-long-name-kept-for-this-test-{i:05}"),
+                    share: 1,
+                    children: Vec::new(),
+                })
+                .collect(),
+        };
+        let warning = oversized(&large).unwrap();
+        assert!(warning.contains("over the 1048576"), "{warning}");
     }
 
     #[test]
