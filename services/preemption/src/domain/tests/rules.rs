@@ -1380,3 +1380,28 @@ fn a_job_not_yet_started_that_cannot_resume_is_no_victim() {
         vec![("pulling".to_owned(), "w".to_owned())]
     );
 }
+
+/// The search passes over nodes without judging their jobs when nobody ranks below the waiter
+/// and only unallocated work could go; work of an allocation no longer in the tree has no
+/// claim either, so a node holding it must still be searched, for a single-node waiter and for
+/// one that spans nodes.
+#[test]
+fn work_outside_the_tree_goes_even_when_nobody_ranks_below_the_waiter() {
+    for nodes in [1u32, 2] {
+        let mut h = H::new();
+        // The window rule alone: a holds no floor to fall below.
+        h.state.set_share_floor(false);
+        h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("gone", 1)]);
+        h.node("n1", 8);
+        h.node("n2", 8);
+        h.running(0, "old1", "gone", 600, &[("n1", 8)]);
+        h.running(0, "old2", "gone", 600, &[("n2", 8)]);
+        h.two_teams();
+        h.submit_full(MIN, "w", "a", nodes, 8, 3600, 0, true);
+        // a has used far more than b: the window lets none of b's work go for a's waiter.
+        let now = HOUR;
+        h.snapshot(now, &[("a", gpu_h(500.0), ALLOC), ("b", 0, ALLOC)]);
+        let expected: Vec<&str> = ["old1", "old2"][..nodes as usize].to_vec();
+        assert_eq!(victims(&h.decide(now)), expected, "{nodes} node(s)");
+    }
+}

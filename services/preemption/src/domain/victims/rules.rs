@@ -202,6 +202,18 @@ impl<'t> RankRule<'t> {
         rule
     }
 
+    /// Whether the rule lets some other allocation of the tree lose work to this waiter: the
+    /// window ranks it below, or the waiter is below its floor, and its floor slack is not
+    /// nil. (A holding has at least one GPU, so a slack of 0 keeps every job.)
+    pub(super) fn takes_any_allocation(&mut self) -> bool {
+        (0..self.tree.accounts.len()).any(|v| {
+            v != self.leaf
+                && self.tree.accounts[v].is_allocation()
+                && (self.below_floor || self.window(v))
+                && self.slack.as_ref().is_none_or(|s| s[v] > 0)
+        })
+    }
+
     /// Whether taking `gpus` GPUs of allocation `v`'s work is within its [`floor_slack`]
     /// (always, with the floor off).
     fn keeps_floor(&self, v: AccountId, gpus: u64) -> bool {
@@ -377,6 +389,11 @@ pub(super) struct Judge<'a> {
     /// waiter is no debug job, and its allocation holds at least its share floor, so waiting
     /// for a victim's checkpoint costs it no owed time.
     pub(super) window_fresh: bool,
+    /// Whether allocated work of an allocation in the budget tree may be a victim at all: a
+    /// debug job's own allocation, or one the rank rule lets go. When not (in a full cluster,
+    /// most searches: nobody ranks below the waiter), a node's unallocated work bounds what it
+    /// can give ([`Self::cannot_free`]).
+    pub(super) ranked_victims: bool,
     /// Per node of the view, whether the waiter may not be made room there (a blocked
     /// waiter's reservation); empty when every node may be used.
     pub(super) off_limits: Vec<bool>,
@@ -457,11 +474,59 @@ impl Judge<'_> {
         self.off_limits.get(i).copied().unwrap_or(false)
     }
 
+    /// Whether node `i` of the view, holding `holdings`, surely cannot free `need` GPUs for
+    /// the waiter: a bound on what [`Self::judge`] could accept there falls short, so its jobs
+    /// need not be judged one by one (in a full cluster, most nodes).
+    ///
+    /// Two bounds, the cheaper first. When no allocated work of the tree may go (a debug job
+    /// takes its own allocation's; the rank rule, in a full cluster most often, lets nobody
+    /// go), the node's unallocated work, which the view keeps per node; unless work of an
+    /// allocation no longer in the tree runs there, which the rank rule may take. Otherwise
+    /// [`Self::could_free`]. Skipping a node on the first bound skips only judgments that would
+    /// have failed or accepted unallocated work, and neither notes a retry; debug builds judge
+    /// such a node anyway and check it.
+    pub(super) fn cannot_free(
+        &mut self,
+        i: usize,
+        holdings: &[(Arc<str>, Holding)],
+        need: u32,
+    ) -> bool {
+        let need = u64::from(need);
+        let unranked = (!self.ranked_victims)
+            .then(|| self.view.unranked().get(i))
+            .flatten()
+            .filter(|node| self.unallocated_only || !node.outside_tree);
+        if let Some(node) = unranked
+            && u64::from(node.unallocated) < need
+        {
+            #[cfg(debug_assertions)]
+            self.check_bound(holdings, need);
+            return true;
+        }
+        self.could_free(holdings) < need
+    }
+
+    /// Judges every job of a node [`Self::cannot_free`] passed over on its first bound, and
+    /// checks that they indeed free less than `need` and note no retry.
+    #[cfg(debug_assertions)]
+    fn check_bound(&mut self, holdings: &[(Arc<str>, Holding)], need: u64) {
+        let retry_before = self.view.retry_at();
+        let accepted: u64 = holdings
+            .iter()
+            .filter_map(|(id, h)| self.judge(id, h).map(|_| u64::from(h.gpus)))
+            .sum();
+        assert!(
+            accepted < need,
+            "{accepted} GPUs accepted, bound below {need}"
+        );
+        assert_eq!(self.view.retry_at(), retry_before, "a retry was noted");
+    }
+
     /// The most GPUs of `holdings` that [`Self::judge`] could accept: work not yet ordered
     /// off that is unallocated, or allocated and past its minimum runtime where allocated
     /// work may be taken at all. A node whose bound is short of what the waiter needs is
     /// passed over without judging its jobs one by one (in a full cluster, most nodes).
-    pub(super) fn could_free(&self, holdings: &[(Arc<str>, Holding)]) -> u64 {
+    fn could_free(&self, holdings: &[(Arc<str>, Holding)]) -> u64 {
         holdings
             .iter()
             .filter(|(_, h)| {

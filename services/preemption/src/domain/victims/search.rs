@@ -134,7 +134,7 @@ fn single_node<'s>(
         if shortfall == 0 {
             return Some((vec![i], Vec::new()));
         }
-        if judge.could_free(node.holdings) < u64::from(shortfall) {
+        if judge.cannot_free(i, node.holdings, shortfall) {
             continue;
         }
         items.clear();
@@ -201,7 +201,7 @@ fn multi_node<'s>(
             .saturating_add(node.overcommit)
             .saturating_sub(node.free)
             .saturating_sub(node.pending);
-        if judge.could_free(node.holdings) < u64::from(staying) {
+        if judge.cannot_free(i, node.holdings, staying) {
             continue;
         }
         let from = victims.len();
@@ -329,11 +329,16 @@ pub(super) fn choose<'s, 't>(
     cfg: &Config,
     off_limits: &[&str],
 ) -> Result<VictimPlan<'s>, NoVictims> {
-    let rank_rule = RankRule::new(base, walk, tree, leaf, &waiter, cfg);
+    let mut rank_rule = RankRule::new(base, walk, tree, leaf, &waiter, cfg);
     let window_fresh = matches!(rule, Rule::Rank)
         && !waiter.debug
         && rank_rule.slack.is_some()
         && !rank_rule.below_floor;
+    let ranked_victims = match rule {
+        Rule::Debug(_) => true,
+        Rule::UnallocatedOnly => false,
+        Rule::Rank => rank_rule.takes_any_allocation(),
+    };
     let mut judge = Judge {
         rule: rank_rule,
         debug_allowance: match rule {
@@ -343,6 +348,7 @@ pub(super) fn choose<'s, 't>(
         unallocated_only: matches!(rule, Rule::UnallocatedOnly),
         single_node: waiter.shape.nodes <= 1,
         window_fresh,
+        ranked_victims,
         off_limits: node_mask(view, off_limits),
         leaf,
         now,
