@@ -382,14 +382,45 @@ pub struct NodeLoad {
     /// checkpointed: counted again when they are refilled on loading.
     #[serde(skip)]
     pub ordered_off: u32,
+    /// GPUs held by unallocated jobs not ordered off: what any allocated waiter may take here
+    /// whatever the ranking says (derived like [`Self::ordered_off`]).
+    #[serde(skip)]
+    pub unallocated: u32,
+    /// Allocated jobs not ordered off whose allocation is not in the budget tree in force: they
+    /// have no claim (derived like [`Self::ordered_off`], and counted again when the tree
+    /// changes).
+    #[serde(skip)]
+    pub outside_tree: u32,
 }
 
-/// GPUs of `holding` that are on their way back (its job has a preemption order).
-fn ordered_off_gpus(holding: &Holding) -> u32 {
-    if holding.holder.preempt_deadline_ms.is_some() {
-        holding.gpus
-    } else {
-        0
+/// What one holding adds to its node's derived counts ([`NodeLoad::ordered_off`],
+/// [`NodeLoad::unallocated`], [`NodeLoad::outside_tree`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    ordered_off: u32,
+    unallocated: u32,
+    outside_tree: u32,
+}
+
+impl Tally {
+    fn of(holding: &Holding) -> Tally {
+        let job = &holding.holder;
+        if job.preempt_deadline_ms.is_some() {
+            Tally {
+                ordered_off: holding.gpus,
+                ..Tally::default()
+            }
+        } else if job.min_runtime_ms <= 0 {
+            Tally {
+                unallocated: holding.gpus,
+                ..Tally::default()
+            }
+        } else {
+            Tally {
+                outside_tree: u32::from(job.account.is_none()),
+                ..Tally::default()
+            }
+        }
     }
 }
 
@@ -404,7 +435,7 @@ impl NodeLoad {
 
     fn insert(&mut self, job_id: &Arc<str>, holding: Holding) {
         let gpus = holding.gpus;
-        let off = ordered_off_gpus(&holding);
+        let tally = Tally::of(&holding);
         match self
             .holdings
             .binary_search_by(|(id, _)| (**id).cmp(&**job_id))
@@ -412,30 +443,58 @@ impl NodeLoad {
             Ok(i) => {
                 let old = &self.holdings[i].1;
                 self.used = self.used.saturating_sub(old.gpus);
-                self.ordered_off = self.ordered_off.saturating_sub(ordered_off_gpus(old));
+                let old = Tally::of(old);
+                self.uncount(old);
                 self.holdings[i].1 = holding;
             }
             Err(i) => self.holdings.insert(i, (Arc::clone(job_id), holding)),
         }
         self.used = self.used.saturating_add(gpus);
-        self.ordered_off = self.ordered_off.saturating_add(off);
+        self.count(tally);
+        self.debug_check_counts();
     }
 
     fn remove(&mut self, job_id: &str) {
         if let Ok(i) = self.holdings.binary_search_by(|(id, _)| (**id).cmp(job_id)) {
             let (_, h) = self.holdings.remove(i);
             self.used = self.used.saturating_sub(h.gpus);
-            self.ordered_off = self.ordered_off.saturating_sub(ordered_off_gpus(&h));
+            self.uncount(Tally::of(&h));
+        }
+        self.debug_check_counts();
+    }
+
+    /// In debug builds, checks the derived counts against a count from the holders.
+    fn debug_check_counts(&self) {
+        if cfg!(debug_assertions) {
+            let mut fresh = self.clone();
+            fresh.recount();
+            assert_eq!(
+                (fresh.ordered_off, fresh.unallocated, fresh.outside_tree),
+                (self.ordered_off, self.unallocated, self.outside_tree),
+                "derived counts of a node's load"
+            );
         }
     }
 
-    /// Counts [`Self::ordered_off`] again from the holders.
-    fn recount_ordered_off(&mut self) {
-        self.ordered_off = self
-            .holdings
-            .iter()
-            .map(|(_, h)| ordered_off_gpus(h))
-            .fold(0, u32::saturating_add);
+    fn count(&mut self, t: Tally) {
+        self.ordered_off = self.ordered_off.saturating_add(t.ordered_off);
+        self.unallocated = self.unallocated.saturating_add(t.unallocated);
+        self.outside_tree = self.outside_tree.saturating_add(t.outside_tree);
+    }
+
+    fn uncount(&mut self, t: Tally) {
+        self.ordered_off = self.ordered_off.saturating_sub(t.ordered_off);
+        self.unallocated = self.unallocated.saturating_sub(t.unallocated);
+        self.outside_tree = self.outside_tree.saturating_sub(t.outside_tree);
+    }
+
+    /// Counts the derived counts again from the holders.
+    fn recount(&mut self) {
+        (self.ordered_off, self.unallocated, self.outside_tree) = (0, 0, 0);
+        for i in 0..self.holdings.len() {
+            let t = Tally::of(&self.holdings[i].1);
+            self.count(t);
+        }
     }
 }
 
@@ -1315,7 +1374,7 @@ impl DecisionState {
             }
         }
         for load in self.loads.values_mut() {
-            load.recount_ordered_off();
+            load.recount();
         }
     }
 
@@ -1326,6 +1385,7 @@ impl DecisionState {
             for (_, h) in &mut load.holdings {
                 h.holder.account = tree.and_then(|t| t.allocation(&h.holder.allocation));
             }
+            load.recount();
         }
     }
 

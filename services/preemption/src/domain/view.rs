@@ -22,13 +22,12 @@
 //! - Single-node jobs take the node with the fewest available GPUs that holds them (then the
 //!   lowest name); multi-node jobs take wholly available nodes of exactly their GPUs per node.
 
-use std::cell::{Cell, OnceCell};
+use std::cell::Cell;
 use std::sync::Arc;
 
 use fairshare_decision::domain::state::{Holding, Window};
 use fairshare_model::shape::Shape;
 
-use super::contract::is_unallocated;
 use super::state::PreemptionState;
 
 /// One node as a waiter sees it.
@@ -48,6 +47,12 @@ pub(crate) struct NodeView<'s> {
     /// GPUs held beyond the node's capacity: a node registered again with fewer GPUs while
     /// its work runs. The first GPUs its work frees go to paying this back, not to a waiter.
     pub overcommit: u32,
+    /// GPUs of unallocated work not yet ordered off (always preemptible).
+    pub unallocated: u32,
+    /// Whether allocated work of an allocation no longer in the budget tree, not yet ordered
+    /// off, runs here (it has no claim, so any waiter may take it once past its minimum
+    /// runtime).
+    pub outside_tree: bool,
 }
 
 impl NodeView<'_> {
@@ -100,21 +105,6 @@ pub(crate) struct View<'s> {
     /// The earliest time after which a victim or plan held back for its lost work in this
     /// call could go ([`View::note_retry`]): each search's judge notes it here.
     retry_at: Cell<Option<i64>>,
-    /// Per node, its work that no ranking protects, read from the holdings once per call
-    /// ([`View::unranked`]): the holdings do not change while a call walks.
-    unranked: OnceCell<Vec<Unranked>>,
-}
-
-/// One node's work that a waiter may take whatever the Fair Tree order says, for bounds that
-/// spare judging its jobs one by one.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Unranked {
-    /// GPUs of unallocated work not yet ordered off (always preemptible).
-    pub unallocated: u32,
-    /// Whether allocated work of an allocation no longer in the budget tree, not yet ordered
-    /// off, runs there (it has no claim, so any waiter may take it once past its minimum
-    /// runtime).
-    pub outside_tree: bool,
 }
 
 impl<'s> View<'s> {
@@ -134,6 +124,8 @@ impl<'s> View<'s> {
                 windows: row.windows,
                 holdings: row.holdings(),
                 overcommit: row.used().saturating_sub(row.node.gpus),
+                unallocated: row.load.map_or(0, |l| l.unallocated),
+                outside_tree: row.load.is_some_and(|l| l.outside_tree > 0),
             })
             .collect();
         let mut claims: Vec<(&'s str, Vec<Claim>)> = Vec::new();
@@ -182,7 +174,6 @@ impl<'s> View<'s> {
             claims,
             made,
             retry_at: Cell::new(None),
-            unranked: OnceCell::new(),
         }
     }
 
@@ -290,27 +281,7 @@ impl<'s> View<'s> {
 
     /// Per node, the GPUs of unallocated work not yet ordered off (always preemptible).
     pub fn unallocated_gpus(&self) -> Vec<u32> {
-        self.unranked().iter().map(|u| u.unallocated).collect()
-    }
-
-    /// Per node, its work that no ranking protects (read once per call, then kept).
-    pub fn unranked(&self) -> &[Unranked] {
-        self.unranked.get_or_init(|| {
-            self.nodes
-                .iter()
-                .map(|n| {
-                    let mut u = Unranked::default();
-                    for (_, h) in n.holdings.iter().filter(|(_, h)| !is_ordered_off(h)) {
-                        if is_unallocated(h.holder.min_runtime_ms) {
-                            u.unallocated = u.unallocated.saturating_add(h.gpus);
-                        } else if h.holder.account.is_none() {
-                            u.outside_tree = true;
-                        }
-                    }
-                    u
-                })
-                .collect()
-        })
+        self.nodes.iter().map(|n| n.unallocated).collect()
     }
 
     /// Whether a job of `shape` would fit if the unallocated work of each node (`unallocated`,

@@ -16,7 +16,7 @@ use fairshare_model::budget::{AccountId, BudgetTree};
 
 use super::super::config::Config;
 use super::super::contract;
-use super::super::view::View;
+use super::super::view::{NodeView, View};
 use super::{
     DEEP_BELOW_FLOOR, DEEP_FLOOR_FRESH_DIVISOR, FLOOR_FRESH_DIVISOR, STRAND_LIMIT_GPUS, Victim,
     WINDOW_FRESH_DIVISOR, Waiter, charge_of, fresh_limit_gpu_ms,
@@ -474,36 +474,28 @@ impl Judge<'_> {
         self.off_limits.get(i).copied().unwrap_or(false)
     }
 
-    /// Whether node `i` of the view, holding `holdings`, surely cannot free `need` GPUs for
-    /// the waiter: a bound on what [`Self::judge`] could accept there falls short, so its jobs
-    /// need not be judged one by one (in a full cluster, most nodes).
+    /// Whether `node` surely cannot free `need` GPUs for the waiter: a bound on what
+    /// [`Self::judge`] could accept there falls short, so its jobs need not be judged one by
+    /// one (in a full cluster, most nodes).
     ///
     /// Two bounds, the cheaper first. When no allocated work of the tree may go (a debug job
     /// takes its own allocation's; the rank rule, in a full cluster most often, lets nobody
-    /// go), the node's unallocated work, which the view keeps per node; unless work of an
+    /// go), the node's unallocated work, which the state keeps per node; unless work of an
     /// allocation no longer in the tree runs there, which the rank rule may take. Otherwise
     /// [`Self::could_free`]. Skipping a node on the first bound skips only judgments that would
     /// have failed or accepted unallocated work, and neither notes a retry; debug builds judge
     /// such a node anyway and check it.
-    pub(super) fn cannot_free(
-        &mut self,
-        i: usize,
-        holdings: &[(Arc<str>, Holding)],
-        need: u32,
-    ) -> bool {
+    pub(super) fn cannot_free(&mut self, node: &NodeView<'_>, need: u32) -> bool {
         let need = u64::from(need);
-        let unranked = (!self.ranked_victims)
-            .then(|| self.view.unranked().get(i))
-            .flatten()
-            .filter(|node| self.unallocated_only || !node.outside_tree);
-        if let Some(node) = unranked
+        if !self.ranked_victims
+            && (self.unallocated_only || !node.outside_tree)
             && u64::from(node.unallocated) < need
         {
             #[cfg(debug_assertions)]
-            self.check_bound(holdings, need);
+            self.check_bound(node.holdings, need);
             return true;
         }
-        self.could_free(holdings) < need
+        self.could_free(node.holdings) < need
     }
 
     /// Judges every job of a node [`Self::cannot_free`] passed over on its first bound, and

@@ -134,7 +134,7 @@ fn single_node<'s>(
         if shortfall == 0 {
             return Some((vec![i], Vec::new()));
         }
-        if judge.cannot_free(i, node.holdings, shortfall) {
+        if judge.cannot_free(node, shortfall) {
             continue;
         }
         items.clear();
@@ -201,7 +201,7 @@ fn multi_node<'s>(
             .saturating_add(node.overcommit)
             .saturating_sub(node.free)
             .saturating_sub(node.pending);
-        if judge.cannot_free(i, node.holdings, staying) {
+        if judge.cannot_free(node, staying) {
             continue;
         }
         let from = victims.len();
