@@ -1,6 +1,6 @@
 //! `fairshare simulate ...` hands its arguments to the simulator binary as they are (its
-//! `--help` too) and exits with the simulator's status; a simulator that cannot be run is a
-//! clear error. The simulator is named with `FAIRSHARE_SIM_BIN` here: a script that records
+//! `--help` too), calling it `fairshare simulate`, and exits with the simulator's status; a
+//! simulator that cannot be run is a clear error. The simulator is named with `FAIRSHARE_SIM_BIN` here: a script that records
 //! what it was given. (One test: a second one forking while this one writes its script could
 //! make running the script fail with "text file busy".)
 
@@ -52,6 +52,18 @@ fn arguments_and_exit_status_pass_through_and_a_missing_simulator_is_a_clear_err
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "given: load sim.log\nurl: nats://lab:4222 nkey: /keys/operator.nk\n"
+    );
+
+    // The simulator is called as `fairshare simulate`, so its usage lines and errors name
+    // the command the operator typed (a shell given as the simulator prints its `$0`).
+    let out = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["simulate", "-c", "echo \"as: $0\""])
+        .env("FAIRSHARE_SIM_BIN", "/bin/sh")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "as: fairshare simulate\n"
     );
 
     let out = Command::new(env!("CARGO_BIN_EXE_fairshare"))

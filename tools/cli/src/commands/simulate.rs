@@ -42,7 +42,12 @@ fn simulator() -> PathBuf {
 /// reads from them; a flag given after `simulate` still wins.
 pub fn simulate(args: SimulateArgs, connection: &[(&str, OsString)]) -> anyhow::Result<u8> {
     let sim = simulator();
-    let status = Command::new(&sim)
+    let mut command = Command::new(&sim);
+    // The simulator names itself in its usage and errors by how it was called: as
+    // `fairshare simulate`, so `fairshare simulate trace --help` shows the line to type.
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::arg0(&mut command, "fairshare simulate");
+    let status = command
         .args(&args.args)
         .envs(connection.iter().map(|(k, v)| (k, v)))
         .status()
