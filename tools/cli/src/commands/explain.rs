@@ -40,9 +40,16 @@ pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()>
         Some(explain_reply::Result::Rejected(r))
             if r.code == pb::RejectionCode::UnknownJob as i32 =>
         {
-            // The service holds live jobs only: the log says what became of an ended one.
+            // The service holds live jobs only: the log says what became of an ended one, and
+            // that is the answer (exit 0); an id the log does not know is a mistake.
             let events = job_events(conn, &args.cluster, &job_id).await;
-            bail!("{}", not_live(&job_id, &args.cluster, &events))
+            match not_live(&job_id, &args.cluster, &events) {
+                NotLive::Ended(answer) => {
+                    fairshare_runtime::out!("{answer}");
+                    return Ok(());
+                }
+                NotLive::Unknown(why) | NotLive::NotHeldYet(why) => bail!("{why}"),
+            }
         }
         Some(explain_reply::Result::Rejected(r)) => bail!("refused: {}", r.message),
         None => bail!("empty reply from the decision service"),
@@ -86,13 +93,24 @@ async fn job_events(conn: &Connection, cluster: &str, job_id: &str) -> Vec<(u64,
     events
 }
 
+/// What the log says of a job the decision service does not hold, in words.
+#[derive(Debug, PartialEq, Eq)]
+enum NotLive {
+    /// It ended: how and when.
+    Ended(String),
+    /// No life event of it is in the cluster's log.
+    Unknown(String),
+    /// Submitted, but the service has not folded it yet.
+    NotHeldYet(String),
+}
+
 /// Why job `job_id` has no explanation, from its newest life events in the log.
-fn not_live(job_id: &str, cluster: &str, events: &[(u64, pb::Event)]) -> String {
+fn not_live(job_id: &str, cluster: &str, events: &[(u64, pb::Event)]) -> NotLive {
     use fairshare_events::pb::event::Body;
     let Some((sequence, last)) = events.last() else {
-        return format!(
+        return NotLive::Unknown(format!(
             "no job {job_id:?} in cluster {cluster:?}'s log: check the id and --cluster"
-        );
+        ));
     };
     let at = format_ms(last.at_ms);
     let ended = match &last.body {
@@ -115,13 +133,15 @@ fn not_live(job_id: &str, cluster: &str, events: &[(u64, pb::Event)]) -> String 
             }
         ),
         _ => {
-            return format!(
+            return NotLive::NotHeldYet(format!(
                 "job {job_id} was submitted at {at} (sequence {sequence}) but the decision \
                  service does not hold it yet: ask again in a moment"
-            );
+            ));
         }
     };
-    format!("job {job_id} is not live: it {ended} (sequence {sequence})")
+    NotLive::Ended(format!(
+        "job {job_id} is not live: it {ended} (sequence {sequence})"
+    ))
 }
 
 /// The explanation as the operator reads it, one fact per line.
@@ -255,15 +275,24 @@ mod tests {
                 requested_by: "ada".into(),
             }),
         );
+        // An ended job is an answer (printed, exit 0); the others are errors (exit 1).
         assert_eq!(
             not_live("j", "c", &[(5, submitted.clone()), (9, cancelled)]),
-            "job j is not live: it was cancelled at 2026-01-01T00:01:00Z by ada: wrong data \
-             (sequence 9)"
+            NotLive::Ended(
+                "job j is not live: it was cancelled at 2026-01-01T00:01:00Z by ada: wrong \
+                 data (sequence 9)"
+                    .into()
+            )
         );
-        assert!(not_live("j", "c", &[(5, submitted)]).contains("does not hold it yet"),);
+        assert!(matches!(
+            not_live("j", "c", &[(5, submitted)]),
+            NotLive::NotHeldYet(why) if why.contains("does not hold it yet")
+        ));
         assert_eq!(
             not_live("j", "c", &[]),
-            "no job \"j\" in cluster \"c\"'s log: check the id and --cluster"
+            NotLive::Unknown(
+                "no job \"j\" in cluster \"c\"'s log: check the id and --cluster".into()
+            )
         );
     }
 
