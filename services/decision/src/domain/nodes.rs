@@ -8,6 +8,7 @@
 //! position of each one's load, and the walk reads arrays only. Maintenance windows are
 //! joined by name, which costs nothing while no window is scheduled.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fairshare_model::inventory::{Inventory, Node};
@@ -65,24 +66,84 @@ pub(crate) struct NodeIndex {
     cordoned: usize,
     /// GPUs of all of them, cordoned or not (likewise built with the index).
     total_gpus: u64,
+    /// Their free GPUs, counted as loads and registrations change ([`Room`]).
+    room: Room,
+}
+
+/// The free GPUs of the uncordoned registered nodes, tallied so that "could a job of this shape
+/// fit" ([`super::fit::FreeRoom`]) is read without a walk over every node: the simulator and the
+/// preemption pass ask before every cycle and every packing search.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Room {
+    /// How many such nodes have each number of free GPUs (above 0).
+    by_free: BTreeMap<u32, u32>,
+    /// How many such nodes of each size are wholly free.
+    whole: BTreeMap<u32, u32>,
+}
+
+impl Room {
+    /// Adds (`add`) or takes away a node registered as `node` with `used` GPUs held.
+    fn count(&mut self, node: &Node, used: u32, add: bool) {
+        let free = node.gpus.saturating_sub(used);
+        if node.cordoned || free == 0 {
+            return;
+        }
+        let bump = |map: &mut BTreeMap<u32, u32>, key: u32| {
+            let n = map.entry(key).or_default();
+            *n = if add { *n + 1 } else { n.saturating_sub(1) };
+            if *n == 0 {
+                map.remove(&key);
+            }
+        };
+        bump(&mut self.by_free, free);
+        if free == node.gpus {
+            bump(&mut self.whole, node.gpus);
+        }
+    }
 }
 
 impl NodeIndex {
     /// The index of `inventory` over `loads`.
     pub fn build(inventory: &Inventory, loads: &FlatMap<Arc<str>, NodeLoad>) -> NodeIndex {
+        let nodes: Vec<Registered> = inventory
+            .nodes
+            .iter()
+            .map(|(name, node)| Registered {
+                name: name.clone(),
+                node: node.clone(),
+                load: loads.index_of(name.as_str()),
+            })
+            .collect();
+        let mut room = Room::default();
+        for r in &nodes {
+            room.count(&r.node, used_at(loads, r.load), true);
+        }
         NodeIndex {
-            nodes: inventory
-                .nodes
-                .iter()
-                .map(|(name, node)| Registered {
-                    name: name.clone(),
-                    node: node.clone(),
-                    load: loads.index_of(name.as_str()),
-                })
-                .collect(),
+            nodes,
             cordoned: inventory.nodes.values().filter(|n| n.cordoned).count(),
             total_gpus: inventory.total_gpus(),
+            room,
         }
+    }
+
+    /// GPUs held on node `name` went from `before` to `after` (a job placed there or gone).
+    pub fn used_changed(&mut self, name: &str, before: u32, after: u32) {
+        if before == after {
+            return;
+        }
+        if let Ok(k) = self.nodes.binary_search_by(|r| r.name.as_str().cmp(name)) {
+            let node = &self.nodes[k].node;
+            self.room.count(node, before, false);
+            self.room.count(node, after, true);
+        }
+    }
+
+    /// The most free GPUs on one uncordoned node, and the wholly free uncordoned nodes as
+    /// `(GPUs, how many)` by size.
+    pub fn free_room(&self) -> (u32, Vec<(u32, u32)>) {
+        let most_free = self.room.by_free.keys().next_back().copied().unwrap_or(0);
+        let whole = self.room.whole.iter().map(|(g, n)| (*g, *n)).collect();
+        (most_free, whole)
     }
 
     /// Node `name` was registered, changed or removed: `node` is what the inventory holds for
@@ -95,10 +156,12 @@ impl NodeIndex {
         loads: &FlatMap<Arc<str>, NodeLoad>,
     ) {
         let at = self.nodes.binary_search_by(|r| r.name.as_str().cmp(name));
+        let used = used_at(loads, loads.index_of(name));
         if let Ok(k) = at {
             let old = &self.nodes[k].node;
             self.total_gpus = self.total_gpus.saturating_sub(u64::from(old.gpus));
             self.cordoned = self.cordoned.saturating_sub(usize::from(old.cordoned));
+            self.room.count(old, used, false);
         }
         match (at, node) {
             (Ok(k), Some(node)) => self.nodes[k].node = node.clone(),
@@ -118,6 +181,7 @@ impl NodeIndex {
         if let Some(node) = node {
             self.total_gpus = self.total_gpus.saturating_add(u64::from(node.gpus));
             self.cordoned = self.cordoned.saturating_add(usize::from(node.cordoned));
+            self.room.count(node, used, true);
         }
     }
 
@@ -145,6 +209,11 @@ impl NodeIndex {
             };
         }
     }
+}
+
+/// GPUs held on the node whose load is at `at` (none without a load).
+fn used_at(loads: &FlatMap<Arc<str>, NodeLoad>, at: Option<usize>) -> u32 {
+    at.map_or(0, |i| loads.value_at(i).used)
 }
 
 impl DecisionState {
@@ -208,5 +277,17 @@ mod tests {
         // An unknown node removed again changes nothing.
         assert_eq!(step(&inventory, "n10"), (24, 0, 2));
         assert_eq!(index.nodes[0].load, Some(0), "n1 keeps its load");
+
+        // The free room moves with the GPUs held: n1 (8) and n2 (16) wholly free, then 6 of
+        // n1's held, then n2 cordoned.
+        assert_eq!(index.free_room(), (16, vec![(8, 1), (16, 1)]));
+        loads.value_at_mut(0).used = 6;
+        index.used_changed("n1", 0, 6);
+        assert_eq!(index, NodeIndex::build(&inventory, &loads));
+        assert_eq!(index.free_room(), (16, vec![(16, 1)]));
+        inventory.set_cordoned("n2", true);
+        index.node_changed("n2", inventory.nodes.get("n2"), &loads);
+        assert_eq!(index, NodeIndex::build(&inventory, &loads));
+        assert_eq!(index.free_room(), (2, vec![]));
     }
 }

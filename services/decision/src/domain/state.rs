@@ -1170,7 +1170,9 @@ impl DecisionState {
             if inserted {
                 self.registered.load_inserted(i, node);
             }
-            self.loads.value_at_mut(i).insert(
+            let load = self.loads.value_at_mut(i);
+            let before = load.used;
+            load.insert(
                 id,
                 Holding {
                     gpus: *gpus,
@@ -1178,6 +1180,8 @@ impl DecisionState {
                     holder: holder.clone(),
                 },
             );
+            let after = load.used;
+            self.registered.used_changed(node, before, after);
         }
         if !job.request.is_unallocated() {
             let gpus = placed.nodes.iter().map(|(_, g)| u64::from(*g)).sum();
@@ -1203,11 +1207,14 @@ impl DecisionState {
         for (node, _) in &placed.nodes {
             if let Some(i) = self.loads.index_of(&**node) {
                 let load = self.loads.value_at_mut(i);
+                let before = load.used;
                 load.remove(id);
+                let after = load.used;
                 if load.holdings.is_empty() {
                     self.loads.remove_at(i);
                     self.registered.load_removed(i);
                 }
+                self.registered.used_changed(node, before, after);
             }
         }
         if let Some(runs) = self.in_flight.get_mut(&job.allocation) {
