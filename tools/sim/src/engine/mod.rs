@@ -24,7 +24,6 @@ pub mod services;
 pub mod times;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use fairshare_accounting::domain::FoldConfig;
 use fairshare_decision::domain::debug::DEFAULT_DEBUG_ALLOWANCE_GPUS;
@@ -72,6 +71,9 @@ pub struct EngineConfig {
     /// periodic pass moves no headline figure beyond the spread of replicas and costs 2 to 4.5
     /// times the time (see the README, "Simulator").
     pub periodic_pass_ms: Option<i64>,
+    /// Whether to time each part of the run ([`FairshareRun::times`], for the bench). It moves
+    /// no outcome; off (the default), the run reads no clock.
+    pub time_parts: bool,
 }
 
 impl Default for EngineConfig {
@@ -86,6 +88,7 @@ impl Default for EngineConfig {
             share_floor: true,
             hourly_floor: true,
             periodic_pass_ms: None,
+            time_parts: false,
         }
     }
 }
@@ -179,7 +182,8 @@ pub struct FairshareRun {
     pub log: Vec<pb::Event>,
     /// Counts.
     pub stats: EngineStats,
-    /// Wall time per part of the run, for the bench (never in the report: it varies).
+    /// Wall time per part of the run, for the bench (never in the report: it varies); zero
+    /// unless [`EngineConfig::time_parts`] asked for it.
     pub times: PartTimes,
 }
 
@@ -318,7 +322,7 @@ impl Engine<'_> {
             return;
         };
         let request = job.request(&self.setup.cluster);
-        let start = Instant::now();
+        let start = self.services.times.start();
         let checked = check_submission(&self.services.submission, &request, &self.config.limits);
         self.services.times.add_since(Part::SubmissionChecks, start);
         match checked {
@@ -400,7 +404,7 @@ impl Engine<'_> {
         if !due {
             return;
         }
-        let start = Instant::now();
+        let start = self.services.times.start();
         let report = self.services.accounting.window(&self.setup.cluster, now);
         self.services.times.add_since(Part::Snapshots, start);
         let Ok(report) = report else {
@@ -434,7 +438,7 @@ impl Engine<'_> {
         // outcome (nothing) is known without the ranking and packing. GPUs promised to a
         // waiting job are free for that job alone, so they count only for it. (The snapshot
         // just appended changes no node's load.)
-        let start = Instant::now();
+        let start = self.services.times.start();
         let fits = self
             .services
             .preemption
@@ -481,7 +485,7 @@ impl Engine<'_> {
 
     fn preemption_pass(&mut self, now: i64) -> bool {
         self.stats.passes += 1;
-        let start = Instant::now();
+        let start = self.services.times.start();
         let (mut bodies, retry_at) =
             decide_preemptions_and_retry(&self.services.preemption, now, &self.config.preemption);
         self.retry_at = retry_at;
@@ -498,7 +502,7 @@ impl Engine<'_> {
     }
 
     fn set_wake(&mut self, now: i64) {
-        let start = Instant::now();
+        let start = self.services.times.start();
         let due = next_due(&self.services.preemption, now, &self.config.preemption);
         self.services.times.add_since(Part::Timers, start);
         let Some(due) = [due, self.retry_at].into_iter().flatten().min() else {

@@ -6,8 +6,6 @@
 //! decision cycle reads it). Sequence numbers are positions in the log, from 1, exactly as a
 //! fresh JetStream stream holding only this log would number them.
 
-use std::time::Instant;
-
 use fairshare_accounting::domain::UsageFold;
 use fairshare_events::pb;
 use fairshare_preemption::domain::PreemptionState;
@@ -26,7 +24,8 @@ pub struct Services {
     pub accounting: UsageFold,
     /// The preemption service's fold, holding the decision service's.
     pub preemption: PreemptionState,
-    /// Wall time of each fold ([`super::times`]; the engine adds its other parts here too).
+    /// Wall time of each fold when [`EngineConfig::time_parts`] asks for it ([`super::times`];
+    /// the engine adds its other parts here too).
     pub times: PartTimes,
 }
 
@@ -43,7 +42,11 @@ impl Services {
             submission: SubmissionState::default(),
             accounting: UsageFold::new(config.window),
             preemption,
-            times: PartTimes::default(),
+            times: if config.time_parts {
+                PartTimes::timed()
+            } else {
+                PartTimes::default()
+            },
         }
     }
 
@@ -55,7 +58,7 @@ impl Services {
     /// Appends `event` and folds it everywhere.
     pub fn append(&mut self, event: pb::Event) {
         let sequence = self.last_sequence() + 1;
-        let start = Instant::now();
+        let start = self.times.start();
         self.submission.apply(sequence, &event);
         let start = self.times.add_since(Part::SubmissionFold, start);
         self.accounting.apply(sequence, &event);
