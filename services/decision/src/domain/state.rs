@@ -466,14 +466,25 @@ impl NodeLoad {
     /// In debug builds, checks the derived counts against a count from the holders.
     fn debug_check_counts(&self) {
         if cfg!(debug_assertions) {
-            let mut fresh = self.clone();
-            fresh.recount();
+            let fresh = self.counted();
             assert_eq!(
                 (fresh.ordered_off, fresh.unallocated, fresh.outside_tree),
                 (self.ordered_off, self.unallocated, self.outside_tree),
                 "derived counts of a node's load"
             );
         }
+    }
+
+    /// The derived counts, summed from the holders.
+    fn counted(&self) -> Tally {
+        self.holdings
+            .iter()
+            .map(|(_, h)| Tally::of(h))
+            .fold(Tally::default(), |a, t| Tally {
+                ordered_off: a.ordered_off.saturating_add(t.ordered_off),
+                unallocated: a.unallocated.saturating_add(t.unallocated),
+                outside_tree: a.outside_tree.saturating_add(t.outside_tree),
+            })
     }
 
     fn count(&mut self, t: Tally) {
@@ -490,11 +501,9 @@ impl NodeLoad {
 
     /// Counts the derived counts again from the holders.
     fn recount(&mut self) {
-        (self.ordered_off, self.unallocated, self.outside_tree) = (0, 0, 0);
-        for i in 0..self.holdings.len() {
-            let t = Tally::of(&self.holdings[i].1);
-            self.count(t);
-        }
+        let t = self.counted();
+        (self.ordered_off, self.unallocated, self.outside_tree) =
+            (t.ordered_off, t.unallocated, t.outside_tree);
     }
 }
 
