@@ -121,3 +121,43 @@ async fn a_change_racing_another_on_the_same_subject_is_refused_not_interleaved(
     );
     assert_eq!(bodies_on(&js, &subject).await.len(), 1, "nothing was added");
 }
+
+/// A budget applied on a server without JetStream, or before any stream was made, is refused
+/// with what is missing and what to do, not with the hint that the operator's identity may
+/// lack permission (what a timeout means); the log reader says the same; once the stream is
+/// made, the same budget goes in.
+#[tokio::test]
+async fn a_change_where_jetstream_or_the_stream_is_missing_says_which() {
+    let budget = files::parse_budget(BUDGET).unwrap();
+
+    let bare = NatsServer::start_without_jetstream().unwrap();
+    let js = jetstream::new(async_nats::connect(bare.url()).await.unwrap());
+    let off = admin::set_budget(&js, 1, budget.clone()).await.unwrap_err();
+    let off = off.to_string();
+    assert!(off.contains("no JetStream answered"), "{off}");
+    assert!(!off.contains("may not publish there"), "{off}");
+    let follow = fairshare_runtime::log::log_position(&js).await.unwrap_err();
+    assert!(follow.to_string().contains("`-js`"), "{follow}");
+
+    let server = NatsServer::start().unwrap();
+    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let unmade = admin::set_budget(&js, 1, budget.clone()).await.unwrap_err();
+    let unmade = unmade.to_string();
+    assert!(
+        unmade.contains("does not exist on this server yet"),
+        "{unmade}"
+    );
+    assert!(!unmade.contains("may not publish there"), "{unmade}");
+    let follow = fairshare_runtime::log::log_position(&js).await.unwrap_err();
+    assert!(
+        follow.to_string().contains("`fairshare streams`"),
+        "{follow}"
+    );
+
+    ensure_streams(&js, 1).await.unwrap();
+    let written = admin::set_budget(&js, 2, budget.clone()).await.unwrap();
+    assert_eq!(
+        bodies_on(&js, &subjects::policy(CLUSTER)).await,
+        vec![(written, Body::BudgetTreeSet(budget))]
+    );
+}

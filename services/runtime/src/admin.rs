@@ -18,6 +18,7 @@ use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, headers, subjects};
 
 use crate::envelope::Envelope;
+use crate::missing;
 
 /// Why an append failed.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +48,7 @@ pub async fn append(
 ) -> Result<u64, AppendError> {
     let explain = |e: &jetstream::context::PublishError| match e.kind() {
         PublishErrorKind::TimedOut => format!("{e} ({PERMISSION_HINT})"),
+        PublishErrorKind::StreamNotFound => missing::describe(e),
         PublishErrorKind::WrongLastSequence => format!(
             "{e}: the subject changed while this was being applied (another operator?); \
              look at what is in force now and apply again"
@@ -81,7 +83,7 @@ async fn newest_on(
     let stream = js
         .get_stream_no_info(EVENTS_STREAM)
         .await
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| err(missing::describe(&e)))?;
     match stream.get_last_raw_message_by_subject(subject).await {
         Ok(m) => {
             let body = codec::decode_log_entry(&m.subject, &m.payload)
@@ -90,9 +92,11 @@ async fn newest_on(
             Ok((m.sequence, body))
         }
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok((0, None)),
-        Err(e) => Err(err(format!(
-            "cannot read the newest event there: {e} ({PERMISSION_HINT})"
-        ))),
+        // JetStream off or the stream not made: the usual set-up slip, not the identity.
+        Err(e) => Err(err(match missing::missing(&e) {
+            Some(m) => format!("cannot read the newest event there: {e} ({})", m.hint()),
+            None => format!("cannot read the newest event there: {e} ({PERMISSION_HINT})"),
+        })),
     }
 }
 

@@ -12,6 +12,7 @@
 //! - [`nats`]: connecting, and creating or updating the JetStream streams of
 //!   [`fairshare_events::streams`].
 //! - [`log`]: following the event log in stream order from a given sequence.
+//! - [`missing`]: what to do when JetStream, or the events stream, is missing on the server.
 //! - [`retry`]: the back-off after writes of unknown outcome.
 //! - [`envelope`]: building the headers every published message carries.
 //! - [`shutdown`]: the process signal future `main` hands to a service's `run`.
@@ -27,6 +28,7 @@ pub mod clock;
 pub mod envelope;
 pub mod findings;
 pub mod log;
+pub mod missing;
 pub mod nats;
 pub mod output;
 pub mod retry;

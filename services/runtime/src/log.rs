@@ -114,10 +114,10 @@ pub async fn log_position(js: &jetstream::Context) -> Result<LogPosition, Follow
     let info = js
         .get_stream(EVENTS_STREAM)
         .await
-        .map_err(|e| FollowError::Stream(e.to_string()))?
+        .map_err(|e| FollowError::Stream(crate::missing::describe(&e)))?
         .get_info()
         .await
-        .map_err(|e| FollowError::Stream(e.to_string()))?;
+        .map_err(|e| FollowError::Stream(crate::missing::describe(&e)))?;
     Ok(LogPosition {
         end: info.state.last_sequence,
         created_ns: info.created.unix_timestamp_nanos(),
@@ -295,7 +295,7 @@ impl Follower {
         let mut stream = js
             .get_stream(EVENTS_STREAM)
             .await
-            .map_err(|e| FollowError::Stream(e.to_string()))?;
+            .map_err(|e| FollowError::Stream(crate::missing::describe(&e)))?;
         let deliver_policy = if from <= 1 {
             consumer::DeliverPolicy::All
         } else {
@@ -332,7 +332,7 @@ impl Follower {
         let created_ns = stream
             .info()
             .await
-            .map_err(|e| FollowError::Stream(e.to_string()))?
+            .map_err(|e| FollowError::Stream(crate::missing::describe(&e)))?
             .created
             .unix_timestamp_nanos();
         let messages = consumer

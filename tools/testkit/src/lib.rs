@@ -138,6 +138,8 @@ pub struct NatsServer {
     config: Option<PathBuf>,
     /// More flags (a cluster member's name, cluster port and routes).
     extra: Vec<String>,
+    /// Whether JetStream is on (`-js`); off only to test what operators see on such a server.
+    jetstream: bool,
 }
 
 /// How long a server may take to accept connections.
@@ -175,7 +177,26 @@ impl NatsServer {
         Self::start_inner(Some(config), free_port()?, Vec::new())
     }
 
+    /// A server with JetStream off, as an operator may start one by mistake: for the errors
+    /// that must say so.
+    pub fn start_without_jetstream() -> Result<Self, HarnessError> {
+        let mut server = Self::unstarted(None, free_port()?, Vec::new())?;
+        server.jetstream = false;
+        server.spawn()?;
+        Ok(server)
+    }
+
     fn start_inner(
+        config: Option<&str>,
+        port: u16,
+        extra: Vec<String>,
+    ) -> Result<Self, HarnessError> {
+        let mut server = Self::unstarted(config, port, extra)?;
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn unstarted(
         config: Option<&str>,
         port: u16,
         extra: Vec<String>,
@@ -193,7 +214,7 @@ impl NatsServer {
             }
             None => None,
         };
-        let mut server = Self {
+        Ok(Self {
             child: None,
             binary,
             port,
@@ -201,9 +222,8 @@ impl NatsServer {
             log,
             config,
             extra,
-        };
-        server.spawn()?;
-        Ok(server)
+            jetstream: true,
+        })
     }
 
     fn spawn(&mut self) -> Result<(), HarnessError> {
@@ -212,15 +232,11 @@ impl NatsServer {
         if let Some(config) = &self.config {
             command.arg("-c").arg(config);
         }
+        if self.jetstream {
+            command.arg("-js");
+        }
         let child = command
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-js",
-                "-sd",
-            ])
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
             .arg(&store)
             .arg("-l")
             .arg(&self.log)

@@ -15,6 +15,7 @@ use fairshare_events::pb::event::Body;
 use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, pb, subjects};
 use fairshare_model::budget::BudgetTree;
+use fairshare_runtime::missing;
 use fairshare_runtime::nats::Identity;
 
 use anyhow::Context;
@@ -132,14 +133,24 @@ pub async fn budget_in_force(
     cluster: &str,
 ) -> anyhow::Result<Option<(u64, pb::BudgetTreeSet)>> {
     use async_nats::jetstream::stream::LastRawMessageErrorKind;
-    let stream = conn.js.get_stream(EVENTS_STREAM).await?;
+    let unreadable = |e: &(dyn std::error::Error + 'static)| {
+        anyhow::anyhow!(
+            "cannot read the budget tree of cluster {cluster}: {}",
+            missing::describe(e)
+        )
+    };
+    let stream = conn
+        .js
+        .get_stream(EVENTS_STREAM)
+        .await
+        .map_err(|e| unreadable(&e))?;
     let message = match stream
         .get_last_raw_message_by_subject(&subjects::policy(cluster))
         .await
     {
         Ok(m) => m,
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
-        Err(e) => anyhow::bail!("cannot read the budget tree of cluster {cluster}: {e}"),
+        Err(e) => return Err(unreadable(&e)),
     };
     match codec::decode_log_entry(&message.subject, &message.payload)?.body {
         Some(Body::BudgetTreeSet(set)) => Ok(Some((message.sequence, set))),
