@@ -108,6 +108,16 @@ pub fn decode_explain_reply(bytes: &[u8]) -> Result<pb::ExplainReply, DecodeErro
     decode(bytes, "fairshare.v1.ExplainReply")
 }
 
+/// Decodes a queue listing request.
+pub fn decode_queue_request(bytes: &[u8]) -> Result<pb::QueueRequest, DecodeError> {
+    decode(bytes, "fairshare.v1.QueueRequest")
+}
+
+/// Decodes a queue listing reply.
+pub fn decode_queue_reply(bytes: &[u8]) -> Result<pb::QueueReply, DecodeError> {
+    decode(bytes, "fairshare.v1.QueueReply")
+}
+
 /// Every name [`event_kind`] gives a body, in schema order: what filters by kind may name.
 pub const EVENT_KINDS: [&str; 19] = [
     "job_submitted",

@@ -5,6 +5,7 @@
 //! fairshare.api.cancel                         request/reply: CancelRequest -> CancelReply
 //! fairshare.api.usage.<cluster>                request/reply: UsageQuery -> UsageReply
 //! fairshare.api.explain.<cluster>              request/reply: ExplainRequest -> ExplainReply
+//! fairshare.api.queue.<cluster>                request/reply: QueueRequest -> QueueReply
 //! fairshare.intake.<cluster>                   FAIRSHARE_INTAKE: SubmitRequest, durable intake
 //! fairshare.events.<cluster>.job.<job_id>.<kind>
 //!                                              FAIRSHARE_EVENTS: one job's events, by kind
@@ -40,6 +41,11 @@ pub fn usage_api(cluster: &str) -> String {
 /// Explain requests of one cluster (answered by its decision service).
 pub fn explain_api(cluster: &str) -> String {
     format!("fairshare.api.explain.{cluster}")
+}
+
+/// The decision service's queue listing for `cluster` (`QueueRequest` -> `QueueReply`).
+pub fn queue_api(cluster: &str) -> String {
+    format!("fairshare.api.queue.{cluster}")
 }
 
 /// Usage queries of every cluster: what an accounting instance serving all clusters listens on.

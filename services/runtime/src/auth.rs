@@ -28,7 +28,7 @@ pub enum Role {
     Submission,
     /// The accounting service: usage snapshots and usage queries.
     Accounting,
-    /// The decision service: placements and explain.
+    /// The decision service: placements, explain and the queue listing.
     Decision,
     /// The preemption service: orders, kills, requeues, drained nodes.
     Preemption,
@@ -99,6 +99,7 @@ impl Role {
                 subjects::CANCEL_API.to_owned(),
                 subjects::usage_api("*"),
                 subjects::explain_api("*"),
+                subjects::queue_api("*"),
                 format!("{INTAKE_PREFIX}.*"),
             ]);
             // Reading the log: an ordered consumer of its own on the events stream. It can
@@ -129,7 +130,7 @@ impl Role {
                 subjects::CANCEL_API.to_owned(),
             ]),
             Role::Accounting => out.push(subjects::USAGE_API_ALL.to_owned()),
-            Role::Decision => out.push(subjects::explain_api("*")),
+            Role::Decision => out.extend([subjects::explain_api("*"), subjects::queue_api("*")]),
             Role::Operator => out = vec![">".to_owned()],
             Role::Preemption | Role::Launcher => {}
         }

@@ -64,6 +64,10 @@ enum Command {
     Cancel(commands::submit::CancelArgs),
     /// Why a job waits (or where it runs).
     Explain(commands::explain::ExplainArgs),
+    /// A cluster's live jobs: waiting ones in the order the next decision cycle meets them,
+    /// with why each waits, then preempted ones waiting for their requeue, then placed and
+    /// running ones.
+    Queue(commands::queue::QueueArgs),
     /// Per allocation: share, window usage against allocated time and its ratio, the share of
     /// owed GPU time delivered, GPUs its allocated jobs run and wait for.
     Status(commands::status::StatusArgs),
@@ -154,6 +158,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Submit(args) => commands::submit::submit(args, &connect().await?).await,
         Command::Cancel(args) => commands::submit::cancel(args, &connect().await?).await,
         Command::Explain(args) => commands::explain::explain(args, &connect().await?).await,
+        Command::Queue(args) => commands::queue::queue(args, &connect().await?).await,
         Command::Status(args) => commands::status::status(args, &connect().await?).await,
         Command::Tail(args) => commands::tail::tail(args, &connect().await?).await,
         Command::Node(cmd) => commands::nodes::node(cmd, &connect().await?).await,

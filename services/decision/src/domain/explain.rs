@@ -169,7 +169,7 @@ pub fn explain(
 /// floor on, those below their floor first, then the rest, each group by window usage (the
 /// order [`crate::domain::rank::FairTree::next_pending_leaf`] walks); without it, by window
 /// usage alone.
-fn serving_order(tree: &BudgetTree, fair: &FairTree<'_>) -> Vec<String> {
+pub(crate) fn serving_order(tree: &BudgetTree, fair: &FairTree<'_>) -> Vec<String> {
     let by_window = fair.leaf_order();
     let (below, rest): (Vec<_>, Vec<_>) = by_window
         .into_iter()
@@ -182,7 +182,7 @@ fn serving_order(tree: &BudgetTree, fair: &FairTree<'_>) -> Vec<String> {
 }
 
 /// `(node, GPUs)` pairs as the wire lists them.
-fn node_gpus(nodes: &[(std::sync::Arc<str>, u32)]) -> Vec<pb::NodeGpus> {
+pub(crate) fn node_gpus(nodes: &[(std::sync::Arc<str>, u32)]) -> Vec<pb::NodeGpus> {
     nodes
         .iter()
         .map(|(node, gpus)| pb::NodeGpus {

@@ -23,6 +23,8 @@
 //!    (placements, reservation, a reason for every waiting job), which
 //!    [`Decision::events`] turns into `JobPlaced` events with their [`DecisionBasis`]
 //!    (`fairshare_events::pb::DecisionBasis`).
+//! 7. For people: [`explain()`] (why one job waits) and [`listing()`] (the live jobs in the
+//!    order the next cycle meets them), each deciding afresh when asked.
 //!
 //! [`DecisionBasis`]: fairshare_events::pb::DecisionBasis
 
@@ -34,6 +36,7 @@ mod flat;
 mod flight;
 pub mod hourly;
 mod join;
+pub mod listing;
 pub mod nodes;
 mod persist;
 pub mod place;
@@ -48,6 +51,7 @@ mod tests;
 
 pub use decide::{Decision, NodeGpus, Placement, WaitReason, Waiting, decide, decide_placements};
 pub use explain::explain;
+pub use listing::listing;
 pub use rank::{FairTree, LeafUsage, cmp_ratio, fair_tree_order};
 pub use reserve::Reservation;
 pub use state::{DecisionState, Ignored};

@@ -172,8 +172,8 @@ pub enum ServiceError {
     /// The log follower stopped (connection closed).
     #[error("the log follower stopped: {0}")]
     FollowerStopped(String),
-    /// The explain API could not be subscribed.
-    #[error("cannot subscribe to explain requests: {0}")]
+    /// The explain or queue API could not be subscribed.
+    #[error("cannot subscribe to explain and queue requests: {0}")]
     Subscribe(String),
     /// The checkpoint store could not be opened (e.g. another instance holds it).
     #[error(transparent)]
@@ -183,10 +183,11 @@ pub enum ServiceError {
 /// A started service: its fold is at the log's end as of start-up.
 pub struct Service {
     config: Config,
-    /// For explain replies.
+    /// For explain and queue replies.
     client: async_nats::Client,
-    /// `fairshare.api.explain.<cluster>` requests.
-    explain_requests: async_nats::Subscriber,
+    /// `fairshare.api.explain.<cluster>` and `fairshare.api.queue.<cluster>` requests, as one
+    /// stream: both are answered the same way, by deciding afresh on the current state.
+    explain_requests: futures::stream::Select<async_nats::Subscriber, async_nats::Subscriber>,
     js: jetstream::Context,
     events: jetstream::stream::Stream,
     follower: Follower,
@@ -267,10 +268,15 @@ impl Service {
             "log folded; deciding"
         );
         let next_cycle = fold.last_cycle().saturating_add(1);
-        let explain_requests = client
+        let explain = client
             .subscribe(subjects::explain_api(&config.cluster))
             .await
             .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
+        let queue = client
+            .subscribe(subjects::queue_api(&config.cluster))
+            .await
+            .map_err(|e| ServiceError::Subscribe(e.to_string()))?;
+        let explain_requests = futures::stream::select(explain, queue);
         // Served from here on: a caller that sees `start` return may ask at once.
         fairshare_runtime::log::settle_subscriptions(&client)
             .await
@@ -505,13 +511,17 @@ impl Service {
         }
     }
 
-    /// The reply to one explain request, from the current state (`None`: nobody to reply to).
+    /// The reply to one explain or queue request, from the current state (`None`: nobody to
+    /// reply to).
     fn explain_reply(
         &self,
         message: &async_nats::Message,
     ) -> Option<(async_nats::Subject, bytes::Bytes)> {
         use fairshare_events::{codec, pb};
         let reply_to = message.reply.clone()?;
+        if *message.subject == *subjects::queue_api(&self.config.cluster) {
+            return Some((reply_to, codec::encode(&self.queue_reply(&message.payload))));
+        }
         let result = match codec::decode_explain_request(&message.payload) {
             Ok(request) => {
                 crate::domain::explain(self.fold.state(), &request.job_id, self.clock.now_ms())
@@ -528,6 +538,24 @@ impl Service {
             }),
         };
         Some((reply_to, codec::encode(&reply)))
+    }
+
+    /// The reply to one queue listing request, from the current state.
+    fn queue_reply(&self, payload: &[u8]) -> fairshare_events::pb::QueueReply {
+        use fairshare_events::{codec, pb};
+        let result = match codec::decode_queue_request(payload) {
+            Ok(request) => crate::domain::listing(self.fold.state(), &request, self.clock.now_ms()),
+            Err(e) => Err(pb::Rejection {
+                code: pb::RejectionCode::Malformed as i32,
+                message: e.to_string(),
+            }),
+        };
+        pb::QueueReply {
+            result: Some(match result {
+                Ok(listing) => pb::queue_reply::Result::Listing(listing),
+                Err(r) => pb::queue_reply::Result::Rejected(r),
+            }),
+        }
     }
 
     /// Runs one cycle: what became of its placements, and how long deciding took (without

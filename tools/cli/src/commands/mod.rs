@@ -5,6 +5,7 @@ pub mod definitions;
 pub mod explain;
 pub mod nodes;
 pub mod policy;
+pub mod queue;
 pub mod simulate;
 pub mod status;
 pub mod submit;

@@ -3,6 +3,7 @@
 
 mod decide;
 mod hourly;
+mod listing;
 mod promise;
 mod props;
 mod rank;

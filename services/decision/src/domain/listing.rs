@@ -1,0 +1,163 @@
+//! The cluster's live jobs, in the order the next cycle would meet them: the pure answer behind
+//! `fairshare.api.queue.<cluster>` (`fairshare queue`).
+//!
+//! Like [`explain()`](super::explain()), the listing re-runs the pure `decide` on the service's
+//! current state at the current time, so a waiting job's reason is the one the next cycle
+//! would give, and nothing is kept between questions. Where `explain` answers for one job a
+//! researcher already knows, the listing is how they find it, and how an operator sees what
+//! waits behind what.
+
+use fairshare_events::pb;
+
+use super::decide::decide;
+use super::explain::{node_gpus, serving_order};
+use super::rank;
+use super::state::{DecisionState, Job, JobStatus};
+
+/// The most jobs one reply lists: about 300 bytes each with its reason, well under NATS's
+/// default 1 MiB payload limit.
+pub const MAX_LISTED: usize = 2_000;
+
+/// Whether `allocation` is `filter` or lies under it (`research/vision` takes
+/// `research/vision/video`, not `research/visionary`); an empty filter takes everything.
+fn under(allocation: &str, filter: &str) -> bool {
+    filter.is_empty()
+        || allocation
+            .strip_prefix(filter)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// The live jobs of `state` at `now_ms` that `request` asks for: queued jobs the next cycle
+/// would place, then those it leaves waiting, in the order it meets them, then preempted jobs
+/// waiting for their requeue, then placed and running jobs, longest running first. A filter
+/// that names no account of the budget tree and no live job's allocation is refused, so a typo
+/// is not read as an empty queue.
+pub fn listing(
+    state: &DecisionState,
+    request: &pb::QueueRequest,
+    now_ms: i64,
+) -> Result<pb::QueueListing, pb::Rejection> {
+    let filter = request.allocation.trim_end_matches('/');
+    let known = filter.is_empty()
+        || state
+            .budget_tree()
+            .is_some_and(|t| t.accounts.iter().any(|a| under(&a.path, filter)))
+        || state.jobs.values().any(|j| under(&j.allocation, filter));
+    if !known {
+        return Err(pb::Rejection {
+            code: pb::RejectionCode::UnknownAllocation as i32,
+            message: format!(
+                "no account {filter:?} in cluster {:?}'s budget tree, and no live job of an \
+                 allocation under it",
+                state.cluster()
+            ),
+        });
+    }
+    let limit = match usize::try_from(request.limit) {
+        Ok(0) | Err(_) => MAX_LISTED,
+        Ok(n) => n.min(MAX_LISTED),
+    };
+    let decision = decide(state, now_ms);
+    let order = state
+        .budget_tree()
+        .map(|tree| serving_order(tree, &rank::ranking(state, tree, now_ms)))
+        .unwrap_or_default();
+    let rank_of = |job: &Job| {
+        if job.request.is_unallocated() {
+            return 0;
+        }
+        order
+            .iter()
+            .position(|a| **a == *job.allocation)
+            .map_or(0, |p| u32::try_from(p + 1).unwrap_or(u32::MAX))
+    };
+    let entry = |id: &str, job: &Job| pb::QueueEntry {
+        job_id: id.to_owned(),
+        allocation: job.allocation.to_string(),
+        gpus: job.request.shape.total_gpus(),
+        submitted_at_ms: job.submitted_ms,
+        allocation_rank: rank_of(job),
+        unallocated: job.request.is_unallocated(),
+        ..Default::default()
+    };
+    let wanted = |id: &str| {
+        state
+            .job_entry(id)
+            .filter(|(_, job)| under(&job.allocation, filter))
+    };
+
+    let mut jobs: Vec<pb::QueueEntry> = Vec::new();
+    for p in &decision.placements {
+        if let Some((id, job)) = wanted(p.job_id) {
+            jobs.push(pb::QueueEntry {
+                status: "queued".into(),
+                reason_code: "placed_next_cycle".into(),
+                reason: "GPUs are free for it: the next decision cycle starts it".into(),
+                ..entry(id, job)
+            });
+        }
+    }
+    for w in &decision.waiting {
+        if let Some((id, job)) = wanted(w.job_id) {
+            jobs.push(pb::QueueEntry {
+                status: "queued".into(),
+                reason_code: w.reason.code().into(),
+                reason: w.reason.to_string(),
+                ..entry(id, job)
+            });
+        }
+    }
+    let mut preempted = Vec::new();
+    let mut placed = Vec::new();
+    for (id, job) in &state.jobs {
+        if !under(&job.allocation, filter) {
+            continue;
+        }
+        match &job.status {
+            JobStatus::Queued => {}
+            JobStatus::Preempted => preempted.push((&**id, job)),
+            JobStatus::Placed(p) => placed.push((p.start_ms, &**id, job, p)),
+        }
+    }
+    // Preempted jobs by when they were ordered off, earliest first (the order their requeues
+    // are due in); placed ones by how long they have held their GPUs.
+    preempted.sort_by_key(|(id, job)| (job.last_order.as_ref().map(|o| o.ordered_at_ms), *id));
+    for (id, job) in preempted {
+        let reason = match &job.last_order {
+            Some(order) => format!("preempted ({}); waiting for its requeue", order.reason),
+            None => "preempted; waiting for its requeue".into(),
+        };
+        jobs.push(pb::QueueEntry {
+            status: "preempted".into(),
+            reason_code: "awaiting_requeue".into(),
+            reason,
+            ..entry(id, job)
+        });
+    }
+    placed.sort_by_key(|(start, id, _, _)| (*start, *id));
+    for (start, id, job, p) in placed {
+        let ordered = job
+            .last_order
+            .as_ref()
+            .filter(|_| p.preempt_deadline_ms.is_some());
+        jobs.push(pb::QueueEntry {
+            status: if p.started { "running" } else { "placed" }.into(),
+            since_ms: start,
+            reason_code: if ordered.is_some() { "ordered_off" } else { "" }.into(),
+            reason: ordered.map_or_else(String::new, |o| format!("ordered off: {}", o.reason)),
+            nodes: node_gpus(&p.nodes),
+            ..entry(id, job)
+        });
+    }
+    let matched = u32::try_from(jobs.len()).unwrap_or(u32::MAX);
+    jobs.truncate(limit);
+    Ok(pb::QueueListing {
+        basis: Some(pb::DecisionBasis {
+            through_sequence: decision.through_sequence,
+            computed_at_ms: decision.computed_at_ms,
+            cycle: 0,
+        }),
+        jobs,
+        matched,
+    })
+}

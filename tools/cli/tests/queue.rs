@@ -1,0 +1,128 @@
+//! `fairshare queue` against a real nats-server and the decision service: the job that waits
+//! is listed first with why, then the placed ones; a filter takes an account's jobs, and a
+//! filter naming no account is refused (exit 1) rather than shown as an empty queue.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::Output;
+use std::time::Duration;
+
+use fairshare_decision::shell as decision;
+use fairshare_e2e::{CLUSTER, Stack, accepted, request};
+
+async fn queue(stack: &Stack, extra: &[&str]) -> Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+    command
+        .args([
+            "queue",
+            "--cluster",
+            CLUSTER,
+            "--nats-url",
+            &stack.server.url(),
+        ])
+        .args(extra);
+    tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn the_waiting_job_is_listed_first_with_why_then_the_placed_ones() {
+    let mut stack = Stack::start().await.unwrap();
+    stack.start_submission(Default::default()).await.unwrap();
+    // Five 8-GPU jobs on 4 x 8 GPUs, queued before the decision service starts: one waits.
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let mut r = request(&format!("full-{i}"));
+        r.spec.as_mut().unwrap().gpus = 8;
+        r.spec.as_mut().unwrap().allocation =
+            if i < 4 { "research/vision" } else { "infra" }.into();
+        let reply = stack.submit(&r).await.unwrap();
+        ids.push(accepted(&reply).unwrap().job_id.clone());
+    }
+    let service = stack
+        .start_decision(decision::Config::new(CLUSTER))
+        .await
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(service.serve(async {
+        let _ = stopped.await;
+    }));
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let listed = queue(&stack, &["--why"]).await;
+        let text = stdout(&listed);
+        let placed = text
+            .lines()
+            .filter(|l| l.contains(" placed ") && !l.starts_with("for:"));
+        if listed.status.success() && placed.count() == 4 {
+            break text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "four jobs were not listed as placed: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with(&format!("cluster {CLUSTER}: 5 live jobs")),
+        "{text}"
+    );
+    // The one left waiting (a vision job: infra's outranks vision's fourth), then its reason
+    // in words, then the four placed.
+    let waiting = lines[2];
+    assert!(
+        waiting.contains("research/vision") && waiting.contains(" queued "),
+        "{text}"
+    );
+    assert!(waiting.ends_with("reservation_pending"), "{text}");
+    assert!(
+        lines[3].starts_with("    "),
+        "--why gives the sentence: {text}"
+    );
+    let placed: Vec<&str> = lines[4..8].to_vec();
+    assert!(placed.iter().all(|l| l.contains(" placed ")), "{text}");
+    for id in &ids {
+        assert_eq!(text.matches(id.as_str()).count(), 1, "{id} once: {text}");
+    }
+
+    // One account's jobs only.
+    let infra = stdout(&queue(&stack, &["--allocation", "infra"]).await);
+    assert!(
+        infra.starts_with(&format!("cluster {CLUSTER}: 1 live job ")),
+        "{infra}"
+    );
+    assert!(infra.contains(&ids[4]), "{infra}");
+    // A limit says how many it left out.
+    let two = stdout(&queue(&stack, &["--limit", "2"]).await);
+    assert!(two.contains("2 of 5 live jobs shown"), "{two}");
+    // A typo is refused by name, not shown as an empty queue.
+    let typo = queue(&stack, &["--allocation", "research/visio"]).await;
+    assert_eq!(typo.status.code(), Some(1), "{typo:?}");
+    let err = String::from_utf8_lossy(&typo.stderr);
+    assert!(err.contains("no account \"research/visio\""), "{err}");
+
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
+
+/// Nobody answers for a cluster without a decision service: the CLI says which service is
+/// missing.
+#[tokio::test]
+async fn without_a_decision_service_the_listing_names_what_is_missing() {
+    let stack = Stack::start().await.unwrap();
+    let listed = queue(&stack, &[]).await;
+    assert_eq!(listed.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&listed.stderr);
+    assert!(
+        err.contains(&format!("the decision service of cluster {CLUSTER}")),
+        "{err}"
+    );
+}
