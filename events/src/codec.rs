@@ -40,6 +40,11 @@ pub fn encode<M: Message>(message: &M) -> bytes::Bytes {
     bytes::Bytes::from(message.encode_to_vec())
 }
 
+/// How many bytes [`encode`] makes of `message`, without making them.
+pub fn encoded_len<M: Message>(message: &M) -> usize {
+    message.encoded_len()
+}
+
 fn decode<M: Message + Default>(bytes: &[u8], expected: &'static str) -> Result<M, DecodeError> {
     if bytes.is_empty() {
         return Err(DecodeError::Empty { expected });

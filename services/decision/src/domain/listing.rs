@@ -7,7 +7,7 @@
 //! researcher already knows, the listing is how they find it, and how an operator sees what
 //! waits behind what.
 
-use fairshare_events::pb;
+use fairshare_events::{codec, pb};
 
 use super::decide::decide;
 use super::explain::{node_gpus, serving_order};
@@ -160,4 +160,25 @@ pub fn listing(
         jobs,
         matched,
     })
+}
+
+/// Drops jobs from the end of `reply`'s listing until the encoded reply takes at most
+/// `max_bytes` (a server configured with a payload limit below the default would otherwise
+/// refuse the reply, and the asker would see only a timeout); returns how many went.
+/// `matched` still counts them, so the asker sees the list was cut.
+pub fn fit_reply(reply: &mut pb::QueueReply, max_bytes: usize) -> usize {
+    let mut cut = 0;
+    while codec::encoded_len(&*reply) > max_bytes {
+        let Some(pb::queue_reply::Result::Listing(listing)) = reply.result.as_mut() else {
+            break;
+        };
+        if listing.jobs.is_empty() {
+            break;
+        }
+        // An eighth at a time: a few passes over the list, not one per job.
+        let drop = listing.jobs.len().div_ceil(8);
+        listing.jobs.truncate(listing.jobs.len() - drop);
+        cut += drop;
+    }
+    cut
 }

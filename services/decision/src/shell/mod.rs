@@ -550,12 +550,19 @@ impl Service {
                 message: e.to_string(),
             }),
         };
-        pb::QueueReply {
+        let mut reply = pb::QueueReply {
             result: Some(match result {
                 Ok(listing) => pb::queue_reply::Result::Listing(listing),
                 Err(r) => pb::queue_reply::Result::Rejected(r),
             }),
+        };
+        // Room for the reply's own framing beside the listing.
+        let max = self.client.server_info().max_payload.saturating_sub(64);
+        let cut = crate::domain::listing::fit_reply(&mut reply, max);
+        if cut > 0 {
+            tracing::info!(cut, max, "queue listing cut to the server's payload limit");
         }
+        reply
     }
 
     /// Runs one cycle: what became of its placements, and how long deciding took (without

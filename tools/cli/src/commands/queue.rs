@@ -78,7 +78,7 @@ fn render(cluster: &str, listing: &pb::QueueListing, why: bool) -> String {
         if shown as u64 == u64::from(listing.matched) {
             count(shown as u64, "live job")
         } else {
-            format!("{shown} of {} live jobs shown (--limit)", listing.matched)
+            format!("{shown} of {} live jobs shown", listing.matched)
         },
         format_ms(now),
         basis.through_sequence,

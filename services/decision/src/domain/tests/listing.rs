@@ -5,6 +5,7 @@ use fairshare_events::pb::{self, event::Body};
 
 use super::support::{H, HOUR, acc, leaf};
 use crate::domain::listing;
+use crate::domain::listing::fit_reply;
 
 const NOW: i64 = 100 * HOUR;
 
@@ -164,4 +165,33 @@ fn asking_changes_nothing() {
     let first = ask(&h, "", 0).unwrap();
     assert_eq!(h.state, before);
     assert_eq!(ask(&h, "", 0).unwrap(), first);
+}
+
+#[test]
+fn a_reply_over_the_payload_limit_loses_jobs_from_the_end_only() {
+    let h = cluster();
+    let whole = ask(&h, "", 0).unwrap();
+    let reply = |l: &pb::QueueListing| pb::QueueReply {
+        result: Some(pb::queue_reply::Result::Listing(l.clone())),
+    };
+    let size = fairshare_events::codec::encoded_len(&reply(&whole));
+    // Room enough: nothing goes.
+    let mut fits = reply(&whole);
+    assert_eq!(fit_reply(&mut fits, size), 0);
+    assert_eq!(fits, reply(&whole));
+    // One byte short: the last job goes, the first ones stay as they were, `matched` says
+    // how many there were.
+    let mut cut = reply(&whole);
+    assert_eq!(fit_reply(&mut cut, size - 1), 1);
+    let Some(pb::queue_reply::Result::Listing(l)) = cut.result else {
+        panic!("a listing")
+    };
+    assert_eq!(l.jobs[..], whole.jobs[..whole.jobs.len() - 1]);
+    assert_eq!(l.matched, whole.matched);
+    assert!(fairshare_events::codec::encoded_len(&l) < size);
+    // A rejection is left alone.
+    let mut refused = pb::QueueReply {
+        result: Some(pb::queue_reply::Result::Rejected(pb::Rejection::default())),
+    };
+    assert_eq!(fit_reply(&mut refused, 0), 0);
 }
