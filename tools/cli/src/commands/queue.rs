@@ -86,8 +86,16 @@ fn render(cluster: &str, listing: &pb::QueueListing, why: bool) -> String {
     if listing.jobs.is_empty() {
         return out;
     }
+    // As wide as the longest path listed: budget trees nest up to six levels.
+    let width = listing
+        .jobs
+        .iter()
+        .map(|j| super::printable(&j.allocation).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("allocation".len());
     out.push_str(&format!(
-        "{:<36}  {:<32} {:<9} {:>5} {:>9}  {:>4}  {}\n",
+        "{:<36}  {:<width$} {:<9} {:>5} {:>9}  {:>4}  {}\n",
         "job", "allocation", "status", "GPUs", "for", "rank", "reason"
     ));
     for j in &listing.jobs {
@@ -121,7 +129,7 @@ fn render(cluster: &str, listing: &pb::QueueListing, why: bool) -> String {
                 .join(",");
         }
         out.push_str(&format!(
-            "{:<36}  {:<32} {:<9} {:>5} {:>9}  {:>4}  {}\n",
+            "{:<36}  {:<width$} {:<9} {:>5} {:>9}  {:>4}  {}\n",
             j.job_id,
             super::printable(&j.allocation),
             j.status,
@@ -139,11 +147,13 @@ fn render(cluster: &str, listing: &pb::QueueListing, why: bool) -> String {
 }
 
 /// What the columns mean, printed under the table.
-const QUEUE_LEGEND: &str = "for: how long a queued or preempted job has waited since it was \
-submitted, or a placed or running job has held its GPUs; rank: its allocation's place in the \
-order the cycle serves allocations (-: unallocated work, which takes what allocated work \
-leaves; ?: an allocation not in the budget tree); reason: why it waits (`fairshare explain \
-JOB` says it in words, or --why), or where it runs\n";
+const QUEUE_LEGEND: &str = "\
+for: how long a queued or preempted job has waited since it was submitted, or a placed or
+  running job has held its GPUs; rank: its allocation's place in the order the cycle serves
+  allocations (-: unallocated work, which takes what allocated work leaves; ?: an allocation
+  not in the budget tree); reason: why it waits (in words: --why, or `fairshare explain JOB`),
+  or where it runs
+";
 
 #[cfg(test)]
 mod tests {
@@ -184,6 +194,7 @@ mod tests {
             gpus: 8,
         }];
         let mut scavenger = entry("c", "queued");
+        scavenger.allocation = "research/language/pretraining/core".into();
         scavenger.unallocated = true;
         scavenger.allocation_rank = 0;
         scavenger.reason_code = "too_large_for_free_nodes".into();
@@ -214,6 +225,12 @@ mod tests {
             lines[5].ends_with("-  too_large_for_free_nodes (unallocated)"),
             "{text}"
         );
+        // The columns line up, however long the paths: each status starts where the header's
+        // does.
+        let column = lines[1].find("status").unwrap();
+        for row in [2, 4, 5] {
+            assert!(lines[row][column..].starts_with(['q', 'r']), "{text}");
+        }
         // Without --why, no sentence lines.
         assert_eq!(
             render("demo", &listing, false).lines().count(),
