@@ -100,6 +100,12 @@ async fn the_waiting_job_is_listed_first_with_why_then_the_placed_ones() {
         "{infra}"
     );
     assert!(infra.contains(&ids[4]), "{infra}");
+    // For programs: the schema's listing as JSON.
+    let json = queue(&stack, &["--json", "--allocation", "infra"]).await;
+    let listing: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(listing["matched"], 1, "{listing}");
+    assert_eq!(listing["jobs"][0]["job_id"], ids[4].as_str(), "{listing}");
+    assert_eq!(listing["jobs"][0]["status"], "placed", "{listing}");
     // A limit says how many it left out.
     let two = stdout(&queue(&stack, &["--limit", "2"]).await);
     assert!(two.contains("2 of 5 live jobs shown"), "{two}");

@@ -123,3 +123,38 @@ fn a_cluster_with_no_events_is_said_to_have_none() {
         "{said}"
     );
 }
+
+/// `--job` takes that job's events only, in any cluster or in the one named; an id with no
+/// events is said to have none, and something that is no subject token is refused before
+/// anything is read (it would filter other subjects).
+#[test]
+fn a_job_is_followed_by_its_id_alone() {
+    let server = server();
+    let job = tail(&server, &["--job", "j1"]);
+    assert_eq!(job.len(), 3, "{job:?}");
+    assert!(job.iter().all(|l| l.contains(".job.j1.")), "{job:?}");
+    let in_cluster = tail(&server, &["--job", "j1", "--cluster", CLUSTER]);
+    assert_eq!(in_cluster, job);
+    assert!(tail(&server, &["--job", "j1", "--cluster", "c2"]).is_empty());
+
+    let out = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["tail", "--no-follow", "--nats-url", &server.url()])
+        .args(["--job", "j2"])
+        .env_remove("FAIRSHARE_CLUSTER")
+        .output()
+        .unwrap();
+    assert!(out.status.success() && out.stdout.is_empty());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("no events of job \"j2\""), "{said}");
+
+    for bad in ["j1.*", ">", "a b"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+            .args(["tail", "--no-follow", "--nats-url", &server.url()])
+            .args(["--job", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("is not a job id"), "{bad}: {said}");
+    }
+}

@@ -27,6 +27,10 @@ pub struct QueueArgs {
     /// Under each job, its reason in words (as `fairshare explain` gives it).
     #[arg(long)]
     why: bool,
+    /// The listing as one JSON object (`QueueListing` of the schema: basis, jobs, matched)
+    /// instead of a table, for programs.
+    #[arg(long, conflicts_with = "why")]
+    json: bool,
 }
 
 /// Prints the listing.
@@ -48,7 +52,11 @@ pub async fn queue(args: QueueArgs, conn: &Connection) -> anyhow::Result<()> {
         Some(queue_reply::Result::Rejected(r)) => bail!("refused: {}", r.message),
         None => bail!("empty reply from the decision service"),
     };
-    fairshare_runtime::out!("{}", render(&args.cluster, &listing, args.why));
+    if args.json {
+        fairshare_runtime::outln!("{}", serde_json::to_string(&listing)?);
+    } else {
+        fairshare_runtime::out!("{}", render(&args.cluster, &listing, args.why));
+    }
     Ok(())
 }
 

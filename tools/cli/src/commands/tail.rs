@@ -17,6 +17,10 @@ pub struct TailArgs {
     /// or sit on a subject their event does not belong to (the services fold both as empty).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(fairshare_events::codec::EVENT_KINDS.iter().chain(&[UNKNOWN, UNUSABLE])))]
     kind: Vec<String>,
+    /// Only this job's events (its id as `submit` or `fairshare queue` printed it): how a
+    /// researcher follows one job from submission to its end.
+    #[arg(long, value_parser = job_token)]
+    job: Option<String>,
     /// Start at this stream sequence (default: the beginning).
     #[arg(long, default_value_t = 1)]
     from: u64,
@@ -26,6 +30,19 @@ pub struct TailArgs {
     /// One JSON object per line instead of human lines.
     #[arg(long)]
     json: bool,
+}
+
+/// A `--job` value: a job id as the services write it ([`super::job_id`]), which must be one
+/// subject token (no '.', wildcard or space), or the filter would take other subjects.
+fn job_token(id: &str) -> Result<String, String> {
+    let id = super::job_id(id)?;
+    if subjects::is_valid_token(&id) {
+        Ok(id)
+    } else {
+        Err(format!(
+            "{id:?} is not a job id: job ids are UUIDs (letters, digits and '-')"
+        ))
+    }
 }
 
 /// The kind of an entry whose event is of a kind newer than this build, or has no body.
@@ -38,14 +55,25 @@ const TIME_WIDTH: usize = "2026-01-01T00:00:00.000Z".len();
 
 /// Prints events until interrupted (or, with --no-follow, until caught up).
 pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
-    let filter = match &args.cluster {
-        Some(c) => subjects::cluster_events(c),
-        None => format!("{}.>", subjects::EVENTS_PREFIX),
+    let filter = match (&args.cluster, &args.job) {
+        (Some(c), Some(job)) => subjects::job(c, job),
+        (None, Some(job)) => subjects::job_in_any_cluster(job),
+        (Some(c), None) => subjects::cluster_events(c),
+        (None, None) => format!("{}.>", subjects::EVENTS_PREFIX),
     };
     let mut follower = Follower::start(&conn.js, args.from, vec![filter]).await?;
     if args.no_follow && follower.pending_at_start == 0 {
         // Said on stderr, so a pipe reading the events still gets none.
         match &args.cluster {
+            _ if args.job.is_some() => eprintln!(
+                "no events of job {:?}{} in the log from sequence {} (is the id right?)",
+                args.job.as_deref().unwrap_or_default(),
+                args.cluster
+                    .as_ref()
+                    .map(|c| format!(" in cluster {c:?}"))
+                    .unwrap_or_default(),
+                args.from
+            ),
             Some(c) if args.from <= 1 => {
                 eprintln!("no events of cluster {c:?} in the log (is the name right?)")
             }
