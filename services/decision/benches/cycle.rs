@@ -369,6 +369,27 @@ fn run(label: &str, nodes: usize, queued: usize, iterations: usize) -> Figures {
         iterations,
         median.as_secs_f64() * 1e9 / queued as f64
     );
+    // What `fairshare queue` costs the service: a whole decide, the listing, its encoding.
+    let request = fairshare_events::pb::QueueRequest::default();
+    let mut listing_times: Vec<Duration> = (0..iterations.min(40))
+        .map(|_| {
+            let t = Instant::now();
+            let listed = fairshare_decision::domain::listing(black_box(&state), &request, NOW);
+            let bytes = listed.map(|l| fairshare_events::codec::encode(&l).len());
+            black_box(bytes.ok());
+            t.elapsed()
+        })
+        .collect();
+    listing_times.sort_unstable();
+    let (matched, bytes) = fairshare_decision::domain::listing(&state, &request, NOW)
+        .map_or((0, 0), |l| {
+            (l.matched, fairshare_events::codec::encode(&l).len())
+        });
+    println!(
+        "  queue listing (first 2,000 of {matched} live jobs, {} KiB encoded): median {:.3} ms",
+        bytes / 1024,
+        listing_times[listing_times.len() / 2].as_secs_f64() * 1e3
+    );
     Figures { median, p99 }
 }
 

@@ -7,16 +7,31 @@
 //! researcher already knows, the listing is how they find it, and how an operator sees what
 //! waits behind what.
 
+use std::collections::HashMap;
+
 use fairshare_events::{codec, pb};
 
+use super::decide::Waiting;
 use super::decide::decide;
 use super::explain::{node_gpus, serving_order};
 use super::rank;
-use super::state::{DecisionState, Job, JobStatus};
+use super::state::{DecisionState, Job, JobStatus, Placed};
 
 /// The most jobs one reply lists: about 300 bytes each with its reason, well under NATS's
 /// default 1 MiB payload limit.
 pub const MAX_LISTED: usize = 2_000;
+
+/// One job of the listing before it is written out.
+enum Row<'d, 's> {
+    /// Queued; the next cycle places it.
+    Next(&'s str),
+    /// Queued, and left waiting by the next cycle, for its reason.
+    Waiting(&'d Waiting<'s>),
+    /// Stopped by a preemption, waiting for its requeue.
+    Preempted(&'s str, &'s Job),
+    /// Placed or running.
+    Placed(&'s str, &'s Job, &'s Placed),
+}
 
 /// Whether `allocation` is `filter` or lies under it (`research/vision` takes
 /// `research/vision/video`, not `research/visionary`); an empty filter takes everything.
@@ -58,55 +73,20 @@ pub fn listing(
         Ok(n) => n.min(MAX_LISTED),
     };
     let decision = decide(state, now_ms);
-    let order = state
-        .budget_tree()
-        .map(|tree| serving_order(tree, &rank::ranking(state, tree, now_ms)))
-        .unwrap_or_default();
-    let rank_of = |job: &Job| {
-        if job.request.is_unallocated() {
-            return 0;
-        }
-        order
-            .iter()
-            .position(|a| **a == *job.allocation)
-            .map_or(0, |p| u32::try_from(p + 1).unwrap_or(u32::MAX))
-    };
-    let entry = |id: &str, job: &Job| pb::QueueEntry {
-        job_id: id.to_owned(),
-        allocation: job.allocation.to_string(),
-        gpus: job.request.shape.total_gpus(),
-        submitted_at_ms: job.submitted_ms,
-        allocation_rank: rank_of(job),
-        unallocated: job.request.is_unallocated(),
-        ..Default::default()
-    };
-    let wanted = |id: &str| {
-        state
-            .job_entry(id)
-            .filter(|(_, job)| under(&job.allocation, filter))
-    };
 
-    let mut jobs: Vec<pb::QueueEntry> = Vec::new();
-    for p in &decision.placements {
-        if let Some((id, job)) = wanted(p.job_id) {
-            jobs.push(pb::QueueEntry {
-                status: "queued".into(),
-                reason_code: "placed_next_cycle".into(),
-                reason: "GPUs are free for it: the next decision cycle starts it".into(),
-                ..entry(id, job)
-            });
-        }
-    }
-    for w in &decision.waiting {
-        if let Some((id, job)) = wanted(w.job_id) {
-            jobs.push(pb::QueueEntry {
-                status: "queued".into(),
-                reason_code: w.reason.code().into(),
-                reason: w.reason.to_string(),
-                ..entry(id, job)
-            });
-        }
-    }
+    // Every matching job in listing order, as references: a queue of 100,000 is walked once,
+    // and only the jobs listed are looked up, ranked and given their sentences.
+    let mut rows: Vec<Row<'_, '_>> = Vec::new();
+    rows.extend(
+        (decision.placements.iter())
+            .filter(|p| under(p.allocation, filter))
+            .map(|p| Row::Next(p.job_id)),
+    );
+    rows.extend(
+        (decision.waiting.iter())
+            .filter(|w| under(w.allocation, filter))
+            .map(Row::Waiting),
+    );
     let mut preempted = Vec::new();
     let mut placed = Vec::new();
     for (id, job) in &state.jobs {
@@ -116,41 +96,88 @@ pub fn listing(
         match &job.status {
             JobStatus::Queued => {}
             JobStatus::Preempted => preempted.push((&**id, job)),
-            JobStatus::Placed(p) => placed.push((p.start_ms, &**id, job, p)),
+            JobStatus::Placed(p) => placed.push((&**id, job, p)),
         }
     }
     // Preempted jobs by when they were ordered off, earliest first (the order their requeues
     // are due in); placed ones by how long they have held their GPUs.
     preempted.sort_by_key(|(id, job)| (job.last_order.as_ref().map(|o| o.ordered_at_ms), *id));
-    for (id, job) in preempted {
-        let reason = match &job.last_order {
-            Some(order) => format!("preempted ({}); waiting for its requeue", order.reason),
-            None => "preempted; waiting for its requeue".into(),
-        };
-        jobs.push(pb::QueueEntry {
-            status: "preempted".into(),
-            reason_code: "awaiting_requeue".into(),
-            reason,
-            ..entry(id, job)
-        });
-    }
-    placed.sort_by_key(|(start, id, _, _)| (*start, *id));
-    for (start, id, job, p) in placed {
-        let ordered = job
-            .last_order
-            .as_ref()
-            .filter(|_| p.preempt_deadline_ms.is_some());
-        jobs.push(pb::QueueEntry {
-            status: if p.started { "running" } else { "placed" }.into(),
-            since_ms: start,
-            reason_code: if ordered.is_some() { "ordered_off" } else { "" }.into(),
-            reason: ordered.map_or_else(String::new, |o| format!("ordered off: {}", o.reason)),
-            nodes: node_gpus(&p.nodes),
-            ..entry(id, job)
-        });
-    }
-    let matched = u32::try_from(jobs.len()).unwrap_or(u32::MAX);
-    jobs.truncate(limit);
+    placed.sort_by_key(|(id, _, p)| (p.start_ms, *id));
+    rows.extend(
+        preempted
+            .into_iter()
+            .map(|(id, job)| Row::Preempted(id, job)),
+    );
+    rows.extend(
+        placed
+            .into_iter()
+            .map(|(id, job, p)| Row::Placed(id, job, p)),
+    );
+    let matched = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+    rows.truncate(limit);
+
+    // The allocations' places in the serving order, looked up per listed job.
+    let ranks: HashMap<String, u32> = state
+        .budget_tree()
+        .map(|tree| serving_order(tree, &rank::ranking(state, tree, now_ms)))
+        .unwrap_or_default()
+        .into_iter()
+        .zip(1..)
+        .collect();
+    let entry = |id: &str, job: &Job| pb::QueueEntry {
+        job_id: id.to_owned(),
+        allocation: job.allocation.to_string(),
+        gpus: job.request.shape.total_gpus(),
+        submitted_at_ms: job.submitted_ms,
+        allocation_rank: if job.request.is_unallocated() {
+            0
+        } else {
+            ranks.get(&*job.allocation).copied().unwrap_or(0)
+        },
+        unallocated: job.request.is_unallocated(),
+        ..Default::default()
+    };
+    let jobs = rows
+        .into_iter()
+        .filter_map(|row| match row {
+            Row::Next(id) => state.job_entry(id).map(|(id, job)| pb::QueueEntry {
+                status: "queued".into(),
+                reason_code: "placed_next_cycle".into(),
+                reason: "GPUs are free for it: the next decision cycle starts it".into(),
+                ..entry(id, job)
+            }),
+            Row::Waiting(w) => state.job_entry(w.job_id).map(|(id, job)| pb::QueueEntry {
+                status: "queued".into(),
+                reason_code: w.reason.code().into(),
+                reason: w.reason.to_string(),
+                ..entry(id, job)
+            }),
+            Row::Preempted(id, job) => Some(pb::QueueEntry {
+                status: "preempted".into(),
+                reason_code: "awaiting_requeue".into(),
+                reason: match &job.last_order {
+                    Some(order) => format!("preempted ({}); waiting for its requeue", order.reason),
+                    None => "preempted; waiting for its requeue".into(),
+                },
+                ..entry(id, job)
+            }),
+            Row::Placed(id, job, p) => {
+                let ordered = job
+                    .last_order
+                    .as_ref()
+                    .filter(|_| p.preempt_deadline_ms.is_some());
+                Some(pb::QueueEntry {
+                    status: if p.started { "running" } else { "placed" }.into(),
+                    since_ms: p.start_ms,
+                    reason_code: if ordered.is_some() { "ordered_off" } else { "" }.into(),
+                    reason: ordered
+                        .map_or_else(String::new, |o| format!("ordered off: {}", o.reason)),
+                    nodes: node_gpus(&p.nodes),
+                    ..entry(id, job)
+                })
+            }
+        })
+        .collect();
     Ok(pb::QueueListing {
         basis: Some(pb::DecisionBasis {
             through_sequence: decision.through_sequence,
