@@ -137,6 +137,19 @@ impl Stack {
         )
     }
 
+    /// [`Stack::start_decision`], serving on a task until [`Serving::stop`].
+    pub async fn serve_decision(
+        &self,
+        config: fairshare_decision::shell::Config,
+    ) -> anyhow::Result<Serving> {
+        let service = self.start_decision(config).await?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(service.serve(async {
+            let _ = stopped.await;
+        }));
+        Ok(Serving { stop, task })
+    }
+
     /// Starts the accounting service (every cluster, checkpoint in `checkpoint_dir`) on its own
     /// connection and serves until the returned task is aborted or the runtime ends.
     pub async fn serve_accounting(
@@ -353,4 +366,23 @@ where
         let _ = stopped.await;
     })));
     (stop, task)
+}
+
+/// A decision service serving on its own task ([`Stack::serve_decision`]).
+pub struct Serving {
+    /// Ends the service's `serve` when sent (or dropped).
+    stop: oneshot::Sender<()>,
+    /// The task running `serve`.
+    task: JoinHandle<
+        Result<fairshare_decision::shell::LogFold, fairshare_decision::shell::ServiceError>,
+    >,
+}
+
+impl Serving {
+    /// Stops the service and waits for it: an error if it had failed.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.task.await??;
+        Ok(())
+    }
 }

@@ -57,13 +57,9 @@ async fn a_job_that_does_not_fit_is_told_why_and_placed_jobs_say_where() {
         );
     }
     let service = stack
-        .start_decision(decision::Config::new(CLUSTER))
+        .serve_decision(decision::Config::new(CLUSTER))
         .await
         .unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(service.serve(async {
-        let _ = stopped.await;
-    }));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     // The explain API answers once the service serves.
     let probe = codec::encode(&pb::ExplainRequest {
@@ -120,6 +116,5 @@ async fn a_job_that_does_not_fit_is_told_why_and_placed_jobs_say_where() {
         }
         other => panic!("expected a rejection, got {other:?}"),
     }
-    let _ = stop.send(());
-    task.await.unwrap().unwrap();
+    service.stop().await.unwrap();
 }

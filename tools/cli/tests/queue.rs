@@ -46,13 +46,9 @@ async fn the_waiting_job_is_listed_first_with_why_then_the_placed_ones() {
         ids.push(accepted(&reply).unwrap().job_id.clone());
     }
     let service = stack
-        .start_decision(decision::Config::new(CLUSTER))
+        .serve_decision(decision::Config::new(CLUSTER))
         .await
         .unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(service.serve(async {
-        let _ = stopped.await;
-    }));
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let text = loop {
@@ -115,8 +111,7 @@ async fn the_waiting_job_is_listed_first_with_why_then_the_placed_ones() {
     let err = String::from_utf8_lossy(&typo.stderr);
     assert!(err.contains("no account \"research/visio\""), "{err}");
 
-    let _ = stop.send(());
-    task.await.unwrap().unwrap();
+    service.stop().await.unwrap();
 }
 
 /// Nobody answers for a cluster without a decision service: the CLI says which service is
