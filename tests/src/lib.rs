@@ -137,6 +137,24 @@ impl Stack {
         )
     }
 
+    /// Submits five 8-GPU jobs, four of `research/vision` and then one of `infra`, and returns
+    /// their ids in that order. On the stack's 4 x 8 GPUs one has to wait (nothing ends them);
+    /// submitted before the decision service starts, they are ranked together in its first
+    /// cycle (a service already running decides each as it comes, the first ones onto free
+    /// GPUs whatever their rank), so infra's outranks vision's fourth.
+    pub async fn submit_one_too_many(&self) -> anyhow::Result<Vec<String>> {
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            let mut r = request(&format!("full-{i}"));
+            let spec = r.spec.get_or_insert_with(Default::default);
+            spec.gpus = 8;
+            spec.allocation = if i < 4 { "research/vision" } else { "infra" }.into();
+            let reply = self.submit(&r).await?;
+            ids.push(accepted(&reply)?.job_id.clone());
+        }
+        Ok(ids)
+    }
+
     /// [`Stack::start_decision`], serving on a task until [`Serving::stop`].
     pub async fn serve_decision(
         &self,

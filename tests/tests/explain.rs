@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use fairshare_decision::shell as decision;
-use fairshare_e2e::{CLUSTER, Stack, accepted, request};
+use fairshare_e2e::{CLUSTER, Stack};
 use fairshare_events::pb::{self, explain_reply};
 use fairshare_events::{codec, subjects};
 
@@ -36,26 +36,8 @@ async fn a_job_that_does_not_fit_is_told_why_and_placed_jobs_say_where() {
     let mut stack = Stack::start().await.unwrap();
     stack.start_submission(Default::default()).await.unwrap();
 
-    // Five 8-GPU jobs for a 4 x 8 cluster: one has to wait (no launcher ends anything). They
-    // are all queued before the decision service starts, so its first cycle ranks them
-    // together: a service already running decides each as it comes (the first ones onto free
-    // GPUs, whatever their rank).
-    let mut ids = Vec::new();
-    for i in 0..5 {
-        let mut r = request(&format!("full-{i}"));
-        r.spec.as_mut().unwrap().gpus = 8;
-        r.spec.as_mut().unwrap().allocation = if i < 4 {
-            "research/vision".into()
-        } else {
-            "infra".into()
-        };
-        ids.push(
-            accepted(&stack.submit(&r).await.unwrap())
-                .unwrap()
-                .job_id
-                .clone(),
-        );
-    }
+    // One 8-GPU job more than the 4 x 8 cluster holds: one has to wait.
+    let ids = stack.submit_one_too_many().await.unwrap();
     let service = stack
         .serve_decision(decision::Config::new(CLUSTER))
         .await

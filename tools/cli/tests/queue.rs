@@ -8,7 +8,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use fairshare_decision::shell as decision;
-use fairshare_e2e::{CLUSTER, Stack, accepted, request};
+use fairshare_e2e::{CLUSTER, Stack};
 
 async fn queue(stack: &Stack, extra: &[&str]) -> Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
@@ -35,16 +35,8 @@ fn stdout(o: &Output) -> String {
 async fn the_waiting_job_is_listed_first_with_why_then_the_placed_ones() {
     let mut stack = Stack::start().await.unwrap();
     stack.start_submission(Default::default()).await.unwrap();
-    // Five 8-GPU jobs on 4 x 8 GPUs, queued before the decision service starts: one waits.
-    let mut ids = Vec::new();
-    for i in 0..5 {
-        let mut r = request(&format!("full-{i}"));
-        r.spec.as_mut().unwrap().gpus = 8;
-        r.spec.as_mut().unwrap().allocation =
-            if i < 4 { "research/vision" } else { "infra" }.into();
-        let reply = stack.submit(&r).await.unwrap();
-        ids.push(accepted(&reply).unwrap().job_id.clone());
-    }
+    // One 8-GPU job more than the 4 x 8 cluster holds: one has to wait.
+    let ids = stack.submit_one_too_many().await.unwrap();
     let service = stack
         .serve_decision(decision::Config::new(CLUSTER))
         .await
