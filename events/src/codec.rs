@@ -113,8 +113,13 @@ pub fn decode_explain_reply(bytes: &[u8]) -> Result<pb::ExplainReply, DecodeErro
     decode(bytes, "fairshare.v1.ExplainReply")
 }
 
-/// Decodes a queue listing request.
+/// Decodes a queue listing request. Unlike the other messages, no bytes at all is a valid
+/// request: every field at its default (every job, the most the service lists), which
+/// protobuf encodes as nothing.
 pub fn decode_queue_request(bytes: &[u8]) -> Result<pb::QueueRequest, DecodeError> {
+    if bytes.is_empty() {
+        return Ok(pb::QueueRequest::default());
+    }
     decode(bytes, "fairshare.v1.QueueRequest")
 }
 

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use fairshare_decision::shell as decision;
 use fairshare_e2e::{CLUSTER, Stack};
+use fairshare_events::pb;
+use fairshare_events::{codec, subjects};
 
 async fn queue(stack: &Stack, extra: &[&str]) -> Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
@@ -94,6 +96,31 @@ async fn the_waiting_job_is_listed_first_with_why_then_the_placed_ones() {
     assert_eq!(listing["matched"], 1, "{listing}");
     assert_eq!(listing["jobs"][0]["job_id"], ids[4].as_str(), "{listing}");
     assert_eq!(listing["jobs"][0]["status"], "placed", "{listing}");
+    // A program's request with every field at its default is encoded as no bytes: every job.
+    let reply = stack
+        .client
+        .request(subjects::queue_api(CLUSTER), bytes::Bytes::new())
+        .await
+        .unwrap();
+    match codec::decode_queue_reply(&reply.payload).unwrap().result {
+        Some(pb::queue_reply::Result::Listing(l)) => assert_eq!((l.matched, l.jobs.len()), (5, 5)),
+        other => panic!("expected the whole listing, got {other:?}"),
+    }
+    // Bytes that are no QueueRequest are refused as malformed.
+    let reply = stack
+        .client
+        .request(
+            subjects::queue_api(CLUSTER),
+            bytes::Bytes::from_static(b"\xff\xff"),
+        )
+        .await
+        .unwrap();
+    match codec::decode_queue_reply(&reply.payload).unwrap().result {
+        Some(pb::queue_reply::Result::Rejected(r)) => {
+            assert_eq!(r.code, pb::RejectionCode::Malformed as i32)
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
     // A limit says how many it left out.
     let two = stdout(&queue(&stack, &["--limit", "2"]).await);
     assert!(two.contains("2 of 5 live jobs shown"), "{two}");
