@@ -90,6 +90,17 @@ async fn the_waiting_job_is_listed_first_with_why_then_the_placed_ones() {
         "{infra}"
     );
     assert!(infra.contains(&ids[4]), "{infra}");
+    // One user's jobs: the test submitter's are all five; nobody else has any.
+    let ada = stdout(&queue(&stack, &["--user", "ada"]).await);
+    assert!(
+        ada.starts_with(&format!("cluster {CLUSTER}: 5 live jobs")),
+        "{ada}"
+    );
+    let nobody = stdout(&queue(&stack, &["--user", "grace"]).await);
+    assert!(
+        nobody.starts_with(&format!("cluster {CLUSTER}: 0 live jobs")),
+        "{nobody}"
+    );
     // For programs: the schema's listing as JSON.
     let json = queue(&stack, &["--json", "--allocation", "infra"]).await;
     let listing: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();

@@ -42,7 +42,8 @@ fn under(allocation: &str, filter: &str) -> bool {
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-/// The live jobs of `state` at `now_ms` that `request` asks for: queued jobs the next cycle
+/// The live jobs of `state` at `now_ms` that `request` asks for (by account, by user):
+/// queued jobs the next cycle
 /// would place, then those it leaves waiting, in the order it meets them, then preempted jobs
 /// waiting for their requeue, then placed and running jobs, longest running first. A filter
 /// that names no account of the budget tree and no live job's allocation is refused, so a typo
@@ -53,6 +54,10 @@ pub fn listing(
     now_ms: i64,
 ) -> Result<pb::QueueListing, pb::Rejection> {
     let filter = request.allocation.trim_end_matches('/');
+    // Whose jobs: everyone's, or exactly this user's (a user with no live job is an empty
+    // listing, not an error: nobody can tell a typo from a user whose jobs all ended).
+    let user = request.user.as_str();
+    let theirs = |job: &Job| user.is_empty() || *job.user == *user;
     let known = filter.is_empty()
         || state
             .budget_tree()
@@ -77,20 +82,22 @@ pub fn listing(
     // Every matching job in listing order, as references: a queue of 100,000 is walked once,
     // and only the jobs listed are looked up, ranked and given their sentences.
     let mut rows: Vec<Row<'_, '_>> = Vec::new();
+    // A user's jobs are looked up to be told apart; everyone's need no lookup until listed.
+    let user_of = |id: &str| state.job(id).is_some_and(|job| theirs(job));
     rows.extend(
         (decision.placements.iter())
-            .filter(|p| under(p.allocation, filter))
+            .filter(|p| under(p.allocation, filter) && (user.is_empty() || user_of(p.job_id)))
             .map(|p| Row::Next(p.job_id)),
     );
     rows.extend(
         (decision.waiting.iter())
-            .filter(|w| under(w.allocation, filter))
+            .filter(|w| under(w.allocation, filter) && (user.is_empty() || user_of(w.job_id)))
             .map(Row::Waiting),
     );
     let mut preempted = Vec::new();
     let mut placed = Vec::new();
     for (id, job) in &state.jobs {
-        if !under(&job.allocation, filter) {
+        if !under(&job.allocation, filter) || !theirs(job) {
             continue;
         }
         match &job.status {
@@ -127,6 +134,7 @@ pub fn listing(
     let entry = |id: &str, job: &Job| pb::QueueEntry {
         job_id: id.to_owned(),
         allocation: job.allocation.to_string(),
+        user: job.user.to_string(),
         gpus: job.request.shape.total_gpus(),
         submitted_at_ms: job.submitted_ms,
         allocation_rank: if job.request.is_unallocated() {

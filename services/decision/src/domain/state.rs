@@ -254,6 +254,9 @@ pub struct Placed {
 pub struct Job {
     /// Allocation (leaf path) the job charges.
     pub allocation: Arc<str>,
+    /// The person it runs for, as submitted: never read by the decision, shown in the queue
+    /// listing so people find their jobs.
+    pub user: Arc<str>,
     /// Shape and minimum runtime.
     pub request: Request,
     /// Declared priority within the allocation.
@@ -1061,6 +1064,7 @@ impl DecisionState {
         let id: Arc<str> = Arc::from(s.job_id.as_str());
         let job = Job {
             allocation: Arc::from(spec.allocation.as_str()),
+            user: Arc::from(spec.user.as_str()),
             request,
             priority: spec.priority,
             submitted_ms: at,

@@ -21,6 +21,10 @@ pub struct QueueArgs {
     /// "research/"); default: every job, unallocated work included.
     #[arg(long, default_value = "")]
     allocation: String,
+    /// Only jobs submitted for this user (as `submit --user` gave it, by default the
+    /// submitter's $USER); default: everyone's.
+    #[arg(long, default_value = "")]
+    user: String,
     /// At most this many jobs (the service lists at most 2,000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=2000))]
     limit: u32,
@@ -38,6 +42,7 @@ pub async fn queue(args: QueueArgs, conn: &Connection) -> anyhow::Result<()> {
     let request = pb::QueueRequest {
         allocation: args.allocation.clone(),
         limit: args.limit,
+        user: args.user.clone(),
     };
     let who = format!("the decision service of cluster {}", args.cluster);
     let reply = conn
@@ -94,17 +99,19 @@ fn render(cluster: &str, listing: &pb::QueueListing, why: bool) -> String {
     if listing.jobs.is_empty() {
         return out;
     }
-    // As wide as the longest path listed: budget trees nest up to six levels.
-    let width = listing
-        .jobs
-        .iter()
-        .map(|j| super::printable(&j.allocation).chars().count())
-        .max()
-        .unwrap_or(0)
-        .max("allocation".len());
+    // As wide as the longest value listed: budget trees nest up to six levels.
+    let widest = |field: fn(&pb::QueueEntry) -> &str, header: &str| {
+        (listing.jobs.iter())
+            .map(|j| super::printable(field(j)).chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(header.len())
+    };
+    let width = widest(|j| &j.allocation, "allocation");
+    let user_width = widest(|j| &j.user, "user");
     out.push_str(&format!(
-        "{:<36}  {:<width$} {:<9} {:>5} {:>9}  {:>4}  {}\n",
-        "job", "allocation", "status", "GPUs", "for", "rank", "reason"
+        "{:<36}  {:<user_width$} {:<width$} {:<9} {:>5} {:>9}  {:>4}  {}\n",
+        "job", "user", "allocation", "status", "GPUs", "for", "rank", "reason"
     ));
     for j in &listing.jobs {
         // How long it has waited, or held its GPUs.
@@ -137,8 +144,9 @@ fn render(cluster: &str, listing: &pb::QueueListing, why: bool) -> String {
                 .join(",");
         }
         out.push_str(&format!(
-            "{:<36}  {:<width$} {:<9} {:>5} {:>9}  {:>4}  {}\n",
+            "{:<36}  {:<user_width$} {:<width$} {:<9} {:>5} {:>9}  {:>4}  {}\n",
             j.job_id,
+            super::printable(&j.user),
             super::printable(&j.allocation),
             j.status,
             j.gpus,
@@ -171,6 +179,7 @@ mod tests {
         pb::QueueEntry {
             job_id: id.into(),
             allocation: "research/vision".into(),
+            user: "ada".into(),
             status: status.into(),
             gpus: 8,
             submitted_at_ms: 1_000,
@@ -224,6 +233,10 @@ mod tests {
             "{text}"
         );
         assert!(lines[2].ends_with("2  below_others_in_rank"), "{text}");
+        assert!(
+            lines[1].contains("  user ") && lines[2].contains("  ada "),
+            "{text}"
+        );
         assert_eq!(lines[3], "    it waits its turn");
         assert!(
             lines[4].contains(" 1m 0s ") && lines[4].ends_with("gpu001:8"),

@@ -13,8 +13,13 @@ fn ask(h: &H, allocation: &str, limit: u32) -> Result<pb::QueueListing, pb::Reje
     let request = pb::QueueRequest {
         allocation: allocation.into(),
         limit,
+        ..Default::default()
     };
     listing(&h.state, &request, NOW)
+}
+
+fn ids(l: &pb::QueueListing) -> Vec<&str> {
+    l.jobs.iter().map(|j| j.job_id.as_str()).collect()
 }
 
 fn rows(l: &pb::QueueListing) -> Vec<(&str, &str, &str)> {
@@ -194,4 +199,60 @@ fn a_reply_over_the_payload_limit_loses_jobs_from_the_end_only() {
         result: Some(pb::queue_reply::Result::Rejected(pb::Rejection::default())),
     };
     assert_eq!(fit_reply(&mut refused, 0), 0);
+}
+
+#[test]
+fn a_user_sees_their_own_jobs_in_the_same_order() {
+    let mut h = cluster();
+    // Ada's job, submitted last: it waits behind text's and vision's.
+    h.ok(
+        NOW - 60_000,
+        Body::JobSubmitted(pb::JobSubmitted {
+            job_id: "ada-1".into(),
+            idempotency_key: "k-ada-1".into(),
+            spec: Some(pb::JobSpec {
+                cluster: super::support::CLUSTER.into(),
+                allocation: "research/text".into(),
+                user: "ada".into(),
+                gpus: 8,
+                nodes: 1,
+                min_runtime_s: 600,
+                resumable: true,
+                ..Default::default()
+            }),
+            shape: Some(pb::Shape {
+                nodes: 1,
+                gpus_per_node: 8,
+            }),
+        }),
+    );
+    let everyone = ask(&h, "", 0).unwrap();
+    let mine = |user: &str, allocation: &str| {
+        let request = pb::QueueRequest {
+            allocation: allocation.into(),
+            user: user.into(),
+            ..Default::default()
+        };
+        listing(&h.state, &request, NOW).unwrap()
+    };
+    let ada = mine("ada", "");
+    assert_eq!(ids(&ada), ["ada-1"]);
+    assert_eq!(ada.matched, 1);
+    assert_eq!(ada.jobs[0].user, "ada");
+    // Her entry is the one everyone's listing gives her job.
+    let hers = everyone.jobs.iter().find(|j| j.job_id == "ada-1").unwrap();
+    assert_eq!(&ada.jobs[0], hers);
+    // Everyone else's jobs are the test harness user's, in everyone's order.
+    let u = mine("u", "");
+    let others: Vec<&str> = ids(&everyone)
+        .into_iter()
+        .filter(|id| *id != "ada-1")
+        .collect();
+    assert_eq!(ids(&u), others);
+    assert!(u.jobs.iter().all(|j| j.user == "u"));
+    // Both filters at once; a user with no live job is an empty listing, not an error.
+    assert!(mine("ada", "research/vision").jobs.is_empty());
+    assert_eq!(ids(&mine("ada", "research")), ["ada-1"]);
+    let nobody = mine("nobody", "");
+    assert_eq!((nobody.jobs.len(), nobody.matched), (0, 0));
 }
