@@ -83,7 +83,7 @@ pub fn listing(
     // and only the jobs listed are looked up, ranked and given their sentences.
     let mut rows: Vec<Row<'_, '_>> = Vec::new();
     // A user's jobs are looked up to be told apart; everyone's need no lookup until listed.
-    let user_of = |id: &str| state.job(id).is_some_and(|job| theirs(job));
+    let user_of = |id: &str| state.job(id).is_some_and(&theirs);
     rows.extend(
         (decision.placements.iter())
             .filter(|p| under(p.allocation, filter) && (user.is_empty() || user_of(p.job_id)))
