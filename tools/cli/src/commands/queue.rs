@@ -127,21 +127,21 @@ fn render(cluster: &str, listing: &pb::QueueListing, why: bool) -> String {
         } else {
             j.allocation_rank.to_string()
         };
-        let mut reason = j.reason_code.clone();
+        // Why it waits, or (running undisturbed) where it runs; unallocated work says so.
+        let mut reason = if j.reason_code.is_empty() {
+            (j.nodes.iter())
+                .map(|n| format!("{}:{}", n.node, n.gpus))
+                .collect::<Vec<_>>()
+                .join(",")
+        } else {
+            j.reason_code.clone()
+        };
         if j.unallocated {
             reason = if reason.is_empty() {
                 "unallocated".to_owned()
             } else {
                 format!("{reason} (unallocated)")
             };
-        }
-        if !j.nodes.is_empty() && reason.is_empty() {
-            reason = j
-                .nodes
-                .iter()
-                .map(|n| format!("{}:{}", n.node, n.gpus))
-                .collect::<Vec<_>>()
-                .join(",");
         }
         out.push_str(&format!(
             "{:<36}  {:<user_width$} {:<width$} {:<9} {:>5} {:>9}  {:>4}  {}\n",
@@ -215,18 +215,25 @@ mod tests {
         scavenger.unallocated = true;
         scavenger.allocation_rank = 0;
         scavenger.reason_code = "too_large_for_free_nodes".into();
+        let mut free_running = entry("d", "running");
+        free_running.unallocated = true;
+        free_running.since_ms = now;
+        free_running.nodes = vec![pb::NodeGpus {
+            node: "gpu002".into(),
+            gpus: 1,
+        }];
         let listing = pb::QueueListing {
             basis: Some(pb::DecisionBasis {
                 through_sequence: 42,
                 computed_at_ms: now,
                 cycle: 0,
             }),
-            jobs: vec![waiting, running, scavenger],
+            jobs: vec![waiting, running, scavenger, free_running],
             matched: 5,
         };
         let text = render("demo", &listing, true);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].contains("3 of 5 live jobs shown"), "{text}");
+        assert!(lines[0].contains("4 of 5 live jobs shown"), "{text}");
         assert!(lines[0].contains("through sequence 42"), "{text}");
         assert!(
             lines[2].starts_with('a') && lines[2].contains("1m 30s"),
@@ -246,6 +253,8 @@ mod tests {
             lines[5].ends_with("-  too_large_for_free_nodes (unallocated)"),
             "{text}"
         );
+        // Unallocated work running shows where, and that it is unallocated.
+        assert!(lines[6].ends_with("gpu002:1 (unallocated)"), "{text}");
         // The columns line up, however long the paths: each status starts where the header's
         // does.
         let column = lines[1].find("status").unwrap();
