@@ -83,10 +83,7 @@ pub fn explain(
         JobStatus::Preempted => {
             explanation.status = "preempted".into();
             explanation.reason_code = "awaiting_requeue".into();
-            explanation.reason = match &job.last_order {
-                Some(order) => format!("preempted ({}); waiting for its requeue", order.reason),
-                None => "preempted; waiting for its requeue".into(),
-            };
+            explanation.reason = awaiting_requeue(job);
         }
         JobStatus::Queued => {
             explanation.status = "queued".into();
@@ -163,6 +160,14 @@ pub fn explain(
         }
     }
     Ok(explanation)
+}
+
+/// Why a preempted job is not queued yet, as `explain` and the queue listing say it.
+pub(crate) fn awaiting_requeue(job: &super::state::Job) -> String {
+    match &job.last_order {
+        Some(order) => format!("preempted ({}); waiting for its requeue", order.reason),
+        None => "preempted; waiting for its requeue".into(),
+    }
 }
 
 /// The allocations in the order a decision cycle serves them at `now_ms`: with the share

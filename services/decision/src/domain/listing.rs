@@ -13,7 +13,7 @@ use fairshare_events::{codec, pb};
 
 use super::decide::Waiting;
 use super::decide::decide;
-use super::explain::{node_gpus, serving_order};
+use super::explain::{awaiting_requeue, node_gpus, serving_order};
 use super::rank;
 use super::state::{DecisionState, Job, JobStatus, Placed};
 
@@ -163,10 +163,7 @@ pub fn listing(
             Row::Preempted(id, job) => Some(pb::QueueEntry {
                 status: "preempted".into(),
                 reason_code: "awaiting_requeue".into(),
-                reason: match &job.last_order {
-                    Some(order) => format!("preempted ({}); waiting for its requeue", order.reason),
-                    None => "preempted; waiting for its requeue".into(),
-                },
+                reason: awaiting_requeue(job),
                 ..entry(id, job)
             }),
             Row::Placed(id, job, p) => {
