@@ -8,6 +8,7 @@
 use std::process::Output;
 
 mod common;
+use common::{stderr, stdout};
 
 use common::{server_with, simulated_log};
 use fairshare_events::pb::{self, event::Body};
@@ -27,14 +28,6 @@ fn fairshare_audit(server: &NatsServer, cluster: &str, extra: &[&str]) -> Output
         .env_remove("FAIRSHARE_NATS_NKEY")
         .output()
         .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn count(log: &[pb::Event], f: impl Fn(&Body) -> bool) -> usize {

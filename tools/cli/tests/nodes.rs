@@ -8,6 +8,9 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod common;
+use common::{stderr, stdout};
+
 use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,14 +31,6 @@ async fn node(stack: &Stack, args: &[&str]) -> Output {
         .await
         .unwrap()
         .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// The node and maintenance events in the log, as (kind, node or nodes).

@@ -4,6 +4,9 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod common;
+use common::{stderr, stdout};
+
 use std::process::Output;
 use std::time::Duration;
 
@@ -27,10 +30,6 @@ async fn queue(stack: &Stack, extra: &[&str]) -> Output {
         .await
         .unwrap()
         .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 #[tokio::test]
@@ -138,7 +137,7 @@ async fn the_waiting_job_is_listed_first_with_why_then_the_placed_ones() {
     // A typo is refused by name, not shown as an empty queue.
     let typo = queue(&stack, &["--allocation", "research/visio"]).await;
     assert_eq!(typo.status.code(), Some(1), "{typo:?}");
-    let err = String::from_utf8_lossy(&typo.stderr);
+    let err = stderr(&typo);
     assert!(err.contains("no account \"research/visio\""), "{err}");
 
     service.stop().await.unwrap();
@@ -151,7 +150,7 @@ async fn without_a_decision_service_the_listing_names_what_is_missing() {
     let stack = Stack::start().await.unwrap();
     let listed = queue(&stack, &[]).await;
     assert_eq!(listed.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&listed.stderr);
+    let err = stderr(&listed);
     assert!(
         err.contains(&format!("the decision service of cluster {CLUSTER}")),
         "{err}"

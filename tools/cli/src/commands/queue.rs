@@ -5,6 +5,7 @@
 
 use anyhow::bail;
 use clap::Args;
+use fairshare_decision::domain::listing::MAX_LISTED;
 use fairshare_events::pb::{self, queue_reply};
 use fairshare_events::{codec, subjects};
 use fairshare_model::words::count;
@@ -26,7 +27,7 @@ pub struct QueueArgs {
     #[arg(long, default_value = "")]
     user: String,
     /// At most this many jobs (the service lists at most 2,000).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=2000))]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=MAX_LISTED as i64))]
     limit: u32,
     /// Under each job, its reason in words (as `fairshare explain` gives it).
     #[arg(long)]

@@ -163,12 +163,12 @@ fn a_filter_takes_an_account_and_everything_under_it_and_a_limit_cuts_the_list()
     assert_eq!(two.jobs[..], ask(&h, "", 0).unwrap().jobs[..2]);
 }
 
+/// (The listing borrows the state immutably, so it cannot change it; what is worth checking is
+/// that the answer depends on the state and time alone.)
 #[test]
-fn asking_changes_nothing() {
+fn the_same_state_and_time_list_the_same() {
     let h = cluster();
-    let before = h.state.clone();
     let first = ask(&h, "", 0).unwrap();
-    assert_eq!(h.state, before);
     assert_eq!(ask(&h, "", 0).unwrap(), first);
 }
 
