@@ -45,6 +45,13 @@ pub fn encoded_len<M: Message>(message: &M) -> usize {
     message.encoded_len()
 }
 
+/// How many bytes `message` takes inside another message, as a length-delimited field: its
+/// own bytes and their length, without the field's key.
+pub fn delimited_len<M: Message>(message: &M) -> usize {
+    let len = message.encoded_len();
+    len + prost::length_delimiter_len(len)
+}
+
 fn decode<M: Message + Default>(bytes: &[u8], expected: &'static str) -> Result<M, DecodeError> {
     if bytes.is_empty() {
         return Err(DecodeError::Empty { expected });

@@ -54,6 +54,17 @@ pub fn listing(
     now_ms: i64,
 ) -> Result<pb::QueueListing, pb::Rejection> {
     let filter = request.allocation.trim_end_matches('/');
+    if filter.is_empty() && !request.allocation.is_empty() {
+        // Only slashes: no account, and not the empty filter that asks for every job.
+        return Err(pb::Rejection {
+            code: pb::RejectionCode::UnknownAllocation as i32,
+            message: format!(
+                "allocation filter {:?} names no account: give a path such as \
+                 research/vision, or none for every job",
+                request.allocation
+            ),
+        });
+    }
     // Whose jobs: everyone's, or exactly this user's (a user with no live job is an empty
     // listing, not an error: nobody can tell a typo from a user whose jobs all ended).
     let user = request.user.as_str();
@@ -107,8 +118,15 @@ pub fn listing(
         }
     }
     // Preempted jobs by when they were ordered off, earliest first (the order their requeues
-    // are due in); placed ones by how long they have held their GPUs.
-    preempted.sort_by_key(|(id, job)| (job.last_order.as_ref().map(|o| o.ordered_at_ms), *id));
+    // are due in; one stopped with no order on record last); placed ones by how long they have
+    // held their GPUs.
+    preempted.sort_by_key(|(id, job)| {
+        let ordered_at = job
+            .last_order
+            .as_ref()
+            .map_or(i64::MAX, |o| o.ordered_at_ms);
+        (ordered_at, *id)
+    });
     placed.sort_by_key(|(id, _, p)| (p.start_ms, *id));
     rows.extend(
         preempted
@@ -199,18 +217,33 @@ pub fn listing(
 /// refuse the reply, and the asker would see only a timeout); returns how many went.
 /// `matched` still counts them, so the asker sees the list was cut.
 pub fn fit_reply(reply: &mut pb::QueueReply, max_bytes: usize) -> usize {
-    let mut cut = 0;
-    while codec::encoded_len(&*reply) > max_bytes {
-        let Some(pb::queue_reply::Result::Listing(listing)) = reply.result.as_mut() else {
-            break;
-        };
-        if listing.jobs.is_empty() {
+    let Some(excess) = codec::encoded_len(&*reply).checked_sub(max_bytes) else {
+        return 0;
+    };
+    let Some(pb::queue_reply::Result::Listing(listing)) = reply.result.as_mut() else {
+        return 0;
+    };
+    // Each job takes its bytes, their length and a one-byte field key (`jobs` is field 2), so
+    // dropping jobs from the end until their bytes make up the excess is enough; it may drop
+    // a job or two too many, since the lengths of the listing and of the reply around it
+    // shrink too. Those are put back while the reply still fits (each check measures the
+    // listing once, and the lengths shrink by a few bytes at most).
+    let mut freed = 0;
+    let mut keep = listing.jobs.len();
+    while freed < excess && keep > 0 {
+        keep -= 1;
+        freed += 1 + codec::delimited_len(&listing.jobs[keep]);
+    }
+    let mut dropped = listing.jobs.split_off(keep);
+    dropped.reverse();
+    // The reply is the listing as field 1: a one-byte key, its length, its bytes.
+    let reply_len = |listing: &pb::QueueListing| 1 + codec::delimited_len(listing);
+    while let Some(job) = dropped.pop() {
+        listing.jobs.push(job);
+        if reply_len(listing) > max_bytes {
+            dropped.extend(listing.jobs.pop());
             break;
         }
-        // An eighth at a time: a few passes over the list, not one per job.
-        let drop = listing.jobs.len().div_ceil(8);
-        listing.jobs.truncate(listing.jobs.len() - drop);
-        cut += drop;
     }
-    cut
+    dropped.len()
 }

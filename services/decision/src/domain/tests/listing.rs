@@ -163,13 +163,24 @@ fn a_filter_takes_an_account_and_everything_under_it_and_a_limit_cuts_the_list()
     assert_eq!(two.jobs[..], ask(&h, "", 0).unwrap().jobs[..2]);
 }
 
-/// (The listing borrows the state immutably, so it cannot change it; what is worth checking is
-/// that the answer depends on the state and time alone.)
+/// A filter of slashes alone names no account: refused, not read as "every job".
 #[test]
-fn the_same_state_and_time_list_the_same() {
+fn a_filter_of_slashes_alone_is_refused() {
     let h = cluster();
-    let first = ask(&h, "", 0).unwrap();
-    assert_eq!(ask(&h, "", 0).unwrap(), first);
+    for filter in ["/", "//"] {
+        let refused = ask(&h, filter, 0).unwrap_err();
+        assert_eq!(refused.code, pb::RejectionCode::UnknownAllocation as i32);
+        assert!(
+            refused.message.contains("names no account"),
+            "{}",
+            refused.message
+        );
+    }
+    // A trailing slash on a real account still takes it.
+    assert_eq!(
+        ask(&h, "research/", 0).unwrap(),
+        ask(&h, "research", 0).unwrap()
+    );
 }
 
 #[test]
@@ -193,12 +204,56 @@ fn a_reply_over_the_payload_limit_loses_jobs_from_the_end_only() {
     };
     assert_eq!(l.jobs[..], whole.jobs[..whole.jobs.len() - 1]);
     assert_eq!(l.matched, whole.matched);
-    assert!(fairshare_events::codec::encoded_len(&l) < size);
+    assert!(fairshare_events::codec::encoded_len(&reply(&l)) < size);
     // A rejection is left alone.
     let mut refused = pb::QueueReply {
         result: Some(pb::queue_reply::Result::Rejected(pb::Rejection::default())),
     };
     assert_eq!(fit_reply(&mut refused, 0), 0);
+}
+
+/// Over a long list the cut is the fewest jobs that bring the reply under the limit: one more
+/// job kept would not fit.
+#[test]
+fn a_long_reply_loses_only_as_many_jobs_as_it_must() {
+    let entry = |i: usize| pb::QueueEntry {
+        job_id: format!("job-{i:05}"),
+        allocation: "research/vision".into(),
+        status: "queued".into(),
+        reason: "x".repeat(i % 300),
+        ..Default::default()
+    };
+    let jobs: Vec<pb::QueueEntry> = (0..600).map(entry).collect();
+    let reply = |n: usize| pb::QueueReply {
+        result: Some(pb::queue_reply::Result::Listing(pb::QueueListing {
+            basis: Some(pb::DecisionBasis::default()),
+            jobs: jobs[..n].to_vec(),
+            matched: 600,
+        })),
+    };
+    let size = |n: usize| fairshare_events::codec::encoded_len(&reply(n));
+    for limit in [
+        size(600) - 1,
+        size(599),
+        size(599) - 1,
+        size(300) + 5,
+        size(1),
+        10,
+    ] {
+        let mut cut = reply(600);
+        let dropped = fit_reply(&mut cut, limit);
+        let kept = 600 - dropped;
+        assert_eq!(cut, reply(kept), "limit {limit}");
+        assert!(
+            size(kept) <= limit || kept == 0,
+            "limit {limit}: {} kept",
+            kept
+        );
+        assert!(
+            kept == 600 || size(kept + 1) > limit,
+            "limit {limit}: cut too many"
+        );
+    }
 }
 
 #[test]
