@@ -169,8 +169,8 @@ for: how long a queued or preempted job has waited since it was submitted, or a 
   running job has held its GPUs; rank: its allocation's place in the ranking the cycle starts
   from (each job it places charges that job's allocation, so the list can meet an allocation's
   later jobs after a lower-ranked one's; -: unallocated work, which takes what allocated work
-  leaves; ?: an allocation not in the budget tree); reason: why it waits (in words: --why, or `fairshare explain JOB`),
-  or where it runs
+  leaves; ?: an allocation not in the budget tree); reason: why it waits (in words: --why, or
+  `fairshare explain JOB`), or where it runs
 ";
 
 #[cfg(test)]
