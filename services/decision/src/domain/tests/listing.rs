@@ -131,6 +131,21 @@ fn every_live_job_once_waiting_ones_in_the_cycles_order() {
     assert!(statuses[preempted + 1..].iter().all(|s| *s == "running"));
     assert_eq!(l.jobs[preempted].job_id, "ops-run");
     assert_eq!(l.jobs[preempted].reason_code, "awaiting_requeue");
+
+    // A job its launcher stopped with no order on record comes after those ordered off.
+    h.ok(
+        NOW,
+        Body::JobPreempted(pb::JobPreempted {
+            job_id: "vision-run".into(),
+            killed: false,
+        }),
+    );
+    let l = ask(&h, "", 0).unwrap();
+    let preempted: Vec<&str> = (l.jobs.iter())
+        .filter(|j| j.status == "preempted")
+        .map(|j| j.job_id.as_str())
+        .collect();
+    assert_eq!(preempted, ["ops-run", "vision-run"]);
 }
 
 #[test]
