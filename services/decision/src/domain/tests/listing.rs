@@ -18,6 +18,17 @@ fn ask(h: &H, allocation: &str, limit: u32) -> Result<pb::QueueListing, pb::Reje
     listing(&h.state, &request, NOW)
 }
 
+/// The launcher confirms `job_id` stopped at `NOW`.
+fn stopped(h: &mut H, job_id: &str) {
+    h.ok(
+        NOW,
+        Body::JobPreempted(pb::JobPreempted {
+            job_id: job_id.into(),
+            killed: false,
+        }),
+    );
+}
+
 fn ids(l: &pb::QueueListing) -> Vec<&str> {
     l.jobs.iter().map(|j| j.job_id.as_str()).collect()
 }
@@ -117,13 +128,7 @@ fn every_live_job_once_waiting_ones_in_the_cycles_order() {
     }
 
     // Stopped and waiting for its requeue: listed after the queued jobs, before the running.
-    h.ok(
-        NOW,
-        Body::JobPreempted(pb::JobPreempted {
-            job_id: "ops-run".into(),
-            killed: false,
-        }),
-    );
+    stopped(&mut h, "ops-run");
     let l = ask(&h, "", 0).unwrap();
     let statuses: Vec<&str> = l.jobs.iter().map(|j| j.status.as_str()).collect();
     let preempted = statuses.iter().position(|s| *s == "preempted").unwrap();
@@ -133,13 +138,7 @@ fn every_live_job_once_waiting_ones_in_the_cycles_order() {
     assert_eq!(l.jobs[preempted].reason_code, "awaiting_requeue");
 
     // A job its launcher stopped with no order on record comes after those ordered off.
-    h.ok(
-        NOW,
-        Body::JobPreempted(pb::JobPreempted {
-            job_id: "vision-run".into(),
-            killed: false,
-        }),
-    );
+    stopped(&mut h, "vision-run");
     let l = ask(&h, "", 0).unwrap();
     let preempted: Vec<&str> = (l.jobs.iter())
         .filter(|j| j.status == "preempted")
