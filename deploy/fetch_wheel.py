@@ -15,7 +15,9 @@ The index is `PIP_INDEX_URL` when set (a mirror pip is told to use serves this s
 else https://pypi.org/simple/.
 """
 
+import base64
 import hashlib
+import html
 import io
 import json
 import os
@@ -60,16 +62,45 @@ def project_url(index, name):
     return urllib.parse.urljoin(index.rstrip("/") + "/", normal + "/")
 
 
-def pick_file(page, page_url, sha256):
-    """The download URL of the file whose sha256 is `sha256`, from a PEP 691 JSON page."""
+def listed_files(page):
+    """(url, filename, sha256) of each file a simple-API page lists: the JSON form (PEP 691),
+    or the HTML one (PEP 503: the hash in each link's `#sha256=` fragment) that older mirrors
+    serve."""
     try:
         files = json.loads(page)["files"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise FetchError(f"{page_url} is not a JSON simple-API page ({e})") from None
-    for f in files:
-        if isinstance(f, dict) and f.get("hashes", {}).get("sha256", "").lower() == sha256:
-            return urllib.parse.urljoin(page_url, f["url"]), f.get("filename", "")
-    raise FetchError(f"{page_url} lists no file with the pinned sha256 {sha256}")
+        return [
+            (f["url"], f.get("filename", ""), f.get("hashes", {}).get("sha256", "").lower())
+            for f in files
+            if isinstance(f, dict) and isinstance(f.get("url"), str)
+        ]
+    except (ValueError, KeyError, TypeError):
+        pass
+    text = page.decode("utf-8", "replace") if isinstance(page, bytes) else page
+    found = []
+    for m in re.finditer(r"<a\s[^>]*?href\s*=\s*[\"']([^\"']+)[\"'][^>]*>([^<]*)</a>", text, re.I):
+        href = html.unescape(m.group(1))
+        url, _, fragment = href.partition("#")
+        digest = re.fullmatch(r"sha256=([0-9a-fA-F]{64})", fragment)
+        if digest:
+            found.append((url, m.group(2).strip(), digest.group(1).lower()))
+    return found
+
+
+def pick_file(page, page_url, sha256):
+    """The download URL of the file whose sha256 is `sha256` on a simple-API page."""
+    for url, filename, digest in listed_files(page):
+        if digest == sha256:
+            return urllib.parse.urljoin(page_url, url), filename
+    raise FetchError(f"{shown(page_url)} lists no file with the pinned sha256 {sha256}")
+
+
+def shown(url):
+    """`url` without the user name and password a mirror's URL may carry, for messages."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=host))
 
 
 def script_of(wheel_bytes, sha256, script):
@@ -108,12 +139,21 @@ def install(data, dest):
 
 
 def get(url, accept=None):
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    """The body at `url`; a user name and password in it (a private mirror's, as pip takes
+    them) go as basic authentication, never into a message."""
+    headers = {"Accept": accept} if accept else {}
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is not None:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+        url = shown(url)
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S) as response:
             return response.read()
     except OSError as e:
-        raise FetchError(f"cannot read {url}: {e}") from None
+        raise FetchError(f"cannot read {shown(url)}: {e}") from None
 
 
 def main(argv):
@@ -127,7 +167,7 @@ def main(argv):
         page_url = project_url(os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX, name)
         page = get(page_url, "application/vnd.pypi.simple.v1+json")
         url, filename = pick_file(page, page_url, sha256)
-        print(f"fetch_wheel: {name} {version}: {filename or url}", file=sys.stderr)
+        print(f"fetch_wheel: {name} {version}: {filename or shown(url)}", file=sys.stderr)
         install(script_of(get(url), sha256, os.path.basename(dest)), dest)
     except (FetchError, OSError) as e:
         print(f"fetch_wheel: {e}", file=sys.stderr)
