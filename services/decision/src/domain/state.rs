@@ -1240,9 +1240,12 @@ impl DecisionState {
         }
     }
 
-    /// Re-records a placed job's holdings after its start time or deadline changed.
+    /// Re-records a placed job's holdings after its start time or deadline changed (on the
+    /// same nodes). Holding again replaces each node's holding and the in-flight run in place,
+    /// which ends where releasing first would: releasing took a node's only holding's load
+    /// out of the node index, and holding put it back, each a walk over every node, for each
+    /// start and each order.
     fn rehold(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
-        self.release(id, job, placed);
         self.hold(id, job, placed);
     }
 
