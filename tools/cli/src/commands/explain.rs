@@ -45,7 +45,7 @@ pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()>
             let events = job_events(conn, &args.cluster, &job_id).await;
             match not_live(&job_id, &args.cluster, &events) {
                 NotLive::Ended(answer) => {
-                    fairshare_runtime::out!("{answer}");
+                    fairshare_runtime::outln!("{answer}");
                     return Ok(());
                 }
                 NotLive::Unknown(why) | NotLive::NotHeldYet(why) => bail!("{why}"),
