@@ -4,6 +4,7 @@
 //! nodes, so nothing else shares them and their collective traffic stays on their own links).
 
 use crate::inventory::Inventory;
+use crate::words::count;
 
 /// A resolved shape: `nodes` nodes with `gpus_per_node` GPUs each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +92,10 @@ pub fn resolve(gpus: i64, nodes: i64, inventory: &Inventory) -> Result<Shape, Sh
         })?;
         if gpus_u32 % n != 0 {
             return Err(ShapeError::Mismatch {
-                detail: format!("{gpus} GPUs cannot be split evenly over {nodes} nodes"),
+                detail: format!(
+                    "{} cannot be split evenly over {nodes} nodes",
+                    count(u64::from(gpus_u32), "GPU")
+                ),
             });
         }
         (n, gpus_u32 / n)
@@ -176,6 +180,17 @@ mod tests {
             resolve(10, 3, &inv),
             Err(ShapeError::Mismatch { .. })
         ));
+        // The submitter reads the detail: one GPU is "1 GPU".
+        for (gpus, words) in [(1, "1 GPU cannot"), (10, "10 GPUs cannot")] {
+            match resolve(gpus, 3, &inv) {
+                Err(ShapeError::Mismatch { detail }) => assert_eq!(
+                    detail,
+                    format!("{words} be split evenly over 3 nodes"),
+                    "{gpus} GPUs"
+                ),
+                other => panic!("{gpus} GPUs over 3 nodes: {other:?}"),
+            }
+        }
         assert!(matches!(
             resolve(8, -1, &inv),
             Err(ShapeError::Mismatch { .. })

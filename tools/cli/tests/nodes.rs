@@ -149,9 +149,11 @@ async fn cordon_drain_remove_and_maintenance() {
         "{}",
         stdout(&twice)
     );
+    // Refused, with the way back that works (a plain apply refuses a removed node, below).
     let gone = node(&stack, &["cordon", first]).await;
     assert!(
-        stderr(&gone).contains("removed from the inventory"),
+        stderr(&gone).contains("removed from the inventory")
+            && stderr(&gone).contains("`fairshare inventory apply --readd FILE`"),
         "{}",
         stderr(&gone)
     );

@@ -638,8 +638,8 @@ fn refuse_removed(book: &NodeBook, nodes: &[String]) -> anyhow::Result<()> {
         .collect();
     if !removed.is_empty() {
         bail!(
-            "removed from the inventory: {} (register it again with `fairshare inventory \
-             apply`); nothing written",
+            "removed from the inventory: {} (put it back in service with `fairshare inventory \
+             apply --readd FILE`, FILE listing it); nothing written",
             removed.join(", ")
         );
     }
