@@ -114,8 +114,13 @@ env "$(as preemption)" "$bin/fairshare-preemption" --cluster demo --checkpoint-i
   --checkpoint-dir "$run/preemption-demo" >"$run/logs/preemption.log" 2>&1 &
 pids+=($!) && watched[$!]=preemption
 
-env "$(as operator)" "$bin/fairshare" inventory apply --new-cluster deploy/demo/inventory.toml
-env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml
+# A fresh log gets the demo cluster's nodes and budget tree. A kept one has them already, and
+# whatever operators did since (a node removed, another tree applied) stands: applying the
+# files again would refuse a removed node and stop the start, or undo a manager's change.
+if ((earlier == 0)); then
+  env "$(as operator)" "$bin/fairshare" inventory apply --new-cluster deploy/demo/inventory.toml
+  env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml
+fi
 
 # Demo launcher: runs what the decision service places, and submits the first jobs of the
 # Helios trace (tenants hashed onto the demo allocations; see tools/launcher/src/workload.rs).
@@ -133,7 +138,7 @@ pids+=($!)
 
 echo "start: running; NATS at $FAIRSHARE_NATS_URL; logs in .run/logs; Ctrl-C stops" >&2
 if ((earlier > 0)); then
-  echo "start: the event log of earlier runs (through sequence $earlier) is kept in .run/nats; rm -rf .run for a fresh start" >&2
+  echo "start: the event log of earlier runs (through sequence $earlier) is kept in .run/nats, with the nodes and budget tree as they left them (deploy/demo's files are applied to a fresh log only); rm -rf .run for a fresh start" >&2
 fi
 env "$(as operator)" "$bin/fairshare" tail --cluster demo --from "$((earlier + 1))" &
 tail_pid=$!

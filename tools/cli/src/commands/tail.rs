@@ -18,7 +18,8 @@ pub struct TailArgs {
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(fairshare_events::codec::EVENT_KINDS.iter().chain(&[UNKNOWN, UNUSABLE])))]
     kind: Vec<String>,
     /// Only this job's events (its id as `submit` or `fairshare queue` printed it): how a
-    /// researcher follows one job from submission to its end.
+    /// researcher follows one job from submission to its end (it keeps following, as every
+    /// tail does, until Ctrl-C; `--no-follow` stops at the end of the log).
     #[arg(long, value_parser = job_token)]
     job: Option<String>,
     /// Start at this stream sequence (default: the beginning).
