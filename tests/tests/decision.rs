@@ -357,7 +357,7 @@ fn assert_no_idle_while_work_fits(entries: &[LogEntry]) -> usize {
             // (max free on one node, wholly free nodes) over all nodes and over unreserved ones.
             let mut all = (0u32, 0u32);
             let mut unreserved = (0u32, 0u32);
-            for (name, node) in &state.inventory().nodes {
+            for (name, node) in state.inventory().nodes() {
                 assert!(!node.cordoned);
                 let used = state.load(name).map_or(0, |l| l.used)
                     + placed_here.get(name.as_str()).copied().unwrap_or(0);

@@ -324,7 +324,7 @@ fn run(label: &str, nodes: usize, queued: usize, iterations: usize) -> Figures {
     let d = decide(&state, NOW);
     let held: u64 = state
         .inventory()
-        .nodes
+        .nodes()
         .keys()
         .map(|n| u64::from(state.load(n).map_or(0, |l| l.used)))
         .sum();

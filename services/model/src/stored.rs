@@ -90,7 +90,7 @@ pub mod inventory {
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
         let nodes: BTreeMap<&str, (u32, bool)> = inventory
-            .nodes
+            .nodes()
             .iter()
             .map(|(name, n)| (name.as_str(), (n.gpus, n.cordoned)))
             .collect();
@@ -100,11 +100,8 @@ pub mod inventory {
     /// Reads `name -> (gpus, cordoned)`.
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Inventory, D::Error> {
         let nodes = BTreeMap::<String, (u32, bool)>::deserialize(deserializer)?;
-        Ok(Inventory {
-            nodes: nodes
-                .into_iter()
-                .map(|(name, (gpus, cordoned))| (name, Node { gpus, cordoned }))
-                .collect(),
-        })
+        Ok(Inventory::from_nodes(nodes.into_iter().map(
+            |(name, (gpus, cordoned))| (name, Node { gpus, cordoned }),
+        )))
     }
 }

@@ -130,7 +130,7 @@ impl DecisionState {
             // Its promised nodes, each with the free GPUs it would see there.
             let mut whole = 0;
             for (node, _) in &promise.nodes {
-                let Some(n) = self.inventory.nodes.get(&**node) else {
+                let Some(n) = self.inventory.nodes().get(&**node) else {
                     continue;
                 };
                 if n.cordoned {

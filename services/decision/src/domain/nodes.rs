@@ -106,7 +106,7 @@ impl NodeIndex {
     /// The index of `inventory` over `loads`.
     pub fn build(inventory: &Inventory, loads: &FlatMap<Arc<str>, NodeLoad>) -> NodeIndex {
         let nodes: Vec<Registered> = inventory
-            .nodes
+            .nodes()
             .iter()
             .map(|(name, node)| Registered {
                 name: name.clone(),
@@ -120,7 +120,7 @@ impl NodeIndex {
         }
         NodeIndex {
             nodes,
-            cordoned: inventory.nodes.values().filter(|n| n.cordoned).count(),
+            cordoned: inventory.nodes().values().filter(|n| n.cordoned).count(),
             total_gpus: inventory.total_gpus(),
             room,
         }
@@ -260,7 +260,7 @@ mod tests {
         loads.index_or_default("n1", || Arc::from("n1"));
         let mut index = NodeIndex::default();
         let mut step = |inventory: &Inventory, name: &str| {
-            index.node_changed(name, inventory.nodes.get(name), &loads);
+            index.node_changed(name, inventory.nodes().get(name), &loads);
             assert_eq!(index, NodeIndex::build(inventory, &loads), "after {name}");
             (index.total_gpus, index.cordoned, index.nodes.len())
         };
@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(index, NodeIndex::build(&inventory, &loads));
         assert_eq!(index.free_room(), (16, vec![(16, 1)]));
         inventory.set_cordoned("n2", true);
-        index.node_changed("n2", inventory.nodes.get("n2"), &loads);
+        index.node_changed("n2", inventory.nodes().get("n2"), &loads);
         assert_eq!(index, NodeIndex::build(&inventory, &loads));
         assert_eq!(index.free_room(), (2, vec![]));
     }

@@ -198,7 +198,7 @@ impl<'s> Pool<'s> {
     /// The free GPUs of `state`'s registered nodes at `now`, in node-name order.
     pub fn new(state: &'s DecisionState, now: i64) -> Pool<'s> {
         let mut pool = Pool {
-            nodes: Vec::with_capacity(state.inventory.nodes.len()),
+            nodes: Vec::with_capacity(state.inventory.nodes().len()),
             open: BTreeSet::new(),
             restricted: BTreeMap::new(),
             start_restricted: BTreeMap::new(),

@@ -900,7 +900,7 @@ impl DecisionState {
             Body::NodeDrained(n) => check_cluster(&self.cluster, &n.cluster),
             Body::NodeRemoved(n) => {
                 check_cluster(&self.cluster, &n.cluster)?;
-                if !self.inventory.nodes.contains_key(&n.node) {
+                if !self.inventory.nodes().contains_key(&n.node) {
                     return Err(Ignored::UnknownNode {
                         node: n.node.clone(),
                     });
@@ -919,7 +919,7 @@ impl DecisionState {
 
     fn cordon(&mut self, cluster: &str, node: &str, cordoned: bool) -> Result<(), Ignored> {
         check_cluster(&self.cluster, cluster)?;
-        if !self.inventory.nodes.contains_key(node) {
+        if !self.inventory.nodes().contains_key(node) {
             return Err(Ignored::UnknownNode {
                 node: node.to_owned(),
             });
@@ -1372,7 +1372,7 @@ impl DecisionState {
     /// Brings the node index in step with the inventory's entry for `node`, just changed.
     fn node_changed(&mut self, node: &str) {
         self.registered
-            .node_changed(node, self.inventory.nodes.get(node), &self.loads);
+            .node_changed(node, self.inventory.nodes().get(node), &self.loads);
         debug_assert_eq!(
             self.registered,
             NodeIndex::build(&self.inventory, &self.loads),

@@ -269,7 +269,7 @@ pub fn overcommits(cluster: &str, entries: &[LogEntry]) -> Vec<Overcommit> {
                 .is_some_and(|j| j.status == crate::domain::state::JobStatus::Queued);
             if applies {
                 for n in &p.nodes {
-                    let capacity = state.inventory().nodes.get(&n.node).map_or(0, |x| x.gpus);
+                    let capacity = state.inventory().nodes().get(&n.node).map_or(0, |x| x.gpus);
                     let held = state.load(&n.node).map_or(0, |l| l.used);
                     if held.saturating_add(n.gpus) > capacity {
                         out.push(Overcommit {

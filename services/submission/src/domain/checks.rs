@@ -176,7 +176,7 @@ pub fn check_submission(
             format!("cluster {:?} has no budget tree or inventory", spec.cluster),
         ));
     };
-    if cluster.inventory.nodes.is_empty() {
+    if cluster.inventory.nodes().is_empty() {
         return Err(reject(
             RejectionCode::UnknownCluster,
             format!("cluster {:?} has no nodes registered", spec.cluster),

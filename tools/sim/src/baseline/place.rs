@@ -44,16 +44,16 @@ impl Nodes {
     /// Every registered node of `inventory`, all free, with its cordon state.
     pub fn new(inventory: &Inventory) -> Nodes {
         let mut nodes = Nodes {
-            names: Vec::with_capacity(inventory.nodes.len()),
-            capacity: Vec::with_capacity(inventory.nodes.len()),
-            free: Vec::with_capacity(inventory.nodes.len()),
-            cordoned: Vec::with_capacity(inventory.nodes.len()),
+            names: Vec::with_capacity(inventory.nodes().len()),
+            capacity: Vec::with_capacity(inventory.nodes().len()),
+            free: Vec::with_capacity(inventory.nodes().len()),
+            cordoned: Vec::with_capacity(inventory.nodes().len()),
             open: BTreeSet::new(),
             whole: BTreeMap::new(),
             free_gpus: 0,
             uncordoned_gpus: 0,
         };
-        for (name, node) in &inventory.nodes {
+        for (name, node) in inventory.nodes() {
             let i = nodes.names.len();
             nodes.names.push(name.clone());
             nodes.capacity.push(node.gpus);

@@ -127,7 +127,7 @@ fn free_after(sc: &Scenario, d: &Decision) -> BTreeMap<String, i64> {
 /// Whether node `n` takes work protected until `until` at NOW: a window closes its node
 /// [`MAINTENANCE_LEAD_MS`] before it starts.
 fn takes(sc: &Scenario, n: &str, until: i64) -> bool {
-    !sc.h.state.inventory().nodes[n].cordoned
+    !sc.h.state.inventory().nodes()[n].cordoned
         && sc.h.state.maintenance(n).iter().all(|w| {
             let closes = w.start_ms - MAINTENANCE_LEAD_MS;
             w.end_ms <= NOW || (closes > NOW && until <= closes)
@@ -191,7 +191,7 @@ fn check(sc: &Scenario, d: &Decision) -> Result<(), TestCaseError> {
     // 4. The reservation is still feasible after everything placed behind it.
     if let Some(r) = &d.reservation {
         for rn in &r.nodes {
-            prop_assert!(!state.inventory().nodes[rn.node].cordoned);
+            prop_assert!(!state.inventory().nodes()[rn.node].cordoned);
             let mut held: i64 = 0;
             if let Some(load) = state.load(rn.node) {
                 held += load

@@ -73,7 +73,7 @@ fn redeliveries_change_nothing_and_ignored_events_still_advance_the_sequence() {
         })
     );
     assert_eq!(s.last_applied(), 6);
-    assert_eq!(s.inventory().nodes.len(), 1);
+    assert_eq!(s.inventory().nodes().len(), 1);
 }
 
 #[test]
