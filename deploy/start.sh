@@ -116,10 +116,24 @@ pids+=($!) && watched[$!]=preemption
 
 # A fresh log gets the demo cluster's nodes and budget tree. A kept one has them already, and
 # whatever operators did since (a node removed, another tree applied) stands: applying the
-# files again would refuse a removed node and stop the start, or undo a manager's change.
+# files again would refuse a removed node and stop the start, or undo a manager's change. The
+# marker says both applies went through; a kept log without it (a first start cut short
+# between or during them, or a log from before the marker) gets them again, and as each
+# leaves what is in place alone, only a change made since can be refused: that is reported,
+# and the start goes on.
+applied="$run/demo-applied"
 if ((earlier == 0)); then
+  rm -f "$applied"
   env "$(as operator)" "$bin/fairshare" inventory apply --new-cluster deploy/demo/inventory.toml
   env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml
+  touch "$applied"
+elif [ ! -e "$applied" ]; then
+  if env "$(as operator)" "$bin/fairshare" inventory apply --new-cluster deploy/demo/inventory.toml &&
+    env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml; then
+    touch "$applied"
+  else
+    echo "start: warning: deploy/demo's inventory or budget was refused over the kept log (see above); going on with the cluster as the log has it" >&2
+  fi
 fi
 
 # Demo launcher: runs what the decision service places, and submits the first jobs of the
@@ -138,7 +152,7 @@ pids+=($!)
 
 echo "start: running; NATS at $FAIRSHARE_NATS_URL; logs in .run/logs; Ctrl-C stops" >&2
 if ((earlier > 0)); then
-  echo "start: the event log of earlier runs (through sequence $earlier) is kept in .run/nats, with the nodes and budget tree as they left them (deploy/demo's files are applied to a fresh log only); rm -rf .run for a fresh start" >&2
+  echo "start: the event log of earlier runs (through sequence $earlier) is kept in .run/nats, with the nodes and budget tree as they left them (deploy/demo's files are applied once, to a fresh log); rm -rf .run for a fresh start" >&2
 fi
 env "$(as operator)" "$bin/fairshare" tail --cluster demo --from "$((earlier + 1))" &
 tail_pid=$!
