@@ -32,7 +32,10 @@ pub enum ShapeError {
         gpus: i64,
     },
     /// More GPUs than the cluster holds.
-    #[error("asked for {gpus} GPUs but the cluster has {cluster_gpus}")]
+    #[error(
+        "asked for {} but the cluster has {cluster_gpus}",
+        count(.gpus.unsigned_abs(), "GPU")
+    )]
     TooManyGpus {
         /// GPUs asked for.
         gpus: i64,
@@ -213,5 +216,10 @@ mod tests {
             resolve(i64::MAX, 0, &inv),
             Err(ShapeError::TooManyGpus { .. })
         ));
+        // The submitter reads these words: one GPU is "1 GPU", even on a cluster of none.
+        let too_many =
+            |gpus, cluster_gpus| ShapeError::TooManyGpus { gpus, cluster_gpus }.to_string();
+        assert_eq!(too_many(37, 36), "asked for 37 GPUs but the cluster has 36");
+        assert_eq!(too_many(1, 0), "asked for 1 GPU but the cluster has 0");
     }
 }

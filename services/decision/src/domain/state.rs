@@ -1175,7 +1175,7 @@ impl DecisionState {
         Ok(())
     }
 
-    fn hold(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
+    pub(crate) fn hold(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
         let reclaim = reclaim_ms(&job.request, placed);
         let holder = Holder::of(job, placed, self.tree.as_ref());
         for (node, gpus) in &placed.nodes {
@@ -1216,7 +1216,7 @@ impl DecisionState {
         }
     }
 
-    fn release(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
+    pub(crate) fn release(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
         for (node, _) in &placed.nodes {
             if let Some(i) = self.loads.index_of(&**node) {
                 let load = self.loads.value_at_mut(i);
@@ -1242,10 +1242,11 @@ impl DecisionState {
 
     /// Re-records a placed job's holdings after its start time or deadline changed (on the
     /// same nodes). Holding again replaces each node's holding and the in-flight run in place,
-    /// which ends where releasing first would: releasing took a node's only holding's load
-    /// out of the node index, and holding put it back, each a walk over every node, for each
-    /// start and each order.
-    fn rehold(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
+    /// which ends in a state equal to releasing first (`tests::state`; the in-flight list's
+    /// chunks may be cut elsewhere, which no reader sees): releasing took a node's only
+    /// holding's load out of the node index, and holding put it back, each a walk over every
+    /// node, for each start and each order.
+    pub(crate) fn rehold(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
         self.hold(id, job, placed);
     }
 

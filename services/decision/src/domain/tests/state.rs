@@ -485,3 +485,46 @@ fn the_node_walk_pairs_registered_nodes_with_their_loads() {
     h.ok(60, finished("j3"));
     assert_eq!(rows(&h.state), want(&[("n1", 0), ("n2", 0)]));
 }
+
+/// Re-holding a job in place (a start, an order) leaves the state equal to releasing it and
+/// holding it again, as the fold did before: for a node holding only that job, a node shared
+/// with others, a multi-node job, unallocated work, and a node not registered (yet).
+#[test]
+fn re_holding_in_place_equals_releasing_and_holding_again() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    for n in ["n0", "n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    h.submit(100, "alone", "a", 8, 3600);
+    h.submit(100, "shared", "b", 2, 1800);
+    h.submit(100, "wide", "a", 16, 3600);
+    h.submit(100, "free", "b", 1, 0);
+    h.submit(100, "ghost", "b", 2, 600);
+    h.place(1_000, "alone", &[("n0", 8)]);
+    h.place(1_000, "shared", &[("n1", 2)]);
+    h.place(1_000, "free", &[("n1", 1)]);
+    h.place(1_000, "wide", &[("n2", 8), ("n3", 8)]);
+    h.place(1_000, "ghost", &[("n9", 2)]);
+    for id in ["alone", "shared", "wide", "free", "ghost"] {
+        let (key, job) = h.state.jobs.get_key_value(id).unwrap();
+        let (key, job) = (key.clone(), job.clone());
+        let JobStatus::Placed(placed) = &job.status else {
+            panic!("{id} is placed");
+        };
+        let mut started = placed.clone();
+        started.start_ms += 4_000;
+        started.started = true;
+        let mut ordered = started.clone();
+        ordered.preempt_deadline_ms = Some(90_000);
+        for changed in [started, ordered] {
+            let mut in_place = h.state.clone();
+            in_place.rehold(&key, &job, &changed);
+            let mut again = h.state.clone();
+            again.release(&key, &job, placed);
+            again.hold(&key, &job, &changed);
+            assert_eq!(in_place, again, "{id}: {changed:?}");
+            assert_ne!(in_place, h.state, "{id}: the holding changed");
+        }
+    }
+}

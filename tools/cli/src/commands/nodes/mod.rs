@@ -638,9 +638,11 @@ fn refuse_removed(book: &NodeBook, nodes: &[String]) -> anyhow::Result<()> {
         .collect();
     if !removed.is_empty() {
         bail!(
-            "removed from the inventory: {} (put it back in service with `fairshare inventory \
-             apply --readd FILE`, FILE listing it); nothing written",
-            removed.join(", ")
+            "removed from the inventory: {} (put {} back in service with `fairshare inventory \
+             apply --readd FILE`, FILE listing {}); nothing written",
+            removed.join(", "),
+            if removed.len() == 1 { "it" } else { "them" },
+            if removed.len() == 1 { "it" } else { "them" }
         );
     }
     Ok(())
