@@ -158,3 +158,111 @@ fn a_job_is_followed_by_its_id_alone() {
         assert!(said.contains("is not a job id"), "{bad}: {said}");
     }
 }
+
+/// A server whose log holds three jobs' lives, on `c1`: `done` submitted and cancelled;
+/// `once` (not resumable) submitted, placed and preempted; `again` (resumable) submitted and
+/// preempted (its requeue not written yet).
+fn lives() -> NatsServer {
+    common::server_then(|js| async move {
+        let submitted = |id: &str, resumable: bool| {
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: id.into(),
+                idempotency_key: format!("k-{id}"),
+                spec: Some(pb::JobSpec {
+                    cluster: CLUSTER.into(),
+                    allocation: "a".into(),
+                    gpus: 1,
+                    min_runtime_s: 60,
+                    resumable,
+                    ..Default::default()
+                }),
+                shape: None,
+            })
+        };
+        let preempted = |id: &str| {
+            Body::JobPreempted(pb::JobPreempted {
+                job_id: id.into(),
+                killed: false,
+            })
+        };
+        let entries = [
+            ("done", "job_submitted", submitted("done", true)),
+            (
+                "done",
+                "job_cancelled",
+                Body::JobCancelled(pb::JobCancelled {
+                    job_id: "done".into(),
+                    reason: "by hand".into(),
+                    ..Default::default()
+                }),
+            ),
+            ("once", "job_submitted", submitted("once", false)),
+            ("once", "job_preempted", preempted("once")),
+            ("again", "job_submitted", submitted("again", true)),
+            ("again", "job_preempted", preempted("again")),
+        ];
+        for (job, kind, body) in entries {
+            let event = pb::Event {
+                at_ms: 1_000,
+                body: Some(body),
+            };
+            let subject = subjects::job_event(CLUSTER, job, kind);
+            js.publish(subject, codec::encode(&event))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    })
+}
+
+/// `tail --job` without --no-follow: its exit status and lines if it ended by itself within
+/// `wait`, or None if it was still following then.
+fn follow(
+    server: &NatsServer,
+    job: &str,
+    wait: std::time::Duration,
+) -> Option<(bool, Vec<String>)> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["tail", "--job", job, "--nats-url", &server.url()])
+        .env_remove("FAIRSHARE_CLUSTER")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + wait;
+    while std::time::Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            let lines = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            return Some((out.status.success(), lines));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn a_followed_job_stops_where_its_life_ends() {
+    let server = lives();
+    let long = std::time::Duration::from_secs(20);
+    // Cancelled: the tail prints the job's two events and ends, status 0.
+    let (ok, lines) = follow(&server, "done", long).expect("the tail of a cancelled job ends");
+    assert!(ok, "{lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[1].contains("job_cancelled"), "{lines:?}");
+    // Preempted, and its submission said it cannot resume: nothing follows.
+    let (ok, lines) = follow(&server, "once", long).expect("a preempted one-shot job has ended");
+    assert!(ok && lines.len() == 2, "{lines:?}");
+    // Preempted but resumable: its requeue is still to come, so the tail keeps following.
+    assert_eq!(
+        follow(&server, "again", std::time::Duration::from_millis(1_500)),
+        None,
+        "a resumable job lives on after a preemption"
+    );
+}

@@ -1,6 +1,7 @@
 //! `fairshare tail`: the event log, decoded, for operators (human lines or JSON lines).
 
 use clap::Args;
+use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::log::{Follower, LogEntry};
 
@@ -18,8 +19,9 @@ pub struct TailArgs {
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(fairshare_events::codec::EVENT_KINDS.iter().chain(&[UNKNOWN, UNUSABLE])))]
     kind: Vec<String>,
     /// Only this job's events (its id as `submit` or `fairshare queue` printed it): how a
-    /// researcher follows one job from submission to its end (it keeps following, as every
-    /// tail does, until Ctrl-C; `--no-follow` stops at the end of the log).
+    /// researcher follows one job from submission to its end. It stops after the event that
+    /// ends the job (finished, failed, cancelled, or preempted when the submission it read said
+    /// the job cannot resume); otherwise it follows until Ctrl-C.
     #[arg(long, value_parser = job_token)]
     job: Option<String>,
     /// Start at this stream sequence (default: the beginning).
@@ -87,9 +89,10 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    let mut life = JobLife::default();
     while let Some(entry) = follower.next().await {
         let entry = entry?;
-        let done = args.no_follow && entry.pending == 0;
+        let mut done = args.no_follow && entry.pending == 0;
         let kind = match &entry.event {
             Ok(event) => codec::event_kind(event),
             Err(codec::DecodeError::UnknownBody) => UNKNOWN,
@@ -98,11 +101,39 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
         if args.kind.is_empty() || args.kind.iter().any(|k| k == kind) {
             print(&entry, kind, args.json);
         }
+        if args.job.is_some()
+            && let Ok(event) = &entry.event
+        {
+            done |= life.ends_with(event);
+        }
         if done {
             break;
         }
     }
     Ok(())
+}
+
+/// What a `--job` tail has read of its job's life, to stop where the job ends.
+#[derive(Debug, Default)]
+struct JobLife {
+    /// Whether the job resumes after a preemption, once its submission was read.
+    resumable: Option<bool>,
+}
+
+impl JobLife {
+    /// Whether `event` ends the job: nothing follows it in the job's life. A preempted job
+    /// whose submission was not read may be requeued, so the tail goes on.
+    fn ends_with(&mut self, event: &pb::Event) -> bool {
+        match &event.body {
+            Some(Body::JobSubmitted(s)) => {
+                self.resumable = s.spec.as_ref().map(|spec| spec.resumable);
+                false
+            }
+            Some(Body::JobFinished(_) | Body::JobFailed(_) | Body::JobCancelled(_)) => true,
+            Some(Body::JobPreempted(_)) => self.resumable == Some(false),
+            _ => false,
+        }
+    }
 }
 
 /// One entry, as a JSON line or a human line. Entries the services fold as empty are printed
