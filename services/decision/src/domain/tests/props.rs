@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::support::{H, HOUR, MIN, acc, leaf};
-use crate::domain::state::MAINTENANCE_LEAD_MS;
+use crate::domain::state::{JobStatus, MAINTENANCE_LEAD_MS};
 use crate::domain::{Decision, WaitReason, decide, decide_placements};
 use fairshare_testkit::Rng;
 
@@ -277,6 +277,29 @@ proptest! {
         // A cycle places only queued shapes that fit the free GPUs.
         if !sc.h.state.any_queued_shape_fits() {
             prop_assert!(d.placements.is_empty(), "placed though no queued shape fits");
+        }
+    }
+
+    /// Re-holding a running job in place (its start confirmed, an order given) leaves the
+    /// state equal to releasing it and holding it again, on random clusters (cordons,
+    /// maintenance, shared nodes, unallocated work).
+    #[test]
+    fn re_holding_in_place_equals_releasing_and_holding_again(seed in any::<u64>()) {
+        let sc = scenario(seed);
+        let mut r = Rng(seed.rotate_left(17) | 1);
+        let state = &sc.h.state;
+        for (id, job) in &state.jobs {
+            let JobStatus::Placed(placed) = &job.status else { continue };
+            let mut changed = placed.clone();
+            changed.start_ms += r.below(10 * MIN as u64) as i64;
+            changed.started = r.below(2) == 0;
+            changed.preempt_deadline_ms = (r.below(2) == 0).then(|| NOW + r.below(HOUR as u64) as i64);
+            let mut in_place = state.clone();
+            in_place.rehold(id, job, &changed);
+            let mut again = state.clone();
+            again.release(id, job, placed);
+            again.hold(id, job, &changed);
+            prop_assert_eq!(&in_place, &again, "job {}", id);
         }
     }
 }
