@@ -122,14 +122,16 @@ pids+=($!) && watched[$!]=preemption
 # leaves what is in place alone, only a change made since can be refused: that is reported,
 # and the start goes on.
 applied="$run/demo-applied"
+apply_demo() {
+  env "$(as operator)" "$bin/fairshare" inventory apply --new-cluster deploy/demo/inventory.toml &&
+    env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml
+}
 if ((earlier == 0)); then
   rm -f "$applied"
-  env "$(as operator)" "$bin/fairshare" inventory apply --new-cluster deploy/demo/inventory.toml
-  env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml
+  apply_demo
   touch "$applied"
 elif [ ! -e "$applied" ]; then
-  if env "$(as operator)" "$bin/fairshare" inventory apply --new-cluster deploy/demo/inventory.toml &&
-    env "$(as operator)" "$bin/fairshare" budget apply deploy/demo/budget.toml; then
+  if apply_demo; then
     touch "$applied"
   else
     echo "start: warning: deploy/demo's inventory or budget was refused over the kept log (see above); going on with the cluster as the log has it" >&2
