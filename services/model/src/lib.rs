@@ -22,6 +22,7 @@ pub mod exact;
 pub mod files;
 pub mod hour;
 pub mod inventory;
+pub mod logtime;
 pub mod shape;
 pub mod stored;
 pub mod timestamp;

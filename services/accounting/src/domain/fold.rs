@@ -48,6 +48,8 @@ use fairshare_events::pb::event::Body;
 use fairshare_model::budget::BudgetTree;
 use serde::{Deserialize, Serialize};
 
+use fairshare_model::logtime::effective_at;
+
 use super::cluster::ClusterState;
 use super::config::FoldConfig;
 use super::ids::{JobKey, KeyRef};
@@ -56,8 +58,8 @@ use super::outcome::{Applied, FoldCounts, Skip};
 use super::report::{AccountUsage, LedgerReport, WindowReport};
 
 /// How far after the stream stored an entry its event may take effect
-/// ([`UsageFold::apply_stored`]): writers' clocks may run ahead of the server's by this much.
-pub const MAX_AHEAD_OF_LOG_MS: i64 = 60_000;
+/// ([`UsageFold::apply_stored`]), the same for every fold that keeps time.
+pub use fairshare_model::logtime::MAX_AHEAD_OF_LOG_MS;
 
 /// Why a query could not be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -190,9 +192,7 @@ impl UsageFold {
     /// then, charging running jobs until that far time, and new submissions would be refused
     /// as stale. The stored time is part of the log, so a fold from scratch clamps the same.
     pub fn apply_stored(&mut self, sequence: u64, event: &pb::Event, stored_ms: i64) -> Applied {
-        let at = event
-            .at_ms
-            .min(stored_ms.saturating_add(MAX_AHEAD_OF_LOG_MS));
+        let at = effective_at(event.at_ms, Some(stored_ms));
         self.apply_at(sequence, event, at)
     }
 

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::budget::{AccountId, BudgetError, BudgetTree};
 use fairshare_model::inventory::Inventory;
+use fairshare_model::logtime::effective_at;
 use fairshare_model::shape::{self, Shape};
 use serde::{Deserialize, Serialize};
 
@@ -835,6 +836,21 @@ impl DecisionState {
     /// refused as duplicates; any other event advances the last applied sequence even when it
     /// is ignored, so the decision basis always names the true log position.
     pub fn apply(&mut self, sequence: u64, event: &pb::Event) -> Result<(), Ignored> {
+        self.apply_stored(sequence, event, None)
+    }
+
+    /// [`Self::apply`] for an entry the stream stored at `stored_ms` (`None`: a log without
+    /// stored times, as the simulator's): the event takes effect at its own time but no later
+    /// than [`fairshare_model::logtime::MAX_AHEAD_OF_LOG_MS`] after it was stored. A launcher
+    /// whose clock runs a day ahead would otherwise start its job tomorrow in this fold,
+    /// protecting it from preemption, drains and maintenance for a day beyond its minimum
+    /// runtime (forever, stamped at the end of time), while accounting charged it from now.
+    pub fn apply_stored(
+        &mut self,
+        sequence: u64,
+        event: &pb::Event,
+        stored_ms: Option<i64>,
+    ) -> Result<(), Ignored> {
         if sequence <= self.last_applied {
             return Err(Ignored::Duplicate {
                 sequence,
@@ -842,7 +858,7 @@ impl DecisionState {
             });
         }
         self.last_applied = sequence;
-        let at = event.at_ms;
+        let at = effective_at(event.at_ms, stored_ms);
         let Some(body) = &event.body else {
             return Err(Ignored::NoBody);
         };

@@ -121,7 +121,9 @@ impl LogFold {
     /// duplicates and change nothing at all.
     pub fn apply(&mut self, entry: &LogEntry) -> Applied {
         let event = entry.event.as_ref().unwrap_or(&UNDECODABLE);
-        let result = self.state.apply(entry.sequence, event);
+        let result = self
+            .state
+            .apply_stored(entry.sequence, event, entry.stored_ms);
         if let Err(why @ Ignored::Duplicate { .. }) = result {
             return Applied::Ignored(why);
         }

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use fairshare_decision::domain::state::{Job, JobStatus, Placed};
 use fairshare_decision::domain::{DecisionState, Ignored};
 use fairshare_events::pb::{self, event::Body};
+use fairshare_model::logtime::effective_at;
 use serde::{Deserialize, Serialize};
 
 /// An outstanding preemption order.
@@ -122,7 +123,18 @@ impl PreemptionState {
     /// Applies the event at stream `sequence` (see
     /// [`DecisionState::apply`] for what is refused and why).
     pub fn apply(&mut self, sequence: u64, event: &pb::Event) -> Result<(), Ignored> {
-        self.decision.apply(sequence, event)?;
+        self.apply_stored(sequence, event, None)
+    }
+
+    /// [`Self::apply`] for an entry the stream stored at `stored_ms`: its time is clamped as
+    /// [`DecisionState::apply_stored`] clamps it, here too (an order's time).
+    pub fn apply_stored(
+        &mut self,
+        sequence: u64,
+        event: &pb::Event,
+        stored_ms: Option<i64>,
+    ) -> Result<(), Ignored> {
+        self.decision.apply_stored(sequence, event, stored_ms)?;
         let Some(body) = &event.body else {
             return Ok(());
         };
@@ -132,7 +144,7 @@ impl PreemptionState {
                     grace_deadline_ms: p.grace_deadline_ms,
                     for_job_id: p.for_job_id.clone(),
                     reason: p.reason.clone(),
-                    ordered_at_ms: event.at_ms,
+                    ordered_at_ms: effective_at(event.at_ms, stored_ms),
                 });
                 order.grace_deadline_ms = order.grace_deadline_ms.min(p.grace_deadline_ms);
             }

@@ -106,7 +106,9 @@ impl ShellFold {
     /// last applied sequence, and a duplicate changes nothing at all).
     pub fn apply(&mut self, entry: &LogEntry) -> bool {
         let event = entry.event.as_ref().unwrap_or(&UNDECODABLE);
-        let result = self.state.apply(entry.sequence, event);
+        let result = self
+            .state
+            .apply_stored(entry.sequence, event, entry.stored_ms);
         if let Err(Ignored::Duplicate { .. }) = result {
             return false;
         }
@@ -163,6 +165,103 @@ mod tests {
         for e in entries {
             into.apply(e);
         }
+    }
+
+    #[test]
+    fn event_times_are_held_to_a_minute_after_the_stream_stored_them() {
+        use fairshare_events::subjects;
+        use fairshare_model::logtime::MAX_AHEAD_OF_LOG_MS;
+        let mut f = ShellFold::new("c");
+        let stored = 1_800_000_000_000;
+        let day = 86_400_000;
+        let mut sequence = 0;
+        let mut feed = |f: &mut ShellFold, subject: String, at_ms: i64, body: Body| {
+            sequence += 1;
+            f.apply(&LogEntry {
+                sequence,
+                subject,
+                event: Ok(pb::Event {
+                    at_ms,
+                    body: Some(body),
+                }),
+                pending: 0,
+                trace: None,
+                stored_ms: Some(stored),
+            })
+        };
+        let job = |kind: &str| subjects::job_event("c", "j", kind);
+        assert!(feed(
+            &mut f,
+            subjects::node("c", "n0"),
+            stored,
+            Body::NodeRegistered(pb::NodeRegistered {
+                cluster: "c".into(),
+                node: "n0".into(),
+                gpus: 8,
+            }),
+        ));
+        assert!(feed(
+            &mut f,
+            job("job_submitted"),
+            stored,
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: "j".into(),
+                spec: Some(pb::JobSpec {
+                    cluster: "c".into(),
+                    allocation: "a".into(),
+                    gpus: 8,
+                    min_runtime_s: 1800,
+                    ..Default::default()
+                }),
+                shape: Some(pb::Shape {
+                    nodes: 1,
+                    gpus_per_node: 8,
+                }),
+                ..Default::default()
+            }),
+        ));
+        assert!(feed(
+            &mut f,
+            job("job_placed"),
+            stored,
+            Body::JobPlaced(pb::JobPlaced {
+                job_id: "j".into(),
+                nodes: vec![pb::NodeGpus {
+                    node: "n0".into(),
+                    gpus: 8,
+                }],
+                basis: None,
+            }),
+        ));
+        // The launcher's clock runs a day ahead.
+        assert!(feed(
+            &mut f,
+            job("job_started"),
+            stored + day,
+            Body::JobStarted(pb::JobStarted { job_id: "j".into() }),
+        ));
+        assert!(feed(
+            &mut f,
+            job("preemption_ordered"),
+            stored + day,
+            Body::PreemptionOrdered(pb::PreemptionOrdered {
+                job_id: "j".into(),
+                grace_deadline_ms: stored + 30_000,
+                ..Default::default()
+            }),
+        ));
+        let held = f
+            .state()
+            .decision()
+            .load("n0")
+            .unwrap()
+            .holding("j")
+            .unwrap();
+        assert_eq!(held.holder.start_ms, stored + MAX_AHEAD_OF_LOG_MS);
+        assert_eq!(
+            f.state().orders()["j"].ordered_at_ms,
+            stored + MAX_AHEAD_OF_LOG_MS
+        );
     }
 
     #[test]

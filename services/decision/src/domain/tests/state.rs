@@ -120,6 +120,50 @@ fn a_start_stamped_before_its_placement_counts_from_the_placement() {
 }
 
 #[test]
+fn a_start_stamped_far_ahead_of_its_stored_time_counts_from_a_minute_after_it() {
+    use fairshare_model::logtime::MAX_AHEAD_OF_LOG_MS;
+    let mut h = H::new();
+    h.node("n0", 8);
+    h.submit(100, "j", "a", 1, 3600);
+    h.place(10_000, "j", &[("n0", 1)]);
+    h.submit(100, "k", "a", 1, 3600);
+    h.place(10_000, "k", &[("n0", 1)]);
+    h.submit(100, "l", "a", 1, 3600);
+    h.place(10_000, "l", &[("n0", 1)]);
+    // Two launchers: one whose clock runs a day ahead of the server's, stored at 20 s, and one
+    // stamping the end of time.
+    let stored = 20_000;
+    let ahead = pb::Event {
+        at_ms: stored + 24 * HOUR,
+        body: Some(started("j")),
+    };
+    h.state.apply_stored(20, &ahead, Some(stored)).unwrap();
+    let forever = pb::Event {
+        at_ms: i64::MAX,
+        body: Some(started("k")),
+    };
+    h.state.apply_stored(21, &forever, Some(stored)).unwrap();
+    for id in ["j", "k"] {
+        let held = h.state.load("n0").unwrap().holding(id).unwrap().clone();
+        assert!(held.holder.started);
+        assert_eq!(held.holder.start_ms, stored + MAX_AHEAD_OF_LOG_MS, "{id}");
+        assert_eq!(
+            held.reclaim_ms,
+            stored + MAX_AHEAD_OF_LOG_MS + HOUR,
+            "{id}: protected a minute past its stored time plus its minimum runtime"
+        );
+    }
+    // A clock a few seconds ahead keeps its own time.
+    let slightly = pb::Event {
+        at_ms: stored + 5_000,
+        body: Some(started("l")),
+    };
+    h.state.apply_stored(30, &slightly, Some(stored)).unwrap();
+    let held = h.state.load("n0").unwrap().holding("l").unwrap().clone();
+    assert_eq!(held.holder.start_ms, stored + 5_000);
+}
+
+#[test]
 fn placement_holds_gpus_and_start_refines_when_they_are_reclaimable() {
     let mut h = H::new();
     h.node("n0", 8);
