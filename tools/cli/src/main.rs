@@ -259,6 +259,27 @@ mod tests {
             "+1h",
         ]);
         assert!(window.is_ok(), "{:?}", window.err());
+        // A negative duration or limit is refused for what it is, not as an unknown option.
+        let refusal = |args: &[&str]| {
+            let mut all = vec!["fairshare"];
+            all.extend_from_slice(args);
+            super::Cli::try_parse_from(all)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let base = ["submit", "--cluster", "c", "--allocation", "a"];
+        for (flag, value) in [("--min-runtime", "-5"), ("--time-limit", "-1h")] {
+            let mut args = base.to_vec();
+            if flag != "--min-runtime" {
+                args.extend(["--min-runtime", "0"]);
+            }
+            args.extend([flag, value]);
+            let e = refusal(&args);
+            assert!(e.contains("is negative: give 0 or more"), "{flag}: {e}");
+        }
+        let e = refusal(&["queue", "--cluster", "c", "--limit", "-1"]);
+        assert!(e.contains("invalid value '-1' for '--limit"), "{e}");
     }
 
     #[test]

@@ -27,7 +27,12 @@ pub struct QueueArgs {
     #[arg(long, default_value = "")]
     user: String,
     /// At most this many jobs (the service lists at most 2,000).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=MAX_LISTED as i64))]
+    #[arg(
+        long,
+        default_value_t = 100,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(1..=MAX_LISTED as i64)
+    )]
     limit: u32,
     /// Under each job, its reason in words (as `fairshare explain` gives it).
     #[arg(long)]

@@ -34,7 +34,7 @@ pub struct SubmitArgs {
     nodes: i64,
     /// Minimum runtime in whole seconds, protected from preemption (e.g. 15m, 2h, 90s); 0 =
     /// unallocated.
-    #[arg(long, value_parser = whole_seconds)]
+    #[arg(long, value_parser = whole_seconds, allow_hyphen_values = true)]
     min_runtime: i64,
     /// The job can be stopped and requeued.
     #[arg(long)]
@@ -43,7 +43,7 @@ pub struct SubmitArgs {
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i32,
     /// Optional time limit in whole seconds (e.g. 24h), recorded for the launcher to enforce.
-    #[arg(long, value_parser = whole_seconds)]
+    #[arg(long, value_parser = whole_seconds, allow_hyphen_values = true)]
     time_limit: Option<i64>,
     /// User the job runs for.
     #[arg(long, env = "USER", default_value = "unknown")]
@@ -127,6 +127,11 @@ impl RetryWithKey {
 /// become 0, which means unallocated. The services work in milliseconds, so the seconds must
 /// hold as milliseconds too.
 fn whole_seconds(text: &str) -> Result<i64, String> {
+    if text.trim_start().starts_with('-') {
+        return Err(format!(
+            "{text:?} is negative: give 0 or more whole seconds (e.g. 0, 90s, 15m, 2h)"
+        ));
+    }
     let d = parse_duration(text).map_err(|e| e.to_string())?;
     if d.subsec_nanos() != 0 {
         return Err(format!(
