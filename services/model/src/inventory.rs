@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::shape::Shape;
+
 /// One node's standing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
@@ -95,6 +97,18 @@ impl Inventory {
     /// How many nodes have exactly `gpus` GPUs.
     pub fn nodes_with(&self, gpus: u32) -> usize {
         self.by_size.get(&gpus).copied().unwrap_or(0)
+    }
+
+    /// Whether the registered nodes, cordoned or not, could ever hold a job of `shape` were they
+    /// all empty: a single-node job needs a node of at least its GPUs, a multi-node job whole
+    /// nodes of exactly its GPUs per node. False once nodes it was submitted against are
+    /// removed or registered again with fewer GPUs.
+    pub fn could_hold(&self, shape: Shape) -> bool {
+        if shape.nodes <= 1 {
+            shape.gpus_per_node <= self.largest_node()
+        } else {
+            self.nodes_with(shape.gpus_per_node) >= shape.nodes as usize
+        }
     }
 
     /// Counts a node of `gpus` GPUs in (`added`) or out of the sizes and the total.

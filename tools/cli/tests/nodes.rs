@@ -443,3 +443,113 @@ async fn cordon_drain_remove_and_maintenance() {
     let _ = stop.send(());
     preemption.await.unwrap().unwrap();
 }
+
+/// `inventory apply` that gives a busy node fewer GPUs than its jobs hold is refused, naming
+/// the node and its jobs, with nothing written; with `--force` it is written, and a queued job
+/// no node could hold any more is named in a warning (the decision service then says it can
+/// never start, rather than that it waits for room).
+#[tokio::test]
+async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
+    let stack = Stack::start().await.unwrap();
+    let first = fairshare_model::files::parse_inventory(INVENTORY)
+        .unwrap()
+        .nodes
+        .into_iter()
+        .map(|(n, _)| n)
+        .next()
+        .unwrap();
+    let job = |id: &str, body: Body| {
+        let event = pb::Event {
+            at_ms: 0,
+            body: Some(body),
+        };
+        let kind = fairshare_events::codec::event_kind(&event);
+        (subjects::job_event(CLUSTER, id, kind), event.body.unwrap())
+    };
+    let submitted = |id: &str, nodes: u32, gpus_per_node: u32| {
+        Body::JobSubmitted(pb::JobSubmitted {
+            job_id: id.into(),
+            spec: Some(pb::JobSpec {
+                cluster: CLUSTER.into(),
+                allocation: "research/nlp".into(),
+                gpus: i64::from(nodes * gpus_per_node),
+                min_runtime_s: 60,
+                ..Default::default()
+            }),
+            shape: Some(pb::Shape {
+                nodes,
+                gpus_per_node,
+            }),
+            ..Default::default()
+        })
+    };
+    let placed = Body::JobPlaced(pb::JobPlaced {
+        job_id: "busy".into(),
+        nodes: vec![pb::NodeGpus {
+            node: first.clone(),
+            gpus: 5,
+        }],
+        basis: None,
+    });
+    for (i, (subject, body)) in [
+        job("busy", submitted("busy", 1, 5)),
+        job("busy", placed),
+        job("wide", submitted("wide", 4, 8)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        stack.append(subject, body, &format!("m{i}")).await.unwrap();
+    }
+
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        file.path(),
+        format!("cluster = \"{CLUSTER}\"\n[[nodes]]\nname = \"{first}\"\ngpus = 4\n"),
+    )
+    .unwrap();
+    let apply = |force: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+        command
+            .args(["inventory", "apply", "--nats-url", &stack.server.url()])
+            .arg(file.path());
+        if force {
+            command.arg("--force");
+        }
+        async move {
+            tokio::task::spawn_blocking(move || command.output())
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let registrations = || async {
+        stack
+            .all_events()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|(_, _, e)| matches!(e.body, Some(Body::NodeRegistered(_))))
+            .count()
+    };
+    let before = registrations().await;
+    let refused = apply(false).await;
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains(&format!(
+            "fewer GPUs than their jobs hold: {first}: 4 GPUs, but its jobs hold 5 (busy)"
+        )) && stderr(&refused).contains("--force"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(registrations().await, before, "nothing written");
+
+    let forced = apply(true).await;
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    assert_eq!(registrations().await, before + 1);
+    assert!(
+        stderr(&forced).contains("warning: no node could hold 1 queued job any more: wide;"),
+        "{}",
+        stderr(&forced)
+    );
+}

@@ -34,7 +34,9 @@
 use std::fmt;
 
 use fairshare_events::pb;
+use fairshare_model::inventory::Inventory;
 use fairshare_model::timestamp::utc;
+use fairshare_model::words::Gpus;
 
 use super::debug;
 use super::place::{Found, Pool};
@@ -105,6 +107,18 @@ pub enum WaitReason<'s> {
     /// It would fit only on nodes whose maintenance starts before its minimum runtime ends (or
     /// is in progress).
     MaintenanceWindow,
+    /// No registered node, cordoned or not, could ever hold it: nodes it was submitted against
+    /// were removed or registered again with fewer GPUs since. It waits until nodes that hold
+    /// it are registered, or it is cancelled.
+    NeverFits {
+        /// Nodes it needs.
+        nodes: u32,
+        /// GPUs per node it needs.
+        gpus_per_node: u32,
+        /// The largest node's GPUs (single-node jobs), or how many nodes of exactly
+        /// `gpus_per_node` GPUs the cluster has (multi-node jobs).
+        have: u32,
+    },
     /// Its allocation is not a leaf of the budget tree in force.
     UnknownAllocation,
     /// No budget tree has been set for the cluster.
@@ -117,6 +131,7 @@ impl WaitReason<'_> {
         match self {
             WaitReason::BelowOthersInRank => "below_others_in_rank",
             WaitReason::TooLargeForFreeNodes { .. } => "too_large_for_free_nodes",
+            WaitReason::NeverFits { .. } => "never_fits_cluster",
             WaitReason::ReservationPending { .. } => "reservation_pending",
             WaitReason::BlockedByReservation { .. } => "blocked_by_reservation",
             WaitReason::PromisedToAnother => "promised_to_another_job",
@@ -152,6 +167,28 @@ impl fmt::Display for WaitReason<'_> {
                         "needs {nodes} wholly free nodes of {gpus_per_node} GPUs; not enough are free"
                     )
                 }
+            }
+            WaitReason::NeverFits {
+                nodes,
+                gpus_per_node,
+                have,
+            } => {
+                let need = if *nodes <= 1 {
+                    format!(
+                        "{} on one node, and the largest node has {have}",
+                        Gpus(u64::from(*gpus_per_node))
+                    )
+                } else {
+                    format!(
+                        "{nodes} whole nodes of {gpus_per_node} GPUs, and the cluster has {have}"
+                    )
+                };
+                write!(
+                    f,
+                    "can never start on the cluster as it is now: needs {need} (nodes were removed \
+                     or registered with fewer GPUs since it was submitted); cancel it, or register \
+                     nodes that hold it"
+                )
             }
             WaitReason::ReservationPending {
                 reclaimable_now: true,
@@ -268,6 +305,8 @@ impl Decision<'_> {
 struct Cycle<'s> {
     now: i64,
     pool: Pool<'s>,
+    /// The registered nodes, to tell a job that can never fit from one that waits for room.
+    inventory: &'s Inventory,
     guard: Option<Guard>,
     reservation: Option<Reservation<'s>>,
     placements: Vec<Placement<'s>>,
@@ -436,7 +475,19 @@ impl<'s> Cycle<'s> {
 
     /// Why a job that found no room waits, most specific cause first.
     fn classify(&self, job_id: &str, req: Request, protected_until: i64) -> WaitReason<'s> {
-        if self.pool.fits_at_start(req.shape, protected_until) {
+        if !self.inventory.could_hold(req.shape) {
+            let have = if req.shape.nodes <= 1 {
+                self.inventory.largest_node()
+            } else {
+                let n = self.inventory.nodes_with(req.shape.gpus_per_node);
+                u32::try_from(n).unwrap_or(u32::MAX)
+            };
+            WaitReason::NeverFits {
+                nodes: req.shape.nodes,
+                gpus_per_node: req.shape.gpus_per_node,
+                have,
+            }
+        } else if self.pool.fits_at_start(req.shape, protected_until) {
             WaitReason::BelowOthersInRank
         } else if self.pool.start_unpromised.fits(req.shape) && !self.pool.has_promise(job_id) {
             WaitReason::PromisedToAnother
@@ -500,6 +551,7 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
     let mut cycle = Cycle {
         now: now_ms,
         pool: Pool::new(state, now_ms),
+        inventory: state.inventory(),
         guard: None,
         reservation: None,
         placements: Vec::new(),

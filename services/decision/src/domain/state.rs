@@ -786,6 +786,17 @@ impl DecisionState {
         self.queues.values().map(AllocationQueue::len).sum()
     }
 
+    /// Every queued job's id and shape, allocated and unallocated, by allocation path and then
+    /// queue order.
+    pub fn queued_shapes(&self) -> impl Iterator<Item = (&str, Shape)> {
+        self.queues.values().flat_map(|q| {
+            q.allocated
+                .iter()
+                .chain(q.unallocated.iter())
+                .map(|(key, request)| (&*key.job_id, request.shape))
+        })
+    }
+
     /// Queued jobs by allocation path.
     pub fn queues(&self) -> &BTreeMap<Arc<str>, AllocationQueue> {
         &self.queues

@@ -15,6 +15,7 @@ use fairshare_model::words::{Gpus, count};
 use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
 
+use super::nodes::strand;
 use super::{Connection, budget_in_force};
 
 /// One allocation's share of the cluster before and after a budget change (`None`: not an
@@ -207,6 +208,11 @@ pub enum InventoryCommand {
         /// runs, for good: the log is append-only).
         #[arg(long)]
         new_cluster: bool,
+        /// Register nodes again with fewer GPUs than their jobs hold now; without it, such a
+        /// file is refused, naming the nodes and jobs, so a typo (4 for 8) does not shrink a
+        /// busy node under its work. The jobs run on until they end.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -396,13 +402,14 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = anyhow::Result<Connection>>,
 {
-    let (file, apply, readd, new_cluster) = match cmd {
-        InventoryCommand::Check { file } => (file, false, false, false),
+    let (file, apply, readd, new_cluster, force) = match cmd {
+        InventoryCommand::Check { file } => (file, false, false, false, false),
         InventoryCommand::Apply {
             file,
             readd,
             new_cluster,
-        } => (file, true, readd, new_cluster),
+            force,
+        } => (file, true, readd, new_cluster, force),
     };
     let inventory = files::parse_inventory(&read(&file)?)
         .with_context(|| format!("{} refused", file.display()))?;
@@ -433,6 +440,34 @@ where
              them out of the file, or pass --readd to put them back in service",
             changes.removed.join(", ")
         );
+    }
+    // A node given fewer GPUs than it has: its running work and the queue are checked against
+    // the change (a log read, so only then).
+    let shrinks = changes
+        .write
+        .iter()
+        .any(|(r, _)| book.live(&r.node).is_some_and(|e| e.gpus > r.gpus));
+    let fold = if shrinks {
+        Some(super::nodes::fold_log(&conn, &inventory.cluster).await?)
+    } else {
+        None
+    };
+    if let Some(fold) = &fold
+        && !force
+    {
+        let registrations: Vec<_> = changes.write.iter().map(|(r, _)| r.clone()).collect();
+        let overfull = strand::overfull(fold.state(), &registrations);
+        if !overfull.is_empty() {
+            bail!(
+                "fewer GPUs than their jobs hold: {}; nothing written: drain {} first (`fairshare \
+                 node cordon`, then wait until `fairshare node list` says drained), or pass \
+                 --force to register {} under {} work",
+                overfull.join("; "),
+                if overfull.len() == 1 { "it" } else { "them" },
+                if overfull.len() == 1 { "it" } else { "them" },
+                if overfull.len() == 1 { "its" } else { "their" },
+            );
+        }
     }
     let now = SystemClock.now_ms();
     let (mut written, total) = (0, changes.write.len());
@@ -471,6 +506,15 @@ where
         "{written} registered, {} already as the file says",
         changes.unchanged
     );
+    if let Some(fold) = &fold {
+        let mut after = fold.state().inventory().clone();
+        for (name, gpus) in &inventory.nodes {
+            after.register(name, *gpus);
+        }
+        if let Some(warning) = strand::stranded_warning(&strand::stranded(fold.state(), &after)) {
+            eprintln!("warning: {warning}");
+        }
+    }
     Ok(())
 }
 

@@ -1046,3 +1046,53 @@ fn a_debug_job_behind_the_reservation_is_told_of_the_allowance() {
         dbg.reason
     );
 }
+
+/// Jobs submitted against nodes that are gone since (removed, or registered again with fewer
+/// GPUs) are told they can never start, not that they wait for room, and hold up nobody.
+#[test]
+fn a_job_no_registered_node_could_hold_is_told_so_and_holds_up_nobody() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 2), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1", "n2"], 8);
+    h.submit_full(NOW - 50, "wide", "a", 3, 8, 3600, 10, true);
+    h.submit_full(NOW - 50, "big", "a", 1, 8, 3600, 9, true);
+    h.submit_full(NOW - 50, "small", "b", 1, 2, 3600, 0, true);
+    // Busy work keeps "big" from fitting now, though a node could hold it.
+    h.running(NOW - 10 * MIN, "r0", "b", 3600, &[("n0", 1)]);
+    h.running(NOW - 10 * MIN, "r1", "b", 3600, &[("n1", 1)]);
+    h.ok(
+        NOW - 40,
+        Body::NodeRemoved(pb::NodeRemoved {
+            cluster: CLUSTER.into(),
+            node: "n2".into(),
+        }),
+    );
+    let d = h.decide(NOW);
+    assert_eq!(reason(&d, "wide"), "never_fits_cluster");
+    let why = |d: &crate::domain::Decision, id: &str| {
+        d.waiting
+            .iter()
+            .find(|w| w.job_id == id)
+            .map(|w| w.reason.to_string())
+            .unwrap_or_default()
+    };
+    assert!(
+        why(&d, "wide").contains("needs 3 whole nodes of 8 GPUs, and the cluster has 2"),
+        "{}",
+        why(&d, "wide")
+    );
+    // "big" could fit once a node empties: it waits (and takes the reservation), not "never".
+    assert_ne!(reason(&d, "big"), "never_fits_cluster");
+    assert_eq!(placed_ids(&d), ["small"]);
+    // Registered again with 4 GPUs each, no node holds "big" either.
+    for n in ["n0", "n1"] {
+        h.node(n, 4);
+    }
+    let d = h.decide(NOW);
+    assert_eq!(reason(&d, "big"), "never_fits_cluster");
+    assert!(
+        why(&d, "big").contains("needs 8 GPUs on one node, and the largest node has 4"),
+        "{}",
+        why(&d, "big")
+    );
+}

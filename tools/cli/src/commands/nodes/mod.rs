@@ -16,6 +16,7 @@
 
 pub mod book;
 mod list;
+pub(crate) mod strand;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
@@ -227,7 +228,7 @@ fn standing(book: &NodeBook, name: &str) -> Standing {
 }
 
 /// The decision service's fold of cluster `cluster`'s whole log: who holds what, where.
-async fn fold_log(conn: &Connection, cluster: &str) -> anyhow::Result<LogFold> {
+pub(crate) async fn fold_log(conn: &Connection, cluster: &str) -> anyhow::Result<LogFold> {
     let entries = read_log(&conn.js, cluster, None)
         .await
         .with_context(|| format!("cannot read the log of cluster {cluster}"))?;
@@ -240,20 +241,15 @@ async fn fold_log(conn: &Connection, cluster: &str) -> anyhow::Result<LogFold> {
 
 /// The nodes of `names` that hold work by the decision service's fold of the whole log, with
 /// the jobs they hold.
-async fn holding_work(
-    conn: &Connection,
-    cluster: &str,
-    names: &[String],
-) -> anyhow::Result<Vec<String>> {
-    let fold = fold_log(conn, cluster).await?;
-    Ok(names
+fn holding_work(state: &DecisionState, names: &[String]) -> Vec<String> {
+    names
         .iter()
         .filter_map(|n| {
-            let load = fold.state().load(n)?;
+            let load = state.load(n)?;
             let jobs: Vec<&str> = load.holdings.iter().map(|(id, _)| &**id).collect();
             (!jobs.is_empty()).then(|| format!("{n} (holds {})", jobs.join(", ")))
         })
-        .collect())
+        .collect()
 }
 
 /// A job a window would cut short: its id, its node, the end of its protection, and whether it
@@ -405,6 +401,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
         } => {
             let book = read_book(conn, &cluster).await?;
             let nodes = known(&book, &cluster, &nodes)?;
+            let fold = fold_log(conn, &cluster).await?;
             if !force {
                 let in_service: Vec<&str> = nodes
                     .iter()
@@ -419,7 +416,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                         in_service.join(", ")
                     );
                 }
-                let busy = holding_work(conn, &cluster, &nodes).await?;
+                let busy = holding_work(fold.state(), &nodes);
                 if !busy.is_empty() {
                     bail!(
                         "still holding work: {}; wait until `fairshare node list` says \
@@ -473,6 +470,14 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 if let Some(seq) = seq {
                     fairshare_runtime::outln!("{name}: removed at sequence {seq}");
                 }
+            }
+            let mut after = fold.state().inventory().clone();
+            for name in &nodes {
+                after.remove(name);
+            }
+            if let Some(warning) = strand::stranded_warning(&strand::stranded(fold.state(), &after))
+            {
+                eprintln!("warning: {warning}");
             }
             Ok(())
         }
