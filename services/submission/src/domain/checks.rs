@@ -159,6 +159,14 @@ pub fn check_submission(
                 ),
             ));
         }
+        // Shown to people as written (queue, explain, tail): a newline or an escape sequence
+        // would reach their terminals, as a cancel's reason would.
+        if let Some(c) = value.chars().find(|c| c.is_control()) {
+            return Err(reject(
+                RejectionCode::InvalidName,
+                format!("{what} must not contain control characters, found {c:?}"),
+            ));
+        }
     }
     if !subjects::is_valid_token(&spec.cluster) {
         return Err(reject(

@@ -362,6 +362,38 @@ fn a_key_with_a_control_character_is_refused_by_name() {
 }
 
 #[test]
+fn a_user_or_job_name_with_a_control_character_is_refused() {
+    let limits = Limits::default();
+    let with = |user: &str, name: &str| {
+        let mut r = request("k", 1);
+        if let Some(spec) = r.spec.as_mut() {
+            spec.user = user.into();
+            spec.name = name.into();
+        }
+        check_submission(&state(), &r, &limits)
+    };
+    for (user, name, what) in [
+        ("evil\u{1b}[31mred", "", "user"),
+        ("ok", "line\nbreak", "name"),
+        ("ok", "nul\0", "name"),
+    ] {
+        let err = with(user, name).unwrap_err();
+        assert_eq!(
+            err.code,
+            RejectionCode::InvalidName as i32,
+            "{user:?} {name:?}"
+        );
+        assert!(
+            err.message
+                .starts_with(&format!("{what} must not contain control characters")),
+            "{}",
+            err.message
+        );
+    }
+    assert!(with("rené", "train ✓ run 2").is_ok());
+}
+
+#[test]
 fn a_preempted_resumable_job_awaits_its_requeue_and_can_be_cancelled() {
     let limits = Limits::default();
     let cancel = pb::CancelRequest {
