@@ -310,6 +310,26 @@ async fn cordon_drain_remove_and_maintenance() {
     assert!(cancelled.status.success(), "{}", stderr(&cancelled));
     let out = stdout(&node(&stack, &["list"]).await);
     assert_eq!(out.matches("maintenance ").count(), 0, "{out}");
+    // Sent again (a retry after an unknown outcome): already so, nothing written.
+    let again = node(
+        &stack,
+        &[
+            "maintenance",
+            second,
+            "--cancel",
+            "--start",
+            start,
+            "--end",
+            end,
+        ],
+    )
+    .await;
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains("already cancelled from"),
+        "{}",
+        stdout(&again)
+    );
 
     let not_cordoned = node(&stack, &["uncordon", second]).await;
     assert!(stdout(&not_cordoned).contains("not cordoned"));

@@ -5,7 +5,7 @@
 //! only (`fairshare.events.<cluster>.node.<node>` and `.maintenance`). Pure: entries in, a
 //! book out; the time is an argument.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use fairshare_events::pb::{self, event::Body};
 
@@ -76,6 +76,9 @@ pub struct NodeBook {
     pub nodes: BTreeMap<String, NodeEntry>,
     /// Every maintenance window scheduled, in log order (a removed node taken out of each).
     pub maintenance: Vec<MaintenanceEntry>,
+    /// Windows taken back, as `(start, end, node)`, until scheduled again: a cancel sent twice
+    /// (a retry after an unknown outcome) is answered "already cancelled", not refused.
+    pub cancelled: BTreeSet<(i64, i64, String)>,
     /// Per subject, the sequence of its newest entry, whatever it held (one this build cannot
     /// decode too): a change is appended only if its subject is still there.
     pub subject_sequences: BTreeMap<String, u64>,
@@ -139,11 +142,17 @@ impl NodeBook {
             Body::MaintenanceCancelled(m) => {
                 for w in &mut self.maintenance {
                     if (w.start_ms, w.end_ms) == (m.start_ms, m.end_ms) {
+                        for name in w.nodes.iter().filter(|n| m.nodes.contains(n)) {
+                            self.cancelled.insert((m.start_ms, m.end_ms, name.clone()));
+                        }
                         w.nodes.retain(|name| !m.nodes.contains(name));
                     }
                 }
             }
             Body::MaintenanceScheduled(m) => {
+                for n in &m.nodes {
+                    self.cancelled.remove(&(m.start_ms, m.end_ms, n.clone()));
+                }
                 // The same window scheduled again adds its nodes to the one listed, as the
                 // services keep each window once per node.
                 if let Some(w) = self
@@ -207,6 +216,13 @@ impl NodeBook {
         self.nodes
             .get(node)
             .filter(|e| e.standing != Standing::Removed)
+    }
+
+    /// Whether a window of exactly `[start_ms, end_ms)` on `node` was taken back (and not
+    /// scheduled again since).
+    pub fn was_cancelled(&self, node: &str, start_ms: i64, end_ms: i64) -> bool {
+        self.cancelled
+            .contains(&(start_ms, end_ms, node.to_owned()))
     }
 
     /// Whether a window of exactly `[start_ms, end_ms)` takes `node`.
@@ -422,9 +438,14 @@ mod tests {
         assert!(book.has_window("n2", 500, 600));
         feed(&mut book, 9, &cancel(500, 600));
         assert!(!book.has_window("n2", 500, 600));
+        assert!(book.was_cancelled("n2", 500, 600));
+        assert!(!book.was_cancelled("n2", 500, 601));
+        assert!(!book.was_cancelled("n1", 500, 600));
         assert!(book.windows_ahead("n2", 60).is_empty());
         assert_eq!(book.sequence_on("m"), 9);
-        // Scheduled again, a window is listed once.
+        // Scheduled again, a window is listed once (and is no longer a cancelled one).
+        feed(&mut book, 10, &window(500, 600, &["n2"]));
+        assert!(!book.was_cancelled("n2", 500, 600));
         feed(&mut book, 10, &window(100, 200, &["n1", "n2"]));
         assert_eq!(book.windows_ahead("n1", 60).len(), 1);
         assert!(book.has_window("n2", 100, 200));

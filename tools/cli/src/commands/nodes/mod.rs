@@ -98,7 +98,8 @@ pub enum NodeCommand {
         #[arg(long, allow_hyphen_values = true)]
         start: String,
         /// When it ends, in the same forms (`+DURATION` counts from now, not from --start). With
-        /// --cancel, a time `list` prints as `<n>ms` (past the calendar) is given so.
+        /// --cancel, give --start and --end exactly as `fairshare node list` prints the window
+        /// (a time it prints as `<n>ms`, outside the calendar, is given as that too).
         #[arg(long, allow_hyphen_values = true)]
         end: String,
         /// Why.
@@ -565,12 +566,27 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                     nodes.clone(),
                 );
                 Ok(if cancel {
-                    if !without.is_empty() {
+                    let never: Vec<&str> = without
+                        .iter()
+                        .filter(|n| !book.was_cancelled(n, start_ms, end_ms))
+                        .copied()
+                        .collect();
+                    if !never.is_empty() {
                         bail!(
                             "no maintenance window from {window} on {} (`fairshare node list` \
                              prints them); nothing written",
-                            without.join(", ")
+                            never.join(", ")
                         );
+                    }
+                    // Taken back already on some (a retry): the cancel is for the rest.
+                    let nodes: Vec<String> = nodes
+                        .into_iter()
+                        .filter(|n| !without.contains(&n.as_str()))
+                        .collect();
+                    if nodes.is_empty() {
+                        return Ok(Step::Skip(format!(
+                            "already cancelled from {window} on every node named"
+                        )));
                     }
                     Step::Write(Box::new(Body::MaintenanceCancelled(
                         pb::MaintenanceCancelled {
