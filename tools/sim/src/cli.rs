@@ -397,6 +397,18 @@ impl CommonArgs {
         // Everything that can be refused is refused before minutes of simulation: the report's
         // folder and the log's are made now, and the replicas' jitter is read now.
         let jitter_ms = ms(&self.replica_jitter, "replica-jitter")?;
+        // Unnudged replicas replay the main run exactly: their spread of 0 would read as a
+        // measurement of noise.
+        if self.replicas > 1 && jitter_ms == 0 {
+            bail!(
+                "--replicas {} with --replica-jitter {} would rerun the same simulation {} more \
+                 times and report no spread: give a jitter over 0 (\"1m\"), or leave --replicas \
+                 out",
+                self.replicas,
+                self.replica_jitter,
+                self.replicas - 1
+            );
+        }
         let span_ms = setup.end_ms.saturating_sub(EPOCH_MS);
         if jitter_ms > span_ms {
             bail!(
@@ -410,6 +422,14 @@ impl CommonArgs {
             bail!(
                 "--out {} is a file, not a folder: the report is a folder of files",
                 self.out.display()
+            );
+        }
+        if let Some(path) = report::folder_in_the_way(&self.out) {
+            bail!(
+                "--out {}: {} is a folder, where the report writes a file of that name; move it \
+                 or give another --out",
+                self.out.display(),
+                path.display()
             );
         }
         let mut out_dir = NewFolder::create(&self.out)?;
@@ -762,7 +782,7 @@ impl TraceArgs {
         let described = (
             format!("{} on {} GPUs", trace_name(&self.trace), setup.total_gpus()),
             source,
-            rules.describe(),
+            rules.describe(&trace),
         );
         self.common
             .simulate_and_report(&setup, &workload, described)?;

@@ -30,6 +30,7 @@ use fairshare_events::headers::content_hash;
 use fairshare_model::trace::TraceJob;
 use fairshare_preemption::domain::Config as PreemptionConfig;
 
+use crate::engine::duration;
 use crate::setup::EPOCH_MS;
 use crate::workload::{DEBUG_MAX_GPUS, DEBUG_MAX_MIN_RUNTIME_MS, SimJob};
 
@@ -188,24 +189,36 @@ impl MappingRules {
             out.push(format!(
                 "jobs of at most {DEBUG_MAX_GPUS} GPUs declaring at most {} min are debug jobs to \
                  the product whatever --debug-max-gpus and --debug-max-duration say: with \
-                 these settings (a minimum-runtime cap of {} min) some jobs the rules call \
+                 these settings (a minimum-runtime cap of {}) some jobs the rules call \
                  'other' declare that and count as debug",
                 DEBUG_MAX_MIN_RUNTIME_MS / MIN,
-                self.min_runtime_cap_ms / MIN
+                duration(self.min_runtime_cap_ms)
             ));
         }
         out
     }
 
-    /// One line per rule, for the report.
-    pub fn describe(&self) -> Vec<String> {
-        let m = |ms: i64| ms / MIN;
+    /// One line per rule, for the report; the tenant rule counts the tenants of the chosen
+    /// part of `trace` that the tenant map pins (a line naming no tenant there changes
+    /// nothing, so it is not counted).
+    pub fn describe(&self, trace: &[TraceJob]) -> Vec<String> {
+        // Exact durations, as the jobs declare them (whole seconds): 90 s is not "1 min".
+        let declared = |ms: i64| duration(ms - ms % 1000);
+        // The cap as `job` applies it: never under the 1 min floor.
+        let cap_ms = self.min_runtime_cap_ms.max(MIN);
+        let cap_ms = cap_ms - cap_ms % 1000;
+        let pinned = self.tenant_map.len() - self.unmatched_tenants(trace).len();
         vec![
             "CPU-only rows dropped".to_owned(),
-            match self.tenant_map.len() {
-                0 => "tenants dealt round-robin onto allocations by GPU time asked, largest first"
+            match (pinned, self.tenant_map.len()) {
+                (0, 0) => {
+                    "tenants dealt round-robin onto allocations by GPU time asked, largest first"
+                        .to_owned()
+                }
+                (0, _) => "tenants dealt round-robin onto allocations by GPU time asked, largest \
+                           first (the tenant map names none of the replayed tenants)"
                     .to_owned(),
-                n => format!(
+                (n, _) => format!(
                     "tenants dealt round-robin onto allocations by GPU time asked, largest first, \
                      but for the {n} the tenant map names"
                 ),
@@ -215,15 +228,19 @@ impl MappingRules {
                 self.unallocated_percent
             ),
             format!(
-                "debug: <= {} GPUs and ran <= {} min; declares {} min, not resumable",
+                "debug: <= {} GPUs and ran <= {}; declares {}, not resumable",
                 self.debug_max_gpus,
-                m(self.debug_max_duration_ms),
-                m(self.debug_min_runtime_ms)
+                duration(self.debug_max_duration_ms),
+                declared(self.debug_min_runtime_ms)
             ),
             format!(
-                "others: minimum runtime = run time clamped to [1, {}] min; {}",
-                // As `job` clamps: never under the 1 min floor.
-                m(self.min_runtime_cap_ms.max(MIN)),
+                "others: minimum runtime = run time clamped to {}; {}",
+                // Whole minutes as they always read; another cap exactly.
+                if cap_ms % MIN == 0 {
+                    format!("[1, {}] min", cap_ms / MIN)
+                } else {
+                    format!("[1 min, {}]", duration(cap_ms))
+                },
                 if self.resumable {
                     "resumable"
                 } else {
@@ -297,16 +314,14 @@ impl MappingRules {
         let mut ranked: Vec<(&str, i128)> = asked.into_iter().collect();
         ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         let mut out = HashMap::new();
-        let mut next = 0usize;
-        for (tenant, _) in ranked {
+        // Every tenant takes its turn in the dealing, named by the map or not: a map then moves
+        // only the tenants it names, and pinning a tenant to the allocation it was dealt
+        // changes nothing (a turn skipped for it would shift every tenant after it).
+        for (turn, (tenant, _)) in ranked.into_iter().enumerate() {
             let allocation = match self.tenant_map.get(tenant) {
                 Some(a) => a.clone(),
                 None if allocations.is_empty() => continue,
-                None => {
-                    let a = allocations[next % allocations.len()].clone();
-                    next += 1;
-                    a
-                }
+                None => allocations[turn % allocations.len()].clone(),
             };
             out.insert(tenant, allocation);
         }
@@ -428,6 +443,113 @@ mod tests {
             "b"
         );
         assert!(rules.unmatched_tenants(&trace).is_empty());
+    }
+
+    /// A partial tenant map moves only the tenants it names: pinning a tenant to the
+    /// allocation it was dealt changes no one's, and pinning it elsewhere moves it alone.
+    #[test]
+    fn a_partial_tenant_map_moves_only_the_tenants_it_names() {
+        let trace: Vec<_> = ["t1", "t2", "t3", "t4", "t5", "t6", "t7"]
+            .iter()
+            .zip(1..)
+            .map(|(tenant, n)| row(tenant, 0, 100, 8 - n, tenant))
+            .collect();
+        let allocations: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
+        let dealt = MappingRules::default().tenant_allocations(&trace, &allocations);
+        assert_eq!(dealt.len(), 7);
+        for (pinned, to) in [("t1", "a"), ("t2", "b"), ("t4", "c"), ("t2", "a")] {
+            let rules = MappingRules {
+                tenant_map: parse_tenant_map(&format!("{pinned} = {to}\n"), &allocations).unwrap(),
+                ..MappingRules::default()
+            };
+            let mut expected = dealt.clone();
+            expected.insert(pinned.to_owned(), to.to_owned());
+            assert_eq!(
+                rules.tenant_allocations(&trace, &allocations),
+                expected,
+                "{pinned} = {to}"
+            );
+        }
+    }
+
+    /// The report's rules give durations as the jobs declare them, not rounded to minutes,
+    /// and the defaults as they always read.
+    #[test]
+    fn the_rules_print_exact_durations() {
+        let rules = MappingRules::default().describe(&[]);
+        assert_eq!(
+            rules[3],
+            "debug: <= 2 GPUs and ran <= 15 min; declares 15 min, not resumable"
+        );
+        assert_eq!(
+            rules[4],
+            "others: minimum runtime = run time clamped to [1, 30] min; resumable"
+        );
+        let short = MappingRules {
+            debug_min_runtime_ms: 30_000,
+            debug_max_duration_ms: 90_000,
+            min_runtime_cap_ms: 150_000,
+            ..MappingRules::default()
+        };
+        let rules = short.describe(&[]);
+        assert_eq!(
+            rules[3],
+            "debug: <= 2 GPUs and ran <= 90 s; declares 30 s, not resumable"
+        );
+        assert_eq!(
+            rules[4],
+            "others: minimum runtime = run time clamped to [1 min, 150 s]; resumable"
+        );
+        // Declared in whole seconds, as `job` declares them; a cap under the 1 min floor
+        // is that floor.
+        let odd = MappingRules {
+            debug_min_runtime_ms: 1_500,
+            min_runtime_cap_ms: 30_000,
+            ..MappingRules::default()
+        };
+        let rules = odd.describe(&[]);
+        assert!(
+            rules[3].ends_with("declares 1 s, not resumable"),
+            "{}",
+            rules[3]
+        );
+        assert!(rules[4].contains("[1, 1] min"), "{}", rules[4]);
+        let w = MappingRules {
+            min_runtime_cap_ms: 150_000,
+            ..MappingRules::default()
+        }
+        .warnings();
+        assert!(w[0].contains("a minimum-runtime cap of 150 s"), "{w:?}");
+    }
+
+    /// The report's tenant rule counts the tenants the map pins, not its lines: a line that
+    /// names no tenant of the replayed span pins nobody.
+    #[test]
+    fn the_tenant_rule_counts_the_tenants_pinned() {
+        let trace = vec![row("1", 0, 100, 1, "small"), row("2", 0, 100, 2, "big")];
+        let rule = |map: &str| {
+            MappingRules {
+                tenant_map: parse_tenant_map(map, &allocs()).unwrap(),
+                ..MappingRules::default()
+            }
+            .describe(&trace)[1]
+                .clone()
+        };
+        assert!(
+            rule("nobody = a\nsmall = b\n").ends_with("but for the 1 the tenant map names"),
+            "{}",
+            rule("nobody = a\nsmall = b\n")
+        );
+        let none = rule("nobody = a\nSMALL = b\n");
+        assert!(!none.contains("but for the"), "{none}");
+        assert!(
+            none.contains("names none of the replayed tenants"),
+            "{none}"
+        );
+        assert_eq!(
+            rule(""),
+            "tenants dealt round-robin onto allocations by GPU time asked, largest first"
+        );
     }
 
     /// A tenant-map line naming a tenant with no GPU job in the chosen part of the trace (a

@@ -37,7 +37,7 @@ fn inputs(setup: &Setup, workload: &Workload) -> ReportInputs {
     ReportInputs::new(
         "test".into(),
         "helios slice".into(),
-        MappingRules::default().describe(),
+        MappingRules::default().describe(&[]),
         setup,
         workload,
         &workload.refused(setup, &EngineConfig::default().limits),
@@ -960,6 +960,69 @@ fn a_bad_replica_jitter_is_refused_before_the_runs() {
         "--replica-jitter 3000d is longer than the run (1 h)",
     );
     assert!(!dir.path().join("report").exists(), "the runs went ahead");
+}
+
+/// Replicas with no jitter would replay the main run exactly and report a spread of 0 as if
+/// it measured noise: refused before anything runs (the log, written after the runs, is not
+/// there). One run with no jitter is no replica, and runs.
+#[test]
+fn replicas_without_jitter_are_refused_before_the_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.log");
+    let stderr = fails_saying(
+        helios(&["--nodes", "4", "--span", "1h", "--policies", "fairshare"])
+            .args([
+                "--quiet",
+                "--replicas",
+                "3",
+                "--replica-jitter",
+                "0s",
+                "--log",
+            ])
+            .arg(&log)
+            .arg("--out")
+            .arg(dir.path().join("report")),
+        "--replicas 3 with --replica-jitter 0s",
+    );
+    assert!(!stderr.contains("simulated in"), "{stderr}");
+    assert!(!log.exists(), "the runs went ahead");
+    assert!(!dir.path().join("report").exists(), "the runs went ahead");
+    let one = helios(&["--nodes", "4", "--span", "1h", "--policies", "fifo"])
+        .args(["--quiet", "--replica-jitter", "0s", "--out"])
+        .arg(dir.path().join("report"))
+        .output()
+        .unwrap();
+    assert!(
+        one.status.success(),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+}
+
+/// A folder where a report file goes is refused before the runs, by `--out`, as the other
+/// output paths are: the log, written after the runs, is not there.
+#[test]
+fn a_folder_in_the_way_of_a_report_file_is_refused_before_the_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    std::fs::create_dir_all(out.join("report.md")).unwrap();
+    let log = dir.path().join("run.log");
+    let stderr = fails_saying(
+        helios(&["--nodes", "4", "--span", "1h", "--policies", "fairshare"])
+            .args(["--quiet", "--log"])
+            .arg(&log)
+            .arg("--out")
+            .arg(&out),
+        "report.md is a folder, where the report writes a file",
+    );
+    assert!(stderr.contains("--out"), "{stderr}");
+    assert!(!log.exists(), "the runs went ahead");
+    let mut left: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["report.md"]);
 }
 
 /// A run refused after the report's folder was made (here `--log` names a folder, found only

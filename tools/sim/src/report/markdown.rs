@@ -76,7 +76,12 @@ fn inputs_section(out: &mut String, report: &Report) {
     );
     let _ = writeln!(out, "- Fair-share window: {}", human_duration(i.window_ms));
     let _ = writeln!(out, "- Grace period: {}", human_duration(i.grace_ms));
-    if !i.settings.is_empty() {
+    // Settings of a policy that did not run would read as if they shaped these figures.
+    let fairshare_ran = report
+        .runs
+        .iter()
+        .any(|r| r.policy == crate::simulate::Policy::Fairshare.name());
+    if fairshare_ran && !i.settings.is_empty() {
         out.push_str("- fairshare's settings (the baselines use none of them):\n");
         for setting in &i.settings {
             let _ = writeln!(out, "  - {}", escape(setting));
@@ -902,6 +907,18 @@ mod tests {
         assert_eq!(code_span("`x`"), "`` `x` ``");
         assert!(md.contains("![Queue waits by job class](waits.svg)"));
         assert_eq!(link_target("a b(1).svg"), "a%20b%281%29.svg");
+    }
+
+    /// Without a fairshare run the inputs leave out fairshare's settings: no figure of the
+    /// report comes from them.
+    #[test]
+    fn fairshares_settings_are_listed_only_when_it_ran() {
+        let mut report = sample::report();
+        report.runs.retain(|r| r.policy == "fifo");
+        let md = render(&report, &CHARTS);
+        assert!(!md.contains("fairshare's settings"), "{md}");
+        assert!(!md.contains("hysteresis: 10.0%"), "{md}");
+        assert!(md.contains("| fifo |"), "{md}");
     }
 
     #[test]

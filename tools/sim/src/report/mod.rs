@@ -127,6 +127,13 @@ pub fn file_names() -> impl Iterator<Item = &'static str> {
     std::iter::once("report.md").chain(CHARTS.iter().map(|(name, _)| *name))
 }
 
+/// The first of the report's places in `dir` ([`file_names`]) that a folder takes: the report
+/// cannot be written there. The command line asks before simulating, [`write()`] again before
+/// it moves any file.
+pub fn folder_in_the_way(dir: &Path) -> Option<PathBuf> {
+    file_names().map(|name| dir.join(name)).find(|p| p.is_dir())
+}
+
 /// Writes `report.md` and the three charts into `dir` (created if missing); returns the paths
 /// written, `report.md` first.
 ///
@@ -153,7 +160,7 @@ pub fn write(dir: &Path, report: &Report) -> std::io::Result<Vec<PathBuf>> {
         .collect();
     let result = (|| {
         // A rename fails on a folder in the way: found before any file moves.
-        if let Some((_, path)) = staged.iter().find(|(_, path)| path.is_dir()) {
+        if let Some(path) = folder_in_the_way(dir) {
             return Err(std::io::Error::other(format!(
                 "{} is a folder",
                 path.display()
