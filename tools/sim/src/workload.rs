@@ -274,12 +274,35 @@ impl Workload {
             .sum()
     }
 
-    /// Demand over supply: GPU time the jobs need over the GPU time `setup`'s cluster offers
-    /// from the epoch to its end (2-3 for the clusters this product is built for).
+    /// Demand over supply: GPU time the jobs could run before `setup`'s run ends (each from its
+    /// submission, cut at the end) over the GPU time its cluster offers from the epoch to the
+    /// end (2-3 for the clusters this product is built for). A job submitted near the end
+    /// of a long-running trace asks for days the run does not have: counted whole (as
+    /// [`Self::whole_demand_over_supply`] does), Helios's whole trace reads 14% more
+    /// oversubscribed than the run is, and a one-day span of it four times.
     pub fn demand_over_supply(&self, setup: &crate::setup::Setup) -> f64 {
+        let in_run: u128 = self
+            .jobs
+            .iter()
+            .map(|j| {
+                let left = setup.end_ms.saturating_sub(j.submit_ms).max(0);
+                let ms = j.duration_ms.clamp(0, left);
+                u128::from(j.gpus) * u128::try_from(ms).unwrap_or(0)
+            })
+            .sum();
+        in_run as f64 / Self::supply_gpu_ms(setup).max(1) as f64
+    }
+
+    /// Demand over supply with every job's whole run counted, however far past the run's end
+    /// it would go (the report gives it beside [`Self::demand_over_supply`]).
+    pub fn whole_demand_over_supply(&self, setup: &crate::setup::Setup) -> f64 {
+        self.gpu_ms() as f64 / Self::supply_gpu_ms(setup).max(1) as f64
+    }
+
+    /// GPU time `setup`'s cluster offers from the epoch to the run's end.
+    fn supply_gpu_ms(setup: &crate::setup::Setup) -> u128 {
         let span = u128::try_from(setup.end_ms - crate::setup::EPOCH_MS).unwrap_or(0);
-        let supply = u128::from(setup.total_gpus()) * span;
-        self.gpu_ms() as f64 / supply.max(1) as f64
+        u128::from(setup.total_gpus()) * span
     }
 
     /// The share (0 to 1) of allocated GPU time (GPUs x run time, minimum runtime > 0) that is
@@ -394,6 +417,28 @@ mod tests {
                 "{allocation}: {by:?}"
             );
         }
+    }
+
+    /// Oversubscription counts what the jobs could run before the run ends; the whole-run
+    /// figure counts them to their ends.
+    #[test]
+    fn oversubscription_counts_only_what_could_run_before_the_end() {
+        use crate::scenarios::job;
+        // 16 GPUs for an hour: 16 GPU-h offered.
+        let setup = two_nodes_a_and_b();
+        let jobs = vec![
+            // 8 GPU-h, all within the hour.
+            job("inside".into(), 0, "a", 8, H, H),
+            // Submitted half way, asks 16 GPUs for 2 h: 8 GPU-h before the end, 32 in all.
+            job("late".into(), H / 2, "b", 16, 2 * H, H),
+            // Submitted at the end: nothing before it.
+            job("at-end".into(), H, "a", 1, H, H),
+        ];
+        let workload = Workload::new(jobs, Vec::new());
+        let in_run = workload.demand_over_supply(&setup);
+        assert!((in_run - 16.0 / 16.0).abs() < 1e-12, "{in_run}");
+        let whole = workload.whole_demand_over_supply(&setup);
+        assert!((whole - 41.0 / 16.0).abs() < 1e-12, "{whole}");
     }
 
     /// The count the report gives is what the fairshare run's submission checks refuse.

@@ -62,9 +62,18 @@ fn inputs_section(out: &mut String, report: &Report) {
             i.refused
         );
     }
+    let whole = if (i.oversubscription_whole - i.oversubscription).abs() >= 0.005 {
+        format!(
+            "; {:.2}x counting every job's whole run, past the run's end too",
+            i.oversubscription_whole
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "- Oversubscription: {:.2}x (GPU time the jobs need over GPU time the cluster offers)",
+        "- Oversubscription: {:.2}x (GPU time the jobs could run before the run ends, each from \
+         its submission, over GPU time the cluster offers{whole})",
         i.oversubscription
     );
     let _ = writeln!(

@@ -24,9 +24,11 @@ pub struct ReportInputs {
     /// Of those, jobs the submission checks refuse
     /// ([`Workload::refused`](crate::workload::Workload::refused)).
     pub refused: u64,
-    /// Demand over supply: GPU time the jobs need over GPU time the cluster offers in the
-    /// span (2-3 for the clusters this product is built for).
+    /// Demand over supply: GPU time the jobs could run before the run ends over GPU time the
+    /// cluster offers in the span (2-3 for the clusters this product is built for).
     pub oversubscription: f64,
+    /// The same with every job's whole run counted, past the run's end too.
+    pub oversubscription_whole: f64,
     /// Share (0 to 1) of allocated GPU time in jobs bigger than their allocation's share of
     /// the cluster ([`Workload::oversized_share`](crate::workload::Workload::oversized_share)).
     pub oversized_share: f64,
@@ -66,6 +68,7 @@ impl ReportInputs {
             jobs: workload.jobs.len() as u64,
             refused: refused.by_all,
             oversubscription: workload.demand_over_supply(setup),
+            oversubscription_whole: workload.whole_demand_over_supply(setup),
             oversized_share: workload.oversized_share(setup),
             oversized_by_allocation: workload.oversized_by_allocation(setup),
             window_ms: i64::try_from(config.window.window_ms()).unwrap_or(i64::MAX),
@@ -461,6 +464,7 @@ pub(crate) mod sample {
                 jobs: 120,
                 refused: 3,
                 oversubscription: 2.5,
+                oversubscription_whole: 2.5,
                 oversized_share: 0.125,
                 oversized_by_allocation: [("lab/c".to_owned(), 0.25)].into_iter().collect(),
                 window_ms: 7 * 86_400_000,
