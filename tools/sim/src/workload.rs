@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use fairshare_events::pb;
+use fairshare_model::budget::BudgetTree;
 
 /// The longest minimum runtime a job may declare (SPEC section 2), in ms.
 pub const MIN_RUNTIME_CAP_MS: i64 = 8 * 3_600_000;
@@ -333,13 +334,34 @@ impl Workload {
     }
 
     /// Per allocation: allocated GPU-ms in oversized jobs, and in all its jobs.
+    ///
+    /// Each job is measured against the tree in force when it was submitted: the setup's, or
+    /// the last one a budget change before then brought (a tree the services would refuse
+    /// changes nothing, as there).
     fn oversized_split(&self, setup: &crate::setup::Setup) -> BTreeMap<String, (u128, u128)> {
         let total_gpus = u128::from(setup.total_gpus());
+        let changes: Vec<(i64, BudgetTree)> = self
+            .actions
+            .iter()
+            .filter_map(|a| match &a.action {
+                Action::SetBudget(set) => BudgetTree::from_accounts(&set.accounts)
+                    .ok()
+                    .map(|tree| (a.at_ms, tree)),
+                _ => None,
+            })
+            .collect();
         let mut split: BTreeMap<String, (u128, u128)> = BTreeMap::new();
         for job in self.jobs.iter().filter(|j| j.min_runtime_ms > 0) {
             let gpu_ms = u128::from(job.gpus) * u128::try_from(job.duration_ms.max(0)).unwrap_or(0);
-            let fits_share = setup.tree.allocation(&job.allocation).is_some_and(|id| {
-                let f = setup.tree.fraction(id);
+            // Actions are in time order, and a budget change at the submission's instant is
+            // folded before it (the engine applies actions first).
+            let tree = changes
+                .iter()
+                .take_while(|(at, _)| *at <= job.submit_ms)
+                .last()
+                .map_or(&setup.tree, |(_, tree)| tree);
+            let fits_share = tree.allocation(&job.allocation).is_some_and(|id| {
+                let f = tree.fraction(id);
                 u128::from(job.gpus).saturating_mul(f.den) <= f.num.saturating_mul(total_gpus)
             });
             let entry = split.entry(job.allocation.clone()).or_default();
@@ -417,6 +439,25 @@ mod tests {
                 "{allocation}: {by:?}"
             );
         }
+    }
+
+    /// After a budget change, jobs are measured against the new tree.
+    #[test]
+    fn oversized_share_follows_the_tree_in_force_at_each_submission() {
+        use crate::scenarios::{flat_budget, job};
+        let setup = two_nodes_a_and_b();
+        // a: 12 GPUs of 16 until the change at 1 h, then 4.
+        let jobs = vec![
+            job("before".into(), 0, "a", 8, H, H),
+            job("after".into(), 2 * H, "a", 8, H, H),
+        ];
+        let change = TimedAction {
+            at_ms: crate::setup::EPOCH_MS + H,
+            action: Action::SetBudget(flat_budget("sim", &[("a", 25), ("b", 75)])),
+        };
+        let workload = Workload::new(jobs, vec![change]);
+        let by = workload.oversized_by_allocation(&setup);
+        assert!((by["a"] - 0.5).abs() < 1e-12, "{by:?}");
     }
 
     /// Oversubscription counts what the jobs could run before the run ends; the whole-run

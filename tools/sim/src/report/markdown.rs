@@ -575,9 +575,10 @@ fn allocation_table(
     out.push_str(
         "\nEach policy's share is of its own owed time: owed follows demand, and demand follows \
          how long each policy keeps work queued. Bold: under 95% while owed at least a GPU-day. \
-         \\*: owed under one GPU-day in that run, reported but not held to the target. \"In jobs \
-         over its share\": the allocation's GPU time in jobs of more GPUs than its fraction of the \
-         cluster; while one runs the allocation gets more than its hourly owed time, while it \
+         \\*: owed under one GPU-day in that run, reported but not held to the target. Fraction: in \
+         the budget tree in force at the end. \"In jobs over its share\": the allocation's GPU \
+         time in jobs of more GPUs than its fraction of the cluster in the tree in force when each \
+         was submitted; while one runs the allocation gets more than its hourly owed time, while it \
          waits less, under any policy. Delivered GPU-h: all the allocated GPU time it ran, owed \
          or beyond, which says how much more or less a budget change gives it.\n\n",
     );
