@@ -223,10 +223,16 @@ impl fmt::Display for WaitReason<'_> {
             WaitReason::MaintenanceWindow => f.write_str(
                 "would fit only on nodes whose maintenance starts before its minimum runtime ends",
             ),
-            WaitReason::UnknownAllocation => {
-                f.write_str("its allocation is not a leaf of the budget tree in force")
-            }
-            WaitReason::NoBudgetTree => f.write_str("no budget tree is set for the cluster"),
+            WaitReason::UnknownAllocation => f.write_str(
+                "its allocation is not a leaf of the budget tree in force: it starts nowhere, \
+                 unallocated or not, until a tree makes it one again; cancel it (`fairshare \
+                 cancel`) and submit it again under an allocation of the tree in force \
+                 (`fairshare status` lists them)",
+            ),
+            WaitReason::NoBudgetTree => f.write_str(
+                "no budget tree is set for the cluster: nothing starts until a manager applies \
+                 one (`fairshare budget apply`)",
+            ),
         }
     }
 }

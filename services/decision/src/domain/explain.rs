@@ -110,7 +110,12 @@ pub fn explain(
                 explanation.reason =
                     "GPUs are free for it: the next decision cycle starts it".into();
             }
-            if explanation.reason.is_empty() {
+            let parked = matches!(
+                explanation.reason_code.as_str(),
+                "unknown_allocation" | "no_budget_tree"
+            );
+            if explanation.reason.is_empty() || parked {
+                // Parked whatever the job is: rank, floor and unallocated rules do not apply.
             } else if job.request.is_unallocated() {
                 // Its allocation's floor and rank do not move it: it charges nothing and
                 // counts toward no floor.

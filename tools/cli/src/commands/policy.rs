@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
+use fairshare_decision::domain::state::DecisionState;
 use fairshare_events::pb::event::Body;
 use fairshare_events::subjects;
 use fairshare_model::budget::BudgetTree;
@@ -82,7 +83,18 @@ async fn removed_work(conn: &Connection, cluster: &str, removed: &[&str]) -> Vec
             )];
         }
     };
-    live_work_lines(&report, removed)
+    let mut lines = live_work_lines(&report, removed);
+    // The accounting figures count allocated work only: unallocated jobs waiting under a
+    // removed path are found in the decision service's fold of the log.
+    match super::nodes::fold_log(conn, cluster).await {
+        Ok(fold) => {
+            lines.extend(unallocated_waiting_lines(fold.state(), removed));
+        }
+        Err(e) => lines.push(format!(
+            "(could not read the log for unallocated work of the removed allocations: {e:#})"
+        )),
+    }
+    lines
 }
 
 /// [`removed_work`]'s lines for `report`.
@@ -102,6 +114,34 @@ fn live_work_lines(report: &fairshare_events::pb::UsageReport, removed: &[&str])
                 Gpus(a.running_gpus),
                 Gpus(a.queued_gpus)
             )
+        })
+        .collect()
+}
+
+/// One line per removed allocation with unallocated jobs waiting in `state`: under the new
+/// tree they start nowhere either, though they charge nobody.
+fn unallocated_waiting_lines(state: &DecisionState, removed: &[&str]) -> Vec<String> {
+    removed
+        .iter()
+        .filter_map(|path| {
+            let q = state.queues().get(*path)?;
+            let jobs = q.unallocated.len();
+            if jobs == 0 {
+                return None;
+            }
+            let gpus: u64 = q
+                .unallocated
+                .iter()
+                .map(|(_, r)| r.shape.total_gpus())
+                .sum();
+            Some(format!(
+                "  {path}: {} waiting for {} now; under this tree {} start nowhere, their \
+                 allocation being no leaf of it: cancel them and submit them again under a leaf \
+                 of the tree",
+                count(jobs as u64, "unallocated job"),
+                Gpus(gpus),
+                if jobs == 1 { "it would" } else { "they would" },
+            ))
         })
         .collect()
 }
@@ -546,6 +586,50 @@ mod tests {
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
             lines[0].starts_with("  a: its allocated jobs run on 8 GPUs and wait for 1 GPU now;"),
+            "{lines:?}"
+        );
+    }
+
+    /// Unallocated jobs waiting under a removed allocation are named too: the accounting
+    /// figures leave them out, and they would start nowhere.
+    #[test]
+    fn unallocated_work_waiting_under_a_removed_allocation_is_named() {
+        use fairshare_events::pb::{self, event::Body};
+        let mut state = DecisionState::new("c");
+        let submitted = |id: &str, allocation: &str, gpus: u32, min_runtime_s: i64| {
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: id.into(),
+                spec: Some(pb::JobSpec {
+                    cluster: "c".into(),
+                    allocation: allocation.into(),
+                    gpus: i64::from(gpus),
+                    min_runtime_s,
+                    ..Default::default()
+                }),
+                shape: Some(pb::Shape {
+                    nodes: 1,
+                    gpus_per_node: gpus,
+                }),
+                ..Default::default()
+            })
+        };
+        let bodies = [
+            submitted("u1", "c", 4, 0),
+            submitted("u2", "c", 2, 0),
+            submitted("x", "c", 1, 60),
+            submitted("v", "b", 1, 0),
+        ];
+        for (i, body) in bodies.into_iter().enumerate() {
+            let event = pb::Event {
+                at_ms: 1,
+                body: Some(body),
+            };
+            state.apply(i as u64 + 1, &event).unwrap();
+        }
+        let lines = unallocated_waiting_lines(&state, &["c", "a"]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("  c: 2 unallocated jobs waiting for 6 GPUs now;"),
             "{lines:?}"
         );
     }

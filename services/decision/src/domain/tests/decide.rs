@@ -662,6 +662,30 @@ fn too_large_and_unknown_allocation_reasons() {
     assert_eq!(d.waiting.last().map(|w| w.job_id), Some("orphan"));
 }
 
+/// A job of an allocation the tree no longer has starts nowhere, unallocated or not: explain
+/// says so and what to do, without the unallocated rule that does not apply to it.
+#[test]
+fn a_removed_allocations_unallocated_job_is_told_it_starts_nowhere() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("gone", 1)]);
+    h.node("n0", 8);
+    h.submit(NOW - 5, "free", "gone", 1, 0);
+    h.tree(vec![leaf("a", 1)]);
+    let e = crate::domain::explain(&h.state, "free", NOW).unwrap();
+    assert_eq!(e.reason_code, "unknown_allocation");
+    assert!(
+        e.reason.contains("it starts nowhere, unallocated or not"),
+        "{}",
+        e.reason
+    );
+    assert!(
+        e.reason.contains("submit it again under an allocation"),
+        "{}",
+        e.reason
+    );
+    assert!(!e.reason.contains("it is unallocated work"), "{}", e.reason);
+}
+
 #[test]
 fn without_a_budget_tree_everything_waits() {
     let mut h = H::new();
