@@ -34,7 +34,6 @@
 use std::fmt;
 
 use fairshare_events::pb;
-use fairshare_model::inventory::Inventory;
 use fairshare_model::timestamp::utc;
 use fairshare_model::words::Gpus;
 
@@ -101,7 +100,22 @@ pub enum WaitReason<'s> {
     },
     /// It would fit only on GPUs a preemption freed for another waiting job, which are held
     /// for that job ([`crate::domain::promise`]).
-    PromisedToAnother,
+    PromisedToAnother {
+        /// The waiting job they are held for (the one whose hold ends first, when several
+        /// are).
+        holder: &'s str,
+        /// Until when they are held for it at the latest (it may start sooner).
+        until_ms: i64,
+        /// How many other waiting jobs hold GPUs the same way.
+        others: u32,
+    },
+    /// Preemption is making room for it: work was ordered off for it, and what that work
+    /// frees is held for it alone ([`crate::domain::promise`]) until `until_ms`.
+    RoomBeingMade {
+        /// Until when the freed GPUs are held for it (a minute past its victims' latest grace
+        /// deadline).
+        until_ms: i64,
+    },
     /// It would fit on free GPUs of cordoned nodes only.
     NodesCordoned,
     /// It would fit only on nodes whose maintenance starts before its minimum runtime ends (or
@@ -134,7 +148,8 @@ impl WaitReason<'_> {
             WaitReason::NeverFits { .. } => "never_fits_cluster",
             WaitReason::ReservationPending { .. } => "reservation_pending",
             WaitReason::BlockedByReservation { .. } => "blocked_by_reservation",
-            WaitReason::PromisedToAnother => "promised_to_another_job",
+            WaitReason::PromisedToAnother { .. } => "promised_to_another_job",
+            WaitReason::RoomBeingMade { .. } => "room_being_made",
             WaitReason::NodesCordoned => "nodes_cordoned",
             WaitReason::MaintenanceWindow => "maintenance_window",
             WaitReason::UnknownAllocation => "unknown_allocation",
@@ -213,9 +228,28 @@ impl fmt::Display for WaitReason<'_> {
                 "would fit only on GPUs reserved for job {reserved_for} from {}, and its minimum runtime ends later",
                 utc(*start_ms)
             ),
-            WaitReason::PromisedToAnother => f.write_str(
-                "would fit only on GPUs a preemption freed for another waiting job; they are held \
-                 for that job until it starts, at most a minute past its victims' grace deadlines",
+            WaitReason::PromisedToAnother {
+                holder,
+                until_ms,
+                others,
+            } => {
+                write!(
+                    f,
+                    "would fit only on GPUs a preemption freed for waiting job {holder}; they are \
+                     held for it until it starts, {} at the latest",
+                    utc(*until_ms)
+                )?;
+                if *others > 0 {
+                    let s = if *others == 1 { "" } else { "s" };
+                    write!(f, " ({others} other waiting job{s} hold GPUs the same way)")?;
+                }
+                Ok(())
+            }
+            WaitReason::RoomBeingMade { until_ms } => write!(
+                f,
+                "preemption is making room for it: work was ordered off for it, and the GPUs that \
+                 work frees are held for it alone until {}; it starts once they are enough",
+                utc(*until_ms)
             ),
             WaitReason::NodesCordoned => {
                 f.write_str("would fit only on cordoned nodes")
@@ -311,8 +345,9 @@ impl Decision<'_> {
 struct Cycle<'s> {
     now: i64,
     pool: Pool<'s>,
-    /// The registered nodes, to tell a job that can never fit from one that waits for room.
-    inventory: &'s Inventory,
+    /// The folded state, for the reasons only: the registered nodes (a job that can never fit
+    /// is told apart from one that waits for room) and the promises.
+    state: &'s DecisionState,
     guard: Option<Guard>,
     reservation: Option<Reservation<'s>>,
     placements: Vec<Placement<'s>>,
@@ -363,6 +398,13 @@ impl<'s> Cycle<'s> {
                 }
                 reserved.unwrap_or_else(|| self.classify(&key.job_id, req, protected_until))
             }
+        };
+        // Victims already ordered off for it: that says more than the room it lacks now.
+        let reason = match self.state.promise_for(&key.job_id, self.now) {
+            Some(p) => WaitReason::RoomBeingMade {
+                until_ms: p.until_ms,
+            },
+            None => reason,
         };
         self.waiting.push(Waiting {
             job_id: &key.job_id,
@@ -481,11 +523,12 @@ impl<'s> Cycle<'s> {
 
     /// Why a job that found no room waits, most specific cause first.
     fn classify(&self, job_id: &str, req: Request, protected_until: i64) -> WaitReason<'s> {
-        if !self.inventory.could_hold(req.shape) {
+        let inventory = self.state.inventory();
+        if !inventory.could_hold(req.shape) {
             let have = if req.shape.nodes <= 1 {
-                self.inventory.largest_node()
+                inventory.largest_node()
             } else {
-                let n = self.inventory.nodes_with(req.shape.gpus_per_node);
+                let n = inventory.nodes_with(req.shape.gpus_per_node);
                 u32::try_from(n).unwrap_or(u32::MAX)
             };
             WaitReason::NeverFits {
@@ -496,7 +539,33 @@ impl<'s> Cycle<'s> {
         } else if self.pool.fits_at_start(req.shape, protected_until) {
             WaitReason::BelowOthersInRank
         } else if self.pool.start_unpromised.fits(req.shape) && !self.pool.has_promise(job_id) {
-            WaitReason::PromisedToAnother
+            // Name the hold that ends first: the earliest these GPUs could be anyone's.
+            let mut holds = self
+                .state
+                .promises_at(self.now)
+                .filter(|(holder, p)| *holder != job_id && !p.nodes.is_empty());
+            match holds.next() {
+                Some(first) => {
+                    let (mut holder, mut until_ms, mut others) = (first.0, first.1.until_ms, 0u32);
+                    for (h, p) in holds {
+                        others += 1;
+                        if (p.until_ms, h) < (until_ms, holder) {
+                            (holder, until_ms) = (h, p.until_ms);
+                        }
+                    }
+                    WaitReason::PromisedToAnother {
+                        holder,
+                        until_ms,
+                        others,
+                    }
+                }
+                // The start summaries say a promise withholds what it needs: one is found.
+                None => WaitReason::PromisedToAnother {
+                    holder: "",
+                    until_ms: self.now,
+                    others: 0,
+                },
+            }
         } else if self.pool.start_uncordoned.fits(req.shape) {
             WaitReason::MaintenanceWindow
         } else if self.pool.start_all.fits(req.shape) {
@@ -557,7 +626,7 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
     let mut cycle = Cycle {
         now: now_ms,
         pool: Pool::new(state, now_ms),
-        inventory: state.inventory(),
+        state,
         guard: None,
         reservation: None,
         placements: Vec::new(),

@@ -243,10 +243,32 @@ fn floor_note(
 ) -> Option<String> {
     let leaf = tree.allocation(allocation)?;
     let standing = fair.floor_standing(leaf)?;
+    let fraction = tree.fraction(leaf);
+    if fraction.num == 0 {
+        // No claim: Fair Tree ranks it after every sibling with a share, whatever the window.
+        return Some(format!(
+            "; {allocation} has no share of the cluster (share 0): it ranks after every \
+             allocation with one, and gets only GPUs they leave"
+        ));
+    }
     // For people: one decimal is enough (ranking compares exactly).
     let floor = standing.floor_num as f64 / standing.floor_den as f64;
-    let fraction = tree.fraction(leaf);
     let share = fraction.num as f64 / fraction.den as f64 * state.total_gpus() as f64;
+    // Its work ordered off still runs until it stops, but no longer counts as held.
+    let leaving: u64 = state.in_flight.get(allocation).map_or(0, |runs| {
+        runs.iter()
+            .filter(|(_, r)| r.stopping)
+            .map(|(_, r)| r.gpus)
+            .sum()
+    });
+    let leaving = if leaving > 0 {
+        format!(
+            " (not counting {} of its work ordered off and stopping)",
+            Gpus(leaving)
+        )
+    } else {
+        String::new()
+    };
     let order = if standing.excess() < 0 {
         "it goes before every allocation at or above its own"
     } else {
@@ -266,7 +288,7 @@ fn floor_note(
         String::new()
     };
     Some(format!(
-        "; {allocation} holds {} against a share floor of {floor:.1}{moved}: {order}",
+        "; {allocation} holds {}{leaving} against a share floor of {floor:.1}{moved}: {order}",
         Gpus(standing.held)
     ))
 }

@@ -170,12 +170,13 @@ fn render(cluster: &str, listing: &pb::QueueListing, why: bool) -> String {
 
 /// What the columns mean, printed under the table.
 const QUEUE_LEGEND: &str = "\
-for: how long a queued or preempted job has waited since it was submitted, or a placed or
-  running job has held its GPUs; rank: its allocation's place in the ranking the cycle starts
-  from (each job it places charges that job's allocation, so the list can meet an allocation's
-  later jobs after a lower-ranked one's; -: unallocated work, which takes what allocated work
-  leaves; ?: an allocation not in the budget tree); reason: why it waits (in words: --why, or
-  `fairshare explain JOB`), or where it runs
+for: for a placed or running job, how long it has held its GPUs; for a queued or preempted
+  one, how long since it was submitted (earlier runs of a requeued job included); rank: its
+  allocation's place in the ranking the cycle starts from (each job it places charges that
+  job's allocation, so the list can meet an allocation's later jobs after a lower-ranked
+  one's; -: unallocated work, which takes what allocated work leaves; ?: an allocation not in
+  the budget tree); reason: why it waits (in words: --why, or `fairshare explain JOB`), or
+  where it runs
 ";
 
 #[cfg(test)]

@@ -798,6 +798,50 @@ fn explain_says_where_the_allocation_stands_against_its_floor() {
     );
 }
 
+/// The floor note counts what an allocation holds as ranking does (work ordered off does not
+/// count) and says so, and says that an allocation of share 0 ranks after every one with a
+/// share rather than by the window.
+#[test]
+fn the_floor_note_names_work_ordered_off_and_shares_of_zero() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 0)]);
+    h.node("n0", 8);
+    h.running(NOW - HOUR, "a-run", "a", 60, &[("n0", 8)]);
+    h.ok(
+        NOW - 10,
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "a-run".into(),
+            grace_deadline_ms: NOW + MIN,
+            for_job_id: "b1".into(),
+            ..Default::default()
+        }),
+    );
+    h.submit(NOW - 8, "a1", "a", 1, 3600);
+    h.submit(NOW - 5, "b1", "b", 8, 3600);
+    h.submit(NOW - 4, "c1", "c", 1, 3600);
+    let reason = |id: &str| {
+        crate::domain::explain(&h.state, id, NOW)
+            .map(|e| e.reason)
+            .unwrap_or_default()
+    };
+    assert!(
+        reason("a1").contains(
+            "; a holds 0 GPUs (not counting 8 GPUs of its work ordered off and stopping) against \
+             a share floor of 4.0"
+        ),
+        "{}",
+        reason("a1")
+    );
+    assert!(
+        reason("c1").contains(
+            "; c has no share of the cluster (share 0): it ranks after every allocation with \
+             one, and gets only GPUs they leave"
+        ),
+        "{}",
+        reason("c1")
+    );
+}
+
 #[test]
 fn explain_names_the_reserved_job_a_waiting_job_is_behind() {
     let mut h = H::new();

@@ -73,8 +73,30 @@ fn gpus_freed_for_a_waiter_go_to_nobody_else_while_its_other_victims_leave() {
     // unallocated u may take it (they would be ordered off again for w).
     let d = h.decide(T0 + MIN);
     assert_eq!(placed(&d), vec![]);
-    // Told why: not "too large", though nothing else is free.
+    // Told why: not "too large", though nothing else is free; named whose and until when.
     assert_eq!(reason(&d, "u"), "promised_to_another_job");
+    let why = |d: &crate::domain::Decision, id: &str| {
+        d.waiting
+            .iter()
+            .find(|w| w.job_id == id)
+            .map(|w| w.reason.to_string())
+            .unwrap_or_default()
+    };
+    let until = fairshare_model::timestamp::utc(D2 + crate::domain::promise::PROMISE_HOLD_MS);
+    assert_eq!(
+        why(&d, "u"),
+        format!(
+            "would fit only on GPUs a preemption freed for waiting job w; they are held for it \
+             until it starts, {until} at the latest"
+        )
+    );
+    // w itself is told room is being made for it, not that it waits for the rules.
+    assert_eq!(reason(&d, "w"), "room_being_made");
+    assert!(
+        why(&d, "w").contains(&format!("held for it alone until {until}")),
+        "{}",
+        why(&d, "w")
+    );
     // s ranks above w, but its reservation is planned off the promised GPUs, so it does
     // not block w either.
     assert_eq!(reason(&d, "s"), "reservation_pending");
