@@ -19,6 +19,7 @@ use fairshare_e2e::{CLUSTER, INVENTORY, Stack};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_runtime::clock::SystemClock;
+use fairshare_testkit::events::shaped_submitted;
 
 /// Runs `fairshare node <args>` for the test cluster.
 async fn node(stack: &Stack, args: &[&str]) -> Output {
@@ -50,6 +51,30 @@ async fn node_events(stack: &Stack) -> Vec<(&'static str, String)> {
             _ => None,
         })
         .collect()
+}
+
+/// Runs `fairshare inventory apply FILE` against the stack, with `flags`.
+async fn inventory_apply(stack: &Stack, file: &std::path::Path, flags: &[&str]) -> Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+    command
+        .args(["inventory", "apply", "--nats-url", &stack.server.url()])
+        .arg(file)
+        .args(flags);
+    tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// How many node registrations the log holds.
+async fn registrations(stack: &Stack) -> usize {
+    stack
+        .all_events()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(_, _, e)| matches!(e.body, Some(Body::NodeRegistered(_))))
+        .count()
 }
 
 /// Waits until the listing's line for `name` contains `words`.
@@ -162,47 +187,23 @@ async fn cordon_drain_remove_and_maintenance() {
     // put it back in service unless asked, and writes nothing for nodes already as it says.
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), INVENTORY).unwrap();
-    let inventory = |readd: bool| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
-        command
-            .args(["inventory", "apply", "--nats-url", &stack.server.url()])
-            .arg(file.path());
-        if readd {
-            command.arg("--readd");
-        }
-        async move {
-            tokio::task::spawn_blocking(move || command.output())
-                .await
-                .unwrap()
-                .unwrap()
-        }
-    };
-    let registrations = || async {
-        stack
-            .all_events()
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|(_, _, e)| matches!(e.body, Some(Body::NodeRegistered(_))))
-            .count()
-    };
-    let before = registrations().await;
-    let refused = inventory(false).await;
+    let before = registrations(&stack).await;
+    let refused = inventory_apply(&stack, file.path(), &[]).await;
     assert!(!refused.status.success());
     assert!(
         stderr(&refused).contains(first) && stderr(&refused).contains("--readd"),
         "{}",
         stderr(&refused)
     );
-    assert_eq!(registrations().await, before, "nothing written");
-    let readded = inventory(true).await;
+    assert_eq!(registrations(&stack).await, before, "nothing written");
+    let readded = inventory_apply(&stack, file.path(), &["--readd"]).await;
     assert!(readded.status.success(), "{}", stderr(&readded));
     assert!(
         stdout(&readded).contains("1 registered, 3 already as the file says"),
         "{}",
         stdout(&readded)
     );
-    assert_eq!(registrations().await, before + 1);
+    assert_eq!(registrations(&stack).await, before + 1);
     listed_as(&stack, first, "in service").await;
     // Removed again, for what follows.
     let cordoned = node(&stack, &["cordon", first]).await;
@@ -294,36 +295,21 @@ async fn cordon_drain_remove_and_maintenance() {
         "{}",
         stderr(&wrong)
     );
-    let cancelled = node(
-        &stack,
-        &[
-            "maintenance",
-            second,
-            "--cancel",
-            "--start",
-            start,
-            "--end",
-            end,
-        ],
-    )
-    .await;
+    let cancel = [
+        "maintenance",
+        second,
+        "--cancel",
+        "--start",
+        start,
+        "--end",
+        end,
+    ];
+    let cancelled = node(&stack, &cancel).await;
     assert!(cancelled.status.success(), "{}", stderr(&cancelled));
     let out = stdout(&node(&stack, &["list"]).await);
     assert_eq!(out.matches("maintenance ").count(), 0, "{out}");
     // Sent again (a retry after an unknown outcome): already so, nothing written.
-    let again = node(
-        &stack,
-        &[
-            "maintenance",
-            second,
-            "--cancel",
-            "--start",
-            start,
-            "--end",
-            end,
-        ],
-    )
-    .await;
+    let again = node(&stack, &cancel).await;
     assert!(again.status.success(), "{}", stderr(&again));
     assert!(
         stdout(&again).contains("already cancelled from"),
@@ -487,21 +473,7 @@ async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
         (subjects::job_event(CLUSTER, id, kind), event.body.unwrap())
     };
     let submitted = |id: &str, nodes: u32, gpus_per_node: u32| {
-        Body::JobSubmitted(pb::JobSubmitted {
-            job_id: id.into(),
-            spec: Some(pb::JobSpec {
-                cluster: CLUSTER.into(),
-                allocation: "research/nlp".into(),
-                gpus: i64::from(nodes * gpus_per_node),
-                min_runtime_s: 60,
-                ..Default::default()
-            }),
-            shape: Some(pb::Shape {
-                nodes,
-                gpus_per_node,
-            }),
-            ..Default::default()
-        })
+        shaped_submitted(CLUSTER, "research/nlp", id, nodes, gpus_per_node, 60)
     };
     let placed = Body::JobPlaced(pb::JobPlaced {
         job_id: "busy".into(),
@@ -528,32 +500,8 @@ async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
         format!("cluster = \"{CLUSTER}\"\n[[nodes]]\nname = \"{first}\"\ngpus = 4\n"),
     )
     .unwrap();
-    let apply = |force: bool| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
-        command
-            .args(["inventory", "apply", "--nats-url", &stack.server.url()])
-            .arg(file.path());
-        if force {
-            command.arg("--force");
-        }
-        async move {
-            tokio::task::spawn_blocking(move || command.output())
-                .await
-                .unwrap()
-                .unwrap()
-        }
-    };
-    let registrations = || async {
-        stack
-            .all_events()
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|(_, _, e)| matches!(e.body, Some(Body::NodeRegistered(_))))
-            .count()
-    };
-    let before = registrations().await;
-    let refused = apply(false).await;
+    let before = registrations(&stack).await;
+    let refused = inventory_apply(&stack, file.path(), &[]).await;
     assert!(!refused.status.success());
     assert!(
         stderr(&refused).contains(&format!(
@@ -562,11 +510,11 @@ async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
         "{}",
         stderr(&refused)
     );
-    assert_eq!(registrations().await, before, "nothing written");
+    assert_eq!(registrations(&stack).await, before, "nothing written");
 
-    let forced = apply(true).await;
+    let forced = inventory_apply(&stack, file.path(), &["--force"]).await;
     assert!(forced.status.success(), "{}", stderr(&forced));
-    assert_eq!(registrations().await, before + 1);
+    assert_eq!(registrations(&stack).await, before + 1);
     assert!(
         stderr(&forced).contains("warning: no node could hold 1 queued job any more: wide;"),
         "{}",

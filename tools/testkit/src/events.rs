@@ -63,6 +63,33 @@ pub fn one_gpu_submitted(cluster: &str, allocation: &str, job_id: &str, key: &st
     })
 }
 
+/// Job `job_id` accepted on `cluster` for `nodes` x `gpus_per_node` GPUs of `allocation`
+/// (nodes 0 for one node), with minimum runtime `min_runtime_s` (0: unallocated work).
+pub fn shaped_submitted(
+    cluster: &str,
+    allocation: &str,
+    job_id: &str,
+    nodes: u32,
+    gpus_per_node: u32,
+    min_runtime_s: i64,
+) -> Body {
+    Body::JobSubmitted(pb::JobSubmitted {
+        job_id: job_id.into(),
+        spec: Some(pb::JobSpec {
+            cluster: cluster.into(),
+            allocation: allocation.into(),
+            gpus: i64::from(nodes.max(1) * gpus_per_node),
+            min_runtime_s,
+            ..Default::default()
+        }),
+        shape: Some(pb::Shape {
+            nodes: nodes.max(1),
+            gpus_per_node,
+        }),
+        ..Default::default()
+    })
+}
+
 /// Appends `body`, taking effect at `at_ms`, to the log on `subject`, as a service would
 /// (without fences), and waits for the stream to store it.
 ///

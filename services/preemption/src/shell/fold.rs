@@ -178,15 +178,8 @@ mod tests {
         let mut feed = |f: &mut ShellFold, subject: String, at_ms: i64, body: Body| {
             sequence += 1;
             f.apply(&LogEntry {
-                sequence,
-                subject,
-                event: Ok(pb::Event {
-                    at_ms,
-                    body: Some(body),
-                }),
-                pending: 0,
-                trace: None,
                 stored_ms: Some(stored),
+                ..fairshare_testkit::events::logged(sequence, subject, at_ms, body)
             })
         };
         let job = |kind: &str| subjects::job_event("c", "j", kind);
@@ -204,21 +197,7 @@ mod tests {
             &mut f,
             job("job_submitted"),
             stored,
-            Body::JobSubmitted(pb::JobSubmitted {
-                job_id: "j".into(),
-                spec: Some(pb::JobSpec {
-                    cluster: "c".into(),
-                    allocation: "a".into(),
-                    gpus: 8,
-                    min_runtime_s: 1800,
-                    ..Default::default()
-                }),
-                shape: Some(pb::Shape {
-                    nodes: 1,
-                    gpus_per_node: 8,
-                }),
-                ..Default::default()
-            }),
+            fairshare_testkit::events::shaped_submitted("c", "a", "j", 1, 8, 1800),
         ));
         assert!(feed(
             &mut f,

@@ -594,24 +594,10 @@ mod tests {
     /// figures leave them out, and they would start nowhere.
     #[test]
     fn unallocated_work_waiting_under_a_removed_allocation_is_named() {
-        use fairshare_events::pb::{self, event::Body};
+        use fairshare_events::pb;
         let mut state = DecisionState::new("c");
         let submitted = |id: &str, allocation: &str, gpus: u32, min_runtime_s: i64| {
-            Body::JobSubmitted(pb::JobSubmitted {
-                job_id: id.into(),
-                spec: Some(pb::JobSpec {
-                    cluster: "c".into(),
-                    allocation: allocation.into(),
-                    gpus: i64::from(gpus),
-                    min_runtime_s,
-                    ..Default::default()
-                }),
-                shape: Some(pb::Shape {
-                    nodes: 1,
-                    gpus_per_node: gpus,
-                }),
-                ..Default::default()
-            })
+            fairshare_testkit::events::shaped_submitted("c", allocation, id, 1, gpus, min_runtime_s)
         };
         let bodies = [
             submitted("u1", "c", 4, 0),

@@ -2,7 +2,7 @@
 
 use fairshare_events::pb::{self, event::Body};
 
-use super::support::{CLUSTER, H, HOUR, MIN, leaf, placed, placed_ids, reason};
+use super::support::{CLUSTER, H, HOUR, MIN, leaf, placed, placed_ids, reason, reason_text};
 use crate::domain::{Ignored, NodeGpus, WaitReason};
 
 const NOW: i64 = 100 * HOUR;
@@ -1137,13 +1137,7 @@ fn a_job_no_registered_node_could_hold_is_told_so_and_holds_up_nobody() {
     );
     let d = h.decide(NOW);
     assert_eq!(reason(&d, "wide"), "never_fits_cluster");
-    let why = |d: &crate::domain::Decision, id: &str| {
-        d.waiting
-            .iter()
-            .find(|w| w.job_id == id)
-            .map(|w| w.reason.to_string())
-            .unwrap_or_default()
-    };
+    let why = reason_text;
     assert!(
         why(&d, "wide").contains("needs 3 whole nodes of 8 GPUs, and the cluster has 2"),
         "{}",

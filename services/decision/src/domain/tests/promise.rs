@@ -75,13 +75,7 @@ fn gpus_freed_for_a_waiter_go_to_nobody_else_while_its_other_victims_leave() {
     assert_eq!(placed(&d), vec![]);
     // Told why: not "too large", though nothing else is free; named whose and until when.
     assert_eq!(reason(&d, "u"), "promised_to_another_job");
-    let why = |d: &crate::domain::Decision, id: &str| {
-        d.waiting
-            .iter()
-            .find(|w| w.job_id == id)
-            .map(|w| w.reason.to_string())
-            .unwrap_or_default()
-    };
+    let why = reason_text;
     let until = fairshare_model::timestamp::utc(D2 + crate::domain::promise::PROMISE_HOLD_MS);
     assert_eq!(
         why(&d, "u"),

@@ -236,6 +236,15 @@ pub fn placed_ids(d: &Decision) -> Vec<String> {
     d.placements.iter().map(|p| p.job_id.to_string()).collect()
 }
 
+/// The reason of waiting job `id` in words (empty if it is not waiting).
+pub fn reason_text(d: &Decision, id: &str) -> String {
+    d.waiting
+        .iter()
+        .find(|w| w.job_id == id)
+        .map(|w| w.reason.to_string())
+        .unwrap_or_default()
+}
+
 /// The reason code of waiting job `id`.
 pub fn reason(d: &Decision, id: &str) -> &'static str {
     d.waiting

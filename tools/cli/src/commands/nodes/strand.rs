@@ -100,21 +100,7 @@ mod tests {
     }
 
     fn submitted(id: &str, nodes: u32, gpus_per_node: u32) -> Body {
-        Body::JobSubmitted(pb::JobSubmitted {
-            job_id: id.into(),
-            spec: Some(pb::JobSpec {
-                cluster: "c".into(),
-                allocation: "a".into(),
-                gpus: i64::from(nodes * gpus_per_node),
-                min_runtime_s: 60,
-                ..Default::default()
-            }),
-            shape: Some(pb::Shape {
-                nodes,
-                gpus_per_node,
-            }),
-            ..Default::default()
-        })
+        fairshare_testkit::events::shaped_submitted("c", "a", id, nodes, gpus_per_node, 60)
     }
 
     /// Two nodes of 8; j1 holds 5 GPUs of n0; "wide" (2 x 8) and "big" (8) wait, "small" too.
