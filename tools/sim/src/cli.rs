@@ -814,11 +814,18 @@ fn attribution(trace: &str) -> &'static str {
     }
 }
 
-/// The trace's folder name ("helios-15k"), else its file name.
+/// The trace's name: its folder's ("helios-15k") for a `replay.csv`, as the bundled traces
+/// are laid out; otherwise its file's, without the extension ("unsorted" for
+/// `/tmp/x/unsorted.csv`), so another file in some folder is not named, or credited, as the
+/// folder.
 fn trace_name(path: &Path) -> String {
-    path.parent()
-        .and_then(Path::file_name)
-        .or_else(|| path.file_name())
+    let bundled = path.file_name().is_some_and(|n| n == "replay.csv");
+    let name = if bundled {
+        path.parent().and_then(Path::file_name)
+    } else {
+        None
+    };
+    name.or_else(|| path.file_stem())
         .map_or_else(|| "trace".to_owned(), |n| n.to_string_lossy().into_owned())
 }
 
@@ -894,5 +901,25 @@ impl LoadArgs {
             fairshare_runtime::outln!("loaded {n} events of cluster {cluster}");
             anyhow::Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bundled trace is named (and credited) by its folder; any other file by its own name.
+    #[test]
+    fn a_trace_is_named_by_its_folder_only_in_the_bundled_layout() {
+        let name = |p: &str| trace_name(Path::new(p));
+        assert_eq!(
+            name("tests/data/traces/helios-15k/replay.csv"),
+            "helios-15k"
+        );
+        assert_eq!(name("/tmp/x/helios-15k/unsorted.csv"), "unsorted");
+        assert_eq!(name("replay.csv"), "replay");
+        assert_eq!(name("/data/mine.csv"), "mine");
+        assert!(attribution(&name("/tmp/helios-15k/other.csv")).starts_with("not a bundled"));
+        assert!(attribution(&name("x/msft-itp/replay.csv")).starts_with("Microsoft ITP"));
     }
 }
