@@ -179,6 +179,32 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
     .expect("the refused intake submission is logged as rejected and acknowledged");
     assert_eq!(logged, rejected_subject);
 
+    // A request naming a subject that is no inbox as its reply (a JetStream API subject, a
+    // log subject) is ignored: the service does not answer there, under its own rights, and
+    // the server would refuse it if it tried. Before, the submission service purged the log.
+    let before_lure = events_info(&op_js).await.state;
+    for lure in [
+        format!("$JS.API.STREAM.PURGE.{EVENTS_STREAM}"),
+        format!("$JS.API.STREAM.PURGE.{INTAKE_STREAM}"),
+        subjects::policy(CLUSTER),
+    ] {
+        for api in [subjects::SUBMIT_API, subjects::CANCEL_API] {
+            launcher
+                .publish_with_reply(api, lure.clone(), codec::encode(&request("auth-lure")))
+                .await
+                .unwrap();
+        }
+    }
+    launcher.flush().await.unwrap();
+    // An answer the service would have sent goes out within milliseconds of the request.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after_lure = events_info(&op_js).await.state;
+    assert_eq!(
+        (after_lure.messages, after_lure.last_sequence),
+        (before_lure.messages, before_lure.last_sequence),
+        "nothing purged, nothing written, nothing submitted"
+    );
+
     // A launcher reports its runs...
     let started = Body::JobStarted(pb::JobStarted {
         job_id: job_id.clone(),

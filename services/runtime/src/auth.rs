@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use fairshare_events::streams::{EVENTS_STREAM, INTAKE_STREAM};
+use fairshare_events::streams::{EVENTS_STREAM, INTAKE_CONSUMER, INTAKE_STREAM};
 use fairshare_events::subjects::{self, INTAKE_PREFIX};
 
 /// Who a connection is.
@@ -93,6 +93,13 @@ impl Role {
             Role::Preemption => out.push(subjects::node("*", "*")),
             _ => {}
         }
+        if self.answers_requests() {
+            out.push(format!("{}>", crate::reply::INBOX_PREFIX));
+        }
+        if self == Role::Submission {
+            // Acknowledging its intake consumer's deliveries (their reply subjects).
+            out.push(intake_acks());
+        }
         if self == Role::Launcher {
             out.extend([
                 subjects::SUBMIT_API.to_owned(),
@@ -137,11 +144,19 @@ impl Role {
         out
     }
 
-    /// Whether the role answers requests (it may then publish to each request's reply
-    /// subject, once).
+    /// Whether the role answers requests: it may then publish to inboxes (`_INBOX.>`), where
+    /// clients take their answers, and nowhere else a requester names ([`crate::reply`]). Not
+    /// `allow_responses`: that lets a service publish to whatever reply subject a request
+    /// names, and a launcher naming `$JS.API.STREAM.PURGE.FAIRSHARE_EVENTS` had the
+    /// submission service purge the log with its answer.
     fn answers_requests(self) -> bool {
         matches!(self, Role::Submission | Role::Accounting | Role::Decision)
     }
+}
+
+/// The acknowledgements of the submission service's durable intake consumer.
+fn intake_acks() -> String {
+    format!("$JS.ACK.{INTAKE_STREAM}.{INTAKE_CONSUMER}.>")
 }
 
 /// The JetStream API a service may call: create a stream that is missing (never change,
@@ -149,8 +164,8 @@ impl Role {
 /// stream to a new definition is the operator's `fairshare streams`), follow the events
 /// stream with consumers of its own (an ordered consumer deletes its predecessor when it
 /// recreates itself after a gap) and read single events from it. The submission service also
-/// keeps its durable consumer on the intake stream, which it acknowledges through the
-/// messages' reply subjects (`allow_responses`).
+/// keeps its durable consumer on the intake stream, which it acknowledges on
+/// its own deliveries' reply subjects ([`intake_acks`]).
 fn service_stream_api(role: Role) -> Vec<String> {
     let mut out = vec!["$JS.API.INFO".to_owned()];
     for stream in [EVENTS_STREAM, INTAKE_STREAM] {
@@ -216,9 +231,6 @@ pub fn server_block(public_keys: &[(Role, String)]) -> String {
             "      subscribe: {{ allow: [{}] }}",
             list(&role.subscribe())
         );
-        if role.answers_requests() {
-            let _ = writeln!(out, "      allow_responses: true");
-        }
         out.push_str("    } }\n");
     }
     out.push_str("  ]\n}\n");
@@ -363,6 +375,22 @@ mod tests {
         }
     }
 
+    /// A service answers on inboxes only: no role may publish to whatever reply subject a
+    /// request names (`allow_responses`), which let a launcher's request purge the log.
+    #[test]
+    fn services_answer_on_inboxes_and_nowhere_a_requester_names() {
+        let keys: Vec<(Role, String)> = Role::ALL.iter().map(|r| (*r, "UKEY".to_owned())).collect();
+        assert!(!server_block(&keys).contains("allow_responses"));
+        let inboxes = format!("{}>", crate::reply::INBOX_PREFIX);
+        for role in [Role::Submission, Role::Accounting, Role::Decision] {
+            assert!(role.publish().contains(&inboxes), "{role:?}");
+        }
+        for role in [Role::Preemption, Role::Launcher] {
+            assert!(!role.publish().contains(&inboxes), "{role:?}");
+        }
+        assert!(Role::Submission.publish().contains(&intake_acks()));
+    }
+
     #[test]
     fn no_service_may_delete_purge_or_redefine_a_stream() {
         for role in [
@@ -373,9 +401,14 @@ mod tests {
             Role::Launcher,
         ] {
             let publish = role.publish();
+            let inboxes = format!("{}>", crate::reply::INBOX_PREFIX);
             for s in &publish {
+                // Answers go to inboxes, the one broad wildcard (see `answers_requests`).
                 assert!(
-                    !s.ends_with('>') || s.matches('.').count() >= 4,
+                    !s.ends_with('>')
+                        || s.matches('.').count() >= 4
+                        || *s == inboxes
+                        || *s == intake_acks(),
                     "{}: broad wildcard {s}",
                     role.name()
                 );

@@ -31,6 +31,7 @@ pub mod log;
 pub mod missing;
 pub mod nats;
 pub mod output;
+pub mod reply;
 pub mod retry;
 pub mod shutdown;
 pub mod task;

@@ -107,7 +107,7 @@ pub(super) async fn usage_query(
     snapshots: &mut Publisher,
     message: async_nats::Message,
 ) {
-    let Some(reply_to) = message.reply.clone() else {
+    let Some(reply_to) = fairshare_runtime::reply::inbox_or_warn(&message) else {
         return;
     };
     let result = match codec::decode_usage_query(&message.payload) {

@@ -519,7 +519,7 @@ impl Service {
         message: &async_nats::Message,
     ) -> Option<(async_nats::Subject, bytes::Bytes)> {
         use fairshare_events::{codec, pb};
-        let reply_to = message.reply.clone()?;
+        let reply_to = fairshare_runtime::reply::inbox_or_warn(message)?;
         if *message.subject == *subjects::queue_api(&self.config.cluster) {
             return Some((reply_to, codec::encode(&self.queue_reply(&message.payload))));
         }

@@ -1,5 +1,6 @@
 //! `fairshare.api.cancel`: end a job that has not ended, on the job's own subject.
 
+use fairshare_runtime::reply::ReplyTo;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,9 +24,17 @@ pub(super) async fn handle(
     client: async_nats::Client,
     msg: async_nats::Message,
 ) {
-    let Some(reply_to) = msg.reply.clone() else {
-        tracing::warn!("cancel request without a reply subject ignored");
-        return;
+    let reply_to = match fairshare_runtime::reply::reply_to(&msg) {
+        ReplyTo::Inbox(inbox) => inbox,
+        ReplyTo::Missing => {
+            tracing::warn!("cancel request without a reply subject ignored");
+            return;
+        }
+        // Nothing cancelled: the answer would go somewhere no client waits.
+        ReplyTo::NotAnInbox(_) => {
+            let _ = fairshare_runtime::reply::inbox_or_warn(&msg);
+            return;
+        }
     };
     let mut handling = Handling::start(
         "cancel",

@@ -1,5 +1,6 @@
 //! `fairshare.api.submit`: check a submission and append it, answering with the job id.
 
+use fairshare_runtime::reply::ReplyTo;
 use std::sync::Arc;
 
 use fairshare_events::headers::{self, TraceParent};
@@ -22,11 +23,19 @@ pub(super) async fn handle(
     client: async_nats::Client,
     msg: async_nats::Message,
 ) {
-    let Some(reply_to) = msg.reply.clone() else {
-        tracing::warn!(
-            "submit request without a reply subject ignored; use the intake stream to submit without waiting"
-        );
-        return;
+    let reply_to = match fairshare_runtime::reply::reply_to(&msg) {
+        ReplyTo::Inbox(inbox) => inbox,
+        ReplyTo::Missing => {
+            tracing::warn!(
+                "submit request without a reply subject ignored; use the intake stream to submit without waiting"
+            );
+            return;
+        }
+        // Nothing submitted: the answer would go somewhere no client waits.
+        ReplyTo::NotAnInbox(_) => {
+            let _ = fairshare_runtime::reply::inbox_or_warn(&msg);
+            return;
+        }
     };
     let mut handling = Handling::start(
         "submit",
