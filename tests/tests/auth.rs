@@ -17,7 +17,7 @@ use fairshare_model::files;
 use fairshare_runtime::auth::{self, Role};
 use fairshare_runtime::clock::SystemClock;
 use fairshare_runtime::log::Follower;
-use fairshare_runtime::nats::{Identity, connect};
+use fairshare_runtime::nats::{Identity, connect_as};
 use fairshare_testkit::NatsServer;
 
 /// A connection as `role`, with a shorter JetStream timeout: a refused publish is never
@@ -29,7 +29,7 @@ async fn as_role(
     role: Role,
 ) -> (async_nats::Client, jetstream::Context) {
     let seed = auth::seed_path(dir, role);
-    let client = connect(&server.url(), role.name(), Identity::Nkey(&seed))
+    let client = connect_as(&server.url(), role.name(), Identity::Nkey(&seed), role)
         .await
         .unwrap();
     let mut js = jetstream::new(client.clone());
@@ -118,6 +118,13 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
         .job_id
         .clone();
 
+    // A launcher may read every inbox of its own kind, but not the services': it sees none of
+    // the submission service's intake deliveries (whose reply subjects name its consumer, which
+    // a launcher could then re-create with another filter, or pull from).
+    let (snoop, _) = as_role(&server, dir.path(), Role::Launcher).await;
+    let mut snooped = snoop.subscribe("_INBOX.>").await.unwrap();
+    snoop.flush().await.unwrap();
+
     // A launcher may also queue a submission in the durable intake: the submission service,
     // as its own role, takes it into the log and acknowledges it, so the next one is not held
     // up behind it until the acknowledgement times out (30 s).
@@ -146,6 +153,24 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
     .await;
     let info = intake_done.expect("the intake submission is in the log and acknowledged");
     assert_eq!(info.num_redelivered, 0, "taken once, not redelivered");
+    let mut deliveries_seen = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(
+        Duration::from_millis(300),
+        futures::StreamExt::next(&mut snooped),
+    )
+    .await
+    {
+        if m.reply
+            .as_ref()
+            .is_some_and(|r| r.as_str().starts_with("$JS.ACK."))
+        {
+            deliveries_seen.push(m.subject.to_string());
+        }
+    }
+    assert!(
+        deliveries_seen.is_empty(),
+        "a launcher saw a service's consumer deliveries: {deliveries_seen:?}"
+    );
     // One the checks refuse is logged as rejected, under the submission service's role, and
     // acknowledged too (a refused append would be retried for good, holding up the intake).
     let before_rejection = last_sequence(&op_js).await;

@@ -71,7 +71,13 @@ async fn main() -> anyhow::Result<()> {
         stream_replicas: args.stream_replicas,
         ..Config::new(args.checkpoint_dir)
     };
-    let client = args.nats.connect("fairshare-accounting").await?;
+    let client = args
+        .nats
+        .connect_as(
+            "fairshare-accounting",
+            fairshare_runtime::auth::Role::Accounting,
+        )
+        .await?;
     shell::run(client, config, Arc::new(SystemClock), shutdown::signal()).await?;
     Ok(())
 }

@@ -66,7 +66,13 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = telemetry::init("fairshare-decision");
     anyhow::ensure!(!args.cycle_every.is_zero(), "--cycle-every must be above 0");
-    let client = args.nats.connect("fairshare-decision").await?;
+    let client = args
+        .nats
+        .connect_as(
+            "fairshare-decision",
+            fairshare_runtime::auth::Role::Decision,
+        )
+        .await?;
     if args.audit {
         let js = async_nats::jetstream::new(client);
         let mut report = audit_log(&js, &args.cluster)

@@ -61,7 +61,13 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = telemetry::init("fairshare-preemption");
     let policy = args.policy.config()?;
-    let client = args.nats.connect("fairshare-preemption").await?;
+    let client = args
+        .nats
+        .connect_as(
+            "fairshare-preemption",
+            fairshare_runtime::auth::Role::Preemption,
+        )
+        .await?;
     if args.audit {
         let js = async_nats::jetstream::new(client);
         let mut report = shell::audit_log(&js, &args.cluster, &policy)

@@ -61,6 +61,22 @@ impl Role {
         }
     }
 
+    /// The prefix of the inboxes this role's connections take answers and deliveries on
+    /// (`async_nats::ConnectOptions::custom_inbox_prefix`): each service its own, which no
+    /// other role may subscribe to, so a launcher (which may subscribe to `_INBOX.>` for its
+    /// own answers) does not see a service's pull deliveries and, in their reply subjects, the
+    /// names of its consumers, with which it could re-create or pull from them. Launchers and
+    /// the operator keep the usual `_INBOX`, where the services answer them.
+    pub fn inbox_prefix(self) -> &'static str {
+        match self {
+            Role::Submission => "_INBOX_submission",
+            Role::Accounting => "_INBOX_accounting",
+            Role::Decision => "_INBOX_decision",
+            Role::Preemption => "_INBOX_preemption",
+            Role::Launcher | Role::Operator => "_INBOX",
+        }
+    }
+
     /// Event kinds of job subjects this role appends.
     fn job_kinds(self) -> &'static [&'static str] {
         match self {
@@ -130,7 +146,7 @@ impl Role {
 
     /// Subjects this role may subscribe to.
     pub fn subscribe(self) -> Vec<String> {
-        let mut out = vec!["_INBOX.>".to_owned()];
+        let mut out = vec![format!("{}.>", self.inbox_prefix())];
         match self {
             Role::Submission => out.extend([
                 subjects::SUBMIT_API.to_owned(),
@@ -389,6 +405,36 @@ mod tests {
             assert!(!role.publish().contains(&inboxes), "{role:?}");
         }
         assert!(Role::Submission.publish().contains(&intake_acks()));
+    }
+
+    /// Each service reads inboxes of its own; a launcher reads the usual ones, not theirs.
+    #[test]
+    fn each_service_reads_its_own_inboxes_only() {
+        let services = [
+            Role::Submission,
+            Role::Accounting,
+            Role::Decision,
+            Role::Preemption,
+        ];
+        for role in services {
+            let own = format!("{}.>", role.inbox_prefix());
+            assert!(role.subscribe().contains(&own), "{role:?}");
+            assert!(
+                !role.subscribe().contains(&"_INBOX.>".to_owned()),
+                "{role:?}"
+            );
+            for other in Role::ALL
+                .into_iter()
+                .filter(|r| *r != role && *r != Role::Operator)
+            {
+                assert_ne!(
+                    other.inbox_prefix(),
+                    role.inbox_prefix(),
+                    "{role:?} {other:?}"
+                );
+            }
+        }
+        assert_eq!(Role::Launcher.subscribe(), ["_INBOX.>"]);
     }
 
     #[test]

@@ -29,4 +29,15 @@ impl NatsArgs {
         let identity = Identity::from_files(self.nats_creds.as_deref(), self.nats_nkey.as_deref());
         connect(&self.nats_url, name, identity).await
     }
+
+    /// Connects as `name`, a service of `role`, on the role's own inboxes
+    /// ([`crate::nats::connect_as`]).
+    pub async fn connect_as(
+        &self,
+        name: &str,
+        role: crate::auth::Role,
+    ) -> Result<async_nats::Client, ConnectError> {
+        let identity = Identity::from_files(self.nats_creds.as_deref(), self.nats_nkey.as_deref());
+        crate::nats::connect_as(&self.nats_url, name, identity, role).await
+    }
 }

@@ -58,13 +58,37 @@ impl<'a> Identity<'a> {
 }
 
 /// Connects as `name` (shown in the server's connection list) with `identity` to `url`, one
-/// server or a comma-separated list of a cluster's members.
+/// server or a comma-separated list of a cluster's members, taking answers on the usual
+/// `_INBOX` inboxes (a launcher, the CLI).
 pub async fn connect(
     url: &str,
     name: &str,
     identity: Identity<'_>,
 ) -> Result<async_nats::Client, ConnectError> {
-    let mut options = async_nats::ConnectOptions::new().name(name);
+    connect_with_inbox(url, name, identity, "_INBOX").await
+}
+
+/// [`connect`] for a service of `role`: its answers and deliveries come on the role's own
+/// inboxes ([`crate::auth::Role::inbox_prefix`]), which `fairshare auth init` lets no other
+/// role read.
+pub async fn connect_as(
+    url: &str,
+    name: &str,
+    identity: Identity<'_>,
+    role: crate::auth::Role,
+) -> Result<async_nats::Client, ConnectError> {
+    connect_with_inbox(url, name, identity, role.inbox_prefix()).await
+}
+
+async fn connect_with_inbox(
+    url: &str,
+    name: &str,
+    identity: Identity<'_>,
+    inbox_prefix: &str,
+) -> Result<async_nats::Client, ConnectError> {
+    let mut options = async_nats::ConnectOptions::new()
+        .name(name)
+        .custom_inbox_prefix(inbox_prefix);
     match identity {
         Identity::None => {}
         Identity::Credentials(path) => {

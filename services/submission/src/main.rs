@@ -51,7 +51,13 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = telemetry::init("fairshare-submission");
-    let client = args.nats.connect("fairshare-submission").await?;
+    let client = args
+        .nats
+        .connect_as(
+            "fairshare-submission",
+            fairshare_runtime::auth::Role::Submission,
+        )
+        .await?;
     let config = Config {
         limits: Limits {
             max_min_runtime_s: i64::try_from(args.max_min_runtime.as_secs())
