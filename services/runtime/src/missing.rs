@@ -40,9 +40,14 @@ impl Missing {
                 "the stream {EVENTS_STREAM} does not exist on this server yet: every service \
                  makes it when it starts, or `fairshare streams` does"
             ),
+            // On a cluster that just lost a member the stream is only between leaders for a
+            // few seconds, and the same error comes back: said too, so that nobody goes to
+            // remake a stream that is there.
             Missing::StreamOrJetStream => format!(
                 "no stream takes this subject: is JetStream on (`-js`) and {EVENTS_STREAM} made \
-                 (`fairshare streams`, or any service's start)?"
+                 (`fairshare streams`, or any service's start)? On a JetStream cluster that just \
+                 lost a member, the stream may be electing a new leader: that passes within \
+                 seconds"
             ),
         }
     }
@@ -92,5 +97,20 @@ pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     match missing(error) {
         Some(m) => format!("{error} ({})", m.hint()),
         None => error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A publish that found no stream may also mean a cluster between leaders: the hint says
+    /// both, so nobody remakes a stream that is there.
+    #[test]
+    fn a_missing_stream_on_publish_also_names_a_leader_election() {
+        let hint = Missing::StreamOrJetStream.hint();
+        assert!(hint.contains("`fairshare streams`"), "{hint}");
+        assert!(hint.contains("electing a new leader"), "{hint}");
+        assert!(!Missing::Stream.hint().contains("leader"));
     }
 }
