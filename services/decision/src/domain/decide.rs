@@ -228,6 +228,11 @@ impl fmt::Display for WaitReason<'_> {
                 "would fit only on GPUs reserved for job {reserved_for} from {}, and its minimum runtime ends later",
                 utc(*start_ms)
             ),
+            // Not met: the start summaries say a promise withholds what it would need.
+            WaitReason::PromisedToAnother { holder: "", .. } => f.write_str(
+                "would fit only on GPUs a preemption freed for another waiting job; they are held \
+                 for that job until it starts, at most a minute past its victims' grace deadlines",
+            ),
             WaitReason::PromisedToAnother {
                 holder,
                 until_ms,
@@ -400,11 +405,14 @@ impl<'s> Cycle<'s> {
             }
         };
         // Victims already ordered off for it: that says more than the room it lacks now.
+        // (A job no node could hold any more is told that first.)
         let reason = match self.state.promise_for(&key.job_id, self.now) {
-            Some(p) => WaitReason::RoomBeingMade {
-                until_ms: p.until_ms,
-            },
-            None => reason,
+            Some(p) if !matches!(reason, WaitReason::NeverFits { .. }) => {
+                WaitReason::RoomBeingMade {
+                    until_ms: p.until_ms,
+                }
+            }
+            _ => reason,
         };
         self.waiting.push(Waiting {
             job_id: &key.job_id,
@@ -559,7 +567,8 @@ impl<'s> Cycle<'s> {
                         others,
                     }
                 }
-                // The start summaries say a promise withholds what it needs: one is found.
+                // The start summaries say a promise withholds what it needs: one is found
+                // (this says so in general words if not).
                 None => WaitReason::PromisedToAnother {
                     holder: "",
                     until_ms: self.now,

@@ -1146,7 +1146,19 @@ fn a_job_no_registered_node_could_hold_is_told_so_and_holds_up_nobody() {
     // "big" could fit once a node empties: it waits (and takes the reservation), not "never".
     assert_ne!(reason(&d, "big"), "never_fits_cluster");
     assert_eq!(placed_ids(&d), ["small"]);
-    // Registered again with 4 GPUs each, no node holds "big" either.
+    // Work ordered off for "big" makes room for it...
+    h.ok(
+        NOW - 30,
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "r0".into(),
+            grace_deadline_ms: NOW + MIN,
+            for_job_id: "big".into(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(reason(&h.decide(NOW), "big"), "room_being_made");
+    // ...but registered again with 4 GPUs each, no node holds "big" any more, and that is
+    // what it is told.
     for n in ["n0", "n1"] {
         h.node(n, 4);
     }
