@@ -226,6 +226,19 @@ impl LauncherState {
                         expected,
                     }
                 }
+                // Its work done already (its finish raced the order and was refused, the order
+                // having moved the subject): it finished, whatever the order says. Confirming
+                // the stop instead would requeue a job that has nothing left to run.
+                Phase::Stopping
+                    if job.run_since_ms.is_some_and(|since| {
+                        now_ms >= since.saturating_add(job.remaining_ms(scale) / scale)
+                    }) =>
+                {
+                    Action::Finish {
+                        job_id: id.clone(),
+                        expected,
+                    }
+                }
                 Phase::Stopping if self.honour_preemption => Action::ConfirmPreempted {
                     job_id: id.clone(),
                     expected,
@@ -532,6 +545,59 @@ mod tests {
         assert_eq!(s.due(1, 1), start(3));
         s.saw("j", 3);
         assert_eq!(s.due(1, 1), vec![], "acted on already");
+    }
+
+    /// A finish that raced a preemption order and lost (the order moved the subject) is sent
+    /// again after the order: the job's work is done, so it finished, and is not confirmed
+    /// preempted (a resumable job would be requeued with nothing left to run). One whose work
+    /// is not done is confirmed preempted, as before.
+    #[test]
+    fn a_job_whose_work_is_done_finishes_even_once_ordered_off() {
+        for honour in [true, false] {
+            let mut s = LauncherState::new(1_000, honour);
+            s.apply(1, &ev(0, submitted("a", b"sleep 60")));
+            s.apply(
+                2,
+                &ev(
+                    1_000,
+                    Body::JobStarted(pb::JobStarted { job_id: "a".into() }),
+                ),
+            );
+            // The order lands before the finish (60 s at 60x: done at 2,000).
+            s.apply(
+                3,
+                &ev(
+                    1_500,
+                    Body::PreemptionOrdered(pb::PreemptionOrdered {
+                        job_id: "a".into(),
+                        ..Default::default()
+                    }),
+                ),
+            );
+            let early = s.due(1_600, 60);
+            if honour {
+                assert_eq!(
+                    early,
+                    vec![Action::ConfirmPreempted {
+                        job_id: "a".into(),
+                        expected: 3
+                    }]
+                );
+                // That confirmation was refused too (say): tried again once its work is done,
+                // it is a finish.
+                s.retry("a");
+            } else {
+                assert!(early.is_empty());
+            }
+            assert_eq!(
+                s.due(2_000, 60),
+                vec![Action::Finish {
+                    job_id: "a".into(),
+                    expected: 3
+                }],
+                "honour {honour}"
+            );
+        }
     }
 
     #[test]
