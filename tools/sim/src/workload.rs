@@ -306,12 +306,12 @@ impl Workload {
         u128::from(setup.total_gpus()) * span
     }
 
-    /// The share (0 to 1) of allocated GPU time (GPUs x run time, minimum runtime > 0) that is
-    /// in jobs needing more GPUs than their allocation's fraction of `setup`'s cluster. While
-    /// such a job runs, its allocation gets more than its hourly owed time and the rest of the
-    /// cluster less than theirs, whatever the policy: the hourly owed metric cannot reach 100%
-    /// on a workload where this is large. Jobs of allocations outside the tree count as
-    /// oversized (their fraction is 0).
+    /// The share (0 to 1) of allocated GPU time (GPUs x run time before the run ends, minimum
+    /// runtime > 0) that is in jobs needing more GPUs than their allocation's fraction of
+    /// `setup`'s cluster. While such a job runs, its allocation gets more than its hourly owed
+    /// time and the rest of the cluster less than theirs, whatever the policy: the hourly owed
+    /// metric cannot reach 100% on a workload where this is large. Jobs of allocations outside
+    /// the tree count as oversized (their fraction is 0).
     pub fn oversized_share(&self, setup: &crate::setup::Setup) -> f64 {
         let (oversized, allocated) = self
             .oversized_split(setup)
@@ -352,7 +352,10 @@ impl Workload {
             .collect();
         let mut split: BTreeMap<String, (u128, u128)> = BTreeMap::new();
         for job in self.jobs.iter().filter(|j| j.min_runtime_ms > 0) {
-            let gpu_ms = u128::from(job.gpus) * u128::try_from(job.duration_ms.max(0)).unwrap_or(0);
+            // What it could run before the run ends, as the oversubscription counts it.
+            let left = setup.end_ms.saturating_sub(job.submit_ms).max(0);
+            let ms = job.duration_ms.clamp(0, left);
+            let gpu_ms = u128::from(job.gpus) * u128::try_from(ms).unwrap_or(0);
             // Actions are in time order, and a budget change at the submission's instant is
             // folded before it (the engine applies actions first).
             let tree = changes
@@ -426,12 +429,13 @@ mod tests {
         ];
         let workload = Workload::new(jobs, Vec::new());
         let share = workload.oversized_share(&setup);
-        // Allocated: 8 + 16 + 8 + 8 + 1 = 41 GPU-h; oversized: 16 + 8 + 1 = 25 (the
-        // unallocated job counts in neither).
-        assert!((share - 25.0 / 41.0).abs() < 1e-12, "{share}");
-        // a: 16 of 24 GPU-h; b: 8 of 16; the allocation outside the tree: all of it.
+        // Allocated, up to the run's end (an hour): 8 + 16 + 4 + 8 + 1 = 37 GPU-h ("exactly"
+        // runs 2 h, half of it after the end); oversized: 16 + 8 + 1 = 25 (the unallocated job
+        // counts in neither).
+        assert!((share - 25.0 / 37.0).abs() < 1e-12, "{share}");
+        // a: 16 of 24 GPU-h; b: 8 of 12; the allocation outside the tree: all of it.
         let by = workload.oversized_by_allocation(&setup);
-        let expected: Vec<(&str, f64)> = vec![("a", 16.0 / 24.0), ("b", 0.5), ("gone", 1.0)];
+        let expected: Vec<(&str, f64)> = vec![("a", 16.0 / 24.0), ("b", 8.0 / 12.0), ("gone", 1.0)];
         assert_eq!(by.len(), expected.len(), "{by:?}");
         for (allocation, share) in expected {
             assert!(
@@ -446,13 +450,13 @@ mod tests {
     fn oversized_share_follows_the_tree_in_force_at_each_submission() {
         use crate::scenarios::{flat_budget, job};
         let setup = two_nodes_a_and_b();
-        // a: 12 GPUs of 16 until the change at 1 h, then 4.
+        // a: 12 GPUs of 16 until the change at half an hour, then 4 (the run lasts an hour).
         let jobs = vec![
-            job("before".into(), 0, "a", 8, H, H),
-            job("after".into(), 2 * H, "a", 8, H, H),
+            job("before".into(), 0, "a", 8, H / 4, H / 4),
+            job("after".into(), 3 * H / 4, "a", 8, H / 4, H / 4),
         ];
         let change = TimedAction {
-            at_ms: crate::setup::EPOCH_MS + H,
+            at_ms: crate::setup::EPOCH_MS + H / 2,
             action: Action::SetBudget(flat_budget("sim", &[("a", 25), ("b", 75)])),
         };
         let workload = Workload::new(jobs, vec![change]);
