@@ -49,6 +49,18 @@ async fn fill(js: &jetstream::Context, jobs: usize, base: i64) -> anyhow::Result
                 }),
             ),
             (
+                "job_placed",
+                t + 500,
+                Body::JobPlaced(pb::JobPlaced {
+                    job_id: job.clone(),
+                    nodes: vec![pb::NodeGpus {
+                        node: "gpu000".into(),
+                        gpus,
+                    }],
+                    basis: None,
+                }),
+            ),
+            (
                 "job_started",
                 t + 500,
                 Body::JobStarted(pb::JobStarted {

@@ -168,6 +168,18 @@ async fn workload(stack: &Stack, base: i64, range: std::ops::Range<u64>) -> u64 
                 }),
             ),
             (
+                "job_placed",
+                t + 1_000,
+                Body::JobPlaced(pb::JobPlaced {
+                    job_id: job.clone(),
+                    nodes: vec![pb::NodeGpus {
+                        node: "gpu000".into(),
+                        gpus,
+                    }],
+                    basis: None,
+                }),
+            ),
+            (
                 "job_started",
                 t + 1_000,
                 Body::JobStarted(pb::JobStarted {
@@ -516,6 +528,18 @@ async fn a_kill_reported_late_charges_only_up_to_the_grace_deadline() {
                     nodes: 1,
                     gpus_per_node: 4,
                 }),
+            }),
+        ),
+        (
+            "job_placed",
+            base + 1_000,
+            Body::JobPlaced(pb::JobPlaced {
+                job_id: job.into(),
+                nodes: vec![pb::NodeGpus {
+                    node: "gpu000".into(),
+                    gpus: 4,
+                }],
+                basis: None,
             }),
         ),
         (

@@ -183,6 +183,15 @@ fn workload(jobs: usize) -> (Vec<pb::Event>, i64) {
             let body = Body::JobRequeued(pb::JobRequeued { job_id: id.clone() });
             push(&mut timed, cut, body);
             start = cut + rng.below(HOUR as u64) as i64;
+            let body = Body::JobPlaced(pb::JobPlaced {
+                job_id: id.clone(),
+                nodes: vec![pb::NodeGpus {
+                    node: format!("node{:03}", rng.below(u64::from(NODES))),
+                    gpus: nodes * gpn,
+                }],
+                basis: None,
+            });
+            push(&mut timed, start, body);
             let body = Body::JobStarted(pb::JobStarted { job_id: id.clone() });
             push(&mut timed, start, body);
         }
@@ -295,6 +304,16 @@ fn msft_itp() -> Result<Vec<pb::Event>, Box<dyn std::error::Error>> {
             }),
         });
         push(submit, body);
+        // Placed and started at once (a start is folded only for a placed job).
+        let placed = Body::JobPlaced(pb::JobPlaced {
+            job_id: (*id).to_owned(),
+            nodes: vec![pb::NodeGpus {
+                node: "itp".into(),
+                gpus,
+            }],
+            basis: None,
+        });
+        push(submit, placed);
         let job_id = (*id).to_owned();
         push(submit, Body::JobStarted(pb::JobStarted { job_id }));
         let job_id = (*id).to_owned();

@@ -400,9 +400,10 @@ impl UsageFold {
         let next = match (body, job.state) {
             (Body::JobPlaced(_), JobState::Queued) => JobState::Placed,
             (Body::JobPlaced(_), _) => return Applied::Skipped(Skip::PlaceNotQueued),
-            // From queued too: logs of launchers that start what no placement named (older
-            // producers, hand-written scenarios) still charge.
-            (Body::JobStarted(_), JobState::Queued | JobState::Placed) => JobState::Running,
+            // Only what a placement named: a start of a queued job (a launcher's mistake, or one
+            // forging starts to charge another team) is refused, as the decision service
+            // refuses it; charging it would make the two disagree on what runs.
+            (Body::JobStarted(_), JobState::Placed) => JobState::Running,
             (Body::JobStarted(_), _) => return Applied::Skipped(Skip::StartNotQueued),
             // A placed job ordered off before its launcher started it is preempted too (the
             // decision service releases it the same way). Without resuming, nothing will

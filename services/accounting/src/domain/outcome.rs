@@ -23,7 +23,7 @@ pub enum Skip {
     StaleSubmit,
     /// `JobPlaced` for a job that is not queued.
     PlaceNotQueued,
-    /// `JobStarted` for a job that is not queued or placed.
+    /// `JobStarted` for a job that is not placed.
     StartNotQueued,
     /// `JobPreempted` for a job that is not running or placed.
     PreemptNotRunning,

@@ -454,8 +454,17 @@ mod tests {
         feed(&mut fold, 2, 0, node_registered("a", "n1", 8), None);
         let submitted = one_gpu_submitted("a", "x", "j", "k");
         feed(&mut fold, 3, 1_000, submitted, None);
+        let placed = Body::JobPlaced(pb::JobPlaced {
+            job_id: "j".into(),
+            nodes: vec![pb::NodeGpus {
+                node: "n1".into(),
+                gpus: 1,
+            }],
+            basis: None,
+        });
+        feed(&mut fold, 4, 1_000, placed, None);
         let started = Body::JobStarted(pb::JobStarted { job_id: "j".into() });
-        feed(&mut fold, 4, 1_000, started, None);
+        feed(&mut fold, 5, 1_000, started, None);
         let finished = || {
             Body::JobFinished(pb::JobFinished {
                 job_id: "j".into(),
@@ -463,15 +472,15 @@ mod tests {
             })
         };
         let elsewhere = subjects::job_event("b", "j", "job_finished");
-        feed(&mut fold, 5, 2_000, finished(), Some(elsewhere));
-        assert_eq!(fold.last_applied(), 5);
+        feed(&mut fold, 6, 2_000, finished(), Some(elsewhere));
+        assert_eq!(fold.last_applied(), 6);
         assert_eq!(fold.job_cluster("j"), Some("a"), "still running");
         assert_eq!(
             fold.account("a", "x", 11_000).unwrap().charged_gpu_ms,
             10_000
         );
         // Its own cluster's finish ends it.
-        feed(&mut fold, 6, 11_000, finished(), None);
+        feed(&mut fold, 7, 11_000, finished(), None);
         assert_eq!(fold.job_cluster("j"), None);
         assert_eq!(
             fold.account("a", "x", 20_000).unwrap().charged_gpu_ms,

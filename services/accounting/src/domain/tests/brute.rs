@@ -269,7 +269,7 @@ impl Brute {
         };
         let next = match (what, job.st) {
             ("place", St::Queued) => St::Placed,
-            ("start", St::Queued | St::Placed) => St::Running,
+            ("start", St::Placed) => St::Running,
             ("preempt", St::Running | St::Placed | St::Overdue) if job.resumable => St::Preempted,
             ("preempt", St::Running | St::Placed | St::Overdue) => St::Ended,
             ("requeue", St::Preempted) => St::Queued,

@@ -39,6 +39,7 @@ fn straddling_interval_counts_only_its_overlap() {
     // 4 GPUs (1 node x 4) run from 100 to 600.
     events.extend([
         submit(0, "j", C, "a", 1, 4, 60),
+        placed(100, "j"),
         started(100, "j"),
         finished(600, "j"),
     ]);
@@ -57,7 +58,11 @@ fn straddling_interval_counts_only_its_overlap() {
 #[test]
 fn running_job_counts_up_to_now() {
     let mut events = base();
-    events.extend([submit(0, "j", C, "a", 1, 4, 60), started(100, "j")]);
+    events.extend([
+        submit(0, "j", C, "a", 1, 4, 60),
+        placed(100, "j"),
+        started(100, "j"),
+    ]);
     let f = fold(1_000, &events);
     // [−300, 700] ∩ [100, 700] = 600 ms x 4.
     assert_eq!(charged(&f, "a", 700), 2_400);
@@ -70,6 +75,20 @@ fn running_job_counts_up_to_now() {
     );
 }
 
+/// A start of a job no placement named (a launcher's mistake, or one forging starts to charge
+/// another team) is refused, as the decision service refuses it: the two folds agree on what
+/// runs, and nobody is charged for it.
+#[test]
+fn a_start_of_a_job_never_placed_charges_nothing() {
+    let mut events = base();
+    events.extend([submit(0, "j", C, "a", 1, 4, 60), started(100, "j")]);
+    let f = fold(1_000, &events);
+    assert_eq!(charged(&f, "a", 700), 0);
+    let report = f.window(C, 700).unwrap();
+    assert_eq!(report.allocation("a").map(|r| r.running_gpus), Some(0));
+    assert_eq!(report.allocation("a").map(|r| r.queued_gpus), Some(4));
+}
+
 #[test]
 fn unallocated_is_tracked_apart_and_never_charged() {
     let mut events = base();
@@ -78,7 +97,9 @@ fn unallocated_is_tracked_apart_and_never_charged() {
         // An allocated job of "a": 1 GPU from 200 to 400.
         submit(0, "free", C, "a", 1, 2, 0),
         submit(0, "paid", C, "a", 1, 1, 60),
+        placed(100, "free"),
         started(100, "free"),
+        placed(200, "paid"),
         started(200, "paid"),
         finished(300, "free"),
         finished(400, "paid"),
@@ -98,7 +119,7 @@ fn unallocated_is_tracked_apart_and_never_charged() {
     assert_eq!(report.allocation("a").map(|r| r.running_gpus), Some(0));
     // At 150 the allocated job still waits for its GPU; the unallocated one waits for nothing
     // that counts against the allocation.
-    let waiting = fold(1_000, &events[..events.len() - 3])
+    let waiting = fold(1_000, &events[..events.len() - 4])
         .window(C, 150)
         .unwrap();
     assert_eq!(
@@ -183,8 +204,11 @@ fn subtrees_sum_their_allocations_and_hold_their_own_fraction() {
         submit(0, "x", C, "org/p1/t1", 1, 2, 60),
         submit(0, "y", C, "org/p1/t2", 1, 3, 60),
         submit(0, "z", C, "solo", 1, 1, 60),
+        placed(0, "x"),
         started(0, "x"),
+        placed(0, "y"),
         started(0, "y"),
+        placed(0, "z"),
         started(0, "z"),
     ];
     let f = fold(1_000, &events);
@@ -218,6 +242,7 @@ fn duplicate_changes_nothing() {
     let mut events = base();
     events.extend([
         submit(0, "j", C, "a", 1, 4, 60),
+        placed(100, "j"),
         started(100, "j"),
         finished(600, "j"),
     ]);
@@ -284,9 +309,11 @@ fn preempted_job_requeues_and_starts_again() {
     let mut events = base();
     events.extend([
         resumable(submit(0, "j", C, "a", 2, 4, 60)),
+        placed(100, "j"),
         started(100, "j"),
         preempted(300, "j"),
         requeued(300, "j"),
+        placed(500, "j"),
         started(500, "j"),
         failed(550, "j"),
     ]);
@@ -331,6 +358,7 @@ fn a_preempted_job_that_cannot_resume_has_ended() {
     events.extend([
         submit(0, "j", C, "a", 1, 4, 60),
         placed(50, "j"),
+        placed(100, "j"),
         started(100, "j"),
         preempted(300, "j"),
     ]);
@@ -352,7 +380,11 @@ fn a_preempted_job_that_cannot_resume_has_ended() {
 #[test]
 fn event_times_never_go_backwards() {
     let mut events = base();
-    events.extend([submit(0, "j", C, "a", 1, 1, 60), started(500, "j")]);
+    events.extend([
+        submit(0, "j", C, "a", 1, 1, 60),
+        placed(500, "j"),
+        started(500, "j"),
+    ]);
     let mut f = fold(1_000, &events);
     // A stop stamped before the start takes effect at the cluster's clock (500).
     assert_eq!(f.apply(10, &finished(400, "j")), Applied::Clamped);
@@ -403,7 +435,9 @@ fn ledger_caps_owed_at_demand_and_allocation() {
         // Unallocated: 2 GPUs during the first hour.
         submit(0, "j", C, "a", 1, 8, 60),
         submit(0, "u", C, "b", 1, 2, 0),
+        placed(0, "u"),
         started(0, "u"),
+        placed(h / 2, "j"),
         started(h / 2, "j"),
         finished(h, "u"),
         finished(2 * h, "j"),
@@ -439,6 +473,7 @@ fn ledger_counts_silent_hours_while_a_job_runs() {
         node(0, C, "n1", 4),
         tree(0, C, vec![acc("a", 1, vec![])]),
         submit(0, "j", C, "a", 1, 2, 60),
+        placed(0, "j"),
         started(0, "j"),
     ];
     let f = fold(7 * 24 * h as u64, &events);
@@ -498,6 +533,7 @@ fn stale_resubmission_of_a_forgotten_job_is_refused() {
     let mut events = base();
     events.extend([
         submit(0, "j", C, "a", 1, 1, 60),
+        placed(0, "j"),
         started(0, "j"),
         finished(10, "j"),
         // Hours later the job is forgotten (W = 1 h)...
@@ -530,6 +566,7 @@ fn ended_jobs_are_remembered_while_inside_the_window() {
     let mut events = base();
     events.extend([
         submit(0, "j", C, "a", 1, 1, 60),
+        placed(0, "j"),
         started(0, "j"),
         finished(10, "j"),
         // Entering hour 1 evicts what ended by 1 h + 5 - W = 5 ms: not the job (ended at 10).
@@ -553,13 +590,17 @@ fn ended_jobs_are_remembered_while_inside_the_window() {
 #[test]
 fn snapshot_carries_the_sequence_and_rows() {
     let mut events = base();
-    events.extend([submit(0, "j", C, "a", 1, 4, 60), started(0, "j")]);
+    events.extend([
+        submit(0, "j", C, "a", 1, 4, 60),
+        placed(0, "j"),
+        started(0, "j"),
+    ]);
     let f = fold(1_000, &events);
     let snap = f
         .window(C, 100)
         .unwrap()
         .to_snapshot(f.last_applied(), f.config().window_ms());
-    assert_eq!(snap.through_sequence, 4);
+    assert_eq!(snap.through_sequence, 5);
     assert_eq!(snap.window_ms, 1_000);
     assert_eq!(snap.window_end_ms, 100);
     let a = &snap.allocations[0];
@@ -578,6 +619,7 @@ fn a_future_stamp_takes_effect_when_the_log_stored_it() {
     let mut events = base();
     events.extend([
         submit(1_000, "j", C, "a", 1, 4, 60),
+        placed(2_000, "j"),
         started(2_000, "j"),
         // A node agent whose clock says the year 292 million.
         node(i64::MAX, C, "n2", 8),
@@ -585,7 +627,7 @@ fn a_future_stamp_takes_effect_when_the_log_stored_it() {
         submit(700_000, "k", C, "b", 1, 2, 60),
     ]);
     // Each entry stored when it was written; the bad one at 3_000.
-    let stored = [0, 0, 1_000, 2_000, 3_000, 602_000, 700_000];
+    let stored = [0, 0, 1_000, 2_000, 2_000, 3_000, 602_000, 700_000];
     let mut f = UsageFold::new(FoldConfig::new(7 * DAY as u64).unwrap());
     for (i, (e, s)) in events.iter().zip(stored).enumerate() {
         let applied = f.apply_stored(i as u64 + 1, e, s);
@@ -607,7 +649,7 @@ fn a_future_stamp_takes_effect_when_the_log_stored_it() {
         .enumerate()
         .map(|(i, e)| bad.apply(i as u64 + 1, e))
         .collect();
-    assert_eq!(outcomes[6], Applied::Skipped(Skip::StaleSubmit));
+    assert_eq!(outcomes[7], Applied::Skipped(Skip::StaleSubmit));
 }
 
 /// Past its order's grace deadline a job counts as killed (SPEC section 2): charging stops
@@ -620,6 +662,7 @@ fn an_order_stops_the_charge_at_its_grace_deadline_however_late_the_kill() {
     // move the clock past it; the kill is reported at 900 and the job requeued.
     events.extend([
         resumable(submit(0, "j", C, "a", 1, 4, 60)),
+        placed(100, "j"),
         started(100, "j"),
         ordered(200, "j", 300),
         submit(500, "k", C, "b", 1, 1, 60),
@@ -635,6 +678,7 @@ fn an_order_stops_the_charge_at_its_grace_deadline_however_late_the_kill() {
     let mut quiet = base();
     quiet.extend([
         resumable(submit(0, "j", C, "a", 1, 4, 60)),
+        placed(100, "j"),
         started(100, "j"),
         ordered(200, "j", 300),
         killed(900, "j"),
@@ -645,6 +689,7 @@ fn an_order_stops_the_charge_at_its_grace_deadline_however_late_the_kill() {
     let mut waiting = base();
     waiting.extend([
         resumable(submit(0, "j", C, "a", 1, 4, 60)),
+        placed(100, "j"),
         started(100, "j"),
         ordered(200, "j", 300),
     ]);
@@ -664,12 +709,14 @@ fn a_stop_before_the_deadline_counts_and_a_later_run_is_charged_in_full() {
     let mut events = base();
     events.extend([
         resumable(submit(0, "j", C, "a", 1, 4, 60)),
+        placed(100, "j"),
         started(100, "j"),
         ordered(200, "j", 400),
         // Confirmed at 250: 150 ms x 4.
         preempted(250, "j"),
         requeued(250, "j"),
         // Its next run, from 500 to 1500, is charged whole although 400 has passed.
+        placed(500, "j"),
         started(500, "j"),
         finished(1_500, "j"),
     ]);
@@ -681,6 +728,7 @@ fn a_stop_before_the_deadline_counts_and_a_later_run_is_charged_in_full() {
     let mut events = base();
     events.extend([
         submit(0, "m", C, "b", 1, 2, 60),
+        placed(600, "m"),
         started(600, "m"),
         ordered(610, "m", 900),
         ordered(620, "m", 700),
@@ -699,6 +747,7 @@ fn an_overdue_job_ends_or_requeues_once_its_stop_comes() {
     let mut events = base();
     events.extend([
         submit(0, "j", C, "a", 1, 4, 60),
+        placed(100, "j"),
         started(100, "j"),
         ordered(200, "j", 300),
         killed(900, "j"),
