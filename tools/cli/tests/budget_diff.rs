@@ -214,6 +214,18 @@ share = 2
                 }),
             }),
         ),
+        // Accounting charges a start only for a placed job.
+        (
+            "job_placed",
+            Body::JobPlaced(fairshare_events::pb::JobPlaced {
+                job_id: job.into(),
+                nodes: vec![fairshare_events::pb::NodeGpus {
+                    node: "n1".into(),
+                    gpus: 2,
+                }],
+                basis: None,
+            }),
+        ),
         (
             "job_started",
             Body::JobStarted(fairshare_events::pb::JobStarted { job_id: job.into() }),
