@@ -15,7 +15,7 @@
 //! |---------------------------------------------|-----------------------------|-----------|
 //! | `JobSubmitted` (stamped after `clock - W`)  | (an id not seen)            | queued    |
 //! | `JobPlaced`                                 | queued                      | placed    |
-//! | `JobStarted`                                | queued, placed              | running   |
+//! | `JobStarted`                                | placed                      | running   |
 //! | `JobPreempted` (resumable job)              | placed, running             | preempted |
 //! | `JobPreempted` (not resumable)              | placed, running             | ended     |
 //! | `JobRequeued`                               | preempted                   | queued    |
@@ -390,7 +390,7 @@ impl UsageFold {
             }
             return Applied::Skipped(match body {
                 Body::JobPlaced(_) => Skip::PlaceNotQueued,
-                Body::JobStarted(_) => Skip::StartNotQueued,
+                Body::JobStarted(_) => Skip::StartNotPlaced,
                 Body::JobPreempted(_) => Skip::PreemptNotRunning,
                 Body::JobRequeued(_) => Skip::RequeueNotPreempted,
                 _ => Skip::AlreadyEnded,
@@ -404,7 +404,7 @@ impl UsageFold {
             // forging starts to charge another team) is refused, as the decision service
             // refuses it; charging it would make the two disagree on what runs.
             (Body::JobStarted(_), JobState::Placed) => JobState::Running,
-            (Body::JobStarted(_), _) => return Applied::Skipped(Skip::StartNotQueued),
+            (Body::JobStarted(_), _) => return Applied::Skipped(Skip::StartNotPlaced),
             // A placed job ordered off before its launcher started it is preempted too (the
             // decision service releases it the same way). Without resuming, nothing will
             // requeue it: it has ended, as the decision service and the launcher hold.

@@ -24,7 +24,7 @@ pub enum Skip {
     /// `JobPlaced` for a job that is not queued.
     PlaceNotQueued,
     /// `JobStarted` for a job that is not placed.
-    StartNotQueued,
+    StartNotPlaced,
     /// `JobPreempted` for a job that is not running or placed.
     PreemptNotRunning,
     /// Finish, failure or cancellation of a job that already ended (a double stop).
@@ -73,8 +73,8 @@ pub struct FoldCounts {
     pub stale_submit: u64,
     /// Placements of jobs that were not queued.
     pub place_not_queued: u64,
-    /// Starts of jobs that were not queued or placed.
-    pub start_not_queued: u64,
+    /// Starts of jobs that were not placed.
+    pub start_not_placed: u64,
     /// Preemptions of jobs that were not running.
     pub preempt_not_running: u64,
     /// Stops of jobs that had already ended.
@@ -105,7 +105,7 @@ impl FoldCounts {
                 Skip::DuplicateSubmit => &mut self.duplicate_submit,
                 Skip::StaleSubmit => &mut self.stale_submit,
                 Skip::PlaceNotQueued => &mut self.place_not_queued,
-                Skip::StartNotQueued => &mut self.start_not_queued,
+                Skip::StartNotPlaced => &mut self.start_not_placed,
                 Skip::PreemptNotRunning => &mut self.preempt_not_running,
                 Skip::AlreadyEnded => &mut self.already_ended,
                 Skip::RequeueNotPreempted => &mut self.requeue_not_preempted,
@@ -123,7 +123,7 @@ impl FoldCounts {
             + self.duplicate_submit
             + self.stale_submit
             + self.place_not_queued
-            + self.start_not_queued
+            + self.start_not_placed
             + self.preempt_not_running
             + self.already_ended
             + self.requeue_not_preempted

@@ -270,7 +270,7 @@ fn duplicate_changes_nothing() {
     // The same events published again with new sequences are refused by the job's state.
     assert_eq!(
         f.apply(10, &started(650, "j")),
-        Applied::Skipped(Skip::StartNotQueued)
+        Applied::Skipped(Skip::StartNotPlaced)
     );
     assert_eq!(
         f.apply(11, &finished(650, "j")),
