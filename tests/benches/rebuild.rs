@@ -51,14 +51,7 @@ async fn fill(js: &jetstream::Context, jobs: usize, base: i64) -> anyhow::Result
             (
                 "job_placed",
                 t + 500,
-                Body::JobPlaced(pb::JobPlaced {
-                    job_id: job.clone(),
-                    nodes: vec![pb::NodeGpus {
-                        node: "gpu000".into(),
-                        gpus,
-                    }],
-                    basis: None,
-                }),
+                fairshare_testkit::events::placed_on(&job, "gpu000", gpus),
             ),
             (
                 "job_started",

@@ -170,14 +170,7 @@ async fn workload(stack: &Stack, base: i64, range: std::ops::Range<u64>) -> u64 
             (
                 "job_placed",
                 t + 1_000,
-                Body::JobPlaced(pb::JobPlaced {
-                    job_id: job.clone(),
-                    nodes: vec![pb::NodeGpus {
-                        node: "gpu000".into(),
-                        gpus,
-                    }],
-                    basis: None,
-                }),
+                fairshare_testkit::events::placed_on(&job, "gpu000", gpus),
             ),
             (
                 "job_started",
@@ -533,14 +526,7 @@ async fn a_kill_reported_late_charges_only_up_to_the_grace_deadline() {
         (
             "job_placed",
             base + 1_000,
-            Body::JobPlaced(pb::JobPlaced {
-                job_id: job.into(),
-                nodes: vec![pb::NodeGpus {
-                    node: "gpu000".into(),
-                    gpus: 4,
-                }],
-                basis: None,
-            }),
+            fairshare_testkit::events::placed_on(job, "gpu000", 4),
         ),
         (
             "job_started",

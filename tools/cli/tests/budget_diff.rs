@@ -217,14 +217,7 @@ share = 2
         // Accounting charges a start only for a placed job.
         (
             "job_placed",
-            Body::JobPlaced(fairshare_events::pb::JobPlaced {
-                job_id: job.into(),
-                nodes: vec![fairshare_events::pb::NodeGpus {
-                    node: "n1".into(),
-                    gpus: 2,
-                }],
-                basis: None,
-            }),
+            fairshare_testkit::events::placed_on(job, "n1", 2),
         ),
         (
             "job_started",

@@ -361,14 +361,7 @@ async fn cordon_drain_remove_and_maintenance() {
         }),
         ..Default::default()
     });
-    let placed = Body::JobPlaced(pb::JobPlaced {
-        job_id: job.into(),
-        nodes: vec![pb::NodeGpus {
-            node: third.into(),
-            gpus: 1,
-        }],
-        basis: None,
-    });
+    let placed = fairshare_testkit::events::placed_on(job, third, 1);
     let started = Body::JobStarted(pb::JobStarted { job_id: job.into() });
     for (kind, body) in [
         ("job_submitted", submitted),
@@ -475,14 +468,7 @@ async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
     let submitted = |id: &str, nodes: u32, gpus_per_node: u32| {
         shaped_submitted(CLUSTER, "research/nlp", id, nodes, gpus_per_node, 60)
     };
-    let placed = Body::JobPlaced(pb::JobPlaced {
-        job_id: "busy".into(),
-        nodes: vec![pb::NodeGpus {
-            node: first.clone(),
-            gpus: 5,
-        }],
-        basis: None,
-    });
+    let placed = fairshare_testkit::events::placed_on("busy", &first, 5);
     for (i, (subject, body)) in [
         job("busy", submitted("busy", 1, 5)),
         job("busy", placed),

@@ -90,6 +90,19 @@ pub fn shaped_submitted(
     })
 }
 
+/// Job `job_id` placed with all its `gpus` on `node` (no basis: a test's hand-written
+/// placement, not a decision service's).
+pub fn placed_on(job_id: &str, node: &str, gpus: u32) -> Body {
+    Body::JobPlaced(pb::JobPlaced {
+        job_id: job_id.into(),
+        nodes: vec![pb::NodeGpus {
+            node: node.into(),
+            gpus,
+        }],
+        basis: None,
+    })
+}
+
 /// Appends `body`, taking effect at `at_ms`, to the log on `subject`, as a service would
 /// (without fences), and waits for the stream to store it.
 ///
