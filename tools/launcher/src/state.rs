@@ -23,7 +23,7 @@ pub enum Phase {
     },
     /// Told to stop (preemption ordered); the launcher confirms.
     Stopping,
-    /// Finished, failed, cancelled or preempted.
+    /// Preempted, waiting for its requeue (a job that ended for good is forgotten).
     Ended,
 }
 
@@ -121,10 +121,15 @@ impl LauncherState {
         }
     }
 
-    /// Folds one of the cluster's job events.
+    /// Folds one of the cluster's job events. An event the job's life does not allow where
+    /// the job stands (a start of a job never placed, a preemption of a queued one: a
+    /// launcher's mistake or a forged event, which the decision and accounting services refuse
+    /// too) changes nothing but the sequence the job's next append must expect; followed, it
+    /// would have this launcher finish a job that never ran, or forget one the decision
+    /// service still places.
     pub fn apply(&mut self, sequence: u64, event: &pb::Event) {
         let Some(body) = &event.body else { return };
-        let (job_id, phase) = match body {
+        let job_id = match body {
             Body::JobSubmitted(s) => {
                 let payload = s
                     .spec
@@ -143,52 +148,60 @@ impl LauncherState {
                 });
                 return;
             }
-            Body::JobPlaced(e) => (&e.job_id, Phase::Placed),
-            Body::JobStarted(e) => (
-                &e.job_id,
-                Phase::Running {
-                    since_ms: event.at_ms,
-                },
-            ),
-            Body::PreemptionOrdered(e) => (&e.job_id, Phase::Stopping),
-            Body::JobRequeued(e) => (&e.job_id, Phase::Queued),
-            Body::JobFinished(e) => (&e.job_id, Phase::Ended),
-            Body::JobFailed(e) => (&e.job_id, Phase::Ended),
-            Body::JobCancelled(e) => (&e.job_id, Phase::Ended),
-            Body::JobPreempted(e) => (&e.job_id, Phase::Ended),
+            Body::JobPlaced(e) => &e.job_id,
+            Body::JobStarted(e) => &e.job_id,
+            Body::PreemptionOrdered(e) => &e.job_id,
+            Body::JobRequeued(e) => &e.job_id,
+            Body::JobFinished(e) => &e.job_id,
+            Body::JobFailed(e) => &e.job_id,
+            Body::JobCancelled(e) => &e.job_id,
+            Body::JobPreempted(e) => &e.job_id,
             _ => return,
         };
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        if sequence <= job.last_sequence {
+            return;
+        }
+        job.last_sequence = sequence;
+        job.acted = false;
+        let live = matches!(
+            job.phase,
+            Phase::Placed | Phase::Running { .. } | Phase::Stopping
+        );
         // A job that finished, failed or was cancelled never comes back, nor does a preempted
         // one that cannot resume (only a resumable one is requeued): it is forgotten, so `due`
         // looks at live jobs only, not at every job the cluster ever ran.
-        let resumable = self.jobs.get(job_id).is_some_and(|j| j.resumable);
-        let terminal = match body {
+        let forget = match body {
             Body::JobFinished(_) | Body::JobFailed(_) | Body::JobCancelled(_) => true,
-            Body::JobPreempted(_) => !resumable,
+            Body::JobPreempted(_) => live && !job.resumable,
             _ => false,
         };
-        if let Some(job) = self.jobs.get_mut(job_id)
-            && sequence > job.last_sequence
-        {
-            if terminal {
-                self.jobs.remove(job_id);
-                return;
+        if forget {
+            self.jobs.remove(job_id);
+            return;
+        }
+        let at = event.at_ms;
+        match (body, job.phase) {
+            (Body::JobPlaced(_), Phase::Queued) => job.phase = Phase::Placed,
+            (Body::JobStarted(_), Phase::Placed) => {
+                job.phase = Phase::Running { since_ms: at };
+                job.run_since_ms = Some(at);
             }
-            match body {
-                Body::JobStarted(_) => job.run_since_ms = Some(event.at_ms),
-                Body::JobPreempted(_) => {
-                    if let Some(since) = job.run_since_ms.take()
-                        && job.resumable
-                    {
-                        job.earlier_runs_ms
-                            .push(event.at_ms.saturating_sub(since).max(0));
-                    }
+            // Ordered off before it started, then started: it still has to stop.
+            (Body::JobStarted(_), Phase::Stopping) if job.run_since_ms.is_none() => {
+                job.run_since_ms = Some(at);
+            }
+            (Body::PreemptionOrdered(_), _) if live => job.phase = Phase::Stopping,
+            (Body::JobPreempted(_), _) if live => {
+                if let Some(since) = job.run_since_ms.take() {
+                    job.earlier_runs_ms.push(at.saturating_sub(since).max(0));
                 }
-                _ => {}
+                job.phase = Phase::Ended;
             }
-            job.phase = phase;
-            job.last_sequence = sequence;
-            job.acted = false;
+            (Body::JobRequeued(_), Phase::Ended) => job.phase = Phase::Queued,
+            _ => {}
         }
     }
 
@@ -444,6 +457,9 @@ mod tests {
             }
             s.apply(i as u64 + 1, &ev(0, body));
         }
+        // Only a placed (or running) job is preempted.
+        s.apply(6, &ev(0, placed("preempted")));
+        s.apply(7, &ev(0, placed("lost")));
         s.apply(
             10,
             &ev(
@@ -559,13 +575,23 @@ mod tests {
             s.apply(
                 2,
                 &ev(
+                    0,
+                    Body::JobPlaced(pb::JobPlaced {
+                        job_id: "a".into(),
+                        ..Default::default()
+                    }),
+                ),
+            );
+            s.apply(
+                3,
+                &ev(
                     1_000,
                     Body::JobStarted(pb::JobStarted { job_id: "a".into() }),
                 ),
             );
             // The order lands before the finish (60 s at 60x: done at 2,000).
             s.apply(
-                3,
+                4,
                 &ev(
                     1_500,
                     Body::PreemptionOrdered(pb::PreemptionOrdered {
@@ -580,7 +606,7 @@ mod tests {
                     early,
                     vec![Action::ConfirmPreempted {
                         job_id: "a".into(),
-                        expected: 3
+                        expected: 4
                     }]
                 );
                 // That confirmation was refused too (say): tried again once its work is done,
@@ -593,7 +619,7 @@ mod tests {
                 s.due(2_000, 60),
                 vec![Action::Finish {
                     job_id: "a".into(),
-                    expected: 3
+                    expected: 4
                 }],
                 "honour {honour}"
             );
@@ -607,10 +633,20 @@ mod tests {
             s.apply(1, &ev(0, submitted("a", b"sleep 100")));
             s.apply(
                 2,
-                &ev(0, Body::JobStarted(pb::JobStarted { job_id: "a".into() })),
+                &ev(
+                    0,
+                    Body::JobPlaced(pb::JobPlaced {
+                        job_id: "a".into(),
+                        ..Default::default()
+                    }),
+                ),
             );
             s.apply(
                 3,
+                &ev(0, Body::JobStarted(pb::JobStarted { job_id: "a".into() })),
+            );
+            s.apply(
+                4,
                 &ev(
                     5,
                     Body::PreemptionOrdered(pb::PreemptionOrdered {
@@ -622,5 +658,89 @@ mod tests {
             let due = s.due(10, 1);
             assert_eq!(due.is_empty(), !honour);
         }
+    }
+
+    /// Events the job's life does not allow where it stands (a launcher's mistake, or forged)
+    /// change nothing but the sequence to expect, as the decision and accounting services
+    /// refuse them: a start of a queued job is not run and finished, a preemption of a queued
+    /// job does not forget it, a requeue of a running job does not stop it.
+    #[test]
+    fn events_the_jobs_life_does_not_allow_only_move_the_sequence() {
+        let started = |id: &str| Body::JobStarted(pb::JobStarted { job_id: id.into() });
+        let placed = |id: &str| {
+            Body::JobPlaced(pb::JobPlaced {
+                job_id: id.into(),
+                ..Default::default()
+            })
+        };
+        let mut s = LauncherState::new(1_000, true);
+        s.apply(1, &ev(0, submitted("a", b"sleep 1")));
+        s.apply(2, &ev(0, started("a")));
+        s.apply(
+            3,
+            &ev(
+                0,
+                Body::JobPreempted(pb::JobPreempted {
+                    job_id: "a".into(),
+                    killed: true,
+                }),
+            ),
+        );
+        s.apply(
+            4,
+            &ev(0, Body::JobRequeued(pb::JobRequeued { job_id: "a".into() })),
+        );
+        assert_eq!(s.jobs["a"].phase, Phase::Queued);
+        assert!(
+            s.due(3_600_000, 1).is_empty(),
+            "a queued job is not finished"
+        );
+        s.apply(5, &ev(10, placed("a")));
+        s.apply(6, &ev(10, placed("a")));
+        assert_eq!(
+            s.due(20, 1),
+            vec![Action::Start {
+                job_id: "a".into(),
+                expected: 6
+            }]
+        );
+        s.apply(7, &ev(20, started("a")));
+        s.apply(
+            8,
+            &ev(
+                30,
+                Body::JobRequeued(pb::JobRequeued { job_id: "a".into() }),
+            ),
+        );
+        s.apply(9, &ev(40, started("a")));
+        assert_eq!(s.jobs["a"].phase, Phase::Running { since_ms: 20 });
+        assert_eq!(
+            s.due(1_020, 1),
+            vec![Action::Finish {
+                job_id: "a".into(),
+                expected: 9
+            }],
+            "finished a second after its first start"
+        );
+
+        // Ordered off while placed, then started: it must still stop.
+        s.apply(10, &ev(0, submitted("b", b"sleep 600")));
+        s.apply(11, &ev(0, placed("b")));
+        s.apply(
+            12,
+            &ev(
+                0,
+                Body::PreemptionOrdered(pb::PreemptionOrdered {
+                    job_id: "b".into(),
+                    ..Default::default()
+                }),
+            ),
+        );
+        s.apply(13, &ev(5, started("b")));
+        assert_eq!(s.jobs["b"].phase, Phase::Stopping);
+        assert!(s.due(6, 1).contains(&Action::ConfirmPreempted {
+            job_id: "b".into(),
+            expected: 13
+        }));
     }
 }
