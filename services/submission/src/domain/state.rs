@@ -69,6 +69,9 @@ pub struct JobRecord {
     /// Whether a preemption requeues it (set from its `JobSubmitted` in the log): a preempted
     /// resumable job is waiting for its requeue, still cancellable, not ended.
     pub resumable: bool,
+    /// Whether it holds a placement (placed, running or being stopped): only such a job is
+    /// preempted, as the decision and accounting services hold.
+    pub placed: bool,
 }
 
 /// A fingerprint of a submission's job spec (64-bit FNV-1a of its protobuf encoding, which is
@@ -307,18 +310,55 @@ impl SubmissionState {
             Body::JobFinished(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Ended)),
             Body::JobFailed(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Ended)),
             // A preempted job has ended unless it is resumable: then its requeue follows (the
-            // preemption service writes it), and until then it may still be cancelled.
+            // preemption service writes it), and until then it may still be cancelled. Only a
+            // placed job is preempted: the decision and accounting services refuse any other
+            // (a launcher's mistake, or forged), and this fold ending it would refuse its
+            // cancel while the decision service still places it.
             Body::JobPreempted(e) => {
-                let resumable = self.jobs.get(&e.job_id).is_some_and(|j| j.resumable);
-                let status = if resumable {
+                let Some(job) = self.jobs.get(&e.job_id) else {
+                    return self.job_event(&e.job_id, sequence, None);
+                };
+                if !job.placed || job.status != JobStatus::Active {
+                    self.job_event(&e.job_id, sequence, None);
+                    return Applied::Ignored(format!(
+                        "job_preempted for job {} that holds no placement",
+                        e.job_id
+                    ));
+                }
+                let status = if job.resumable {
                     JobStatus::Active
                 } else {
                     JobStatus::Ended
                 };
+                self.set_placed(&e.job_id, false);
                 self.job_event(&e.job_id, sequence, Some(status))
             }
-            Body::JobRequeued(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Active)),
-            Body::JobPlaced(e) => self.job_event(&e.job_id, sequence, None),
+            // Only a job still live is requeued: a requeue of one that ended would bring back
+            // a record the forgetting never drops.
+            Body::JobRequeued(e) => {
+                let live = self
+                    .jobs
+                    .get(&e.job_id)
+                    .is_some_and(|j| j.status == JobStatus::Active && !j.placed);
+                if !live && self.jobs.contains_key(&e.job_id) {
+                    self.job_event(&e.job_id, sequence, None);
+                    return Applied::Ignored(format!(
+                        "job_requeued for job {} that is not waiting for a requeue",
+                        e.job_id
+                    ));
+                }
+                self.job_event(&e.job_id, sequence, Some(JobStatus::Active))
+            }
+            Body::JobPlaced(e) => {
+                if self
+                    .jobs
+                    .get(&e.job_id)
+                    .is_some_and(|j| j.status == JobStatus::Active)
+                {
+                    self.set_placed(&e.job_id, true);
+                }
+                self.job_event(&e.job_id, sequence, None)
+            }
             Body::JobStarted(e) => self.job_event(&e.job_id, sequence, None),
             Body::PreemptionOrdered(e) => self.job_event(&e.job_id, sequence, None),
             Body::NodeCordoned(_)
@@ -327,6 +367,12 @@ impl SubmissionState {
             | Body::MaintenanceScheduled(_)
             | Body::MaintenanceCancelled(_)
             | Body::UsageSnapshot(_) => Applied::Applied,
+        }
+    }
+
+    fn set_placed(&mut self, job_id: &str, placed: bool) {
+        if let Some(job) = self.jobs.get_mut(job_id) {
+            job.placed = placed;
         }
     }
 
@@ -375,6 +421,7 @@ impl SubmissionState {
             last_subject_sequence: sequence,
             // Set when the fold applies the job's submission.
             resumable: false,
+            placed: false,
         });
     }
 }

@@ -259,13 +259,29 @@ fn cancel_follows_the_job_lifecycle() {
         check_cancel(&s, &cancel, &limits).unwrap_err().code,
         RejectionCode::UnknownJob as i32
     );
-    s.note_accepted("k", "j", "c", 10, 0);
+    let mut req = request("k", 1);
+    req.spec.as_mut().unwrap().resumable = true;
+    let shape = match check_submission(&s, &req, &limits) {
+        Ok(Checked::New(shape)) => shape,
+        other => panic!("{other:?}"),
+    };
+    s.apply(
+        10,
+        &event(Body::JobSubmitted(job_submitted("j", &req, shape))),
+    );
     assert_eq!(
         check_cancel(&s, &cancel, &limits),
         Ok(CancelTarget::Cancel {
             cluster: "c".into(),
             expected_last_subject_sequence: 10
         })
+    );
+    s.apply(
+        11,
+        &event(Body::JobPlaced(pb::JobPlaced {
+            job_id: "j".into(),
+            ..Default::default()
+        })),
     );
     s.apply(
         12,
@@ -278,7 +294,7 @@ fn cancel_follows_the_job_lifecycle() {
             expected_last_subject_sequence: 12
         })
     );
-    // Preempted then requeued: still active.
+    // Preempted then requeued: still active (resumable).
     s.apply(
         13,
         &event(Body::JobPreempted(pb::JobPreempted {
@@ -286,18 +302,17 @@ fn cancel_follows_the_job_lifecycle() {
             killed: false,
         })),
     );
-    assert_eq!(
-        check_cancel(&s, &cancel, &limits).unwrap_err().code,
-        RejectionCode::JobEnded as i32
-    );
     s.apply(
         14,
         &event(Body::JobRequeued(pb::JobRequeued { job_id: "j".into() })),
     );
-    assert!(matches!(
+    assert_eq!(
         check_cancel(&s, &cancel, &limits),
-        Ok(CancelTarget::Cancel { .. })
-    ));
+        Ok(CancelTarget::Cancel {
+            cluster: "c".into(),
+            expected_last_subject_sequence: 14
+        })
+    );
     // A reason with a control character is refused, whoever sends it.
     let escape = pb::CancelRequest {
         reason: "gone\u{1b}[2J".into(),
@@ -412,30 +427,55 @@ fn a_preempted_resumable_job_awaits_its_requeue_and_can_be_cancelled() {
             10,
             &event(Body::JobSubmitted(job_submitted("j", &req, shape))),
         );
-        s.apply(
-            11,
-            &event(Body::JobStarted(pb::JobStarted { job_id: "j".into() })),
+        let preempted = || {
+            event(Body::JobPreempted(pb::JobPreempted {
+                job_id: "j".into(),
+                killed: false,
+            }))
+        };
+        // A preemption of a job that holds no placement (a launcher's mistake, or forged) is
+        // refused, as the decision and accounting services refuse it: the job stays queued and
+        // cancellable, whether or not it could resume.
+        assert!(matches!(s.apply(11, &preempted()), Applied::Ignored(_)));
+        assert_eq!(
+            check_cancel(&s, &cancel, &limits),
+            Ok(CancelTarget::Cancel {
+                cluster: "c".into(),
+                expected_last_subject_sequence: 11
+            })
         );
         s.apply(
             12,
-            &event(Body::JobPreempted(pb::JobPreempted {
+            &event(Body::JobPlaced(pb::JobPlaced {
                 job_id: "j".into(),
-                killed: false,
+                ..Default::default()
             })),
         );
+        s.apply(
+            13,
+            &event(Body::JobStarted(pb::JobStarted { job_id: "j".into() })),
+        );
+        assert_eq!(s.apply(14, &preempted()), Applied::Applied);
         // Between the preemption and the requeue: a resumable job comes back, so a cancel
-        // must still stop it; any other job has ended.
+        // must still stop it; any other job has ended, and a requeue (which the decision
+        // service refuses for it) does not bring it back.
         let answer = check_cancel(&s, &cancel, &limits);
         if cancellable {
             assert_eq!(
                 answer,
                 Ok(CancelTarget::Cancel {
                     cluster: "c".into(),
-                    expected_last_subject_sequence: 12
+                    expected_last_subject_sequence: 14
                 })
             );
         } else {
             assert_eq!(answer.unwrap_err().code, RejectionCode::JobEnded as i32);
+            let requeued = event(Body::JobRequeued(pb::JobRequeued { job_id: "j".into() }));
+            assert!(matches!(s.apply(15, &requeued), Applied::Ignored(_)));
+            assert_eq!(
+                check_cancel(&s, &cancel, &limits).unwrap_err().code,
+                RejectionCode::JobEnded as i32
+            );
         }
     }
 }
@@ -572,17 +612,29 @@ fn the_log_time_is_the_streams_when_it_says_so_whatever_the_event_claims() {
     assert_eq!(s.log_time_ms, stored + year);
 }
 
+/// A requeue of a job that ended (which the decision service refuses: only a resumable job
+/// is requeued, and it never ended) brings back no record: the ended job is forgotten on time.
 #[test]
-fn a_job_requeued_after_it_ended_is_not_forgotten_while_it_is_live() {
+fn a_job_requeued_after_it_ended_stays_ended_and_is_forgotten() {
     let mut s = state();
     let at = |ms: i64, body: Body| pb::Event {
         at_ms: ms,
         body: Some(body),
     };
     s.note_accepted("k", "j", "c", 10, 0);
-    // Not resumable (no submission folded): the preemption ends it, and a requeue revives it.
     s.apply(
         11,
+        &at(
+            0,
+            Body::JobPlaced(pb::JobPlaced {
+                job_id: "j".into(),
+                ..Default::default()
+            }),
+        ),
+    );
+    // Not resumable (no submission folded): the preemption ends it.
+    s.apply(
+        12,
         &at(
             0,
             Body::JobPreempted(pb::JobPreempted {
@@ -591,15 +643,20 @@ fn a_job_requeued_after_it_ended_is_not_forgotten_while_it_is_live() {
             }),
         ),
     );
+    assert!(matches!(
+        s.apply(
+            13,
+            &at(1, Body::JobRequeued(pb::JobRequeued { job_id: "j".into() })),
+        ),
+        Applied::Ignored(_)
+    ));
+    assert_eq!(s.jobs["j"].status, JobStatus::Ended);
+    assert_eq!(s.jobs["j"].last_subject_sequence, 13);
     s.apply(
-        12,
-        &at(1, Body::JobRequeued(pb::JobRequeued { job_id: "j".into() })),
-    );
-    s.apply(
-        13,
+        14,
         &at(2 * FORGET_AFTER_MS, Body::UsageSnapshot(Default::default())),
     );
-    assert_eq!(s.jobs["j"].status, JobStatus::Active);
+    assert!(!s.jobs.contains_key("j"));
 }
 
 #[test]
