@@ -507,3 +507,59 @@ async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
         stderr(&forced)
     );
 }
+
+/// A command that changes several nodes makes every change even when its reader has gone
+/// after the first line (`| grep -q cordoned`) or its output cannot be written: the output is
+/// held until the writes are done, so no node is left half-way.
+#[tokio::test]
+async fn a_reader_gone_stops_no_command_half_way() {
+    let stack = Stack::start().await.unwrap();
+    let names: Vec<String> = fairshare_model::files::parse_inventory(INVENTORY)
+        .unwrap()
+        .nodes
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert!(names.len() > 1);
+    let run = |args: Vec<String>| async move {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+        command.args(args);
+        tokio::task::spawn_blocking(move || fairshare_testkit::run_with_stdout_closed(&mut command))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let url = stack.server.url();
+    let mut cordon: Vec<String> = ["node", "cordon", "--nats-url", &url, "--cluster", CLUSTER]
+        .map(String::from)
+        .to_vec();
+    cordon.extend(names.iter().cloned());
+    let out = run(cordon).await;
+    assert_eq!(out.status.code(), Some(141), "{}", stderr(&out));
+    let cordoned: Vec<String> = node_events(&stack)
+        .await
+        .into_iter()
+        .filter(|(kind, _)| *kind == "cordoned")
+        .map(|(_, node)| node)
+        .collect();
+    assert_eq!(cordoned, names, "every node named is cordoned");
+
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        file.path(),
+        format!("cluster = \"{CLUSTER}\"\n[[nodes]]\nprefix = \"extra\"\ncount = 3\ngpus = 8\n"),
+    )
+    .unwrap();
+    let before = registrations(&stack).await;
+    let path = file.path().to_string_lossy().into_owned();
+    let out = run(["inventory", "apply", "--nats-url", &url, &path]
+        .map(String::from)
+        .to_vec())
+    .await;
+    assert_eq!(out.status.code(), Some(141), "{}", stderr(&out));
+    assert_eq!(
+        registrations(&stack).await,
+        before + 3,
+        "every node registered"
+    );
+}

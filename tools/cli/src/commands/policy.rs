@@ -451,6 +451,9 @@ where
             force,
         } => (file, true, readd, new_cluster, force),
     };
+    // An apply writes every node it has to whatever becomes of standard output meanwhile (a
+    // reader gone after the first line must not leave the inventory half-applied).
+    let _held = apply.then(fairshare_runtime::output::hold);
     let inventory = files::parse_inventory(&read(&file)?)
         .with_context(|| format!("{} refused", file.display()))?;
     let gpus = Gpus(inventory.nodes.iter().map(|(_, g)| u64::from(*g)).sum());

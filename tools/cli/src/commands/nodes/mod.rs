@@ -329,6 +329,8 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             reason,
         } => {
             let nodes = live_nodes(conn, &cluster, &nodes).await?;
+            // Every node is tried whatever becomes of standard output meanwhile.
+            let _held = fairshare_runtime::output::hold();
             for name in &nodes {
                 let decide = |book: &NodeBook| {
                     let s = standing(book, name);
@@ -367,6 +369,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             nodes,
         } => {
             let nodes = live_nodes(conn, &cluster, &nodes).await?;
+            let _held = fairshare_runtime::output::hold();
             for name in &nodes {
                 let decide = |book: &NodeBook| {
                     Ok(match standing(book, name) {
@@ -426,6 +429,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                     );
                 }
             }
+            let _held = fairshare_runtime::output::hold();
             for name in &nodes {
                 let target = Target::node(&cluster, name, "remove");
                 let body = Body::NodeRemoved(pb::NodeRemoved {
