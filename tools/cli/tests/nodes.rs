@@ -316,6 +316,70 @@ async fn cordon_drain_remove_and_maintenance() {
         "{}",
         stdout(&again)
     );
+    // A removed node named in a cancel took its windows with it: nothing to refuse there.
+    let with_removed = node(
+        &stack,
+        &[
+            "maintenance",
+            second,
+            first,
+            "--cancel",
+            "--start",
+            start,
+            "--end",
+            end,
+        ],
+    )
+    .await;
+    assert!(with_removed.status.success(), "{}", stderr(&with_removed));
+    assert!(
+        stdout(&with_removed).contains(&format!(
+            "{first}: removed from the inventory, which took its maintenance windows with it"
+        )) && stdout(&with_removed).contains("already cancelled from"),
+        "{}",
+        stdout(&with_removed)
+    );
+    // A window on two nodes taken back from one, then both named: the cancel written (and
+    // the line saying so) names only the node where it was still in place.
+    let other = names[2].as_str();
+    let both = node(
+        &stack,
+        &["maintenance", second, other, "--start", start, "--end", end],
+    )
+    .await;
+    assert!(both.status.success(), "{}", stderr(&both));
+    let one = [
+        "maintenance",
+        second,
+        "--cancel",
+        "--start",
+        start,
+        "--end",
+        end,
+    ];
+    assert!(node(&stack, &one).await.status.success());
+    let rest = node(
+        &stack,
+        &[
+            "maintenance",
+            second,
+            other,
+            "--cancel",
+            "--start",
+            start,
+            "--end",
+            end,
+        ],
+    )
+    .await;
+    assert!(rest.status.success(), "{}", stderr(&rest));
+    assert!(
+        stdout(&rest).contains(&format!(
+            "maintenance of {other} from {start} to {end} cancelled"
+        )),
+        "{}",
+        stdout(&rest)
+    );
 
     let not_cordoned = node(&stack, &["uncordon", second]).await;
     assert!(stdout(&not_cordoned).contains("not cordoned"));
@@ -331,6 +395,9 @@ async fn cordon_drain_remove_and_maintenance() {
             ("removed", first.to_owned()),
             ("maintenance", second.to_owned()),
             ("cancelled", second.to_owned()),
+            ("maintenance", format!("{second},{}", names[2])),
+            ("cancelled", second.to_owned()),
+            ("cancelled", names[2].clone()),
         ]
     );
 

@@ -527,7 +527,25 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                     format_ms(start_ms)
                 );
             }
-            let nodes = live_nodes(conn, &cluster, &nodes).await?;
+            let nodes = if cancel {
+                // A removed node took its windows with it: nothing is left to take back there.
+                let book = read_book(conn, &cluster).await?;
+                let (live, removed): (Vec<String>, Vec<String>) = known(&book, &cluster, &nodes)?
+                    .into_iter()
+                    .partition(|n| book.live(n).is_some());
+                for name in &removed {
+                    fairshare_runtime::outln!(
+                        "{name}: removed from the inventory, which took its maintenance windows \
+                         with it"
+                    );
+                }
+                if live.is_empty() {
+                    return Ok(());
+                }
+                live
+            } else {
+                live_nodes(conn, &cluster, &nodes).await?
+            };
             if !cancel && !force {
                 let cap_ms = i64::try_from(max_min_runtime.as_millis()).unwrap_or(i64::MAX);
                 let cut = protections_cut(conn, &cluster, &nodes, start_ms, cap_ms, now).await?;
@@ -558,6 +576,9 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                     );
                 }
             }
+            // The nodes the event written names (a cancel retried names only those where the
+            // window was still in place).
+            let written_nodes = std::cell::RefCell::new(nodes.clone());
             let decide = |book: &NodeBook| {
                 refuse_removed(book, &nodes)?;
                 let without: Vec<&str> = nodes
@@ -592,6 +613,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                             "already cancelled from {window} on every node named"
                         )));
                     }
+                    written_nodes.replace(nodes.clone());
                     Step::Write(Box::new(Body::MaintenanceCancelled(
                         pb::MaintenanceCancelled {
                             cluster: cluster.clone(),
@@ -627,12 +649,28 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 .to_owned(),
                 label: "maintenance".to_owned(),
             };
-            let Some(seq) = change(conn, &cluster, &target, now, ATTEMPTS, decide).await? else {
+            // Relative times ("+2h", "now") are read anew on every run: a retry after an
+            // unconfirmed write must give the exact times, or it schedules a second window.
+            let exact = |what: &str| {
+                format!(
+                    "maintenance {what} of {} from {} to {} (to retry, give --start {} --end {}: \
+                     relative times are read anew)",
+                    nodes.join(", "),
+                    format_ms(start_ms),
+                    format_ms(end_ms),
+                    format_ms(start_ms),
+                    format_ms(end_ms)
+                )
+            };
+            let written = change(conn, &cluster, &target, now, ATTEMPTS, decide)
+                .await
+                .with_context(|| exact(if cancel { "cancel" } else { "window" }))?;
+            let Some(seq) = written else {
                 return Ok(());
             };
             fairshare_runtime::outln!(
                 "maintenance of {} from {} to {} {} at sequence {seq}",
-                nodes.join(", "),
+                written_nodes.borrow().join(", "),
                 format_ms(start_ms),
                 format_ms(end_ms),
                 if cancel { "cancelled" } else { "scheduled" }
