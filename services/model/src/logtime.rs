@@ -23,9 +23,102 @@ pub fn effective_at(at_ms: i64, stored_ms: Option<i64>) -> i64 {
     }
 }
 
+/// A service's "now", held to the log's time: the host's wall clock, but never more than
+/// [`MAX_AHEAD_OF_LOG_MS`] past the server's time as the newest live log entry gave it, carried
+/// forward by a clock no one can step (monotonic).
+///
+/// Place in the flow: the preemption service decides at "now" whether a job is still inside
+/// its minimum runtime, whether an order's grace is over and whether a maintenance window is
+/// near. A host clock set an hour ahead (a wrong NTP step, a restored VM) would end every
+/// protection an hour early and kill every order at once; held to the log, it ends them at most
+/// a minute early. A host clock behind is left as it is: protections then last longer, which
+/// costs waiting work time but breaks no promise.
+///
+/// Only entries that arrived live count (delivered at the tail, after one that was too): an
+/// entry read while catching up was stored long ago. Until one has, the wall clock stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogClock {
+    /// The latest server time a live entry implies, less the monotonic reading at its arrival
+    /// (the highest of them: a later entry never lowers the bound).
+    offset: Option<i64>,
+    /// Whether the entry delivered last had nothing pending after it.
+    at_tail: bool,
+}
+
+impl LogClock {
+    /// Notes a log entry the stream stored at `stored_ms` (`None`: not from a stream),
+    /// delivered with `pending` entries still to come, when the monotonic clock read
+    /// `monotonic_ms`.
+    pub fn observe(&mut self, stored_ms: Option<i64>, pending: u64, monotonic_ms: i64) {
+        if self.at_tail
+            && pending == 0
+            && let Some(stored) = stored_ms
+        {
+            let offset = stored.saturating_sub(monotonic_ms);
+            self.offset = Some(self.offset.map_or(offset, |o| o.max(offset)));
+        }
+        self.at_tail = pending == 0;
+    }
+
+    /// Notes that the reader has reached the log's end (its catch-up is over): the next entry
+    /// delivered with nothing pending after it arrived live.
+    pub fn caught_up(&mut self) {
+        self.at_tail = true;
+    }
+
+    /// The log's time now by the monotonic reading `monotonic_ms`, if a live entry gave it.
+    pub fn log_now(&self, monotonic_ms: i64) -> Option<i64> {
+        self.offset.map(|o| o.saturating_add(monotonic_ms))
+    }
+
+    /// "Now": `wall_ms`, or the log's time plus [`MAX_AHEAD_OF_LOG_MS`] if the wall clock is
+    /// further ahead than that.
+    pub fn now(&self, wall_ms: i64, monotonic_ms: i64) -> i64 {
+        match self.log_now(monotonic_ms) {
+            Some(log) => wall_ms.min(log.saturating_add(MAX_AHEAD_OF_LOG_MS)),
+            None => wall_ms,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wall_clock_stepped_ahead_is_held_to_the_logs_time_plus_a_minute() {
+        let stored = 1_800_000_000_000;
+        let mut c = LogClock::default();
+        // Catching up: old entries, then the tail (pending 0) reached: nothing live yet.
+        c.observe(Some(stored - 3_600_000), 2, 100);
+        c.observe(Some(stored - 1_800_000), 1, 101);
+        c.observe(Some(stored - 900_000), 0, 102);
+        assert_eq!(c.log_now(200), None);
+        assert_eq!(c.now(stored + 86_400_000, 200), stored + 86_400_000);
+        // A live entry: the log's time moves on with the monotonic clock.
+        c.observe(Some(stored), 0, 1_000);
+        assert_eq!(c.log_now(1_000), Some(stored));
+        assert_eq!(c.log_now(61_000), Some(stored + 60_000));
+        // The host clock stepped an hour ahead, no time passing: held to a minute ahead.
+        assert_eq!(
+            c.now(stored + 3_600_000, 1_000),
+            stored + MAX_AHEAD_OF_LOG_MS
+        );
+        // A wall clock in step, or behind, stands.
+        assert_eq!(c.now(stored + 5_000, 6_000), stored + 5_000);
+        assert_eq!(c.now(stored - 3_600_000, 1_000), stored - 3_600_000);
+        // An entry caught up after a reconnection (stored earlier) lowers nothing.
+        c.observe(Some(stored - 600_000), 0, 2_000);
+        assert_eq!(c.log_now(2_000), Some(stored + 1_000));
+        // Entries not from a stream, or in a burst, move nothing.
+        c.observe(None, 0, 3_000);
+        c.observe(Some(stored + 9_000_000), 5, 3_000);
+        assert_eq!(c.log_now(3_000), Some(stored + 2_000));
+        // Extremes saturate.
+        c.observe(Some(i64::MAX), 0, 3_000);
+        c.observe(Some(i64::MAX), 0, i64::MIN);
+        assert_eq!(c.now(i64::MAX, i64::MAX), i64::MAX);
+    }
 
     #[test]
     fn an_event_takes_effect_at_most_a_minute_after_it_was_stored() {

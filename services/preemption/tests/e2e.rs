@@ -29,6 +29,11 @@
 //! Every run ends with the order audit: each `PreemptionOrdered` in the log re-derives from the
 //! log prefix its basis names (`shell::audit_log`).
 //!
+//! A host clock stepped ahead (its own run, the preemption service on a clock stepped an hour
+//! ahead while the others keep time): jobs inside their 10-minute minimum runtimes are not
+//! ordered off for an under-served waiter, since the service holds its "now" to the log's
+//! time; once half an hour has passed on the service's clock (monotonic too), one is.
+//!
 //! The sled checkpoint: after such a run, a restart on the same checkpoint directory resumes
 //! past sequence 0 and holds the fold a start from scratch builds; so does a restart after the
 //! directory is deleted, which folds from sequence 1.
@@ -47,7 +52,7 @@ use fairshare_launcher::runner::{self, RunnerConfig};
 use fairshare_model::files;
 use fairshare_preemption::{domain, shell};
 use fairshare_runtime::admin;
-use fairshare_runtime::clock::{Clock, SystemClock};
+use fairshare_runtime::clock::{Clock, ManualClock, SystemClock};
 use fairshare_runtime::envelope::Envelope;
 use fairshare_testkit::NatsServer;
 use tokio::sync::oneshot;
@@ -139,6 +144,16 @@ impl Stack {
     /// As [`Stack::start`], with the preemption service configured by `config` (its policy is
     /// the audit's too).
     async fn start_configured(honour_preemption: bool, config: shell::Config) -> Self {
+        Self::start_clocked(honour_preemption, config, Arc::new(SystemClock)).await
+    }
+
+    /// As [`Stack::start_configured`], with the preemption service reading `clock` (the other
+    /// services and the launcher read the system clock).
+    async fn start_clocked(
+        honour_preemption: bool,
+        config: shell::Config,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let policy = config.policy;
         let server = NatsServer::start().unwrap();
         let client = async_nats::connect(server.url()).await.unwrap();
@@ -227,9 +242,7 @@ impl Stack {
                 .unwrap();
         }));
         let c = async_nats::connect(&url).await.unwrap();
-        let preemption = shell::Service::start(c, config, Arc::new(SystemClock))
-            .await
-            .unwrap();
+        let preemption = shell::Service::start(c, config, clock).await.unwrap();
         services.push(Running::spawn(|stopped| async move {
             preemption
                 .serve(async {
@@ -889,5 +902,53 @@ async fn a_restart_resumes_from_the_checkpoint_and_a_deleted_one_is_rebuilt_from
         "a deleted checkpoint is rebuilt from sequence 1"
     );
     assert_eq!(fold, scratch);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_clock_stepped_an_hour_ahead_cuts_no_minimum_runtime() {
+    let clock = ManualClock::new(now_ms());
+    let config = shell::Config {
+        policy: policy(),
+        ..shell::Config::new(CLUSTER)
+    };
+    let stack = Stack::start_clocked(true, config, Arc::new(clock.clone())).await;
+    // `a` fills the cluster with jobs protected for 10 minutes.
+    let mut jobs = Vec::new();
+    for i in 0..2 {
+        jobs.push(stack.submit(&format!("a-{i}"), "a", 8, 600).await);
+    }
+    stack
+        .wait_for(Duration::from_secs(10), "a's jobs started", |log| {
+            jobs.iter().all(|j| started(log, j).is_some())
+        })
+        .await;
+    // The preemption host's clock is set an hour (and 10 s) ahead; no time passes for it.
+    // Read as it is, every protection would be over, with 10 s of work since the victims'
+    // second checkpoint to lose (no hold-back for lost work).
+    clock.step(3_610_000);
+    let waiter = stack.submit("b-wait", "b", 8, 600).await;
+    // Its submission and placement attempts are live entries: a pass runs at once, and the
+    // timer's every 5 s.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let log = stack.log().await;
+    assert!(
+        orders(&log).is_empty(),
+        "ordered off inside a minimum runtime:\n{}",
+        render(&log)
+    );
+    assert!(started(&log, &waiter).is_none());
+    // Half an hour passes on the service's clock (monotonic too): the protections are over,
+    // the victims have just checkpointed (so little work is lost), and the under-served waiter
+    // gets a victim at the next timed pass.
+    clock.advance(1_810_000);
+    let log = stack
+        .wait_for(Duration::from_secs(15), "an order for the waiter", |log| {
+            !orders(log).is_empty()
+        })
+        .await;
+    let (victim, (_, _, order)) = orders(&log).into_iter().next().unwrap();
+    assert!(jobs.contains(&victim), "{victim}");
+    assert_eq!(order.for_job_id, waiter);
     stack.stop().await;
 }

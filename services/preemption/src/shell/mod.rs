@@ -29,7 +29,9 @@
 //!   the last pass held back for their lost work ([`decide_preemptions_and_retry`]: after it
 //!   they throw away less, so the order goes then rather than at the next timer), and every
 //!   `pass_every` regardless.
-//! - A pass runs [`decide_preemptions_and_retry`] at the clock's "now", stamps its cycle
+//! - A pass runs [`decide_preemptions_and_retry`] at the clock's "now", held to at most a
+//!   minute past the log's time ([`LogClock`]: a host clock stepped ahead would otherwise end
+//!   protections and graces early), stamps its cycle
 //!   number (cycle numbers continue from the highest any `PreemptionOrdered` in the log names)
 //!   and appends the bodies (see `publish` for subjects, message ids and optimistic concurrency).
 //! - **Barrier**: the next pass waits until the fold has applied every event the previous pass
@@ -91,6 +93,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use fairshare_events::subjects;
+use fairshare_model::logtime::LogClock;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::log::{FollowError, Follower, log_position};
@@ -204,6 +207,11 @@ pub struct Service {
     unresolved: Vec<publish::Unanswered>,
     /// Passes in a row with an effect of unknown outcome, for the back-off.
     failed_passes: u32,
+    /// The log's time, which holds the clock's "now" back if the host's clock runs ahead of it
+    /// (a protection ended early, or an order's grace cut, is a broken promise).
+    log_clock: LogClock,
+    /// Whether the last "now" was held back (so the warning is given once per episode).
+    held_back: bool,
 }
 
 impl Service {
@@ -278,7 +286,10 @@ impl Service {
             resumed_from,
             unresolved: Vec::new(),
             failed_passes: 0,
+            log_clock: LogClock::default(),
+            held_back: false,
         };
+        service.log_clock.caught_up();
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
         Ok(service)
@@ -321,9 +332,31 @@ impl Service {
         &self.fold
     }
 
-    /// The instant at which the domain's next due time (Unix ms) falls, by the clock.
-    fn instant_of(&self, due_ms: i64) -> Instant {
-        let wait = due_ms.saturating_sub(self.clock.now_ms()).max(0);
+    /// "Now" for the domain: the clock's, held to at most a minute past the log's time
+    /// ([`LogClock`]), with a warning when the host's clock runs further ahead than that.
+    fn now_ms(&mut self) -> i64 {
+        let wall = self.clock.now_ms();
+        let monotonic = self.clock.monotonic_ms();
+        let now = self.log_clock.now(wall, monotonic);
+        let held_back = now < wall;
+        if held_back && !self.held_back {
+            tracing::warn!(
+                host_clock_ms = wall,
+                log_time_ms = self.log_clock.log_now(monotonic),
+                "this host's clock runs more than a minute ahead of the log's (the NATS \
+                 server's) time: passing at the log's time plus a minute, so no minimum runtime \
+                 or grace is cut short; set the host's clock right (NTP)"
+            );
+        } else if !held_back && self.held_back {
+            tracing::info!("this host's clock is back within a minute of the log's time");
+        }
+        self.held_back = held_back;
+        now
+    }
+
+    /// The instant at which the domain's next due time (Unix ms) falls, seen from `now_ms`.
+    fn instant_of(due_ms: i64, now_ms: i64) -> Instant {
+        let wait = due_ms.saturating_sub(now_ms).max(0);
         Instant::now() + Duration::from_millis(u64::try_from(wait).unwrap_or(0))
     }
 
@@ -349,8 +382,9 @@ impl Service {
         tokio::pin!(shutdown);
         let result = loop {
             let caught_up = self.fold.last_applied() >= barrier;
-            let domain_due = next_due(self.fold.state(), self.clock.now_ms(), &self.config.policy)
-                .map(|ms| self.instant_of(ms));
+            let now_ms = self.now_ms();
+            let domain_due = next_due(self.fold.state(), now_ms, &self.config.policy)
+                .map(|ms| Self::instant_of(ms, now_ms));
             let due = if !self.unresolved.is_empty() {
                 // Only the next settling round: nothing is decided until it succeeds.
                 change_due
@@ -385,8 +419,8 @@ impl Service {
                         change_due = Some(Instant::now() + self.retry_wait());
                         continue;
                     }
-                    let (outcome, retry_ms) = self.pass().await;
-                    retry_due = retry_ms.map(|ms| self.instant_of(ms));
+                    let (outcome, retry_ms, passed_at) = self.pass().await;
+                    retry_due = retry_ms.map(|ms| Self::instant_of(ms, passed_at));
                     barrier = barrier.max(outcome.max_sequence);
                     let now = Instant::now();
                     timer_due = now + self.config.pass_every;
@@ -404,6 +438,11 @@ impl Service {
                     Some(Ok(entry)) => {
                         let _span = telemetry::entry_span("preemption", &entry, Relation::Child);
                         entry.report_if_undecodable();
+                        self.log_clock.observe(
+                            entry.stored_ms,
+                            entry.pending,
+                            self.clock.monotonic_ms(),
+                        );
                         if self.fold.apply(&entry) && change_due.is_none() {
                             change_due = Some(Instant::now() + self.config.debounce);
                         }
@@ -459,15 +498,16 @@ impl Service {
         newest
     }
 
-    /// One pass: decide at the clock's now and append the effects. Returns what publishing
-    /// them came to and, when the pass ordered nothing because victims checkpointed too long
-    /// ago, their next checkpoint (Unix ms), when it is worth passing again.
-    async fn pass(&mut self) -> (publish::Outcome, Option<i64>) {
-        let now_ms = self.clock.now_ms();
+    /// One pass: decide at "now" ([`Service::now_ms`]) and append the effects. Returns what
+    /// publishing them came to; when the pass ordered nothing because victims checkpointed too
+    /// long ago, their next checkpoint (Unix ms), when it is worth passing again; and the "now"
+    /// it decided at.
+    async fn pass(&mut self) -> (publish::Outcome, Option<i64>, i64) {
+        let now_ms = self.now_ms();
         let (mut bodies, retry_ms) =
             decide_preemptions_and_retry(self.fold.state(), now_ms, &self.config.policy);
         if bodies.is_empty() {
-            return (publish::Outcome::default(), retry_ms);
+            return (publish::Outcome::default(), retry_ms, now_ms);
         }
         let cycle = self
             .next_cycle
@@ -492,7 +532,7 @@ impl Service {
             failed = outcome.failed,
             "preemption pass"
         );
-        (outcome, retry_ms)
+        (outcome, retry_ms, now_ms)
     }
 }
 
