@@ -118,15 +118,19 @@ impl Shared {
         }
     }
 
-    /// Appends `body` at the current time on `subject`; returns (sequence, duplicate).
+    /// Appends `body` at the current time on `subject`; returns (sequence, duplicate). The
+    /// current time is never before the log's (the newest time the stream stored an entry at):
+    /// a host clock behind by a whole window would otherwise stamp a submission that
+    /// accounting skips as stale while the decision service places it, a job run uncharged.
     pub async fn append(
         &self,
         subject: String,
         body: pb::event::Body,
         envelope: &Envelope,
     ) -> Result<(u64, bool), AppendError> {
+        let log_time_ms = self.state().log_time_ms;
         let event = pb::Event {
-            at_ms: self.clock.now_ms(),
+            at_ms: self.clock.now_ms().max(log_time_ms),
             body: Some(body),
         };
         let ack = self
@@ -315,6 +319,45 @@ pub(super) mod tests {
     use fairshare_runtime::clock::SystemClock;
 
     use super::*;
+
+    /// A host clock behind the log's time (here by 50 years) stamps nothing before it: the
+    /// event written takes the log's time.
+    #[tokio::test]
+    async fn events_are_never_stamped_before_the_logs_time() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let clock = fairshare_runtime::clock::ManualClock::new(1_000);
+        let shared = Shared::new(
+            js,
+            Limits::default(),
+            Arc::new(clock.clone()),
+            SubmissionState::default(),
+        )
+        .await
+        .unwrap();
+        let stored = 1_800_000_000_000;
+        let snapshot = pb::Event {
+            at_ms: 0,
+            body: Some(Body::UsageSnapshot(Default::default())),
+        };
+        shared.state().apply_stored(1, &snapshot, Some(stored));
+        let shared = &shared;
+        let write = |job: &str| {
+            let body = Body::JobStarted(pb::JobStarted { job_id: job.into() });
+            let subject = fairshare_events::subjects::job_event("c", job, "job_started");
+            async move {
+                let (sequence, _) = shared
+                    .append(subject, body, &Envelope::default())
+                    .await
+                    .unwrap();
+                shared.read_event(sequence).await.unwrap().at_ms
+            }
+        };
+        assert_eq!(write("behind").await, stored);
+        // A clock ahead of the log's time stamps its own.
+        clock.set(stored + 5_000);
+        assert_eq!(write("ahead").await, stored + 5_000);
+    }
 
     /// A write the broker never acknowledges (it died) may still land once the client
     /// reconnects: the caller must not be told that nothing changed.
