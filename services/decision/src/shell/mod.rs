@@ -211,6 +211,9 @@ pub struct Service {
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
+    /// The newest time the stream stored an entry at, of those folded by this start: "now" is
+    /// never before it ([`Service::now_ms`]).
+    log_time_ms: i64,
 }
 
 impl Service {
@@ -251,10 +254,12 @@ impl Service {
         )
         .await?;
         follower.expect_log(&log)?;
+        let mut log_time_ms = i64::MIN;
         let applied = follower
             .catch_up(|entry| {
                 let _span = telemetry::entry_span("decision", &entry, Relation::Linked);
                 entry.report_if_undecodable();
+                log_time_ms = log_time_ms.max(entry.stored_ms.unwrap_or(i64::MIN));
                 fold.apply(&entry);
             })
             .await?;
@@ -299,6 +304,7 @@ impl Service {
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
+            log_time_ms,
         };
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
@@ -419,6 +425,9 @@ impl Service {
                     Some(Ok(entry)) => {
                         let _span = telemetry::entry_span("decision", &entry, Relation::Child);
                         entry.report_if_undecodable();
+                        if let Some(stored) = entry.stored_ms {
+                            self.log_time_ms = self.log_time_ms.max(stored);
+                        }
                         match self.fold.apply(&entry) {
                             Applied::Changed => pacer.changed(Instant::now()),
                             Applied::Placed => {}
@@ -525,7 +534,7 @@ impl Service {
         }
         let result = match codec::decode_explain_request(&message.payload) {
             Ok(request) => {
-                crate::domain::explain(self.fold.state(), &request.job_id, self.clock.now_ms())
+                crate::domain::explain(self.fold.state(), &request.job_id, self.now_ms())
             }
             Err(e) => Err(pb::Rejection {
                 code: pb::RejectionCode::Malformed as i32,
@@ -545,7 +554,7 @@ impl Service {
     fn queue_reply(&self, payload: &[u8]) -> fairshare_events::pb::QueueReply {
         use fairshare_events::{codec, pb};
         let result = match codec::decode_queue_request(payload) {
-            Ok(request) => crate::domain::listing(self.fold.state(), &request, self.clock.now_ms()),
+            Ok(request) => crate::domain::listing(self.fold.state(), &request, self.now_ms()),
             Err(e) => Err(pb::Rejection {
                 code: pb::RejectionCode::Malformed as i32,
                 message: e.to_string(),
@@ -566,6 +575,14 @@ impl Service {
         reply
     }
 
+    /// "Now" for the domain: the clock's, but never before the log's time. A host clock
+    /// stepped back would otherwise decide in the past: admit work beside a maintenance window
+    /// as though the window were further off, and the window then cuts the job inside its
+    /// minimum runtime.
+    fn now_ms(&self) -> i64 {
+        self.clock.now_ms().max(self.log_time_ms)
+    }
+
     /// Runs one cycle: what became of its placements, and how long deciding took (without
     /// publishing).
     async fn cycle(&mut self) -> (Outcome, Duration) {
@@ -573,7 +590,7 @@ impl Service {
             .next_cycle
             .max(self.fold.last_cycle().saturating_add(1));
         self.next_cycle = cycle.saturating_add(1);
-        let now_ms = self.clock.now_ms();
+        let now_ms = self.now_ms();
         let started = std::time::Instant::now();
         // One span per placement, open until its acknowledgement: a child of the job's
         // submission, and the parent of the launcher's start.

@@ -1,0 +1,62 @@
+//! Services on a host whose clock is wrong, against a real nats-server: the decision service
+//! on a clock a day behind decides at the log's time, never before it (a cycle in the past
+//! would admit work beside a maintenance window as though the window were further off).
+//! (The preemption service on a clock stepped ahead: `services/preemption/tests/e2e.rs`; the
+//! submission service on a clock behind: its `shared` tests.)
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fairshare_e2e::{CLUSTER, Stack, accepted, request};
+use fairshare_events::pb::event::Body;
+use fairshare_runtime::clock::{Clock, ManualClock, SystemClock};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_host_clock_a_day_behind_decides_at_the_logs_time() {
+    let mut stack = Stack::start().await.unwrap();
+    stack
+        .start_submission(fairshare_submission::Config::default())
+        .await
+        .unwrap();
+    let before = SystemClock.now_ms();
+    let job = accepted(&stack.submit(&request("late")).await.unwrap())
+        .unwrap()
+        .job_id
+        .clone();
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let behind = ManualClock::new(before - 86_400_000);
+    let service = fairshare_decision::shell::Service::start(
+        client,
+        fairshare_decision::shell::Config::new(CLUSTER),
+        Arc::new(behind),
+    )
+    .await
+    .unwrap();
+    let serving = tokio::spawn(service.serve(std::future::pending::<()>()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let basis = loop {
+        let placed = stack
+            .all_events()
+            .await
+            .unwrap()
+            .into_iter()
+            .find_map(|(_, _, e)| match e.body {
+                Some(Body::JobPlaced(p)) if p.job_id == job => Some((e.at_ms, p.basis)),
+                _ => None,
+            });
+        if let Some(placed) = placed {
+            break placed;
+        }
+        assert!(std::time::Instant::now() < deadline, "{job} never placed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    serving.abort();
+    let (at_ms, basis) = basis;
+    let computed_at = basis.unwrap().computed_at_ms;
+    assert!(
+        computed_at >= before && at_ms >= before,
+        "decided at {computed_at} (stamped {at_ms}), before the log's time {before}"
+    );
+}
