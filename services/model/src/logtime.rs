@@ -25,17 +25,19 @@ pub fn effective_at(at_ms: i64, stored_ms: Option<i64>) -> i64 {
 
 /// A service's "now", held to the log's time: the host's wall clock, but never more than
 /// [`MAX_AHEAD_OF_LOG_MS`] past the server's time as the newest live log entry gave it, carried
-/// forward by a clock no one can step (monotonic).
+/// forward by a clock no one can step (monotonic), and never before the newest time the stream
+/// stored an entry at.
 ///
 /// Place in the flow: the preemption service decides at "now" whether a job is still inside
 /// its minimum runtime, whether an order's grace is over and whether a maintenance window is
-/// near. A host clock set an hour ahead (a wrong NTP step, a restored VM) would end every
-/// protection an hour early and kill every order at once; held to the log, it ends them at most
-/// a minute early. A host clock behind is left as it is: protections then last longer, which
-/// costs waiting work time but breaks no promise.
+/// near. A host clock set
+/// an hour ahead (a wrong NTP step, a restored VM) would end every protection an hour early and
+/// kill every order at once; held to the log, it ends them at most a minute early. A host clock
+/// set back would hold kills, and the window, in the past.
 ///
-/// Only entries that arrived live count (delivered at the tail, after one that was too): an
-/// entry read while catching up was stored long ago. Until one has, the wall clock stands.
+/// Only entries that arrived live count for the upper bound (delivered at the tail, after one
+/// that was too): an entry read while catching up was stored long ago. Until one has, only the
+/// lower bound holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogClock {
     /// The latest server time a live entry implies, less the monotonic reading at its arrival
@@ -43,6 +45,8 @@ pub struct LogClock {
     offset: Option<i64>,
     /// Whether the entry delivered last had nothing pending after it.
     at_tail: bool,
+    /// The newest time the stream stored an entry at, of those observed.
+    newest_stored: Option<i64>,
 }
 
 impl LogClock {
@@ -50,6 +54,9 @@ impl LogClock {
     /// delivered with `pending` entries still to come, when the monotonic clock read
     /// `monotonic_ms`.
     pub fn observe(&mut self, stored_ms: Option<i64>, pending: u64, monotonic_ms: i64) {
+        if let Some(stored) = stored_ms {
+            self.newest_stored = Some(self.newest_stored.map_or(stored, |n| n.max(stored)));
+        }
         if self.at_tail
             && pending == 0
             && let Some(stored) = stored_ms
@@ -72,12 +79,13 @@ impl LogClock {
     }
 
     /// "Now": `wall_ms`, or the log's time plus [`MAX_AHEAD_OF_LOG_MS`] if the wall clock is
-    /// further ahead than that.
+    /// further ahead than that, or the newest stored time if the wall clock is before it.
     pub fn now(&self, wall_ms: i64, monotonic_ms: i64) -> i64 {
-        match self.log_now(monotonic_ms) {
+        let held = match self.log_now(monotonic_ms) {
             Some(log) => wall_ms.min(log.saturating_add(MAX_AHEAD_OF_LOG_MS)),
             None => wall_ms,
-        }
+        };
+        self.newest_stored.map_or(held, |n| held.max(n))
     }
 }
 
@@ -95,6 +103,8 @@ mod tests {
         c.observe(Some(stored - 900_000), 0, 102);
         assert_eq!(c.log_now(200), None);
         assert_eq!(c.now(stored + 86_400_000, 200), stored + 86_400_000);
+        // A wall clock before the newest entry stored is held to it.
+        assert_eq!(c.now(stored - 7_200_000, 200), stored - 900_000);
         // A live entry: the log's time moves on with the monotonic clock.
         c.observe(Some(stored), 0, 1_000);
         assert_eq!(c.log_now(1_000), Some(stored));
@@ -104,9 +114,9 @@ mod tests {
             c.now(stored + 3_600_000, 1_000),
             stored + MAX_AHEAD_OF_LOG_MS
         );
-        // A wall clock in step, or behind, stands.
+        // A wall clock in step stands; one behind the log is held to its newest entry.
         assert_eq!(c.now(stored + 5_000, 6_000), stored + 5_000);
-        assert_eq!(c.now(stored - 3_600_000, 1_000), stored - 3_600_000);
+        assert_eq!(c.now(stored - 3_600_000, 1_000), stored);
         // An entry caught up after a reconnection (stored earlier) lowers nothing.
         c.observe(Some(stored - 600_000), 0, 2_000);
         assert_eq!(c.log_now(2_000), Some(stored + 1_000));

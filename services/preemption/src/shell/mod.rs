@@ -207,8 +207,8 @@ pub struct Service {
     unresolved: Vec<publish::Unanswered>,
     /// Passes in a row with an effect of unknown outcome, for the back-off.
     failed_passes: u32,
-    /// The log's time, which holds the clock's "now" back if the host's clock runs ahead of it
-    /// (a protection ended early, or an order's grace cut, is a broken promise).
+    /// The log's time, which holds the clock's "now" to it if the host's clock runs ahead of
+    /// it (a protection ended early, or an order's grace cut, is a broken promise) or behind.
     log_clock: LogClock,
     /// Whether the last "now" was held back (so the warning is given once per episode).
     held_back: bool,
@@ -332,23 +332,25 @@ impl Service {
         &self.fold
     }
 
-    /// "Now" for the domain: the clock's, held to at most a minute past the log's time
-    /// ([`LogClock`]), with a warning when the host's clock runs further ahead than that.
+    /// "Now" for the domain: the clock's, held to at most a minute past the log's time and
+    /// never before its newest entry ([`LogClock`]), with a warning when the host's clock is
+    /// off by more than that.
     fn now_ms(&mut self) -> i64 {
         let wall = self.clock.now_ms();
         let monotonic = self.clock.monotonic_ms();
         let now = self.log_clock.now(wall, monotonic);
-        let held_back = now < wall;
+        let held_back = now != wall;
         if held_back && !self.held_back {
             tracing::warn!(
                 host_clock_ms = wall,
-                log_time_ms = self.log_clock.log_now(monotonic),
-                "this host's clock runs more than a minute ahead of the log's (the NATS \
-                 server's) time: passing at the log's time plus a minute, so no minimum runtime \
-                 or grace is cut short; set the host's clock right (NTP)"
+                passing_at_ms = now,
+                "this host's clock is off the log's (the NATS server's) time: more than a \
+                 minute ahead of it, or behind its newest entry; passing at the log's time, so \
+                 no minimum runtime or grace is cut short or held past its end; set the host's \
+                 clock right (NTP)"
             );
         } else if !held_back && self.held_back {
-            tracing::info!("this host's clock is back within a minute of the log's time");
+            tracing::info!("this host's clock agrees with the log's time again");
         }
         self.held_back = held_back;
         now
