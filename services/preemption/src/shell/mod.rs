@@ -210,7 +210,8 @@ pub struct Service {
     /// The log's time, which holds the clock's "now" to it if the host's clock runs ahead of
     /// it (a protection ended early, or an order's grace cut, is a broken promise) or behind.
     log_clock: LogClock,
-    /// Whether the last "now" was held back (so the warning is given once per episode).
+    /// Whether the last "now" was held a second or more off the host's clock (so the warning is
+    /// given once per episode).
     held_back: bool,
 }
 
@@ -339,7 +340,9 @@ impl Service {
         let wall = self.clock.now_ms();
         let monotonic = self.clock.monotonic_ms();
         let now = self.log_clock.now(wall, monotonic);
-        let held_back = now != wall;
+        // Hosts' clocks differ by milliseconds all the time (an entry stored a moment "after"
+        // this host read its clock): only a second or more is worth a warning.
+        let held_back = now.abs_diff(wall) >= 1_000;
         if held_back && !self.held_back {
             tracing::warn!(
                 host_clock_ms = wall,
