@@ -287,6 +287,35 @@ mod tests {
         }
     }
 
+    fn placed(id: &str) -> Body {
+        Body::JobPlaced(pb::JobPlaced {
+            job_id: id.into(),
+            ..Default::default()
+        })
+    }
+
+    fn started(id: &str) -> Body {
+        Body::JobStarted(pb::JobStarted { job_id: id.into() })
+    }
+
+    fn ordered(id: &str) -> Body {
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: id.into(),
+            ..Default::default()
+        })
+    }
+
+    fn preempted(id: &str, killed: bool) -> Body {
+        Body::JobPreempted(pb::JobPreempted {
+            job_id: id.into(),
+            killed,
+        })
+    }
+
+    fn requeued(id: &str) -> Body {
+        Body::JobRequeued(pb::JobRequeued { job_id: id.into() })
+    }
+
     fn submitted(id: &str, payload: &'static [u8]) -> Body {
         Body::JobSubmitted(pb::JobSubmitted {
             job_id: id.into(),
@@ -300,16 +329,10 @@ mod tests {
 
     #[test]
     fn a_preempted_resumable_job_keeps_its_work_up_to_its_last_checkpoint() {
-        let placed = Body::JobPlaced(pb::JobPlaced {
-            job_id: "a".into(),
-            ..Default::default()
-        });
-        let started = Body::JobStarted(pb::JobStarted { job_id: "a".into() });
-        let preempted = Body::JobPreempted(pb::JobPreempted {
-            job_id: "a".into(),
-            killed: false,
-        });
-        let requeued = Body::JobRequeued(pb::JobRequeued { job_id: "a".into() });
+        let placed = placed("a");
+        let started = started("a");
+        let preempted = preempted("a", false);
+        let requeued = requeued("a");
         // (A job that cannot resume ends with its preemption: nothing requeues it, see
         // `ended_jobs_are_forgotten_but_a_preempted_one_comes_back`.)
         let mut s = LauncherState::new(1_000, true);
@@ -352,16 +375,7 @@ mod tests {
             s.due(0, 1).is_empty(),
             "queued jobs are not started by the launcher"
         );
-        s.apply(
-            2,
-            &ev(
-                10,
-                Body::JobPlaced(pb::JobPlaced {
-                    job_id: "a".into(),
-                    ..Default::default()
-                }),
-            ),
-        );
+        s.apply(2, &ev(10, placed("a")));
         assert_eq!(
             s.due(20, 1),
             vec![Action::Start {
@@ -370,13 +384,7 @@ mod tests {
             }]
         );
         assert!(s.due(30, 1).is_empty(), "not twice before the log moves");
-        s.apply(
-            3,
-            &ev(
-                1_000,
-                Body::JobStarted(pb::JobStarted { job_id: "a".into() }),
-            ),
-        );
+        s.apply(3, &ev(1_000, started("a")));
         // 60 s of job time at 60x is 1 s of clock time.
         assert!(s.due(1_999, 60).is_empty());
         assert_eq!(
@@ -403,16 +411,7 @@ mod tests {
     fn cancelled_placement_is_not_started_and_old_events_do_not_rewind() {
         let mut s = LauncherState::new(1_000, true);
         s.apply(1, &ev(0, submitted("a", b"sleep 1")));
-        s.apply(
-            2,
-            &ev(
-                0,
-                Body::JobPlaced(pb::JobPlaced {
-                    job_id: "a".into(),
-                    ..Default::default()
-                }),
-            ),
-        );
+        s.apply(2, &ev(0, placed("a")));
         s.apply(
             3,
             &ev(
@@ -423,27 +422,12 @@ mod tests {
                 }),
             ),
         );
-        s.apply(
-            2,
-            &ev(
-                0,
-                Body::JobPlaced(pb::JobPlaced {
-                    job_id: "a".into(),
-                    ..Default::default()
-                }),
-            ),
-        );
+        s.apply(2, &ev(0, placed("a")));
         assert!(s.due(10, 1).is_empty());
     }
 
     #[test]
     fn ended_jobs_are_forgotten_but_a_preempted_one_comes_back() {
-        let placed = |id: &str| {
-            Body::JobPlaced(pb::JobPlaced {
-                job_id: id.into(),
-                ..Default::default()
-            })
-        };
         let mut s = LauncherState::new(1_000, true);
         for (i, id) in ["done", "failed", "cancelled", "preempted", "lost"]
             .iter()
@@ -490,26 +474,8 @@ mod tests {
                 }),
             ),
         );
-        s.apply(
-            13,
-            &ev(
-                0,
-                Body::JobPreempted(pb::JobPreempted {
-                    job_id: "preempted".into(),
-                    killed: false,
-                }),
-            ),
-        );
-        s.apply(
-            9,
-            &ev(
-                0,
-                Body::JobPreempted(pb::JobPreempted {
-                    job_id: "lost".into(),
-                    killed: true,
-                }),
-            ),
-        );
+        s.apply(13, &ev(0, preempted("preempted", false)));
+        s.apply(9, &ev(0, preempted("lost", true)));
         assert_eq!(
             s.jobs.keys().collect::<Vec<_>>(),
             ["preempted"],
@@ -538,16 +504,7 @@ mod tests {
     fn an_entry_it_cannot_fold_still_moves_the_expected_sequence() {
         let mut s = LauncherState::new(1_000, true);
         s.apply(1, &ev(0, submitted("j", b"sleep 1")));
-        s.apply(
-            2,
-            &ev(
-                0,
-                Body::JobPlaced(pb::JobPlaced {
-                    job_id: "j".into(),
-                    ..Default::default()
-                }),
-            ),
-        );
+        s.apply(2, &ev(0, placed("j")));
         let start = |expected| {
             vec![Action::Start {
                 job_id: "j".into(),
@@ -572,34 +529,10 @@ mod tests {
         for honour in [true, false] {
             let mut s = LauncherState::new(1_000, honour);
             s.apply(1, &ev(0, submitted("a", b"sleep 60")));
-            s.apply(
-                2,
-                &ev(
-                    0,
-                    Body::JobPlaced(pb::JobPlaced {
-                        job_id: "a".into(),
-                        ..Default::default()
-                    }),
-                ),
-            );
-            s.apply(
-                3,
-                &ev(
-                    1_000,
-                    Body::JobStarted(pb::JobStarted { job_id: "a".into() }),
-                ),
-            );
+            s.apply(2, &ev(0, placed("a")));
+            s.apply(3, &ev(1_000, started("a")));
             // The order lands before the finish (60 s at 60x: done at 2,000).
-            s.apply(
-                4,
-                &ev(
-                    1_500,
-                    Body::PreemptionOrdered(pb::PreemptionOrdered {
-                        job_id: "a".into(),
-                        ..Default::default()
-                    }),
-                ),
-            );
+            s.apply(4, &ev(1_500, ordered("a")));
             let early = s.due(1_600, 60);
             if honour {
                 assert_eq!(
@@ -631,30 +564,9 @@ mod tests {
         for honour in [true, false] {
             let mut s = LauncherState::new(1_000, honour);
             s.apply(1, &ev(0, submitted("a", b"sleep 100")));
-            s.apply(
-                2,
-                &ev(
-                    0,
-                    Body::JobPlaced(pb::JobPlaced {
-                        job_id: "a".into(),
-                        ..Default::default()
-                    }),
-                ),
-            );
-            s.apply(
-                3,
-                &ev(0, Body::JobStarted(pb::JobStarted { job_id: "a".into() })),
-            );
-            s.apply(
-                4,
-                &ev(
-                    5,
-                    Body::PreemptionOrdered(pb::PreemptionOrdered {
-                        job_id: "a".into(),
-                        ..Default::default()
-                    }),
-                ),
-            );
+            s.apply(2, &ev(0, placed("a")));
+            s.apply(3, &ev(0, started("a")));
+            s.apply(4, &ev(5, ordered("a")));
             let due = s.due(10, 1);
             assert_eq!(due.is_empty(), !honour);
         }
@@ -666,30 +578,11 @@ mod tests {
     /// job does not forget it, a requeue of a running job does not stop it.
     #[test]
     fn events_the_jobs_life_does_not_allow_only_move_the_sequence() {
-        let started = |id: &str| Body::JobStarted(pb::JobStarted { job_id: id.into() });
-        let placed = |id: &str| {
-            Body::JobPlaced(pb::JobPlaced {
-                job_id: id.into(),
-                ..Default::default()
-            })
-        };
         let mut s = LauncherState::new(1_000, true);
         s.apply(1, &ev(0, submitted("a", b"sleep 1")));
         s.apply(2, &ev(0, started("a")));
-        s.apply(
-            3,
-            &ev(
-                0,
-                Body::JobPreempted(pb::JobPreempted {
-                    job_id: "a".into(),
-                    killed: true,
-                }),
-            ),
-        );
-        s.apply(
-            4,
-            &ev(0, Body::JobRequeued(pb::JobRequeued { job_id: "a".into() })),
-        );
+        s.apply(3, &ev(0, preempted("a", true)));
+        s.apply(4, &ev(0, requeued("a")));
         assert_eq!(s.jobs["a"].phase, Phase::Queued);
         assert!(
             s.due(3_600_000, 1).is_empty(),
@@ -705,13 +598,7 @@ mod tests {
             }]
         );
         s.apply(7, &ev(20, started("a")));
-        s.apply(
-            8,
-            &ev(
-                30,
-                Body::JobRequeued(pb::JobRequeued { job_id: "a".into() }),
-            ),
-        );
+        s.apply(8, &ev(30, requeued("a")));
         s.apply(9, &ev(40, started("a")));
         assert_eq!(s.jobs["a"].phase, Phase::Running { since_ms: 20 });
         assert_eq!(
@@ -726,16 +613,7 @@ mod tests {
         // Ordered off while placed, then started: it must still stop.
         s.apply(10, &ev(0, submitted("b", b"sleep 600")));
         s.apply(11, &ev(0, placed("b")));
-        s.apply(
-            12,
-            &ev(
-                0,
-                Body::PreemptionOrdered(pb::PreemptionOrdered {
-                    job_id: "b".into(),
-                    ..Default::default()
-                }),
-            ),
-        );
+        s.apply(12, &ev(0, ordered("b")));
         s.apply(13, &ev(5, started("b")));
         assert_eq!(s.jobs["b"].phase, Phase::Stopping);
         assert!(s.due(6, 1).contains(&Action::ConfirmPreempted {
