@@ -247,6 +247,20 @@ fn an_invalid_tree_on_the_log_is_ignored_and_the_old_one_stays() {
     );
 }
 
+/// Folds job `j` (key `k`, 1 GPU, resumable or not) accepted at sequence 10.
+fn submit_j_at_10(s: &mut SubmissionState, resumable: bool) {
+    let mut req = request("k", 1);
+    req.spec.as_mut().unwrap().resumable = resumable;
+    let shape = match check_submission(s, &req, &Limits::default()) {
+        Ok(Checked::New(shape)) => shape,
+        other => panic!("{other:?}"),
+    };
+    s.apply(
+        10,
+        &event(Body::JobSubmitted(job_submitted("j", &req, shape))),
+    );
+}
+
 #[test]
 fn cancel_follows_the_job_lifecycle() {
     let mut s = state();
@@ -259,16 +273,7 @@ fn cancel_follows_the_job_lifecycle() {
         check_cancel(&s, &cancel, &limits).unwrap_err().code,
         RejectionCode::UnknownJob as i32
     );
-    let mut req = request("k", 1);
-    req.spec.as_mut().unwrap().resumable = true;
-    let shape = match check_submission(&s, &req, &limits) {
-        Ok(Checked::New(shape)) => shape,
-        other => panic!("{other:?}"),
-    };
-    s.apply(
-        10,
-        &event(Body::JobSubmitted(job_submitted("j", &req, shape))),
-    );
+    submit_j_at_10(&mut s, true);
     assert_eq!(
         check_cancel(&s, &cancel, &limits),
         Ok(CancelTarget::Cancel {
@@ -417,16 +422,7 @@ fn a_preempted_resumable_job_awaits_its_requeue_and_can_be_cancelled() {
     };
     for (resumable, cancellable) in [(true, true), (false, false)] {
         let mut s = state();
-        let mut req = request("k", 1);
-        req.spec.as_mut().unwrap().resumable = resumable;
-        let shape = match check_submission(&s, &req, &limits) {
-            Ok(Checked::New(shape)) => shape,
-            other => panic!("{other:?}"),
-        };
-        s.apply(
-            10,
-            &event(Body::JobSubmitted(job_submitted("j", &req, shape))),
-        );
+        submit_j_at_10(&mut s, resumable);
         let preempted = || {
             event(Body::JobPreempted(pb::JobPreempted {
                 job_id: "j".into(),
