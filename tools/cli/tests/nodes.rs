@@ -295,21 +295,23 @@ async fn cordon_drain_remove_and_maintenance() {
         "{}",
         stderr(&wrong)
     );
-    let cancel = [
-        "maintenance",
-        second,
-        "--cancel",
-        "--start",
-        start,
-        "--end",
-        end,
-    ];
-    let cancelled = node(&stack, &cancel).await;
+    // `node maintenance NODES --cancel` of the window from `start` to `end`.
+    let cancel_on = |nodes: &[&str]| {
+        let mut args = vec!["maintenance".to_owned()];
+        args.extend(nodes.iter().map(|n| (*n).to_owned()));
+        args.extend(["--cancel", "--start", start, "--end", end].map(String::from));
+        let stack = &stack;
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            node(stack, &args).await
+        }
+    };
+    let cancelled = cancel_on(&[second]).await;
     assert!(cancelled.status.success(), "{}", stderr(&cancelled));
     let out = stdout(&node(&stack, &["list"]).await);
     assert_eq!(out.matches("maintenance ").count(), 0, "{out}");
     // Sent again (a retry after an unknown outcome): already so, nothing written.
-    let again = node(&stack, &cancel).await;
+    let again = cancel_on(&[second]).await;
     assert!(again.status.success(), "{}", stderr(&again));
     assert!(
         stdout(&again).contains("already cancelled from"),
@@ -317,20 +319,7 @@ async fn cordon_drain_remove_and_maintenance() {
         stdout(&again)
     );
     // A removed node named in a cancel took its windows with it: nothing to refuse there.
-    let with_removed = node(
-        &stack,
-        &[
-            "maintenance",
-            second,
-            first,
-            "--cancel",
-            "--start",
-            start,
-            "--end",
-            end,
-        ],
-    )
-    .await;
+    let with_removed = cancel_on(&[second, first]).await;
     assert!(with_removed.status.success(), "{}", stderr(&with_removed));
     assert!(
         stdout(&with_removed).contains(&format!(
@@ -348,30 +337,8 @@ async fn cordon_drain_remove_and_maintenance() {
     )
     .await;
     assert!(both.status.success(), "{}", stderr(&both));
-    let one = [
-        "maintenance",
-        second,
-        "--cancel",
-        "--start",
-        start,
-        "--end",
-        end,
-    ];
-    assert!(node(&stack, &one).await.status.success());
-    let rest = node(
-        &stack,
-        &[
-            "maintenance",
-            second,
-            other,
-            "--cancel",
-            "--start",
-            start,
-            "--end",
-            end,
-        ],
-    )
-    .await;
+    assert!(cancel_on(&[second]).await.status.success());
+    let rest = cancel_on(&[second, other]).await;
     assert!(rest.status.success(), "{}", stderr(&rest));
     assert!(
         stdout(&rest).contains(&format!(
