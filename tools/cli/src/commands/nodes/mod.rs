@@ -649,22 +649,24 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 .to_owned(),
                 label: "maintenance".to_owned(),
             };
-            // Relative times ("+2h", "now") are read anew on every run: a retry after an
-            // unconfirmed write must give the exact times, or it schedules a second window.
-            let exact = |what: &str| {
-                format!(
-                    "maintenance {what} of {} from {} to {} (to retry, give --start {} --end {}: \
-                     relative times are read anew)",
-                    nodes.join(", "),
-                    format_ms(start_ms),
-                    format_ms(end_ms),
-                    format_ms(start_ms),
-                    format_ms(end_ms)
-                )
+            // Relative times ("+2h", "now") are read anew on every run: a retry after a write
+            // that failed, or whose outcome is unknown, must give the exact times, or it
+            // schedules a second window. (A refusal wrote nothing and says so.)
+            let written = match change(conn, &cluster, &target, now, ATTEMPTS, decide).await {
+                Err(e) if e.downcast_ref::<admin::AppendError>().is_some() => {
+                    return Err(e.context(format!(
+                        "maintenance {} of {} from {} to {} (to retry, give --start {} --end {}: \
+                         relative times are read anew)",
+                        if cancel { "cancel" } else { "window" },
+                        nodes.join(", "),
+                        format_ms(start_ms),
+                        format_ms(end_ms),
+                        format_ms(start_ms),
+                        format_ms(end_ms)
+                    )));
+                }
+                other => other?,
             };
-            let written = change(conn, &cluster, &target, now, ATTEMPTS, decide)
-                .await
-                .with_context(|| exact(if cancel { "cancel" } else { "window" }))?;
             let Some(seq) = written else {
                 return Ok(());
             };
