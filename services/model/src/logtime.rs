@@ -35,9 +35,14 @@ pub fn effective_at(at_ms: i64, stored_ms: Option<i64>) -> i64 {
 /// kill every order at once; held to the log, it ends them at most a minute early. A host clock
 /// set back would hold kills, and the window, in the past.
 ///
-/// Only entries that arrived live count for the upper bound (delivered at the tail, after one
-/// that was too): an entry read while catching up was stored long ago. Until one has, only the
-/// lower bound holds.
+/// Only entries that arrived live count fully (delivered at the tail, after one that was too):
+/// an entry read while catching up was stored long ago. Until one has, the newest entry caught
+/// up stands for the log's time at the moment the catch-up ended ([`LogClock::caught_up`]):
+/// at most the real time then, so a service restarted on a host clock that runs ahead does not
+/// pass at it (the bound is too low by however long the log was quiet before the restart:
+/// protections end and kills come that much late, until the next live entry, within a minute
+/// where the accounting service publishes its snapshots). The bounds are the log's time give
+/// or take [`MAX_AHEAD_OF_LOG_MS`], and never before the newest entry stored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogClock {
     /// The latest server time a live entry implies, less the monotonic reading at its arrival
@@ -67,10 +72,15 @@ impl LogClock {
         self.at_tail = pending == 0;
     }
 
-    /// Notes that the reader has reached the log's end (its catch-up is over): the next entry
-    /// delivered with nothing pending after it arrived live.
-    pub fn caught_up(&mut self) {
+    /// Notes that the reader has reached the log's end (its catch-up is over) when the
+    /// monotonic clock read `monotonic_ms`: the next entry delivered with nothing pending after
+    /// it arrived live, and until then the newest entry observed stands for the log's time now.
+    pub fn caught_up(&mut self, monotonic_ms: i64) {
         self.at_tail = true;
+        if let Some(stored) = self.newest_stored {
+            let offset = stored.saturating_sub(monotonic_ms);
+            self.offset = Some(self.offset.map_or(offset, |o| o.max(offset)));
+        }
     }
 
     /// The log's time now by the monotonic reading `monotonic_ms`, if a live entry gave it.
@@ -78,11 +88,13 @@ impl LogClock {
         self.offset.map(|o| o.saturating_add(monotonic_ms))
     }
 
-    /// "Now": `wall_ms`, or the log's time plus [`MAX_AHEAD_OF_LOG_MS`] if the wall clock is
-    /// further ahead than that, or the newest stored time if the wall clock is before it.
+    /// "Now": `wall_ms`, held within [`MAX_AHEAD_OF_LOG_MS`] of the log's time either way,
+    /// and never before the newest time stored.
     pub fn now(&self, wall_ms: i64, monotonic_ms: i64) -> i64 {
         let held = match self.log_now(monotonic_ms) {
-            Some(log) => wall_ms.min(log.saturating_add(MAX_AHEAD_OF_LOG_MS)),
+            Some(log) => wall_ms
+                .min(log.saturating_add(MAX_AHEAD_OF_LOG_MS))
+                .max(log.saturating_sub(MAX_AHEAD_OF_LOG_MS)),
             None => wall_ms,
         };
         self.newest_stored.map_or(held, |n| held.max(n))
@@ -97,14 +109,22 @@ mod tests {
     fn a_wall_clock_stepped_ahead_is_held_to_the_logs_time_plus_a_minute() {
         let stored = 1_800_000_000_000;
         let mut c = LogClock::default();
-        // Catching up: old entries, then the tail (pending 0) reached: nothing live yet.
+        // Catching up: old entries, then the tail (pending 0) reached: nothing live yet, and
+        // until the catch-up is over nothing but the newest entry stored bounds "now".
         c.observe(Some(stored - 3_600_000), 2, 100);
         c.observe(Some(stored - 1_800_000), 1, 101);
         c.observe(Some(stored - 900_000), 0, 102);
-        assert_eq!(c.log_now(200), None);
-        assert_eq!(c.now(stored + 86_400_000, 200), stored + 86_400_000);
-        // A wall clock before the newest entry stored is held to it.
-        assert_eq!(c.now(stored - 7_200_000, 200), stored - 900_000);
+        assert_eq!(c.log_now(102), None);
+        assert_eq!(c.now(stored + 86_400_000, 102), stored + 86_400_000);
+        assert_eq!(c.now(stored - 7_200_000, 102), stored - 900_000);
+        // Caught up (a restart): the newest entry stands for the log's time then, so a host
+        // clock a day ahead is held to it plus a minute, moving on with the monotonic clock.
+        c.caught_up(200);
+        assert_eq!(c.log_now(200), Some(stored - 900_000));
+        assert_eq!(
+            c.now(stored + 86_400_000, 10_200),
+            stored - 900_000 + 10_000 + MAX_AHEAD_OF_LOG_MS
+        );
         // A live entry: the log's time moves on with the monotonic clock.
         c.observe(Some(stored), 0, 1_000);
         assert_eq!(c.log_now(1_000), Some(stored));
@@ -114,9 +134,14 @@ mod tests {
             c.now(stored + 3_600_000, 1_000),
             stored + MAX_AHEAD_OF_LOG_MS
         );
-        // A wall clock in step stands; one behind the log is held to its newest entry.
+        // A wall clock in step stands; one behind the log is held to its newest entry, and
+        // while the log is quiet to a minute behind its time.
         assert_eq!(c.now(stored + 5_000, 6_000), stored + 5_000);
         assert_eq!(c.now(stored - 3_600_000, 1_000), stored);
+        assert_eq!(
+            c.now(stored - 3_600_000, 301_000),
+            stored + 300_000 - MAX_AHEAD_OF_LOG_MS
+        );
         // An entry caught up after a reconnection (stored earlier) lowers nothing.
         c.observe(Some(stored - 600_000), 0, 2_000);
         assert_eq!(c.log_now(2_000), Some(stored + 1_000));

@@ -126,6 +126,20 @@ fn policy() -> domain::Config {
     }
 }
 
+/// Starts a preemption service on `url` with `config` and `clock`, serving until stopped.
+async fn serve_preemption(url: &str, config: shell::Config, clock: Arc<dyn Clock>) -> Running {
+    let c = async_nats::connect(url).await.unwrap();
+    let preemption = shell::Service::start(c, config, clock).await.unwrap();
+    Running::spawn(|stopped| async move {
+        preemption
+            .serve(async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+    })
+}
+
 impl Stack {
     async fn start(honour_preemption: bool) -> Self {
         Self::start_with(honour_preemption, None).await
@@ -241,16 +255,7 @@ impl Stack {
                 .await
                 .unwrap();
         }));
-        let c = async_nats::connect(&url).await.unwrap();
-        let preemption = shell::Service::start(c, config, clock).await.unwrap();
-        services.push(Running::spawn(|stopped| async move {
-            preemption
-                .serve(async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-        }));
+        services.push(serve_preemption(&url, config, clock).await);
         let c = async_nats::connect(&url).await.unwrap();
         let launcher = RunnerConfig {
             cluster: CLUSTER.into(),
@@ -950,5 +955,44 @@ async fn a_host_clock_stepped_an_hour_ahead_cuts_no_minimum_runtime() {
     let (victim, (_, _, order)) = orders(&log).into_iter().next().unwrap();
     assert!(jobs.contains(&victim), "{victim}");
     assert_eq!(order.for_job_id, waiter);
+    stack.stop().await;
+}
+
+/// Restarted on a host clock an hour ahead, with a blocked waiter and protected jobs already in
+/// the log, the service's first pass (before any entry arrives live) still decides at the log's
+/// time: the newest entry caught up stands for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_on_a_host_clock_an_hour_ahead_cuts_no_minimum_runtime() {
+    let config = shell::Config {
+        policy: policy(),
+        ..shell::Config::new(CLUSTER)
+    };
+    let mut stack = Stack::start_configured(true, config.clone()).await;
+    let mut jobs = Vec::new();
+    for i in 0..2 {
+        jobs.push(stack.submit(&format!("a-{i}"), "a", 8, 600).await);
+    }
+    stack
+        .wait_for(Duration::from_secs(10), "a's jobs started", |log| {
+            jobs.iter().all(|j| started(log, j).is_some())
+        })
+        .await;
+    let waiter = stack.submit("b-wait", "b", 8, 600).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The preemption service (third of the stack's) stops, and comes back on a host clock an
+    // hour and 10 s ahead; nothing is written meanwhile.
+    stack.services.remove(2).stop().await;
+    let ahead = ManualClock::new(now_ms());
+    ahead.step(3_610_000);
+    stack
+        .services
+        .push(serve_preemption(&stack.server.url(), config, Arc::new(ahead)).await);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = stack.log().await;
+    assert!(
+        orders(&log).is_empty(),
+        "ordered off inside a minimum runtime for {waiter}:\n{}",
+        render(&log)
+    );
     stack.stop().await;
 }

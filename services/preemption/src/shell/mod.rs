@@ -29,9 +29,9 @@
 //!   the last pass held back for their lost work ([`decide_preemptions_and_retry`]: after it
 //!   they throw away less, so the order goes then rather than at the next timer), and every
 //!   `pass_every` regardless.
-//! - A pass runs [`decide_preemptions_and_retry`] at the clock's "now", held to at most a
-//!   minute past the log's time ([`LogClock`]: a host clock stepped ahead would otherwise end
-//!   protections and graces early), stamps its cycle
+//! - A pass runs [`decide_preemptions_and_retry`] at the clock's "now", held within a minute
+//!   of the log's time ([`LogClock`]: a host clock stepped ahead would otherwise end
+//!   protections and graces early, one set back hold kills late), stamps its cycle
 //!   number (cycle numbers continue from the highest any `PreemptionOrdered` in the log names)
 //!   and appends the bodies (see `publish` for subjects, message ids and optimistic concurrency).
 //! - **Barrier**: the next pass waits until the fold has applied every event the previous pass
@@ -210,8 +210,8 @@ pub struct Service {
     /// The log's time, which holds the clock's "now" to it if the host's clock runs ahead of
     /// it (a protection ended early, or an order's grace cut, is a broken promise) or behind.
     log_clock: LogClock,
-    /// Whether the last "now" was held a second or more off the host's clock (so the warning is
-    /// given once per episode).
+    /// Whether the last "now" was held ten seconds or more off the host's clock (so the warning
+    /// is given once per episode).
     held_back: bool,
 }
 
@@ -241,6 +241,7 @@ impl Service {
             .as_ref()
             .and_then(|s| s.resume::<ShellFold>(&config.cluster, log.end))
             .unwrap_or_else(|| ShellFold::new(&config.cluster));
+        let mut log_clock = LogClock::default();
         let resumed_from = fold.last_applied();
         let mut follower = Follower::start(
             &js,
@@ -259,6 +260,7 @@ impl Service {
                 let entry = entry?;
                 let _span = telemetry::entry_span("preemption", &entry, Relation::Linked);
                 entry.report_if_undecodable();
+                log_clock.observe(entry.stored_ms, entry.pending, clock.monotonic_ms());
                 fold.apply(&entry);
                 if entry.pending == 0 {
                     break;
@@ -287,10 +289,11 @@ impl Service {
             resumed_from,
             unresolved: Vec::new(),
             failed_passes: 0,
-            log_clock: LogClock::default(),
+            log_clock,
             held_back: false,
         };
-        service.log_clock.caught_up();
+        let monotonic = service.clock.monotonic_ms();
+        service.log_clock.caught_up(monotonic);
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
         Ok(service)
@@ -340,9 +343,9 @@ impl Service {
         let wall = self.clock.now_ms();
         let monotonic = self.clock.monotonic_ms();
         let now = self.log_clock.now(wall, monotonic);
-        // Hosts' clocks differ by milliseconds all the time (an entry stored a moment "after"
-        // this host read its clock): only a second or more is worth a warning.
-        let held_back = now.abs_diff(wall) >= 1_000;
+        // Hosts' clocks differ by milliseconds to seconds all the time (an entry stored a
+        // moment "after" this host read its clock): only ten seconds or more is worth a warning.
+        let held_back = now.abs_diff(wall) >= 10_000;
         if held_back && !self.held_back {
             tracing::warn!(
                 host_clock_ms = wall,
