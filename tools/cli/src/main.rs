@@ -119,7 +119,15 @@ enum AuthCommand {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    run(cli).await.unwrap_or_else(|e| {
+    let ran = run(cli).await.map(|status| {
+        // Output held until every change was written, and then not writable: the command did
+        // its work, and ends as a closed pipe (or a full disk) ends it.
+        match fairshare_runtime::output::held_output_failed() {
+            Some(failed) => ExitCode::from(u8::try_from(failed).unwrap_or(1)),
+            None => status,
+        }
+    });
+    ran.unwrap_or_else(|e| {
         // Refusals (a rejected submission, an invalid file) are answers, not crashes: print
         // the chain of causes without a backtrace.
         eprintln!("error: {}", causes(&e));
