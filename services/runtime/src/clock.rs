@@ -64,7 +64,9 @@ impl ManualClock {
         self.stepped.fetch_add(ms, Ordering::SeqCst);
     }
 
-    /// Sets the time.
+    /// Sets the time, as time passing would (the monotonic reading moves with it; a test that
+    /// sets it back has the monotonic clock go back too, which no real one does: use
+    /// [`ManualClock::step`] for a host's clock being set).
     pub fn set(&self, now_ms: i64) {
         self.now.store(now_ms, Ordering::SeqCst);
     }

@@ -29,7 +29,9 @@
 //!   one per `debounce`, see `pace`), and every `cycle_every` regardless. Cycle numbers grow
 //!   monotonically, also across restarts (they continue from the highest cycle any placement
 //!   in the log names).
-//! - A cycle runs [`decide()`](crate::domain::decide()) at the clock's "now" and publishes each
+//! - A cycle runs [`decide()`](crate::domain::decide()) at the clock's "now" (never before the
+//!   newest time the stream stored an entry at: a host clock set back would decide in the
+//!   past) and publishes each
 //!   placement (see `publish`: deterministic message id `placed:<job>:<expected>` and
 //!   optimistic concurrency over the job's subjects, expected = the newest event of the job
 //!   the state had folded, so a placement never lands after a cancel).

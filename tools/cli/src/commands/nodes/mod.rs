@@ -653,7 +653,11 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             // that failed, or whose outcome is unknown, must give the exact times, or it
             // schedules a second window. (A refusal wrote nothing and says so.)
             let written = match change(conn, &cluster, &target, now, ATTEMPTS, decide).await {
-                Err(e) if e.downcast_ref::<admin::AppendError>().is_some() => {
+                // A stale subject after every attempt is a refusal too: nothing was written.
+                Err(e)
+                    if e.downcast_ref::<admin::AppendError>()
+                        .is_some_and(|a| !a.stale) =>
+                {
                     return Err(e.context(format!(
                         "maintenance {} of {} from {} to {} (to retry, give --start {} --end {}: \
                          relative times are read anew)",
