@@ -910,15 +910,9 @@ async fn a_restart_resumes_from_the_checkpoint_and_a_deleted_one_is_rebuilt_from
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_clock_stepped_an_hour_ahead_cuts_no_minimum_runtime() {
-    let clock = ManualClock::new(now_ms());
-    let config = shell::Config {
-        policy: policy(),
-        ..shell::Config::new(CLUSTER)
-    };
-    let stack = Stack::start_clocked(true, config, Arc::new(clock.clone())).await;
-    // `a` fills the cluster with jobs protected for 10 minutes.
+/// `a` fills the cluster with two 8-GPU jobs protected for 10 minutes; returns them once both
+/// have started.
+async fn fill_protected(stack: &Stack) -> Vec<String> {
     let mut jobs = Vec::new();
     for i in 0..2 {
         jobs.push(stack.submit(&format!("a-{i}"), "a", 8, 600).await);
@@ -928,6 +922,18 @@ async fn a_host_clock_stepped_an_hour_ahead_cuts_no_minimum_runtime() {
             jobs.iter().all(|j| started(log, j).is_some())
         })
         .await;
+    jobs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_clock_stepped_an_hour_ahead_cuts_no_minimum_runtime() {
+    let clock = ManualClock::new(now_ms());
+    let config = shell::Config {
+        policy: policy(),
+        ..shell::Config::new(CLUSTER)
+    };
+    let stack = Stack::start_clocked(true, config, Arc::new(clock.clone())).await;
+    let jobs = fill_protected(&stack).await;
     // The preemption host's clock is set an hour (and 10 s) ahead; no time passes for it.
     // Read as it is, every protection would be over, with 10 s of work since the victims'
     // second checkpoint to lose (no hold-back for lost work).
@@ -968,15 +974,7 @@ async fn a_restart_on_a_host_clock_an_hour_ahead_cuts_no_minimum_runtime() {
         ..shell::Config::new(CLUSTER)
     };
     let mut stack = Stack::start_configured(true, config.clone()).await;
-    let mut jobs = Vec::new();
-    for i in 0..2 {
-        jobs.push(stack.submit(&format!("a-{i}"), "a", 8, 600).await);
-    }
-    stack
-        .wait_for(Duration::from_secs(10), "a's jobs started", |log| {
-            jobs.iter().all(|j| started(log, j).is_some())
-        })
-        .await;
+    fill_protected(&stack).await;
     let waiter = stack.submit("b-wait", "b", 8, 600).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The preemption service (third of the stack's) stops, and comes back on a host clock an

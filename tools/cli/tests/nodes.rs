@@ -66,6 +66,13 @@ async fn inventory_apply(stack: &Stack, file: &std::path::Path, flags: &[&str]) 
         .unwrap()
 }
 
+/// An inventory file of the test cluster holding `nodes` (its `[[nodes]]` tables).
+fn inventory_file(nodes: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), format!("cluster = \"{CLUSTER}\"\n{nodes}")).unwrap();
+    file
+}
+
 /// How many node registrations the log holds.
 async fn registrations(stack: &Stack) -> usize {
     stack
@@ -514,12 +521,7 @@ async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
         stack.append(subject, body, &format!("m{i}")).await.unwrap();
     }
 
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        file.path(),
-        format!("cluster = \"{CLUSTER}\"\n[[nodes]]\nname = \"{first}\"\ngpus = 4\n"),
-    )
-    .unwrap();
+    let file = inventory_file(&format!("[[nodes]]\nname = \"{first}\"\ngpus = 4\n"));
     let before = registrations(&stack).await;
     let refused = inventory_apply(&stack, file.path(), &[]).await;
     assert!(!refused.status.success());
@@ -578,12 +580,7 @@ async fn a_reader_gone_stops_no_command_half_way() {
         .collect();
     assert_eq!(cordoned, names, "every node named is cordoned");
 
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        file.path(),
-        format!("cluster = \"{CLUSTER}\"\n[[nodes]]\nprefix = \"extra\"\ncount = 3\ngpus = 8\n"),
-    )
-    .unwrap();
+    let file = inventory_file("[[nodes]]\nprefix = \"extra\"\ncount = 3\ngpus = 8\n");
     let before = registrations(&stack).await;
     let path = file.path().to_string_lossy().into_owned();
     let out = run(["inventory", "apply", "--nats-url", &url, &path]
