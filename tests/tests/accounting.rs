@@ -75,6 +75,16 @@ async fn query(stack: &Stack, publish_snapshot: bool) -> pb::UsageReport {
     }
 }
 
+/// A workload's base time and the service's clock. The events are stamped in the past (the
+/// last of 100 jobs 1.5 min before the test starts) and the clock reads 20 s ahead of the server's time, standing
+/// still: the service's "now", held within a minute of the log's time and never before its
+/// newest entry, is then the clock's for the few seconds a test takes, so a from-scratch fold
+/// can be asked at it, and two reports of one log are equal.
+fn times() -> (i64, ManualClock) {
+    let now = SystemClock.now_ms();
+    (now - 1_140_000, ManualClock::new(now + 20_000))
+}
+
 /// Waits until the service has folded through `sequence`, then returns its report.
 async fn report_through(stack: &Stack, sequence: u64) -> pb::UsageReport {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -202,8 +212,7 @@ async fn workload(stack: &Stack, base: i64, range: std::ops::Range<u64>) -> u64 
 async fn killed_and_restarted_service_equals_a_from_scratch_fold() {
     let stack = Stack::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let base = SystemClock.now_ms() + 60_000;
-    let clock = ManualClock::new(base + 100 * 10_000 + 120_000);
+    let (base, clock) = times();
     workload(&stack, base, 0..40).await;
     let running = start(&stack, dir.path(), &clock).await;
     // Events keep arriving while it runs; kill it part-way through.
@@ -258,8 +267,7 @@ async fn killed_and_restarted_service_equals_a_from_scratch_fold() {
 async fn deleting_the_checkpoint_rebuilds_the_identical_state() {
     let stack = Stack::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let base = SystemClock.now_ms() + 60_000;
-    let clock = ManualClock::new(base + 60 * 10_000);
+    let (base, clock) = times();
     let last = workload(&stack, base, 0..60).await;
     let running = start(&stack, dir.path(), &clock).await;
     let before = report_through(&stack, last).await;
@@ -280,8 +288,7 @@ async fn deleting_the_checkpoint_rebuilds_the_identical_state() {
 async fn a_checkpoint_folded_with_another_cluster_filter_is_rebuilt() {
     let stack = Stack::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let base = SystemClock.now_ms() + 60_000;
-    let clock = ManualClock::new(base + 30 * 10_000);
+    let (base, clock) = times();
     let last = workload(&stack, base, 0..30).await;
     // One instance for this cluster alone, then the same directory for every cluster and back:
     // each start must fold the whole log for what it follows, not resume the other's fold.
@@ -311,8 +318,7 @@ async fn a_checkpoint_folded_with_another_cluster_filter_is_rebuilt() {
 /// or longer (only the stream's identity tells).
 async fn a_checkpoint_of_an_earlier_log_is_rebuilt(old_jobs: u64, new_jobs: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let base = SystemClock.now_ms() + 60_000;
-    let clock = ManualClock::new(base + 60 * 10_000);
+    let (base, clock) = times();
     {
         let old = Stack::start().await.unwrap();
         let last = workload(&old, base, 0..old_jobs).await;
@@ -347,8 +353,7 @@ async fn a_checkpoint_of_an_earlier_log_is_rebuilt_even_when_the_new_log_is_long
 async fn a_corrupt_checkpoint_is_rebuilt_from_the_log() {
     let stack = Stack::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let base = SystemClock.now_ms() + 60_000;
-    let clock = ManualClock::new(base + 30 * 10_000);
+    let (base, clock) = times();
     let last = workload(&stack, base, 0..30).await;
     let running = start(&stack, dir.path(), &clock).await;
     let before = report_through(&stack, last).await;
@@ -370,8 +375,7 @@ async fn a_corrupt_checkpoint_is_rebuilt_from_the_log() {
 async fn a_duplicated_event_changes_nothing() {
     let stack = Stack::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let base = SystemClock.now_ms() + 60_000;
-    let clock = ManualClock::new(base + 20 * 10_000 + 120_000);
+    let (base, clock) = times();
     let last = workload(&stack, base, 0..20).await;
     let running = start(&stack, dir.path(), &clock).await;
     let before = report_through(&stack, last).await;

@@ -1,6 +1,8 @@
 //! Services on a host whose clock is wrong, against a real nats-server: the decision service
 //! on a clock a day behind decides at the log's time, never before it (a cycle in the past
-//! would admit work beside a maintenance window as though the window were further off).
+//! would admit work beside a maintenance window as though the window were further off); the
+//! accounting service on a clock an hour ahead reports and snapshots windows ending at the
+//! log's time, not in the future (running jobs would be charged an hour they have not run).
 //! (The preemption service on a clock stepped ahead: `services/preemption/tests/e2e.rs`; the
 //! submission service on a clock behind: its `shared` tests.)
 
@@ -10,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fairshare_e2e::{CLUSTER, Stack, accepted, request};
-use fairshare_events::pb::event::Body;
+use fairshare_events::pb::{self, event::Body};
+use fairshare_events::{codec, subjects};
 use fairshare_runtime::clock::{Clock, ManualClock, SystemClock};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,5 +61,55 @@ async fn a_decision_host_clock_a_day_behind_decides_at_the_logs_time() {
     assert!(
         computed_at >= before && at_ms >= before,
         "decided at {computed_at} (stamped {at_ms}), before the log's time {before}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accounting_host_clock_an_hour_ahead_ends_its_windows_at_the_logs_time() {
+    let mut stack = Stack::start().await.unwrap();
+    stack
+        .start_submission(fairshare_submission::Config::default())
+        .await
+        .unwrap();
+    accepted(&stack.submit(&request("ahead")).await.unwrap()).unwrap();
+    let before = SystemClock.now_ms();
+    let dir = tempfile::tempdir().unwrap();
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let ahead = ManualClock::new(before + 3_600_000);
+    let config = fairshare_accounting::shell::Config {
+        snapshot_every: Duration::from_secs(3600),
+        ..fairshare_accounting::shell::Config::new(dir.path().to_path_buf())
+    };
+    let service = fairshare_accounting::shell::Service::start(client, config, Arc::new(ahead))
+        .await
+        .unwrap();
+    let serving = tokio::spawn(service.serve(std::future::pending::<()>()));
+    let query = pb::UsageQuery {
+        cluster: CLUSTER.into(),
+        path: String::new(),
+        publish_snapshot: true,
+    };
+    let reply = stack
+        .client
+        .request(subjects::usage_api(CLUSTER), codec::encode(&query))
+        .await
+        .unwrap();
+    let after = SystemClock.now_ms();
+    serving.abort();
+    let report = match codec::decode_usage_reply(&reply.payload).unwrap().result {
+        Some(pb::usage_reply::Result::Report(r)) => r,
+        other => panic!("expected a report, got {other:?}"),
+    };
+    // Held to at most a minute past the newest entry the server stored (the submission, just
+    // before), never an hour ahead; and not before it.
+    assert!(
+        report.window_end_ms >= before - 1_000 && report.window_end_ms <= after + 60_000,
+        "window ends at {}, the server's time was {before}..{after}",
+        report.window_end_ms
+    );
+    let (_, snapshot) = stack.event_at(report.snapshot_sequence).await.unwrap();
+    assert_eq!(
+        snapshot.at_ms, report.window_end_ms,
+        "the snapshot's window too"
     );
 }

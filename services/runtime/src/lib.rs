@@ -27,6 +27,7 @@ pub mod cli;
 pub mod clock;
 pub mod envelope;
 pub mod findings;
+pub mod held_clock;
 pub mod log;
 pub mod missing;
 pub mod nats;

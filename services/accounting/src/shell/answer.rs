@@ -4,7 +4,7 @@ use async_nats::jetstream;
 use fairshare_events::pb::{self, usage_reply};
 use fairshare_events::{codec, subjects};
 
-use super::snapshot::{Publisher, report_time};
+use super::snapshot::{Now, Publisher, report_time};
 use crate::domain::{LedgerTotals, UsageFold, report::saturate};
 
 fn rejection(code: pb::RejectionCode, message: String) -> pb::Rejection {
@@ -103,7 +103,7 @@ pub(super) async fn usage_query(
     fold: &UsageFold,
     js: &jetstream::Context,
     client: &async_nats::Client,
-    now_ms: i64,
+    now: Now,
     snapshots: &mut Publisher,
     message: async_nats::Message,
 ) {
@@ -112,9 +112,9 @@ pub(super) async fn usage_query(
     };
     let result = match codec::decode_usage_query(&message.payload) {
         Err(e) => Err(rejection(pb::RejectionCode::Malformed, e.to_string())),
-        Ok(query) => match report(fold, &query, now_ms) {
+        Ok(query) => match report(fold, &query, now.at_ms) {
             Ok(mut report) if query.publish_snapshot => {
-                match snapshots.publish(fold, js, &query.cluster, now_ms).await {
+                match snapshots.publish(fold, js, &query.cluster, now).await {
                     Ok(sequence) => {
                         report.snapshot_sequence = sequence;
                         Ok(report)

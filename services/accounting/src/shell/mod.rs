@@ -24,6 +24,7 @@ use async_nats::jetstream;
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
+use fairshare_runtime::held_clock::HeldClock;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::telemetry::{self, Relation};
@@ -129,7 +130,9 @@ pub struct Service {
     client: async_nats::Client,
     /// Usage queries.
     queries: async_nats::Subscriber,
-    clock: Arc<dyn Clock>,
+    /// "Now": the host's clock held to the log's time, so a host clock set an hour ahead
+    /// neither reports windows ending in the future nor, set back, ones that stop moving.
+    now: HeldClock,
     config: Config,
     /// Entries applied since the last checkpoint.
     since_checkpoint: u64,
@@ -286,12 +289,15 @@ impl Service {
         let mut follower =
             Follower::start(&js, from, log_filters(config.cluster.as_deref())).await?;
         follower.expect_log(&log)?;
+        let mut now = HeldClock::new(clock, "no usage window ends in the future or stops moving");
         let applied = follower
             .catch_up(|entry| {
                 let _span = telemetry::entry_span("accounting", &entry, Relation::Linked);
+                now.observe(&entry);
                 apply_entry(&mut fold, &entry);
             })
             .await?;
+        now.caught_up();
         tracing::info!(
             resumed_from,
             from,
@@ -318,13 +324,21 @@ impl Service {
             js,
             client,
             queries,
-            clock,
+            now,
             config,
             since_checkpoint: applied,
             resumed_from,
         };
         service.checkpoint();
         Ok(service)
+    }
+
+    /// "Now" for a report or a snapshot, and the monotonic reading that paces the cadence.
+    fn read_now(&mut self) -> snapshot::Now {
+        snapshot::Now {
+            at_ms: self.now.now_ms(),
+            monotonic_ms: self.now.monotonic_ms(),
+        }
     }
 
     /// The checkpoint sequence this start resumed from; 0 when it folded from the beginning.
@@ -368,6 +382,7 @@ impl Service {
                 entry = self.follower.next() => match entry {
                     Some(Ok(entry)) => {
                         let _span = telemetry::entry_span("accounting", &entry, Relation::Child);
+                        self.now.observe(&entry);
                         apply_entry(&mut self.fold, &entry);
                         snapshots.saw(&entry.subject, entry.sequence);
                         self.since_checkpoint += 1;
@@ -381,11 +396,13 @@ impl Service {
                     None => return Err(FollowError::Delivery("connection closed".into()).into()),
                 },
                 Some(message) = self.queries.next() => {
-                    answer::usage_query(&self.fold, &self.js, &self.client, self.clock.now_ms(), &mut snapshots, message).await;
+                    let now = self.read_now();
+                    answer::usage_query(&self.fold, &self.js, &self.client, now, &mut snapshots, message).await;
                 }
                 _ = checkpoint_timer.tick() => self.checkpoint(),
                 _ = snapshot_timer.tick() => {
-                    snapshots.publish_due(&self.fold, &self.js, self.clock.now_ms()).await;
+                    let now = self.read_now();
+                    snapshots.publish_due(&self.fold, &self.js, now).await;
                 }
             }
         }

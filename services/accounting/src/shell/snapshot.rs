@@ -1,8 +1,10 @@
 //! Publishing `UsageSnapshot` events for the decision service.
 //!
 //! On the cadence, a cluster's snapshot is published when an event of that cluster was
-//! folded since its last snapshot, or when the last one is older than [`MAX_QUIET_MS`] (running jobs keep charging and
-//! the window slides even when no event arrives); on request it is always published.
+//! folded since its last snapshot, or when the last one was published [`MAX_QUIET_MS`] ago or
+//! more (running jobs keep charging and the window slides even when no event arrives); on
+//! request it is always published. "Ago" is measured on the monotonic clock: a host clock set
+//! back an hour must not hold a quiet cluster's snapshots for that hour.
 //! The message id names the cluster, the sequence folded and the window end, so a repeat of the
 //! same snapshot is dropped by JetStream.
 
@@ -19,11 +21,31 @@ use crate::domain::UsageFold;
 /// Longest time a cluster goes without a snapshot on the cadence.
 pub const MAX_QUIET_MS: i64 = 60 * 1000;
 
+/// "Now" as the publisher reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Now {
+    /// The time a snapshot's window ends at (the host's clock held to the log's time).
+    pub at_ms: i64,
+    /// The monotonic clock's reading, which paces the cadence.
+    pub monotonic_ms: i64,
+}
+
+/// A cluster's last snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Published {
+    /// The sequence folded into it.
+    through: u64,
+    /// Its window's end.
+    at_ms: i64,
+    /// The monotonic reading when it was published.
+    monotonic_ms: i64,
+}
+
 /// What was last published per cluster.
 #[derive(Debug, Default)]
 pub(super) struct Publisher {
-    /// Cluster -> (sequence folded, window end) of its last snapshot.
-    last: BTreeMap<String, (u64, i64)>,
+    /// Cluster -> its last snapshot.
+    last: BTreeMap<String, Published>,
     /// Cluster -> sequence of the newest entry filed under it that the fold applied since
     /// this service started ([`Publisher::saw`]): a busy cluster does not make every other
     /// one publish again.
@@ -51,7 +73,7 @@ impl Publisher {
         &mut self,
         fold: &UsageFold,
         js: &jetstream::Context,
-        now_ms: i64,
+        now: Now,
     ) -> usize {
         let mut clusters: Vec<String> = fold.cluster_names().map(str::to_owned).collect();
         if let Some(failed) = &self.failed_last {
@@ -60,24 +82,29 @@ impl Publisher {
         }
         let mut tried = 0;
         for cluster in clusters {
-            let due = match self.last.get(&cluster) {
-                None => true,
-                Some(&(sequence, at)) => {
-                    self.moved.get(&cluster).is_some_and(|m| *m > sequence)
-                        || now_ms - at >= MAX_QUIET_MS
-                }
-            };
-            if !due {
+            if !self.due(&cluster, now.monotonic_ms) {
                 continue;
             }
             tried += 1;
-            if let Err(e) = self.publish(fold, js, &cluster, now_ms).await {
+            if let Err(e) = self.publish(fold, js, &cluster, now).await {
                 tracing::warn!(cluster, "usage snapshot not published: {e}");
                 self.failed_last = Some(cluster);
                 break;
             }
         }
         tried
+    }
+
+    /// Whether `cluster`'s snapshot is due on the cadence at the monotonic reading
+    /// `monotonic_ms`.
+    fn due(&self, cluster: &str, monotonic_ms: i64) -> bool {
+        match self.last.get(cluster) {
+            None => true,
+            Some(last) => {
+                self.moved.get(cluster).is_some_and(|m| *m > last.through)
+                    || monotonic_ms.saturating_sub(last.monotonic_ms) >= MAX_QUIET_MS
+            }
+        }
     }
 
     /// Notes that the fold applied the entry at `sequence`, stored on `subject`.
@@ -99,9 +126,9 @@ impl Publisher {
         fold: &UsageFold,
         js: &jetstream::Context,
         cluster: &str,
-        now_ms: i64,
+        now: Now,
     ) -> Result<u64, String> {
-        let at = report_time(fold, cluster, now_ms);
+        let at = report_time(fold, cluster, now.at_ms);
         let report = fold.window(cluster, at).map_err(|e| e.to_string())?;
         let through = fold.last_applied();
         let snapshot = report.to_snapshot(through, fold.config().window_ms());
@@ -116,7 +143,12 @@ impl Publisher {
         let sequence = admin::append(js, subjects::usage(cluster), &event, &envelope)
             .await
             .map_err(|e| e.to_string())?;
-        self.last.insert(cluster.to_owned(), (through, at));
+        let published = Published {
+            through,
+            at_ms: at,
+            monotonic_ms: now.monotonic_ms,
+        };
+        self.last.insert(cluster.to_owned(), published);
         Ok(sequence)
     }
 }
@@ -144,6 +176,46 @@ mod tests {
         fold
     }
 
+    /// "Now" with the host's clock and the monotonic clock in step.
+    fn at(ms: i64) -> Now {
+        Now {
+            at_ms: ms,
+            monotonic_ms: ms,
+        }
+    }
+
+    /// A quiet cluster's next snapshot is due a minute after its last by the monotonic clock,
+    /// whatever the host's clock did meanwhile.
+    #[tokio::test]
+    async fn a_host_clock_set_back_does_not_hold_a_quiet_clusters_snapshots() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server
+            .jetstream(std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
+        let fold = fold_of(&["a"]);
+        let mut publisher = Publisher::default();
+        let hour = 3_600_000;
+        assert_eq!(publisher.publish_due(&fold, &js, at(5 * hour)).await, 1);
+        // The host's clock set back an hour, then a minute passes.
+        let stepped = Now {
+            at_ms: 4 * hour + MAX_QUIET_MS,
+            monotonic_ms: 5 * hour + MAX_QUIET_MS,
+        };
+        let early = Now {
+            at_ms: stepped.at_ms - 1,
+            monotonic_ms: stepped.monotonic_ms - 1,
+        };
+        assert_eq!(publisher.publish_due(&fold, &js, early).await, 0);
+        assert_eq!(publisher.publish_due(&fold, &js, stepped).await, 1);
+        // And set an hour ahead: not due again before another minute has passed.
+        let ahead = Now {
+            at_ms: 6 * hour,
+            monotonic_ms: stepped.monotonic_ms + 1_000,
+        };
+        assert_eq!(publisher.publish_due(&fold, &js, ahead).await, 0);
+    }
+
     /// An event of one cluster makes that cluster's snapshot due, not every cluster's.
     #[tokio::test]
     async fn only_the_cluster_that_moved_publishes_again() {
@@ -154,7 +226,7 @@ mod tests {
             .unwrap();
         let mut fold = fold_of(&["a", "b", "c"]);
         let mut publisher = Publisher::default();
-        assert_eq!(publisher.publish_due(&fold, &js, 2_000).await, 3);
+        assert_eq!(publisher.publish_due(&fold, &js, at(2_000)).await, 3);
         let node = pb::Event {
             at_ms: 2_500,
             body: Some(Body::NodeRegistered(pb::NodeRegistered {
@@ -165,10 +237,11 @@ mod tests {
         };
         fold.apply(4, &node);
         publisher.saw(&subjects::node("b", "n2"), 4);
-        assert_eq!(publisher.publish_due(&fold, &js, 3_000).await, 1);
-        assert_eq!(publisher.last.get("b"), Some(&(4, 3_000)));
-        assert_eq!(publisher.last.get("a"), Some(&(3, 2_000)), "not again");
-        assert_eq!(publisher.publish_due(&fold, &js, 4_000).await, 0);
+        assert_eq!(publisher.publish_due(&fold, &js, at(3_000)).await, 1);
+        let last = |c: &str| publisher.last.get(c).map(|p| (p.through, p.at_ms));
+        assert_eq!(last("b"), Some((4, 3_000)));
+        assert_eq!(last("a"), Some((3, 2_000)), "not again");
+        assert_eq!(publisher.publish_due(&fold, &js, at(4_000)).await, 0);
     }
 
     #[tokio::test]
@@ -180,10 +253,10 @@ mod tests {
             .unwrap();
         let fold = fold_of(&["a", "b", "c"]);
         let mut publisher = Publisher::default();
-        assert_eq!(publisher.publish_due(&fold, &js, 2_000).await, 3);
+        assert_eq!(publisher.publish_due(&fold, &js, at(2_000)).await, 3);
         assert_eq!(publisher.last.len(), 3);
         assert_eq!(
-            publisher.publish_due(&fold, &js, 3_000).await,
+            publisher.publish_due(&fold, &js, at(3_000)).await,
             0,
             "none due"
         );
@@ -191,14 +264,14 @@ mod tests {
         // timeouts in a row.
         server.kill();
         let later = 2_000 + MAX_QUIET_MS;
-        assert_eq!(publisher.publish_due(&fold, &js, later).await, 1);
+        assert_eq!(publisher.publish_due(&fold, &js, at(later)).await, 1);
         assert_eq!(publisher.failed_last.as_deref(), Some("a"));
         // The next tick starts after the cluster that failed, so none is starved for good.
-        assert_eq!(publisher.publish_due(&fold, &js, later).await, 1);
+        assert_eq!(publisher.publish_due(&fold, &js, at(later)).await, 1);
         assert_eq!(publisher.failed_last.as_deref(), Some("b"));
-        assert_eq!(publisher.publish_due(&fold, &js, later).await, 1);
+        assert_eq!(publisher.publish_due(&fold, &js, at(later)).await, 1);
         assert_eq!(publisher.failed_last.as_deref(), Some("c"));
-        assert_eq!(publisher.publish_due(&fold, &js, later).await, 1);
+        assert_eq!(publisher.publish_due(&fold, &js, at(later)).await, 1);
         assert_eq!(publisher.failed_last.as_deref(), Some("a"), "round again");
     }
 }

@@ -30,7 +30,7 @@
 //!   they throw away less, so the order goes then rather than at the next timer), and every
 //!   `pass_every` regardless.
 //! - A pass runs [`decide_preemptions_and_retry`] at the clock's "now", held within a minute
-//!   of the log's time ([`LogClock`]: a host clock stepped ahead would otherwise end
+//!   of the log's time ([`HeldClock`]: a host clock stepped ahead would otherwise end
 //!   protections and graces early, one set back hold kills late), stamps its cycle
 //!   number (cycle numbers continue from the highest any `PreemptionOrdered` in the log names)
 //!   and appends the bodies (see `publish` for subjects, message ids and optimistic concurrency).
@@ -93,9 +93,9 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use fairshare_events::subjects;
-use fairshare_model::logtime::LogClock;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
+use fairshare_runtime::held_clock::HeldClock;
 use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::retry::failure_backoff;
@@ -192,7 +192,9 @@ pub struct Service {
     js: jetstream::Context,
     follower: Follower,
     fold: ShellFold,
-    clock: Arc<dyn Clock>,
+    /// "Now", the host's clock held to the log's time (a protection ended early, or an
+    /// order's grace cut, is a broken promise; one held late keeps GPUs from waiting work).
+    now: HeldClock,
     next_cycle: u64,
     /// The sled checkpoint, if configured.
     store: Option<CheckpointStore>,
@@ -207,12 +209,6 @@ pub struct Service {
     unresolved: Vec<publish::Unanswered>,
     /// Passes in a row with an effect of unknown outcome, for the back-off.
     failed_passes: u32,
-    /// The log's time, which holds the clock's "now" to it if the host's clock runs ahead of
-    /// it (a protection ended early, or an order's grace cut, is a broken promise) or behind.
-    log_clock: LogClock,
-    /// Whether the last "now" was held ten seconds or more off the host's clock (so the warning
-    /// is given once per episode).
-    held_back: bool,
 }
 
 impl Service {
@@ -241,7 +237,10 @@ impl Service {
             .as_ref()
             .and_then(|s| s.resume::<ShellFold>(&config.cluster, log.end))
             .unwrap_or_else(|| ShellFold::new(&config.cluster));
-        let mut log_clock = LogClock::default();
+        let mut now = HeldClock::new(
+            clock,
+            "no minimum runtime or grace is cut short or held past its end",
+        );
         let resumed_from = fold.last_applied();
         let mut follower = Follower::start(
             &js,
@@ -260,7 +259,7 @@ impl Service {
                 let entry = entry?;
                 let _span = telemetry::entry_span("preemption", &entry, Relation::Linked);
                 entry.report_if_undecodable();
-                log_clock.observe(entry.stored_ms, entry.pending, clock.monotonic_ms());
+                now.observe(&entry);
                 fold.apply(&entry);
                 if entry.pending == 0 {
                     break;
@@ -281,7 +280,7 @@ impl Service {
             js,
             follower,
             fold,
-            clock,
+            now,
             next_cycle,
             store,
             checkpointed: resumed_from,
@@ -289,11 +288,8 @@ impl Service {
             resumed_from,
             unresolved: Vec::new(),
             failed_passes: 0,
-            log_clock,
-            held_back: false,
         };
-        let monotonic = service.clock.monotonic_ms();
-        service.log_clock.caught_up(monotonic);
+        service.now.caught_up();
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
         Ok(service)
@@ -337,29 +333,9 @@ impl Service {
     }
 
     /// "Now" for the domain: the clock's, held to at most a minute past the log's time and
-    /// never before its newest entry ([`LogClock`]), with a warning when the host's clock is
-    /// off by more than that.
+    /// never before its newest entry ([`HeldClock`]).
     fn now_ms(&mut self) -> i64 {
-        let wall = self.clock.now_ms();
-        let monotonic = self.clock.monotonic_ms();
-        let now = self.log_clock.now(wall, monotonic);
-        // Hosts' clocks differ by milliseconds to seconds all the time (an entry stored a
-        // moment "after" this host read its clock): only ten seconds or more is worth a warning.
-        let held_back = now.abs_diff(wall) >= 10_000;
-        if held_back && !self.held_back {
-            tracing::warn!(
-                host_clock_ms = wall,
-                passing_at_ms = now,
-                "this host's clock is off the log's (the NATS server's) time: more than a \
-                 minute ahead of it, or behind its newest entry; passing at the log's time, so \
-                 no minimum runtime or grace is cut short or held past its end; set the host's \
-                 clock right (NTP)"
-            );
-        } else if !held_back && self.held_back {
-            tracing::info!("this host's clock agrees with the log's time again");
-        }
-        self.held_back = held_back;
-        now
+        self.now.now_ms()
     }
 
     /// The instant at which the domain's next due time (Unix ms) falls, seen from `now_ms`.
@@ -446,11 +422,7 @@ impl Service {
                     Some(Ok(entry)) => {
                         let _span = telemetry::entry_span("preemption", &entry, Relation::Child);
                         entry.report_if_undecodable();
-                        self.log_clock.observe(
-                            entry.stored_ms,
-                            entry.pending,
-                            self.clock.monotonic_ms(),
-                        );
+                        self.now.observe(&entry);
                         if self.fold.apply(&entry) && change_due.is_none() {
                             change_due = Some(Instant::now() + self.config.debounce);
                         }
