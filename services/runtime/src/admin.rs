@@ -31,6 +31,11 @@ pub struct AppendError {
     /// The subject moved since the caller read it (someone else appended there first): read
     /// it again, check the change still makes sense, and retry.
     pub stale: bool,
+    /// The stream's acknowledgement never came: the event may have been stored or not (a lost
+    /// acknowledgement, or a publish the server dropped for permissions). A change appended
+    /// with an expected sequence ([`append_change`]) can be sent again safely: if it landed,
+    /// the newest event there is that change.
+    pub outcome_unknown: bool,
 }
 
 /// A request the server drops for permissions gets no reply: the only sign is the timeout, so
@@ -58,6 +63,7 @@ pub async fn append(
     let err = |e: jetstream::context::PublishError| AppendError {
         subject: subject.clone(),
         stale: e.kind() == PublishErrorKind::WrongLastSequence,
+        outcome_unknown: e.kind() == PublishErrorKind::TimedOut,
         detail: explain(&e),
     };
     let ack = js
@@ -79,6 +85,7 @@ async fn newest_on(
         subject: subject.to_owned(),
         detail,
         stale: false,
+        outcome_unknown: false,
     };
     let stream = js
         .get_stream_no_info(EVENTS_STREAM)
@@ -142,6 +149,7 @@ async fn apply(
             detail: format!("its newest event is at sequence {last}, not {expected}"),
             subject,
             stale: true,
+            outcome_unknown: false,
         });
     }
     let sequence = append_change(js, subject, kind, cluster, at_ms, body, last).await?;

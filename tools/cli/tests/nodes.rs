@@ -594,3 +594,74 @@ async fn a_reader_gone_stops_no_command_half_way() {
         "every node registered"
     );
 }
+
+/// A node whose cordon is never acknowledged (the server drops it: this operator's identity may
+/// not publish on that node's subject) does not stop the nodes after it: they are cordoned, it
+/// is named at the end, and the command exits 3 (outcome unknown: run it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_be_cordoned_does_not_stop_the_others() {
+    use fairshare_runtime::auth::{self, Role};
+    use fairshare_runtime::clock::Clock;
+    // The identities `fairshare auth init` writes, the operator's barred from one node.
+    let dir = tempfile::tempdir().unwrap();
+    let block = auth::init(dir.path()).unwrap();
+    let (before, operator) = block.split_once("    # operator\n").unwrap();
+    let denied = subjects::node(CLUSTER, "gpu001");
+    let operator = operator.replacen(
+        "publish: { allow: [",
+        &format!("publish: {{ deny: [\"{denied}\"], allow: ["),
+        1,
+    );
+    // And a user free to do anything, to register the nodes.
+    let config =
+        format!("{before}    {{ user: setup, password: setup }}\n    # operator\n{operator}");
+    let server = fairshare_testkit::NatsServer::start_with_config(&config).unwrap();
+    let seed = auth::seed_path(dir.path(), Role::Operator);
+    let setup = async_nats::ConnectOptions::with_user_and_password("setup".into(), "setup".into())
+        .connect(server.url())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(setup);
+    fairshare_runtime::nats::ensure_streams(&js, 1)
+        .await
+        .unwrap();
+    let now = SystemClock.now_ms();
+    let inventory = fairshare_model::files::parse_inventory(INVENTORY).unwrap();
+    fairshare_runtime::admin::register_nodes(&js, now, inventory.registrations())
+        .await
+        .unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+    command
+        .args([
+            "node",
+            "cordon",
+            "--nats-url",
+            &server.url(),
+            "--cluster",
+            CLUSTER,
+        ])
+        .arg("--nats-nkey")
+        .arg(&seed)
+        .args(["gpu000", "gpu001", "gpu002"]);
+    let out = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(said.contains("gpu000: cordoned at sequence"), "{said}");
+    assert!(said.contains("gpu002: cordoned at sequence"), "{said}");
+    assert!(!said.contains("gpu001"), "{said}");
+    let err = stderr(&out);
+    assert!(err.contains("1 of 3 nodes not changed (gpu001: "), "{err}");
+    assert!(err.contains("run the same command again"), "{err}");
+    let cordoned: Vec<String> = fairshare_testkit::events::stored(&js)
+        .await
+        .into_iter()
+        .filter_map(|s| match s.event.body? {
+            Body::NodeCordoned(n) => Some(n.node),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cordoned, ["gpu000", "gpu002"]);
+}

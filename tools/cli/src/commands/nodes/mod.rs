@@ -16,6 +16,7 @@
 
 pub mod book;
 mod list;
+pub mod not_changed;
 pub(crate) mod strand;
 
 use anyhow::{Context, bail};
@@ -32,6 +33,7 @@ use fairshare_runtime::log::Follower;
 
 use super::{Connection, format_ms};
 use book::{NodeBook, Standing};
+use not_changed::NodesNotChanged;
 
 /// How far in the past a maintenance window's start may be given (the clock of the person
 /// typing "now" and the command's own differ a little); anything earlier is refused.
@@ -329,8 +331,10 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             reason,
         } => {
             let nodes = live_nodes(conn, &cluster, &nodes).await?;
-            // Every node is tried whatever becomes of standard output meanwhile.
+            // Every node is tried whatever becomes of standard output meanwhile, and whatever
+            // becomes of the nodes before it.
             let _held = fairshare_runtime::output::hold();
+            let mut not_changed = NodesNotChanged::new(nodes.len());
             for name in &nodes {
                 let decide = |book: &NodeBook| {
                     let s = standing(book, name);
@@ -342,27 +346,21 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                                 reason: reason.clone(),
                             })))
                         }
-                        Standing::Removed => bail!("{name} was removed meanwhile"),
+                        Standing::Removed => bail!("removed meanwhile"),
                         _ => Step::Skip(format!("already {}", s.words())),
                     })
                 };
-                if let Some(seq) = change(
-                    conn,
-                    &cluster,
-                    &Target::node(&cluster, name, "cordon"),
-                    now,
-                    ATTEMPTS,
-                    decide,
-                )
-                .await?
-                {
-                    fairshare_runtime::outln!(
+                let target = Target::node(&cluster, name, "cordon");
+                match change(conn, &cluster, &target, now, ATTEMPTS, decide).await {
+                    Ok(Some(seq)) => fairshare_runtime::outln!(
                         "{name}: cordoned at sequence {seq}; its jobs go as their minimum \
                          runtimes end"
-                    );
+                    ),
+                    Ok(None) => {}
+                    Err(e) => not_changed.note(name, e),
                 }
             }
-            Ok(())
+            not_changed.finish()
         }
         NodeCommand::Uncordon {
             cluster: ClusterArg { cluster },
@@ -370,6 +368,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
         } => {
             let nodes = live_nodes(conn, &cluster, &nodes).await?;
             let _held = fairshare_runtime::output::hold();
+            let mut not_changed = NodesNotChanged::new(nodes.len());
             for name in &nodes {
                 let decide = |book: &NodeBook| {
                     Ok(match standing(book, name) {
@@ -379,24 +378,20 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                                 node: name.clone(),
                             })))
                         }
-                        Standing::Removed => bail!("{name} was removed meanwhile"),
+                        Standing::Removed => bail!("removed meanwhile"),
                         Standing::InService => Step::Skip("not cordoned".to_owned()),
                     })
                 };
-                if let Some(seq) = change(
-                    conn,
-                    &cluster,
-                    &Target::node(&cluster, name, "uncordon"),
-                    now,
-                    ATTEMPTS,
-                    decide,
-                )
-                .await?
-                {
-                    fairshare_runtime::outln!("{name}: back in service at sequence {seq}");
+                let target = Target::node(&cluster, name, "uncordon");
+                match change(conn, &cluster, &target, now, ATTEMPTS, decide).await {
+                    Ok(Some(seq)) => {
+                        fairshare_runtime::outln!("{name}: back in service at sequence {seq}");
+                    }
+                    Ok(None) => {}
+                    Err(e) => not_changed.note(name, e),
                 }
             }
-            Ok(())
+            not_changed.finish()
         }
         NodeCommand::Remove {
             cluster: ClusterArg { cluster },
@@ -430,6 +425,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 }
             }
             let _held = fairshare_runtime::output::hold();
+            let mut not_changed = NodesNotChanged::new(nodes.len());
             for name in &nodes {
                 let target = Target::node(&cluster, name, "remove");
                 let body = Body::NodeRemoved(pb::NodeRemoved {
@@ -443,10 +439,10 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                             _ => Step::Write(Box::new(body.clone())),
                         })
                     };
-                    change(conn, &cluster, &target, now, ATTEMPTS, decide).await?
+                    change(conn, &cluster, &target, now, ATTEMPTS, decide).await
                 } else if standing(&book, name) == Standing::Removed {
                     fairshare_runtime::outln!("{name}: already removed");
-                    None
+                    Ok(None)
                 } else {
                     // Appended only if the node's events are still those its check for work
                     // was made against: one uncordoned, given work and cordoned again since
@@ -464,27 +460,29 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                     )
                     .await
                     {
-                        Ok(seq) => Some(seq),
-                        Err(e) if e.stale => bail!(
-                            "{name} changed since it was checked for work; nothing written for \
-                             it: run the command again"
-                        ),
-                        Err(e) => return Err(e.into()),
+                        Ok(seq) => Ok(Some(seq)),
+                        Err(e) if e.stale => Err(anyhow::anyhow!(
+                            "it changed since it was checked for work; nothing written for it: \
+                             run the command again"
+                        )),
+                        Err(e) => Err(e.into()),
                     }
                 };
-                if let Some(seq) = seq {
-                    fairshare_runtime::outln!("{name}: removed at sequence {seq}");
+                match seq {
+                    Ok(Some(seq)) => fairshare_runtime::outln!("{name}: removed at sequence {seq}"),
+                    Ok(None) => {}
+                    Err(e) => not_changed.note(name, e),
                 }
             }
             let mut after = fold.state().inventory().clone();
-            for name in &nodes {
+            for name in nodes.iter().filter(|n| !not_changed.failed(n)) {
                 after.remove(name);
             }
             if let Some(warning) = strand::stranded_warning(&strand::stranded(fold.state(), &after))
             {
                 eprintln!("warning: {warning}");
             }
-            Ok(())
+            not_changed.finish()
         }
         NodeCommand::Maintenance {
             cluster: ClusterArg { cluster },
