@@ -76,13 +76,15 @@ async fn query(stack: &Stack, publish_snapshot: bool) -> pb::UsageReport {
 }
 
 /// A workload's base time and the service's clock. The events are stamped in the past (the
-/// last of 100 jobs 1.5 min before the test starts) and the clock reads 20 s ahead of the server's time, standing
+/// last of 100 jobs 1.5 min before the test starts; the fold holds each cluster's clock to its
+/// newest event, so those stamped before the stack's registrations take effect at them, which
+/// the reports compared share), and the clock reads 55 s ahead of the server's time, standing
 /// still: the service's "now", held within a minute of the log's time and never before its
-/// newest entry, is then the clock's for the few seconds a test takes, so a from-scratch fold
-/// can be asked at it, and two reports of one log are equal.
+/// newest entry, is then the clock's while the test runs, so two reports of one log are equal.
+/// (Reports are compared with a from-scratch fold at their own window end, whatever it is.)
 fn times() -> (i64, ManualClock) {
     let now = SystemClock.now_ms();
-    (now - 1_140_000, ManualClock::new(now + 20_000))
+    (now - 1_140_000, ManualClock::new(now + 55_000))
 }
 
 /// Waits until the service has folded through `sequence`, then returns its report.
@@ -228,7 +230,7 @@ async fn killed_and_restarted_service_equals_a_from_scratch_fold() {
         "the restart resumes from the checkpoint written before the kill"
     );
     let restarted = report_through(&stack, last).await;
-    let scratch = from_scratch(&stack, clock.now_ms()).await;
+    let scratch = from_scratch(&stack, restarted.window_end_ms).await;
     assert_eq!(restarted, scratch);
     // The figures are real: jobs ran, both allocated and unallocated.
     assert!(
@@ -298,10 +300,8 @@ async fn a_checkpoint_folded_with_another_cluster_filter_is_rebuilt() {
             running.resumed_from, 0,
             "{cluster:?} resumed another filter's fold"
         );
-        assert_eq!(
-            report_through(&stack, last).await,
-            from_scratch(&stack, clock.now_ms()).await
-        );
+        let report = report_through(&stack, last).await;
+        assert_eq!(report, from_scratch(&stack, report.window_end_ms).await);
         let _ = running.stop.send(());
         running.task.await.unwrap().unwrap();
     }
@@ -331,10 +331,8 @@ async fn a_checkpoint_of_an_earlier_log_is_rebuilt(old_jobs: u64, new_jobs: u64)
     let last = workload(&stack, base + 1, 0..new_jobs).await;
     let running = start(&stack, dir.path(), &clock).await;
     assert_eq!(running.resumed_from, 0, "resumed the fold of another log");
-    assert_eq!(
-        report_through(&stack, last).await,
-        from_scratch(&stack, clock.now_ms()).await
-    );
+    let report = report_through(&stack, last).await;
+    assert_eq!(report, from_scratch(&stack, report.window_end_ms).await);
     let _ = running.stop.send(());
     running.task.await.unwrap().unwrap();
 }
@@ -570,7 +568,7 @@ async fn a_kill_reported_late_charges_only_up_to_the_grace_deadline() {
         .map(|a| a.charged_gpu_ms);
     // 4 GPUs from 1 s to 5 s, not to 50 s.
     assert_eq!(charged, Some(4 * 4_000), "{report:?}");
-    assert_eq!(report, from_scratch(&stack, clock.now_ms()).await);
+    assert_eq!(report, from_scratch(&stack, report.window_end_ms).await);
     let _ = running.stop.send(());
     running.task.await.unwrap().unwrap();
 }

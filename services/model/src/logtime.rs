@@ -76,11 +76,20 @@ impl LogClock {
     /// monotonic clock read `monotonic_ms`: the next entry delivered with nothing pending after
     /// it arrived live, and until then the newest entry observed stands for the log's time now.
     pub fn caught_up(&mut self, monotonic_ms: i64) {
-        self.at_tail = true;
+        self.reached_tail();
         if let Some(stored) = self.newest_stored {
             let offset = stored.saturating_sub(monotonic_ms);
             self.offset = Some(self.offset.map_or(offset, |o| o.max(offset)));
         }
+    }
+
+    /// Notes that the reader has reached the log's end, without letting the newest entry
+    /// observed stand for the log's time (as [`LogClock::caught_up`] does): for a reader that
+    /// follows only some of the log's subjects, whose newest entry may be hours older than the
+    /// log's end. The next entry delivered with nothing pending after it arrived live; until
+    /// one has, only the newest entry stored bounds "now" (from below).
+    pub fn reached_tail(&mut self) {
+        self.at_tail = true;
     }
 
     /// The log's time now by the monotonic reading `monotonic_ms`, if a live entry gave it.

@@ -58,6 +58,12 @@ impl HeldClock {
         self.log.caught_up(monotonic);
     }
 
+    /// Notes that the catch-up is over without letting the newest entry noted stand for the
+    /// log's time ([`LogClock::reached_tail`]): for a service that follows only some subjects.
+    pub fn reached_tail(&mut self) {
+        self.log.reached_tail();
+    }
+
     /// The monotonic reading now ([`Clock::monotonic_ms`]): for measuring how long since
     /// something, which no one setting the host's clock can stretch or cut.
     pub fn monotonic_ms(&self) -> i64 {

@@ -595,11 +595,12 @@ async fn a_reader_gone_stops_no_command_half_way() {
     );
 }
 
-/// A node whose cordon is never acknowledged (the server drops it: this operator's identity may
-/// not publish on that node's subject) does not stop the nodes after it: they are cordoned, it
-/// is named at the end, and the command exits 3 (outcome unknown: run it again).
+/// A node whose write is never acknowledged (the server drops it: this operator's identity may
+/// not publish on that node's subject) does not stop the nodes after it, in `node cordon` or
+/// `inventory apply`: they are changed, it is named at the end, and the command exits 3
+/// (outcome unknown: run it again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_that_cannot_be_cordoned_does_not_stop_the_others() {
+async fn a_node_that_cannot_be_changed_does_not_stop_the_others() {
     use fairshare_runtime::auth::{self, Role};
     use fairshare_runtime::clock::Clock;
     // The identities `fairshare auth init` writes, the operator's barred from one node.
@@ -664,4 +665,47 @@ async fn a_node_that_cannot_be_cordoned_does_not_stop_the_others() {
         })
         .collect();
     assert_eq!(cordoned, ["gpu000", "gpu002"]);
+
+    let file = inventory_file(
+        "[[nodes]]\nname = \"gpu001\"\ngpus = 16\n[[nodes]]\nname = \"gpu004\"\ngpus = 8\n",
+    );
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+    command
+        .args([
+            "inventory",
+            "apply",
+            "--nats-url",
+            &server.url(),
+            "--nats-nkey",
+        ])
+        .arg(&seed)
+        .arg(file.path());
+    let out = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("gpu004: registered with 8 GPUs"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("1 of 2 nodes not changed (gpu001: "),
+        "{}",
+        stderr(&out)
+    );
+    let registered: Vec<(String, u32)> = fairshare_testkit::events::stored(&js)
+        .await
+        .into_iter()
+        .filter_map(|s| match s.event.body? {
+            Body::NodeRegistered(n) => Some((n.node, n.gpus)),
+            _ => None,
+        })
+        .filter(|(node, _)| node == "gpu001" || node == "gpu004")
+        .collect();
+    assert_eq!(
+        registered,
+        [("gpu001".to_owned(), 8), ("gpu004".to_owned(), 8)]
+    );
 }

@@ -4,6 +4,7 @@ pub mod audit;
 pub mod definitions;
 pub mod explain;
 pub mod nodes;
+pub mod not_changed;
 pub mod policy;
 pub mod queue;
 pub mod simulate;

@@ -17,6 +17,7 @@ use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
 
 use super::nodes::strand;
+use super::not_changed::NodesNotChanged;
 use super::{Connection, budget_in_force};
 
 /// One allocation's share of the cluster before and after a budget change (`None`: not an
@@ -513,7 +514,8 @@ where
         }
     }
     let now = SystemClock.now_ms();
-    let (mut written, total) = (0, changes.write.len());
+    let mut written = 0;
+    let mut not_changed = NodesNotChanged::new(changes.write.len());
     for (registration, last) in changes.write {
         let (name, gpus) = (registration.node.clone(), registration.gpus);
         let subject = subjects::node(&inventory.cluster, &name);
@@ -537,12 +539,9 @@ where
                     Gpus(u64::from(gpus))
                 );
             }
-            Err(e) => {
-                return Err(anyhow::Error::from(e).context(format!(
-                    "{name} not registered ({written} of {total} written before it; apply \
-                     again, what is in place is left alone)"
-                )));
-            }
+            // The other nodes are still written; apply again for this one (what is in place
+            // is left alone).
+            Err(e) => not_changed.note(&name, e.into()),
         }
     }
     fairshare_runtime::outln!(
@@ -552,13 +551,15 @@ where
     if let Some(fold) = &fold {
         let mut after = fold.state().inventory().clone();
         for (name, gpus) in &inventory.nodes {
-            after.register(name, *gpus);
+            if !not_changed.failed(name) {
+                after.register(name, *gpus);
+            }
         }
         if let Some(warning) = strand::stranded_warning(&strand::stranded(fold.state(), &after)) {
             eprintln!("warning: {warning}");
         }
     }
-    Ok(())
+    not_changed.finish()
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@
 
 pub mod book;
 mod list;
-pub mod not_changed;
 pub(crate) mod strand;
 
 use anyhow::{Context, bail};
@@ -31,9 +30,9 @@ use fairshare_runtime::admin;
 use fairshare_runtime::clock::{Clock, SystemClock};
 use fairshare_runtime::log::Follower;
 
+use super::not_changed::NodesNotChanged;
 use super::{Connection, format_ms};
 use book::{NodeBook, Standing};
-use not_changed::NodesNotChanged;
 
 /// How far in the past a maintenance window's start may be given (the clock of the person
 /// typing "now" and the command's own differ a little); anything earlier is refused.

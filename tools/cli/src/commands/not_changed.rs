@@ -1,9 +1,10 @@
-//! The nodes a per-node command (cordon, uncordon, remove) could not change.
+//! The nodes a per-node command (`node cordon`, `uncordon`, `remove`, `inventory apply`) could
+//! not change, and which failures leave a write's outcome unknown (exit status 3).
 //!
-//! Place in the flow: such a command appends one event per node. It tries every node named,
-//! so one that fails (removed meanwhile, a write refused or never acknowledged) does not leave
-//! the nodes after it as they were; the failures are summed up at the end, after the lines of
-//! the nodes that were changed.
+//! Place in the flow: such a command appends one event per node. It tries every node, so one
+//! that fails (removed meanwhile, a write refused or never acknowledged) does not leave the
+//! nodes after it as they were; the failures are summed up at the end, after the lines of the
+//! nodes that were changed.
 
 use std::fmt;
 
@@ -52,7 +53,9 @@ impl NodesNotChanged {
     }
 }
 
-/// Whether `e` is, or was caused by, a write whose acknowledgement never came.
+/// Whether `e` is, or was caused by, a write whose acknowledgement never came (the command
+/// then exits 3: it may have landed). A publish the server drops for this identity's
+/// permissions looks the same from here; the error's text names that possibility.
 pub fn outcome_unknown(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         cause
@@ -66,9 +69,10 @@ pub fn outcome_unknown(e: &anyhow::Error) -> bool {
 
 impl fmt::Display for NodesNotChanged {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes = if self.named == 1 { "node" } else { "nodes" };
         write!(
             f,
-            "{} of {} nodes not changed",
+            "{} of {} {nodes} not changed",
             self.failed.len(),
             self.named
         )?;
@@ -125,6 +129,9 @@ mod tests {
     #[test]
     fn nothing_failed_is_success_and_a_wrapped_unknown_write_is_seen() {
         assert!(NodesNotChanged::new(2).finish().is_ok());
+        let mut one = NodesNotChanged::new(1);
+        one.note("n1", anyhow::anyhow!("refused"));
+        assert_eq!(one.to_string(), "1 of 1 node not changed (n1: refused)");
         let wrapped = unacknowledged().context("maintenance window");
         assert!(outcome_unknown(&wrapped));
         assert!(!outcome_unknown(&anyhow::anyhow!("refused")));
