@@ -71,6 +71,9 @@ async fn an_accounting_host_clock_an_hour_ahead_ends_its_windows_at_the_logs_tim
         .start_submission(fairshare_submission::Config::default())
         .await
         .unwrap();
+    let submitted = accepted(&stack.submit(&request("ahead")).await.unwrap())
+        .unwrap()
+        .stream_sequence;
     let before = SystemClock.now_ms();
     let dir = tempfile::tempdir().unwrap();
     let client = async_nats::connect(stack.server.url()).await.unwrap();
@@ -83,41 +86,27 @@ async fn an_accounting_host_clock_an_hour_ahead_ends_its_windows_at_the_logs_tim
         .await
         .unwrap();
     let serving = tokio::spawn(service.serve(std::future::pending::<()>()));
-    // An entry arriving live gives the service the log's time.
-    let submitted = accepted(&stack.submit(&request("ahead")).await.unwrap())
-        .unwrap()
-        .stream_sequence;
-    let ask = |publish_snapshot| {
-        let query = pb::UsageQuery {
-            cluster: CLUSTER.into(),
-            path: String::new(),
-            publish_snapshot,
-        };
-        let client = stack.client.clone();
-        async move {
-            let reply = client
-                .request(subjects::usage_api(CLUSTER), codec::encode(&query))
-                .await
-                .unwrap();
-            match codec::decode_usage_reply(&reply.payload).unwrap().result {
-                Some(pb::usage_reply::Result::Report(r)) => r,
-                other => panic!("expected a report, got {other:?}"),
-            }
-        }
+    // Asked at once: no entry has arrived live, the service has only the server's time it
+    // read at start.
+    let query = pb::UsageQuery {
+        cluster: CLUSTER.into(),
+        path: String::new(),
+        publish_snapshot: true,
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while ask(false).await.through_sequence < submitted {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "submission never folded"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let report = ask(true).await;
+    let reply = stack
+        .client
+        .request(subjects::usage_api(CLUSTER), codec::encode(&query))
+        .await
+        .unwrap();
+    let report = match codec::decode_usage_reply(&reply.payload).unwrap().result {
+        Some(pb::usage_reply::Result::Report(r)) => r,
+        other => panic!("expected a report, got {other:?}"),
+    };
+    assert!(report.through_sequence >= submitted, "folded at start");
     let after = SystemClock.now_ms();
     serving.abort();
-    // Held to at most a minute past the newest entry that arrived live (the submission),
-    // never an hour ahead; and not before it.
+    // Held to at most a minute past the server's time, never an hour ahead; and not before
+    // the newest entry.
     assert!(
         report.window_end_ms >= before - 1_000 && report.window_end_ms <= after + 60_000,
         "window ends at {}, the server's time was {before}..{after}",

@@ -36,13 +36,13 @@ pub fn effective_at(at_ms: i64, stored_ms: Option<i64>) -> i64 {
 /// set back would hold kills, and the window, in the past.
 ///
 /// Only entries that arrived live count fully (delivered at the tail, after one that was too):
-/// an entry read while catching up was stored long ago. Until one has, the newest entry caught
-/// up stands for the log's time at the moment the catch-up ended ([`LogClock::caught_up`]):
-/// at most the real time then, so a service restarted on a host clock that runs ahead does not
-/// pass at it (the bound is too low by however long the log was quiet before the restart:
-/// protections end and kills come that much late, until the next live entry, within a minute
-/// where the accounting service publishes its snapshots). The bounds are the log's time give
-/// or take [`MAX_AHEAD_OF_LOG_MS`], and never before the newest entry stored.
+/// an entry read while catching up was stored long ago. At the end of the catch-up the service
+/// reads the server's clock and anchors on it ([`LogClock::anchor`]); failing that, the newest
+/// entry caught up may stand for the log's time then ([`LogClock::caught_up`]): at most the
+/// real time, so a service restarted on a host clock that runs ahead does not pass at it, but
+/// too low by however long the log was quiet before the restart, until the next live entry.
+/// The bounds are the log's time give or take [`MAX_AHEAD_OF_LOG_MS`], and never before the
+/// newest entry stored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogClock {
     /// The latest server time a live entry implies, less the monotonic reading at its arrival
@@ -83,6 +83,15 @@ impl LogClock {
         }
     }
 
+    /// Notes that the reader has reached the log's end and that the log's time (the stream's
+    /// server's clock) read `log_ms` at the monotonic reading `monotonic_ms`: better than
+    /// [`LogClock::caught_up`]'s newest entry, which is as old as the log is quiet.
+    pub fn anchor(&mut self, log_ms: i64, monotonic_ms: i64) {
+        self.reached_tail();
+        let offset = log_ms.saturating_sub(monotonic_ms);
+        self.offset = Some(self.offset.map_or(offset, |o| o.max(offset)));
+    }
+
     /// Notes that the reader has reached the log's end, without letting the newest entry
     /// observed stand for the log's time (as [`LogClock::caught_up`] does): for a reader that
     /// follows only some of the log's subjects, whose newest entry may be hours older than the
@@ -113,6 +122,25 @@ impl LogClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_anchor_gives_the_logs_time_however_old_its_newest_entry() {
+        let server = 1_800_000_000_000;
+        let mut c = LogClock::default();
+        // The newest entry is a day old: caught up that way, the log's time would be a day
+        // behind; anchored on the server's time read now, it is right.
+        c.observe(Some(server - 86_400_000), 0, 100);
+        c.anchor(server, 200);
+        assert_eq!(c.log_now(200), Some(server));
+        assert_eq!(
+            c.now(server + 3_600_000, 1_200),
+            server + 1_000 + MAX_AHEAD_OF_LOG_MS
+        );
+        assert_eq!(c.now(server + 500, 700), server + 500);
+        // The next entry delivered with nothing pending counts as live.
+        c.observe(Some(server + 10_000), 0, 300);
+        assert_eq!(c.log_now(300), Some(server + 10_000));
+    }
 
     #[test]
     fn a_wall_clock_stepped_ahead_is_held_to_the_logs_time_plus_a_minute() {

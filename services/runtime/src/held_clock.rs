@@ -5,14 +5,54 @@
 //! "now"; accounting ends its usage windows and paces its snapshots by it) note every log entry
 //! they follow here and read "now" from here rather than from their [`Clock`]. A host clock set
 //! an hour ahead or behind then moves them at most a minute off the NATS server's time, and the
-//! first time it does, the service says so once in its log.
+//! first time it does, the service says so once in its log. At start, once caught up, they read
+//! the server's own time ([`server_time_ms`]) for the log's time, however long the log was
+//! quiet.
 
 use std::sync::Arc;
 
+use async_nats::jetstream;
+use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_model::logtime::LogClock;
+use serde::Deserialize;
 
 use crate::clock::Clock;
 use crate::log::LogEntry;
+
+/// Why the server's time could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerTimeError {
+    /// The request for the events stream's info failed.
+    #[error("cannot ask for {EVENTS_STREAM}'s info: {0}")]
+    Request(String),
+    /// The answer carries no time (a nats-server older than 2.10), or an error.
+    #[error("the server's answer carries no time")]
+    Missing,
+    /// The time is not RFC 3339.
+    #[error("the server's time {0:?} is not RFC 3339")]
+    Unreadable(String),
+}
+
+/// The part of a JetStream stream-info answer read here: the server's clock when it answered.
+#[derive(Deserialize)]
+struct Stamped {
+    /// RFC 3339, with nanoseconds.
+    ts: Option<String>,
+}
+
+/// The NATS server's clock now (Unix ms), as it stamps its answer to a stream-info request:
+/// the clock that stamps every entry's stored time, so the log's time.
+pub async fn server_time_ms(js: &jetstream::Context) -> Result<i64, ServerTimeError> {
+    let stamped: Stamped = js
+        .request(format!("STREAM.INFO.{EVENTS_STREAM}"), &())
+        .await
+        .map_err(|e| ServerTimeError::Request(e.to_string()))?;
+    let ts = stamped.ts.ok_or(ServerTimeError::Missing)?;
+    let at = time::OffsetDateTime::parse(&ts, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| ServerTimeError::Unreadable(ts.clone()))?;
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000)
+        .map_err(|_| ServerTimeError::Unreadable(ts))
+}
 
 /// How far the host's clock may be from the "now" served before a warning is given: hosts'
 /// clocks differ by milliseconds to seconds all the time (an entry stored a moment "after"
@@ -56,6 +96,33 @@ impl HeldClock {
     pub fn caught_up(&mut self) {
         let monotonic = self.clock.monotonic_ms();
         self.log.caught_up(monotonic);
+    }
+
+    /// Notes that the catch-up is over, the server's clock (the log's time) reading `server_ms`
+    /// now ([`server_time_ms`]).
+    pub fn anchor(&mut self, server_ms: i64) {
+        let monotonic = self.clock.monotonic_ms();
+        self.log.anchor(server_ms, monotonic);
+    }
+
+    /// Notes that the catch-up is over: anchored on the server's time read from `js`, or, if
+    /// it cannot be read, on the newest entry noted when `newest_entry_stands` (a service that
+    /// follows every subject of its cluster, whose newest entry is recent), else on nothing
+    /// until an entry arrives live ([`HeldClock::reached_tail`]).
+    pub async fn caught_up_with(&mut self, js: &jetstream::Context, newest_entry_stands: bool) {
+        match server_time_ms(js).await {
+            Ok(server_ms) => self.anchor(server_ms),
+            Err(e) => {
+                tracing::warn!(
+                    "{e}: the log's time is taken from the entries that arrive from now on"
+                );
+                if newest_entry_stands {
+                    self.caught_up();
+                } else {
+                    self.reached_tail();
+                }
+            }
+        }
     }
 
     /// Notes that the catch-up is over without letting the newest entry noted stand for the

@@ -297,12 +297,11 @@ impl Service {
                 apply_entry(&mut fold, &entry);
             })
             .await?;
-        // Not `caught_up`: this service follows only job, policy and node subjects, so on a
-        // quiet cluster its newest entry may be hours older than the log's end (the usage
-        // snapshots and the preemption service's events are not read), and standing for the
-        // log's time it would end windows hours in the past. Until an entry arrives live the
-        // host's clock goes unheld from above.
-        now.reached_tail();
+        // Should the server's time not be read, the newest entry does not stand for the log's
+        // time: this service follows only job, policy and node subjects, so on a quiet cluster
+        // its newest entry may be hours older than the log's end (the usage snapshots and the
+        // preemption service's events are not read), and windows would end hours in the past.
+        now.caught_up_with(&js, false).await;
         tracing::info!(
             resumed_from,
             from,

@@ -289,7 +289,7 @@ impl Service {
             unresolved: Vec::new(),
             failed_passes: 0,
         };
-        service.now.caught_up();
+        service.now.caught_up_with(&service.js, true).await;
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
         Ok(service)
