@@ -966,7 +966,7 @@ async fn a_host_clock_stepped_an_hour_ahead_cuts_no_minimum_runtime() {
 
 /// Restarted on a host clock an hour ahead, with a blocked waiter and protected jobs already in
 /// the log, the service's first pass (before any entry arrives live) still decides at the log's
-/// time: the newest entry caught up stands for it.
+/// time: the server's clock, read once caught up (or, failing that, the newest entry caught up).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_on_a_host_clock_an_hour_ahead_cuts_no_minimum_runtime() {
     let config = shell::Config {

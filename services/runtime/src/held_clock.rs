@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use async_nats::jetstream;
+use async_nats::jetstream::response::Response;
 use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_model::logtime::LogClock;
 use serde::Deserialize;
@@ -25,7 +26,7 @@ pub enum ServerTimeError {
     /// The request for the events stream's info failed.
     #[error("cannot ask for {EVENTS_STREAM}'s info: {0}")]
     Request(String),
-    /// The answer carries no time (a nats-server older than 2.10), or an error.
+    /// The answer carries no time (a nats-server older than 2.10).
     #[error("the server's answer carries no time")]
     Missing,
     /// The time is not RFC 3339.
@@ -41,12 +42,16 @@ struct Stamped {
 }
 
 /// The NATS server's clock now (Unix ms), as it stamps its answer to a stream-info request:
-/// the clock that stamps every entry's stored time, so the log's time.
+/// the stream leader's clock, which stamps the entries' stored times, so the log's time.
 pub async fn server_time_ms(js: &jetstream::Context) -> Result<i64, ServerTimeError> {
-    let stamped: Stamped = js
+    let answer: Response<Stamped> = js
         .request(format!("STREAM.INFO.{EVENTS_STREAM}"), &())
         .await
         .map_err(|e| ServerTimeError::Request(e.to_string()))?;
+    let stamped = match answer {
+        Response::Ok(stamped) => stamped,
+        Response::Err { error } => return Err(ServerTimeError::Request(error.to_string())),
+    };
     let ts = stamped.ts.ok_or(ServerTimeError::Missing)?;
     let at = time::OffsetDateTime::parse(&ts, &time::format_description::well_known::Rfc3339)
         .map_err(|_| ServerTimeError::Unreadable(ts.clone()))?;
@@ -71,6 +76,8 @@ pub struct HeldClock {
     /// What holding "now" to the log spares, for the warning ("no minimum runtime is cut
     /// short", say).
     spares: &'static str,
+    /// Whether the server's time was read ([`HeldClock::anchor`]).
+    anchored: bool,
 }
 
 impl HeldClock {
@@ -82,6 +89,7 @@ impl HeldClock {
             log: LogClock::default(),
             held: false,
             spares,
+            anchored: false,
         }
     }
 
@@ -103,25 +111,52 @@ impl HeldClock {
     pub fn anchor(&mut self, server_ms: i64) {
         let monotonic = self.clock.monotonic_ms();
         self.log.anchor(server_ms, monotonic);
+        self.anchored = true;
+    }
+
+    /// Whether the server's time was read since the start ([`HeldClock::anchor`]).
+    pub fn anchored(&self) -> bool {
+        self.anchored
+    }
+
+    /// Reads the server's time from `js` and anchors on it; on failure, says why once per
+    /// start (`retried`: a later try, which stays quiet) and leaves the clock as it was.
+    pub async fn try_anchor(&mut self, js: &jetstream::Context, retried: bool) -> bool {
+        match server_time_ms(js).await {
+            Ok(server_ms) => {
+                self.anchor(server_ms);
+                if retried {
+                    tracing::info!("the server's time read: \"now\" is held to it");
+                }
+                true
+            }
+            Err(e) => {
+                if !retried {
+                    tracing::warn!("cannot read the server's time at start: {e}");
+                }
+                false
+            }
+        }
     }
 
     /// Notes that the catch-up is over: anchored on the server's time read from `js`, or, if
     /// it cannot be read, on the newest entry noted when `newest_entry_stands` (a service that
     /// follows every subject of its cluster, whose newest entry is recent), else on nothing
-    /// until an entry arrives live ([`HeldClock::reached_tail`]).
+    /// until an entry arrives live ([`HeldClock::reached_tail`]; the caller may
+    /// [try again](HeldClock::try_anchor) later).
     pub async fn caught_up_with(&mut self, js: &jetstream::Context, newest_entry_stands: bool) {
-        match server_time_ms(js).await {
-            Ok(server_ms) => self.anchor(server_ms),
-            Err(e) => {
-                tracing::warn!(
-                    "{e}: the log's time is taken from the entries that arrive from now on"
-                );
-                if newest_entry_stands {
-                    self.caught_up();
-                } else {
-                    self.reached_tail();
-                }
-            }
+        if self.try_anchor(js, false).await {
+            return;
+        }
+        if newest_entry_stands {
+            tracing::warn!("the newest entry stands for the log's time until one arrives live");
+            self.caught_up();
+        } else {
+            tracing::warn!(
+                "\"now\" is held to the log's time only from below until an entry arrives live \
+                 or the server's time is read"
+            );
+            self.reached_tail();
         }
     }
 

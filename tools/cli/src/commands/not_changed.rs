@@ -33,9 +33,12 @@ impl NodesNotChanged {
         self.failed.push((node.to_owned(), why));
     }
 
-    /// Whether `node` could not be changed.
-    pub fn failed(&self, node: &str) -> bool {
-        self.failed.iter().any(|(n, _)| n == node)
+    /// Whether `node` is surely as it was: its change failed, and not for want of an
+    /// acknowledgement (a write never acknowledged may have landed).
+    pub fn surely_unchanged(&self, node: &str) -> bool {
+        self.failed
+            .iter()
+            .any(|(n, e)| n == node && !outcome_unknown(e))
     }
 
     /// Whether some node's write may have landed: its acknowledgement never came.
@@ -117,7 +120,9 @@ mod tests {
         not_changed.note("n1", anyhow::anyhow!("removed meanwhile"));
         assert!(!not_changed.outcome_unknown(), "a refusal is an answer");
         not_changed.note("n2", unacknowledged());
-        assert!(not_changed.failed("n2") && !not_changed.failed("n3"));
+        assert!(not_changed.surely_unchanged("n1"));
+        assert!(!not_changed.surely_unchanged("n2"), "may have landed");
+        assert!(!not_changed.surely_unchanged("n3"), "changed");
         let e = not_changed.finish().unwrap_err();
         assert!(outcome_unknown(&e));
         let text = e.to_string();

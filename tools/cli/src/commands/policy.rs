@@ -551,7 +551,7 @@ where
     if let Some(fold) = &fold {
         let mut after = fold.state().inventory().clone();
         for (name, gpus) in &inventory.nodes {
-            if !not_changed.failed(name) {
+            if !not_changed.surely_unchanged(name) {
                 after.register(name, *gpus);
             }
         }

@@ -474,7 +474,7 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
                 }
             }
             let mut after = fold.state().inventory().clone();
-            for name in nodes.iter().filter(|n| !not_changed.failed(n)) {
+            for name in nodes.iter().filter(|n| !not_changed.surely_unchanged(n)) {
                 after.remove(name);
             }
             if let Some(warning) = strand::stranded_warning(&strand::stranded(fold.state(), &after))
