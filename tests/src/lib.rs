@@ -370,6 +370,29 @@ pub fn bench_arg<T: std::str::FromStr>(name: &str) -> Option<T> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Runs the standard-library Python launcher (`tools/launcher-py/fairshare_submit.py`) against
+/// the server at `url` for [`CLUSTER`] with `args`, its environment's nkey left out.
+///
+/// # Panics
+/// If python3 cannot be run (the README's commands need it too).
+pub async fn python_submit(url: &str, args: &[&std::ffi::OsStr]) -> std::process::Output {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tools/launcher-py/fairshare_submit.py"
+    );
+    let mut command = std::process::Command::new("python3");
+    command
+        .arg(script)
+        .args(["--url", url, "--cluster", CLUSTER])
+        .args(args)
+        .env_remove("FAIRSHARE_NATS_NKEY");
+    match tokio::task::spawn_blocking(move || command.output()).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(e)) => panic!("python3 does not run: {e}"),
+        Err(e) => panic!("the python3 task failed: {e}"),
+    }
+}
+
 /// A task that runs until its stop is sent: `run` gets the shutdown future a service's `serve`
 /// (or the launcher's `runner::run`) takes.
 pub fn spawn_until_stopped<T, Fut>(

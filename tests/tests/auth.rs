@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use fairshare_e2e::{BUDGET, CLUSTER, INVENTORY, accepted, request, spawn_until_stopped};
+use fairshare_e2e::{
+    BUDGET, CLUSTER, INVENTORY, accepted, python_submit, request, spawn_until_stopped,
+};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::streams::{EVENTS_STREAM, INTAKE_CONSUMER, INTAKE_STREAM};
 use fairshare_events::{DecodeError, codec, subjects};
@@ -69,34 +71,45 @@ async fn stored(js: &jetstream::Context, subject: String, payload: bytes::Bytes)
     }
 }
 
-#[tokio::test]
-async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets() {
-    let dir = tempfile::tempdir().unwrap();
-    let block = auth::init(dir.path()).unwrap();
+/// A server configured with `fairshare auth init`'s identities (seeds under the test's
+/// directory), with the streams, the budget and the nodes the operator put in place.
+struct Secured {
+    server: NatsServer,
+    /// The operator's connection (kept open) and its JetStream context.
+    _op: async_nats::Client,
+    op_js: jetstream::Context,
+}
+
+async fn secured(dir: &Path) -> Secured {
+    let block = auth::init(dir).unwrap();
     let server = NatsServer::start_with_config(&block).unwrap();
-
-    // Nobody gets in without a role's seed.
-    assert!(
-        async_nats::connect(server.url()).await.is_err(),
-        "an anonymous connection must be refused"
-    );
-
-    // The operator puts the streams and the policy in place.
-    let (_op, op_js) = as_role(&server, dir.path(), Role::Operator).await;
+    let (op, op_js) = as_role(&server, dir, Role::Operator).await;
     fairshare_runtime::nats::ensure_streams(&op_js, 1)
         .await
         .unwrap();
-    let budget = files::parse_budget(BUDGET).unwrap();
-    fairshare_runtime::admin::set_budget(&op_js, 1, budget.clone())
+    fairshare_runtime::admin::set_budget(&op_js, 1, files::parse_budget(BUDGET).unwrap())
         .await
         .unwrap();
     let nodes = files::parse_inventory(INVENTORY).unwrap().registrations();
     fairshare_runtime::admin::register_nodes(&op_js, 1, nodes)
         .await
         .unwrap();
+    Secured {
+        server,
+        _op: op,
+        op_js,
+    }
+}
 
-    // The submission service runs as its own role and answers a launcher's request.
-    let (submission, _) = as_role(&server, dir.path(), Role::Submission).await;
+/// The submission service serving as its own role until the stop is sent.
+async fn serve_submission(
+    server: &NatsServer,
+    dir: &Path,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), fairshare_submission::shell::ServiceError>>,
+) {
+    let (submission, _) = as_role(server, dir, Role::Submission).await;
     let service = fairshare_submission::shell::Service::start(
         submission,
         fairshare_submission::Config::default(),
@@ -104,7 +117,23 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
     )
     .await
     .unwrap();
-    let (stop, serving) = spawn_until_stopped(|stopped| service.serve(stopped));
+    spawn_until_stopped(|stopped| service.serve(stopped))
+}
+
+#[tokio::test]
+async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets() {
+    let dir = tempfile::tempdir().unwrap();
+    let Secured { server, _op, op_js } = secured(dir.path()).await;
+    let budget = files::parse_budget(BUDGET).unwrap();
+
+    // Nobody gets in without a role's seed.
+    assert!(
+        async_nats::connect(server.url()).await.is_err(),
+        "an anonymous connection must be refused"
+    );
+
+    // The submission service runs as its own role and answers a launcher's request.
+    let (stop, serving) = serve_submission(&server, dir.path()).await;
     let (launcher, launcher_js) = as_role(&server, dir.path(), Role::Launcher).await;
     let reply = tokio::time::timeout(
         Duration::from_secs(10),
@@ -383,6 +412,42 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
         .await
         .unwrap();
 
+    let _ = stop.send(());
+    serving.await.unwrap().unwrap();
+}
+
+/// The standard-library Python launcher under the same identities: with the launcher's seed
+/// (`--nkey`) it signs the server's nonce and its submission is accepted; without one it says
+/// what to give and submits nothing (exit 4, not a retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_launcher_submits_with_the_launcher_nkey() {
+    let dir = tempfile::tempdir().unwrap();
+    let Secured { server, _op, .. } = secured(dir.path()).await;
+    let (stop, serving) = serve_submission(&server, dir.path()).await;
+    let url = server.url();
+    let job = [
+        "--allocation",
+        "research/nlp",
+        "--min-runtime",
+        "60",
+        "--key",
+        "py-auth",
+    ];
+    let job: Vec<&std::ffi::OsStr> = job.iter().map(std::ffi::OsStr::new).collect();
+    let seed = auth::seed_path(dir.path(), Role::Launcher);
+    let with_seed = [&job[..], &["--nkey".as_ref(), seed.as_os_str()]].concat();
+    let without = python_submit(&url, &job).await;
+    assert_eq!(without.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&without.stderr).contains("--nkey"));
+    let with = python_submit(&url, &with_seed).await;
+    let said = String::from_utf8_lossy(&with.stdout).into_owned();
+    assert_eq!(
+        with.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    assert!(said.starts_with("accepted job "), "{said}");
     let _ = stop.send(());
     serving.await.unwrap().unwrap();
 }

@@ -7,25 +7,14 @@
 
 use std::process::Output;
 
-use fairshare_e2e::{CLUSTER, Stack};
+use fairshare_e2e::Stack;
 use fairshare_events::pb::event::Body;
 use fairshare_submission::Config;
 
 /// Runs the Python launcher against `stack` with `args`.
 async fn python_submit(stack: &Stack, args: &[&str]) -> Output {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tools/launcher-py/fairshare_submit.py"
-    );
-    let mut command = std::process::Command::new("python3");
-    command
-        .arg(script)
-        .args(["--url", &stack.server.url(), "--cluster", CLUSTER])
-        .args(args);
-    tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .expect("python3 runs (the README's commands need it too)")
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    fairshare_e2e::python_submit(&stack.server.url(), &args).await
 }
 
 /// A 1-GPU submission under `key` that waits 1 s for an answer.

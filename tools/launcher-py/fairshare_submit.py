@@ -8,8 +8,9 @@ and message. The same idempotency key sent again gets the same job id back.
 
 It speaks the two wire formats itself, so it needs nothing but python3:
 - NATS: the text protocol (CONNECT, SUB, PUB with a reply subject, MSG and HMSG, PING/PONG),
-  for a server without authentication or TLS. With per-service nkeys (`fairshare auth init`),
-  use a NATS client library that signs the server's nonce instead.
+  for a server without TLS. With per-service nkeys (`fairshare auth init`), give the launcher's
+  seed (`--nkey .run/auth/launcher.nk`, or FAIRSHARE_NATS_NKEY): it signs the server's nonce
+  (Ed25519, `nkey.py`).
 - Protobuf: varints and length-delimited fields, by the field numbers of the .proto. The
   rejection codes' names are read from the .proto itself, so they cannot drift.
 
@@ -21,7 +22,8 @@ nobody to hand the request to, so nothing was submitted), 2 bad arguments, 3 the
 not known (no server or service answered, the reply did not decode, or the service could not
 confirm the write, `UNAVAILABLE`): retry with the key printed and the same arguments, which
 never makes a second job (another request with that key is refused as `KEY_REUSED`); 4 the
-server wants authentication or TLS, or the URL is not one, which this script cannot help.
+server wants TLS, or authentication and no `--nkey` was given, or it refused the identity, or
+the URL is not one: nothing was submitted.
 `--url` (or FAIRSHARE_NATS_URL) may list a cluster's servers, comma-separated.
 """
 
@@ -33,6 +35,8 @@ import secrets
 import socket
 import sys
 from urllib.parse import urlparse
+
+import nkey
 
 SUBMIT_SUBJECT = "fairshare.api.submit"
 # `RejectionCode.REJECTION_CODE_UNAVAILABLE`: the outcome is not known, retry with the same key.
@@ -187,11 +191,11 @@ class NoResponders(Exception):
     """The server had no subscriber for the subject: the request reached no service."""
 
 
-def request(urls, subject, payload, timeout_s):
+def request(urls, subject, payload, timeout_s, seed=None):
     """One NATS request/reply; returns the reply's payload. `urls` may name several servers of
     a cluster, comma-separated (as FAIRSHARE_NATS_URL does): each is tried in turn until one
     answers. Trying the next after a timeout is safe for a submission: its key makes a repeat
-    the same job."""
+    the same job. `seed`: a user nkey's 32 bytes, for a server that wants authentication."""
     members = [u.strip() for u in urls.split(",") if u.strip()]
     if not members:
         raise Unsupported(f"no NATS server URL given: {urls!r}")
@@ -199,7 +203,7 @@ def request(urls, subject, payload, timeout_s):
     nobody = 0
     for url in members:
         try:
-            return request_one(url, subject, payload, timeout_s)
+            return request_one(url, subject, payload, timeout_s, seed)
         except NoResponders as e:
             nobody += 1
             failures.append(f"{url}: {e}")
@@ -211,7 +215,7 @@ def request(urls, subject, payload, timeout_s):
     raise NoAnswer("; ".join(failures))
 
 
-def request_one(url, subject, payload, timeout_s):
+def request_one(url, subject, payload, timeout_s, seed=None):
     """One NATS request/reply over a fresh connection to one server."""
     try:
         parsed = urlparse(url if "://" in url else "nats://" + url)
@@ -229,13 +233,22 @@ def request_one(url, subject, payload, timeout_s):
             server = json.loads(info[5:])
         except ValueError:
             server = {}
-        for need, what in (("auth_required", "authentication"), ("tls_required", "TLS")):
-            if server.get(need):
-                raise Unsupported(
-                    f"the server at {host}:{port} requires {what}, which this script does not "
-                    "do: use a NATS client library")
+        if server.get("tls_required"):
+            raise Unsupported(
+                f"the server at {host}:{port} requires TLS, which this script does not do: use "
+                "a NATS client library")
         connect = {"verbose": False, "pedantic": False, "name": "fairshare-submit.py",
                    "lang": "python", "version": "1"}
+        if server.get("auth_required"):
+            if seed is None:
+                raise Unsupported(
+                    f"the server at {host}:{port} requires authentication: give the launcher's "
+                    "nkey seed with --nkey (`fairshare auth init` writes .run/auth/launcher.nk)")
+            if not isinstance(server.get("nonce"), str):
+                raise Unsupported(
+                    f"the server at {host}:{port} sent no nonce to sign: it does not take nkeys "
+                    "(credentials files are for a NATS client library)")
+            connect.update(nkey.connect_fields(seed, server["nonce"]))
         if server.get("headers"):
             # Then the server answers a request nobody subscribes to with a 503 status at
             # once, instead of leaving it to the timeout.
@@ -251,7 +264,11 @@ def request_one(url, subject, payload, timeout_s):
                 if line.startswith(b"PING"):
                     sock.sendall(b"PONG\r\n")
                 elif line.startswith(b"-ERR"):
-                    raise NoAnswer(line.decode().strip())
+                    text = line.decode(errors="replace").strip()
+                    if "authorization violation" in text.lower():
+                        # Refused at CONNECT: nothing was published.
+                        raise Unsupported(f"the server at {host}:{port} refused this identity: {text}")
+                    raise NoAnswer(text)
                 elif line.startswith(b"MSG "):
                     size = int(line.split()[-1])
                     data = stream.read(size + 2)
@@ -301,14 +318,24 @@ def main(argv=None):
     p.add_argument("--name", default="")
     p.add_argument("--key", default=None, help="idempotency key (default: a fresh random one)")
     p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--nkey", default=os.environ.get("FAIRSHARE_NATS_NKEY"),
+                   help="the launcher's nkey seed file, for a server with `fairshare auth init`'s "
+                        "authorization block (e.g. .run/auth/launcher.nk)")
     args = p.parse_args(argv)
+    seed = None
+    if args.nkey:
+        try:
+            with open(args.nkey, encoding="ascii") as fh:
+                seed = nkey.user_seed(fh.read())
+        except (OSError, ValueError) as e:
+            p.error(f"--nkey {args.nkey}: {e}")
     key = args.key or "py-" + secrets.token_hex(8)
     spec = job_spec(args.cluster, args.allocation, args.user, args.gpus, args.nodes,
                     args.min_runtime, args.resumable, args.priority, args.time_limit,
                     args.payload.encode(), args.name)
     try:
         reply = submit_reply(request(args.url, SUBMIT_SUBJECT, submit_request(key, spec),
-                                     args.timeout))
+                                     args.timeout, seed))
     except Unsupported as e:
         print(str(e), file=sys.stderr)
         return 4

@@ -3,15 +3,18 @@ tests/tests/python_launcher.rs against a real server and the submission service)
 
 import contextlib
 import io
+import json
 import os
 import socket
 import sys
+import tempfile
 import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fairshare_submit as f  # noqa: E402
+import nkey  # noqa: E402
 
 
 class Varints(unittest.TestCase):
@@ -76,8 +79,9 @@ def reply_message(body):
     return b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
 
 
-def fake_server(info, reply):
-    """A one-connection server that sends `info`, then, once the PUB is in, `reply`."""
+def fake_server(info, reply, received=None):
+    """A one-connection server that sends `info`, then, once the PUB is in, `reply`; what the
+    client sent goes into the list `received`, if given."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
@@ -92,6 +96,8 @@ def fake_server(info, reply):
                 if not chunk:
                     return
                 seen += chunk
+            if received is not None:
+                received.append(seen)
             inbox = seen.split(b"SUB ")[1].split()[0]
             conn.sendall(reply.replace(b"INBOX", inbox))
         listener.close()
@@ -113,6 +119,42 @@ class Exits(unittest.TestCase):
         code, err = self.run_main(url)
         self.assertEqual(code, 4)
         self.assertIn("requires authentication", err)
+
+    def seed_file(self, seed):
+        """A seed file as `fairshare auth init` writes one; removed after the test."""
+        with tempfile.NamedTemporaryFile("w", suffix=".nk", delete=False) as fh:
+            fh.write(nkey.seed_text(seed) + "\n")
+        self.addCleanup(os.unlink, fh.name)
+        return fh.name
+
+    def test_with_an_nkey_the_client_signs_the_servers_nonce(self):
+        seed = bytes(range(32))
+        path = self.seed_file(seed)
+        accepted = f.field(1, f.LEN, f.field(1, f.LEN, b"job-1") + f.field(2, f.VARINT, 7))
+        received = []
+        url = fake_server(b'INFO {"auth_required":true,"nonce":"n0nce"}\r\n', reply_message(accepted),
+                          received)
+        out = io.StringIO()
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(out):
+            code = f.main(["--url", url, "--cluster", "c", "--allocation", "a",
+                           "--min-runtime", "60", "--key", "k", "--timeout", "2",
+                           "--nkey", path])
+        self.assertEqual(code, 0, out.getvalue())
+        connect = json.loads(received[0].split(b"CONNECT ")[1].split(b"\r\n")[0])
+        self.assertEqual(connect["nkey"], nkey.user_public(seed))
+        self.assertEqual(connect["sig"], nkey.connect_fields(seed, "n0nce")["sig"])
+
+    def test_a_refused_identity_is_final_not_a_retry(self):
+        url = fake_server(b'INFO {"auth_required":true,"nonce":"x"}\r\n',
+                          b"-ERR 'Authorization Violation'\r\n")
+        path = self.seed_file(bytes(32))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = f.main(["--url", url, "--cluster", "c", "--allocation", "a",
+                           "--min-runtime", "60", "--key", "k", "--timeout", "2",
+                           "--nkey", path])
+        self.assertEqual(code, 4)
+        self.assertIn("refused this identity", err.getvalue())
 
     def test_a_reply_that_does_not_decode_means_retry_with_the_key(self):
         url = fake_server(b"INFO {}\r\n", b"MSG INBOX 1 3\r\n\xff\xff\xff\r\n")
