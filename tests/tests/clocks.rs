@@ -1,6 +1,7 @@
 //! Services on a host whose clock is wrong, against a real nats-server: the decision service
 //! on a clock a day behind decides at the log's time, never before it (a cycle in the past
-//! would admit work beside a maintenance window as though the window were further off); the
+//! would admit work beside a maintenance window as though the window were further off), and on
+//! one an hour ahead within a minute of it; the
 //! accounting service on a clock an hour ahead reports and snapshots windows ending at the
 //! log's time, not in the future (running jobs would be charged an hour they have not run).
 //! (The preemption service on a clock stepped ahead: `services/preemption/tests/e2e.rs`; the
@@ -16,30 +17,32 @@ use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::clock::{Clock, ManualClock, SystemClock};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_decision_host_clock_a_day_behind_decides_at_the_logs_time() {
+/// Submits a job, then starts the decision service on a host clock `off_ms` off the real one
+/// and waits for its placement: the real time just before the service started and once placed,
+/// and the placement's decision time and stamp.
+async fn placed_on_a_clock_off_by(off_ms: i64) -> (i64, i64, i64, i64) {
     let mut stack = Stack::start().await.unwrap();
     stack
         .start_submission(fairshare_submission::Config::default())
         .await
         .unwrap();
-    let before = SystemClock.now_ms();
     let job = accepted(&stack.submit(&request("late")).await.unwrap())
         .unwrap()
         .job_id
         .clone();
+    let before = SystemClock.now_ms();
     let client = async_nats::connect(stack.server.url()).await.unwrap();
-    let behind = ManualClock::new(before - 86_400_000);
+    let off = ManualClock::new(before + off_ms);
     let service = fairshare_decision::shell::Service::start(
         client,
         fairshare_decision::shell::Config::new(CLUSTER),
-        Arc::new(behind),
+        Arc::new(off),
     )
     .await
     .unwrap();
     let serving = tokio::spawn(service.serve(std::future::pending::<()>()));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let basis = loop {
+    let (at_ms, basis) = loop {
         let placed = stack
             .all_events()
             .await
@@ -55,12 +58,27 @@ async fn a_decision_host_clock_a_day_behind_decides_at_the_logs_time() {
         assert!(std::time::Instant::now() < deadline, "{job} never placed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    let after = SystemClock.now_ms();
     serving.abort();
-    let (at_ms, basis) = basis;
-    let computed_at = basis.unwrap().computed_at_ms;
+    (before, after, basis.unwrap().computed_at_ms, at_ms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_host_clock_a_day_behind_decides_at_the_logs_time() {
+    let (before, _, computed_at, at_ms) = placed_on_a_clock_off_by(-86_400_000).await;
     assert!(
         computed_at >= before && at_ms >= before,
         "decided at {computed_at} (stamped {at_ms}), before the log's time {before}"
+    );
+}
+
+/// A cycle an hour ahead would charge every running job an hour it has not run when ranking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_host_clock_an_hour_ahead_decides_within_a_minute_of_the_logs_time() {
+    let (before, after, computed_at, at_ms) = placed_on_a_clock_off_by(3_600_000).await;
+    assert!(
+        computed_at >= before && computed_at <= after + 60_000 && at_ms == computed_at,
+        "decided at {computed_at} (stamped {at_ms}), the server's time was {before}..{after}"
     );
 }
 

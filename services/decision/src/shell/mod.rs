@@ -29,9 +29,10 @@
 //!   one per `debounce`, see `pace`), and every `cycle_every` regardless. Cycle numbers grow
 //!   monotonically, also across restarts (they continue from the highest cycle any placement
 //!   in the log names).
-//! - A cycle runs [`decide()`](crate::domain::decide()) at the clock's "now" (never before the
-//!   newest time the stream stored an entry at: a host clock set back would decide in the
-//!   past) and publishes each
+//! - A cycle runs [`decide()`](crate::domain::decide()) at the clock's "now", held to the
+//!   log's time ([`HeldClock`]: never before the newest time the stream stored an entry at, or
+//!   a host clock set back would decide in the past; never more than a minute past the log's
+//!   time, or one set ahead would charge running jobs for time not yet run) and publishes each
 //!   placement (see `publish`: deterministic message id `placed:<job>:<expected>` and
 //!   optimistic concurrency over the job's subjects, expected = the newest event of the job
 //!   the state had folded, so a placement never lands after a cancel).
@@ -75,6 +76,7 @@ use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
+use fairshare_runtime::held_clock::HeldClock;
 use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::retry::failure_backoff;
@@ -195,7 +197,11 @@ pub struct Service {
     events: jetstream::stream::Stream,
     follower: Follower,
     fold: LogFold,
-    clock: Arc<dyn Clock>,
+    /// "Now": the host's clock held to the log's time, never before its newest entry (a host
+    /// clock set back would decide in the past: admit work beside a maintenance window as
+    /// though the window were further off, and the window then cuts the job inside its
+    /// minimum runtime) nor more than a minute past it.
+    now: HeldClock,
     board: explain::Publisher,
     next_cycle: u64,
     /// Placements whose outcome the next cycle must know first (see [`publish::settle`]).
@@ -213,9 +219,6 @@ pub struct Service {
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
-    /// The newest time the stream stored an entry at, of those folded by this start: "now" is
-    /// never before it ([`Service::now_ms`]).
-    log_time_ms: i64,
 }
 
 impl Service {
@@ -256,15 +259,19 @@ impl Service {
         )
         .await?;
         follower.expect_log(&log)?;
-        let mut log_time_ms = i64::MIN;
+        let mut now = HeldClock::new(
+            clock,
+            "no work is admitted beside a maintenance window as though the window were further off",
+        );
         let applied = follower
             .catch_up(|entry| {
                 let _span = telemetry::entry_span("decision", &entry, Relation::Linked);
                 entry.report_if_undecodable();
-                log_time_ms = log_time_ms.max(entry.stored_ms.unwrap_or(i64::MIN));
+                now.observe(&entry);
                 fold.apply(&entry);
             })
             .await?;
+        now.caught_up_with(&js, true).await;
         tracing::info!(
             cluster = config.cluster,
             resumed_from,
@@ -297,7 +304,7 @@ impl Service {
             events,
             follower,
             fold,
-            clock,
+            now,
             board: explain::Publisher::new(),
             next_cycle,
             unresolved: Vec::new(),
@@ -306,7 +313,6 @@ impl Service {
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
-            log_time_ms,
         };
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
         service.checkpoint();
@@ -427,9 +433,7 @@ impl Service {
                     Some(Ok(entry)) => {
                         let _span = telemetry::entry_span("decision", &entry, Relation::Child);
                         entry.report_if_undecodable();
-                        if let Some(stored) = entry.stored_ms {
-                            self.log_time_ms = self.log_time_ms.max(stored);
-                        }
+                        self.now.observe(&entry);
                         match self.fold.apply(&entry) {
                             Applied::Changed => pacer.changed(Instant::now()),
                             Applied::Placed => {}
@@ -456,7 +460,8 @@ impl Service {
                 // every cycle, waiting for as long as they keep coming.
                 Some(message) = self.explain_requests.next() => {
                     // Computed synchronously: no borrow of the service is held across the send.
-                    if let Some((reply_to, reply)) = self.explain_reply(&message) {
+                    let now = self.now_ms();
+                    if let Some((reply_to, reply)) = self.explain_reply(&message, now) {
                         let client = self.client.clone();
                         if let Err(e) = client.publish(reply_to, reply).await {
                             tracing::warn!("could not send explain reply: {e}");
@@ -528,16 +533,18 @@ impl Service {
     fn explain_reply(
         &self,
         message: &async_nats::Message,
+        now_ms: i64,
     ) -> Option<(async_nats::Subject, bytes::Bytes)> {
         use fairshare_events::{codec, pb};
         let reply_to = fairshare_runtime::reply::inbox_or_warn(message)?;
         if *message.subject == *subjects::queue_api(&self.config.cluster) {
-            return Some((reply_to, codec::encode(&self.queue_reply(&message.payload))));
+            return Some((
+                reply_to,
+                codec::encode(&self.queue_reply(&message.payload, now_ms)),
+            ));
         }
         let result = match codec::decode_explain_request(&message.payload) {
-            Ok(request) => {
-                crate::domain::explain(self.fold.state(), &request.job_id, self.now_ms())
-            }
+            Ok(request) => crate::domain::explain(self.fold.state(), &request.job_id, now_ms),
             Err(e) => Err(pb::Rejection {
                 code: pb::RejectionCode::Malformed as i32,
                 message: e.to_string(),
@@ -553,10 +560,10 @@ impl Service {
     }
 
     /// The reply to one queue listing request, from the current state.
-    fn queue_reply(&self, payload: &[u8]) -> fairshare_events::pb::QueueReply {
+    fn queue_reply(&self, payload: &[u8], now_ms: i64) -> fairshare_events::pb::QueueReply {
         use fairshare_events::{codec, pb};
         let result = match codec::decode_queue_request(payload) {
-            Ok(request) => crate::domain::listing(self.fold.state(), &request, self.now_ms()),
+            Ok(request) => crate::domain::listing(self.fold.state(), &request, now_ms),
             Err(e) => Err(pb::Rejection {
                 code: pb::RejectionCode::Malformed as i32,
                 message: e.to_string(),
@@ -577,12 +584,9 @@ impl Service {
         reply
     }
 
-    /// "Now" for the domain: the clock's, but never before the log's time. A host clock
-    /// stepped back would otherwise decide in the past: admit work beside a maintenance window
-    /// as though the window were further off, and the window then cuts the job inside its
-    /// minimum runtime.
-    fn now_ms(&self) -> i64 {
-        self.clock.now_ms().max(self.log_time_ms)
+    /// "Now" for the domain: the clock's, held to the log's time ([`HeldClock`]).
+    fn now_ms(&mut self) -> i64 {
+        self.now.now_ms()
     }
 
     /// Runs one cycle: what became of its placements, and how long deciding took (without
