@@ -417,8 +417,8 @@ async fn each_role_does_its_own_work_and_a_launcher_cannot_decide_or_set_budgets
 }
 
 /// The standard-library Python launcher under the same identities: with the launcher's seed
-/// (`--nkey`) it signs the server's nonce and its submission is accepted; without one it says
-/// what to give and submits nothing (exit 4, not a retry).
+/// (`--nkey`) it signs the server's nonce and its submission is accepted; without one, or with
+/// a seed the server does not know, it says so and submits nothing (exit 4, not a retry).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_launcher_submits_with_the_launcher_nkey() {
     let dir = tempfile::tempdir().unwrap();
@@ -439,6 +439,19 @@ async fn a_python_launcher_submits_with_the_launcher_nkey() {
     let without = python_submit(&url, &job).await;
     assert_eq!(without.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&without.stderr).contains("--nkey"));
+    // A seed the server does not know: refused at CONNECT, nothing submitted (exit 4, not a
+    // retry). Before the client waited for its PONG, the refusal raced the publish written
+    // right behind CONNECT and often read as a lost answer (exit 3); tried a few times.
+    let stranger = tempfile::tempdir().unwrap();
+    auth::init(stranger.path()).unwrap();
+    let unknown = auth::seed_path(stranger.path(), Role::Launcher);
+    let with_unknown = [&job[..], &["--nkey".as_ref(), unknown.as_os_str()]].concat();
+    for _ in 0..3 {
+        let refused = python_submit(&url, &with_unknown).await;
+        let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+        assert_eq!(refused.status.code(), Some(4), "{said}");
+        assert!(said.contains("nothing was submitted"), "{said}");
+    }
     let with = python_submit(&url, &with_seed).await;
     let said = String::from_utf8_lossy(&with.stdout).into_owned();
     assert_eq!(

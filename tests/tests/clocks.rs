@@ -18,21 +18,22 @@ use fairshare_events::{codec, subjects};
 use fairshare_runtime::clock::{Clock, ManualClock, SystemClock};
 
 /// Submits a job, then starts the decision service on a host clock `off_ms` off the real one
-/// and waits for its placement: the real time just before the service started and once placed,
-/// and the placement's decision time and stamp.
+/// and waits for its placement: the real time just before the submission and once placed, and
+/// the placement's decision time and stamp.
 async fn placed_on_a_clock_off_by(off_ms: i64) -> (i64, i64, i64, i64) {
     let mut stack = Stack::start().await.unwrap();
     stack
         .start_submission(fairshare_submission::Config::default())
         .await
         .unwrap();
+    // Read before the submission, the newest entry when the service starts.
+    let before = SystemClock.now_ms();
     let job = accepted(&stack.submit(&request("late")).await.unwrap())
         .unwrap()
         .job_id
         .clone();
-    let before = SystemClock.now_ms();
     let client = async_nats::connect(stack.server.url()).await.unwrap();
-    let off = ManualClock::new(before + off_ms);
+    let off = ManualClock::new(SystemClock.now_ms() + off_ms);
     let service = fairshare_decision::shell::Service::start(
         client,
         fairshare_decision::shell::Config::new(CLUSTER),

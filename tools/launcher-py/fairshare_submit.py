@@ -184,7 +184,8 @@ class NoAnswer(Exception):
 
 
 class Unsupported(Exception):
-    """The server wants what this script does not do (authentication, TLS)."""
+    """Nothing was submitted, and trying again will not help: the server wants what this script
+    does not do (TLS, or authentication without a seed), or refused the connection."""
 
 
 class NoResponders(Exception):
@@ -253,7 +254,25 @@ def request_one(url, subject, payload, timeout_s, seed=None):
             # Then the server answers a request nobody subscribes to with a 503 status at
             # once, instead of leaving it to the timeout.
             connect.update(headers=True, no_responders=True)
-        sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\n")
+        # CONNECT, then PING: the PONG says the server took the connection (the identity, if
+        # any) before anything is published. A refusal comes before it, and means nothing was
+        # submitted; the server closes the connection then, so a later write would fail as a
+        # broken pipe that reads like a lost answer.
+        sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+        try:
+            while True:
+                line = stream.readline()
+                if line.startswith(b"PONG"):
+                    break
+                if line.startswith(b"PING"):
+                    sock.sendall(b"PONG\r\n")
+                elif not line or line.startswith(b"-ERR"):
+                    text = line.decode(errors="replace").strip() or "the connection was closed"
+                    raise Unsupported(
+                        f"the server at {host}:{port} refused the connection ({text}): nothing "
+                        "was submitted")
+        except (socket.timeout, OSError) as e:
+            raise NoAnswer(f"no answer to CONNECT: {e}") from None
         sock.sendall(f"SUB {inbox} 1\r\nUNSUB 1 1\r\n".encode())
         sock.sendall(f"PUB {subject} {inbox} {len(payload)}\r\n".encode() + payload + b"\r\n")
         try:
@@ -264,11 +283,7 @@ def request_one(url, subject, payload, timeout_s, seed=None):
                 if line.startswith(b"PING"):
                     sock.sendall(b"PONG\r\n")
                 elif line.startswith(b"-ERR"):
-                    text = line.decode(errors="replace").strip()
-                    if "authorization violation" in text.lower():
-                        # Refused at CONNECT: nothing was published.
-                        raise Unsupported(f"the server at {host}:{port} refused this identity: {text}")
-                    raise NoAnswer(text)
+                    raise NoAnswer(line.decode(errors="replace").strip())
                 elif line.startswith(b"MSG "):
                     size = int(line.split()[-1])
                     data = stream.read(size + 2)

@@ -79,23 +79,37 @@ def reply_message(body):
     return b"MSG INBOX 1 " + str(len(body)).encode() + b"\r\n" + body + b"\r\n"
 
 
-def fake_server(info, reply, received=None):
-    """A one-connection server that sends `info`, then, once the PUB is in, `reply`; what the
-    client sent goes into the list `received`, if given."""
+def fake_server(info, reply, received=None, on_connect=b"PONG\r\n"):
+    """A one-connection server that sends `info`, answers the client's CONNECT and PING with
+    `on_connect` (a PONG; anything else, a refusal, closes the connection), then, once the PUB
+    is in, sends `reply`; what the client sent goes into the list `received`, if given."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
+
+    def read_until(conn, seen, marker):
+        while marker not in seen:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return None
+            seen += chunk
+        return seen
 
     def serve():
         conn, _ = listener.accept()
         with conn:
             conn.sendall(info)
-            seen = b""
-            while b"PUB " not in seen:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    return
-                seen += chunk
+            seen = read_until(conn, b"", b"PING")
+            if seen is None:
+                return
+            conn.sendall(on_connect)
+            if not on_connect.startswith(b"PONG"):
+                if received is not None:
+                    received.append(seen)
+                return
+            seen = read_until(conn, seen, b"PUB ")
+            if seen is None:
+                return
             if received is not None:
                 received.append(seen)
             inbox = seen.split(b"SUB ")[1].split()[0]
@@ -145,8 +159,8 @@ class Exits(unittest.TestCase):
         self.assertEqual(connect["sig"], nkey.connect_fields(seed, "n0nce")["sig"])
 
     def test_a_refused_identity_is_final_not_a_retry(self):
-        url = fake_server(b'INFO {"auth_required":true,"nonce":"x"}\r\n',
-                          b"-ERR 'Authorization Violation'\r\n")
+        url = fake_server(b'INFO {"auth_required":true,"nonce":"x"}\r\n', b"",
+                          on_connect=b"-ERR 'Authorization Violation'\r\n")
         path = self.seed_file(bytes(32))
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -154,7 +168,8 @@ class Exits(unittest.TestCase):
                            "--min-runtime", "60", "--key", "k", "--timeout", "2",
                            "--nkey", path])
         self.assertEqual(code, 4)
-        self.assertIn("refused this identity", err.getvalue())
+        self.assertIn("refused the connection", err.getvalue())
+        self.assertIn("nothing was submitted", err.getvalue())
 
     def test_a_reply_that_does_not_decode_means_retry_with_the_key(self):
         url = fake_server(b"INFO {}\r\n", b"MSG INBOX 1 3\r\n\xff\xff\xff\r\n")

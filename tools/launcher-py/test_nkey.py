@@ -1,6 +1,6 @@
 """Unit tests of `nkey.py`: Ed25519 by the RFC 8032 test vectors, the nkeys text forms, and the
 CONNECT fields (the end-to-end test against a real server with `fairshare auth init`'s identities
-is tests/tests/python_launcher.rs)."""
+is `a_python_launcher_submits_with_the_launcher_nkey` in tests/tests/auth.rs)."""
 
 import base64
 import os

@@ -78,7 +78,13 @@ pub struct HeldClock {
     spares: &'static str,
     /// Whether the server's time was read ([`HeldClock::anchor`]).
     anchored: bool,
+    /// The monotonic reading of the last failed read of the server's time, if any
+    /// ([`HeldClock::retry_anchor`] waits [`ANCHOR_RETRY_MS`] after it).
+    anchor_failed_at: Option<i64>,
 }
+
+/// How long after a failed read of the server's time the next is tried.
+const ANCHOR_RETRY_MS: i64 = 30_000;
 
 impl HeldClock {
     /// Reads `clock`, held to the log's time once entries are noted; `spares` says, for the
@@ -90,6 +96,7 @@ impl HeldClock {
             held: false,
             spares,
             anchored: false,
+            anchor_failed_at: None,
         }
     }
 
@@ -114,14 +121,9 @@ impl HeldClock {
         self.anchored = true;
     }
 
-    /// Whether the server's time was read since the start ([`HeldClock::anchor`]).
-    pub fn anchored(&self) -> bool {
-        self.anchored
-    }
-
     /// Reads the server's time from `js` and anchors on it; on failure, says why once per
     /// start (`retried`: a later try, which stays quiet) and leaves the clock as it was.
-    pub async fn try_anchor(&mut self, js: &jetstream::Context, retried: bool) -> bool {
+    async fn try_anchor(&mut self, js: &jetstream::Context, retried: bool) -> bool {
         match server_time_ms(js).await {
             Ok(server_ms) => {
                 self.anchor(server_ms);
@@ -131,6 +133,7 @@ impl HeldClock {
                 true
             }
             Err(e) => {
+                self.anchor_failed_at = Some(self.clock.monotonic_ms());
                 if !retried {
                     tracing::warn!("cannot read the server's time at start: {e}");
                 }
@@ -139,11 +142,25 @@ impl HeldClock {
         }
     }
 
+    /// After a start that could not read the server's time, tries again, at most every
+    /// [`ANCHOR_RETRY_MS`]; does nothing once it has been read.
+    pub async fn retry_anchor(&mut self, js: &jetstream::Context) {
+        if self.anchored {
+            return;
+        }
+        let since = self
+            .anchor_failed_at
+            .map(|at| self.clock.monotonic_ms().saturating_sub(at));
+        if since.is_none_or(|ms| ms >= ANCHOR_RETRY_MS) {
+            self.try_anchor(js, true).await;
+        }
+    }
+
     /// Notes that the catch-up is over: anchored on the server's time read from `js`, or, if
-    /// it cannot be read, on the newest entry noted when `newest_entry_stands` (a service that
-    /// follows every subject of its cluster, whose newest entry is recent), else on nothing
-    /// until an entry arrives live ([`HeldClock::reached_tail`]; the caller may
-    /// [try again](HeldClock::try_anchor) later).
+    /// it cannot be read, on the newest entry noted when `newest_entry_stands` (a service whose
+    /// newest entry is recent: the preemption service follows its cluster's usage snapshots,
+    /// published every minute at the latest), else on nothing until an entry arrives live
+    /// ([`HeldClock::reached_tail`]; the caller should [try again](HeldClock::retry_anchor)).
     pub async fn caught_up_with(&mut self, js: &jetstream::Context, newest_entry_stands: bool) {
         if self.try_anchor(js, false).await {
             return;

@@ -408,9 +408,7 @@ impl Service {
                     // A start that could not read the server's time tries again on each tick:
                     // until then "now" is held only from below (a quiet cluster may see no
                     // entry arrive live for hours).
-                    if !self.now.anchored() {
-                        self.now.try_anchor(&self.js, true).await;
-                    }
+                    self.now.retry_anchor(&self.js).await;
                     let now = self.read_now();
                     snapshots.publish_due(&self.fold, &self.js, now).await;
                 }

@@ -271,7 +271,9 @@ impl Service {
                 fold.apply(&entry);
             })
             .await?;
-        now.caught_up_with(&js, true).await;
+        // Should the server's time not be read, the newest entry does not stand for the log's
+        // time: on a quiet cluster it may be hours old, and "now" would be held that far back.
+        now.caught_up_with(&js, false).await;
         tracing::info!(
             cluster = config.cluster,
             resumed_from,
@@ -596,6 +598,8 @@ impl Service {
             .next_cycle
             .max(self.fold.last_cycle().saturating_add(1));
         self.next_cycle = cycle.saturating_add(1);
+        // A start that could not read the server's time tries again (at most every 30 s).
+        self.now.retry_anchor(&self.js).await;
         let now_ms = self.now_ms();
         let started = std::time::Instant::now();
         // One span per placement, open until its acknowledgement: a child of the job's
