@@ -76,7 +76,7 @@ pub struct HeldClock {
     /// What holding "now" to the log spares, for the warning ("no minimum runtime is cut
     /// short", say).
     spares: &'static str,
-    /// Whether the server's time was read ([`HeldClock::anchor`]).
+    /// Whether the server's time was read ([`LogClock::anchor`]).
     anchored: bool,
     /// The monotonic reading of the last failed read of the server's time, if any
     /// ([`HeldClock::retry_anchor`] waits [`ANCHOR_RETRY_MS`] after it).
@@ -108,14 +108,14 @@ impl HeldClock {
 
     /// Notes that the catch-up is over: the newest entry noted stands for the log's time until
     /// a live one arrives ([`LogClock::caught_up`]).
-    pub fn caught_up(&mut self) {
+    fn caught_up(&mut self) {
         let monotonic = self.clock.monotonic_ms();
         self.log.caught_up(monotonic);
     }
 
     /// Notes that the catch-up is over, the server's clock (the log's time) reading `server_ms`
     /// now ([`server_time_ms`]).
-    pub fn anchor(&mut self, server_ms: i64) {
+    fn anchor(&mut self, server_ms: i64) {
         let monotonic = self.clock.monotonic_ms();
         self.log.anchor(server_ms, monotonic);
         self.anchored = true;
@@ -143,7 +143,7 @@ impl HeldClock {
     }
 
     /// After a start that could not read the server's time, tries again, at most every
-    /// [`ANCHOR_RETRY_MS`]; does nothing once it has been read.
+    /// 30 s; does nothing once it has been read.
     pub async fn retry_anchor(&mut self, js: &jetstream::Context) {
         if self.anchored {
             return;
@@ -160,7 +160,7 @@ impl HeldClock {
     /// it cannot be read, on the newest entry noted when `newest_entry_stands` (a service whose
     /// newest entry is recent: the preemption service follows its cluster's usage snapshots,
     /// published every minute at the latest), else on nothing until an entry arrives live
-    /// ([`HeldClock::reached_tail`]; the caller should [try again](HeldClock::retry_anchor)).
+    /// ([`LogClock::reached_tail`]; the caller should [try again](HeldClock::retry_anchor)).
     pub async fn caught_up_with(&mut self, js: &jetstream::Context, newest_entry_stands: bool) {
         if self.try_anchor(js, false).await {
             return;
@@ -179,7 +179,7 @@ impl HeldClock {
 
     /// Notes that the catch-up is over without letting the newest entry noted stand for the
     /// log's time ([`LogClock::reached_tail`]): for a service that follows only some subjects.
-    pub fn reached_tail(&mut self) {
+    fn reached_tail(&mut self) {
         self.log.reached_tail();
     }
 

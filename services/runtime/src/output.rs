@@ -23,7 +23,7 @@ static HELD: Mutex<Option<String>> = Mutex::new(None);
 static HELD_FAILED: AtomicI32 = AtomicI32::new(0);
 
 /// Holds standard output back until the guard is dropped, then writes it all. Guards do not
-/// nest: an inner one writes nothing of its own. Unlike [`write`], a failure to write it out
+/// nest: an inner one writes nothing of its own. Unlike [`write()`], a failure to write it out
 /// does not end the process (the command may be returning an error, which must still be
 /// reported): it is kept for [`held_output_failed`].
 #[must_use = "output is held only while the guard lives"]
