@@ -393,35 +393,48 @@ fn fits_holes(
     set: &[Mover<'_>],
     now: i64,
 ) -> bool {
-    // Nodes that are not holes have no free GPUs as far as the moved jobs are concerned.
-    let free: Vec<u32> = view
+    // Only nodes with free GPUs can take a moved job (each holds at least one GPU), and in a
+    // cluster full enough to need packing they are few: the search reads them alone, in node
+    // order, rather than every node for every job of every set tried.
+    let holes: Vec<(usize, u32)> = view
         .nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| {
-            let hole = i != emptied && !off_limits.get(i).copied().unwrap_or(false);
-            if hole { n.free } else { 0 }
+        .filter(|&(i, n)| {
+            n.free > 0 && i != emptied && !off_limits.get(i).copied().unwrap_or(false)
         })
+        .map(|(i, n)| (i, n.free))
         .collect();
     let mut by_size = set.to_vec();
     by_size.sort_by_key(|m| std::cmp::Reverse(m.gpus));
-    let largest_first = best_fit_all(view, free.clone(), &by_size, now);
+    let largest_first = best_fit_all(view, holes.clone(), &by_size, now);
     by_size.reverse();
-    largest_first && best_fit_all(view, free, &by_size, now)
+    largest_first && best_fit_all(view, holes, &by_size, now)
 }
 
-fn best_fit_all(view: &View<'_>, mut free: Vec<u32>, order: &[Mover<'_>], now: i64) -> bool {
+/// Places each job of `order` in turn on the hole (`(node index, free GPUs)`, in node order)
+/// with the fewest free GPUs that holds it, lowest index on ties; false if one fits none.
+fn best_fit_all(
+    view: &View<'_>,
+    mut holes: Vec<(usize, u32)>,
+    order: &[Mover<'_>],
+    now: i64,
+) -> bool {
     order.iter().all(|m| {
-        let hole = view
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|&(i, n)| free[i] >= m.gpus && m.gpus > 0 && n.accepts(now, m.protected_until))
-            .min_by_key(|&(i, _)| (free[i], i))
-            .map(|(i, _)| i);
+        let hole = holes
+            .iter_mut()
+            .filter(|(i, free)| {
+                *free >= m.gpus
+                    && m.gpus > 0
+                    && view
+                        .nodes
+                        .get(*i)
+                        .is_some_and(|n| n.accepts(now, m.protected_until))
+            })
+            .min_by_key(|(i, free)| (*free, *i));
         match hole {
-            Some(i) => {
-                free[i] -= m.gpus;
+            Some((_, free)) => {
+                *free -= m.gpus;
                 true
             }
             None => false,
