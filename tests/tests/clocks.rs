@@ -16,6 +16,7 @@ use fairshare_e2e::{CLUSTER, Stack, accepted, request};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
 use fairshare_runtime::clock::{Clock, ManualClock, SystemClock};
+use fairshare_runtime::held_clock::HeldClock;
 
 /// Submits a job, then starts the decision service on a host clock `off_ms` off the real one
 /// and waits for its placement: the real time just before the submission and once placed, and
@@ -136,4 +137,39 @@ async fn an_accounting_host_clock_an_hour_ahead_ends_its_windows_at_the_logs_tim
         snapshot.at_ms, report.window_end_ms,
         "the snapshot's window too"
     );
+}
+
+/// A service that could not read the server's time when it caught up (here: no events stream
+/// yet) holds "now" only from below, so a host clock an hour ahead goes unheld; it reads the
+/// server's time again ([`HeldClock::retry_anchor`], which the accounting and decision services
+/// call on their timers), but not within 30 s of the failed read, and once it has read it,
+/// "now" is held to within a minute of the server's clock.
+#[tokio::test]
+async fn a_failed_read_of_the_servers_time_is_tried_again_after_30_s() {
+    let server = fairshare_testkit::NatsServer::start().unwrap();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let host = ManualClock::new(SystemClock.now_ms() + 3_600_000);
+    let mut now = HeldClock::new(Arc::new(host.clone()), "nothing");
+    now.caught_up_with(&js, false).await;
+    assert_eq!(now.now_ms(), host.now_ms(), "nothing to hold it to yet");
+    fairshare_runtime::nats::ensure_streams(&js, 1).await.unwrap();
+    now.retry_anchor(&js).await;
+    assert_eq!(now.now_ms(), host.now_ms(), "not tried again within 30 s");
+    host.advance(30_000);
+    let before = SystemClock.now_ms();
+    now.retry_anchor(&js).await;
+    let after = SystemClock.now_ms();
+    let held = now.now_ms();
+    // The host's monotonic clock stands still here, so the log's time is the server's reading.
+    assert!(
+        held >= before + 60_000 - 1_000 && held <= after + 60_000,
+        "held to {held}, a minute past the server's time {before}..{after}"
+    );
+    // From then on the log's time moves with the host's monotonic clock: 30 s on by it (the
+    // server's clock having moved only milliseconds), "now" has moved those 30 s, and a later
+    // retry sets nothing back.
+    host.advance(30_000);
+    now.retry_anchor(&js).await;
+    assert_eq!(now.now_ms(), held + 30_000);
 }
