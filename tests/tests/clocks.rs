@@ -153,7 +153,9 @@ async fn a_failed_read_of_the_servers_time_is_tried_again_after_30_s() {
     let mut now = HeldClock::new(Arc::new(host.clone()), "nothing");
     now.caught_up_with(&js, false).await;
     assert_eq!(now.now_ms(), host.now_ms(), "nothing to hold it to yet");
-    fairshare_runtime::nats::ensure_streams(&js, 1).await.unwrap();
+    fairshare_runtime::nats::ensure_streams(&js, 1)
+        .await
+        .unwrap();
     now.retry_anchor(&js).await;
     assert_eq!(now.now_ms(), host.now_ms(), "not tried again within 30 s");
     host.advance(30_000);

@@ -35,8 +35,8 @@ use crate::domain::{Applied, FoldConfig, MAX_AHEAD_OF_LOG_MS, Skip, UsageFold};
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes,
 /// or what it folds. 2: jobs remember whether they resume, and a placed state. 3: job events
 /// filed under another cluster than their job's are skipped. 4: preemption orders' grace
-/// deadlines stop the charge.
-const CHECKPOINT_VERSION: u32 = 4;
+/// deadlines stop the charge. 5: a start counts only for a placed job.
+const CHECKPOINT_VERSION: u32 = 5;
 
 /// Tag of this service's checkpoints: names the clusters folded (one, or every cluster), so a
 /// checkpoint folded with another cluster filter is rebuilt, not resumed: resumed, it would

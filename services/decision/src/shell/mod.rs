@@ -107,8 +107,8 @@ const STALL_WARNING: Duration = Duration::from_secs(10);
 /// on a subject they do not belong to are folded as empty. 10: a start stamped before its
 /// placement counts from the placement. 11: registered GPUs metered over the hour. 12: owed
 /// time under budget trees replaced mid-hour kept. 13: each job's user kept (the queue
-/// listing).
-const CHECKPOINT_VERSION: u32 = 13;
+/// listing). 14: event times held to a minute after the stream stored them.
+const CHECKPOINT_VERSION: u32 = 14;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).

@@ -116,7 +116,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// holds work where the log has it does not count. 11: a start stamped before its placement
 /// counts from the placement. 12: registered GPUs metered over the hour. 13: owed time under
 /// budget trees replaced mid-hour kept. 14: each job's user kept (the decision fold inside).
-const CHECKPOINT_VERSION: u32 = 14;
+/// 15: event times held to a minute after the stream stored them (the decision fold inside).
+const CHECKPOINT_VERSION: u32 = 15;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).

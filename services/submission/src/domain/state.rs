@@ -304,11 +304,16 @@ impl SubmissionState {
                 }
                 Applied::Applied
             }
-            Body::JobCancelled(e) => {
-                self.job_event(&e.job_id, sequence, Some(JobStatus::Cancelled { sequence }))
+            Body::JobCancelled(e) => self.end_job(
+                &e.job_id,
+                sequence,
+                JobStatus::Cancelled { sequence },
+                "job_cancelled",
+            ),
+            Body::JobFinished(e) => {
+                self.end_job(&e.job_id, sequence, JobStatus::Ended, "job_finished")
             }
-            Body::JobFinished(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Ended)),
-            Body::JobFailed(e) => self.job_event(&e.job_id, sequence, Some(JobStatus::Ended)),
+            Body::JobFailed(e) => self.end_job(&e.job_id, sequence, JobStatus::Ended, "job_failed"),
             // A preempted job has ended unless it is resumable: then its requeue follows (the
             // preemption service writes it), and until then it may still be cancelled. Only a
             // placed job is preempted: the decision and accounting services refuse any other
@@ -374,6 +379,22 @@ impl SubmissionState {
         if let Some(job) = self.jobs.get_mut(job_id) {
             job.placed = placed;
         }
+    }
+
+    /// Ends a live job with `status`. The first end stands: the decision and accounting
+    /// services ignore an end, or a cancel, of a job that has ended (a launcher reporting its
+    /// kill after a cancel, say), so a later one here would answer a retried cancel with
+    /// "ended" where the log says "cancelled", or the reverse.
+    fn end_job(&mut self, job_id: &str, sequence: u64, status: JobStatus, event: &str) -> Applied {
+        let ended = self
+            .jobs
+            .get(job_id)
+            .is_some_and(|j| j.status != JobStatus::Active);
+        if ended {
+            self.job_event(job_id, sequence, None);
+            return Applied::Ignored(format!("{event} for job {job_id} that has ended already"));
+        }
+        self.job_event(job_id, sequence, Some(status))
     }
 
     fn job_event(&mut self, job_id: &str, sequence: u64, status: Option<JobStatus>) -> Applied {

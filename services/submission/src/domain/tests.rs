@@ -343,6 +343,66 @@ fn cancel_follows_the_job_lifecycle() {
     );
 }
 
+/// The first end of a job stands, as in the decision and accounting folds: a launcher
+/// reporting its kill after a cancel leaves the job cancelled, and a cancel written after the
+/// job finished leaves it finished.
+#[test]
+fn a_jobs_first_end_stands() {
+    let limits = Limits::default();
+    let cancel = pb::CancelRequest {
+        job_id: "j".into(),
+        ..Default::default()
+    };
+    let mut s = state();
+    submit_j_at_10(&mut s, true);
+    s.apply(
+        11,
+        &event(Body::JobCancelled(pb::JobCancelled {
+            job_id: "j".into(),
+            ..Default::default()
+        })),
+    );
+    let failed = s.apply(
+        12,
+        &event(Body::JobFailed(pb::JobFailed {
+            job_id: "j".into(),
+            ..Default::default()
+        })),
+    );
+    assert!(matches!(failed, Applied::Ignored(_)), "{failed:?}");
+    assert_eq!(
+        check_cancel(&s, &cancel, &limits),
+        Ok(CancelTarget::AlreadyCancelled { sequence: 11 }),
+        "a retried cancel is still answered as done"
+    );
+    assert_eq!(
+        s.jobs["j"].last_subject_sequence, 12,
+        "the subject moved on all the same"
+    );
+
+    let mut s = state();
+    submit_j_at_10(&mut s, true);
+    s.apply(
+        11,
+        &event(Body::JobFinished(pb::JobFinished {
+            job_id: "j".into(),
+            exit_code: 0,
+        })),
+    );
+    let cancelled = s.apply(
+        12,
+        &event(Body::JobCancelled(pb::JobCancelled {
+            job_id: "j".into(),
+            ..Default::default()
+        })),
+    );
+    assert!(matches!(cancelled, Applied::Ignored(_)), "{cancelled:?}");
+    assert_eq!(
+        check_cancel(&s, &cancel, &limits).unwrap_err().code,
+        RejectionCode::JobEnded as i32
+    );
+}
+
 #[test]
 fn the_fold_and_early_notes_agree() {
     // The shell notes its own write before the fold reaches it; the fold must not change it.
