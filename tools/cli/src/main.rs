@@ -131,7 +131,10 @@ async fn main() -> ExitCode {
         // Refusals (a rejected submission, an invalid file) are answers, not crashes: print
         // the chain of causes without a backtrace.
         eprintln!("error: {}", causes(&e));
-        if e.is::<commands::submit::RetryWithKey>() || commands::not_changed::outcome_unknown(&e) {
+        if e.is::<commands::submit::RetryWithKey>()
+            || e.is::<commands::submit::CancelUnconfirmed>()
+            || commands::not_changed::outcome_unknown(&e)
+        {
             ExitCode::from(commands::submit::RetryWithKey::EXIT_CODE)
         } else {
             ExitCode::FAILURE

@@ -85,6 +85,9 @@ async fn cancel(
             return Err(unavailable("the fold is behind the log"));
         }
     }
+    // Set once the stream took the cancel for a repeat of an entry that is no cancellation of
+    // this job: another publisher wrote a message under the cancel's id.
+    let mut id_taken = false;
     for _ in 0..ATTEMPTS {
         let target = check_cancel(&shared.state(), request, &shared.limits)?;
         let (cluster, expected) = match target {
@@ -102,8 +105,15 @@ async fn cancel(
         };
         let scope = subjects::job(&cluster, &request.job_id);
         let subject = subjects::job_event(&cluster, &request.job_id, "job_cancelled");
+        // The expected sequence still keeps two instances from both cancelling: one of them
+        // meets a conflict, then the other's cancellation.
+        let message_id = if id_taken {
+            format!("{}:{expected}", headers::cancel_id(&request.job_id))
+        } else {
+            headers::cancel_id(&request.job_id)
+        };
         let envelope = Envelope {
-            message_id: headers::cancel_id(&request.job_id),
+            message_id,
             trace,
             expected_last_subject_sequence: Some((expected, Some(scope.clone()))),
             ..Default::default()
@@ -115,11 +125,23 @@ async fn cancel(
         });
         match shared.append(subject, body, &envelope).await {
             Ok((sequence, duplicate)) => {
+                // The stream took it for a repeat of the entry at `sequence`: a cancellation
+                // written a moment ago, or a message some other publisher wrote under the
+                // cancel's id, which cancelled nothing. Only the first is an answer.
+                if duplicate && !cancels(shared, sequence, &request.job_id).await? {
+                    tracing::warn!(
+                        job_id = %request.job_id,
+                        sequence,
+                        "the cancel's message id is taken by an entry that cancels nothing; \
+                         cancelling under another id"
+                    );
+                    id_taken = true;
+                    continue;
+                }
                 tracing::info!(job_id = %request.job_id, sequence, duplicate, "job cancelled");
                 return Ok(pb::Cancelled {
                     job_id: request.job_id.clone(),
                     stream_sequence: sequence,
-                    // The stream took it for a repeat of a cancellation written a moment ago.
                     already: duplicate,
                 });
             }
@@ -137,6 +159,15 @@ async fn cancel(
         }
     }
     Err(unavailable("the job kept changing while cancelling"))
+}
+
+/// Whether the log's entry at `sequence` is a cancellation of job `job_id`.
+async fn cancels(shared: &Shared, sequence: u64, job_id: &str) -> Result<bool, pb::Rejection> {
+    let entry = shared
+        .read_event(sequence)
+        .await
+        .map_err(|e| unavailable(&e))?;
+    Ok(matches!(entry.body, Some(Body::JobCancelled(c)) if c.job_id == job_id))
 }
 
 #[cfg(test)]
@@ -212,5 +243,67 @@ mod tests {
         follower.await.unwrap();
         assert_eq!(cancelled.job_id, "j-1");
         assert!(cancelled.stream_sequence > sequence, "{cancelled:?}");
+    }
+
+    /// A launcher may publish its own jobs' events with any message id. One that takes a
+    /// cancel's id (`cancel:<job>`) makes the stream drop the real cancellation as a repeat;
+    /// the service reads back what holds the id, sees it cancels nothing, and cancels under
+    /// another id, rather than answering "cancelled already" while the job runs on.
+    #[tokio::test]
+    async fn a_cancel_whose_message_id_another_publisher_took_still_cancels() {
+        let (_server, js, shared) = super::super::shared::tests::fresh_shared().await;
+        let logged = super::super::shared::tests::log_cluster_c(&js).await;
+        let clock = SystemClock;
+        let request = super::super::shared::tests::one_gpu_request("k-1");
+        let shape = Shape {
+            nodes: 1,
+            gpus_per_node: 1,
+        };
+        let submitted = pb::Event {
+            at_ms: clock.now_ms(),
+            body: Some(Body::JobSubmitted(job_submitted("j-1", &request, shape))),
+        };
+        let sequence = js
+            .publish(
+                subjects::job_event("c", "j-1", "job_submitted"),
+                codec::encode(&submitted),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .sequence;
+        // Another job's start, published under j-1's cancel id.
+        let mut squat = async_nats::HeaderMap::new();
+        squat.insert("Nats-Msg-Id", headers::cancel_id("j-1").as_str());
+        let started = pb::Event {
+            at_ms: clock.now_ms(),
+            body: Some(Body::JobStarted(pb::JobStarted {
+                job_id: "j-2".into(),
+            })),
+        };
+        let squatter = js
+            .publish_with_headers(
+                subjects::job_event("c", "j-2", "job_started"),
+                squat,
+                codec::encode(&started),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .sequence;
+        for (s, event) in logged.iter().chain([(sequence, submitted)].iter()) {
+            shared.state().apply(*s, event);
+            shared.set_applied(*s);
+        }
+        let cancelled = cancel(&shared, &cancel_request("j-1"), None).await.unwrap();
+        assert!(!cancelled.already, "{cancelled:?}");
+        assert!(cancelled.stream_sequence > squatter, "{cancelled:?}");
+        let written = shared.read_event(cancelled.stream_sequence).await.unwrap();
+        assert!(
+            matches!(written.body, Some(Body::JobCancelled(ref c)) if c.job_id == "j-1"),
+            "{written:?}"
+        );
     }
 }

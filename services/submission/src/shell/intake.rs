@@ -219,9 +219,10 @@ async fn reject(
     );
     // A key that cannot be one (empty, oversized, a line break) still needs a unique, stable
     // message id; so does a key's reuse, whose own id is its acceptance's, which the stream
-    // would take this for a repeat of.
+    // would take this for a repeat of, and any rejection of a key the log has an outcome for
+    // already (accepted for another request: its expiry, or a cluster it does not name).
     let valid_key = idempotency_key_problem(key, &shared.limits).is_none();
-    let reused = rejection.code == pb::RejectionCode::KeyReused as i32;
+    let reused = rejection.code == pb::RejectionCode::KeyReused as i32 || answered(shared, key);
     let message_id = if valid_key && !reused {
         headers::submission_id(key)
     } else {
@@ -374,6 +375,97 @@ mod tests {
         let rejection = rejected.rejection.unwrap();
         assert_eq!(rejection.code, pb::RejectionCode::KeyReused as i32);
         assert!(rejection.message.contains("j-first"), "{rejection:?}");
+    }
+
+    /// A message some other publisher wrote under a key's message id (`submit:<key>`) makes
+    /// the stream drop the key's submission as a repeat for as long as it de-duplicates. The
+    /// intake message is answered for good, `KEY_REUSED` under its own id, and taken off the
+    /// intake, rather than retried every second ahead of every other cluster's submissions.
+    #[tokio::test]
+    async fn a_key_whose_message_id_another_publisher_took_is_rejected_for_good() {
+        let (_server, js, shared) = folded_cluster_c().await;
+        let mut squat = async_nats::HeaderMap::new();
+        squat.insert("Nats-Msg-Id", headers::submission_id("k-taken").as_str());
+        let started = pb::Event {
+            at_ms: 1_700_000_000_000,
+            body: Some(Body::JobStarted(pb::JobStarted {
+                job_id: "j-other".into(),
+            })),
+        };
+        js.publish_with_headers(
+            subjects::job_event("c", "j-other", "job_started"),
+            squat,
+            codec::encode(&started),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+        let message = queued(&js, &shared, "k-taken").await;
+        handle(&shared, &message)
+            .await
+            .expect("answered, not kept for a retry");
+        let event = newest_event(&shared).await;
+        let Some(Body::JobRejected(rejected)) = event.body else {
+            panic!("{event:?}");
+        };
+        assert_eq!(rejected.idempotency_key, "k-taken");
+        let rejection = rejected.rejection.unwrap();
+        assert_eq!(rejection.code, pb::RejectionCode::KeyReused as i32);
+        assert!(rejection.message.contains("new key"), "{rejection:?}");
+    }
+
+    /// A key accepted for one request, then published to the intake with another request that
+    /// names another cluster: the rejection is written under the intake message's own id, not
+    /// the key's, which the stream would drop as a repeat of the acceptance (leaving the
+    /// message no answer in the log).
+    #[tokio::test]
+    async fn a_rejection_of_a_key_accepted_for_another_request_is_logged() {
+        let (_server, js, shared) = folded_cluster_c().await;
+        let mut first = super::super::shared::tests::one_gpu_request("k-twice");
+        first.spec.as_mut().unwrap().gpus = 2;
+        let shape = fairshare_model::shape::Shape {
+            nodes: 1,
+            gpus_per_node: 2,
+        };
+        let envelope = Envelope {
+            message_id: headers::submission_id("k-twice"),
+            idempotency_key: Some("k-twice".into()),
+            ..Default::default()
+        };
+        let body = Body::JobSubmitted(crate::domain::job_submitted("j-first", &first, shape));
+        let (sequence, _) = shared
+            .append(
+                subjects::job_event("c", "j-first", "job_submitted"),
+                body.clone(),
+                &envelope,
+            )
+            .await
+            .unwrap();
+        let accepted = pb::Event {
+            at_ms: 1_700_000_000_000,
+            body: Some(body),
+        };
+        shared.state().apply(sequence, &accepted);
+        shared.set_applied(sequence);
+        // The same key, one GPU, in cluster c's intake but naming cluster d.
+        let mut other = super::super::shared::tests::one_gpu_request("k-twice");
+        other.spec.as_mut().unwrap().cluster = "d".into();
+        js.publish(subjects::intake("c"), codec::encode(&other))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let message = next_message(&shared).await;
+        handle(&shared, &message).await.unwrap();
+        let event = newest_event(&shared).await;
+        let Some(Body::JobRejected(rejected)) = event.body else {
+            panic!("the rejection was not logged: {event:?}");
+        };
+        assert_eq!(
+            rejected.rejection.unwrap().code,
+            pb::RejectionCode::InvalidName as i32
+        );
     }
 
     /// A budget tree and a node the launcher saw applied, not yet folded by the service when

@@ -205,9 +205,18 @@ async fn write_submitted(
             })
         }
         Some(Body::JobRejected(r)) => Err(r.rejection.unwrap_or_default()),
-        _ => Err(unavailable(&format!(
-            "sequence {sequence} holds no submission for this key"
-        ))),
+        // Another publisher wrote a message under the key's id (a launcher may publish its
+        // jobs' events with any id): for the stream's de-duplication window nothing can be
+        // written under it. Retrying would wait that out, holding up the intake behind it,
+        // so the answer is final: a new key.
+        _ => Err(pb::Rejection {
+            code: pb::RejectionCode::KeyReused as i32,
+            message: format!(
+                "idempotency key {:?} is taken: the log's entry at sequence {sequence} carries \
+                 its message id and is no submission; submit with a new key",
+                request.idempotency_key
+            ),
+        }),
     }
 }
 

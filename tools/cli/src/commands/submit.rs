@@ -320,6 +320,28 @@ async fn submitted_trace(conn: &Connection, cluster: &str, job_id: &str) -> Opti
     TraceParent::parse(message.headers.get(TRACEPARENT)?.as_str()).ok()
 }
 
+/// A cancel whose outcome is not known: the submission service could not confirm it, or did
+/// not answer in time. The CLI exits with [`RetryWithKey::EXIT_CODE`] for it, as for a
+/// submission; cancelling again is safe.
+#[derive(Debug)]
+pub struct CancelUnconfirmed {
+    /// What went wrong.
+    pub what: String,
+}
+
+impl std::fmt::Display for CancelUnconfirmed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}; the job may or may not be cancelled: cancel it again (a second cancel of a \
+             cancelled job is answered \"cancelled already\")",
+            self.what
+        )
+    }
+}
+
+impl std::error::Error for CancelUnconfirmed {}
+
 /// Cancels one job and prints the answer.
 pub async fn cancel(args: CancelArgs, conn: &Connection) -> anyhow::Result<()> {
     let request = pb::CancelRequest {
@@ -333,23 +355,46 @@ pub async fn cancel(args: CancelArgs, conn: &Connection) -> anyhow::Result<()> {
             codec::encode(&request),
             "the submission service",
         )
-        .await?;
-    match codec::decode_cancel_reply(&reply.payload)?.result {
-        Some(cancel_reply::Result::Cancelled(c)) => {
-            if c.already {
-                fairshare_runtime::outln!(
-                    "job {} was cancelled already, at sequence {}; nothing new written",
-                    c.job_id,
-                    c.stream_sequence
-                );
+        .await
+        .map_err(|e| {
+            // No answer in time: the service may have written the cancellation. (Nobody
+            // answering at all wrote nothing: that error stands as it is.)
+            let timed_out = e
+                .chain()
+                .any(|cause| cause.is::<tokio::time::error::Elapsed>());
+            if timed_out {
+                CancelUnconfirmed {
+                    what: format!("{e:#}"),
+                }
+                .into()
             } else {
-                fairshare_runtime::outln!(
-                    "cancelled job {} at sequence {}",
-                    c.job_id,
-                    c.stream_sequence
-                );
+                e
             }
-            Ok(())
+        })?;
+    let answer = cancel_answer(codec::decode_cancel_reply(&reply.payload)?.result)?;
+    fairshare_runtime::outln!("{answer}");
+    Ok(())
+}
+
+/// What to print for the submission service's answer to a cancel, or the error to end with.
+fn cancel_answer(result: Option<cancel_reply::Result>) -> anyhow::Result<String> {
+    match result {
+        Some(cancel_reply::Result::Cancelled(c)) if c.already => Ok(format!(
+            "job {} was cancelled already, at sequence {}; nothing new written",
+            c.job_id, c.stream_sequence
+        )),
+        Some(cancel_reply::Result::Cancelled(c)) => Ok(format!(
+            "cancelled job {} at sequence {}",
+            c.job_id, c.stream_sequence
+        )),
+        // The service could not write, or could not confirm its write: not a refusal.
+        Some(cancel_reply::Result::Rejected(r))
+            if r.code == pb::RejectionCode::Unavailable as i32 =>
+        {
+            Err(CancelUnconfirmed {
+                what: format!("not confirmed ({}): {}", code_name(r.code), r.message),
+            }
+            .into())
         }
         Some(cancel_reply::Result::Rejected(r)) => {
             bail!("refused ({}): {}", code_name(r.code), r.message)
@@ -372,6 +417,34 @@ mod tests {
 
     const VALID: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     const OTHER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    /// A cancel the service could not confirm ends as an unknown outcome (exit 3, "cancel it
+    /// again"), not as a refusal (exit 1), which a script takes as final.
+    #[test]
+    fn an_unconfirmed_cancel_is_told_apart_from_a_refusal() {
+        let rejected = |code: pb::RejectionCode| {
+            Some(cancel_reply::Result::Rejected(pb::Rejection {
+                code: code as i32,
+                message: "m".into(),
+            }))
+        };
+        let unsure = cancel_answer(rejected(pb::RejectionCode::Unavailable)).unwrap_err();
+        assert!(unsure.is::<CancelUnconfirmed>(), "{unsure:#}");
+        assert!(format!("{unsure}").contains("cancel it again"), "{unsure}");
+        let refused = cancel_answer(rejected(pb::RejectionCode::JobEnded)).unwrap_err();
+        assert!(!refused.is::<CancelUnconfirmed>(), "{refused:#}");
+        assert!(format!("{refused}").contains("JOB_ENDED"), "{refused}");
+        let done = cancel_answer(Some(cancel_reply::Result::Cancelled(pb::Cancelled {
+            job_id: "j".into(),
+            stream_sequence: 7,
+            already: true,
+        })))
+        .unwrap();
+        assert_eq!(
+            done,
+            "job j was cancelled already, at sequence 7; nothing new written"
+        );
+    }
 
     #[test]
     fn durations_are_whole_seconds_and_keys_have_no_control_characters() {
