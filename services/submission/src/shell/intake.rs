@@ -166,7 +166,9 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
                     Err(_) => Ok(()),
                 }
             }
-            Err(rejection) if !caught_up && depends_on_inventory(&rejection) => {
+            Err(rejection)
+                if !caught_up && depends_on_inventory(&shared.state(), &request, &rejection) =>
+            {
                 // A logged rejection is final for its key, and the intake runs apart from the
                 // log's follower: a budget tree or node the launcher saw applied a moment ago
                 // may not be folded yet. Judge again once it is.

@@ -161,18 +161,30 @@ impl Shared {
 /// its cluster's newest budget tree and node events before it is judged again.
 pub(super) const CATCH_UP: Duration = Duration::from_secs(2);
 
-/// Whether a rejection depends on the cluster's budget tree or nodes as folded so far (and may
-/// not stand once the newest of them are: a tree or node applied a moment ago).
-pub(super) fn depends_on_inventory(rejection: &pb::Rejection) -> bool {
+/// Whether `rejection` of `request` depends on the cluster's budget tree or nodes as folded so
+/// far (and may not stand once the newest of them are: a tree or node applied a moment ago).
+/// Not when it is the key's answer in the log, which is final, nor for a cluster name that no
+/// cluster can have.
+pub(super) fn depends_on_inventory(
+    state: &SubmissionState,
+    request: &pb::SubmitRequest,
+    rejection: &pb::Rejection,
+) -> bool {
     use pb::RejectionCode as Code;
-    [
+    let inventory = [
         Code::UnknownCluster,
         Code::UnknownAllocation,
         Code::TooManyGpus,
         Code::ShapeMismatch,
     ]
     .iter()
-    .any(|&code| rejection.code == code as i32)
+    .any(|&code| rejection.code == code as i32);
+    inventory
+        && !state.keys.contains_key(&request.idempotency_key)
+        && request
+            .spec
+            .as_ref()
+            .is_some_and(|s| subjects::is_valid_token(&s.cluster))
 }
 
 /// The answer to a submission judged on a fold that could not reach its cluster's newest

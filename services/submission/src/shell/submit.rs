@@ -79,7 +79,9 @@ async fn submit(
         // Bound first: the state's lock must not be held across the wait below.
         let checked = check_submission(&shared.state(), request, &shared.limits);
         match checked {
-            Err(rejection) if !caught_up && depends_on_inventory(&rejection) => {
+            Err(rejection)
+                if !caught_up && depends_on_inventory(&shared.state(), &request, &rejection) =>
+            {
                 // The follower folds the log apart from this request: a budget tree or node
                 // the launcher's operator applied a moment ago may not be folded yet. Judge
                 // again once it is, rather than refuse what would be accepted in a moment.
@@ -248,5 +250,44 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(refused.code, pb::RejectionCode::UnknownCluster as i32);
+    }
+
+    /// A key the log has rejected keeps that answer for good: a retry of it is answered at
+    /// once, even while the fold is behind the cluster's newest budget tree and nodes (it
+    /// waited for them, and then said "unavailable, retry" instead of the answer).
+    #[tokio::test]
+    async fn a_key_rejected_before_is_answered_without_waiting_for_the_fold() {
+        let (_server, js, shared) = fresh_shared().await;
+        // The cluster is in the log but not folded here: the fold is behind.
+        log_cluster_c(&js).await;
+        let rejected = pb::Event {
+            at_ms: 1_700_000_000_000,
+            body: Some(Body::JobRejected(pb::JobRejected {
+                idempotency_key: "k-r".into(),
+                cluster: "c".into(),
+                rejection: Some(pb::Rejection {
+                    code: pb::RejectionCode::UnknownAllocation as i32,
+                    message: "no allocation x".into(),
+                }),
+                intake_sequence: 1,
+            })),
+        };
+        shared.state().apply(1, &rejected);
+        let started = std::time::Instant::now();
+        let answer = submit(
+            &shared,
+            &one_gpu_request("k-r"),
+            TraceParent::new_root((1, 1)),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            answer.code,
+            pb::RejectionCode::UnknownAllocation as i32,
+            "{answer:?}"
+        );
+        assert!(answer.message.contains("rejected before"), "{answer:?}");
+        // (Waiting for the fold would take CATCH_UP, 2 s, and end "unavailable".)
+        assert!(started.elapsed() < CATCH_UP, "{:?}", started.elapsed());
     }
 }
