@@ -80,7 +80,7 @@ async fn submit(
         let checked = check_submission(&shared.state(), request, &shared.limits);
         match checked {
             Err(rejection)
-                if !caught_up && depends_on_inventory(&shared.state(), &request, &rejection) =>
+                if !caught_up && depends_on_inventory(&shared.state(), request, &rejection) =>
             {
                 // The follower folds the log apart from this request: a budget tree or node
                 // the launcher's operator applied a moment ago may not be folded yet. Judge
