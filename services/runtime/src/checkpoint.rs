@@ -172,8 +172,10 @@ impl CheckpointStore {
     /// The checkpointed state if it can be resumed: readable, folded for `scope`, at the
     /// sequence it was saved with, and not past `log_end`, the log's last sequence now (a
     /// checkpoint past it belongs to another incarnation of the stream, say a server whose
-    /// store was wiped: resumed, it would skip the new log's first entries as folded). Anything
-    /// else is reported and `None` returned, so the caller folds the log from the start.
+    /// store was wiped or a stream restored from an older backup: resumed, it would skip the
+    /// new log's first entries as folded). Anything else is reported, removed
+    /// ([`CheckpointStore::discard`]), and `None` returned, so the caller folds the log from
+    /// the start.
     pub fn resume<S: DeserializeOwned + Resumable>(&self, scope: &str, log_end: u64) -> Option<S> {
         match self.load::<S>() {
             Ok(Some(cp)) if cp.state.is_for(scope) && cp.state.last_applied() == cp.sequence => {
@@ -184,6 +186,7 @@ impl CheckpointStore {
                         log_end,
                         "checkpoint is ahead of the log; rebuilding from the log"
                     );
+                    self.discard();
                     return None;
                 }
                 tracing::info!(scope, sequence = cp.sequence, "resuming from checkpoint");
@@ -195,13 +198,25 @@ impl CheckpointStore {
                     sequence = cp.sequence,
                     "checkpoint is not for this scope or not at its own sequence; rebuilding from the log"
                 );
+                self.discard();
                 None
             }
             Ok(None) => None,
             Err(e) => {
                 tracing::warn!(scope, "{e}");
+                self.discard();
                 None
             }
+        }
+    }
+
+    /// Removes a checkpoint the service refused, reporting a failure to. Left in place, one
+    /// refused for being ahead of the log would be resumed at a later start once the log has
+    /// grown past it (the service writes its own only once its fold moves), skipping the
+    /// entries in between as folded.
+    pub fn discard(&self) {
+        if let Err(e) = self.clear() {
+            tracing::warn!("cannot remove the refused checkpoint: {e}");
         }
     }
 
@@ -383,6 +398,36 @@ mod tests {
         );
         assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 1);
         drop(db);
+    }
+
+    impl Resumable for State {
+        fn last_applied(&self) -> u64 {
+            self.usage.first().map_or(0, |(_, s)| *s)
+        }
+        fn is_for(&self, scope: &str) -> bool {
+            self.usage.first().is_some_and(|(s, _)| s == scope)
+        }
+    }
+
+    /// A checkpoint refused for being ahead of the log (a stream restored from an older
+    /// backup, say) is removed: once the log has grown past it, a later start must not resume
+    /// it and skip the entries written since the restore.
+    #[test]
+    fn a_checkpoint_refused_as_ahead_of_the_log_is_not_resumed_once_the_log_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path(), "test", 1).unwrap();
+        let state = State {
+            usage: vec![("c".into(), 1_500)],
+        };
+        store.save(1_500, &state).unwrap();
+        assert_eq!(store.resume::<State>("c", 2_000), Some(state));
+        assert_eq!(store.resume::<State>("c", 1_000), None, "ahead of the log");
+        assert_eq!(
+            store.resume::<State>("c", 2_000),
+            None,
+            "removed when refused"
+        );
+        assert_eq!(store.load::<State>().unwrap(), None);
     }
 
     #[test]

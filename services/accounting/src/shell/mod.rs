@@ -268,6 +268,7 @@ impl Service {
                         log_end,
                         "checkpoint is ahead of the log; rebuilding from the log"
                     );
+                    store.discard();
                     UsageFold::new(config.fold)
                 }
             }
@@ -276,11 +277,13 @@ impl Service {
                     "checkpoint was folded with other settings, or does not hold together; \
                      rebuilding from the log"
                 );
+                store.discard();
                 UsageFold::new(config.fold)
             }
             Ok(None) => UsageFold::new(config.fold),
             Err(e) => {
                 tracing::warn!("{e}; rebuilding from the log");
+                store.discard();
                 UsageFold::new(config.fold)
             }
         };
