@@ -14,6 +14,7 @@
 pub mod events;
 pub mod process;
 mod rng;
+pub mod sample_log;
 
 pub use rng::Rng;
 

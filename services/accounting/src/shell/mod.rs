@@ -450,6 +450,25 @@ mod tests {
     use super::*;
     use crate::domain::FoldConfig;
 
+    /// Tripwire for the checkpoint format (see `fairshare_testkit::sample_log`): if this
+    /// fails, what the fold keeps for the sample log changed. Bump `CHECKPOINT_VERSION` (an
+    /// older checkpoint would otherwise be resumed as though this code had folded it, and
+    /// differ from a rebuild from the log), then put the new pair here.
+    #[test]
+    fn the_checkpoint_format_version_moves_with_what_the_fold_keeps() {
+        use fairshare_testkit::sample_log::{fingerprint, sample_log};
+        let mut fold = UsageFold::new(FoldConfig::default());
+        for entry in sample_log() {
+            apply_entry(&mut fold, &entry);
+        }
+        let bytes = bincode::serialize(&fold).unwrap();
+        assert_eq!(
+            (CHECKPOINT_VERSION, fingerprint(&bytes)),
+            (5, 16_789_022_025_083_837_178),
+            "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
+        );
+    }
+
     /// Folds `body` at `at_ms` as the log entry at `sequence`, filed on `subject` (its own
     /// cluster `a`'s subject unless given).
     fn feed(fold: &mut UsageFold, sequence: u64, at_ms: i64, body: Body, subject: Option<String>) {

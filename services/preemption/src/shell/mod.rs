@@ -560,6 +560,26 @@ mod tests {
         fold
     }
 
+    /// Tripwire for the checkpoint format (see `fairshare_testkit::sample_log`): if this
+    /// fails, what the fold keeps for the sample log changed. Bump `CHECKPOINT_VERSION` (an
+    /// older checkpoint would otherwise be resumed as though this code had folded it, and
+    /// differ from a rebuild from the log), then put the new pair here.
+    #[test]
+    fn the_checkpoint_format_version_moves_with_what_the_fold_keeps() {
+        use fairshare_testkit::sample_log::{SAMPLE_CLUSTER, fingerprint, sample_log};
+        let mut fold = ShellFold::new(SAMPLE_CLUSTER);
+        for entry in sample_log() {
+            fold.apply(&entry);
+        }
+        // Field by field as the checkpoint has them, maps in key order.
+        let bytes = fold.canonical_bytes();
+        assert_eq!(
+            (CHECKPOINT_VERSION, fingerprint(&bytes)),
+            (15, 10_843_897_482_181_867_754),
+            "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
+        );
+    }
+
     fn store(dir: &std::path::Path, cluster: &str) -> CheckpointStore {
         CheckpointStore::open(dir, &checkpoint_kind(cluster), CHECKPOINT_VERSION).unwrap()
     }
