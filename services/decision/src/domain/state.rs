@@ -39,7 +39,7 @@ use std::sync::Arc;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::budget::{AccountId, BudgetError, BudgetTree};
 use fairshare_model::inventory::Inventory;
-use fairshare_model::logtime::effective_at;
+use fairshare_model::logtime::{effective_at, in_force};
 use fairshare_model::shape::{self, Shape};
 use serde::{Deserialize, Serialize};
 
@@ -870,6 +870,7 @@ impl DecisionState {
         }
         self.last_applied = sequence;
         let at = effective_at(event.at_ms, stored_ms);
+        let event = in_force(event, stored_ms);
         let Some(body) = &event.body else {
             return Err(Ignored::NoBody);
         };

@@ -107,8 +107,9 @@ const STALL_WARNING: Duration = Duration::from_secs(10);
 /// on a subject they do not belong to are folded as empty. 10: a start stamped before its
 /// placement counts from the placement. 11: registered GPUs metered over the hour. 12: owed
 /// time under budget trees replaced mid-hour kept. 13: each job's user kept (the queue
-/// listing). 14: event times held to a minute after the stream stored them.
-const CHECKPOINT_VERSION: u32 = 14;
+/// listing). 14: event times held to a minute after the stream stored them. 15: an order's
+/// grace counts from when the stream stored it.
+const CHECKPOINT_VERSION: u32 = 15;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -828,7 +829,7 @@ mod tests {
         let bytes = fold.canonical_bytes();
         assert_eq!(
             (CHECKPOINT_VERSION, fingerprint(&bytes)),
-            (14, 5_061_732_123_906_369_917),
+            (15, 5_061_732_123_906_369_917),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }

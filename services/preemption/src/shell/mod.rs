@@ -117,7 +117,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// counts from the placement. 12: registered GPUs metered over the hour. 13: owed time under
 /// budget trees replaced mid-hour kept. 14: each job's user kept (the decision fold inside).
 /// 15: event times held to a minute after the stream stored them (the decision fold inside).
-const CHECKPOINT_VERSION: u32 = 15;
+/// 16: an order's grace counts from when the stream stored it.
+const CHECKPOINT_VERSION: u32 = 16;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -575,7 +576,7 @@ mod tests {
         let bytes = fold.canonical_bytes();
         assert_eq!(
             (CHECKPOINT_VERSION, fingerprint(&bytes)),
-            (15, 10_843_897_482_181_867_754),
+            (16, 10_843_897_482_181_867_754),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }

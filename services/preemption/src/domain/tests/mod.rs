@@ -3,6 +3,7 @@
 
 mod cycles;
 mod debug;
+mod grace;
 mod pack;
 mod promise;
 mod rules;
