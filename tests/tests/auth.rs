@@ -81,7 +81,12 @@ struct Secured {
 }
 
 async fn secured(dir: &Path) -> Secured {
-    let block = auth::init(dir).unwrap();
+    secured_with(dir, |block| block).await
+}
+
+/// [`secured`], with the server config `auth init` wrote edited by `edit` first.
+async fn secured_with(dir: &Path, edit: impl FnOnce(String) -> String) -> Secured {
+    let block = edit(auth::init(dir).unwrap());
     let server = NatsServer::start_with_config(&block).unwrap();
     let (op, op_js) = as_role(&server, dir, Role::Operator).await;
     fairshare_runtime::nats::ensure_streams(&op_js, 1)
@@ -463,4 +468,70 @@ async fn a_python_launcher_submits_with_the_launcher_nkey() {
     assert!(said.starts_with("accepted job "), "{said}");
     let _ = stop.send(());
     serving.await.unwrap().unwrap();
+}
+
+/// A decision cycle whose node fence cannot be read (here: the decision identity may not read
+/// single events; in production, a JetStream API queue full or a leader election while plain
+/// publishes go through) publishes nothing: unfenced, its placement could land on a node
+/// cordoned or removed since. Before, it published anyway.
+#[tokio::test]
+async fn a_cycle_that_cannot_read_its_node_fence_publishes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let single_event_reads = [
+        format!("\"$JS.API.STREAM.MSG.GET.{EVENTS_STREAM}\", "),
+        format!("\"$JS.API.DIRECT.GET.{EVENTS_STREAM}\", "),
+        format!("\"$JS.API.DIRECT.GET.{EVENTS_STREAM}.>\", "),
+    ];
+    let s = secured_with(dir.path(), |block| {
+        // Only the decision identity's lines lose them.
+        let mut out = String::new();
+        let mut decision = false;
+        for line in block.lines() {
+            if line.trim_start().starts_with('#') {
+                decision = line.trim() == format!("# {}", Role::Decision.name());
+            }
+            let mut line = line.to_owned();
+            if decision {
+                for api in &single_event_reads {
+                    line = line.replace(api.as_str(), "");
+                }
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+        assert_ne!(out, block, "the decision identity's reads were found");
+        out
+    })
+    .await;
+    let job =
+        fairshare_testkit::events::one_gpu_submitted(CLUSTER, "research/nlp", "j-fence", "k-fence");
+    let submitted_at = s
+        .op_js
+        .publish(
+            subjects::job_event(CLUSTER, "j-fence", "job_submitted"),
+            event(job),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap()
+        .sequence;
+    let (decision, _) = as_role(&s.server, dir.path(), Role::Decision).await;
+    let service = fairshare_decision::shell::Service::start(
+        decision,
+        fairshare_decision::shell::Config::new(CLUSTER),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let (stop, serving) = spawn_until_stopped(|stopped| service.serve(stopped));
+    // Several cycles' worth: the first fence look-up waits out its request timeout.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let _ = stop.send(());
+    let _ = serving.await;
+    assert_eq!(
+        last_sequence(&s.op_js).await,
+        submitted_at,
+        "nothing was placed without its fence"
+    );
 }

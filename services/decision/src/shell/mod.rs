@@ -412,7 +412,7 @@ impl Service {
                         // even if the fold ignores that event and so marks nothing changed.
                         pacer.changed(Instant::now());
                     }
-                    let wait = if outcome.failed.is_empty() {
+                    let wait = if outcome.failed.is_empty() && !outcome.fence_unread {
                         self.failed_cycles = 0;
                         Duration::ZERO
                     } else {
@@ -426,7 +426,9 @@ impl Service {
                         .map(|p| publish::Unresolved::Unanswered(Box::new(p)))
                         .chain(outcome.moved.into_iter().map(publish::Unresolved::Moved))
                         .collect();
-                    if !self.unresolved.is_empty() {
+                    // (A cycle whose fence could not be read waits out the same pause, then
+                    // decides again: settling nothing lifts the block.)
+                    if !self.unresolved.is_empty() || outcome.fence_unread {
                         pacer.block(Instant::now() + wait);
                         // Decide again once resolved: the placement may not have landed.
                         pacer.changed(Instant::now());
@@ -683,11 +685,22 @@ impl Service {
                     }
                 }
                 Ok(_) => publish::publish(&self.js, &self.config.cluster, batch).await,
-                // The same trouble would most likely fail the publish too: it is tried, and
-                // its outcome settled as usual.
+                // Unfenced, a placement could land on a node cordoned, removed or shrunk since
+                // the state was read (the lookup can fail, an API queue full or a leader being
+                // elected, while plain publishes go through). Nothing is published; the cycle
+                // is decided again after a pause, as after a failed one.
                 Err(e) => {
-                    tracing::warn!("cannot read the newest node event, publishing unfenced: {e}");
-                    publish::publish(&self.js, &self.config.cluster, batch).await
+                    tracing::warn!(
+                        cycle,
+                        "cannot read the newest node event; nothing published, deciding again: {e}"
+                    );
+                    for span in &mut spans {
+                        span.fail("the newest node event could not be read; decided again");
+                    }
+                    Outcome {
+                        fence_unread: true,
+                        ..Outcome::default()
+                    }
                 }
             }
         };

@@ -79,6 +79,9 @@ pub(crate) struct Outcome {
     /// state had landed (`max_sequence` is that event): the cycle must be decided again once
     /// the fold reaches it, whether or not folding it changes anything.
     pub fenced: bool,
+    /// Nothing was published because the newest node or maintenance event could not be read
+    /// (so the cycle's placements could not be fenced): decide again after a pause.
+    pub fence_unread: bool,
 }
 
 /// How many placements are in flight at once. A JetStream context holds a permit for each
