@@ -17,7 +17,7 @@ use fairshare_events::streams::{EVENTS_STREAM, INTAKE_CONSUMER, INTAKE_STREAM};
 use fairshare_events::{DecodeError, codec, subjects};
 use fairshare_model::files;
 use fairshare_runtime::auth::{self, Role};
-use fairshare_runtime::clock::SystemClock;
+use fairshare_runtime::clock::{Clock, SystemClock};
 use fairshare_runtime::log::Follower;
 use fairshare_runtime::nats::{Identity, connect_as};
 use fairshare_testkit::NatsServer;
@@ -533,5 +533,107 @@ async fn a_cycle_that_cannot_read_its_node_fence_publishes_nothing() {
         last_sequence(&s.op_js).await,
         submitted_at,
         "nothing was placed without its fence"
+    );
+}
+
+/// A `NodeDrained` report the preemption service may not write (its identity denied the node
+/// subjects) holds up no later pass: an order's kill at its grace deadline still lands. Before,
+/// the unacknowledged report was kept for settling, and the service settled it for ever,
+/// deciding nothing else.
+#[tokio::test]
+async fn a_drained_report_that_cannot_land_holds_up_no_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_reports = format!("\"{}\", ", subjects::node("*", "*"));
+    let s = secured_with(dir.path(), |block| {
+        let mut out = String::new();
+        let mut preemption = false;
+        for line in block.lines() {
+            if line.trim_start().starts_with('#') {
+                preemption = line.trim() == format!("# {}", Role::Preemption.name());
+            }
+            let line = if preemption && line.contains("publish:") {
+                line.replace(node_reports.as_str(), "")
+            } else {
+                line.to_owned()
+            };
+            out.push_str(&line);
+            out.push('\n');
+        }
+        assert_ne!(
+            out, block,
+            "the preemption identity's node subjects were found"
+        );
+        out
+    })
+    .await;
+    let now = SystemClock.now_ms();
+    let at = |body: Body| {
+        codec::encode(&pb::Event {
+            at_ms: now,
+            body: Some(body),
+        })
+    };
+    use fairshare_testkit::events::{one_gpu_submitted, placed_on};
+    let job = |kind: &str| subjects::job_event(CLUSTER, "j", kind);
+    let log = [
+        (
+            job("job_submitted"),
+            at(one_gpu_submitted(CLUSTER, "research/nlp", "j", "k")),
+        ),
+        (job("job_placed"), at(placed_on("j", "gpu001", 1))),
+        (
+            job("job_started"),
+            at(Body::JobStarted(pb::JobStarted { job_id: "j".into() })),
+        ),
+        // An empty node cordoned: the service reports it drained at once, and cannot.
+        (
+            subjects::node(CLUSTER, "gpu000"),
+            at(Body::NodeCordoned(pb::NodeCordoned {
+                cluster: CLUSTER.into(),
+                node: "gpu000".into(),
+                reason: "repair".into(),
+            })),
+        ),
+        (
+            job("preemption_ordered"),
+            at(Body::PreemptionOrdered(pb::PreemptionOrdered {
+                job_id: "j".into(),
+                grace_deadline_ms: now + 3_000,
+                reason: "test".into(),
+                ..Default::default()
+            })),
+        ),
+    ];
+    for (subject, payload) in log {
+        assert!(stored(&s.op_js, subject, payload).await);
+    }
+    let (preemption, _) = as_role(&s.server, dir.path(), Role::Preemption).await;
+    let service = fairshare_preemption::shell::Service::start(
+        preemption,
+        fairshare_preemption::shell::Config::new(CLUSTER),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let (stop, serving) = spawn_until_stopped(|stopped| service.serve(stopped));
+    let events = s.op_js.get_stream(EVENTS_STREAM).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let killed = loop {
+        if let Ok(m) = events
+            .get_last_raw_message_by_subject(&job("job_preempted"))
+            .await
+        {
+            break codec::decode_event(&m.payload).unwrap();
+        }
+        if std::time::Instant::now() > deadline {
+            break pb::Event::default();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let _ = stop.send(());
+    let _ = serving.await;
+    assert!(
+        matches!(killed.body, Some(Body::JobPreempted(ref p)) if p.killed),
+        "the kill landed: {killed:?}"
     );
 }
