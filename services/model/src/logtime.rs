@@ -151,9 +151,16 @@ impl LogClock {
     /// "Now": `wall_ms`, held within [`MAX_AHEAD_OF_LOG_MS`] of the log's time either way,
     /// and never before the newest time stored.
     pub fn now(&self, wall_ms: i64, monotonic_ms: i64) -> i64 {
+        self.now_at_most_ahead(wall_ms, monotonic_ms, MAX_AHEAD_OF_LOG_MS)
+    }
+
+    /// [`LogClock::now`], but never more than `ahead_ms` past the log's time (0: never past
+    /// it), where a live entry gave it: for the preemption service, whose "now" ends
+    /// protections, so a host clock a little ahead of the server's ends none early.
+    pub fn now_at_most_ahead(&self, wall_ms: i64, monotonic_ms: i64, ahead_ms: i64) -> i64 {
         let held = match self.log_now(monotonic_ms) {
             Some(log) => wall_ms
-                .min(log.saturating_add(MAX_AHEAD_OF_LOG_MS))
+                .min(log.saturating_add(ahead_ms.clamp(0, MAX_AHEAD_OF_LOG_MS)))
                 .max(log.saturating_sub(MAX_AHEAD_OF_LOG_MS)),
             None => wall_ms,
         };

@@ -81,6 +81,8 @@ pub struct HeldClock {
     /// The monotonic reading of the last failed read of the server's time, if any
     /// ([`HeldClock::retry_anchor`] waits [`ANCHOR_RETRY_MS`] after it).
     anchor_failed_at: Option<i64>,
+    /// How far past the log's time "now" may run ([`HeldClock::never_ahead`]).
+    ahead_ms: i64,
 }
 
 /// How long after a failed read of the server's time the next is tried.
@@ -97,7 +99,17 @@ impl HeldClock {
             spares,
             anchored: false,
             anchor_failed_at: None,
+            ahead_ms: fairshare_model::logtime::MAX_AHEAD_OF_LOG_MS,
         }
+    }
+
+    /// This clock, never past the log's time where a live entry gave it (a host clock behind
+    /// the server's is still held no more than a minute behind). For the preemption service:
+    /// a job's start and an order's grace count from the server's time, so a host clock even
+    /// seconds ahead of it would end protections, and graces, that much early.
+    pub fn never_ahead(mut self) -> Self {
+        self.ahead_ms = 0;
+        self
     }
 
     /// Notes a log entry as it is delivered (catching up or live).
@@ -194,7 +206,9 @@ impl HeldClock {
     /// warning, and the first back in step says so.
     pub fn now_ms(&mut self) -> i64 {
         let wall = self.clock.now_ms();
-        let now = self.log.now(wall, self.clock.monotonic_ms());
+        let now = self
+            .log
+            .now_at_most_ahead(wall, self.clock.monotonic_ms(), self.ahead_ms);
         let held = now.abs_diff(wall) >= WARN_OFF_MS.unsigned_abs();
         if held && !self.held {
             tracing::warn!(
@@ -254,5 +268,21 @@ mod tests {
         assert_eq!(now.now_ms(), server + 30_000);
         assert!(!now.held, "back in step");
         assert_eq!(now.monotonic_ms(), server + 30_000);
+    }
+
+    /// The preemption service's clock: a host clock 40 s ahead of the server's decides at the
+    /// server's time (at its own, a protection ending within those 40 s would be cut).
+    #[test]
+    fn a_clock_that_is_never_ahead_decides_at_the_logs_time() {
+        let server = 1_800_000_000_000;
+        let host = ManualClock::new(server);
+        let mut now = HeldClock::new(Arc::new(host.clone()), "nothing").never_ahead();
+        now.observe(&entry(server - 5_000, 0));
+        now.caught_up();
+        now.observe(&entry(server, 0));
+        host.step(40_000);
+        assert_eq!(now.now_ms(), server);
+        host.advance(5_000);
+        assert_eq!(now.now_ms(), server + 5_000, "moving with the log's time");
     }
 }

@@ -874,6 +874,14 @@ impl DecisionState {
         let Some(body) = &event.body else {
             return Err(Ignored::NoBody);
         };
+        // A start counts from no earlier than the stream stored it: its protection is the
+        // promise to keep, and a launcher whose clock runs behind the server's (minutes, say)
+        // would otherwise end it that much early in real time. (Its report reaches the log a
+        // moment after the start, which lengthens the protection by that moment.)
+        let at = match (body, stored_ms) {
+            (Body::JobStarted(_), Some(stored)) => at.max(stored),
+            _ => at,
+        };
         // A job event changes at most its own allocation's rates: the job's record says
         // which (before the event for an ending job, after it for a new one).
         let job = self.hourly_floor.then(|| job_event_id(body)).flatten();

@@ -108,8 +108,9 @@ const STALL_WARNING: Duration = Duration::from_secs(10);
 /// placement counts from the placement. 11: registered GPUs metered over the hour. 12: owed
 /// time under budget trees replaced mid-hour kept. 13: each job's user kept (the queue
 /// listing). 14: event times held to a minute after the stream stored them. 15: an order's
-/// grace counts from when the stream stored it.
-const CHECKPOINT_VERSION: u32 = 15;
+/// grace counts from when the stream stored it. 16: a start counts from no earlier than the
+/// stream stored it.
+const CHECKPOINT_VERSION: u32 = 16;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -842,7 +843,7 @@ mod tests {
         let bytes = fold.canonical_bytes();
         assert_eq!(
             (CHECKPOINT_VERSION, fingerprint(&bytes)),
-            (15, 5_061_732_123_906_369_917),
+            (16, 5_061_732_123_906_369_917),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }

@@ -117,8 +117,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// counts from the placement. 12: registered GPUs metered over the hour. 13: owed time under
 /// budget trees replaced mid-hour kept. 14: each job's user kept (the decision fold inside).
 /// 15: event times held to a minute after the stream stored them (the decision fold inside).
-/// 16: an order's grace counts from when the stream stored it.
-const CHECKPOINT_VERSION: u32 = 16;
+/// 16: an order's grace counts from when the stream stored it. 17: a start counts from no
+/// earlier than the stream stored it (the decision fold inside).
+const CHECKPOINT_VERSION: u32 = 17;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -242,7 +243,8 @@ impl Service {
         let mut now = HeldClock::new(
             clock,
             "no minimum runtime or grace is cut short or held past its end",
-        );
+        )
+        .never_ahead();
         let resumed_from = fold.last_applied();
         let mut follower = Follower::start(
             &js,
@@ -576,7 +578,7 @@ mod tests {
         let bytes = fold.canonical_bytes();
         assert_eq!(
             (CHECKPOINT_VERSION, fingerprint(&bytes)),
-            (16, 10_843_897_482_181_867_754),
+            (17, 10_843_897_482_181_867_754),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }
