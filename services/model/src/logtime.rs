@@ -6,14 +6,9 @@
 //! own time as it stores it. The folds that keep time (accounting's usage, the decision and
 //! preemption services' protections, meters and grace deadlines) take the earlier of the two
 //! plus a margin ([`effective_at`]), so a writer whose clock runs ahead cannot stretch a job's
-//! protection, or move a cluster's clock, past what the server saw; and an order's grace runs
-//! from when the stream stored it ([`effective_deadline`]), however late it landed. The stored time is part of
+//! protection, or move a cluster's clock, past what the server saw. The stored time is part of
 //! the log, so a fold from scratch, a restored checkpoint and an audit clamp alike. The
 //! simulator's log has no stored times: its events take effect at their own time.
-
-use std::borrow::Cow;
-
-use fairshare_events::pb::{self, event::Body};
 
 /// How far after the stream stored an entry its event may take effect: writers' clocks may run
 /// ahead of the server's by this much without their events being moved.
@@ -25,43 +20,6 @@ pub fn effective_at(at_ms: i64, stored_ms: Option<i64>) -> i64 {
     match stored_ms {
         Some(stored) => at_ms.min(stored.saturating_add(MAX_AHEAD_OF_LOG_MS)),
         None => at_ms,
-    }
-}
-
-/// The grace deadline in force for an order stamped `at_ms` with `deadline_ms`, stored at
-/// `stored_ms` (`None`: the deadline as written). Its grace (`deadline_ms - at_ms`) counts
-/// from when the order takes effect, [`effective_at`], and never from before the stream
-/// stored it: an order written long after it was decided (re-sent after an outage, or held in
-/// a client's buffer) still gives its victim the whole grace, rather than a deadline already
-/// past that would have it killed at once and its GPUs handed out while it runs.
-pub fn effective_deadline(at_ms: i64, deadline_ms: i64, stored_ms: Option<i64>) -> i64 {
-    let Some(stored) = stored_ms else {
-        return deadline_ms;
-    };
-    let from = effective_at(at_ms, stored_ms).max(stored);
-    deadline_ms.saturating_add(from.saturating_sub(at_ms))
-}
-
-/// `event` as it takes effect when the stream stored it at `stored_ms`: a `PreemptionOrdered`
-/// with its [`effective_deadline`], anything else as it is. For the folds that keep grace
-/// deadlines (accounting's charges, the decision service's reclaimed GPUs, the preemption
-/// service's kills), so all three count the same grace.
-pub fn in_force(event: &pb::Event, stored_ms: Option<i64>) -> Cow<'_, pb::Event> {
-    match &event.body {
-        Some(Body::PreemptionOrdered(p)) => {
-            let deadline = effective_deadline(event.at_ms, p.grace_deadline_ms, stored_ms);
-            if deadline == p.grace_deadline_ms {
-                return Cow::Borrowed(event);
-            }
-            Cow::Owned(pb::Event {
-                at_ms: event.at_ms,
-                body: Some(Body::PreemptionOrdered(pb::PreemptionOrdered {
-                    grace_deadline_ms: deadline,
-                    ..p.clone()
-                })),
-            })
-        }
-        _ => Cow::Borrowed(event),
     }
 }
 
@@ -171,25 +129,6 @@ impl LogClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_grace_counts_from_when_the_log_got_the_order() {
-        let t = 1_800_000_000_000;
-        // Stored a moment after it was stamped: the deadline as written, give or take that.
-        assert_eq!(effective_deadline(t, t + 30_000, Some(t + 4)), t + 30_004);
-        // Stored a minute late (re-sent after an outage): the whole grace from then.
-        assert_eq!(
-            effective_deadline(t, t + 30_000, Some(t + 60_000)),
-            t + 90_000
-        );
-        // Stamped by a clock an hour ahead: counted from a minute after it was stored.
-        assert_eq!(
-            effective_deadline(t + 3_600_000, t + 3_630_000, Some(t)),
-            t + MAX_AHEAD_OF_LOG_MS + 30_000
-        );
-        // No stored time (the simulator's log): as written.
-        assert_eq!(effective_deadline(t, t + 30_000, None), t + 30_000);
-    }
 
     #[test]
     fn an_anchor_gives_the_logs_time_however_old_its_newest_entry() {

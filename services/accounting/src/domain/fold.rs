@@ -48,7 +48,7 @@ use fairshare_events::pb::event::Body;
 use fairshare_model::budget::BudgetTree;
 use serde::{Deserialize, Serialize};
 
-use fairshare_model::logtime::{effective_at, in_force};
+use fairshare_model::logtime::effective_at;
 
 use super::cluster::ClusterState;
 use super::config::FoldConfig;
@@ -193,7 +193,7 @@ impl UsageFold {
     /// as stale. The stored time is part of the log, so a fold from scratch clamps the same.
     pub fn apply_stored(&mut self, sequence: u64, event: &pb::Event, stored_ms: i64) -> Applied {
         let at = effective_at(event.at_ms, Some(stored_ms));
-        self.apply_at(sequence, &in_force(event, Some(stored_ms)), at)
+        self.apply_at(sequence, event, at)
     }
 
     fn apply_at(&mut self, sequence: u64, event: &pb::Event, at: i64) -> Applied {

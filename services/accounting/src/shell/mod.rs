@@ -35,9 +35,8 @@ use crate::domain::{Applied, FoldConfig, MAX_AHEAD_OF_LOG_MS, Skip, UsageFold};
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes,
 /// or what it folds. 2: jobs remember whether they resume, and a placed state. 3: job events
 /// filed under another cluster than their job's are skipped. 4: preemption orders' grace
-/// deadlines stop the charge. 5: a start counts only for a placed job. 6: an order's grace
-/// counts from when the stream stored it.
-const CHECKPOINT_VERSION: u32 = 6;
+/// deadlines stop the charge. 5: a start counts only for a placed job.
+const CHECKPOINT_VERSION: u32 = 5;
 
 /// Tag of this service's checkpoints: names the clusters folded (one, or every cluster), so a
 /// checkpoint folded with another cluster filter is rebuilt, not resumed: resumed, it would
@@ -465,7 +464,7 @@ mod tests {
         let bytes = bincode::serialize(&fold).unwrap();
         assert_eq!(
             (CHECKPOINT_VERSION, fingerprint(&bytes)),
-            (6, 16_789_022_025_083_837_178),
+            (5, 16_789_022_025_083_837_178),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }

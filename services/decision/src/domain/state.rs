@@ -39,7 +39,7 @@ use std::sync::Arc;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::budget::{AccountId, BudgetError, BudgetTree};
 use fairshare_model::inventory::Inventory;
-use fairshare_model::logtime::{effective_at, in_force};
+use fairshare_model::logtime::effective_at;
 use fairshare_model::shape::{self, Shape};
 use serde::{Deserialize, Serialize};
 
@@ -870,17 +870,8 @@ impl DecisionState {
         }
         self.last_applied = sequence;
         let at = effective_at(event.at_ms, stored_ms);
-        let event = in_force(event, stored_ms);
         let Some(body) = &event.body else {
             return Err(Ignored::NoBody);
-        };
-        // A start counts from no earlier than the stream stored it: its protection is the
-        // promise to keep, and a launcher whose clock runs behind the server's (minutes, say)
-        // would otherwise end it that much early in real time. (Its report reaches the log a
-        // moment after the start, which lengthens the protection by that moment.)
-        let at = match (body, stored_ms) {
-            (Body::JobStarted(_), Some(stored)) => at.max(stored),
-            _ => at,
         };
         // A job event changes at most its own allocation's rates: the job's record says
         // which (before the event for an ending job, after it for a new one).

@@ -268,15 +268,21 @@ pub fn overcommits(cluster: &str, entries: &[LogEntry]) -> Vec<Overcommit> {
                 .job(&p.job_id)
                 .is_some_and(|j| j.status == crate::domain::state::JobStatus::Queued);
             if applies {
+                // Per node, as the fold merges a node named twice into one holding.
+                let mut asked: std::collections::BTreeMap<&str, u32> = Default::default();
                 for n in &p.nodes {
-                    let capacity = state.inventory().nodes().get(&n.node).map_or(0, |x| x.gpus);
-                    let held = state.load(&n.node).map_or(0, |l| l.used);
-                    if held.saturating_add(n.gpus) > capacity {
+                    let gpus = asked.entry(n.node.as_str()).or_default();
+                    *gpus = gpus.saturating_add(n.gpus);
+                }
+                for (node, gpus) in asked {
+                    let capacity = state.inventory().nodes().get(node).map_or(0, |x| x.gpus);
+                    let held = state.load(node).map_or(0, |l| l.used);
+                    if held.saturating_add(gpus) > capacity {
                         out.push(Overcommit {
                             sequence: entry.sequence,
                             job_id: p.job_id.clone(),
-                            node: n.node.clone(),
-                            gpus: n.gpus,
+                            node: node.to_owned(),
+                            gpus,
                             held,
                             capacity,
                         });
@@ -663,6 +669,30 @@ mod tests {
                 held: 8,
                 capacity: 8,
             }]
+        );
+        // One node named twice, each part within its 8 GPUs, both together not: the fold holds
+        // them as one holding of 10, and so does the audit.
+        let mut log = decided_log();
+        let p = placement_mut(&mut log, "j1");
+        let node = p.nodes[0].node.clone();
+        p.nodes = vec![
+            pb::NodeGpus {
+                node: node.clone(),
+                gpus: 5,
+            },
+            pb::NodeGpus {
+                node: node.clone(),
+                gpus: 5,
+            },
+        ];
+        let report = audit(C, &log);
+        assert!(
+            report
+                .overcommits
+                .iter()
+                .any(|o| o.job_id == "j1" && o.node == node && o.gpus == 10),
+            "{:?}",
+            report.overcommits
         );
         // A node nobody registered has no GPUs to give.
         let mut log = decided_log();

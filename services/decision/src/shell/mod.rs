@@ -107,10 +107,8 @@ const STALL_WARNING: Duration = Duration::from_secs(10);
 /// on a subject they do not belong to are folded as empty. 10: a start stamped before its
 /// placement counts from the placement. 11: registered GPUs metered over the hour. 12: owed
 /// time under budget trees replaced mid-hour kept. 13: each job's user kept (the queue
-/// listing). 14: event times held to a minute after the stream stored them. 15: an order's
-/// grace counts from when the stream stored it. 16: a start counts from no earlier than the
-/// stream stored it.
-const CHECKPOINT_VERSION: u32 = 16;
+/// listing). 14: event times held to a minute after the stream stored them.
+const CHECKPOINT_VERSION: u32 = 14;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -500,13 +498,15 @@ impl Service {
         let mut still = Vec::new();
         // All at once: one at a time, a cycle of hundreds of placements whose acknowledgements
         // timed out would keep the loop (and shutdown) waiting a request timeout per job.
+        let now_ms = self.now_ms();
         let (js, events, cluster) = (&self.js, &self.events, self.config.cluster.as_str());
         let nodes_newest = &publish::newest_inventory_change(events, cluster).await;
         let settled =
             futures::future::join_all(std::mem::take(&mut self.unresolved).into_iter().map(
                 |unresolved| async move {
                     let settled =
-                        publish::settle(js, events, cluster, nodes_newest, &unresolved).await;
+                        publish::settle(js, events, cluster, nodes_newest, &unresolved, now_ms)
+                            .await;
                     (unresolved, settled)
                 },
             ))
@@ -843,7 +843,7 @@ mod tests {
         let bytes = fold.canonical_bytes();
         assert_eq!(
             (CHECKPOINT_VERSION, fingerprint(&bytes)),
-            (16, 5_061_732_123_906_369_917),
+            (14, 5_061_732_123_906_369_917),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }

@@ -209,19 +209,31 @@ pub(crate) enum Settled {
     Unknown(String),
 }
 
-/// Settles `unresolved` (see the module doc). `nodes_newest` is the cluster's newest node or
-/// maintenance event ([`newest_inventory_change`], read once per round), or why it could not
-/// be read.
+/// How long after its cycle decided it a placement of unknown outcome may still be sent
+/// again. The cycle admitted it on its time: work protected until just before a maintenance
+/// window closes the node
+/// ([`crate::domain::state::MAINTENANCE_LEAD_MS`] before it), or backfill ending before a
+/// reservation starts. Landing much later (sent again after an outage) it would run into
+/// them, so past this it is only looked up, and decided again if it never landed.
+pub(crate) const RESEND_WITHIN_MS: i64 = 10_000;
+
+/// Settles `unresolved` (see the module doc) at `now_ms`. `nodes_newest` is the cluster's
+/// newest node or maintenance event ([`newest_inventory_change`], read once per round), or
+/// why it could not be read.
 pub(crate) async fn settle(
     js: &jetstream::Context,
     events: &jetstream::stream::Stream,
     cluster: &str,
     nodes_newest: &Result<u64, String>,
     unresolved: &Unresolved,
+    now_ms: i64,
 ) -> Settled {
     let job_id = match unresolved {
         Unresolved::Moved(job_id) => job_id,
         Unresolved::Unanswered(p) => {
+            if now_ms.saturating_sub(p.event.at_ms) > RESEND_WITHIN_MS {
+                return look_up_behind_a_barrier(js, events, cluster, p).await;
+            }
             match nodes_newest {
                 Ok(newest) if *newest <= p.decided_through => {}
                 // The nodes moved: the fence the cycle passed no longer holds.
@@ -496,6 +508,7 @@ mod tests {
             C,
             &newest_inventory_change(&events, C).await,
             &lost,
+            2,
         )
         .await
         else {
@@ -516,7 +529,8 @@ mod tests {
                 &events,
                 C,
                 &newest_inventory_change(&events, C).await,
-                &late
+                &late,
+                2
             )
             .await,
             Settled::At(first.max_sequence)
@@ -541,7 +555,8 @@ mod tests {
                 &events,
                 C,
                 &newest_inventory_change(&events, C).await,
-                &stale
+                &stale,
+                2
             )
             .await,
             Settled::At(cancelled)
@@ -552,7 +567,8 @@ mod tests {
                 &events,
                 C,
                 &newest_inventory_change(&events, C).await,
-                &Unresolved::Moved("c".into())
+                &Unresolved::Moved("c".into()),
+                2
             )
             .await,
             Settled::At(cancelled)
@@ -573,12 +589,40 @@ mod tests {
                 &events,
                 C,
                 &newest_inventory_change(&events, C).await,
-                &fenced
+                &fenced,
+                2
             )
             .await,
             Settled::At(d)
         );
         assert_eq!(placements_of("d").await, 0);
+    }
+
+    /// A placement of unknown outcome decided longer ago than [`RESEND_WITHIN_MS`] (an outage
+    /// in between) is not sent again: landing now, it could run into a maintenance window or a
+    /// reservation its cycle kept it clear of. It is looked up, and the next cycle decides
+    /// the job again from what the log holds.
+    #[tokio::test]
+    async fn a_placement_decided_too_long_ago_is_not_sent_again() {
+        let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
+        let events = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let a = append(&js, "a", submitted("a")).await;
+        let p = placement("a", a, "n1");
+        let decided = p.event.at_ms;
+        let stale = Unresolved::Unanswered(Box::new(p));
+        let nodes = newest_inventory_change(&events, C).await;
+        let later = decided + RESEND_WITHIN_MS + 1;
+        assert_eq!(
+            settle(&js, &events, C, &nodes, &stale, later).await,
+            Settled::At(a),
+            "the job's newest event: its submission"
+        );
+        let placed = subjects::job_event(C, "a", "job_placed");
+        let stored = fairshare_testkit::events::stored(&js).await;
+        assert!(
+            !stored.iter().any(|s| s.subject == placed),
+            "nothing placed"
+        );
     }
 
     /// A placement decided before a node event that landed since is not sent again, but its
@@ -639,6 +683,7 @@ mod tests {
             C,
             &newest,
             &Unresolved::Unanswered(Box::new(p)),
+            2,
         )
         .await;
         // The buffered send has landed by now (the slow client is back): after the fence.

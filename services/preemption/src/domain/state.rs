@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use fairshare_decision::domain::state::{Job, JobStatus, Placed};
 use fairshare_decision::domain::{DecisionState, Ignored};
 use fairshare_events::pb::{self, event::Body};
-use fairshare_model::logtime::{effective_at, in_force};
+use fairshare_model::logtime::effective_at;
 use serde::{Deserialize, Serialize};
 
 /// An outstanding preemption order.
@@ -135,8 +135,7 @@ impl PreemptionState {
         stored_ms: Option<i64>,
     ) -> Result<(), Ignored> {
         self.decision.apply_stored(sequence, event, stored_ms)?;
-        let in_force = in_force(event, stored_ms);
-        let Some(body) = &in_force.body else {
+        let Some(body) = &event.body else {
             return Ok(());
         };
         match body {

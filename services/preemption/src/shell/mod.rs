@@ -117,9 +117,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// counts from the placement. 12: registered GPUs metered over the hour. 13: owed time under
 /// budget trees replaced mid-hour kept. 14: each job's user kept (the decision fold inside).
 /// 15: event times held to a minute after the stream stored them (the decision fold inside).
-/// 16: an order's grace counts from when the stream stored it. 17: a start counts from no
-/// earlier than the stream stored it (the decision fold inside).
-const CHECKPOINT_VERSION: u32 = 17;
+const CHECKPOINT_VERSION: u32 = 15;
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -466,8 +464,9 @@ impl Service {
     async fn resolve(&mut self) -> u64 {
         let mut newest = 0;
         let mut still = Vec::new();
+        let now_ms = self.now_ms();
         for unanswered in std::mem::take(&mut self.unresolved) {
-            match publish::settle(&self.js, &self.config.cluster, &unanswered).await {
+            match publish::settle(&self.js, &self.config.cluster, &unanswered, now_ms).await {
                 Ok(sequence) => newest = newest.max(sequence),
                 Err(e) => {
                     tracing::warn!(
@@ -578,7 +577,7 @@ mod tests {
         let bytes = fold.canonical_bytes();
         assert_eq!(
             (CHECKPOINT_VERSION, fingerprint(&bytes)),
-            (17, 10_843_897_482_181_867_754),
+            (15, 10_843_897_482_181_867_754),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }

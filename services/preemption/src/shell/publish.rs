@@ -86,6 +86,28 @@ pub(crate) struct Unanswered {
     pub for_job_id: String,
     /// The waiter's newest event the deciding state had folded.
     pub waiter_seen: u64,
+    /// Until when it may be sent again (Unix ms, the service's "now"): an order carries the
+    /// grace deadline it was decided with, so one landing after an outage would give its
+    /// victim less grace than promised, or none (killed by the next pass, its GPUs counted
+    /// free while it runs). Past this it is only looked up, and decided again if it never
+    /// landed. Kills and requeues may be sent again at any time.
+    pub resend_until_ms: i64,
+}
+
+/// How long after it was decided an order may still be sent again: at most this, and at most
+/// half its grace, so whenever it lands its victim keeps most of its grace.
+pub(crate) const ORDER_RESEND_WITHIN_MS: i64 = 10_000;
+
+/// Until when the effect `body`, decided at `at_ms`, may be sent again
+/// ([`Unanswered::resend_until_ms`]).
+fn resend_until(at_ms: i64, body: &Body) -> i64 {
+    match body {
+        Body::PreemptionOrdered(p) => {
+            let half_grace = p.grace_deadline_ms.saturating_sub(at_ms) / 2;
+            at_ms.saturating_add(half_grace.clamp(0, ORDER_RESEND_WITHIN_MS))
+        }
+        _ => i64::MAX,
+    }
 }
 
 /// Settles `unanswered` (see the module doc): the sequence the fold must reach before the next
@@ -94,7 +116,11 @@ pub(crate) async fn settle(
     js: &jetstream::Context,
     cluster: &str,
     unanswered: &Unanswered,
+    now_ms: i64,
 ) -> Result<u64, String> {
+    if now_ms > unanswered.resend_until_ms {
+        return newest_on(js, &unanswered.scope).await;
+    }
     let waiter_moved = !unanswered.for_job_id.is_empty()
         && waiter_moved(js, cluster, &unanswered.for_job_id, unanswered.waiter_seen)
             .await?
@@ -343,8 +369,9 @@ pub(crate) async fn publish(
                     scope,
                     waiter_seen: fold.job_sequence(&for_job_id).unwrap_or(0),
                     for_job_id,
+                    resend_until_ms: resend_until(event.at_ms, body),
                 };
-                match settle(js, cluster, &unanswered).await {
+                match settle(js, cluster, &unanswered, event.at_ms).await {
                     Ok(sequence) => outcome.max_sequence = outcome.max_sequence.max(sequence),
                     Err(_) => outcome.unresolved.push(unanswered),
                 }
@@ -768,6 +795,7 @@ mod tests {
                 scope: subjects::job(C, victim),
                 for_job_id: "w".into(),
                 waiter_seen: fold.job_sequence("w").unwrap(),
+                resend_until_ms: resend_until(event.at_ms, event.body.as_ref().unwrap()),
             }
         };
         let orders_of = |victim: &'static str| {
@@ -787,10 +815,10 @@ mod tests {
 
         // The first send never reached the stream: the second stores it.
         let lost = order(&fold, "v1");
-        let stored = settle(&js, C, &lost).await.unwrap();
+        let stored = settle(&js, C, &lost, 5).await.unwrap();
         assert_eq!(orders_of("v1").await, Some(stored));
         // Sent again once more (its answer lost too): the same sequence, nothing new stored.
-        assert_eq!(settle(&js, C, &lost).await.unwrap(), stored);
+        assert_eq!(settle(&js, C, &lost, 5).await.unwrap(), stored);
         assert_eq!(
             newest_on(&js, &subjects::job(C, "v1")).await.unwrap(),
             stored
@@ -804,7 +832,63 @@ mod tests {
         });
         append(&js, &mut fold, "w", waiter_placed).await;
         let v2_newest = fold.job_sequence("v2").unwrap();
-        assert_eq!(settle(&js, C, &v2).await.unwrap(), v2_newest);
+        assert_eq!(settle(&js, C, &v2, 5).await.unwrap(), v2_newest);
         assert_eq!(orders_of("v2").await, None);
+    }
+
+    /// An order of unknown outcome is not sent again once half its grace (at most 10 s) has
+    /// gone since it was decided, an outage in between: landing later, with the deadline it
+    /// was decided with, its victim would get less grace than promised, or be killed by the
+    /// next pass at once. It is only looked up; the next pass decides again.
+    #[tokio::test]
+    async fn an_order_decided_too_long_ago_is_not_sent_again() {
+        let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
+        let mut fold = ShellFold::new(C);
+        append(&js, &mut fold, "v", submitted("v")).await;
+        let expected = fold.job_sequence("v").unwrap();
+        let decided = 1_000_000;
+        let body = Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "v".into(),
+            grace_deadline_ms: decided + 30_000,
+            ..Default::default()
+        });
+        assert_eq!(resend_until(decided, &body), decided + 10_000);
+        let envelope = Envelope {
+            message_id: format!("preempt:v:{expected}"),
+            expected_last_subject_sequence: Some((expected, Some(subjects::job(C, "v")))),
+            ..Default::default()
+        };
+        let event = pb::Event {
+            at_ms: decided,
+            body: Some(body.clone()),
+        };
+        let stale = Unanswered {
+            subject: subjects::job_event(C, "v", "preemption_ordered"),
+            headers: envelope.to_headers(),
+            payload: codec::encode(&event),
+            scope: subjects::job(C, "v"),
+            for_job_id: String::new(),
+            waiter_seen: 0,
+            resend_until_ms: resend_until(decided, &body),
+        };
+        assert_eq!(
+            settle(&js, C, &stale, decided + 10_001).await.unwrap(),
+            expected,
+            "looked up: the victim's newest event"
+        );
+        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+        assert!(
+            stream
+                .get_last_raw_message_by_subject(&subjects::job_event(C, "v", "preemption_ordered"))
+                .await
+                .is_err(),
+            "nothing ordered"
+        );
+        // A short grace: half of it.
+        let short = Body::PreemptionOrdered(pb::PreemptionOrdered {
+            grace_deadline_ms: decided + 4_000,
+            ..Default::default()
+        });
+        assert_eq!(resend_until(decided, &short), decided + 2_000);
     }
 }

@@ -702,31 +702,6 @@ fn an_order_stops_the_charge_at_its_grace_deadline_however_late_the_kill() {
     assert_eq!(charged(&f, "a", 1_000), 800);
 }
 
-/// An order stored long after it was stamped (re-sent after an outage) stops the charge at
-/// its grace counted from when the log got it, as the decision and preemption folds count it,
-/// not at the deadline as written, already past when it landed.
-#[test]
-fn an_order_stored_late_stops_the_charge_a_whole_grace_after_it_landed() {
-    let mut events = base();
-    // 4 GPUs from 100; an order stamped at 200 with a grace of 100 (deadline 300), stored at
-    // 1_000; the kill is reported at 1_500.
-    events.extend([
-        resumable(submit(0, "j", C, "a", 1, 4, 60)),
-        placed(100, "j"),
-        started(100, "j"),
-        ordered(200, "j", 300),
-        killed(1_500, "j"),
-    ]);
-    let stored = [0, 0, 0, 100, 100, 1_000, 1_500];
-    assert_eq!(events.len(), stored.len());
-    let mut f = UsageFold::new(FoldConfig::new(10_000).unwrap());
-    for (i, (e, s)) in events.iter().zip(stored).enumerate() {
-        f.apply_stored(i as u64 + 1, e, s);
-    }
-    // Charged from 100 to 1_100 (1_000 + the grace of 100): 1_000 ms x 4 GPUs.
-    assert_eq!(charged(&f, "a", 2_000), 4_000);
-}
-
 /// A job that stops before its deadline stops then; the deadline of a run that is over does
 /// nothing to the next run, and the earliest of two orders' deadlines counts.
 #[test]

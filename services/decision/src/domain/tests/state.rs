@@ -163,26 +163,6 @@ fn a_start_stamped_far_ahead_of_its_stored_time_counts_from_a_minute_after_it() 
     assert_eq!(held.holder.start_ms, stored + 5_000);
 }
 
-/// A launcher whose clock runs five minutes behind the server's: its start counts from when
-/// the stream stored it, so the job is protected for its whole minimum runtime in the
-/// server's time, not five minutes less.
-#[test]
-fn a_start_stamped_behind_its_stored_time_counts_from_when_it_was_stored() {
-    let mut h = H::new();
-    h.node("n0", 8);
-    h.submit(100, "j", "a", 1, 3600);
-    h.place(10_000, "j", &[("n0", 1)]);
-    let stored = 20 * 60_000;
-    let behind = pb::Event {
-        at_ms: stored - 5 * 60_000,
-        body: Some(started("j")),
-    };
-    h.state.apply_stored(20, &behind, Some(stored)).unwrap();
-    let held = h.state.load("n0").unwrap().holding("j").unwrap().clone();
-    assert_eq!(held.holder.start_ms, stored);
-    assert_eq!(held.reclaim_ms, stored + HOUR);
-}
-
 #[test]
 fn placement_holds_gpus_and_start_refines_when_they_are_reclaimable() {
     let mut h = H::new();

@@ -3,7 +3,6 @@
 
 mod cycles;
 mod debug;
-mod grace;
 mod pack;
 mod promise;
 mod rules;
