@@ -244,6 +244,14 @@ share = 2
         said.contains("its waiting jobs (unallocated ones too) start nowhere"),
         "{said}"
     );
+    // Applied without a diff first, the tree is written and the same is said, as a warning.
+    let applied = budget_command(&stack, "apply", &without_infra, &[]).await;
+    assert!(applied.status.success(), "{applied:?}");
+    let warned = String::from_utf8_lossy(&applied.stderr);
+    assert!(
+        warned.contains("warning:  infra: its allocated jobs run on 2 GPUs"),
+        "{warned}"
+    );
     accounting.abort();
     // An invalid file is refused before anything is read or written.
     let bad = diff(&stack, "cluster = \"alpha\"\n[accounts.a]\nshare = -1\n").await;

@@ -266,3 +266,62 @@ fn a_followed_job_stops_where_its_life_ends() {
         "a resumable job lives on after a preemption"
     );
 }
+
+/// A following `tail` reads on across a restart of the server and shows what is written after
+/// it. (Here the client reconnects without the log reader reporting an error; one it does
+/// report, other than the stream being made anew, is now printed and read past, as the
+/// services do, where it used to end the command: that path has no test of its own.)
+#[test]
+fn a_tail_reads_on_across_a_server_restart() {
+    let mut server = server();
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("tail.out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["tail", "--cluster", CLUSTER, "--nats-url", &server.url()])
+        .env_remove("FAIRSHARE_CLUSTER")
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let shown = |what: &str| {
+        std::fs::read_to_string(&out_path)
+            .unwrap_or_default()
+            .contains(what)
+    };
+    let wait_for = |what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !shown(what) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        shown(what)
+    };
+    assert!(wait_for("node n1"), "the log so far");
+    server.restart().unwrap();
+    let registered = pb::Event {
+        at_ms: 3_000,
+        body: Some(Body::NodeRegistered(pb::NodeRegistered {
+            cluster: CLUSTER.into(),
+            node: "n2".into(),
+            gpus: 4,
+        })),
+    };
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        js.publish(subjects::node(CLUSTER, "n2"), codec::encode(&registered))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    });
+    let read_on = wait_for("node n2");
+    let still_following = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(
+        read_on,
+        "written after the restart: {}",
+        std::fs::read_to_string(&out_path).unwrap_or_default()
+    );
+    assert!(still_following, "the tail is still following");
+}

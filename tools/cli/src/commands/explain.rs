@@ -139,9 +139,8 @@ fn not_live(job_id: &str, cluster: &str, events: &[(u64, pb::Event)]) -> NotLive
             ));
         }
     };
-    NotLive::Ended(format!(
-        "job {job_id} is not live: it {ended} (sequence {sequence})"
-    ))
+    let answer = format!("job {job_id} is not live: it {ended} (sequence {sequence})");
+    NotLive::Ended(super::printable(&answer).into_owned())
 }
 
 /// The explanation as the operator reads it, one fact per line.
@@ -223,7 +222,12 @@ fn render(e: &pb::Explanation) -> String {
             format_ms(b.computed_at_ms)
         ));
     }
-    lines.iter().map(|l| format!("{l}\n")).collect()
+    // Reasons and ids come from the log, where any launcher writes: control characters are
+    // shown escaped, never sent to the terminal.
+    lines
+        .iter()
+        .map(|l| format!("{}\n", super::printable(l)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -334,6 +338,29 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("placed again"), "{text}");
+    }
+
+    /// What a launcher wrote (a reason, a requester) reaches the terminal escaped.
+    #[test]
+    fn text_from_the_log_is_shown_escaped() {
+        let mut e = requeued(pb::PreemptionCause::ShareFloor.into());
+        e.reason = "waits\u{1b}[2J".into();
+        let text = render(&e);
+        assert!(text.contains("why: waits\\u{1b}[2J"), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text}");
+        use fairshare_events::pb::event::Body;
+        let failed = pb::Event {
+            at_ms: T,
+            body: Some(Body::JobFailed(pb::JobFailed {
+                job_id: "j".into(),
+                reason: "oom\u{7}\u{1b}]0;owned\u{7}".into(),
+            })),
+        };
+        let NotLive::Ended(answer) = not_live("j", "c", &[(9, failed)]) else {
+            panic!("ended")
+        };
+        assert!(!answer.chars().any(char::is_control), "{answer}");
+        assert!(answer.contains("failed at"), "{answer}");
     }
 
     #[test]

@@ -167,9 +167,17 @@ pub async fn budget_in_force(
 /// than sent as an empty request, which a service can only call malformed.
 pub fn job_id(id: &str) -> Result<String, String> {
     if id.trim().is_empty() {
-        Err("a job id is needed (as `submit` printed it)".to_owned())
+        return Err("a job id is needed (as `submit` printed it)".to_owned());
+    }
+    let id = job_id_arg(id);
+    // One subject token: a `*` or `>` would name every job's subjects in a lookup, and a `.`
+    // other subjects (`explain '*'` described some other job).
+    if fairshare_events::subjects::is_valid_token(&id) {
+        Ok(id)
     } else {
-        Ok(job_id_arg(id))
+        Err(format!(
+            "{id:?} is not a job id: job ids are UUIDs (letters, digits and '-')"
+        ))
     }
 }
 
@@ -219,6 +227,13 @@ mod tests {
                 .unwrap_err()
                 .contains("a job id is needed")
         );
+        // A wildcard or a dot would name other jobs' subjects in a lookup.
+        for bad in ["*", ">", "a.b", "a b"] {
+            assert!(
+                super::job_id(bad).unwrap_err().contains("is not a job id"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

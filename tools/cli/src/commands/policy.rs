@@ -396,9 +396,11 @@ where
                 .with_context(|| format!("{} refused", file.display()))?;
             // Shown once written: a refusal after a table of shares reads like an apply.
             let applying = set.clone();
+            let after = BudgetTree::from_accounts(&set.accounts)?;
             let conn = connect().await?;
+            let in_force = budget_in_force(&conn, &set.cluster).await?;
             if !new_cluster
-                && budget_in_force(&conn, &set.cluster).await?.is_none()
+                && in_force.is_none()
                 && super::nodes::read_book(&conn, &set.cluster)
                     .await?
                     .nodes
@@ -431,6 +433,24 @@ where
                 );
             } else {
                 fairshare_runtime::outln!("budget in force at sequence {seq}");
+            }
+            // What `budget diff` would have said of allocations the tree removes: their
+            // waiting jobs start nowhere now. (Said after the write: it is done either way.)
+            if applied.written
+                && let Some((_, held)) = &in_force
+            {
+                let before = BudgetTree::from_accounts(&held.accounts)?;
+                let changes = share_changes(Some(&before), &after);
+                let removed: Vec<&str> = changes
+                    .iter()
+                    .filter(|c| c.before.is_some() && c.after.is_none())
+                    .map(|c| c.path.as_str())
+                    .collect();
+                if !removed.is_empty() {
+                    for line in removed_work(&conn, &applying.cluster, &removed).await {
+                        eprintln!("warning:{line}");
+                    }
+                }
             }
             Ok(())
         }
