@@ -98,6 +98,16 @@ pub fn report(
     })
 }
 
+/// Whether a query about `cluster` came on that cluster's subject. Instances filtered to one
+/// cluster and one for every cluster answer in one queue group, so a query about another
+/// cluster than its subject names would be refused or answered (and a snapshot published)
+/// depending on which instance it reached.
+fn asked_on_its_subject(subject: &str, cluster: &str) -> bool {
+    subject
+        .strip_prefix(subjects::usage_api("").as_str())
+        .is_some_and(|asked| asked == cluster)
+}
+
 /// Answers one query message (and publishes a snapshot if it asks for one).
 pub(super) async fn usage_query(
     fold: &UsageFold,
@@ -112,6 +122,15 @@ pub(super) async fn usage_query(
     };
     let result = match codec::decode_usage_query(&message.payload) {
         Err(e) => Err(rejection(pb::RejectionCode::Malformed, e.to_string())),
+        Ok(query) if !asked_on_its_subject(&message.subject, &query.cluster) => Err(rejection(
+            pb::RejectionCode::InvalidName,
+            format!(
+                "a query about cluster {:?} asked on {}: ask on {}",
+                query.cluster,
+                message.subject,
+                subjects::usage_api(&query.cluster)
+            ),
+        )),
         Ok(query) => match report(fold, &query, now.at_ms) {
             Ok(mut report) if query.publish_snapshot => {
                 match snapshots.publish(fold, js, &query.cluster, now).await {
@@ -142,8 +161,17 @@ mod tests {
 
     use fairshare_events::pb::{self, event::Body};
 
-    use super::report;
+    use super::{asked_on_its_subject, report};
     use crate::domain::{FoldConfig, UsageFold};
+
+    #[test]
+    fn a_query_is_answered_only_on_its_clusters_subject() {
+        use fairshare_events::subjects::usage_api;
+        assert!(asked_on_its_subject(&usage_api("c1"), "c1"));
+        assert!(!asked_on_its_subject(&usage_api("c1"), "c2"));
+        assert!(!asked_on_its_subject(&usage_api("c1"), ""));
+        assert!(!asked_on_its_subject("elsewhere.c1", "c1"));
+    }
 
     fn account(name: &str, share: u64, children: Vec<pb::Account>) -> pb::Account {
         pb::Account {

@@ -391,7 +391,7 @@ impl Service {
                         let _span = telemetry::entry_span("accounting", &entry, Relation::Child);
                         self.now.observe(&entry);
                         apply_entry(&mut self.fold, &entry);
-                        snapshots.saw(&entry.subject, entry.sequence);
+                        snapshots.saw(&entry.subject, entry.sequence, entry.pending);
                         self.since_checkpoint += 1;
                         if self.since_checkpoint >= self.config.checkpoint_every_events {
                             self.checkpoint();

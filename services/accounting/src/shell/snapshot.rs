@@ -53,6 +53,16 @@ pub(super) struct Publisher {
     /// The cluster whose snapshot failed last: the next tick starts after it, so one cluster
     /// that fails every time (a report over the broker's size limit) cannot starve the rest.
     failed_last: Option<String>,
+    /// Whether the entry applied last had more behind it (a backlog: a reconnect, a burst).
+    /// The cadence waits then: a snapshot's window ends at "now" but covers only the log read
+    /// so far, and the decision service takes the snapshot with the later window end, so one
+    /// published behind would leave out the starts and ends still unread (a job started then
+    /// went uncharged from its start to the window's end). Not for longer than
+    /// [`MAX_QUIET_MS`]: a fold that never catches up (more events than it folds) still
+    /// publishes, late, rather than leave the decision service on an ever older window.
+    behind: bool,
+    /// The monotonic reading of the first tick that found the fold behind, while it is.
+    behind_since_ms: Option<i64>,
 }
 
 /// The time to report a cluster at: `now`, or its last event time if that is later (a
@@ -81,6 +91,14 @@ impl Publisher {
             clusters.rotate_left(after);
         }
         let mut tried = 0;
+        if self.behind {
+            let since = *self.behind_since_ms.get_or_insert(now.monotonic_ms);
+            if now.monotonic_ms.saturating_sub(since) < MAX_QUIET_MS {
+                return tried;
+            }
+        } else {
+            self.behind_since_ms = None;
+        }
         for cluster in clusters {
             if !self.due(&cluster, now.monotonic_ms) {
                 continue;
@@ -107,8 +125,10 @@ impl Publisher {
         }
     }
 
-    /// Notes that the fold applied the entry at `sequence`, stored on `subject`.
-    pub fn saw(&mut self, subject: &str, sequence: u64) {
+    /// Notes that the fold applied the entry at `sequence`, stored on `subject`, with `pending`
+    /// more entries behind it when it was delivered.
+    pub fn saw(&mut self, subject: &str, sequence: u64, pending: u64) {
+        self.behind = pending > 0;
         let Some(cluster) = subjects::cluster_of(subject) else {
             return;
         };
@@ -236,12 +256,22 @@ mod tests {
             })),
         };
         fold.apply(4, &node);
-        publisher.saw(&subjects::node("b", "n2"), 4);
+        // Delivered with more behind it: the cadence waits for the rest.
+        publisher.saw(&subjects::node("b", "n2"), 4, 3);
+        assert_eq!(publisher.publish_due(&fold, &js, at(3_000)).await, 0);
+        publisher.saw(&subjects::node("b", "n2"), 4, 0);
         assert_eq!(publisher.publish_due(&fold, &js, at(3_000)).await, 1);
         let last = |c: &str| publisher.last.get(c).map(|p| (p.through, p.at_ms));
         assert_eq!(last("b"), Some((4, 3_000)));
         assert_eq!(last("a"), Some((3, 2_000)), "not again");
         assert_eq!(publisher.publish_due(&fold, &js, at(4_000)).await, 0);
+        // Behind for a whole quiet period: published all the same.
+        fold.apply(5, &node);
+        publisher.saw(&subjects::node("b", "n2"), 5, 2);
+        assert_eq!(publisher.publish_due(&fold, &js, at(5_000)).await, 0);
+        let late = at(5_000 + MAX_QUIET_MS);
+        assert!(publisher.publish_due(&fold, &js, late).await >= 1);
+        assert_eq!(publisher.last.get("b").map(|p| p.through), Some(5));
     }
 
     #[tokio::test]
