@@ -84,6 +84,41 @@ async fn secured(dir: &Path) -> Secured {
     secured_with(dir, |block| block).await
 }
 
+/// `auth init`'s server config `block` with `subjects` taken out of what `role` may publish.
+///
+/// # Panics
+/// If the role's block does not list one of them (the test would prove nothing).
+fn denied(block: &str, role: Role, subjects: &[String]) -> String {
+    let mut out = String::new();
+    let mut theirs = false;
+    let mut taken = 0;
+    for line in block.lines() {
+        if line.trim_start().starts_with('#') {
+            theirs = line.trim() == format!("# {}", role.name());
+        }
+        let mut line = line.to_owned();
+        if theirs && line.contains("publish:") {
+            for subject in subjects {
+                // Listed before another, or last.
+                let listed = [format!("\"{subject}\", "), format!(", \"{subject}\"")];
+                if let Some(l) = listed.iter().find(|l| line.contains(l.as_str())) {
+                    line = line.replace(l.as_str(), "");
+                    taken += 1;
+                }
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    assert_eq!(
+        taken,
+        subjects.len(),
+        "{subjects:?} in {}'s block",
+        role.name()
+    );
+    out
+}
+
 /// [`secured`], with the server config `auth init` wrote edited by `edit` first.
 async fn secured_with(dir: &Path, edit: impl FnOnce(String) -> String) -> Secured {
     let block = edit(auth::init(dir).unwrap());
@@ -478,29 +513,12 @@ async fn a_python_launcher_submits_with_the_launcher_nkey() {
 async fn a_cycle_that_cannot_read_its_node_fence_publishes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let single_event_reads = [
-        format!("\"$JS.API.STREAM.MSG.GET.{EVENTS_STREAM}\", "),
-        format!("\"$JS.API.DIRECT.GET.{EVENTS_STREAM}\", "),
-        format!("\"$JS.API.DIRECT.GET.{EVENTS_STREAM}.>\", "),
+        format!("$JS.API.STREAM.MSG.GET.{EVENTS_STREAM}"),
+        format!("$JS.API.DIRECT.GET.{EVENTS_STREAM}"),
+        format!("$JS.API.DIRECT.GET.{EVENTS_STREAM}.>"),
     ];
     let s = secured_with(dir.path(), |block| {
-        // Only the decision identity's lines lose them.
-        let mut out = String::new();
-        let mut decision = false;
-        for line in block.lines() {
-            if line.trim_start().starts_with('#') {
-                decision = line.trim() == format!("# {}", Role::Decision.name());
-            }
-            let mut line = line.to_owned();
-            if decision {
-                for api in &single_event_reads {
-                    line = line.replace(api.as_str(), "");
-                }
-            }
-            out.push_str(&line);
-            out.push('\n');
-        }
-        assert_ne!(out, block, "the decision identity's reads were found");
-        out
+        denied(&block, Role::Decision, &single_event_reads)
     })
     .await;
     let job =
@@ -543,27 +561,9 @@ async fn a_cycle_that_cannot_read_its_node_fence_publishes_nothing() {
 #[tokio::test]
 async fn a_drained_report_that_cannot_land_holds_up_no_kill() {
     let dir = tempfile::tempdir().unwrap();
-    let node_reports = format!("\"{}\", ", subjects::node("*", "*"));
+    let node_reports = [subjects::node("*", "*")];
     let s = secured_with(dir.path(), |block| {
-        let mut out = String::new();
-        let mut preemption = false;
-        for line in block.lines() {
-            if line.trim_start().starts_with('#') {
-                preemption = line.trim() == format!("# {}", Role::Preemption.name());
-            }
-            let line = if preemption && line.contains("publish:") {
-                line.replace(node_reports.as_str(), "")
-            } else {
-                line.to_owned()
-            };
-            out.push_str(&line);
-            out.push('\n');
-        }
-        assert_ne!(
-            out, block,
-            "the preemption identity's node subjects were found"
-        );
-        out
+        denied(&block, Role::Preemption, &node_reports)
     })
     .await;
     let now = SystemClock.now_ms();

@@ -56,9 +56,25 @@ pub fn share_changes(before: Option<&BudgetTree>, after: &BudgetTree) -> Vec<Sha
         .collect()
 }
 
-/// What becomes of the live work of allocations a new tree removes, one line each, from the
-/// accounting service's figures now (a line saying it could not ask, if it cannot).
-async fn removed_work(conn: &Connection, cluster: &str, removed: &[&str]) -> Vec<String> {
+/// What becomes of the live work of the allocations tree `after` removes from `before`, one
+/// line each, from the accounting service's figures now (a line saying it could not ask, if
+/// it cannot); nothing if it removes none.
+async fn removed_work(
+    conn: &Connection,
+    cluster: &str,
+    before: Option<&BudgetTree>,
+    after: &BudgetTree,
+) -> Vec<String> {
+    let changes = share_changes(before, after);
+    let removed: Vec<&str> = changes
+        .iter()
+        .filter(|c| c.before.is_some() && c.after.is_none())
+        .map(|c| c.path.as_str())
+        .collect();
+    if removed.is_empty() {
+        return Vec::new();
+    }
+    let removed = removed.as_slice();
     let query = fairshare_events::pb::UsageQuery {
         cluster: cluster.to_owned(),
         path: String::new(),
@@ -374,16 +390,8 @@ where
             if let Some(warning) = claimless(&after) {
                 eprintln!("warning: {warning}");
             }
-            let changes = share_changes(before.as_ref(), &after);
-            let removed: Vec<&str> = changes
-                .iter()
-                .filter(|c| c.before.is_some() && c.after.is_none())
-                .map(|c| c.path.as_str())
-                .collect();
-            if !removed.is_empty() {
-                for line in removed_work(&conn, &set.cluster, &removed).await {
-                    fairshare_runtime::outln!("{line}");
-                }
+            for line in removed_work(&conn, &set.cluster, before.as_ref(), &after).await {
+                fairshare_runtime::outln!("{line}");
             }
             Ok(())
         }
@@ -440,16 +448,8 @@ where
                 && let Some((_, held)) = &in_force
             {
                 let before = BudgetTree::from_accounts(&held.accounts)?;
-                let changes = share_changes(Some(&before), &after);
-                let removed: Vec<&str> = changes
-                    .iter()
-                    .filter(|c| c.before.is_some() && c.after.is_none())
-                    .map(|c| c.path.as_str())
-                    .collect();
-                if !removed.is_empty() {
-                    for line in removed_work(&conn, &applying.cluster, &removed).await {
-                        eprintln!("warning:{line}");
-                    }
+                for line in removed_work(&conn, &applying.cluster, Some(&before), &after).await {
+                    eprintln!("warning:{line}");
                 }
             }
             Ok(())
