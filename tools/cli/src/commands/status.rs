@@ -153,7 +153,9 @@ used: GPU time charged in the window; ratio: used / alloc (the ranking also coun
   only the window, as a share of what it was owed; running / queued: GPUs its allocated jobs run
   on / wait for now (placed jobs not yet started count as queued; unallocated work, minimum
   runtime 0, is no allocation's and is not counted here); base floor: its fraction of the
-  cluster's GPUs, before the hourly floor moves it.";
+  cluster's GPUs, before the hourly floor moves it. A group's row (ending in /) sums every path
+  under it with usage in the window, allocations since removed or renamed too; its ranking
+  sums only the allocations in the tree now.";
 
 #[cfg(test)]
 mod tests {
