@@ -32,7 +32,9 @@ pub fn effective_at(at_ms: i64, stored_ms: Option<i64>) -> i64 {
 /// its minimum runtime, whether an order's grace is over and whether a maintenance window is
 /// near. A host clock set
 /// an hour ahead (a wrong NTP step, a restored VM) would end every protection an hour early and
-/// kill every order at once; held to the log, it ends them at most a minute early. A host clock
+/// kill every order at once; held to the log, it ends them at most a minute early, and the
+/// preemption service holds its "now" to no later than the log's time
+/// ([`LogClock::now_at_most_ahead`]), so it ends none early. A host clock
 /// set back would hold kills, and the window, in the past.
 ///
 /// Only entries that arrived live count fully (delivered at the tail, after one that was too):

@@ -4,8 +4,9 @@
 //! Place in the flow: the services that act on time (preemption ends protections and graces at
 //! "now"; accounting ends its usage windows and paces its snapshots by it) note every log entry
 //! they follow here and read "now" from here rather than from their [`Clock`]. A host clock set
-//! an hour ahead or behind then moves them at most a minute off the NATS server's time, and the
-//! first time it does, the service says so once in its log. At start, once caught up, they read
+//! an hour ahead or behind then moves them at most a minute off the NATS server's time (the
+//! preemption service's never ahead of it: [`HeldClock::never_ahead`]), and the first time it
+//! does, the service says so once in its log. At start, once caught up, they read
 //! the server's own time ([`server_time_ms`]) for the log's time, however long the log was
 //! quiet.
 
