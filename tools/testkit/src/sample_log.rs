@@ -54,6 +54,28 @@ pub fn sample_log() -> Vec<LogEntry> {
         .collect()
 }
 
+/// A fingerprint of `state` as serde gives it, in a form that does not depend on any hash
+/// map's iteration order (maps become JSON objects, whose keys `serde_json` keeps sorted): the
+/// same on every machine and toolchain for the same state, whatever fields it gains (they are
+/// serialized like the rest).
+///
+/// # Panics
+/// If `state` does not serialize (a broken test).
+pub fn state_fingerprint<S: serde::Serialize>(state: &S) -> u64 {
+    // Written out, then read back as a value: objects come back with their keys sorted. (Not
+    // `to_value`, which refuses integers past 64 bits; read back, such an integer is a float,
+    // the same float every time.)
+    let text = match serde_json::to_string(state) {
+        Ok(t) => t,
+        Err(e) => panic!("the state does not serialize: {e}"),
+    };
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => panic!("the state's JSON does not read back: {e}"),
+    };
+    fingerprint(value.to_string().as_bytes())
+}
+
 /// A stable 64-bit fingerprint of `bytes` (FNV-1a): the same on every machine and toolchain.
 pub fn fingerprint(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {

@@ -61,23 +61,6 @@ const UNDECODABLE: pb::Event = pb::Event {
 };
 
 impl LogFold {
-    /// The checkpointed form with its maps in key order (a map's own order is its hasher's,
-    /// which differs from run to run): what the checkpoint-format tripwire fingerprints.
-    #[cfg(test)]
-    pub(crate) fn canonical_bytes(&self) -> Vec<u8> {
-        use std::collections::BTreeMap;
-        let sequences: BTreeMap<_, _> = self.job_sequences.iter().collect();
-        let traces: BTreeMap<_, _> = self.traces.iter().collect();
-        let form = (
-            &self.state,
-            &self.job_prefix,
-            sequences,
-            self.last_cycle,
-            traces,
-        );
-        bincode::serialize(&form).unwrap_or_default()
-    }
-
     /// An empty fold for cluster `cluster`.
     pub fn new(cluster: &str) -> Self {
         Self {

@@ -46,24 +46,6 @@ pub struct ShellFold {
 }
 
 impl ShellFold {
-    /// The checkpointed form with its maps in key order (a map's own order is its hasher's,
-    /// which differs from run to run): what the checkpoint-format tripwire fingerprints.
-    #[cfg(test)]
-    pub(crate) fn canonical_bytes(&self) -> Vec<u8> {
-        use std::collections::BTreeMap;
-        let jobs: BTreeMap<_, _> = self.job_sequences.iter().collect();
-        let nodes: BTreeMap<_, _> = self.node_sequences.iter().collect();
-        let traces: BTreeMap<_, _> = self.traces.iter().collect();
-        let form = (
-            &self.state,
-            (&self.job_prefix, &self.node_prefix),
-            (jobs, nodes),
-            self.last_cycle,
-            traces,
-        );
-        bincode::serialize(&form).unwrap_or_default()
-    }
-
     /// An empty fold for `cluster`.
     pub fn new(cluster: &str) -> Self {
         Self {

@@ -119,7 +119,7 @@ pub(crate) async fn settle(
     now_ms: i64,
 ) -> Result<u64, String> {
     if now_ms > unanswered.resend_until_ms {
-        return newest_on(js, &unanswered.scope).await;
+        return look_up_behind_a_barrier(js, unanswered).await;
     }
     let waiter_moved = !unanswered.for_job_id.is_empty()
         && waiter_moved(js, cluster, &unanswered.for_job_id, unanswered.waiter_seen)
@@ -143,6 +143,37 @@ pub(crate) async fn settle(
         }
     }
     newest_on(js, &unanswered.scope).await
+}
+
+/// The newest sequence of `unanswered`'s subject, looked up behind a message the server is
+/// sure to refuse (on its subject, expecting no event there at all), which this connection's
+/// earlier sends, the unanswered one's first among them, reach the stream before: a lookup
+/// alone could answer while that first send still waits in the client's buffer across a
+/// reconnect, and the next pass would choose another victim for the same waiter.
+async fn look_up_behind_a_barrier(
+    js: &jetstream::Context,
+    unanswered: &Unanswered,
+) -> Result<u64, String> {
+    let envelope = Envelope {
+        message_id: format!("barrier:{}", unanswered.subject),
+        expected_last_subject_sequence: Some((0, Some(unanswered.scope.clone()))),
+        ..Default::default()
+    };
+    let answer = async {
+        js.publish_with_headers(
+            unanswered.subject.clone(),
+            envelope.to_headers(),
+            bytes::Bytes::new(),
+        )
+        .await?
+        .await
+    }
+    .await;
+    match resend_answer(answer) {
+        ResendAnswer::Unknown(why) => Err(why),
+        // Refused, as meant (stored, it would be an empty entry the folds skip).
+        ResendAnswer::Refused | ResendAnswer::Stored(_) => newest_on(js, &unanswered.scope).await,
+    }
 }
 
 /// Where and how one body is appended; `None` for bodies this service never publishes or for
@@ -239,6 +270,9 @@ pub(crate) async fn publish(
 ) -> Outcome {
     // A stable sort: everything else keeps its order (a kill before its requeue).
     events.sort_by_key(|e| matches!(e.body, Some(Body::NodeDrained(_))));
+    // The pass decided at its events' time; settling an unanswered one comes later by however
+    // long the sends before it took (an acknowledgement timeout, say).
+    let started = std::time::Instant::now();
     let mut outcome = Outcome::default();
     // Per job: the sequence of this pass's earlier event of it, if it landed.
     let mut chained: HashMap<String, u64> = HashMap::new();
@@ -371,7 +405,9 @@ pub(crate) async fn publish(
                     for_job_id,
                     resend_until_ms: resend_until(event.at_ms, body),
                 };
-                match settle(js, cluster, &unanswered, event.at_ms).await {
+                let elapsed = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+                let now_ms = event.at_ms.saturating_add(elapsed);
+                match settle(js, cluster, &unanswered, now_ms).await {
                     Ok(sequence) => outcome.max_sequence = outcome.max_sequence.max(sequence),
                     Err(_) => outcome.unresolved.push(unanswered),
                 }

@@ -219,6 +219,11 @@ mod tests {
             created_ns: 42,
         };
         assert_eq!(resume(Some(&store), &shorter), SubmissionState::default());
+        assert!(
+            store.load::<SubmissionState>().unwrap().is_none(),
+            "removed"
+        );
+        save(&store, &state);
         drop(store);
         // Another stream (its creation time is in the tag): not used either.
         let other = LogPosition {
