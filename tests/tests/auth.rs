@@ -543,7 +543,8 @@ async fn a_cycle_that_cannot_read_its_node_fence_publishes_nothing() {
     .await
     .unwrap();
     let (stop, serving) = spawn_until_stopped(|stopped| service.serve(stopped));
-    // Several cycles' worth: the first fence look-up waits out its request timeout.
+    // The first fence look-up waits out its request timeout; the cycle then publishes nothing
+    // (before, it published unfenced once that timeout was over).
     tokio::time::sleep(Duration::from_secs(8)).await;
     let _ = stop.send(());
     let _ = serving.await;

@@ -34,7 +34,8 @@ pub fn effective_at(at_ms: i64, stored_ms: Option<i64>) -> i64 {
 /// an hour ahead (a wrong NTP step, a restored VM) would end every protection an hour early and
 /// kill every order at once; held to the log, it ends them at most a minute early, and the
 /// preemption service holds its "now" to no later than the log's time
-/// ([`LogClock::now_at_most_ahead`]), so it ends none early. A host clock
+/// ([`LogClock::now_at_most_ahead`]), so its own clock ends none early (a launcher's clock
+/// behind the server's still can, down to the job's placement). A host clock
 /// set back would hold kills, and the window, in the past.
 ///
 /// Only entries that arrived live count fully (delivered at the tail, after one that was too):

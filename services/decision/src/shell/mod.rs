@@ -495,6 +495,11 @@ impl Service {
     /// Settles the placements the last cycle could not ([`publish::settle`]); raises the
     /// barrier to what each one found.
     async fn resolve(&mut self, pacer: &mut Pacer) {
+        // A pause with nothing to settle (after a cycle whose fence could not be read): over.
+        if self.unresolved.is_empty() {
+            pacer.unblock();
+            return;
+        }
         let mut still = Vec::new();
         // All at once: one at a time, a cycle of hundreds of placements whose acknowledgements
         // timed out would keep the loop (and shutdown) waiting a request timeout per job.

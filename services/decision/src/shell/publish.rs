@@ -28,9 +28,11 @@
 //! refuse, sent on the same connection after it, is answered, so a first send still in the
 //! client's buffer has landed by then. It may land after the node event: a cordon or a
 //! maintenance window then drains it as it drains the jobs that were there already (see the
-//! preemption service's `drain`); a node removed or shrunk meanwhile is not covered. Only
-//! looked up: one the server refused for good (a stream that is not there, a message over its
-//! size limit).
+//! preemption service's `drain`); a node removed or shrunk meanwhile is not covered. Nor sent
+//! again, looked up the same way: one decided more than `RESEND_WITHIN_MS` before (landing
+//! now, it could run into a maintenance window or a reservation its cycle kept it clear of).
+//! Only looked up: one the server refused for good (a stream that is not there, a message over
+//! its size limit).
 
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use fairshare_events::headers::TraceParent;

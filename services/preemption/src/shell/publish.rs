@@ -29,7 +29,12 @@
 //! subject's newest event is looked up), or by storing it. An order whose waiter has moved
 //! since is not sent again (it would stop its victim for nothing now): its subject is looked
 //! up, as before, and a first send still in flight can land after that look (the waiter is
-//! placed or gone by then, so no second victim is ordered for it).
+//! placed or gone by then, so no second victim is ordered for it). Nor is an order decided more
+//! than half its grace (at most `ORDER_RESEND_WITHIN_MS`) before: landing now, with the
+//! deadline it was decided with, it would give its victim less grace than promised. It is
+//! looked up behind a message the server must refuse, so a first send still in the client's
+//! buffer has landed by then, and the next pass decides again. A `NodeDrained` report is not
+//! settled at all ([`Outcome::unreported`]).
 
 use std::collections::HashMap;
 
@@ -55,8 +60,8 @@ pub(crate) struct Outcome {
     /// another victim's order for the same waiter was refused, or the waiter's own events
     /// moved).
     pub refused: usize,
-    /// Not sent or unacknowledged (connection trouble): decide again later. The pass stops
-    /// at the first such effect: the ones after it would most likely wait out the same
+    /// Not sent or unacknowledged (connection trouble), drained reports aside: decide again
+    /// later. The pass stops at the first such effect: the ones after it would most likely wait out the same
     /// trouble one acknowledgement timeout each, and are decided again anyway.
     pub failed: usize,
     /// `NodeDrained` reports not sent or unacknowledged: not settled, and no reason to wait
@@ -87,15 +92,16 @@ pub(crate) struct Unanswered {
     /// The waiter's newest event the deciding state had folded.
     pub waiter_seen: u64,
     /// Until when it may be sent again (Unix ms, the service's "now"): an order carries the
-    /// grace deadline it was decided with, so one landing after an outage would give its
+    /// grace deadline it was decided with, so one sent again after an outage would give its
     /// victim less grace than promised, or none (killed by the next pass, its GPUs counted
     /// free while it runs). Past this it is only looked up, and decided again if it never
-    /// landed. Kills and requeues may be sent again at any time.
+    /// landed (a first send held in the client's buffer can still land late: its times are
+    /// taken as written). Kills and requeues may be sent again at any time.
     pub resend_until_ms: i64,
 }
 
 /// How long after it was decided an order may still be sent again: at most this, and at most
-/// half its grace, so whenever it lands its victim keeps most of its grace.
+/// half its grace, so an order we send again leaves its victim most of its grace.
 pub(crate) const ORDER_RESEND_WITHIN_MS: i64 = 10_000;
 
 /// Until when the effect `body`, decided at `at_ms`, may be sent again
@@ -257,11 +263,11 @@ async fn waiter_moved(
 /// Appends `events` in order, each acknowledged before the next (a pass emits a handful),
 /// except that `NodeDrained` reports go last.
 ///
-/// Why last: a pass stops at its first unacknowledged effect, and a drained report is the
-/// one effect nothing else in the pass depends on (no order, kill or requeue names a node's
-/// report, and the audit re-derives orders, not reports). A report that can never land
-/// (credentials that deny the node subjects, say) would otherwise stop every fair-share order
-/// decided after it, pass after pass.
+/// Why last: a drained report is the one effect nothing else in the pass depends on (no order,
+/// kill or requeue names a node's report, and the audit re-derives orders, not reports), and
+/// one the server never answers costs an acknowledgement timeout; sent last, it holds up none of
+/// the others. (A report that is not acknowledged does not stop the pass, nor is it settled:
+/// [`Outcome::unreported`].)
 pub(crate) async fn publish(
     js: &jetstream::Context,
     cluster: &str,

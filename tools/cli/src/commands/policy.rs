@@ -406,7 +406,13 @@ where
             let applying = set.clone();
             let after = BudgetTree::from_accounts(&set.accounts)?;
             let conn = connect().await?;
-            let in_force = budget_in_force(&conn, &set.cluster).await?;
+            // A new cluster has no tree to read (and one unreadable is no reason not to start
+            // it): only the warning below would use it.
+            let in_force = if new_cluster {
+                budget_in_force(&conn, &set.cluster).await.ok().flatten()
+            } else {
+                budget_in_force(&conn, &set.cluster).await?
+            };
             if !new_cluster
                 && in_force.is_none()
                 && super::nodes::read_book(&conn, &set.cluster)
@@ -444,10 +450,14 @@ where
             }
             // What `budget diff` would have said of allocations the tree removes: their
             // waiting jobs start nowhere now. (Said after the write: it is done either way.)
+            // Only about the tree read before, when that is the one replaced (another manager's
+            // change in between would make it describe the wrong tree); and a tree read that no
+            // longer validates fails nothing now that the new one is written.
             if applied.written
-                && let Some((_, held)) = &in_force
+                && let Some((read_at, held)) = &in_force
+                && *read_at == replaced
+                && let Ok(before) = BudgetTree::from_accounts(&held.accounts)
             {
-                let before = BudgetTree::from_accounts(&held.accounts)?;
                 for line in removed_work(&conn, &applying.cluster, Some(&before), &after).await {
                     eprintln!("warning:{line}");
                 }
