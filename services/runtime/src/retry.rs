@@ -7,8 +7,11 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream;
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
+
+use crate::envelope::Envelope;
 
 /// Whether a publish that failed this way may still be stored, or be in flight: a timeout, a
 /// broken connection, and any other refusal the client does not name (`Other`: a server busy
@@ -45,6 +48,36 @@ pub fn resend_answer(answer: Result<PublishAck, PublishError>) -> ResendAnswer {
         }
         Err(e) if outcome_unknown(e.kind()) => ResendAnswer::Unknown(e.to_string()),
         Err(_) => ResendAnswer::Refused,
+    }
+}
+
+/// Sends, on `subject`, a message the server is sure to refuse (empty, expecting no entry at
+/// all over `scope`, which holds one), and waits for its answer: this connection's earlier
+/// sends reach the stream before it, so once it is answered, a first send still in the
+/// client's reconnect buffer has landed, and a lookup made after it sees that send. A lookup
+/// alone could answer first. `Err` if no answer came (try again later). Stored after all (no
+/// entry over `scope`), it is an empty entry the folds skip.
+pub async fn barrier(
+    js: &jetstream::Context,
+    subject: String,
+    scope: String,
+    message_id: String,
+) -> Result<(), String> {
+    let envelope = Envelope {
+        message_id,
+        expected_last_subject_sequence: Some((0, Some(scope))),
+        ..Default::default()
+    };
+    let answer = match js
+        .publish_with_headers(subject, envelope.to_headers(), bytes::Bytes::new())
+        .await
+    {
+        Ok(ack) => ack.await,
+        Err(e) => Err(e),
+    };
+    match resend_answer(answer) {
+        ResendAnswer::Unknown(why) => Err(why),
+        ResendAnswer::Refused | ResendAnswer::Stored(_) => Ok(()),
     }
 }
 

@@ -85,20 +85,20 @@ impl Publisher {
         js: &jetstream::Context,
         now: Now,
     ) -> usize {
+        if self.behind {
+            let since = *self.behind_since_ms.get_or_insert(now.monotonic_ms);
+            if now.monotonic_ms.saturating_sub(since) < MAX_QUIET_MS {
+                return 0;
+            }
+        } else {
+            self.behind_since_ms = None;
+        }
         let mut clusters: Vec<String> = fold.cluster_names().map(str::to_owned).collect();
         if let Some(failed) = &self.failed_last {
             let after = clusters.partition_point(|c| c <= failed);
             clusters.rotate_left(after);
         }
         let mut tried = 0;
-        if self.behind {
-            let since = *self.behind_since_ms.get_or_insert(now.monotonic_ms);
-            if now.monotonic_ms.saturating_sub(since) < MAX_QUIET_MS {
-                return tried;
-            }
-        } else {
-            self.behind_since_ms = None;
-        }
         for cluster in clusters {
             if !self.due(&cluster, now.monotonic_ms) {
                 continue;

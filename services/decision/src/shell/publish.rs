@@ -269,26 +269,15 @@ async fn look_up_behind_a_barrier(
     cluster: &str,
     p: &ToPublish,
 ) -> Settled {
-    let envelope = Envelope {
-        message_id: format!("barrier:{}:{}", p.job_id, p.expected),
-        expected_last_subject_sequence: Some((0, Some(subjects::job(cluster, &p.job_id)))),
-        ..Default::default()
-    };
-    let subject = subjects::job_event(cluster, &p.job_id, "job_placed");
-    let answer = match js
-        .publish_with_headers(subject, envelope.to_headers(), bytes::Bytes::new())
-        .await
-    {
-        Ok(ack) => ack.await,
-        Err(e) => Err(e),
-    };
-    match resend_answer(answer) {
-        ResendAnswer::Unknown(why) => Settled::Unknown(why),
-        // Refused, as meant. (Stored, it could only be because the job has no event at all:
-        // an empty entry the folds skip; the log has moved past the first send either way.)
-        ResendAnswer::Refused | ResendAnswer::Stored(_) => {
-            look_up(events, cluster, &p.job_id).await
-        }
+    let barrier = fairshare_runtime::retry::barrier(
+        js,
+        subjects::job_event(cluster, &p.job_id, "job_placed"),
+        subjects::job(cluster, &p.job_id),
+        format!("barrier:{}:{}", p.job_id, p.expected),
+    );
+    match barrier.await {
+        Err(why) => Settled::Unknown(why),
+        Ok(()) => look_up(events, cluster, &p.job_id).await,
     }
 }
 

@@ -29,9 +29,10 @@
 //!   the last pass held back for their lost work ([`decide_preemptions_and_retry`]: after it
 //!   they throw away less, so the order goes then rather than at the next timer), and every
 //!   `pass_every` regardless.
-//! - A pass runs [`decide_preemptions_and_retry`] at the clock's "now", held within a minute
-//!   of the log's time ([`HeldClock`]: a host clock stepped ahead would otherwise end
-//!   protections and graces early, one set back hold kills late), stamps its cycle
+//! - A pass runs [`decide_preemptions_and_retry`] at the clock's "now", held to no later than
+//!   the log's time and no more than a minute before it ([`HeldClock::never_ahead`]: a host
+//!   clock stepped ahead would otherwise end protections and graces early, one set back hold
+//!   kills late), stamps its cycle
 //!   number (cycle numbers continue from the highest any `PreemptionOrdered` in the log names)
 //!   and appends the bodies (see `publish` for subjects, message ids and optimistic concurrency).
 //! - **Barrier**: the next pass waits until the fold has applied every event the previous pass

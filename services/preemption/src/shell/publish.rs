@@ -160,26 +160,14 @@ async fn look_up_behind_a_barrier(
     js: &jetstream::Context,
     unanswered: &Unanswered,
 ) -> Result<u64, String> {
-    let envelope = Envelope {
-        message_id: format!("barrier:{}", unanswered.subject),
-        expected_last_subject_sequence: Some((0, Some(unanswered.scope.clone()))),
-        ..Default::default()
-    };
-    let answer = async {
-        js.publish_with_headers(
-            unanswered.subject.clone(),
-            envelope.to_headers(),
-            bytes::Bytes::new(),
-        )
-        .await?
-        .await
-    }
-    .await;
-    match resend_answer(answer) {
-        ResendAnswer::Unknown(why) => Err(why),
-        // Refused, as meant (stored, it would be an empty entry the folds skip).
-        ResendAnswer::Refused | ResendAnswer::Stored(_) => newest_on(js, &unanswered.scope).await,
-    }
+    fairshare_runtime::retry::barrier(
+        js,
+        unanswered.subject.clone(),
+        unanswered.scope.clone(),
+        format!("barrier:{}", unanswered.subject),
+    )
+    .await?;
+    newest_on(js, &unanswered.scope).await
 }
 
 /// Where and how one body is appended; `None` for bodies this service never publishes or for
