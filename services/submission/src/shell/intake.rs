@@ -224,7 +224,8 @@ async fn reject(
     // would take this for a repeat of, and any rejection of a key the log has an outcome for
     // already (accepted for another request: its expiry, or a cluster it does not name).
     let valid_key = idempotency_key_problem(key, &shared.limits).is_none();
-    let key_id_taken = rejection.code == pb::RejectionCode::KeyReused as i32 || answered(shared, key);
+    let key_id_taken =
+        rejection.code == pb::RejectionCode::KeyReused as i32 || answered(shared, key);
     let message_id = if valid_key && !key_id_taken {
         headers::submission_id(key)
     } else {
