@@ -7,10 +7,9 @@
 
 use std::process::Output;
 
-mod common;
-use common::{stderr, stdout};
+use crate::common::{stderr, stdout};
 
-use common::{server_with, simulated_log};
+use crate::common::{server_with, simulated_log};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_testkit::NatsServer;
 

@@ -8,9 +8,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-mod common;
-
-use common::{server_with, simulated_log};
+use crate::common::{server_with, simulated_log};
 
 #[test]
 fn tail_into_a_reader_that_leaves_early_exits_quietly() {

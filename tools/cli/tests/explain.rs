@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-mod common;
-use common::{stderr, stdout};
+use crate::common::{stderr, stdout};
 
 use std::process::Output;
 use std::time::Duration;

@@ -12,14 +12,12 @@ use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
 use fairshare_testkit::NatsServer;
 
-mod common;
-
 const CLUSTER: &str = "c1";
 
 /// A server whose log holds, in order: a node registration (usable), bytes that are no
 /// protobuf, an event with no body, and a node registration filed under a job's subject.
 fn server() -> NatsServer {
-    common::server_then(|js| async move {
+    crate::common::server_then(|js| async move {
         let registered = pb::Event {
             at_ms: 1_000,
             body: Some(Body::NodeRegistered(pb::NodeRegistered {
@@ -163,7 +161,7 @@ fn a_job_is_followed_by_its_id_alone() {
 /// `once` (not resumable) submitted, placed and preempted; `again` (resumable) submitted and
 /// preempted (its requeue not written yet).
 fn lives() -> NatsServer {
-    common::server_then(|js| async move {
+    crate::common::server_then(|js| async move {
         let submitted = |id: &str, resumable: bool| {
             Body::JobSubmitted(pb::JobSubmitted {
                 job_id: id.into(),

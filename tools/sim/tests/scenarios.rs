@@ -3,15 +3,13 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-mod support;
-
+use crate::support::{SeenLog, read};
 use fairshare_events::pb::PreemptionCause;
 use fairshare_sim::engine::{self, EngineConfig};
 use fairshare_sim::metrics::{CausePreemptions, measure};
 use fairshare_sim::scenarios::{self, Scenario};
 use fairshare_sim::setup::EPOCH_MS;
 use fairshare_sim::simulate::measure_config;
-use support::{SeenLog, read};
 
 const S: i64 = 1000;
 const MIN: i64 = 60 * S;

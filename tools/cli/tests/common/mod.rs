@@ -1,7 +1,7 @@
 //! What several CLI tests start from: a simulated cluster's log, loaded into a fresh
 //! nats-server.
 
-#![allow(clippy::unwrap_used, dead_code)] // test code; each test binary uses part of it
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use fairshare_events::pb;
 use fairshare_sim::engine::{self, EngineConfig};
