@@ -638,3 +638,37 @@ async fn a_drained_report_that_cannot_land_holds_up_no_kill() {
         "the kill landed: {killed:?}"
     );
 }
+
+/// Each deciding service holds its own lease (`fairshare_runtime::lease`) under its own
+/// identity, bucket made by whichever comes first; neither can take the other's role's lease,
+/// and a launcher cannot open the bucket at all (it could otherwise stop a cluster's decisions
+/// by writing a lease of its own).
+#[tokio::test]
+async fn each_deciding_service_holds_its_own_lease_and_no_other() {
+    use fairshare_runtime::lease::{Attempt, Lease};
+    let dir = tempfile::tempdir().unwrap();
+    let s = secured(dir.path()).await;
+    let (_d, decision_js) = as_role(&s.server, dir.path(), Role::Decision).await;
+    let (_p, preemption_js) = as_role(&s.server, dir.path(), Role::Preemption).await;
+    let (_l, launcher_js) = as_role(&s.server, dir.path(), Role::Launcher).await;
+    let open = |js: &jetstream::Context, role: &str, holder: &str| {
+        let (js, role, holder) = (js.clone(), role.to_owned(), holder.to_owned());
+        async move { Lease::open(&js, &role, CLUSTER, holder, 1).await }
+    };
+    let mut decision = open(&decision_js, "decision", "d").await.unwrap();
+    assert_eq!(decision.try_take().await, Attempt::Taken);
+    decision.renew().await.unwrap();
+    let mut preemption = open(&preemption_js, "preemption", "p").await.unwrap();
+    assert_eq!(preemption.try_take().await, Attempt::Taken);
+
+    let mut wrong_role = open(&preemption_js, "decision", "p").await.unwrap();
+    assert!(
+        matches!(wrong_role.try_take().await, Attempt::Unavailable(_)),
+        "the preemption identity wrote the decision lease"
+    );
+    decision.renew().await.unwrap();
+    assert!(
+        open(&launcher_js, "decision", "l").await.is_err(),
+        "a launcher opened the lease bucket"
+    );
+}

@@ -10,6 +10,7 @@ mod decision;
 mod decision_checkpoint;
 mod explain;
 mod follower;
+mod lease;
 mod log_contract;
 mod policy;
 mod python_launcher;

@@ -141,7 +141,20 @@ impl Role {
         } else {
             out.extend(service_stream_api(self));
         }
+        if let Some(role) = self.lease_role() {
+            out.extend(lease_api(role));
+        }
         out
+    }
+
+    /// The role part of the lease this role holds per cluster ([`crate::lease`]): only the
+    /// services that decide hold one.
+    fn lease_role(self) -> Option<&'static str> {
+        match self {
+            Role::Decision => Some("decision"),
+            Role::Preemption => Some("preemption"),
+            _ => None,
+        }
     }
 
     /// Subjects this role may subscribe to.
@@ -197,6 +210,21 @@ fn service_stream_api(role: Role) -> Vec<String> {
     out.push(format!("$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.>"));
     out.extend(single_event_api());
     out
+}
+
+/// Holding this role's leases ([`crate::lease`]): making the bucket if it is missing, reading
+/// and writing its own role's keys, no other role's (a decision instance cannot take the
+/// preemption service's lease away).
+fn lease_api(role: &str) -> Vec<String> {
+    let stream = format!("KV_{}", crate::lease::LEASE_BUCKET);
+    let keys = format!("$KV.{}.{role}.*", crate::lease::LEASE_BUCKET);
+    vec![
+        format!("$JS.API.STREAM.INFO.{stream}"),
+        format!("$JS.API.STREAM.CREATE.{stream}"),
+        format!("$JS.API.STREAM.MSG.GET.{stream}"),
+        format!("$JS.API.DIRECT.GET.{stream}.{keys}"),
+        keys,
+    ]
 }
 
 /// Reading single events of the events stream (by sequence, or the newest on a subject).

@@ -11,6 +11,7 @@
 //! - [`output`]: standard output for command-line binaries, quiet on a closed pipe.
 //! - [`nats`]: connecting, and creating or updating the JetStream streams of
 //!   [`fairshare_events::streams`].
+//! - [`lease`]: one deciding instance per cluster and role (a lease in a key-value bucket).
 //! - [`log`]: following the event log in stream order from a given sequence.
 //! - [`missing`]: what to do when JetStream, or the events stream, is missing on the server.
 //! - [`retry`]: the back-off after writes of unknown outcome.
@@ -28,6 +29,7 @@ pub mod clock;
 pub mod envelope;
 pub mod findings;
 pub mod held_clock;
+pub mod lease;
 pub mod log;
 pub mod missing;
 pub mod nats;

@@ -73,6 +73,9 @@ enum Command {
     Status(commands::status::StatusArgs),
     /// Print events from the log, decoded, as they arrive.
     Tail(commands::tail::TailArgs),
+    /// Which instance decides for each cluster: the decision and preemption services' leases
+    /// (a second instance stands by until the holder's lease is let go or runs out).
+    Leases(commands::leases::LeasesArgs),
     /// Re-derive every placement and preemption order in a cluster's log from the log prefix
     /// each names; print what differs (exit status 1 if anything does).
     ///
@@ -172,6 +175,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Queue(args) => commands::queue::queue(args, &connect().await?).await,
         Command::Status(args) => commands::status::status(args, &connect().await?).await,
         Command::Tail(args) => commands::tail::tail(args, &connect().await?).await,
+        Command::Leases(args) => commands::leases::leases(args, &connect().await?).await,
         Command::Node(cmd) => commands::nodes::node(cmd, &connect().await?).await,
         Command::Audit(args) => commands::audit::audit(args, &connect().await?).await,
         // The simulator's own exit status is this command's.

@@ -7,6 +7,7 @@ mod closed_pipe;
 mod common;
 mod deploy;
 mod explain;
+mod leases;
 mod nodes;
 mod queue;
 mod simulate;

@@ -77,6 +77,7 @@ use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::held_clock::HeldClock;
+use fairshare_runtime::lease::{self, BucketError, Lease, RenewError};
 use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::retry::failure_backoff;
@@ -101,6 +102,9 @@ const SETTLE_RETRY: Duration = Duration::from_secs(1);
 /// How long the fold may lag behind the last cycle's placements, with no entry arriving,
 /// before it is reported.
 const STALL_WARNING: Duration = Duration::from_secs(10);
+
+/// The role part of this service's lease key (`decision.<cluster>`).
+pub const LEASE_ROLE: &str = "decision";
 
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes,
 /// or what it folds (older checkpoints are then refused and rebuilt from the log). 9: events
@@ -183,6 +187,12 @@ pub enum ServiceError {
     /// The checkpoint store could not be opened (e.g. another instance holds it).
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// The lease bucket could not be opened or made.
+    #[error(transparent)]
+    LeaseBucket(#[from] BucketError),
+    /// Another instance took this cluster's lease: this one stopped deciding.
+    #[error("stopped: {0}")]
+    LeaseLost(RenewError),
 }
 
 /// A started service: its fold is at the log's end as of start-up.
@@ -213,6 +223,10 @@ pub struct Service {
     failed_cycles: u32,
     /// The sled checkpoint, if configured.
     store: Option<CheckpointStore>,
+    /// This cluster's decision lease: cycles run only while this instance holds it, so a
+    /// second instance for the cluster folds the log as a standby instead of deciding beside
+    /// the first ([`fairshare_runtime::lease`]).
+    lease: Lease,
     /// The sequence the newest checkpoint holds (0: none).
     checkpointed: u64,
     /// Entries applied since the last checkpoint attempt.
@@ -246,6 +260,15 @@ impl Service {
             )?),
             None => None,
         };
+        // After the store: it makes the directory the holder's name resolves.
+        let lease = Lease::open(
+            &js,
+            LEASE_ROLE,
+            &config.cluster,
+            lease::holder_for(config.checkpoint_dir.as_deref()),
+            config.stream_replicas,
+        )
+        .await?;
         let started = std::time::Instant::now();
         let mut fold = store
             .as_ref()
@@ -312,6 +335,7 @@ impl Service {
             unresolved: Vec::new(),
             failed_cycles: 0,
             store,
+            lease,
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
@@ -383,6 +407,9 @@ impl Service {
         let mut checkpoint_timer =
             tokio::time::interval(self.config.checkpoint_every.max(Duration::from_millis(1)));
         checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is at once: the lease is tried for before any cycle.
+        let mut lease_timer = tokio::time::interval(self.lease.renew_every());
+        lease_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         let result = loop {
             let due = pacer.due(self.fold.last_applied());
@@ -398,7 +425,14 @@ impl Service {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break Ok(()),
-                () = wake => {
+                _ = lease_timer.tick() => match self.lease.keep().await {
+                    Ok(true) => pacer.changed(Instant::now()),
+                    Ok(false) => {}
+                    Err(e) => break Err(ServiceError::LeaseLost(e)),
+                },
+                // Only the lease's holder decides (or settles what it decided); a lapsed lease
+                // waits for the next renewal.
+                () = wake, if self.lease.holds(Instant::now()) => {
                     if pacer.blocked() {
                         self.resolve(&mut pacer).await;
                         continue;
@@ -482,6 +516,8 @@ impl Service {
         };
         // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
         self.checkpoint();
+        // A successor need not wait the lease out.
+        self.lease.release().await;
         tracing::info!(
             cluster = self.config.cluster,
             last_cycle = self.next_cycle.saturating_sub(1),

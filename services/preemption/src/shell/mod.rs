@@ -97,6 +97,7 @@ use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::held_clock::HeldClock;
+use fairshare_runtime::lease::{self, BucketError, Lease, RenewError};
 use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::retry::failure_backoff;
@@ -119,6 +120,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// budget trees replaced mid-hour kept. 14: each job's user kept (the decision fold inside).
 /// 15: event times held to a minute after the stream stored them (the decision fold inside).
 const CHECKPOINT_VERSION: u32 = 15;
+
+/// The role part of this service's lease key (`preemption.<cluster>`).
+pub const LEASE_ROLE: &str = "preemption";
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -186,6 +190,12 @@ pub enum ServiceError {
     /// The checkpoint store could not be opened (e.g. another instance holds it).
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// The lease bucket could not be opened or made.
+    #[error(transparent)]
+    LeaseBucket(#[from] BucketError),
+    /// Another instance took this cluster's lease: this one stopped ordering.
+    #[error("stopped: {0}")]
+    LeaseLost(RenewError),
 }
 
 /// A started service: its fold is at the log's end as of start-up.
@@ -200,6 +210,10 @@ pub struct Service {
     next_cycle: u64,
     /// The sled checkpoint, if configured.
     store: Option<CheckpointStore>,
+    /// This cluster's preemption lease: passes run only while this instance holds it, so a
+    /// second instance for the cluster folds the log as a standby instead of ordering victims
+    /// beside the first ([`fairshare_runtime::lease`]).
+    lease: Lease,
     /// The sequence the newest checkpoint holds (0: none).
     checkpointed: u64,
     /// Entries applied since the last checkpoint attempt.
@@ -235,6 +249,15 @@ impl Service {
             )?),
             None => None,
         };
+        // After the store: it makes the directory the holder's name resolves.
+        let lease = Lease::open(
+            &js,
+            LEASE_ROLE,
+            &config.cluster,
+            lease::holder_for(config.checkpoint_dir.as_deref()),
+            config.stream_replicas,
+        )
+        .await?;
         let mut fold = store
             .as_ref()
             .and_then(|s| s.resume::<ShellFold>(&config.cluster, log.end))
@@ -286,6 +309,7 @@ impl Service {
             now,
             next_cycle,
             store,
+            lease,
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
@@ -366,6 +390,9 @@ impl Service {
         let mut checkpoint_timer =
             tokio::time::interval(self.config.checkpoint_every.max(Duration::from_millis(1)));
         checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is at once: the lease is tried for before any pass.
+        let mut lease_timer = tokio::time::interval(self.lease.renew_every());
+        lease_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         let result = loop {
             let caught_up = self.fold.last_applied() >= barrier;
@@ -396,7 +423,14 @@ impl Service {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break Ok(()),
-                () = wake => {
+                _ = lease_timer.tick() => match self.lease.keep().await {
+                    Ok(true) => change_due = Some(Instant::now()),
+                    Ok(false) => {}
+                    Err(e) => break Err(ServiceError::LeaseLost(e)),
+                },
+                // Only the lease's holder passes (or settles what it ordered); a lapsed lease
+                // waits for the next renewal.
+                () = wake, if self.lease.holds(Instant::now()) => {
                     if !self.unresolved.is_empty() {
                         barrier = barrier.max(self.resolve().await);
                         if !self.unresolved.is_empty() {
@@ -444,6 +478,8 @@ impl Service {
         };
         // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
         self.checkpoint();
+        // A successor need not wait the lease out.
+        self.lease.release().await;
         tracing::info!(
             cluster = self.config.cluster,
             last_cycle = self.next_cycle.saturating_sub(1),

@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod definitions;
 pub mod explain;
+pub mod leases;
 pub mod nodes;
 pub mod not_changed;
 pub mod policy;

@@ -1,0 +1,449 @@
+//! One writer per cluster and role: a lease in a JetStream key-value bucket.
+//!
+//! Place in the flow: the decision and preemption services each write one cluster's decisions
+//! (placements, preemption orders) from their own fold. Two instances of either for one
+//! cluster (a unit started twice, a host replaced while the old one still runs) would decide
+//! from the same log independently: two jobs on the same GPUs, two victims for one waiter. So
+//! before it decides, an instance holds the lease `<role>.<cluster>` in the bucket
+//! [`LEASE_BUCKET`]; another one folds the log meanwhile (a warm standby) and takes over when
+//! the lease is let go or runs out.
+//!
+//! How it holds:
+//! - The bucket keeps one value per key and drops it `ttl` after its last write (the
+//!   bucket's `max_age`, fixed when the bucket is made: [`DEFAULT_TTL`]). The holder writes
+//!   the key again every `ttl / 5` with the revision it last wrote as the expected one, so a
+//!   write only succeeds while nobody else took the key in between.
+//! - The holder counts the lease as its own until `2/3 ttl` after sending its last write that
+//!   succeeded ([`Lease::holds`]); the value is dropped no earlier than `ttl` after the server
+//!   stored it, later than that send. Only then can another instance create the key. The
+//!   third of the `ttl` between is the margin for a decision already being published.
+//! - A write refused for its revision while another instance's name is in the key means that
+//!   one holds it: the lease is lost ([`RenewError::Lost`]), and the service stops rather than
+//!   decide beside the new holder (restarted, it stands by). Refused with nobody in the key
+//!   (it ran out while the server was away longer than the ttl) or this instance's own name
+//!   (a renewal landed but its acknowledgement was lost), the lease is simply taken again.
+//! - A write that fails otherwise (timeout, no server) is tried again at the next renewal; the
+//!   holder stops deciding once its lease runs out, and finds out at the next write whether it
+//!   kept it.
+//! - Each instance names itself ([`holder_for`]): with a checkpoint directory, by host and the
+//!   directory's path. A restart on the same directory (after a crash that left the lease
+//!   behind) takes its own lease back at once: sled locks the directory, so the instance that
+//!   wrote the lease before is gone. Without one, by host, process and a random suffix, and a
+//!   crashed instance's successor waits out the `ttl`.
+//! - Stopping gracefully lets the lease go ([`Lease::release`]), so a successor need not wait.
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
+use tokio::time::Instant;
+
+/// The key-value bucket holding every lease.
+pub const LEASE_BUCKET: &str = "fairshare_leases";
+
+/// How long a lease lasts after its holder's last write, unless the bucket was made with
+/// another (the bucket's own `max_age` is what holds).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+
+/// Why the lease bucket could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BucketError {
+    /// The bucket could not be read or created (no JetStream, no permission).
+    #[error("cannot open or create the lease bucket {LEASE_BUCKET}: {0}")]
+    Open(String),
+    /// The bucket exists without an expiry, so a lease would never run out.
+    #[error("the lease bucket {LEASE_BUCKET} has no max_age: delete it and let a service make it")]
+    NoExpiry,
+}
+
+/// Why a renewal failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenewError {
+    /// Someone else holds the key now: this instance's lease is over.
+    #[error("the lease {key} is held by {holder} now")]
+    Lost {
+        /// The lease's key.
+        key: String,
+        /// Who holds it now.
+        holder: String,
+    },
+    /// The write's outcome is unknown (timeout, no server): tried again at the next renewal.
+    #[error("could not renew the lease {key}: {reason}")]
+    Unavailable {
+        /// The lease's key.
+        key: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// What a try to take the lease found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// This instance holds it now.
+    Taken,
+    /// Another instance holds it.
+    HeldBy(String),
+    /// The bucket could not be reached; try again later.
+    Unavailable(String),
+}
+
+/// The lease of one role and cluster, held or wanted by one instance.
+pub struct Lease {
+    /// The bucket.
+    store: kv::Store,
+    /// `<role>.<cluster>`.
+    key: String,
+    /// Who this instance is, as written in the lease's value.
+    holder: String,
+    /// How long the value lasts after a write (the bucket's `max_age`).
+    ttl: Duration,
+    /// The revision of this instance's last successful write; `None` while not held.
+    revision: Option<u64>,
+    /// Until when this instance counts the lease as its own (2/3 of the ttl after it sent
+    /// its last successful write).
+    valid_until: Option<Instant>,
+    /// The other holder last reported while standing by (so it is logged once, not per try).
+    standing_by_for: Option<String>,
+}
+
+/// This instance's name in a lease: `host:<checkpoint dir>` when it keeps a checkpoint (the
+/// directory is sled-locked, so no other live process has the same name), otherwise
+/// `host:pid<pid>:<random>`.
+pub fn holder_for(checkpoint_dir: Option<&Path>) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    match checkpoint_dir {
+        Some(dir) => {
+            let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+            format!("{host}:{}", dir.display())
+        }
+        None => format!(
+            "{host}:pid{}:{}",
+            std::process::id(),
+            uuid::Uuid::now_v7().simple()
+        ),
+    }
+}
+
+impl Lease {
+    /// Opens (or makes, with [`DEFAULT_TTL`] and `replicas`) the bucket, for the lease of
+    /// `role` in `cluster`, not yet held. The ttl is the bucket's.
+    pub async fn open(
+        js: &jetstream::Context,
+        role: &str,
+        cluster: &str,
+        holder: String,
+        replicas: usize,
+    ) -> Result<Lease, BucketError> {
+        Self::open_with_ttl(js, role, cluster, holder, replicas, DEFAULT_TTL).await
+    }
+
+    /// [`Lease::open`] making the bucket, if it is missing, with `ttl` (tests use short ones).
+    pub async fn open_with_ttl(
+        js: &jetstream::Context,
+        role: &str,
+        cluster: &str,
+        holder: String,
+        replicas: usize,
+        ttl: Duration,
+    ) -> Result<Lease, BucketError> {
+        let store = match js.get_key_value(LEASE_BUCKET).await {
+            Ok(store) => store,
+            Err(_) => js
+                .create_key_value(kv::Config {
+                    bucket: LEASE_BUCKET.to_owned(),
+                    description: "fairshare: which instance decides for each cluster and role"
+                        .to_owned(),
+                    history: 1,
+                    max_age: ttl,
+                    num_replicas: replicas.max(1),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| BucketError::Open(e.to_string()))?,
+        };
+        let ttl = store
+            .status()
+            .await
+            .map_err(|e| BucketError::Open(e.to_string()))?
+            .max_age();
+        if ttl.is_zero() {
+            return Err(BucketError::NoExpiry);
+        }
+        Ok(Lease {
+            store,
+            key: format!("{role}.{cluster}"),
+            holder,
+            ttl,
+            revision: None,
+            valid_until: None,
+            standing_by_for: None,
+        })
+    }
+
+    /// The lease's key, `<role>.<cluster>`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// This instance's name in the lease.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// How long the lease lasts after a write.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How often the holder writes the lease again, and a waiting instance tries to take it.
+    pub fn renew_every(&self) -> Duration {
+        (self.ttl / 5).max(Duration::from_millis(100))
+    }
+
+    /// Whether this instance may decide at `now`: it holds the lease and its last successful
+    /// write was sent less than 2/3 of the ttl ago.
+    pub fn holds(&self, now: Instant) -> bool {
+        self.valid_until.is_some_and(|until| now < until)
+    }
+
+    /// Whether this instance took the lease and has not lost or let it go (it may still have
+    /// run out: [`Lease::holds`]).
+    pub fn taken(&self) -> bool {
+        self.revision.is_some()
+    }
+
+    fn held_from(&mut self, sent: Instant, revision: u64) {
+        self.revision = Some(revision);
+        self.valid_until = Some(sent + self.ttl * 2 / 3);
+    }
+
+    /// Tries once to take the lease: creates the key, or takes it back if the value names this
+    /// instance (a restart on the same checkpoint directory).
+    pub async fn try_take(&mut self) -> Attempt {
+        let sent = Instant::now();
+        match self
+            .store
+            .create(&self.key, Bytes::from(self.holder.clone()))
+            .await
+        {
+            Ok(revision) => {
+                self.held_from(sent, revision);
+                return Attempt::Taken;
+            }
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+            Err(e) => return Attempt::Unavailable(e.to_string()),
+        }
+        let entry = match self.store.entry(self.key.clone()).await {
+            Ok(Some(entry)) if entry.operation == kv::Operation::Put => entry,
+            // Gone between the two requests: the next try may create it.
+            Ok(_) => return Attempt::HeldBy("nobody (it just ran out)".to_owned()),
+            Err(e) => return Attempt::Unavailable(e.to_string()),
+        };
+        let owner = String::from_utf8_lossy(&entry.value).into_owned();
+        if owner != self.holder {
+            return Attempt::HeldBy(owner);
+        }
+        match self
+            .store
+            .update(&self.key, Bytes::from(self.holder.clone()), entry.revision)
+            .await
+        {
+            Ok(revision) => {
+                self.held_from(sent, revision);
+                Attempt::Taken
+            }
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                Attempt::HeldBy("another instance (it changed hands just now)".to_owned())
+            }
+            Err(e) => Attempt::Unavailable(e.to_string()),
+        }
+    }
+
+    /// Writes the lease again with the last revision as the expected one. Refused for its
+    /// revision, it is taken again if nobody else holds it: the value ran out while the
+    /// server was away longer than the ttl, or a renewal landed whose acknowledgement was
+    /// lost (the value still names this instance, under a newer revision).
+    pub async fn renew(&mut self) -> Result<(), RenewError> {
+        let Some(revision) = self.revision else {
+            return self.take_again().await;
+        };
+        let sent = Instant::now();
+        match self
+            .store
+            .update(&self.key, Bytes::from(self.holder.clone()), revision)
+            .await
+        {
+            Ok(revision) => {
+                self.held_from(sent, revision);
+                Ok(())
+            }
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => self.take_again().await,
+            Err(e) => Err(RenewError::Unavailable {
+                key: self.key.clone(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// After a refused renewal: the lease is this instance's again only if nobody else took it.
+    async fn take_again(&mut self) -> Result<(), RenewError> {
+        self.revision = None;
+        self.valid_until = None;
+        match self.try_take().await {
+            Attempt::Taken => {
+                tracing::warn!(
+                    lease = self.key,
+                    "the lease had run out or moved on unseen; taken again"
+                );
+                Ok(())
+            }
+            Attempt::HeldBy(holder) => Err(RenewError::Lost {
+                key: self.key.clone(),
+                holder,
+            }),
+            Attempt::Unavailable(reason) => Err(RenewError::Unavailable {
+                key: self.key.clone(),
+                reason,
+            }),
+        }
+    }
+
+    /// What a service does at each [`Lease::renew_every`]: renews the lease it holds, or tries
+    /// to take it, and logs what changed. `Ok(true)` when the lease was just taken (decide at
+    /// once); an error when it was lost (stop deciding).
+    pub async fn keep(&mut self) -> Result<bool, RenewError> {
+        if self.taken() {
+            return match self.renew().await {
+                Ok(()) => Ok(false),
+                Err(e @ RenewError::Lost { .. }) => {
+                    tracing::error!("{e}: this instance stops");
+                    Err(e)
+                }
+                Err(e) => {
+                    tracing::warn!("{e}; nothing is decided once it runs out");
+                    Ok(false)
+                }
+            };
+        }
+        match self.try_take().await {
+            Attempt::Taken => {
+                tracing::info!(
+                    lease = self.key,
+                    holder = self.holder,
+                    "holding the lease; deciding"
+                );
+                self.standing_by_for = None;
+                return Ok(true);
+            }
+            Attempt::HeldBy(other) => {
+                if self.standing_by_for.as_ref() != Some(&other) {
+                    tracing::warn!(
+                        lease = self.key,
+                        holder = other,
+                        "another instance decides; standing by (folding the log) until it lets \
+                         the lease go or the lease runs out ({:?} after its last renewal)",
+                        self.ttl
+                    );
+                    self.standing_by_for = Some(other);
+                }
+            }
+            Attempt::Unavailable(reason) => {
+                tracing::warn!(lease = self.key, "cannot take the lease yet: {reason}");
+            }
+        }
+        Ok(false)
+    }
+
+    /// Lets the lease go, if this instance still holds it (a successor then takes it at once
+    /// rather than after the ttl). A failure only means the successor waits the ttl out.
+    pub async fn release(&mut self) {
+        let Some(revision) = self.revision.take() else {
+            return;
+        };
+        self.valid_until = None;
+        if let Err(e) = self
+            .store
+            .purge_expect_revision(&self.key, Some(revision))
+            .await
+        {
+            tracing::warn!(key = self.key, "could not let the lease go: {e}");
+        }
+    }
+}
+
+/// One lease as [`holders`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// `<role>.<cluster>`.
+    pub key: String,
+    /// The instance that holds it.
+    pub holder: String,
+    /// When the holder last wrote it (the server's time), Unix ms.
+    pub written_ms: i64,
+}
+
+/// Every lease held now (values not yet dropped), by key; `None` when the bucket does not
+/// exist (no decision or preemption service has started against this server).
+pub async fn holders(js: &jetstream::Context) -> Result<Option<Vec<Holding>>, BucketError> {
+    use futures::TryStreamExt;
+    // Told apart from a bucket that cannot be read: is its stream there at all?
+    if let Err(e) = js.get_stream(format!("KV_{LEASE_BUCKET}")).await {
+        return match crate::missing::missing(&e) {
+            Some(crate::missing::Missing::Stream) => Ok(None),
+            _ => Err(BucketError::Open(crate::missing::describe(&e))),
+        };
+    }
+    let store = js
+        .get_key_value(LEASE_BUCKET)
+        .await
+        .map_err(|e| BucketError::Open(e.to_string()))?;
+    let mut keys: Vec<String> = store
+        .keys()
+        .await
+        .map_err(|e| BucketError::Open(e.to_string()))?
+        .try_collect()
+        .await
+        .map_err(|e| BucketError::Open(e.to_string()))?;
+    keys.sort();
+    let mut out = Vec::new();
+    for key in keys {
+        match store.entry(key.clone()).await {
+            Ok(Some(entry)) if entry.operation == kv::Operation::Put => out.push(Holding {
+                key,
+                holder: String::from_utf8_lossy(&entry.value).into_owned(),
+                written_ms: i64::try_from(entry.created.unix_timestamp_nanos() / 1_000_000)
+                    .unwrap_or(0),
+            }),
+            Ok(_) => {}
+            Err(e) => return Err(BucketError::Open(e.to_string())),
+        }
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use super::*;
+
+    #[test]
+    fn an_instance_is_named_by_its_checkpoint_directory_or_else_uniquely() {
+        let dir = tempfile::tempdir().unwrap();
+        let named = holder_for(Some(dir.path()));
+        // However the path is spelled, the same directory gives the same name: a restart on it
+        // takes its own lease back.
+        let spelled_otherwise = dir.path().join(".");
+        assert_eq!(holder_for(Some(&spelled_otherwise)), named);
+        assert!(named.ends_with(&*dir.path().canonicalize().unwrap().to_string_lossy()));
+        // Without one, every instance is another.
+        assert_ne!(holder_for(None), holder_for(None));
+    }
+}

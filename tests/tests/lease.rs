@@ -1,0 +1,266 @@
+//! One deciding instance per cluster and role (`fairshare_runtime::lease`), against a real
+//! nats-server: a second decision service for a cluster folds the log but decides nothing
+//! until the first lets its lease go; an instance whose lease another one took stops; a
+//! lease nobody renews runs out and can be taken; a restart under the same name takes its
+//! own lease back at once.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use fairshare_decision::shell as decision;
+use fairshare_e2e::{CLUSTER, Stack, accepted, request};
+use fairshare_events::pb::event::Body;
+use fairshare_preemption::shell as preemption;
+use fairshare_runtime::clock::SystemClock;
+use fairshare_runtime::lease::{Attempt, LEASE_BUCKET, Lease, RenewError};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// A short lease, so that running out takes seconds: the services adopt the bucket's.
+const TTL: Duration = Duration::from_secs(3);
+
+async fn lease(js: &jetstream::Context, role: &str, holder: &str) -> Lease {
+    Lease::open_with_ttl(js, role, CLUSTER, holder.to_owned(), 1, TTL)
+        .await
+        .unwrap()
+}
+
+/// Job ids placed in the log, in log order (one entry per placement).
+async fn placements(stack: &Stack) -> Vec<String> {
+    stack
+        .all_events()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|(_, _, e)| match e.body {
+            Some(Body::JobPlaced(p)) => Some(p.job_id),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn wait_placed(stack: &Stack, job_id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !placements(stack).await.iter().any(|j| j == job_id) {
+        assert!(Instant::now() < deadline, "job {job_id} placed within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_lease_has_one_holder_until_it_is_let_go_taken_back_or_runs_out() {
+    let stack = Stack::start().await.unwrap();
+    let js = &stack.js;
+    let mut a = lease(js, "decision", "a").await;
+    let mut b = lease(js, "decision", "b").await;
+    assert_eq!(a.ttl(), TTL);
+    assert_eq!(a.try_take().await, Attempt::Taken);
+    assert!(a.holds(Instant::now()));
+    assert_eq!(b.try_take().await, Attempt::HeldBy("a".into()));
+    assert!(!b.holds(Instant::now()));
+    a.renew().await.unwrap();
+    assert_eq!(b.try_take().await, Attempt::HeldBy("a".into()));
+    // Another role's lease of the same cluster is another key.
+    let mut other_role = lease(js, "preemption", "b").await;
+    assert_eq!(other_role.try_take().await, Attempt::Taken);
+
+    // Let go: the next instance takes it at once, and the old holder finds out at its next
+    // renewal.
+    a.release().await;
+    assert!(!a.holds(Instant::now()));
+    assert_eq!(b.try_take().await, Attempt::Taken);
+    assert_eq!(
+        a.renew().await,
+        Err(RenewError::Lost {
+            key: format!("decision.{CLUSTER}"),
+            holder: "b".into()
+        })
+    );
+
+    // A restart under the same name (the same checkpoint directory, which sled keeps to one
+    // live process) takes it back at once.
+    drop(b);
+    let mut b_again = lease(js, "decision", "b").await;
+    assert_eq!(b_again.try_take().await, Attempt::Taken);
+
+    // Nobody renews: while the holder still counts it as its own nobody else can take it;
+    // within the ttl (plus the server's expiry check) after the last write, someone can.
+    let mut c = lease(js, "decision", "c").await;
+    let written = Instant::now();
+    b_again.renew().await.unwrap();
+    loop {
+        let now = Instant::now();
+        let attempt = c.try_take().await;
+        if b_again.holds(now) {
+            assert_eq!(
+                attempt,
+                Attempt::HeldBy("b".into()),
+                "taken while b held it"
+            );
+        }
+        if attempt == Attempt::Taken {
+            assert!(
+                written.elapsed() >= TTL * 2 / 3,
+                "taken before b's lease ran out"
+            );
+            break;
+        }
+        assert!(
+            written.elapsed() < TTL * 3,
+            "the lease ran out within 3 ttl"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        b_again.renew().await,
+        Err(RenewError::Lost {
+            key: format!("decision.{CLUSTER}"),
+            holder: "c".into()
+        })
+    );
+
+    // A lease that ran out with nobody taking it (a server away longer than the ttl) is
+    // simply taken again at the next renewal.
+    let kv = js.get_key_value(LEASE_BUCKET).await.unwrap();
+    let deadline = Instant::now() + TTL * 3;
+    while kv
+        .get(format!("decision.{CLUSTER}"))
+        .await
+        .unwrap()
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "the lease ran out within 3 ttl");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!c.holds(Instant::now()));
+    c.renew().await.unwrap();
+    assert!(c.holds(Instant::now()));
+    assert_eq!(b_again.try_take().await, Attempt::HeldBy("c".into()));
+}
+
+#[tokio::test]
+async fn a_second_decision_service_stands_by_until_the_first_lets_its_lease_go() {
+    let mut stack = Stack::start().await.unwrap();
+    stack.start_submission(Default::default()).await.unwrap();
+    drop(lease(&stack.js, "decision", "setup").await); // the bucket, with the short ttl
+    let config = decision::Config::new(CLUSTER);
+
+    let first = stack.start_decision(config.clone()).await.unwrap();
+    let (stop_first, first_stopped) = oneshot::channel::<()>();
+    let first = tokio::spawn(first.serve(async {
+        let _ = first_stopped.await;
+    }));
+    let one = accepted(&stack.submit(&request("lease-1")).await.unwrap())
+        .unwrap()
+        .job_id
+        .clone();
+    wait_placed(&stack, &one).await;
+
+    let second = stack.start_decision(config).await.unwrap();
+    let mut second_cycles = second.explainer();
+    let (stop_second, second_stopped) = oneshot::channel::<()>();
+    let second = tokio::spawn(second.serve(async {
+        let _ = second_stopped.await;
+    }));
+    let two = accepted(&stack.submit(&request("lease-2")).await.unwrap())
+        .unwrap()
+        .job_id
+        .clone();
+    wait_placed(&stack, &two).await;
+    // Several renewal periods: the standby never ran a cycle.
+    tokio::time::sleep(TTL).await;
+    assert_eq!(second_cycles.latest().cycle, 0, "the standby decided");
+
+    // The first stops and lets its lease go: the standby takes over and places what comes.
+    let _ = stop_first.send(());
+    first.await.unwrap().unwrap();
+    tokio::time::timeout(TTL, second_cycles.wait_for_cycle(1))
+        .await
+        .expect("the standby decides within one renewal period of the lease let go")
+        .unwrap();
+    let three = accepted(&stack.submit(&request("lease-3")).await.unwrap())
+        .unwrap()
+        .job_id
+        .clone();
+    wait_placed(&stack, &three).await;
+    let placed = placements(&stack).await;
+    for job in [&one, &two, &three] {
+        assert_eq!(placed.iter().filter(|j| j == &job).count(), 1, "{job}");
+    }
+    let _ = stop_second.send(());
+    second.await.unwrap().unwrap();
+}
+
+/// Takes `role`'s lease of the cluster out from under its holder, as a second instance would
+/// once the holder's lease ran out.
+async fn take_over(js: &jetstream::Context, role: &str) {
+    let kv = js.get_key_value(LEASE_BUCKET).await.unwrap();
+    kv.put(format!("{role}.{CLUSTER}"), "intruder".into())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_service_whose_lease_was_taken_stops() {
+    let stack = Stack::start().await.unwrap();
+    drop(lease(&stack.js, "decision", "setup").await);
+
+    let service = stack
+        .start_decision(decision::Config::new(CLUSTER))
+        .await
+        .unwrap();
+    let mut cycles = service.explainer();
+    let serving = tokio::spawn(service.serve(std::future::pending()));
+    cycles.wait_for_cycle(1).await.unwrap();
+    take_over(&stack.js, "decision").await;
+    let stopped = tokio::time::timeout(TTL, serving)
+        .await
+        .expect("stops within a renewal period")
+        .unwrap();
+    match stopped {
+        Err(decision::ServiceError::LeaseLost(RenewError::Lost { holder, .. })) => {
+            assert_eq!(holder, "intruder")
+        }
+        other => panic!("expected a lost lease, got {:?}", other.map(|_| ())),
+    }
+
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let service = preemption::Service::start(
+        client,
+        preemption::Config::new(CLUSTER),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let serving = tokio::spawn(service.serve(std::future::pending()));
+    // Its first renewal period takes the lease; then it is taken away.
+    let kv = stack.js.get_key_value(LEASE_BUCKET).await.unwrap();
+    let deadline = Instant::now() + TTL;
+    while kv
+        .get(format!("preemption.{CLUSTER}"))
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the preemption service took its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    take_over(&stack.js, "preemption").await;
+    let stopped = tokio::time::timeout(TTL, serving)
+        .await
+        .expect("stops within a renewal period")
+        .unwrap();
+    assert!(
+        matches!(
+            stopped,
+            Err(preemption::ServiceError::LeaseLost(RenewError::Lost { .. }))
+        ),
+        "expected a lost lease"
+    );
+}
