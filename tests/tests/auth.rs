@@ -666,7 +666,20 @@ async fn each_deciding_service_holds_its_own_lease_and_no_other() {
         matches!(wrong_role.try_take().await, Attempt::Unavailable(_)),
         "the preemption identity wrote the decision lease"
     );
-    decision.renew().await.unwrap();
+    let held: Vec<(String, String)> = fairshare_runtime::lease::holders(&s.op_js)
+        .await
+        .unwrap()
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.key, h.holder))
+        .collect();
+    assert_eq!(
+        held,
+        [
+            (format!("decision.{CLUSTER}"), "d".to_owned()),
+            (format!("preemption.{CLUSTER}"), "p".to_owned())
+        ]
+    );
     assert!(
         open(&launcher_js, "decision", "l").await.is_err(),
         "a launcher opened the lease bucket"

@@ -264,3 +264,39 @@ async fn a_service_whose_lease_was_taken_stops() {
         "expected a lost lease"
     );
 }
+
+#[tokio::test]
+async fn a_decision_service_restarted_on_its_checkpoint_after_a_crash_decides_at_once() {
+    let stack = Stack::start().await.unwrap();
+    drop(lease(&stack.js, "decision", "setup").await);
+    let dir = tempfile::tempdir().unwrap();
+    let config = decision::Config {
+        checkpoint_dir: Some(dir.path().to_path_buf()),
+        ..decision::Config::new(CLUSTER)
+    };
+    let crashed = stack.start_decision(config.clone()).await.unwrap();
+    let mut cycles = crashed.explainer();
+    let serving = tokio::spawn(crashed.serve(std::future::pending()));
+    cycles.wait_for_cycle(1).await.unwrap();
+    // A crash: no last checkpoint, and the lease is not let go.
+    serving.abort();
+    let _ = serving.await;
+    let kv = stack.js.get_key_value(LEASE_BUCKET).await.unwrap();
+    let held = kv.get(format!("decision.{CLUSTER}")).await.unwrap();
+    assert!(
+        held.is_some(),
+        "the crashed instance's lease is still there"
+    );
+
+    let restarted = stack.start_decision(config).await.unwrap();
+    let mut cycles = restarted.explainer();
+    let began = Instant::now();
+    let serving = tokio::spawn(restarted.serve(std::future::pending()));
+    // Waiting the old lease out would take at least 2/3 of the ttl.
+    tokio::time::timeout(TTL / 3, cycles.wait_for_cycle(1))
+        .await
+        .expect("the restart took its own lease back at once")
+        .unwrap();
+    assert!(began.elapsed() < TTL / 3);
+    serving.abort();
+}

@@ -14,6 +14,9 @@ use serde::de::DeserializeOwned;
 
 /// Key of the single checkpoint entry.
 const KEY: &[u8] = b"checkpoint";
+
+/// Key of the instance's name beside the checkpoint ([`CheckpointStore::instance_token`]).
+const INSTANCE_KEY: &[u8] = b"instance";
 /// Leading bytes of every checkpoint value.
 const MAGIC: &[u8; 4] = b"FSCP";
 /// Header: magic, format version (u32), kind tag length (u16) and tag, sequence (u64).
@@ -244,6 +247,20 @@ impl CheckpointStore {
         self.db.remove(KEY)?;
         self.db.flush()?;
         Ok(())
+    }
+
+    /// A random name for the instance that keeps this store, made at its first use and kept
+    /// beside the checkpoint (not removed with it): a restart on the same directory has the
+    /// same one, an instance on another machine with a directory of the same path another
+    /// ([`crate::lease::holder_for`]).
+    pub fn instance_token(&self) -> Result<String, CheckpointError> {
+        if let Some(token) = self.db.get(INSTANCE_KEY)? {
+            return Ok(String::from_utf8_lossy(&token).into_owned());
+        }
+        let token = uuid::Uuid::now_v7().simple().to_string();
+        self.db.insert(INSTANCE_KEY, token.as_bytes())?;
+        self.db.flush()?;
+        Ok(token)
     }
 
     /// Overwrites the checkpoint with raw bytes; for tests of the corrupt-checkpoint path.

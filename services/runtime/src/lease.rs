@@ -16,7 +16,10 @@
 //! - The holder counts the lease as its own until `2/3 ttl` after sending its last write that
 //!   succeeded ([`Lease::holds`]); the value is dropped no earlier than `ttl` after the server
 //!   stored it, later than that send. Only then can another instance create the key. The
-//!   third of the `ttl` between is the margin for a decision already being published.
+//!   third of the `ttl` between is the margin for a decision already being published (a
+//!   cycle started in time publishes to its end; a write still in the client's buffer when
+//!   the holder was cut off can land later still: the lease is no fence on the log's writes).
+//!   Both durations assume the server's clock and the holder's monotonic clock run alike.
 //! - A write refused for its revision while another instance's name is in the key means that
 //!   one holds it: the lease is lost ([`RenewError::Lost`]), and the service stops rather than
 //!   decide beside the new holder (restarted, it stands by). Refused with nobody in the key
@@ -25,10 +28,11 @@
 //! - A write that fails otherwise (timeout, no server) is tried again at the next renewal; the
 //!   holder stops deciding once its lease runs out, and finds out at the next write whether it
 //!   kept it.
-//! - Each instance names itself ([`holder_for`]): with a checkpoint directory, by host and the
-//!   directory's path. A restart on the same directory (after a crash that left the lease
-//!   behind) takes its own lease back at once: sled locks the directory, so the instance that
-//!   wrote the lease before is gone. Without one, by host, process and a random suffix, and a
+//! - Each instance names itself ([`holder_for`]): with a checkpoint directory, by host, the
+//!   directory's path and a random token kept in its store. A restart on the same directory
+//!   (after a crash that left the lease behind) takes its own lease back at once: sled locks
+//!   the directory, so the instance that wrote the lease before is gone; an instance on another
+//!   machine has another token. Without one, by host, process and a random token, and a
 //!   crashed instance's successor waits out the `ttl`.
 //! - Stopping gracefully lets the lease go ([`Lease::release`]), so a successor need not wait.
 
@@ -38,6 +42,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 use tokio::time::Instant;
+
+use crate::checkpoint::CheckpointStore;
 
 /// The key-value bucket holding every lease.
 pub const LEASE_BUCKET: &str = "fairshare_leases";
@@ -85,7 +91,7 @@ pub enum Attempt {
     Taken,
     /// Another instance holds it.
     HeldBy(String),
-    /// The bucket could not be reached; try again later.
+    /// The bucket could not be reached, or the lease moved while it was read; try again later.
     Unavailable(String),
 }
 
@@ -108,26 +114,33 @@ pub struct Lease {
     standing_by_for: Option<String>,
 }
 
-/// This instance's name in a lease: `host:<checkpoint dir>` when it keeps a checkpoint (the
-/// directory is sled-locked, so no other live process has the same name), otherwise
-/// `host:pid<pid>:<random>`.
-pub fn holder_for(checkpoint_dir: Option<&Path>) -> String {
+/// This instance's name in a lease: `host:<checkpoint dir>#<token>` when it keeps a
+/// checkpoint, the token made once and kept in the store ([`CheckpointStore::instance_token`]),
+/// so a restart on the same directory has the same name (sled keeps the directory to one live
+/// process) and an instance elsewhere, whatever its host name and path, another. Otherwise
+/// `host:pid<pid>#<random>`. A directory copied to another machine carries its token along:
+/// run at most one of the two.
+pub fn holder_for(store: Option<&CheckpointStore>, checkpoint_dir: Option<&Path>) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown-host".to_owned());
-    match checkpoint_dir {
-        Some(dir) => {
+    let random = || uuid::Uuid::now_v7().simple().to_string();
+    match (store, checkpoint_dir) {
+        (Some(store), Some(dir)) => {
+            let token = store.instance_token().unwrap_or_else(|e| {
+                tracing::warn!(
+                    "cannot keep this instance's name in its checkpoint ({e}): a restart \
+                     after a crash waits for its old lease to run out"
+                );
+                random()
+            });
             let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-            format!("{host}:{}", dir.display())
+            format!("{host}:{}#{token}", dir.display())
         }
-        None => format!(
-            "{host}:pid{}:{}",
-            std::process::id(),
-            uuid::Uuid::now_v7().simple()
-        ),
+        _ => format!("{host}:pid{}#{}", std::process::id(), random()),
     }
 }
 
@@ -243,7 +256,7 @@ impl Lease {
         let entry = match self.store.entry(self.key.clone()).await {
             Ok(Some(entry)) if entry.operation == kv::Operation::Put => entry,
             // Gone between the two requests: the next try may create it.
-            Ok(_) => return Attempt::HeldBy("nobody (it just ran out)".to_owned()),
+            Ok(_) => return Attempt::Unavailable("the lease ran out just now".to_owned()),
             Err(e) => return Attempt::Unavailable(e.to_string()),
         };
         let owner = String::from_utf8_lossy(&entry.value).into_owned();
@@ -259,8 +272,10 @@ impl Lease {
                 self.held_from(sent, revision);
                 Attempt::Taken
             }
+            // Written in between (or the entry read was a replica's older one): the next try
+            // reads who holds it.
             Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
-                Attempt::HeldBy("another instance (it changed hands just now)".to_owned())
+                Attempt::Unavailable("the lease changed hands just now".to_owned())
             }
             Err(e) => Attempt::Unavailable(e.to_string()),
         }
@@ -437,13 +452,32 @@ mod tests {
     #[test]
     fn an_instance_is_named_by_its_checkpoint_directory_or_else_uniquely() {
         let dir = tempfile::tempdir().unwrap();
-        let named = holder_for(Some(dir.path()));
-        // However the path is spelled, the same directory gives the same name: a restart on it
-        // takes its own lease back.
-        let spelled_otherwise = dir.path().join(".");
-        assert_eq!(holder_for(Some(&spelled_otherwise)), named);
-        assert!(named.ends_with(&*dir.path().canonicalize().unwrap().to_string_lossy()));
-        // Without one, every instance is another.
-        assert_ne!(holder_for(None), holder_for(None));
+        let path = dir.path().join("store");
+        let named = {
+            let store = CheckpointStore::open(&path, "k", 1).unwrap();
+            holder_for(Some(&store), Some(&path))
+        };
+        // Reopened (a restart), however the path is spelled: the same name, so a restart on
+        // it takes its own lease back.
+        let again = {
+            let store = CheckpointStore::open(&path, "k", 1).unwrap();
+            holder_for(Some(&store), Some(&path.join(".")))
+        };
+        assert_eq!(again, named);
+        let canonical = path.canonicalize().unwrap();
+        assert!(
+            named.contains(&format!(":{}#", canonical.display())),
+            "{named}"
+        );
+        // The same path on another machine (a fresh store there): another name.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let other = CheckpointStore::open(elsewhere.path(), "k", 1).unwrap();
+        let other_token = holder_for(Some(&other), Some(elsewhere.path()));
+        assert_ne!(
+            named.rsplit_once('#').map(|(_, t)| t),
+            other_token.rsplit_once('#').map(|(_, t)| t)
+        );
+        // Without a store, every instance is another.
+        assert_ne!(holder_for(None, None), holder_for(None, None));
     }
 }

@@ -265,7 +265,7 @@ impl Service {
             &js,
             LEASE_ROLE,
             &config.cluster,
-            lease::holder_for(config.checkpoint_dir.as_deref()),
+            lease::holder_for(store.as_ref(), config.checkpoint_dir.as_deref()),
             config.stream_replicas,
         )
         .await?;
@@ -433,6 +433,10 @@ impl Service {
                 // Only the lease's holder decides (or settles what it decided); a lapsed lease
                 // waits for the next renewal.
                 () = wake, if self.lease.holds(Instant::now()) => {
+                    // Looked at again: the wake may have come a while after the loop armed it.
+                    if !self.lease.holds(Instant::now()) {
+                        continue;
+                    }
                     if pacer.blocked() {
                         self.resolve(&mut pacer).await;
                         continue;

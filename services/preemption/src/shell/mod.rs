@@ -254,7 +254,7 @@ impl Service {
             &js,
             LEASE_ROLE,
             &config.cluster,
-            lease::holder_for(config.checkpoint_dir.as_deref()),
+            lease::holder_for(store.as_ref(), config.checkpoint_dir.as_deref()),
             config.stream_replicas,
         )
         .await?;
@@ -431,6 +431,10 @@ impl Service {
                 // Only the lease's holder passes (or settles what it ordered); a lapsed lease
                 // waits for the next renewal.
                 () = wake, if self.lease.holds(Instant::now()) => {
+                    // Looked at again: the wake may have come a while after the loop armed it.
+                    if !self.lease.holds(Instant::now()) {
+                        continue;
+                    }
                     if !self.unresolved.is_empty() {
                         barrier = barrier.max(self.resolve().await);
                         if !self.unresolved.is_empty() {
