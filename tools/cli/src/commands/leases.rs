@@ -47,7 +47,14 @@ pub async fn leases(args: LeasesArgs, conn: &Connection) -> anyhow::Result<()> {
         holdings.retain(|h| of_cluster(&h.key, cluster));
     }
     if holdings.is_empty() {
-        fairshare_runtime::outln!("no lease is held: nothing decides for this cluster now");
+        match &args.cluster {
+            Some(cluster) => fairshare_runtime::outln!(
+                "no lease is held: nothing decides for cluster {cluster} now"
+            ),
+            None => fairshare_runtime::outln!(
+                "no lease is held: no decision or preemption instance decides now"
+            ),
+        }
         return Ok(());
     }
     use fairshare_runtime::clock::Clock;
