@@ -1,8 +1,8 @@
 //! One deciding instance per cluster and role (`fairshare_runtime::lease`), against a real
 //! nats-server: a second decision service for a cluster folds the log but decides nothing
-//! until the first lets its lease go; an instance whose lease another one took stops; a
-//! lease nobody renews runs out and can be taken; a restart under the same name takes its
-//! own lease back at once.
+//! until the first lets its lease go, and a preemption service orders nothing while another
+//! holds its lease; an instance whose lease another one took stops; a lease nobody renews runs
+//! out and can be taken; a restart under the same name takes its own lease back at once.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -298,5 +298,93 @@ async fn a_decision_service_restarted_on_its_checkpoint_after_a_crash_decides_at
         .expect("the restart took its own lease back at once")
         .unwrap();
     assert!(began.elapsed() < TTL / 3);
+    serving.abort();
+}
+
+/// The preemption orders in the log, by victim.
+async fn orders(stack: &Stack) -> Vec<String> {
+    stack
+        .all_events()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|(_, _, e)| match e.body {
+            Some(Body::PreemptionOrdered(o)) => Some(o.job_id),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_preemption_service_orders_nothing_while_another_holds_its_lease() {
+    use fairshare_events::{pb, subjects};
+    use fairshare_testkit::events::{placed_on, shaped_submitted};
+    let stack = Stack::start().await.unwrap();
+    // Unallocated work fills the 4 x 8 GPUs; an allocated 8-GPU job waits: any preemption
+    // pass orders one of the unallocated jobs off for it.
+    for n in 0..4 {
+        let job = format!("u{n}");
+        for (kind, body) in [
+            (
+                "job_submitted",
+                shaped_submitted(CLUSTER, "research/nlp", &job, 0, 8, 0),
+            ),
+            ("job_placed", placed_on(&job, &format!("gpu00{n}"), 8)),
+            (
+                "job_started",
+                Body::JobStarted(pb::JobStarted {
+                    job_id: job.clone(),
+                }),
+            ),
+        ] {
+            let subject = subjects::job_event(CLUSTER, &job, kind);
+            stack
+                .append(subject, body, &format!("{kind}:{job}"))
+                .await
+                .unwrap();
+        }
+    }
+    stack
+        .append(
+            subjects::job_event(CLUSTER, "w", "job_submitted"),
+            shaped_submitted(CLUSTER, "infra", "w", 0, 8, 600),
+            "submit:w",
+        )
+        .await
+        .unwrap();
+    // Another instance holds the preemption lease (and keeps renewing it).
+    let mut other = lease(&stack.js, "preemption", "other").await;
+    assert_eq!(other.try_take().await, Attempt::Taken);
+
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let service = preemption::Service::start(
+        client,
+        preemption::Config::new(CLUSTER),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let serving = tokio::spawn(service.serve(std::future::pending()));
+    let until = Instant::now() + TTL;
+    while Instant::now() < until {
+        other.renew().await.unwrap();
+        tokio::time::sleep(TTL / 6).await;
+    }
+    assert_eq!(
+        orders(&stack).await,
+        Vec::<String>::new(),
+        "the standby ordered"
+    );
+
+    // Let go: the service takes the lease and orders a victim for the waiter.
+    other.release().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while orders(&stack).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "an order within 10 s of taking the lease"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     serving.abort();
 }
