@@ -388,3 +388,48 @@ async fn a_preemption_service_orders_nothing_while_another_holds_its_lease() {
     }
     serving.abort();
 }
+
+#[tokio::test]
+async fn a_lease_bucket_deleted_under_a_running_service_is_made_again() {
+    let mut stack = Stack::start().await.unwrap();
+    stack.start_submission(Default::default()).await.unwrap();
+    drop(lease(&stack.js, "decision", "setup").await);
+    let service = stack
+        .start_decision(decision::Config::new(CLUSTER))
+        .await
+        .unwrap();
+    let mut cycles = service.explainer();
+    let serving = tokio::spawn(service.serve(std::future::pending()));
+    cycles.wait_for_cycle(1).await.unwrap();
+    let holder = fairshare_runtime::lease::holders(&stack.js)
+        .await
+        .unwrap()
+        .unwrap()[0]
+        .holder
+        .clone();
+
+    stack.js.delete_key_value(LEASE_BUCKET).await.unwrap();
+    // A few renewal periods later the service has made the bucket again and holds its lease.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let held = fairshare_runtime::lease::holders(&stack.js)
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        if held.iter().any(|h| h.holder == holder) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bucket was made again within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!serving.is_finished());
+    let job = accepted(&stack.submit(&request("after-delete")).await.unwrap())
+        .unwrap()
+        .job_id
+        .clone();
+    wait_placed(&stack, &job).await;
+    serving.abort();
+}

@@ -35,6 +35,8 @@
 //!   machine has another token. Without one, by host, process and a random token, and a
 //!   crashed instance's successor waits out the `ttl`.
 //! - Stopping gracefully lets the lease go ([`Lease::release`]), so a successor need not wait.
+//! - After three renewals or tries in a row that reach no bucket, the bucket is
+//!   looked up and, if missing (an operator deleted it), made again.
 
 use std::path::Path;
 use std::time::Duration;
@@ -99,6 +101,12 @@ pub enum Attempt {
 pub struct Lease {
     /// The bucket.
     store: kv::Store,
+    /// For making the bucket again should it be deleted while the service runs.
+    js: jetstream::Context,
+    /// Replicas the bucket is made with.
+    replicas: usize,
+    /// Renewals or tries in a row that could not reach the bucket.
+    failures: u32,
     /// `<role>.<cluster>`.
     key: String,
     /// Who this instance is, as written in the lease's value.
@@ -144,6 +152,46 @@ pub fn holder_for(store: Option<&CheckpointStore>, checkpoint_dir: Option<&Path>
     }
 }
 
+/// The lease bucket, made with `ttl` and `replicas` if it is missing.
+async fn bucket(
+    js: &jetstream::Context,
+    ttl: Duration,
+    replicas: usize,
+) -> Result<kv::Store, BucketError> {
+    match js.get_key_value(LEASE_BUCKET).await {
+        Ok(store) => Ok(store),
+        Err(_) => js
+            .create_key_value(kv::Config {
+                bucket: LEASE_BUCKET.to_owned(),
+                description: "fairshare: which instance decides for each cluster and role"
+                    .to_owned(),
+                history: 1,
+                max_age: ttl,
+                num_replicas: replicas.max(1),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| BucketError::Open(e.to_string())),
+    }
+}
+
+/// What one [`Lease::keep`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    /// Taken just now.
+    Taken,
+    /// Renewed.
+    Held,
+    /// Another instance holds it.
+    StandingBy,
+    /// The bucket did not answer (or the lease moved while it was read).
+    Unreachable,
+}
+
+/// Failed renewals or tries in a row after which the bucket is looked up (and made) again: an
+/// operator may have deleted it while the services ran.
+const REOPEN_AFTER: u32 = 3;
+
 impl Lease {
     /// Opens (or makes, with [`DEFAULT_TTL`] and `replicas`) the bucket, for the lease of
     /// `role` in `cluster`, not yet held. The ttl is the bucket's.
@@ -166,21 +214,7 @@ impl Lease {
         replicas: usize,
         ttl: Duration,
     ) -> Result<Lease, BucketError> {
-        let store = match js.get_key_value(LEASE_BUCKET).await {
-            Ok(store) => store,
-            Err(_) => js
-                .create_key_value(kv::Config {
-                    bucket: LEASE_BUCKET.to_owned(),
-                    description: "fairshare: which instance decides for each cluster and role"
-                        .to_owned(),
-                    history: 1,
-                    max_age: ttl,
-                    num_replicas: replicas.max(1),
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| BucketError::Open(e.to_string()))?,
-        };
+        let store = bucket(js, ttl, replicas).await?;
         let ttl = store
             .status()
             .await
@@ -197,6 +231,9 @@ impl Lease {
             revision: None,
             valid_until: None,
             standing_by_for: None,
+            js: js.clone(),
+            replicas,
+            failures: 0,
         })
     }
 
@@ -334,16 +371,32 @@ impl Lease {
     /// to take it, and logs what changed. `Ok(true)` when the lease was just taken (decide at
     /// once); an error when it was lost (stop deciding).
     pub async fn keep(&mut self) -> Result<bool, RenewError> {
+        let kept = self.keep_once().await?;
+        if kept == Kept::Unreachable {
+            self.failures = self.failures.saturating_add(1);
+            if self.failures.is_multiple_of(REOPEN_AFTER) {
+                match bucket(&self.js, self.ttl, self.replicas).await {
+                    Ok(store) => self.store = store,
+                    Err(e) => tracing::warn!(lease = self.key, "{e}"),
+                }
+            }
+        } else {
+            self.failures = 0;
+        }
+        Ok(kept == Kept::Taken)
+    }
+
+    async fn keep_once(&mut self) -> Result<Kept, RenewError> {
         if self.taken() {
             return match self.renew().await {
-                Ok(()) => Ok(false),
+                Ok(()) => Ok(Kept::Held),
                 Err(e @ RenewError::Lost { .. }) => {
                     tracing::error!("{e}: this instance stops");
                     Err(e)
                 }
                 Err(e) => {
                     tracing::warn!("{e}; nothing is decided once it runs out");
-                    Ok(false)
+                    Ok(Kept::Unreachable)
                 }
             };
         }
@@ -355,7 +408,7 @@ impl Lease {
                     "holding the lease; deciding"
                 );
                 self.standing_by_for = None;
-                return Ok(true);
+                Ok(Kept::Taken)
             }
             Attempt::HeldBy(other) => {
                 if self.standing_by_for.as_ref() != Some(&other) {
@@ -368,12 +421,13 @@ impl Lease {
                     );
                     self.standing_by_for = Some(other);
                 }
+                Ok(Kept::StandingBy)
             }
             Attempt::Unavailable(reason) => {
                 tracing::warn!(lease = self.key, "cannot take the lease yet: {reason}");
+                Ok(Kept::Unreachable)
             }
         }
-        Ok(false)
     }
 
     /// Lets the lease go, if this instance still holds it (a successor then takes it at once
