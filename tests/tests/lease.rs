@@ -11,12 +11,11 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use fairshare_decision::shell as decision;
-use fairshare_e2e::{CLUSTER, Stack, accepted, request};
+use fairshare_e2e::{CLUSTER, Stack, accepted, request, spawn_until_stopped};
 use fairshare_events::pb::event::Body;
 use fairshare_preemption::shell as preemption;
 use fairshare_runtime::clock::SystemClock;
 use fairshare_runtime::lease::{Attempt, LEASE_BUCKET, Lease, RenewError};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// A short lease, so that running out takes seconds: the services adopt the bucket's.
@@ -28,18 +27,34 @@ async fn lease(js: &jetstream::Context, role: &str, holder: &str) -> Lease {
         .unwrap()
 }
 
-/// Job ids placed in the log, in log order (one entry per placement).
-async fn placements(stack: &Stack) -> Vec<String> {
+/// The job id of each event in the log that `pick` names one for, in log order.
+async fn job_ids(stack: &Stack, pick: fn(Body) -> Option<String>) -> Vec<String> {
     stack
         .all_events()
         .await
         .unwrap()
         .into_iter()
-        .filter_map(|(_, _, e)| match e.body {
-            Some(Body::JobPlaced(p)) => Some(p.job_id),
-            _ => None,
-        })
+        .filter_map(|(_, _, e)| pick(e.body?))
         .collect()
+}
+
+/// Job ids placed in the log, in log order (one entry per placement).
+async fn placements(stack: &Stack) -> Vec<String> {
+    job_ids(stack, |b| match b {
+        Body::JobPlaced(p) => Some(p.job_id),
+        _ => None,
+    })
+    .await
+}
+
+/// Submits a one-GPU job with key `key` and waits until it is placed; its id.
+async fn placed(stack: &Stack, key: &str) -> String {
+    let job = accepted(&stack.submit(&request(key)).await.unwrap())
+        .unwrap()
+        .job_id
+        .clone();
+    wait_placed(stack, &job).await;
+    job
 }
 
 async fn wait_placed(stack: &Stack, job_id: &str) {
@@ -149,27 +164,13 @@ async fn a_second_decision_service_stands_by_until_the_first_lets_its_lease_go()
     let config = decision::Config::new(CLUSTER);
 
     let first = stack.start_decision(config.clone()).await.unwrap();
-    let (stop_first, first_stopped) = oneshot::channel::<()>();
-    let first = tokio::spawn(first.serve(async {
-        let _ = first_stopped.await;
-    }));
-    let one = accepted(&stack.submit(&request("lease-1")).await.unwrap())
-        .unwrap()
-        .job_id
-        .clone();
-    wait_placed(&stack, &one).await;
+    let (stop_first, first) = spawn_until_stopped(|stopped| first.serve(stopped));
+    let one = placed(&stack, "lease-1").await;
 
     let second = stack.start_decision(config).await.unwrap();
     let mut second_cycles = second.explainer();
-    let (stop_second, second_stopped) = oneshot::channel::<()>();
-    let second = tokio::spawn(second.serve(async {
-        let _ = second_stopped.await;
-    }));
-    let two = accepted(&stack.submit(&request("lease-2")).await.unwrap())
-        .unwrap()
-        .job_id
-        .clone();
-    wait_placed(&stack, &two).await;
+    let (stop_second, second) = spawn_until_stopped(|stopped| second.serve(stopped));
+    let two = placed(&stack, "lease-2").await;
     // Several renewal periods: the standby never ran a cycle.
     tokio::time::sleep(TTL).await;
     assert_eq!(second_cycles.latest().cycle, 0, "the standby decided");
@@ -181,17 +182,44 @@ async fn a_second_decision_service_stands_by_until_the_first_lets_its_lease_go()
         .await
         .expect("the standby decides within one renewal period of the lease let go")
         .unwrap();
-    let three = accepted(&stack.submit(&request("lease-3")).await.unwrap())
-        .unwrap()
-        .job_id
-        .clone();
-    wait_placed(&stack, &three).await;
+    let three = placed(&stack, "lease-3").await;
     let placed = placements(&stack).await;
     for job in [&one, &two, &three] {
         assert_eq!(placed.iter().filter(|j| j == &job).count(), 1, "{job}");
     }
     let _ = stop_second.send(());
     second.await.unwrap().unwrap();
+}
+
+/// A decision service for the test cluster, under the short ttl, serving until aborted (or it
+/// stops on its own) once it has run its first cycle.
+async fn deciding(
+    stack: &Stack,
+) -> tokio::task::JoinHandle<Result<decision::LogFold, decision::ServiceError>> {
+    drop(lease(&stack.js, "decision", "setup").await);
+    let service = stack
+        .start_decision(decision::Config::new(CLUSTER))
+        .await
+        .unwrap();
+    let mut cycles = service.explainer();
+    let serving = tokio::spawn(service.serve(std::future::pending()));
+    cycles.wait_for_cycle(1).await.unwrap();
+    serving
+}
+
+/// A preemption service for the test cluster, serving until aborted (or it stops on its own).
+async fn preempting(
+    stack: &Stack,
+) -> tokio::task::JoinHandle<Result<preemption::ShellFold, preemption::ServiceError>> {
+    let client = async_nats::connect(stack.server.url()).await.unwrap();
+    let service = preemption::Service::start(
+        client,
+        preemption::Config::new(CLUSTER),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(service.serve(std::future::pending()))
 }
 
 /// Takes `role`'s lease of the cluster out from under its holder, as a second instance would
@@ -206,15 +234,7 @@ async fn take_over(js: &jetstream::Context, role: &str) {
 #[tokio::test]
 async fn a_service_whose_lease_was_taken_stops() {
     let stack = Stack::start().await.unwrap();
-    drop(lease(&stack.js, "decision", "setup").await);
-
-    let service = stack
-        .start_decision(decision::Config::new(CLUSTER))
-        .await
-        .unwrap();
-    let mut cycles = service.explainer();
-    let serving = tokio::spawn(service.serve(std::future::pending()));
-    cycles.wait_for_cycle(1).await.unwrap();
+    let serving = deciding(&stack).await;
     take_over(&stack.js, "decision").await;
     let stopped = tokio::time::timeout(TTL, serving)
         .await
@@ -227,15 +247,7 @@ async fn a_service_whose_lease_was_taken_stops() {
         other => panic!("expected a lost lease, got {:?}", other.map(|_| ())),
     }
 
-    let client = async_nats::connect(stack.server.url()).await.unwrap();
-    let service = preemption::Service::start(
-        client,
-        preemption::Config::new(CLUSTER),
-        Arc::new(SystemClock),
-    )
-    .await
-    .unwrap();
-    let serving = tokio::spawn(service.serve(std::future::pending()));
+    let serving = preempting(&stack).await;
     // Its first renewal period takes the lease; then it is taken away.
     let kv = stack.js.get_key_value(LEASE_BUCKET).await.unwrap();
     let deadline = Instant::now() + TTL;
@@ -303,16 +315,11 @@ async fn a_decision_service_restarted_on_its_checkpoint_after_a_crash_decides_at
 
 /// The preemption orders in the log, by victim.
 async fn orders(stack: &Stack) -> Vec<String> {
-    stack
-        .all_events()
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|(_, _, e)| match e.body {
-            Some(Body::PreemptionOrdered(o)) => Some(o.job_id),
-            _ => None,
-        })
-        .collect()
+    job_ids(stack, |b| match b {
+        Body::PreemptionOrdered(o) => Some(o.job_id),
+        _ => None,
+    })
+    .await
 }
 
 #[tokio::test]
@@ -356,15 +363,7 @@ async fn a_preemption_service_orders_nothing_while_another_holds_its_lease() {
     let mut other = lease(&stack.js, "preemption", "other").await;
     assert_eq!(other.try_take().await, Attempt::Taken);
 
-    let client = async_nats::connect(stack.server.url()).await.unwrap();
-    let service = preemption::Service::start(
-        client,
-        preemption::Config::new(CLUSTER),
-        Arc::new(SystemClock),
-    )
-    .await
-    .unwrap();
-    let serving = tokio::spawn(service.serve(std::future::pending()));
+    let serving = preempting(&stack).await;
     let until = Instant::now() + TTL;
     while Instant::now() < until {
         other.renew().await.unwrap();
@@ -393,14 +392,7 @@ async fn a_preemption_service_orders_nothing_while_another_holds_its_lease() {
 async fn a_lease_bucket_deleted_under_a_running_service_is_made_again() {
     let mut stack = Stack::start().await.unwrap();
     stack.start_submission(Default::default()).await.unwrap();
-    drop(lease(&stack.js, "decision", "setup").await);
-    let service = stack
-        .start_decision(decision::Config::new(CLUSTER))
-        .await
-        .unwrap();
-    let mut cycles = service.explainer();
-    let serving = tokio::spawn(service.serve(std::future::pending()));
-    cycles.wait_for_cycle(1).await.unwrap();
+    let serving = deciding(&stack).await;
     let holder = fairshare_runtime::lease::holders(&stack.js)
         .await
         .unwrap()
@@ -426,10 +418,6 @@ async fn a_lease_bucket_deleted_under_a_running_service_is_made_again() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(!serving.is_finished());
-    let job = accepted(&stack.submit(&request("after-delete")).await.unwrap())
-        .unwrap()
-        .job_id
-        .clone();
-    wait_placed(&stack, &job).await;
+    placed(&stack, "after-delete").await;
     serving.abort();
 }

@@ -205,6 +205,21 @@ impl Lease {
         Self::open_with_ttl(js, role, cluster, holder, replicas, DEFAULT_TTL).await
     }
 
+    /// [`Lease::open`] for a deciding service of `role` in `cluster` that keeps its checkpoint
+    /// in `store` at `checkpoint_dir` (both `None` without one), named by [`holder_for`].
+    /// Open the store first: it makes the directory the name resolves.
+    pub async fn for_service(
+        js: &jetstream::Context,
+        role: &str,
+        cluster: &str,
+        store: Option<&CheckpointStore>,
+        checkpoint_dir: Option<&Path>,
+        replicas: usize,
+    ) -> Result<Lease, BucketError> {
+        let holder = holder_for(store, checkpoint_dir);
+        Self::open(js, role, cluster, holder, replicas).await
+    }
+
     /// [`Lease::open`] making the bucket, if it is missing, with `ttl` (tests use short ones).
     pub async fn open_with_ttl(
         js: &jetstream::Context,

@@ -77,7 +77,7 @@ use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::held_clock::HeldClock;
-use fairshare_runtime::lease::{self, BucketError, Lease, RenewError};
+use fairshare_runtime::lease::{BucketError, Lease, RenewError};
 use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::retry::failure_backoff;
@@ -260,12 +260,12 @@ impl Service {
             )?),
             None => None,
         };
-        // After the store: it makes the directory the holder's name resolves.
-        let lease = Lease::open(
+        let lease = Lease::for_service(
             &js,
             LEASE_ROLE,
             &config.cluster,
-            lease::holder_for(store.as_ref(), config.checkpoint_dir.as_deref()),
+            store.as_ref(),
+            config.checkpoint_dir.as_deref(),
             config.stream_replicas,
         )
         .await?;
