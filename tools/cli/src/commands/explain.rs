@@ -6,6 +6,7 @@ use clap::Args;
 use fairshare_events::pb::{self, explain_reply};
 use fairshare_events::{codec, subjects};
 use fairshare_model::words::Gpus;
+use fairshare_runtime::missing;
 
 use super::{Connection, format_ms};
 
@@ -42,7 +43,14 @@ pub async fn explain(args: ExplainArgs, conn: &Connection) -> anyhow::Result<()>
         {
             // The service holds live jobs only: the log says what became of an ended one, and
             // that is the answer (exit 0); an id the log does not know is a mistake.
-            let events = job_events(conn, &args.cluster, &job_id).await;
+            let events = job_events(conn, &args.cluster, &job_id)
+                .await
+                .map_err(|why| {
+                    anyhow::anyhow!(
+                        "the decision service holds no live job {job_id:?}, and the log, which \
+                         would say whether it ended or never was, cannot be read: {why}"
+                    )
+                })?;
             match not_live(&job_id, &args.cluster, &events) {
                 NotLive::Ended(answer) => {
                     fairshare_runtime::outln!("{answer}");
@@ -70,27 +78,34 @@ const LIFE_KINDS: [&str; 6] = [
     "job_requeued",
 ];
 
-/// The newest event of each of [`LIFE_KINDS`] on job `job_id`'s subjects, with its sequence
-/// (none when the log cannot be read: the answer then says only what the service said).
-async fn job_events(conn: &Connection, cluster: &str, job_id: &str) -> Vec<(u64, pb::Event)> {
-    let Ok(stream) = conn
+/// The newest event of each of [`LIFE_KINDS`] on job `job_id`'s subjects, with its sequence;
+/// why not, when the log cannot be read (an empty list would say the job never was).
+async fn job_events(
+    conn: &Connection,
+    cluster: &str,
+    job_id: &str,
+) -> Result<Vec<(u64, pb::Event)>, String> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let stream = conn
         .js
         .get_stream(fairshare_events::streams::EVENTS_STREAM)
         .await
-    else {
-        return Vec::new();
-    };
+        .map_err(|e| missing::describe(&e))?;
     let mut events = Vec::new();
     for kind in LIFE_KINDS {
         let subject = subjects::job_event(cluster, job_id, kind);
-        if let Ok(m) = stream.get_last_raw_message_by_subject(&subject).await
-            && let Ok(event) = codec::decode_log_entry(&m.subject, &m.payload)
-        {
-            events.push((m.sequence, event));
+        match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => {
+                if let Ok(event) = codec::decode_log_entry(&m.subject, &m.payload) {
+                    events.push((m.sequence, event));
+                }
+            }
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {}
+            Err(e) => return Err(missing::describe(&e)),
         }
     }
     events.sort_by_key(|(sequence, _)| *sequence);
-    events
+    Ok(events)
 }
 
 /// What the log says of a job the decision service does not hold, in words.
