@@ -316,3 +316,56 @@ async fn a_file_for_a_cluster_the_log_does_not_know_is_refused_unless_new() {
     );
     assert_eq!(events().await, before + 2);
 }
+
+/// An entry on the policy subject that is no valid tree (written past the CLI, or by another
+/// version) is refused by the services, which keep the tree before it: `budget diff` compares
+/// against that tree too, says why it passed over the newest entry, and names the subject's
+/// newest sequence for `--expect-sequence`, with which `budget apply` then writes. Before,
+/// both failed on the entry until someone wrote a tree past them.
+#[tokio::test]
+async fn an_unusable_newest_tree_is_passed_over_as_the_services_do() {
+    use fairshare_events::pb;
+    let stack = Stack::start().await.unwrap();
+    let before = stack.event_count().await.unwrap();
+    let refused = stack
+        .append(
+            fairshare_events::subjects::policy(fairshare_e2e::CLUSTER),
+            Body::BudgetTreeSet(pb::BudgetTreeSet {
+                cluster: fairshare_e2e::CLUSTER.into(),
+                accounts: Vec::new(),
+            }),
+            "empty-tree",
+        )
+        .await
+        .unwrap();
+    let ours = BUDGET.replace("share = 1", "share = 2");
+    let shown = diff(&stack, &ours).await;
+    assert!(shown.status.success(), "{shown:?}");
+    let out = String::from_utf8_lossy(&shown.stdout).into_owned();
+    let err = String::from_utf8_lossy(&shown.stderr).into_owned();
+    assert!(
+        err.contains(&format!("(sequence {refused}) is not a usable budget tree")),
+        "{err}"
+    );
+    // The tree in force is the one Stack::start set (its first entry), not the empty one.
+    assert!(
+        out.contains("against the tree in force since sequence 1 "),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("--expect-sequence {refused}`")),
+        "{out}"
+    );
+    assert!(out.contains("infra"), "{out}");
+    assert_eq!(stack.event_count().await.unwrap(), before + 1);
+
+    let applied = budget_command(
+        &stack,
+        "apply",
+        &ours,
+        &["--expect-sequence", &refused.to_string()],
+    )
+    .await;
+    assert!(applied.status.success(), "{applied:?}");
+    assert_eq!(stack.event_count().await.unwrap(), before + 2);
+}

@@ -123,18 +123,26 @@ pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 /// was ever set. Any other failure to read it, or a stored tree that does not validate, is an
 /// error: "no tree" would mislead a preview.
 pub async fn budget_tree(conn: &Connection, cluster: &str) -> anyhow::Result<Option<BudgetTree>> {
-    match budget_in_force(conn, cluster).await? {
+    match budget_in_force(conn, cluster).await?.in_force {
         Some((_, set)) => Ok(Some(BudgetTree::from_accounts(&set.accounts)?)),
         None => Ok(None),
     }
 }
 
-/// The budget tree in force for `cluster` as written, with the sequence it was written at;
-/// `None` if none was ever set.
-pub async fn budget_in_force(
-    conn: &Connection,
-    cluster: &str,
-) -> anyhow::Result<Option<(u64, pb::BudgetTreeSet)>> {
+/// What a cluster's policy subject holds.
+pub struct PolicyRead {
+    /// The subject's newest sequence (0: nothing written there): what a change is appended
+    /// against, and `budget apply --expect-sequence` compares with.
+    pub newest: u64,
+    /// The tree the services hold, as written, with its sequence: the newest usable one
+    /// (they refuse an entry that is not a valid tree for the cluster and keep the one
+    /// before); `None` if none was ever set.
+    pub in_force: Option<(u64, pb::BudgetTreeSet)>,
+}
+
+/// The budget tree in force for `cluster` ([`PolicyRead`]). An unusable newest entry is
+/// warned about on stderr.
+pub async fn budget_in_force(conn: &Connection, cluster: &str) -> anyhow::Result<PolicyRead> {
     use async_nats::jetstream::stream::LastRawMessageErrorKind;
     let unreadable = |e: &(dyn std::error::Error + 'static)| {
         anyhow::anyhow!(
@@ -152,16 +160,79 @@ pub async fn budget_in_force(
         .await
     {
         Ok(m) => m,
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {
+            return Ok(PolicyRead {
+                newest: 0,
+                in_force: None,
+            });
+        }
         Err(e) => return Err(unreadable(&e)),
     };
-    match codec::decode_log_entry(&message.subject, &message.payload)?.body {
-        Some(Body::BudgetTreeSet(set)) => Ok(Some((message.sequence, set))),
-        other => anyhow::bail!(
-            "the newest event on {}'s policy subject is not a budget tree: {other:?}",
-            cluster
-        ),
+    let newest = codec::decode_log_entry(&message.subject, &message.payload)
+        .map_err(|e| e.to_string())
+        .and_then(|event| usable_tree(cluster, event));
+    let in_force = match newest {
+        Ok(set) => Some((message.sequence, set)),
+        Err(why) => {
+            // The services refuse such an entry whole and keep the tree before it: so does this.
+            let kept = newest_usable_tree(conn, cluster).await?;
+            let kept_text = match &kept {
+                Some((sequence, _)) => format!("the tree of sequence {sequence}"),
+                None => "no tree (none before it was usable)".to_owned(),
+            };
+            eprintln!(
+                "warning: the newest entry on cluster {cluster}'s policy subject (sequence {}) \
+                 is not a usable budget tree ({why}); the services ignore it and keep {kept_text}",
+                message.sequence
+            );
+            kept
+        }
+    };
+    Ok(PolicyRead {
+        newest: message.sequence,
+        in_force,
+    })
+}
+
+/// `event` as a budget tree the services would put in force for `cluster`, or why not.
+fn usable_tree(cluster: &str, event: pb::Event) -> Result<pb::BudgetTreeSet, String> {
+    let kind = codec::event_kind(&event);
+    match event.body {
+        Some(Body::BudgetTreeSet(set)) if set.cluster != cluster => {
+            Err(format!("it names cluster {:?}", printable(&set.cluster)))
+        }
+        Some(Body::BudgetTreeSet(set)) => match BudgetTree::from_accounts(&set.accounts) {
+            Ok(_) => Ok(set),
+            Err(e) => Err(format!("it does not validate: {e}")),
+        },
+        _ => Err(format!("it is a {kind} event")),
     }
+}
+
+/// The newest usable budget tree of `cluster`, reading its whole policy subject (trees are
+/// few): what the services hold when the newest entry is not one.
+async fn newest_usable_tree(
+    conn: &Connection,
+    cluster: &str,
+) -> anyhow::Result<Option<(u64, pb::BudgetTreeSet)>> {
+    let mut follower =
+        fairshare_runtime::log::Follower::start(&conn.js, 1, vec![subjects::policy(cluster)])
+            .await
+            .with_context(|| format!("cannot read cluster {cluster}'s policy subject"))?;
+    let mut kept = None;
+    follower
+        .catch_up(|entry| {
+            if let Ok(set) = entry
+                .event
+                .map_err(|e| e.to_string())
+                .and_then(|event| usable_tree(cluster, event))
+            {
+                kept = Some((entry.sequence, set));
+            }
+        })
+        .await
+        .with_context(|| format!("cannot read cluster {cluster}'s policy subject"))?;
+    Ok(kept)
 }
 
 /// A job id argument, as [`job_id_arg`] normalises it; an empty one is refused here rather

@@ -361,12 +361,14 @@ where
                 .with_context(|| format!("{} refused", file.display()))?;
             let after = BudgetTree::from_accounts(&set.accounts)?;
             let conn = connect().await?;
-            let in_force = budget_in_force(&conn, &set.cluster).await?;
-            let before = match &in_force {
+            let read = budget_in_force(&conn, &set.cluster).await?;
+            let newest = read.newest;
+            let before = match &read.in_force {
                 Some((seq, held)) => {
                     fairshare_runtime::outln!(
                         "cluster {}: against the tree in force since sequence {seq} (`budget \
-                         apply --expect-sequence {seq}` refuses if it changes before you apply)",
+                         apply --expect-sequence {newest}` refuses if it changes before you \
+                         apply)",
                         set.cluster
                     );
                     Some(BudgetTree::from_accounts(&held.accounts)?)
@@ -374,7 +376,7 @@ where
                 None => {
                     fairshare_runtime::outln!(
                         "cluster {}: no budget tree in force yet (`budget apply \
-                         --expect-sequence 0` refuses if one is set before you apply; add \
+                         --expect-sequence {newest}` refuses if one is set before you apply; add \
                          --new-cluster if the log has no nodes for it either)",
                         set.cluster
                     );
@@ -408,11 +410,15 @@ where
             let conn = connect().await?;
             // A new cluster has no tree to read (and one unreadable is no reason not to start
             // it): only the warning below would use it.
-            let in_force = if new_cluster {
-                budget_in_force(&conn, &set.cluster).await.ok().flatten()
+            let read = if new_cluster {
+                budget_in_force(&conn, &set.cluster).await.ok()
             } else {
-                budget_in_force(&conn, &set.cluster).await?
+                Some(budget_in_force(&conn, &set.cluster).await?)
             };
+            // The subject's newest entry is what the write replaces; the tree in force is the
+            // newest usable one (the two differ after an entry the services refused).
+            let read_newest = read.as_ref().map(|r| r.newest);
+            let in_force = read.and_then(|r| r.in_force);
             if !new_cluster
                 && in_force.is_none()
                 && super::nodes::read_book(&conn, &set.cluster)
@@ -454,8 +460,8 @@ where
             // change in between would make it describe the wrong tree); and a tree read that no
             // longer validates fails nothing now that the new one is written.
             if applied.written
-                && let Some((read_at, held)) = &in_force
-                && *read_at == replaced
+                && let Some((_, held)) = &in_force
+                && read_newest == Some(replaced)
                 && let Ok(before) = BudgetTree::from_accounts(&held.accounts)
             {
                 for line in removed_work(&conn, &applying.cluster, Some(&before), &after).await {
@@ -503,7 +509,10 @@ where
     let book = super::nodes::read_book(&conn, &inventory.cluster).await?;
     if !new_cluster
         && book.nodes.is_empty()
-        && budget_in_force(&conn, &inventory.cluster).await?.is_none()
+        && budget_in_force(&conn, &inventory.cluster)
+            .await?
+            .in_force
+            .is_none()
     {
         return Err(unknown_cluster(&inventory.cluster));
     }
