@@ -421,3 +421,20 @@ async fn a_lease_bucket_deleted_under_a_running_service_is_made_again() {
     placed(&stack, "after-delete").await;
     serving.abort();
 }
+
+#[tokio::test]
+async fn a_holder_whose_bucket_is_deleted_stops_counting_its_lease_at_once() {
+    let stack = Stack::start().await.unwrap();
+    let mut holder = lease(&stack.js, "decision", "h").await;
+    assert_eq!(holder.try_take().await, Attempt::Taken);
+    stack.js.delete_key_value(LEASE_BUCKET).await.unwrap();
+    // Its last write was just now, but the lease went with the bucket: had it counted on
+    // until its margin ran out, a standby making the bucket again could take the key while
+    // it still decided.
+    assert!(matches!(
+        holder.renew().await,
+        Err(RenewError::Unavailable { .. })
+    ));
+    assert!(!holder.holds(Instant::now()));
+    assert!(!holder.taken());
+}

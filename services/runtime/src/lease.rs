@@ -352,10 +352,21 @@ impl Lease {
                 Ok(())
             }
             Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => self.take_again().await,
-            Err(e) => Err(RenewError::Unavailable {
-                key: self.key.clone(),
-                reason: e.to_string(),
-            }),
+            Err(e) => {
+                if crate::missing::missing(&e).is_some() {
+                    // The bucket is gone (deleted), and the lease with it: stop deciding now,
+                    // not when the last write's margin runs out. Whoever makes the bucket again
+                    // does so only after three failed tries, later than this renewal, so no
+                    // one takes it while this instance still decides. Its revision meant the
+                    // old bucket's: a new one counts afresh.
+                    self.revision = None;
+                    self.valid_until = None;
+                }
+                Err(RenewError::Unavailable {
+                    key: self.key.clone(),
+                    reason: crate::missing::describe(&e),
+                })
+            }
         }
     }
 

@@ -152,6 +152,21 @@ pub async fn newest_sequence<I>(
     }
 }
 
+/// The sequence of the newest entry of `cluster` in the events stream (0: none): where a
+/// service that just took its cluster's lease must have folded to before it decides, or it
+/// could miss the previous holder's last decisions.
+pub async fn cluster_log_end(js: &jetstream::Context, cluster: &str) -> Result<u64, String> {
+    let events = js
+        .get_stream(EVENTS_STREAM)
+        .await
+        .map_err(|e| crate::missing::describe(&e))?;
+    newest_sequence(
+        &events,
+        &fairshare_events::subjects::cluster_events(cluster),
+    )
+    .await
+}
+
 /// Delivers log entries in order.
 pub struct Follower {
     messages: consumer::pull::Ordered,

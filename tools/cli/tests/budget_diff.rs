@@ -59,7 +59,8 @@ async fn an_apply_held_to_the_diffs_tree_refuses_a_change_made_since() {
     assert!(!stale.status.success());
     assert!(
         String::from_utf8_lossy(&stale.stderr).contains(&format!(
-            "the tree in force is not the one of sequence {seq}: it changed since you looked"
+            "the cluster's policy subject moved past sequence {seq}: the tree changed since you \
+             looked"
         )),
         "{stale:?}"
     );

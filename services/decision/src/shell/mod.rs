@@ -426,7 +426,7 @@ impl Service {
                 biased;
                 () = &mut shutdown => break Ok(()),
                 _ = lease_timer.tick() => match self.lease.keep().await {
-                    Ok(true) => pacer.changed(Instant::now()),
+                    Ok(true) => self.took_lease(&mut pacer).await,
                     Ok(false) => {}
                     Err(e) => break Err(ServiceError::LeaseLost(e)),
                 },
@@ -530,6 +530,24 @@ impl Service {
             "decision service stopped"
         );
         result.map(|()| self.fold)
+    }
+
+    /// The lease was just taken: the first cycle waits until the fold holds every entry of the
+    /// cluster written so far, the previous holder's last placements among them (a standby's
+    /// fold may lag). If the log's end cannot be read, the lease is let go and tried again.
+    async fn took_lease(&mut self, pacer: &mut Pacer) {
+        match fairshare_runtime::log::cluster_log_end(&self.js, &self.config.cluster).await {
+            Ok(end) => {
+                pacer.raise_barrier(end);
+                pacer.changed(Instant::now());
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot read the log's end after taking the lease ({e}); letting it go"
+                );
+                self.lease.release().await;
+            }
+        }
     }
 
     /// Settles the placements the last cycle could not ([`publish::settle`]); raises the

@@ -424,7 +424,21 @@ impl Service {
                 biased;
                 () = &mut shutdown => break Ok(()),
                 _ = lease_timer.tick() => match self.lease.keep().await {
-                    Ok(true) => change_due = Some(Instant::now()),
+                    // The first pass waits until the fold holds every entry of the cluster
+                    // written so far, the previous holder's last orders among them (a
+                    // standby's fold may lag); unread, the lease is let go and tried again.
+                    Ok(true) => {
+                        match fairshare_runtime::log::cluster_log_end(&self.js, &self.config.cluster).await {
+                            Ok(end) => {
+                                barrier = barrier.max(end);
+                                change_due = Some(Instant::now());
+                            }
+                            Err(e) => {
+                                tracing::warn!("cannot read the log's end after taking the lease ({e}); letting it go");
+                                self.lease.release().await;
+                            }
+                        }
+                    }
                     Ok(false) => {}
                     Err(e) => break Err(ServiceError::LeaseLost(e)),
                 },

@@ -119,9 +119,9 @@ pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// The cluster's budget tree in force (the last one on its policy subject); `None` when none
-/// was ever set. Any other failure to read it, or a stored tree that does not validate, is an
-/// error: "no tree" would mislead a preview.
+/// The cluster's budget tree in force (the newest usable one on its policy subject, as the
+/// services hold it: [`budget_in_force`]); `None` when none was ever set. A failure to read it
+/// is an error: "no tree" would mislead a preview.
 pub async fn budget_tree(conn: &Connection, cluster: &str) -> anyhow::Result<Option<BudgetTree>> {
     match budget_in_force(conn, cluster).await?.in_force {
         Some((_, set)) => Ok(Some(BudgetTree::from_accounts(&set.accounts)?)),

@@ -434,9 +434,10 @@ where
                     .map_err(|e| {
                         if let (true, Some(expected)) = (e.stale, expect_sequence) {
                             anyhow::anyhow!(
-                                "the tree in force is not the one of sequence {expected}: it \
-                                 changed since you looked, or the number is not the one `budget \
-                                 diff` printed ({}); nothing written (`budget diff` again)",
+                                "the cluster's policy subject moved past sequence {expected}: \
+                                 the tree changed since you looked, or the number is not the \
+                                 one `budget diff` printed for --expect-sequence ({}); nothing \
+                                 written (`budget diff` again)",
                                 e.detail
                             )
                         } else {
