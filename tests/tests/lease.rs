@@ -438,3 +438,22 @@ async fn a_holder_whose_bucket_is_deleted_stops_counting_its_lease_at_once() {
     assert!(!holder.holds(Instant::now()));
     assert!(!holder.taken());
 }
+
+#[tokio::test]
+async fn a_keeper_reports_the_taking_with_the_logs_end_and_lets_go_on_release() {
+    use fairshare_runtime::lease::Keeper;
+    let stack = Stack::start().await.unwrap();
+    let end = stack.event_count().await.unwrap();
+    assert!(end > 0);
+    let mut keeper = Keeper::spawn(lease(&stack.js, "decision", "k").await);
+    let view = tokio::time::timeout(TTL, keeper.changed()).await.unwrap();
+    assert_eq!(view.taken, 1);
+    // What the service's first decision waits for its fold to reach.
+    assert_eq!(view.log_end, end);
+    assert!(view.lost.is_none());
+    assert!(keeper.holds(Instant::now()));
+    let mut next = lease(&stack.js, "decision", "next").await;
+    assert_eq!(next.try_take().await, Attempt::HeldBy("k".into()));
+    keeper.release(Duration::from_secs(2)).await;
+    assert_eq!(next.try_take().await, Attempt::Taken);
+}

@@ -77,7 +77,7 @@ use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::held_clock::HeldClock;
-use fairshare_runtime::lease::{BucketError, Lease, RenewError};
+use fairshare_runtime::lease::{BucketError, Keeper, Lease, RenewError};
 use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::retry::failure_backoff;
@@ -105,6 +105,10 @@ const STALL_WARNING: Duration = Duration::from_secs(10);
 
 /// The role part of this service's lease key (`decision.<cluster>`).
 pub const LEASE_ROLE: &str = "decision";
+
+/// How long a clean stop waits for its lease to be let go (a successor otherwise waits the
+/// lease's ttl out).
+const LEASE_RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// Format version of this service's checkpoints; bump it when the fold's serde form changes,
 /// or what it folds (older checkpoints are then refused and rebuilt from the log). 9: events
@@ -225,8 +229,8 @@ pub struct Service {
     store: Option<CheckpointStore>,
     /// This cluster's decision lease: cycles run only while this instance holds it, so a
     /// second instance for the cluster folds the log as a standby instead of deciding beside
-    /// the first ([`fairshare_runtime::lease`]).
-    lease: Lease,
+    /// the first ([`fairshare_runtime::lease`]). Kept by its own task.
+    lease: Keeper,
     /// The sequence the newest checkpoint holds (0: none).
     checkpointed: u64,
     /// Entries applied since the last checkpoint attempt.
@@ -335,7 +339,7 @@ impl Service {
             unresolved: Vec::new(),
             failed_cycles: 0,
             store,
-            lease,
+            lease: Keeper::spawn(lease),
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
@@ -407,9 +411,8 @@ impl Service {
         let mut checkpoint_timer =
             tokio::time::interval(self.config.checkpoint_every.max(Duration::from_millis(1)));
         checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // The first tick is at once: the lease is tried for before any cycle.
-        let mut lease_timer = tokio::time::interval(self.lease.renew_every());
-        lease_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Times the lease was taken, as last seen.
+        let mut lease_taken = 0;
         tokio::pin!(shutdown);
         let result = loop {
             let due = pacer.due(self.fold.last_applied());
@@ -425,11 +428,18 @@ impl Service {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break Ok(()),
-                _ = lease_timer.tick() => match self.lease.keep().await {
-                    Ok(true) => self.took_lease(&mut pacer).await,
-                    Ok(false) => {}
-                    Err(e) => break Err(ServiceError::LeaseLost(e)),
-                },
+                view = self.lease.changed() => {
+                    if let Some(e) = view.lost {
+                        break Err(ServiceError::LeaseLost(e));
+                    }
+                    if view.taken > lease_taken {
+                        // The first cycle waits until the fold holds the cluster's log as of
+                        // the taking: the previous holder's last placements among it.
+                        lease_taken = view.taken;
+                        pacer.raise_barrier(view.log_end);
+                        pacer.changed(Instant::now());
+                    }
+                }
                 // Only the lease's holder decides (or settles what it decided); a lapsed lease
                 // waits for the next renewal.
                 () = wake, if self.lease.holds(Instant::now()) => {
@@ -521,7 +531,7 @@ impl Service {
         // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
         self.checkpoint();
         // A successor need not wait the lease out.
-        self.lease.release().await;
+        self.lease.release(LEASE_RELEASE_WAIT).await;
         tracing::info!(
             cluster = self.config.cluster,
             last_cycle = self.next_cycle.saturating_sub(1),
@@ -530,24 +540,6 @@ impl Service {
             "decision service stopped"
         );
         result.map(|()| self.fold)
-    }
-
-    /// The lease was just taken: the first cycle waits until the fold holds every entry of the
-    /// cluster written so far, the previous holder's last placements among them (a standby's
-    /// fold may lag). If the log's end cannot be read, the lease is let go and tried again.
-    async fn took_lease(&mut self, pacer: &mut Pacer) {
-        match fairshare_runtime::log::cluster_log_end(&self.js, &self.config.cluster).await {
-            Ok(end) => {
-                pacer.raise_barrier(end);
-                pacer.changed(Instant::now());
-            }
-            Err(e) => {
-                tracing::warn!(
-                    "cannot read the log's end after taking the lease ({e}); letting it go"
-                );
-                self.lease.release().await;
-            }
-        }
     }
 
     /// Settles the placements the last cycle could not ([`publish::settle`]); raises the

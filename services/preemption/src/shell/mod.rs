@@ -97,7 +97,7 @@ use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::held_clock::HeldClock;
-use fairshare_runtime::lease::{BucketError, Lease, RenewError};
+use fairshare_runtime::lease::{BucketError, Keeper, Lease, RenewError};
 use fairshare_runtime::log::{FollowError, Follower, log_position};
 use fairshare_runtime::nats::{StreamSetupError, ensure_streams};
 use fairshare_runtime::retry::failure_backoff;
@@ -123,6 +123,10 @@ const CHECKPOINT_VERSION: u32 = 15;
 
 /// The role part of this service's lease key (`preemption.<cluster>`).
 pub const LEASE_ROLE: &str = "preemption";
+
+/// How long a clean stop waits for its lease to be let go (a successor otherwise waits the
+/// lease's ttl out).
+const LEASE_RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
@@ -212,8 +216,8 @@ pub struct Service {
     store: Option<CheckpointStore>,
     /// This cluster's preemption lease: passes run only while this instance holds it, so a
     /// second instance for the cluster folds the log as a standby instead of ordering victims
-    /// beside the first ([`fairshare_runtime::lease`]).
-    lease: Lease,
+    /// beside the first ([`fairshare_runtime::lease`]). Kept by its own task.
+    lease: Keeper,
     /// The sequence the newest checkpoint holds (0: none).
     checkpointed: u64,
     /// Entries applied since the last checkpoint attempt.
@@ -309,7 +313,7 @@ impl Service {
             now,
             next_cycle,
             store,
-            lease,
+            lease: Keeper::spawn(lease),
             checkpointed: resumed_from,
             since_checkpoint: 0,
             resumed_from,
@@ -390,9 +394,8 @@ impl Service {
         let mut checkpoint_timer =
             tokio::time::interval(self.config.checkpoint_every.max(Duration::from_millis(1)));
         checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // The first tick is at once: the lease is tried for before any pass.
-        let mut lease_timer = tokio::time::interval(self.lease.renew_every());
-        lease_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Times the lease was taken, as last seen.
+        let mut lease_taken = 0;
         tokio::pin!(shutdown);
         let result = loop {
             let caught_up = self.fold.last_applied() >= barrier;
@@ -423,25 +426,18 @@ impl Service {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break Ok(()),
-                _ = lease_timer.tick() => match self.lease.keep().await {
-                    // The first pass waits until the fold holds every entry of the cluster
-                    // written so far, the previous holder's last orders among them (a
-                    // standby's fold may lag); unread, the lease is let go and tried again.
-                    Ok(true) => {
-                        match fairshare_runtime::log::cluster_log_end(&self.js, &self.config.cluster).await {
-                            Ok(end) => {
-                                barrier = barrier.max(end);
-                                change_due = Some(Instant::now());
-                            }
-                            Err(e) => {
-                                tracing::warn!("cannot read the log's end after taking the lease ({e}); letting it go");
-                                self.lease.release().await;
-                            }
-                        }
+                view = self.lease.changed() => {
+                    if let Some(e) = view.lost {
+                        break Err(ServiceError::LeaseLost(e));
                     }
-                    Ok(false) => {}
-                    Err(e) => break Err(ServiceError::LeaseLost(e)),
-                },
+                    if view.taken > lease_taken {
+                        // The first pass waits until the fold holds the cluster's log as of the
+                        // taking: the previous holder's last orders among it.
+                        lease_taken = view.taken;
+                        barrier = barrier.max(view.log_end);
+                        change_due = Some(Instant::now());
+                    }
+                }
                 // Only the lease's holder passes (or settles what it ordered); a lapsed lease
                 // waits for the next renewal.
                 () = wake, if self.lease.holds(Instant::now()) => {
@@ -497,7 +493,7 @@ impl Service {
         // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
         self.checkpoint();
         // A successor need not wait the lease out.
-        self.lease.release().await;
+        self.lease.release(LEASE_RELEASE_WAIT).await;
         tracing::info!(
             cluster = self.config.cluster,
             last_cycle = self.next_cycle.saturating_sub(1),
