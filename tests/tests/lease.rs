@@ -15,7 +15,7 @@ use fairshare_e2e::{CLUSTER, Stack, accepted, request, spawn_until_stopped};
 use fairshare_events::pb::event::Body;
 use fairshare_preemption::shell as preemption;
 use fairshare_runtime::clock::SystemClock;
-use fairshare_runtime::lease::{Attempt, LEASE_BUCKET, Lease, RenewError};
+use fairshare_runtime::lease::{Attempt, LEASE_BUCKET, Lease, RenewError, Renewal};
 use tokio::time::Instant;
 
 /// A short lease, so that running out takes seconds: the services adopt the bucket's.
@@ -76,7 +76,7 @@ async fn a_lease_has_one_holder_until_it_is_let_go_taken_back_or_runs_out() {
     assert!(a.holds(Instant::now()));
     assert_eq!(b.try_take().await, Attempt::HeldBy("a".into()));
     assert!(!b.holds(Instant::now()));
-    a.renew().await.unwrap();
+    assert_eq!(a.renew().await, Ok(Renewal::Renewed));
     assert_eq!(b.try_take().await, Attempt::HeldBy("a".into()));
     // Another role's lease of the same cluster is another key.
     let mut other_role = lease(js, "preemption", "b").await;
@@ -151,7 +151,9 @@ async fn a_lease_has_one_holder_until_it_is_let_go_taken_back_or_runs_out() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(!c.holds(Instant::now()));
-    c.renew().await.unwrap();
+    // Taken afresh, not renewed: a service's keeper then has its fold catch up, as on any
+    // taking (someone may have held it in between).
+    assert_eq!(c.renew().await, Ok(Renewal::TakenAgain));
     assert!(c.holds(Instant::now()));
     assert_eq!(b_again.try_take().await, Attempt::HeldBy("c".into()));
 }
@@ -456,4 +458,31 @@ async fn a_keeper_reports_the_taking_with_the_logs_end_and_lets_go_on_release() 
     assert_eq!(next.try_take().await, Attempt::HeldBy("k".into()));
     keeper.release(Duration::from_secs(2)).await;
     assert_eq!(next.try_take().await, Attempt::Taken);
+}
+
+/// A keeper dropped without being asked to let go (the service crashed, its serve future
+/// aborted) leaves its lease to run out: a successor must not take it while the crashed
+/// instance's last writes may still be landing. Many times over, on a runtime with several
+/// workers, where the keeper's task could run between its handle's fields being dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keeper_dropped_in_a_crash_leaves_its_lease_held() {
+    use fairshare_runtime::lease::Keeper;
+    let stack = Stack::start().await.unwrap();
+    for round in 0..20 {
+        let name = format!("crashed-{round}");
+        let mut keeper = Keeper::spawn(lease(&stack.js, "decision", &name).await);
+        let view = tokio::time::timeout(TTL, keeper.changed()).await.unwrap();
+        assert_eq!(view.taken, 1, "round {round}");
+        drop(keeper);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut next = lease(&stack.js, "decision", "next").await;
+        assert_eq!(
+            next.try_take().await,
+            Attempt::HeldBy(name.clone()),
+            "round {round}: the lease was let go"
+        );
+        // For the next round: clear the key as an operator would.
+        let kv = stack.js.get_key_value(LEASE_BUCKET).await.unwrap();
+        kv.purge(format!("decision.{CLUSTER}")).await.unwrap();
+    }
 }

@@ -180,6 +180,16 @@ async fn bucket(
     }
 }
 
+/// What a successful [`Lease::renew`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// Written again over this instance's last write.
+    Renewed,
+    /// The last write was gone or moved (ran out, an acknowledgement lost) and nobody else held
+    /// the key: taken afresh. Another instance may have held and let it go in between.
+    TakenAgain,
+}
+
 /// What one [`Lease::keep`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kept {
@@ -343,7 +353,7 @@ impl Lease {
     /// revision, it is taken again if nobody else holds it: the value ran out while the
     /// server was away longer than the ttl, or a renewal landed whose acknowledgement was
     /// lost (the value still names this instance, under a newer revision).
-    pub async fn renew(&mut self) -> Result<(), RenewError> {
+    pub async fn renew(&mut self) -> Result<Renewal, RenewError> {
         let Some(revision) = self.revision else {
             return self.take_again().await;
         };
@@ -355,7 +365,7 @@ impl Lease {
         {
             Ok(revision) => {
                 self.held_from(sent, revision);
-                Ok(())
+                Ok(Renewal::Renewed)
             }
             Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => self.take_again().await,
             Err(e) => {
@@ -377,7 +387,7 @@ impl Lease {
     }
 
     /// After a refused renewal: the lease is this instance's again only if nobody else took it.
-    async fn take_again(&mut self) -> Result<(), RenewError> {
+    async fn take_again(&mut self) -> Result<Renewal, RenewError> {
         self.revision = None;
         self.valid_until = None;
         match self.try_take().await {
@@ -386,7 +396,7 @@ impl Lease {
                     lease = self.key,
                     "the lease had run out or moved on unseen; taken again"
                 );
-                Ok(())
+                Ok(Renewal::TakenAgain)
             }
             Attempt::HeldBy(holder) => Err(RenewError::Lost {
                 key: self.key.clone(),
@@ -421,7 +431,9 @@ impl Lease {
     async fn keep_once(&mut self) -> Result<Kept, RenewError> {
         if self.taken() {
             return match self.renew().await {
-                Ok(()) => Ok(Kept::Held),
+                Ok(Renewal::Renewed) => Ok(Kept::Held),
+                // Someone may have held it in between: the fold must catch up as on any taking.
+                Ok(Renewal::TakenAgain) => Ok(Kept::Taken),
                 Err(e @ RenewError::Lost { .. }) => {
                     tracing::error!("{e}: this instance stops");
                     Err(e)
@@ -519,8 +531,12 @@ impl Keeper {
             loop {
                 tokio::select! {
                     biased;
-                    _ = &mut released => {
-                        lease.release().await;
+                    asked = &mut released => {
+                        // Only when asked: the sender dropped with the Keeper is a crash,
+                        // which leaves the lease to run out.
+                        if asked.is_ok() {
+                            lease.release().await;
+                        }
                         tx.send_modify(|v| v.valid_until = None);
                         return;
                     }
