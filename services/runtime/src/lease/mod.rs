@@ -50,6 +50,12 @@ use tokio::time::Instant;
 
 use crate::checkpoint::CheckpointStore;
 
+mod holders;
+mod keeper;
+
+pub use holders::{Holding, holders};
+pub use keeper::{Keeper, LeaseView};
+
 /// The key-value bucket holding every lease.
 pub const LEASE_BUCKET: &str = "fairshare_leases";
 
@@ -489,184 +495,6 @@ impl Lease {
             tracing::warn!(key = self.key, "could not let the lease go: {e}");
         }
     }
-}
-
-/// What a service's loop sees of its lease, kept up to date by its [`Keeper`].
-#[derive(Debug, Clone, Default)]
-pub struct LeaseView {
-    /// Until when this instance may start decisions ([`Lease::holds`]); `None` while not held.
-    pub valid_until: Option<Instant>,
-    /// How many times the lease was taken (a change means: just taken, catch up and decide).
-    pub taken: u64,
-    /// The newest sequence of the cluster's log when the lease was last taken: the fold must
-    /// reach it before the first decision, or it could miss the previous holder's last ones (a
-    /// standby's fold may lag).
-    pub log_end: u64,
-    /// Set when another instance took the lease: the service stops.
-    pub lost: Option<RenewError>,
-}
-
-/// A task that keeps one lease ([`Lease::keep`] every [`Lease::renew_every`]) off the
-/// service's loop, so a bucket slow to answer never holds up the fold, explains or shutdown;
-/// the loop reads [`Keeper::holds`] and awaits [`Keeper::changed`]. Dropped (a crash: the
-/// serve future aborted), the task ends without letting the lease go; [`Keeper::release`] lets
-/// it go.
-pub struct Keeper {
-    /// The latest view.
-    view: tokio::sync::watch::Receiver<LeaseView>,
-    /// Asks the task to let the lease go and end.
-    release: Option<tokio::sync::oneshot::Sender<()>>,
-    /// The task.
-    task: crate::task::AbortOnDrop<()>,
-}
-
-impl Keeper {
-    /// Starts keeping `lease` (the first try is at once).
-    pub fn spawn(mut lease: Lease) -> Keeper {
-        let (tx, view) = tokio::sync::watch::channel(LeaseView::default());
-        let (release, mut released) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let mut timer = tokio::time::interval(lease.renew_every());
-            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    biased;
-                    asked = &mut released => {
-                        // Only when asked: the sender dropped with the Keeper is a crash,
-                        // which leaves the lease to run out.
-                        if asked.is_ok() {
-                            lease.release().await;
-                        }
-                        tx.send_modify(|v| v.valid_until = None);
-                        return;
-                    }
-                    _ = timer.tick() => {}
-                }
-                let kept = lease.keep().await;
-                let log_end = match kept {
-                    Ok(true) => {
-                        match crate::log::cluster_log_end(&lease.js, &lease.cluster).await {
-                            Ok(end) => Some(end),
-                            Err(e) => {
-                                tracing::warn!(
-                                    lease = lease.key,
-                                    "cannot read the log's end after taking the lease ({e}); \
-                                 letting it go"
-                                );
-                                lease.release().await;
-                                None
-                            }
-                        }
-                    }
-                    _ => None,
-                };
-                tx.send_modify(|v| {
-                    v.valid_until = lease.valid_until;
-                    if let Some(end) = log_end {
-                        v.taken += 1;
-                        v.log_end = end;
-                    }
-                    if let Err(e) = &kept {
-                        v.lost = Some(e.clone());
-                    }
-                });
-                if kept.is_err() {
-                    return;
-                }
-            }
-        });
-        Keeper {
-            view,
-            release: Some(release),
-            task: crate::task::AbortOnDrop::new(task),
-        }
-    }
-
-    /// Whether this instance may start a decision at `now`.
-    pub fn holds(&self, now: Instant) -> bool {
-        self.view
-            .borrow()
-            .valid_until
-            .is_some_and(|until| now < until)
-    }
-
-    /// Waits for the next change of the view and returns it; a keeper that ended without a
-    /// lost lease (it cannot, short of a panic) reads as lost.
-    pub async fn changed(&mut self) -> LeaseView {
-        match self.view.changed().await {
-            Ok(()) => self.view.borrow_and_update().clone(),
-            Err(_) => {
-                let mut view = self.view.borrow().clone();
-                if view.lost.is_none() {
-                    view.lost = Some(RenewError::Unavailable {
-                        key: String::new(),
-                        reason: "the lease keeper stopped".to_owned(),
-                    });
-                }
-                // Never again: the caller stops on it.
-                view
-            }
-        }
-    }
-
-    /// Lets the lease go (a successor then takes it at once) and waits for the task to end,
-    /// at most `within`.
-    pub async fn release(mut self, within: Duration) {
-        if let Some(release) = self.release.take() {
-            let _ = release.send(());
-        }
-        let _ = tokio::time::timeout(within, &mut self.task).await;
-    }
-}
-
-/// One lease as [`holders`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holding {
-    /// `<role>.<cluster>`.
-    pub key: String,
-    /// The instance that holds it.
-    pub holder: String,
-    /// When the holder last wrote it (the server's time), Unix ms.
-    pub written_ms: i64,
-}
-
-/// Every lease held now (values not yet dropped), by key; `None` when the bucket does not
-/// exist (no decision or preemption service has started against this server).
-pub async fn holders(js: &jetstream::Context) -> Result<Option<Vec<Holding>>, BucketError> {
-    use futures::TryStreamExt;
-    // Told apart from a bucket that cannot be read: is its stream there at all?
-    if let Err(e) = js.get_stream(format!("KV_{LEASE_BUCKET}")).await {
-        return match crate::missing::missing(&e) {
-            Some(crate::missing::Missing::Stream) => Ok(None),
-            _ => Err(BucketError::Open(crate::missing::describe(&e))),
-        };
-    }
-    let store = js
-        .get_key_value(LEASE_BUCKET)
-        .await
-        .map_err(|e| BucketError::Open(e.to_string()))?;
-    let mut keys: Vec<String> = store
-        .keys()
-        .await
-        .map_err(|e| BucketError::Open(e.to_string()))?
-        .try_collect()
-        .await
-        .map_err(|e| BucketError::Open(e.to_string()))?;
-    keys.sort();
-    let mut out = Vec::new();
-    for key in keys {
-        match store.entry(key.clone()).await {
-            Ok(Some(entry)) if entry.operation == kv::Operation::Put => out.push(Holding {
-                key,
-                holder: String::from_utf8_lossy(&entry.value).into_owned(),
-                written_ms: i64::try_from(entry.created.unix_timestamp_nanos() / 1_000_000)
-                    .unwrap_or(0),
-            }),
-            Ok(_) => {}
-            Err(e) => return Err(BucketError::Open(e.to_string())),
-        }
-    }
-    Ok(Some(out))
 }
 
 #[cfg(test)]
