@@ -22,6 +22,11 @@
 //! Serving ([`Service::serve`]): one task owns the fold and the cycles, so a cycle always
 //! decides from a prefix of the log and names it exactly.
 //!
+//! - Cycles run only while this instance holds the cluster's decision lease
+//!   ([`fairshare_runtime::lease`], kept by its own task from start-up on). Another instance
+//!   for the cluster folds the log meanwhile and takes over when the lease is let go or runs
+//!   out; on taking it, the first cycle waits until the fold holds the cluster's log as it
+//!   stood then. An instance whose lease another took stops ([`ServiceError::LeaseLost`]).
 //! - It keeps folding new entries. Any entry that changes the state (submission, requeue, job
 //!   end, start, preemption order, node or budget change, maintenance, usage snapshot) makes
 //!   the state dirty; its own placements do not (they free nothing).

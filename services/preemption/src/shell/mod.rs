@@ -22,6 +22,10 @@
 //! Serving ([`Service::serve`]): one task owns the fold and the passes, so a pass always decides
 //! from a prefix of the log and names it exactly (`DecisionBasis.through_sequence`).
 //!
+//! - Passes run only while this instance holds the cluster's preemption lease
+//!   ([`fairshare_runtime::lease`], kept by its own task from start-up on), as in the decision
+//!   service: a second instance folds as a standby, a taking waits for the fold to hold the log
+//!   as it stood then, and a lost lease stops the service ([`ServiceError::LeaseLost`]).
 //! - It keeps folding new entries; each accepted entry makes the state dirty.
 //! - A pass runs `debounce` after the first change since the last pass, at the time
 //!   [`next_due`] names (a grace deadline, the end of a minimum runtime while allocated work
