@@ -622,8 +622,21 @@ async fn a_kill_due_while_the_broker_is_down_lands_once_when_it_is_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_job_starts_once_a_small_job_is_moved_into_a_hole_elsewhere() {
     let stack = Stack::start(true).await;
+    // One at a time, each placed before the next comes: decided together in one cycle, the
+    // debug jobs q and m would go first and the layout differ (it did when the first cycle
+    // came late, waiting for the decision lease).
     let p = stack.submit("p", "a", 6, 3_600).await;
+    let placed = |job: &str| {
+        let job = job.to_owned();
+        move |log: &[(u64, String, pb::Event)]| placed_seq(log, &job).is_some()
+    };
+    stack
+        .wait_for(Duration::from_secs(10), "p placed", placed(&p))
+        .await;
     let q = stack.submit_to_run("q", "a", 2, 1, 3).await;
+    stack
+        .wait_for(Duration::from_secs(10), "q placed", placed(&q))
+        .await;
     let m = stack.submit("m", "a", 2, 1).await;
     let log = stack
         .wait_for(Duration::from_secs(10), "p, q and m started", |log| {
