@@ -486,3 +486,29 @@ async fn a_keeper_dropped_in_a_crash_leaves_its_lease_held() {
         kv.purge(format!("decision.{CLUSTER}")).await.unwrap();
     }
 }
+
+/// A lease that vanished under its keeper (purged by an operator, or run out unseen) and is
+/// taken afresh counts as a new taking: someone may have held it in between, so the service
+/// must catch its fold up again before deciding.
+#[tokio::test]
+async fn a_lease_taken_afresh_under_its_keeper_counts_as_a_new_taking() {
+    use fairshare_runtime::lease::Keeper;
+    let stack = Stack::start().await.unwrap();
+    let mut keeper = Keeper::spawn(lease(&stack.js, "decision", "k").await);
+    let first = tokio::time::timeout(TTL, keeper.changed()).await.unwrap();
+    assert_eq!(first.taken, 1);
+    let kv = stack.js.get_key_value(LEASE_BUCKET).await.unwrap();
+    kv.purge(format!("decision.{CLUSTER}")).await.unwrap();
+    let deadline = Instant::now() + TTL;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let view = tokio::time::timeout(left, keeper.changed())
+            .await
+            .expect("taken again within the ttl");
+        assert!(view.lost.is_none());
+        if view.taken == 2 {
+            assert!(keeper.holds(Instant::now()));
+            break;
+        }
+    }
+}
