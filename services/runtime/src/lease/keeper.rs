@@ -25,7 +25,7 @@ pub struct LeaseView {
     pub lost: Option<RenewError>,
 }
 
-/// A task that keeps one lease ([`Lease::keep`] every [`Lease::renew_every`]) off the
+/// A task that keeps one lease (renewed, or tried for, every [`Lease::renew_every`]) off the
 /// service's loop, so a bucket slow to answer never holds up the fold, explains or shutdown;
 /// the loop reads [`Keeper::holds`] and awaits [`Keeper::changed`]. Dropped (a crash: the
 /// serve future aborted), the task ends without letting the lease go; [`Keeper::release`] lets

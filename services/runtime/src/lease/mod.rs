@@ -415,10 +415,10 @@ impl Lease {
         }
     }
 
-    /// What a service does at each [`Lease::renew_every`]: renews the lease it holds, or tries
+    /// What the [`Keeper`] does at each [`Lease::renew_every`]: renews the lease it holds, or tries
     /// to take it, and logs what changed. `Ok(true)` when the lease was just taken (decide at
     /// once); an error when it was lost (stop deciding).
-    pub async fn keep(&mut self) -> Result<bool, RenewError> {
+    async fn keep(&mut self) -> Result<bool, RenewError> {
         let kept = self.keep_once().await?;
         if kept == Kept::Unreachable {
             self.failures = self.failures.saturating_add(1);

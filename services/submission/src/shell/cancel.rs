@@ -187,6 +187,31 @@ mod tests {
         }
     }
 
+    /// Job j-1 (one GPU, key k-1, cluster c) accepted at `at_ms`, written to the log and not
+    /// folded here: its sequence and event.
+    async fn submit_j1(js: &async_nats::jetstream::Context, at_ms: i64) -> (u64, pb::Event) {
+        let request = super::super::shared::tests::one_gpu_request("k-1");
+        let shape = Shape {
+            nodes: 1,
+            gpus_per_node: 1,
+        };
+        let submitted = pb::Event {
+            at_ms,
+            body: Some(Body::JobSubmitted(job_submitted("j-1", &request, shape))),
+        };
+        let sequence = js
+            .publish(
+                subjects::job_event("c", "j-1", "job_submitted"),
+                codec::encode(&submitted),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .sequence;
+        (sequence, submitted)
+    }
+
     /// Instances sharing the cancels: one may be asked about a job another accepted a moment
     /// ago, before its own fold has it. It waits for its fold rather than answer "unknown",
     /// which a launcher takes as final.
@@ -206,23 +231,7 @@ mod tests {
             .unwrap(),
         );
         // Another instance accepts job j-1: it is in the log, not in this fold.
-        let request = super::super::shared::tests::one_gpu_request("k-1");
-        let shape = Shape {
-            nodes: 1,
-            gpus_per_node: 1,
-        };
-        let submitted = pb::Event {
-            at_ms: clock.now_ms(),
-            body: Some(Body::JobSubmitted(job_submitted("j-1", &request, shape))),
-        };
-        let subject = subjects::job_event("c", "j-1", "job_submitted");
-        let sequence = js
-            .publish(subject, codec::encode(&submitted))
-            .await
-            .unwrap()
-            .await
-            .unwrap()
-            .sequence;
+        let (sequence, submitted) = submit_j1(&js, clock.now_ms()).await;
 
         // A job the log has never seen is unknown at once.
         let unknown = cancel(&shared, &cancel_request("j-2"), None)
@@ -254,25 +263,7 @@ mod tests {
         let (_server, js, shared) = super::super::shared::tests::fresh_shared().await;
         let logged = super::super::shared::tests::log_cluster_c(&js).await;
         let clock = SystemClock;
-        let request = super::super::shared::tests::one_gpu_request("k-1");
-        let shape = Shape {
-            nodes: 1,
-            gpus_per_node: 1,
-        };
-        let submitted = pb::Event {
-            at_ms: clock.now_ms(),
-            body: Some(Body::JobSubmitted(job_submitted("j-1", &request, shape))),
-        };
-        let sequence = js
-            .publish(
-                subjects::job_event("c", "j-1", "job_submitted"),
-                codec::encode(&submitted),
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap()
-            .sequence;
+        let (sequence, submitted) = submit_j1(&js, clock.now_ms()).await;
         // Another job's start, published under j-1's cancel id.
         let mut squat = async_nats::HeaderMap::new();
         squat.insert("Nats-Msg-Id", headers::cancel_id("j-1").as_str());

@@ -343,31 +343,43 @@ mod tests {
         assert_eq!(code, pb::RejectionCode::Expired as i32);
     }
 
-    /// Another request accepted with the key a moment ago, not yet folded here: the stream
-    /// takes this message's write for a repeat of it, and the intake logs this message's own
-    /// answer, `KEY_REUSED`, rather than nothing.
-    #[tokio::test]
-    async fn a_key_the_stream_holds_for_another_request_is_rejected_as_reused() {
-        let (_server, js, shared) = folded_cluster_c().await;
-        let mut first = super::super::shared::tests::one_gpu_request("k-race");
+    /// Job `job` accepted for two GPUs with key `key`, appended under the key's message id as
+    /// the service writes an acceptance (not folded here); its sequence and event.
+    async fn accept_two_gpus(shared: &Shared, key: &str, job: &str) -> (u64, pb::Event) {
+        let mut first = super::super::shared::tests::one_gpu_request(key);
         first.spec.as_mut().unwrap().gpus = 2;
         let shape = fairshare_model::shape::Shape {
             nodes: 1,
             gpus_per_node: 2,
         };
         let envelope = Envelope {
-            message_id: headers::submission_id("k-race"),
-            idempotency_key: Some("k-race".into()),
+            message_id: headers::submission_id(key),
+            idempotency_key: Some(key.into()),
             ..Default::default()
         };
-        shared
+        let body = Body::JobSubmitted(crate::domain::job_submitted(job, &first, shape));
+        let (sequence, _) = shared
             .append(
-                subjects::job_event("c", "j-first", "job_submitted"),
-                Body::JobSubmitted(crate::domain::job_submitted("j-first", &first, shape)),
+                subjects::job_event("c", job, "job_submitted"),
+                body.clone(),
                 &envelope,
             )
             .await
             .unwrap();
+        let accepted = pb::Event {
+            at_ms: 1_700_000_000_000,
+            body: Some(body),
+        };
+        (sequence, accepted)
+    }
+
+    /// Another request accepted with the key a moment ago, not yet folded here: the stream
+    /// takes this message's write for a repeat of it, and the intake logs this message's own
+    /// answer, `KEY_REUSED`, rather than nothing.
+    #[tokio::test]
+    async fn a_key_the_stream_holds_for_another_request_is_rejected_as_reused() {
+        let (_server, js, shared) = folded_cluster_c().await;
+        accept_two_gpus(&shared, "k-race", "j-first").await;
         // The same key asking for one GPU.
         let message = queued(&js, &shared, "k-race").await;
         handle(&shared, &message).await.unwrap();
@@ -425,30 +437,7 @@ mod tests {
     #[tokio::test]
     async fn a_rejection_of_a_key_accepted_for_another_request_is_logged() {
         let (_server, js, shared) = folded_cluster_c().await;
-        let mut first = super::super::shared::tests::one_gpu_request("k-twice");
-        first.spec.as_mut().unwrap().gpus = 2;
-        let shape = fairshare_model::shape::Shape {
-            nodes: 1,
-            gpus_per_node: 2,
-        };
-        let envelope = Envelope {
-            message_id: headers::submission_id("k-twice"),
-            idempotency_key: Some("k-twice".into()),
-            ..Default::default()
-        };
-        let body = Body::JobSubmitted(crate::domain::job_submitted("j-first", &first, shape));
-        let (sequence, _) = shared
-            .append(
-                subjects::job_event("c", "j-first", "job_submitted"),
-                body.clone(),
-                &envelope,
-            )
-            .await
-            .unwrap();
-        let accepted = pb::Event {
-            at_ms: 1_700_000_000_000,
-            body: Some(body),
-        };
+        let (sequence, accepted) = accept_two_gpus(&shared, "k-twice", "j-first").await;
         shared.state().apply(sequence, &accepted);
         shared.set_applied(sequence);
         // The same key, one GPU, in cluster c's intake but naming cluster d.
