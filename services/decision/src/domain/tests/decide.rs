@@ -864,8 +864,9 @@ fn explain_names_the_reserved_job_a_waiting_job_is_behind() {
         "{}",
         second.reason
     );
-    // What may still be ordered off for it meanwhile: unallocated work off the reserved
-    // nodes, and packing moves; it is no debug job, so nothing is said of the allowance.
+    // What may still be ordered off for it meanwhile: work off the reserved nodes
+    // (unallocated, or by the rules while below its floor), and packing moves; it is no debug
+    // job, so nothing is said of the allowance.
     assert!(
         second
             .reason

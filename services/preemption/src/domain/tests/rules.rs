@@ -762,10 +762,69 @@ fn behind_a_blocked_waiter_unallocated_work_off_its_reserved_nodes_makes_room() 
 }
 
 #[test]
-fn behind_a_blocked_waiter_allocated_work_is_never_taken() {
+fn behind_a_blocked_waiter_allocated_work_is_not_taken_without_the_share_floor() {
     // The same line with b's 6 GPUs on n3 allocated and past its minimum runtime: c ranks far
     // above b, so c could take them if it were first in line, but not behind a's job.
-    let (h, now) = blocked_line(60);
+    let (mut h, now) = blocked_line(60);
+    h.state.set_share_floor(false);
+    assert_eq!(h.decide(now), vec![]);
+    assert!(matches!(
+        fair_share(&h.state, now, &h.cfg),
+        FairShare::Blocked(line) if line.first.job_id == "big"
+    ));
+}
+
+#[test]
+fn behind_a_blocked_waiter_an_allocation_below_its_floor_takes_allocated_work_off_the_reserved_nodes()
+ {
+    // The same line with the share floor on: c holds nothing of its 8-GPU floor, b holds 20
+    // GPUs of allocated work, so c's job may have b's work past its minimum runtime ordered
+    // off, behind a's blocked job too. Not u2 on n2, the cheaper victim (4 GPUs of lost work
+    // against 6): n2 is a's reservation.
+    let (mut h, now) = blocked_line(60);
+    let out = h.decide(now);
+    assert_eq!(orders(&out), vec![("j3".into(), "small".into())]);
+    assert_eq!(
+        causes(&out),
+        vec![("j3".into(), PreemptionCause::ShareFloor)]
+    );
+    // Once it is folded, c fits and nothing more goes for it; a still waits.
+    h.step(now);
+    assert!(matches!(
+        fair_share(&h.state, now, &h.cfg),
+        FairShare::Blocked(line) if line.first.job_id == "big"
+    ));
+}
+
+#[test]
+fn behind_a_blocked_waiter_an_allocation_at_its_floor_takes_no_allocated_work() {
+    // The same line with a fourth node where c runs 8 GPUs (4 protected for 2 h, so a's job
+    // cannot have that node), and c's share a fifth (a and b two fifths each): c holds its
+    // 6.4-GPU floor of 32, so behind a's job it may take unallocated work only, and none runs
+    // off n2, though the window ranks b far below c.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 2), leaf("b", 2), leaf("c", 1)]);
+    for n in ["n1", "n2", "n3", "n4"] {
+        h.node(n, 8);
+    }
+    h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
+    h.running(0, "p2", "b", 3600, &[("n2", 4)]);
+    h.running(0, "u2", "b", 0, &[("n2", 4)]);
+    h.running(0, "p3", "b", 20 * 3600, &[("n3", 2)]);
+    h.running(0, "j3", "b", 60, &[("n3", 6)]);
+    h.running(0, "c1", "c", 2 * 3600, &[("n4", 4)]);
+    h.running(0, "c2", "c", 60, &[("n4", 4)]);
+    h.submit(0, "big", "a", 8, 3600);
+    h.submit(0, "small", "c", 4, 1200);
+    let now = 30 * MIN;
+    h.snapshot(
+        now,
+        &[
+            ("a", 0, ALLOC),
+            ("b", gpu_h(50.0), ALLOC),
+            ("c", gpu_h(1.0), ALLOC),
+        ],
+    );
     assert_eq!(h.decide(now), vec![]);
     assert!(matches!(
         fair_share(&h.state, now, &h.cfg),
