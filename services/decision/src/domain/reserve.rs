@@ -335,8 +335,9 @@ fn shared_start(
 /// cycle offers them); empty if no uncordoned nodes could ever hold it.
 ///
 /// For the preemption pass: when it cannot help the first waiter that does not fit, it may
-/// still order unallocated work off for the waiters behind it, but never on these nodes. The
-/// cycle that follows keeps them for the blocked job, so GPUs freed there would go to the next
+/// still order work off for the waiters behind it (unallocated work, or what the rules allow
+/// while a waiter's allocation is below its share floor), but never on these nodes. The cycle
+/// that follows keeps them for the blocked job, so GPUs freed there would go to the next
 /// unallocated job instead of the waiter they were freed for.
 pub fn reserved_nodes<'s>(
     state: &'s super::state::DecisionState,

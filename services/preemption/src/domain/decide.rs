@@ -16,7 +16,9 @@
 //!    `NodeDrained` for cordoned nodes now empty ([`drain::drained`]).
 //! 4. Only if steps 1 to 3 requeued, ordered or killed nothing: `PreemptionOrdered` for the
 //!    victims of the first waiting allocated job that does not fit, or, if it cannot be helped,
-//!    unallocated victims for one of the jobs behind it ([`victims::fair_share`]). Fair share
+//!    victims off its reserved nodes for one of the jobs behind it (unallocated work, or what
+//!    the rules allow while that job's allocation is below its share floor)
+//!    ([`victims::fair_share`]). Fair share
 //!    waits for the next pass when something else changed because its view of the queue and
 //!    of soon-free GPUs would be stale until those events are folded (it could otherwise pick
 //!    a job ordered off in the same pass, or pass over a requeued job that ranks first). When that first job is blocked (no rule lets it take anyone's

@@ -12,7 +12,8 @@
 //!    would place it.
 //! 4. [`victims`]: the first waiting allocated job that does not fit, and the cheapest
 //!    allowed victims that make it fit, ranked with the decision service's Fair Tree (or, when
-//!    it cannot be helped, unallocated victims for a job behind it).
+//!    it cannot be helped, victims off its reserved nodes for a job behind it: unallocated
+//!    work, or what the rules allow while that job's allocation is below its share floor).
 //!    When no rule lets that waiter take anyone's work, [`pack`] may move small jobs off one
 //!    node into free GPUs elsewhere so it fits there.
 //! 5. [`grace`]: kills at the grace deadline and requeues.

@@ -779,8 +779,8 @@ fn behind_a_blocked_waiter_an_allocation_below_its_floor_takes_allocated_work_of
  {
     // The same line with the share floor on: c holds nothing of its 8-GPU floor, b holds 20
     // GPUs of allocated work, so c's job may have b's work past its minimum runtime ordered
-    // off, behind a's blocked job too. Not u2 on n2, the cheaper victim (4 GPUs of lost work
-    // against 6): n2 is a's reservation.
+    // off, behind a's blocked job too. Not u2 on n2, the cheaper victim (no lost work either,
+    // and unallocated, which goes first on ties): n2 is a's reservation.
     let (mut h, now) = blocked_line(60);
     let out = h.decide(now);
     assert_eq!(orders(&out), vec![("j3".into(), "small".into())]);
@@ -794,6 +794,35 @@ fn behind_a_blocked_waiter_an_allocation_below_its_floor_takes_allocated_work_of
         fair_share(&h.state, now, &h.cfg),
         FairShare::Blocked(line) if line.first.job_id == "big"
     ));
+}
+
+#[test]
+fn behind_a_blocked_waiter_in_a_full_cluster_an_allocation_below_its_floor_is_still_helped() {
+    // No free GPU and no unallocated work anywhere (u2 on n2 is b's allocated work, protected
+    // for an hour like p2): nothing helps a job behind a's but allocated work, which c, below
+    // its floor, may take. The walk goes on behind a's job rather than stopping there.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
+    h.running(0, "p2", "b", 3600, &[("n2", 4)]);
+    h.running(0, "q2", "b", 3600, &[("n2", 4)]);
+    h.running(0, "p3", "b", 20 * 3600, &[("n3", 2)]);
+    h.running(0, "j3", "b", 60, &[("n3", 6)]);
+    h.submit(0, "big", "a", 8, 3600);
+    h.submit(0, "small", "c", 4, 1200);
+    let now = 30 * MIN;
+    h.snapshot(
+        now,
+        &[
+            ("a", 0, ALLOC),
+            ("b", gpu_h(50.0), ALLOC),
+            ("c", gpu_h(1.0), ALLOC),
+        ],
+    );
+    assert_eq!(orders(&h.decide(now)), vec![("j3".into(), "small".into())]);
 }
 
 #[test]
