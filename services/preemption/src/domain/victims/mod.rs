@@ -114,7 +114,7 @@
 use fairshare_decision::domain::rank::ranking;
 use fairshare_decision::domain::state::{JobStatus, QueueKey, Request};
 use fairshare_decision::domain::{FairTree, debug, reserve};
-use fairshare_model::budget::BudgetTree;
+use fairshare_model::budget::{AccountId, BudgetTree};
 use fairshare_model::shape::Shape;
 
 use super::config::Config;
@@ -451,7 +451,7 @@ where
     let d = state.decision();
     // Every choice in this pass ranks against `base`, in `tree`, at `now`: only the view and
     // the walk (which change as waiters are given GPUs) and the waiter are its own.
-    let choose_here = |view: &View<'s>, walk: &FairTree<'_>, rule, leaf, w, off_limits: &[&str]| {
+    let choose_here = |view: &View<'s>, walk: &FairTree<'_>, rule, leaf, w, off_limits: &[bool]| {
         choose(view, &base, walk, rule, tree, leaf, w, now, cfg, off_limits)
     };
     // Debug jobs under their allowance first, as the decision cycle takes them. One that does
@@ -527,11 +527,14 @@ where
             continue;
         }
         let protected_until = now.saturating_add(w.min_runtime_ms);
-        view.claim(w.job_id);
+        let claimed = view.claim(w.job_id);
         if let Some(nodes) = view.find(w.shape, now, protected_until) {
             view.take(&nodes, w.shape.gpus_per_node);
             walk.charge(leaf, charge_of(&w));
             walk.hold(leaf, w.shape.total_gpus());
+            if let Some(b) = &mut behind {
+                b.unhelped = None;
+            }
             continue;
         }
         if !view.could_ever_fit(w.shape, now, protected_until) {
@@ -552,6 +555,17 @@ where
                 }
             }
         };
+        // A job of the same allocation, shape and minimum runtime as the last one behind that
+        // could not be helped, with nothing given away since and nothing counting for it alone,
+        // meets the very same searches: they fail again (an array of like jobs, common).
+        let like = (leaf, w.shape, w.min_runtime_ms);
+        if !claimed && b.unhelped == Some(like) {
+            view.unclaim(w.job_id);
+            if b.pass_over(w) {
+                return FairShare::Blocked(b.take_line());
+            }
+            continue;
+        }
         // Both rules, the cheaper plan going: the rank rule's search passes over a node whose
         // cheapest cover breaks the checkpoint limit, where unallocated work alone might do,
         // and can then settle on dearer victims elsewhere.
@@ -561,7 +575,7 @@ where
         let rank = below_floor.then_some(Rule::Rank);
         let mut cheapest: Option<VictimPlan<'s>> = None;
         for rule in [unallocated, rank].into_iter().flatten() {
-            let reserved = b.reserved_nodes(state, now);
+            let reserved = b.reserved_mask(state, view, now);
             if let Ok(plan) = choose_here(view, &walk, rule, leaf, w, reserved)
                 && cheapest.as_ref().is_none_or(|c| plan.cost() < c.cost())
             {
@@ -570,6 +584,9 @@ where
         }
         if let Some(plan) = cheapest {
             return FairShare::Preempt(plan);
+        }
+        if !claimed {
+            b.unhelped = Some(like);
         }
         view.unclaim(w.job_id);
         if b.pass_over(w) {
@@ -593,10 +610,14 @@ struct Behind<'s> {
     /// The most GPUs any node could offer with its unallocated work gone: an upper bound for
     /// the rest of the call, since the walk only gives GPUs away.
     best_room: u32,
-    /// The nodes the blocked waiter's reservation will hold, once needed.
-    reserved: Option<Vec<&'s str>>,
+    /// Per node of the view, whether the blocked waiter's reservation will hold it, once
+    /// needed ([`node_mask`]).
+    reserved: Option<Vec<bool>>,
     /// Waiters behind it that did not fit so far, in rank order.
     waiters: Vec<Waiter<'s>>,
+    /// The allocation, shape and minimum runtime of the last waiter behind that no victims
+    /// could help, with no claim of its own, since the walk last gave GPUs away.
+    unhelped: Option<(AccountId, Shape, i64)>,
 }
 
 impl<'s> Behind<'s> {
@@ -616,18 +637,22 @@ impl<'s> Behind<'s> {
             best_room,
             reserved: None,
             waiters: Vec::new(),
+            unhelped: None,
         }
     }
 
-    /// The nodes the blocked waiter's reservation will hold, worked out on first use.
-    fn reserved_nodes(&mut self, state: &'s PreemptionState, now: i64) -> &[&'s str] {
+    /// Per node of `view`, whether the blocked waiter's reservation will hold it, worked out
+    /// on first use (the view's nodes stay the same for the call).
+    fn reserved_mask(&mut self, state: &'s PreemptionState, view: &View<'s>, now: i64) -> &[bool] {
         let (first, shape, min_runtime_ms) = (
             self.first.job_id,
             self.request.shape,
             self.request.min_runtime_ms,
         );
         self.reserved.get_or_insert_with(|| {
-            reserve::reserved_nodes(state.decision(), first, shape, min_runtime_ms, now)
+            let names =
+                reserve::reserved_nodes(state.decision(), first, shape, min_runtime_ms, now);
+            node_mask(view, &names)
         })
     }
 

@@ -122,8 +122,13 @@ fn floor_slack(
     if s < 0 || den <= 0 {
         return 0;
     }
-    let whole = s / den;
-    let most = if window_allows || s % den != 0 {
+    // Division in 64 bits when both fit, as they do for any real cluster: 128-bit division
+    // is a library call, and this runs per allocation for every victim search.
+    let (whole, rem) = match (i64::try_from(s), i64::try_from(den)) {
+        (Ok(s), Ok(den)) => (i128::from(s / den), i128::from(s % den)),
+        _ => (s / den, s % den),
+    };
+    let most = if window_allows || rem != 0 {
         whole
     } else {
         // Strictly less than S, which is a whole number of GPUs.
@@ -396,7 +401,7 @@ pub(super) struct Judge<'a> {
     pub(super) ranked_victims: bool,
     /// Per node of the view, whether the waiter may not be made room there (a blocked
     /// waiter's reservation); empty when every node may be used.
-    pub(super) off_limits: Vec<bool>,
+    pub(super) off_limits: &'a [bool],
     /// The call's view, which keeps the earliest next checkpoint of a victim or plan held
     /// back for its lost work ([`Self::note_retry`]).
     pub(super) view: &'a View<'a>,

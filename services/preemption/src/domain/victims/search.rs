@@ -14,7 +14,7 @@ use fairshare_model::shape::Shape;
 
 use super::super::config::Config;
 use super::super::view::{View, is_ordered_off};
-use super::rules::{Candidate, Cost, FloorBudget, Judge, RankRule, add, node_mask};
+use super::rules::{Candidate, Cost, FloorBudget, Judge, RankRule, add};
 use super::{
     Grounds, NoVictims, Rule, VictimPlan, WINDOW_FRESH_DIVISOR, Waiter, fresh_limit_gpu_ms,
 };
@@ -315,7 +315,8 @@ fn fits_after(view: &View<'_>, nodes: &[usize], victims: &[Candidate<'_>], shape
 }
 
 /// Chooses victims for `waiter` of allocation `leaf` against `view`, ranking with `base`, on
-/// nodes other than `off_limits`.
+/// nodes other than those `off_limits` marks (per node of `view`, from [`node_mask`]; empty
+/// when every node may be used).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn choose<'s, 't>(
     view: &View<'s>,
@@ -327,7 +328,7 @@ pub(super) fn choose<'s, 't>(
     waiter: Waiter<'s>,
     now: i64,
     cfg: &Config,
-    off_limits: &[&str],
+    off_limits: &[bool],
 ) -> Result<VictimPlan<'s>, NoVictims> {
     let mut rank_rule = RankRule::new(base, walk, tree, leaf, &waiter, cfg);
     let window_fresh = matches!(rule, Rule::Rank)
@@ -349,7 +350,7 @@ pub(super) fn choose<'s, 't>(
         single_node: waiter.shape.nodes <= 1,
         window_fresh,
         ranked_victims,
-        off_limits: node_mask(view, off_limits),
+        off_limits,
         leaf,
         now,
         cfg,
