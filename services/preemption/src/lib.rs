@@ -15,7 +15,7 @@
 //!   Its module doc has the sequence diagram of how decision and preemption coordinate.
 //!   It keeps a sled checkpoint of its fold (like the decision service's, only a cache: one
 //!   that is unusable is ignored and the log folded from sequence 1).
-//!   [`shell::audit`] re-derives every `PreemptionOrdered` in a log from the prefix its basis
+//!   [`shell::audit()`] re-derives every `PreemptionOrdered` in a log from the prefix its basis
 //!   names (`fairshare-preemption --audit`).
 //! - [`cli`] holds the policy flags every binary that decides as the service does parses
 //!   (the service, its audit, and `fairshare audit`).

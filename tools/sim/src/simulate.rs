@@ -1,7 +1,7 @@
 //! One simulation run: every policy on the same workload and cluster, measured alike.
 //!
 //! Place in the flow: the top of the simulator. [`simulate`] runs fairshare through the
-//! [`engine`](crate::engine) and each baseline through [`baseline`](crate::baseline), measures
+//! [`engine`] and each baseline through [`baseline`], measures
 //! every log with [`metrics::measure`], and returns the logs and figures a
 //! [`Report`](crate::report::Report) is made of.
 

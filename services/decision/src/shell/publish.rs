@@ -19,7 +19,7 @@
 //! A placement whose acknowledgement never came (a timeout, a reconnect) may still be stored
 //! later: it may sit in the client's reconnect buffer or in the stream's replication. Looking
 //! the job up can answer before it lands, and a cycle run on that answer would give its GPUs
-//! away again. So its outcome is settled by sending the identical message again ([`settle`]):
+//! away again. So its outcome is settled by sending the identical message again (`settle`):
 //! the server answers it after the first, with the first's sequence (a repeat), a refusal (the
 //! first, or something else, moved the job: its newest event is then looked up), or by storing
 //! it. A refusal in the cycle itself is looked up the same way, for the same reason. Not sent

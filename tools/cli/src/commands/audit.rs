@@ -3,8 +3,8 @@
 //! out identical.
 //!
 //! Place in the flow: a reader of the log, like `tail`. It reads the cluster's log once and
-//! hands it to the decision service's audit ([`fairshare_decision::shell::audit`]), the
-//! preemption service's ([`fairshare_preemption::shell::audit`]) and the accounting service's
+//! hands it to the decision service's audit ([`fairshare_decision::shell::audit()`]), the
+//! preemption service's ([`fairshare_preemption::shell::audit()`]) and the accounting service's
 //! ([`fairshare_accounting::shell::audit`]): the same pure code the services decided with, so
 //! a divergence means the log was not written by this build under these settings, or was
 //! tampered with.

@@ -158,7 +158,7 @@ fn basis(basis: &Option<pb::DecisionBasis>) -> String {
     })
 }
 
-/// A maintenance window's nodes and times: "node n1 of c: <start> to <end>".
+/// A maintenance window's nodes and times: `node n1 of c: <start> to <end>`.
 fn window(nodes: &[String], cluster: &str, start_ms: i64, end_ms: i64) -> String {
     let kind = if nodes.len() == 1 { "node" } else { "nodes" };
     format!(

@@ -8,10 +8,10 @@
 //! the same way, so the figures are comparable.
 //!
 //! What the baselines share, and what they deliberately lack:
-//! - one virtual clock and log writer ([`replay`]), one placement (best fit for single-node
-//!   jobs, whole free nodes for multi-node jobs: [`place`]) and one pass (EASY backfill: the
+//! - one virtual clock and log writer (`replay`), one placement (best fit for single-node
+//!   jobs, whole free nodes for multi-node jobs: `place`) and one pass (EASY backfill: the
 //!   first job that does not fit holds the nodes it will get when running jobs end, and the
-//!   others start around it: [`pass`], [`cluster`]); they differ only in the order they offer
+//!   others start around it: `pass`, `cluster`); they differ only in the order they offer
 //!   jobs and, for quotas, in a per-allocation cap;
 //! - no preemption, and no notion of minimum runtimes, except that a job with minimum runtime 0
 //!   ("unallocated" to fairshare) runs as a site would run it in a scavenger class: offered

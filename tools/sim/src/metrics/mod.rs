@@ -1,7 +1,7 @@
 //! The figures SPEC section 6 judges a policy by, computed from a policy's event log.
 //!
 //! Place in the flow: every policy of a run (fairshare and each baseline) produces a log of the
-//! contract's events; [`measure`](fold::measure) folds that log, and only that log, into a
+//! contract's events; [`measure`] folds that log, and only that log, into a
 //! [`RunMetrics`]. Measuring every policy from its log with one fold is what makes their figures
 //! comparable, and it would measure a production log the same way.
 //!

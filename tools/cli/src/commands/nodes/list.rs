@@ -16,7 +16,7 @@ pub(super) fn print(book: &NodeBook, cluster: &str, now: i64) {
     }
 }
 
-/// The lines [`print`] writes. A node in service whose maintenance window is in progress reads
+/// The lines [`print()`] writes. A node in service whose maintenance window is in progress reads
 /// "in maintenance until ...": no work is placed on it then, whatever its cordon.
 fn lines(book: &NodeBook, cluster: &str, now: i64) -> Vec<String> {
     let live = || {
