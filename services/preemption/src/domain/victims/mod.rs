@@ -557,22 +557,20 @@ where
         };
         // A job of the same allocation, shape and minimum runtime as the last one behind that
         // could not be helped, with nothing given away since and nothing counting for it alone,
-        // meets the very same searches: they fail again (an array of like jobs, common).
+        // meets the very same searches: they fail again (an array of like jobs, common). That
+        // holds because the searches read nothing else of the waiter (not its id) and the walk
+        // and the view change only when a waiter is given GPUs; debug builds search anyway and
+        // check it.
         let like = (leaf, w.shape, w.min_runtime_ms);
-        if !claimed && b.unhelped == Some(like) {
-            view.unclaim(w.job_id);
-            if b.pass_over(w) {
-                return FairShare::Blocked(b.take_line());
-            }
-            continue;
-        }
+        let like_unhelped = !claimed && b.unhelped == Some(like);
         // Both rules, the cheaper plan going: the rank rule's search passes over a node whose
         // cheapest cover breaks the checkpoint limit, where unallocated work alone might do,
         // and can then settle on dearer victims elsewhere.
-        let unallocated = view
-            .fits_without_unallocated(&b.unallocated, w.shape, now, protected_until)
-            .then_some(Rule::UnallocatedOnly);
-        let rank = below_floor.then_some(Rule::Rank);
+        let search = !like_unhelped || cfg!(debug_assertions);
+        let unallocated = (search
+            && view.fits_without_unallocated(&b.unallocated, w.shape, now, protected_until))
+        .then_some(Rule::UnallocatedOnly);
+        let rank = (search && below_floor).then_some(Rule::Rank);
         let mut cheapest: Option<VictimPlan<'s>> = None;
         for rule in [unallocated, rank].into_iter().flatten() {
             let reserved = b.reserved_mask(state, view, now);
@@ -582,6 +580,10 @@ where
                 cheapest = Some(plan);
             }
         }
+        debug_assert!(
+            !like_unhelped || cheapest.is_none(),
+            "a waiter like the last one behind that no victims could help was helped"
+        );
         if let Some(plan) = cheapest {
             return FairShare::Preempt(plan);
         }
