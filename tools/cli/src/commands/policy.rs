@@ -180,17 +180,28 @@ fn shares_differ(before: Option<&BudgetTree>, after: &BudgetTree) -> bool {
     before.is_none_or(|b| shares_by_path(b) != shares_by_path(after))
 }
 
+/// What changed for one account, after its two percentages of the cluster: empty when nothing
+/// did. A change too small for three decimals is given with six (a manager who moved a share by
+/// a hair sees that it moved); differences within rounding noise of the products along the
+/// path are none.
+fn change_note(before: Option<f64>, after: Option<f64>) -> String {
+    match (before, after) {
+        (None, Some(_)) => "  (new)".to_owned(),
+        (Some(_), None) => "  (removed: no claim on the cluster any more)".to_owned(),
+        (Some(b), Some(a)) if (a - b).abs() >= 0.0005 => format!("  ({:+.3} points)", a - b),
+        (Some(b), Some(a)) if (a - b).abs() > 1e-9 * a.abs().max(b.abs()).max(1.0) => {
+            format!("  ({:+.6} points)", a - b)
+        }
+        _ => String::new(),
+    }
+}
+
 fn print_changes(cluster: &str, changes: &[ShareChange], shares_differ: bool) {
     fairshare_runtime::outln!("cluster {cluster}: share of the cluster, in force -> in the file");
     let mut moved = 0;
     for c in changes {
         let show = |p: Option<f64>| p.map_or_else(|| "-".to_owned(), |p| format!("{p:.3}%"));
-        let note = match (c.before, c.after) {
-            (None, Some(_)) => "  (new)".to_owned(),
-            (Some(_), None) => "  (removed: no claim on the cluster any more)".to_owned(),
-            (Some(b), Some(a)) if (a - b).abs() >= 0.0005 => format!("  ({:+.3} points)", a - b),
-            _ => String::new(),
-        };
+        let note = change_note(c.before, c.after);
         if !note.is_empty() {
             moved += 1;
         }
@@ -715,5 +726,29 @@ mod tests {
                 .iter()
                 .all(|c| c.before.is_none())
         );
+    }
+
+    #[test]
+    fn a_share_moved_by_a_hair_is_shown_and_rounding_noise_is_not() {
+        assert_eq!(change_note(Some(18.75), Some(12.5)), "  (-6.250 points)");
+        // A change under the three decimals the percentages show.
+        assert_eq!(
+            change_note(Some(25.0), Some(25.0001)),
+            "  (+0.000100 points)"
+        );
+        // 100 shares in 100,001 against 100 in 100,000: a millionth of a point.
+        let before = 100.0 / 100_001.0 * 100.0;
+        let after = 100.0 / 100_000.0 * 100.0;
+        assert_eq!(
+            change_note(Some(before), Some(after)),
+            "  (+0.000001 points)"
+        );
+        // The same fraction reached by another product along the path: no change.
+        let third = 100.0 / 3.0;
+        let also_third = (2.0 / 3.0) * (1.0 / 2.0) * 100.0;
+        assert_eq!(change_note(Some(third), Some(also_third)), "");
+        assert_eq!(change_note(Some(third), Some(third)), "");
+        assert_eq!(change_note(None, Some(third)), "  (new)");
+        assert!(change_note(Some(third), None).starts_with("  (removed"));
     }
 }
