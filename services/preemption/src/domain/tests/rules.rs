@@ -709,16 +709,57 @@ fn a_waiter_that_cannot_be_helped_holds_the_line() {
 /// work past its minimum runtime). a's 8-GPU job fits nowhere even with every preemptible job
 /// gone, and its reservation takes n2 (free earliest, at 1 h). c's 4-GPU job waits behind it.
 fn blocked_line(n3_min_runtime_s: i64) -> (H, i64) {
+    blocked_line_of(Line {
+        n3_min_runtime_s,
+        ..Line::default()
+    })
+}
+
+/// How a test's blocked line differs from [`blocked_line`]'s.
+struct Line {
+    /// a's, b's and c's shares.
+    shares: [u64; 3],
+    /// The minimum runtime of u2 beside p2 on n2 (0: unallocated work).
+    u2_min_runtime_s: i64,
+    /// The minimum runtime of j3 on n3 (0: unallocated work).
+    n3_min_runtime_s: i64,
+    /// A fourth node where c runs 8 GPUs: c1 (4, protected for 2 h) and c2 (4, past its
+    /// minimum runtime), so a's job cannot have that node either.
+    c_on_n4: bool,
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Line {
+            shares: [1, 1, 1],
+            u2_min_runtime_s: 0,
+            n3_min_runtime_s: 0,
+            c_on_n4: false,
+        }
+    }
+}
+
+fn blocked_line_of(line: Line) -> (H, i64) {
     let mut h = H::new();
-    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
-    for n in ["n1", "n2", "n3"] {
+    let [a, b, c] = line.shares;
+    h.tree(vec![leaf("a", a), leaf("b", b), leaf("c", c)]);
+    let nodes: &[&str] = if line.c_on_n4 {
+        &["n1", "n2", "n3", "n4"]
+    } else {
+        &["n1", "n2", "n3"]
+    };
+    for n in nodes {
         h.node(n, 8);
     }
     h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
     h.running(0, "p2", "b", 3600, &[("n2", 4)]);
-    h.running(0, "u2", "b", 0, &[("n2", 4)]);
+    h.running(0, "u2", "b", line.u2_min_runtime_s, &[("n2", 4)]);
     h.running(0, "p3", "b", 20 * 3600, &[("n3", 2)]);
-    h.running(0, "j3", "b", n3_min_runtime_s, &[("n3", 6)]);
+    h.running(0, "j3", "b", line.n3_min_runtime_s, &[("n3", 6)]);
+    if line.c_on_n4 {
+        h.running(0, "c1", "c", 2 * 3600, &[("n4", 4)]);
+        h.running(0, "c2", "c", 60, &[("n4", 4)]);
+    }
     h.submit(0, "big", "a", 8, 3600);
     h.submit(0, "small", "c", 4, 1200);
     let now = 30 * MIN;
@@ -801,27 +842,11 @@ fn behind_a_blocked_waiter_in_a_full_cluster_an_allocation_below_its_floor_is_st
     // No free GPU and no unallocated work anywhere (u2 on n2 is b's allocated work, protected
     // for an hour like p2): nothing helps a job behind a's but allocated work, which c, below
     // its floor, may take. The walk goes on behind a's job rather than stopping there.
-    let mut h = H::new();
-    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
-    for n in ["n1", "n2", "n3"] {
-        h.node(n, 8);
-    }
-    h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
-    h.running(0, "p2", "b", 3600, &[("n2", 4)]);
-    h.running(0, "q2", "b", 3600, &[("n2", 4)]);
-    h.running(0, "p3", "b", 20 * 3600, &[("n3", 2)]);
-    h.running(0, "j3", "b", 60, &[("n3", 6)]);
-    h.submit(0, "big", "a", 8, 3600);
-    h.submit(0, "small", "c", 4, 1200);
-    let now = 30 * MIN;
-    h.snapshot(
-        now,
-        &[
-            ("a", 0, ALLOC),
-            ("b", gpu_h(50.0), ALLOC),
-            ("c", gpu_h(1.0), ALLOC),
-        ],
-    );
+    let (h, now) = blocked_line_of(Line {
+        u2_min_runtime_s: 3600,
+        n3_min_runtime_s: 60,
+        ..Line::default()
+    });
     assert_eq!(orders(&h.decide(now)), vec![("j3".into(), "small".into())]);
 }
 
@@ -831,29 +856,12 @@ fn behind_a_blocked_waiter_an_allocation_at_its_floor_takes_no_allocated_work() 
     // cannot have that node), and c's share a fifth (a and b two fifths each): c holds its
     // 6.4-GPU floor of 32, so behind a's job it may take unallocated work only, and none runs
     // off n2, though the window ranks b far below c.
-    let mut h = H::new();
-    h.tree(vec![leaf("a", 2), leaf("b", 2), leaf("c", 1)]);
-    for n in ["n1", "n2", "n3", "n4"] {
-        h.node(n, 8);
-    }
-    h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
-    h.running(0, "p2", "b", 3600, &[("n2", 4)]);
-    h.running(0, "u2", "b", 0, &[("n2", 4)]);
-    h.running(0, "p3", "b", 20 * 3600, &[("n3", 2)]);
-    h.running(0, "j3", "b", 60, &[("n3", 6)]);
-    h.running(0, "c1", "c", 2 * 3600, &[("n4", 4)]);
-    h.running(0, "c2", "c", 60, &[("n4", 4)]);
-    h.submit(0, "big", "a", 8, 3600);
-    h.submit(0, "small", "c", 4, 1200);
-    let now = 30 * MIN;
-    h.snapshot(
-        now,
-        &[
-            ("a", 0, ALLOC),
-            ("b", gpu_h(50.0), ALLOC),
-            ("c", gpu_h(1.0), ALLOC),
-        ],
-    );
+    let (h, now) = blocked_line_of(Line {
+        shares: [2, 2, 1],
+        n3_min_runtime_s: 60,
+        c_on_n4: true,
+        ..Line::default()
+    });
     assert_eq!(h.decide(now), vec![]);
     assert!(matches!(
         fair_share(&h.state, now, &h.cfg),
