@@ -152,6 +152,8 @@ impl<'t> RankRule<'t> {
     /// The rule for a waiter of allocation `leaf`: window ranks and slack from `base` (what
     /// runs now), whether it is below its floor from `walk` (with the GPUs the walk has given
     /// waiters before it, so an allocation the walk already brought to its floor is not).
+    /// Without `allocated_victims` (a search for unallocated work only) the floor slack, read
+    /// only when allocated work is judged, is not worked out and stays `None`.
     pub(super) fn new(
         base: &'t FairTree<'t>,
         walk: &FairTree<'t>,
@@ -159,6 +161,7 @@ impl<'t> RankRule<'t> {
         leaf: AccountId,
         waiter: &Waiter<'_>,
         cfg: &Config,
+        allocated_victims: bool,
     ) -> Self {
         let path = std::iter::successors(Some(leaf), |&id| tree.accounts[id].parent).collect();
         let mut rule = RankRule {
@@ -179,7 +182,7 @@ impl<'t> RankRule<'t> {
             window: vec![None; tree.accounts.len()],
             debug_by_window: Vec::new(),
         };
-        if let Some(standing_a) = walk.floor_standing(leaf) {
+        if let Some(standing_a) = walk.floor_standing(leaf).filter(|_| allocated_victims) {
             rule.debug_by_window = vec![false; tree.accounts.len()];
             let slack = (0..tree.accounts.len())
                 .map(|v| match base.floor_standing(v) {

@@ -330,7 +330,8 @@ pub(super) fn choose<'s, 't>(
     cfg: &Config,
     off_limits: &[bool],
 ) -> Result<VictimPlan<'s>, NoVictims> {
-    let mut rank_rule = RankRule::new(base, walk, tree, leaf, &waiter, cfg);
+    let allocated_victims = !matches!(rule, Rule::UnallocatedOnly);
+    let mut rank_rule = RankRule::new(base, walk, tree, leaf, &waiter, cfg, allocated_victims);
     let window_fresh = matches!(rule, Rule::Rank)
         && !waiter.debug
         && rank_rule.slack.is_some()
