@@ -533,7 +533,7 @@ where
             walk.charge(leaf, charge_of(&w));
             walk.hold(leaf, w.shape.total_gpus());
             if let Some(b) = &mut behind {
-                b.unhelped = None;
+                b.unhelped.clear();
             }
             continue;
         }
@@ -555,14 +555,14 @@ where
                 }
             }
         };
-        // A job of the same allocation, shape and minimum runtime as the last one behind that
-        // could not be helped, with nothing given away since and nothing counting for it alone,
-        // meets the very same searches: they fail again (an array of like jobs, common). That
+        // A job of the same allocation, shape and minimum runtime as one behind that could not
+        // be helped, with nothing given away since and nothing counting for it alone, meets
+        // the very same searches: they fail again (arrays of like jobs are common). That
         // holds because the searches read nothing else of the waiter (not its id) and the walk
         // and the view change only when a waiter is given GPUs; debug builds search anyway and
         // check it.
         let like = (leaf, w.shape, w.min_runtime_ms);
-        let like_unhelped = !claimed && b.unhelped == Some(like);
+        let like_unhelped = !claimed && b.unhelped.contains(&like);
         // Both rules, the cheaper plan going: the rank rule's search passes over a node whose
         // cheapest cover breaks the checkpoint limit, where unallocated work alone might do,
         // and can then settle on dearer victims elsewhere.
@@ -582,13 +582,13 @@ where
         }
         debug_assert!(
             !like_unhelped || cheapest.is_none(),
-            "a waiter like the last one behind that no victims could help was helped"
+            "a waiter like one behind that no victims could help was helped"
         );
         if let Some(plan) = cheapest {
             return FairShare::Preempt(plan);
         }
-        if !claimed {
-            b.unhelped = Some(like);
+        if !claimed && !like_unhelped {
+            b.unhelped.push(like);
         }
         view.unclaim(w.job_id);
         if b.pass_over(w) {
@@ -617,9 +617,10 @@ struct Behind<'s> {
     reserved: Option<Vec<bool>>,
     /// Waiters behind it that did not fit so far, in rank order.
     waiters: Vec<Waiter<'s>>,
-    /// The allocation, shape and minimum runtime of the last waiter behind that no victims
-    /// could help, with no claim of its own, since the walk last gave GPUs away.
-    unhelped: Option<(AccountId, Shape, i64)>,
+    /// The allocation, shape and minimum runtime of each waiter behind that no victims could
+    /// help, with no claim of its own, since the walk last gave GPUs away (at most
+    /// `BEHIND_BLOCKED`).
+    unhelped: Vec<(AccountId, Shape, i64)>,
 }
 
 impl<'s> Behind<'s> {
@@ -639,7 +640,7 @@ impl<'s> Behind<'s> {
             best_room,
             reserved: None,
             waiters: Vec::new(),
-            unhelped: None,
+            unhelped: Vec::new(),
         }
     }
 
