@@ -851,6 +851,39 @@ fn behind_a_blocked_waiter_in_a_full_cluster_an_allocation_below_its_floor_is_st
 }
 
 #[test]
+fn behind_a_blocked_waiter_the_cheaper_of_the_rank_rules_plan_and_unallocated_work_goes() {
+    // a's 8-GPU job is blocked (every node keeps protected work); c, below its floor, waits
+    // behind it for 3 GPUs, off n1 (a's reservation). On n2 the rank rule's cheapest cover is
+    // b's v (3 GPUs, 15 min past its checkpoint: 45 GPU-min), which breaks the 10-minute average
+    // limit of a waiter deep below its floor, so the rank rule passes over n2 and settles on
+    // b's w on n3 (7 GPUs, 9 min: 63 GPU-min). Unallocated work alone does cheaper: u on n2
+    // (3 GPUs, 20 min: 60 GPU-min).
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    let now = HOUR;
+    h.running(0, "p1", "b", 2 * 3600, &[("n1", 8)]);
+    h.running(0, "q2", "b", 20 * 3600, &[("n2", 2)]);
+    h.running(now - 20 * MIN, "u", "b", 0, &[("n2", 3)]);
+    h.running(now - 15 * MIN, "v", "b", 60, &[("n2", 3)]);
+    h.running(0, "r3", "b", 20 * 3600, &[("n3", 1)]);
+    h.running(now - 9 * MIN, "w", "b", 60, &[("n3", 7)]);
+    h.submit(0, "big", "a", 8, 3600);
+    h.submit(0, "small", "c", 3, 1200);
+    h.snapshot(
+        now,
+        &[
+            ("a", 0, ALLOC),
+            ("b", gpu_h(50.0), ALLOC),
+            ("c", gpu_h(1.0), ALLOC),
+        ],
+    );
+    assert_eq!(orders(&h.decide(now)), vec![("u".into(), "small".into())]);
+}
+
+#[test]
 fn behind_a_blocked_waiter_an_allocation_at_its_floor_takes_no_allocated_work() {
     // The same line with a fourth node where c runs 8 GPUs (4 protected for 2 h, so a's job
     // cannot have that node), and c's share a fifth (a and b two fifths each): c holds its
