@@ -487,6 +487,26 @@ async fn snapshots_carry_the_sequence_they_reflect() {
         panic!()
     };
     assert_eq!(r.code, pb::RejectionCode::UnknownAccount as i32);
+    // Another snapshot asked for at once is refused with the time to wait (and appends
+    // nothing: `snapshots_on_request_come_at_most_once_a_second_per_cluster`), so a caller
+    // asking in a loop gets one a second.
+    let q = pb::UsageQuery {
+        cluster: CLUSTER.into(),
+        path: String::new(),
+        publish_snapshot: true,
+    };
+    let reply = stack
+        .client
+        .request(subjects::usage_api(CLUSTER), codec::encode(&q))
+        .await
+        .unwrap();
+    let Some(pb::usage_reply::Result::Rejected(r)) =
+        codec::decode_usage_reply(&reply.payload).unwrap().result
+    else {
+        panic!("a second snapshot at once was not refused")
+    };
+    assert_eq!(r.code, pb::RejectionCode::Unavailable as i32);
+    assert!(r.message.contains("retry in"), "{}", r.message);
     let _ = running.stop.send(());
     running.task.await.unwrap().unwrap();
 }

@@ -133,7 +133,10 @@ pub(super) async fn usage_query(
         )),
         Ok(query) => match report(fold, &query, now.at_ms) {
             Ok(mut report) if query.publish_snapshot => {
-                match snapshots.publish(fold, js, &query.cluster, now).await {
+                match snapshots
+                    .publish_on_request(fold, js, &query.cluster, now)
+                    .await
+                {
                     Ok(sequence) => {
                         report.snapshot_sequence = sequence;
                         Ok(report)

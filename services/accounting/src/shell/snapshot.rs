@@ -21,6 +21,11 @@ use crate::domain::UsageFold;
 /// Longest time a cluster goes without a snapshot on the cadence.
 pub const MAX_QUIET_MS: i64 = 60 * 1000;
 
+/// Shortest time between two snapshots of one cluster published on request (by the monotonic
+/// clock): any identity that may query may ask for one, and each is an entry in the log, so a
+/// caller asking in a loop would otherwise fill the stream. The cadence's own are not counted.
+pub const ON_REQUEST_GAP_MS: i64 = 1000;
+
 /// "Now" as the publisher reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Now {
@@ -63,6 +68,8 @@ pub(super) struct Publisher {
     behind: bool,
     /// The monotonic reading of the first tick that found the fold behind, while it is.
     behind_since_ms: Option<i64>,
+    /// Cluster -> the monotonic reading when its last snapshot on request was published.
+    requested: BTreeMap<String, i64>,
 }
 
 /// The time to report a cluster at: `now`, or its last event time if that is later (a
@@ -138,6 +145,33 @@ impl Publisher {
                 self.moved.insert(cluster.to_owned(), sequence);
             }
         }
+    }
+
+    /// Publishes one cluster's snapshot now because a query asked for it; returns its
+    /// sequence. Refused, with nothing appended, within [`ON_REQUEST_GAP_MS`] of the last one
+    /// published on request for that cluster.
+    pub async fn publish_on_request(
+        &mut self,
+        fold: &UsageFold,
+        js: &jetstream::Context,
+        cluster: &str,
+        now: Now,
+    ) -> Result<u64, String> {
+        if let Some(&last) = self.requested.get(cluster) {
+            let since = now.monotonic_ms.saturating_sub(last);
+            if since < ON_REQUEST_GAP_MS {
+                return Err(format!(
+                    "a snapshot of cluster {cluster} was published on request {since} ms ago, \
+                     and they are published at most once every {ON_REQUEST_GAP_MS} ms per \
+                     cluster: retry in {} ms (a query without publish_snapshot is answered at \
+                     once)",
+                    ON_REQUEST_GAP_MS - since
+                ));
+            }
+        }
+        let sequence = self.publish(fold, js, cluster, now).await?;
+        self.requested.insert(cluster.to_owned(), now.monotonic_ms);
+        Ok(sequence)
     }
 
     /// Publishes one cluster's snapshot now; returns its sequence.
@@ -234,6 +268,47 @@ mod tests {
             monotonic_ms: stepped.monotonic_ms + 1_000,
         };
         assert_eq!(publisher.publish_due(&fold, &js, ahead).await, 0);
+    }
+
+    /// A caller asking for snapshots in a loop gets one a second per cluster; the others are
+    /// refused with the time to wait, and append nothing.
+    #[tokio::test]
+    async fn snapshots_on_request_come_at_most_once_a_second_per_cluster() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server
+            .jetstream(std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
+        let fold = fold_of(&["a", "b"]);
+        let mut publisher = Publisher::default();
+        let first = publisher
+            .publish_on_request(&fold, &js, "a", at(10_000))
+            .await
+            .unwrap();
+        // The cadence's own snapshot in between (b's; a's was just published) does not count
+        // either way.
+        assert_eq!(publisher.publish_due(&fold, &js, at(10_100)).await, 1);
+        let refused = publisher
+            .publish_on_request(&fold, &js, "a", at(10_600))
+            .await
+            .unwrap_err();
+        assert!(refused.contains("retry in 400 ms"), "{refused}");
+        // Nothing was appended for it: the next snapshot is the one right after the cadence's.
+        let mut stream = js
+            .get_stream(fairshare_events::streams::EVENTS_STREAM)
+            .await
+            .unwrap();
+        let last = stream.info().await.unwrap().state.last_sequence;
+        assert_eq!(last, first + 1);
+        // Another cluster is not held up; a second later, the first is not either.
+        publisher
+            .publish_on_request(&fold, &js, "b", at(10_600))
+            .await
+            .unwrap();
+        publisher
+            .publish_on_request(&fold, &js, "a", at(11_000))
+            .await
+            .unwrap();
     }
 
     /// An event of one cluster makes that cluster's snapshot due, not every cluster's.
