@@ -58,10 +58,11 @@ async fn start_for(
     }
 }
 
-async fn query(stack: &Stack, publish_snapshot: bool) -> pb::UsageReport {
+/// The accounting service's answer to a usage query about `path` of the test cluster.
+async fn ask(stack: &Stack, path: &str, publish_snapshot: bool) -> Option<pb::usage_reply::Result> {
     let q = pb::UsageQuery {
         cluster: CLUSTER.into(),
-        path: String::new(),
+        path: path.into(),
         publish_snapshot,
     };
     let reply = stack
@@ -69,7 +70,11 @@ async fn query(stack: &Stack, publish_snapshot: bool) -> pb::UsageReport {
         .request(subjects::usage_api(CLUSTER), codec::encode(&q))
         .await
         .unwrap();
-    match codec::decode_usage_reply(&reply.payload).unwrap().result {
+    codec::decode_usage_reply(&reply.payload).unwrap().result
+}
+
+async fn query(stack: &Stack, publish_snapshot: bool) -> pb::UsageReport {
+    match ask(stack, "", publish_snapshot).await {
         Some(pb::usage_reply::Result::Report(r)) => r,
         other => panic!("expected a report, got {other:?}"),
     }
@@ -471,38 +476,14 @@ async fn snapshots_carry_the_sequence_they_reflect() {
         .collect();
     assert_eq!(charged, expected);
     // A query for an account that does not exist is refused with its own code.
-    let q = pb::UsageQuery {
-        cluster: CLUSTER.into(),
-        path: "nope".into(),
-        publish_snapshot: false,
-    };
-    let reply = stack
-        .client
-        .request(subjects::usage_api(CLUSTER), codec::encode(&q))
-        .await
-        .unwrap();
-    let Some(pb::usage_reply::Result::Rejected(r)) =
-        codec::decode_usage_reply(&reply.payload).unwrap().result
-    else {
+    let Some(pb::usage_reply::Result::Rejected(r)) = ask(&stack, "nope", false).await else {
         panic!()
     };
     assert_eq!(r.code, pb::RejectionCode::UnknownAccount as i32);
     // Another snapshot asked for at once is refused with the time to wait (and appends
     // nothing: `snapshots_on_request_come_at_most_once_a_second_per_cluster`), so a caller
     // asking in a loop gets one a second.
-    let q = pb::UsageQuery {
-        cluster: CLUSTER.into(),
-        path: String::new(),
-        publish_snapshot: true,
-    };
-    let reply = stack
-        .client
-        .request(subjects::usage_api(CLUSTER), codec::encode(&q))
-        .await
-        .unwrap();
-    let Some(pb::usage_reply::Result::Rejected(r)) =
-        codec::decode_usage_reply(&reply.payload).unwrap().result
-    else {
+    let Some(pb::usage_reply::Result::Rejected(r)) = ask(&stack, "", true).await else {
         panic!("a second snapshot at once was not refused")
     };
     assert_eq!(r.code, pb::RejectionCode::Unavailable as i32);

@@ -230,6 +230,16 @@ mod tests {
         fold
     }
 
+    /// A fresh server and its JetStream context (the server lives as long as the first).
+    async fn jetstream() -> (fairshare_testkit::NatsServer, jetstream::Context) {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server
+            .jetstream(std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
+        (server, js)
+    }
+
     /// "Now" with the host's clock and the monotonic clock in step.
     fn at(ms: i64) -> Now {
         Now {
@@ -242,11 +252,7 @@ mod tests {
     /// whatever the host's clock did meanwhile.
     #[tokio::test]
     async fn a_host_clock_set_back_does_not_hold_a_quiet_clusters_snapshots() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let js = server
-            .jetstream(std::time::Duration::from_secs(5))
-            .await
-            .unwrap();
+        let (_server, js) = jetstream().await;
         let fold = fold_of(&["a"]);
         let mut publisher = Publisher::default();
         let hour = 3_600_000;
@@ -274,11 +280,7 @@ mod tests {
     /// refused with the time to wait, and append nothing.
     #[tokio::test]
     async fn snapshots_on_request_come_at_most_once_a_second_per_cluster() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let js = server
-            .jetstream(std::time::Duration::from_secs(5))
-            .await
-            .unwrap();
+        let (_server, js) = jetstream().await;
         let fold = fold_of(&["a", "b"]);
         let mut publisher = Publisher::default();
         let first = publisher
@@ -314,11 +316,7 @@ mod tests {
     /// An event of one cluster makes that cluster's snapshot due, not every cluster's.
     #[tokio::test]
     async fn only_the_cluster_that_moved_publishes_again() {
-        let server = fairshare_testkit::NatsServer::start().unwrap();
-        let js = server
-            .jetstream(std::time::Duration::from_secs(5))
-            .await
-            .unwrap();
+        let (_server, js) = jetstream().await;
         let mut fold = fold_of(&["a", "b", "c"]);
         let mut publisher = Publisher::default();
         assert_eq!(publisher.publish_due(&fold, &js, at(2_000)).await, 3);
