@@ -175,7 +175,7 @@ impl Publisher {
     }
 
     /// Publishes one cluster's snapshot now; returns its sequence.
-    pub async fn publish(
+    async fn publish(
         &mut self,
         fold: &UsageFold,
         js: &jetstream::Context,
