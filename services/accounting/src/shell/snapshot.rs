@@ -3,7 +3,7 @@
 //! On the cadence, a cluster's snapshot is published when an event of that cluster was
 //! folded since its last snapshot, or when the last one was published [`MAX_QUIET_MS`] ago or
 //! more (running jobs keep charging and the window slides even when no event arrives); on
-//! request it is always published. "Ago" is measured on the monotonic clock: a host clock set
+//! request at once, but at most once every [`ON_REQUEST_GAP_MS`] per cluster. "Ago" is measured on the monotonic clock: a host clock set
 //! back an hour must not hold a quiet cluster's snapshots for that hour.
 //! The message id names the cluster, the sequence folded and the window end, so a repeat of the
 //! same snapshot is dropped by JetStream.
