@@ -381,6 +381,7 @@ pub(super) fn choose<'s, 't>(
     let lost = victims
         .iter()
         .fold(0u128, |acc, c| acc.saturating_add(c.victim.lost_gpu_ms));
+    let cost = victims.iter().fold((0, 0, 0), |acc, c| add(acc, c.cost));
     // Checked on each node's set already for a single-node waiter; a multi-node plan is
     // checked as a whole here.
     if over_average_limit(&judge, victims.iter()) {
@@ -402,5 +403,6 @@ pub(super) fn choose<'s, 't>(
             .collect(),
         victims: victims.into_iter().map(|c| c.victim).collect(),
         lost_gpu_ms: lost,
+        cost,
     })
 }
