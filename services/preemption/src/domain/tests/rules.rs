@@ -854,10 +854,10 @@ fn behind_a_blocked_waiter_in_a_full_cluster_an_allocation_below_its_floor_is_st
 fn behind_a_blocked_waiter_the_cheaper_of_the_rank_rules_plan_and_unallocated_work_goes() {
     // a's 8-GPU job is blocked (every node keeps protected work); c, below its floor, waits
     // behind it for 3 GPUs, off n1 (a's reservation). On n2 the rank rule's cheapest cover is
-    // b's v (3 GPUs, 15 min past its checkpoint: 45 GPU-min), which breaks the 10-minute average
-    // limit of a waiter deep below its floor, so the rank rule passes over n2 and settles on
-    // b's w on n3 (7 GPUs, 9 min: 63 GPU-min). Unallocated work alone does cheaper: u on n2
-    // (3 GPUs, 20 min: 60 GPU-min).
+    // b's v (3 GPUs, 3.5 min past its checkpoint: 10.5 GPU-min), which breaks the 3-minute
+    // average limit of a waiter behind a blocked one, so the rank rule passes over n2 and
+    // settles on b's w on n3 (7 GPUs, 2 min: 14 GPU-min). Unallocated work alone does cheaper:
+    // u on n2 (3 GPUs, 4 min: 12 GPU-min).
     let mut h = H::new();
     h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
     for n in ["n1", "n2", "n3"] {
@@ -866,10 +866,10 @@ fn behind_a_blocked_waiter_the_cheaper_of_the_rank_rules_plan_and_unallocated_wo
     let now = HOUR;
     h.running(0, "p1", "b", 2 * 3600, &[("n1", 8)]);
     h.running(0, "q2", "b", 20 * 3600, &[("n2", 2)]);
-    h.running(now - 20 * MIN, "u", "b", 0, &[("n2", 3)]);
-    h.running(now - 15 * MIN, "v", "b", 60, &[("n2", 3)]);
+    h.running(now - 4 * MIN, "u", "b", 0, &[("n2", 3)]);
+    h.running(now - 7 * MIN / 2, "v", "b", 60, &[("n2", 3)]);
     h.running(0, "r3", "b", 20 * 3600, &[("n3", 1)]);
-    h.running(now - 9 * MIN, "w", "b", 60, &[("n3", 7)]);
+    h.running(now - 2 * MIN, "w", "b", 60, &[("n3", 7)]);
     h.submit(0, "big", "a", 8, 3600);
     h.submit(0, "small", "c", 3, 1200);
     h.snapshot(
@@ -881,6 +881,55 @@ fn behind_a_blocked_waiter_the_cheaper_of_the_rank_rules_plan_and_unallocated_wo
         ],
     );
     assert_eq!(orders(&h.decide(now)), vec![("u".into(), "small".into())]);
+}
+
+#[test]
+fn behind_a_blocked_waiter_floor_orders_wait_for_victims_that_checkpointed_lately() {
+    // The line with b's 6 GPUs on n3 allocated and past their minimum runtime, 5 minutes after
+    // the checkpoint they made at 30 min. With the limit of a waiter first in line (10 minutes
+    // per GPU for c, which holds none of its floor) they would go for c now; behind a's
+    // blocked job the limit is 3 minutes, and c waits for their next checkpoint, when the
+    // pass comes back.
+    let (h, now) = blocked_line(60);
+    let later = now + 5 * MIN;
+    let (out, retry) = decide_preemptions_and_retry(&h.state, later, &h.cfg);
+    assert_eq!(orders(&out), vec![]);
+    assert_eq!(retry, Some(HOUR));
+}
+
+#[test]
+fn behind_a_blocked_waiter_one_allocations_many_waiters_do_not_hide_the_next() {
+    // d, below its floor and ranked before c, queues ten 8-GPU jobs behind a's blocked one: no
+    // victims free a whole node off a's reservation for any of them. After two of them the
+    // walk passes over the rest of d's and reaches c, whose job has b's work past its minimum
+    // runtime on n3 ordered off. (Counting d's ten against the eight waiters looked at behind
+    // a blocked one, the walk stopped before c.)
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1), leaf("d", 1)]);
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
+    h.running(0, "p2", "b", 3600, &[("n2", 4)]);
+    h.running(0, "u2", "b", 0, &[("n2", 4)]);
+    h.running(0, "p3", "b", 20 * 3600, &[("n3", 2)]);
+    h.running(0, "j3", "b", 60, &[("n3", 6)]);
+    h.submit(0, "big", "a", 8, 3600);
+    for i in 0..10 {
+        h.submit(0, &format!("d{i}"), "d", 8, 3600);
+    }
+    h.submit(0, "small", "c", 4, 1200);
+    let now = 30 * MIN;
+    h.snapshot(
+        now,
+        &[
+            ("a", 0, ALLOC),
+            ("b", gpu_h(50.0), ALLOC),
+            ("c", gpu_h(1.0), ALLOC),
+            ("d", gpu_h(0.5), ALLOC),
+        ],
+    );
+    assert_eq!(orders(&h.decide(now)), vec![("j3".into(), "small".into())]);
 }
 
 #[test]

@@ -18,8 +18,8 @@ use super::super::config::Config;
 use super::super::contract;
 use super::super::view::{NodeView, View};
 use super::{
-    DEEP_BELOW_FLOOR, DEEP_FLOOR_FRESH_DIVISOR, FLOOR_FRESH_DIVISOR, STRAND_LIMIT_GPUS, Victim,
-    WINDOW_FRESH_DIVISOR, Waiter, charge_of, fresh_limit_gpu_ms,
+    BEHIND_FLOOR_FRESH_DIVISOR, DEEP_BELOW_FLOOR, DEEP_FLOOR_FRESH_DIVISOR, FLOOR_FRESH_DIVISOR,
+    STRAND_LIMIT_GPUS, Victim, WINDOW_FRESH_DIVISOR, Waiter, charge_of, fresh_limit_gpu_ms,
 };
 
 /// Lexicographic cost of a victim set: lost GPU-ms, allocated victims, victims.
@@ -78,6 +78,9 @@ pub(super) struct RankRule<'t> {
     /// Whether the waiter's allocation holds at most `1 / DEEP_BELOW_FLOOR` of its floor:
     /// its floor orders are held to the looser limit ([`Self::floor_fresh_divisor`]).
     pub(super) deep_below_floor: bool,
+    /// Whether the waiter is behind a blocked one ([`super::Rule::RankBehind`]): its floor
+    /// orders are held to the tighter limit of [`BEHIND_FLOOR_FRESH_DIVISOR`].
+    pub(super) behind_blocked: bool,
     /// With the share floor on, per allocation: the most GPUs victims may take from it
     /// ([`floor_slack`]).
     pub(super) slack: Option<Vec<u64>>,
@@ -140,9 +143,12 @@ fn floor_slack(
 impl<'t> RankRule<'t> {
     /// The checkpoint limit of a floor order for this waiter: `interval / FLOOR_FRESH_DIVISOR`
     /// per GPU, or `interval / DEEP_FLOOR_FRESH_DIVISOR` while its allocation is deep below
-    /// its floor (see those constants).
+    /// its floor, or `interval / BEHIND_FLOOR_FRESH_DIVISOR` behind a blocked waiter (see
+    /// those constants).
     pub(super) fn floor_fresh_divisor(&self) -> i64 {
-        if self.deep_below_floor {
+        if self.behind_blocked {
+            BEHIND_FLOOR_FRESH_DIVISOR
+        } else if self.deep_below_floor {
             DEEP_FLOOR_FRESH_DIVISOR
         } else {
             FLOOR_FRESH_DIVISOR
@@ -178,6 +184,7 @@ impl<'t> RankRule<'t> {
                     .saturating_mul(DEEP_BELOW_FLOOR)
                     <= a.floor_num
             }),
+            behind_blocked: false,
             slack: None,
             window: vec![None; tree.accounts.len()],
             debug_by_window: Vec::new(),

@@ -332,19 +332,20 @@ pub(super) fn choose<'s, 't>(
 ) -> Result<VictimPlan<'s>, NoVictims> {
     let allocated_victims = !matches!(rule, Rule::UnallocatedOnly);
     let mut rank_rule = RankRule::new(base, walk, tree, leaf, &waiter, cfg, allocated_victims);
-    let window_fresh = matches!(rule, Rule::Rank)
+    rank_rule.behind_blocked = matches!(rule, Rule::RankBehind);
+    let window_fresh = matches!(rule, Rule::Rank | Rule::RankBehind)
         && !waiter.debug
         && rank_rule.slack.is_some()
         && !rank_rule.below_floor;
     let ranked_victims = match rule {
         Rule::Debug(_) => true,
         Rule::UnallocatedOnly => false,
-        Rule::Rank => rank_rule.takes_any_allocation(),
+        Rule::Rank | Rule::RankBehind => rank_rule.takes_any_allocation(),
     };
     let mut judge = Judge {
         rule: rank_rule,
         debug_allowance: match rule {
-            Rule::Rank | Rule::UnallocatedOnly => None,
+            Rule::Rank | Rule::RankBehind | Rule::UnallocatedOnly => None,
             Rule::Debug(allowance) => Some(allowance),
         },
         unallocated_only: matches!(rule, Rule::UnallocatedOnly),
