@@ -134,9 +134,10 @@ pub fn explain(
                 if let Some(r) = behind {
                     // The preemption service walks the same line (`victims::fair_share`): it
                     // orders allocated work off for the first waiter that does not fit, and,
-                    // while no allowed victim can help that one, for a job behind it only off
-                    // its reserved nodes and only while the job's allocation is below its
-                    // share floor, or by moving work into free GPUs elsewhere (packing). Debug
+                    // while no allowed victim can help that one, for a job behind it (the
+                    // next 8 that do not fit, at most 3 of one allocation) only off its
+                    // reserved nodes and only while the job's allocation is below its share
+                    // floor, or by moving work into free GPUs elsewhere (packing). Debug
                     // jobs under their allowance are met before that walk.
                     let debug = state.debug_allowance_gpus() > 0
                         && debug::is_debug(
@@ -155,10 +156,12 @@ pub fn explain(
                         "; job {} of {} ranks ahead of it and holds the cycle's reservation: \
                          preemption makes room for waiting jobs one at a time in this order, so \
                          for this one only once that job fits or is being made room for (until \
-                         then, only work off the reserved nodes may be ordered off for it: \
-                         unallocated work, or, while its allocation holds fewer GPUs than its \
-                         share floor, work the preemption rules allow; or work moved into free \
-                         GPUs on other nodes to make room on one){exception}",
+                         then, and only for the next few jobs behind it, at most three of one \
+                         allocation, only work off the reserved nodes may be ordered off for \
+                         it: unallocated work, or, while its allocation holds fewer GPUs than \
+                         its share floor, work the preemption rules allow that checkpointed \
+                         lately; or work moved into free GPUs on other nodes to make room on \
+                         one){exception}",
                         r.job_id, r.allocation
                     ));
                 }

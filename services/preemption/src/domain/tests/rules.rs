@@ -900,7 +900,7 @@ fn behind_a_blocked_waiter_floor_orders_wait_for_victims_that_checkpointed_latel
 #[test]
 fn behind_a_blocked_waiter_one_allocations_many_waiters_do_not_hide_the_next() {
     // d, below its floor and ranked before c, queues ten 8-GPU jobs behind a's blocked one: no
-    // victims free a whole node off a's reservation for any of them. After two of them the
+    // victims free a whole node off a's reservation for any of them. After three of them the
     // walk passes over the rest of d's and reaches c, whose job has b's work past its minimum
     // runtime on n3 ordered off. (Counting d's ten against the eight waiters looked at behind
     // a blocked one, the walk stopped before c.)

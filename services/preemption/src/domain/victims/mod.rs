@@ -148,22 +148,27 @@ const BEHIND_BLOCKED: usize = 8;
 /// allocations ranked after it (below their floors too) were never reached. Past this many, the
 /// rest of its waiters are passed over for this call. Medians of 5 runs (owed delivered / worst
 /// allocation / lost work), with [`BEHIND_FLOOR_FRESH_DIVISOR`], against no such cap: Helios
-/// at 368 / 320 / 288 / 256 GPUs 99.68% / 99.00% / 0.84%, 99.31% / 98.18% / 0.93%, 98.45% /
-/// 96.88% / 1.14%, 97.07% / 94.37% / 1.63% (from 99.66% / 99.03% / 0.86%, 99.20% / 98.33% /
+/// at 368 / 320 / 288 / 256 GPUs 99.65% / 98.97% / 0.89%, 99.28% / 98.32% / 0.91%, 98.35% /
+/// 96.75% / 1.11%, 96.86% / 92.99% / 1.56% (from 99.66% / 99.03% / 0.86%, 99.20% / 98.33% /
 /// 0.98%, 98.03% / 94.94% / 1.16%, 96.68% / 92.51% / 1.60%); msft-itp 30 days at 512 / 448 /
-/// 384 GPUs 99.90% / 99.21% / 0.63%, 99.89% / 99.13% / 0.67%, 99.74% / 98.84% / 0.61% (from
-/// 99.91% / 99.62% / 0.56%, 99.87% / 99.10% / 0.60%, 99.80% / 98.75% / 0.57%). With 1 instead,
-/// or with the floor orders' usual checkpoint limits, lost work rose on Helios (1.40-1.47% at
-/// 288 GPUs, 2.6-3.0% at 256).
-const BEHIND_PER_ALLOCATION: usize = 2;
+/// 384 GPUs 99.92% / 99.63% / 0.63%, 99.86% / 99.37% / 0.63%, 99.77% / 98.94% / 0.61% (from
+/// 99.91% / 99.62% / 0.56%, 99.87% / 99.10% / 0.60%, 99.80% / 98.75% / 0.57%). A cap of 2
+/// reached further on Helios at 256 GPUs (97.07% / 94.37% / 1.63%) but rotated so much work
+/// at 224 GPUs (2.9x) that debug jobs found fewer free GPUs and victims: their p90 wait rose
+/// from 10 s to 19-31 s over five cuts of the trace (10-27 s with 3). A cap of 1, or the floor
+/// orders' usual checkpoint limits behind the blocked job, lost more work on Helios (1.40-1.47%
+/// at 288 GPUs, 2.6-3.0% at 256); a lookahead of 16 with the cap of 2, more too (1.17% at 288).
+const BEHIND_PER_ALLOCATION: usize = 3;
 
 /// The checkpoint limit of an order for a waiter behind a blocked one whose allocation is below
 /// its floor: `checkpoint interval / BEHIND_FLOOR_FRESH_DIVISOR` per GPU (3 min at the default
 /// 30), in place of [`FLOOR_FRESH_DIVISOR`]'s and [`DEEP_FLOOR_FRESH_DIVISOR`]'s. Reaching more
 /// allocations behind a blocked job ([`BEHIND_PER_ALLOCATION`]) orders more work off for them;
-/// with the usual limits that cost Helios lost work (1.40% at 288 GPUs, 2.63% at 256, medians
-/// of 5), while the blocked job holds the line anyway, so these waiters can wait for victims
-/// that checkpointed lately.
+/// with the usual limits (and a cap of 2) that cost Helios lost work (1.40% at 288 GPUs, 2.63%
+/// at 256, medians of 5, against 1.14% and 1.63% with this limit), while the blocked job holds
+/// the line anyway, so these waiters can wait for victims that checkpointed lately. With 2
+/// minutes (and a cap of 2): 98.30% / 96.55% / 1.10% and 96.99% / 92.78% / 1.50% there, less
+/// owed time for less lost work.
 const BEHIND_FLOOR_FRESH_DIVISOR: i64 = 10;
 
 /// A floor order picks its moment. A victim that only the share floor allows (not the
