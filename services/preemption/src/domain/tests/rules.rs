@@ -726,6 +726,9 @@ struct Line {
     /// A fourth node where c runs 8 GPUs: c1 (4, protected for 2 h) and c2 (4, past its
     /// minimum runtime), so a's job cannot have that node either.
     c_on_n4: bool,
+    /// 8-GPU jobs of a fourth allocation d (share 1, ranked between a and c), queued after a's
+    /// job and before c's (none: no d in the tree).
+    d_jobs: usize,
 }
 
 impl Default for Line {
@@ -735,6 +738,7 @@ impl Default for Line {
             u2_min_runtime_s: 0,
             n3_min_runtime_s: 0,
             c_on_n4: false,
+            d_jobs: 0,
         }
     }
 }
@@ -742,7 +746,11 @@ impl Default for Line {
 fn blocked_line_of(line: Line) -> (H, i64) {
     let mut h = H::new();
     let [a, b, c] = line.shares;
-    h.tree(vec![leaf("a", a), leaf("b", b), leaf("c", c)]);
+    let mut accounts = vec![leaf("a", a), leaf("b", b), leaf("c", c)];
+    if line.d_jobs > 0 {
+        accounts.push(leaf("d", 1));
+    }
+    h.tree(accounts);
     let nodes: &[&str] = if line.c_on_n4 {
         &["n1", "n2", "n3", "n4"]
     } else {
@@ -761,16 +769,20 @@ fn blocked_line_of(line: Line) -> (H, i64) {
         h.running(0, "c2", "c", 60, &[("n4", 4)]);
     }
     h.submit(0, "big", "a", 8, 3600);
+    for i in 0..line.d_jobs {
+        h.submit(0, &format!("d{i}"), "d", 8, 3600);
+    }
     h.submit(0, "small", "c", 4, 1200);
     let now = 30 * MIN;
-    h.snapshot(
-        now,
-        &[
-            ("a", 0, ALLOC),
-            ("b", gpu_h(50.0), ALLOC),
-            ("c", gpu_h(1.0), ALLOC),
-        ],
-    );
+    let mut usage = vec![
+        ("a", 0, ALLOC),
+        ("b", gpu_h(50.0), ALLOC),
+        ("c", gpu_h(1.0), ALLOC),
+    ];
+    if line.d_jobs > 0 {
+        usage.push(("d", gpu_h(0.5), ALLOC));
+    }
+    h.snapshot(now, &usage);
     (h, now)
 }
 
@@ -904,31 +916,11 @@ fn behind_a_blocked_waiter_one_allocations_many_waiters_do_not_hide_the_next() {
     // walk passes over the rest of d's and reaches c, whose job has b's work past its minimum
     // runtime on n3 ordered off. (Counting d's ten against the eight waiters looked at behind
     // a blocked one, the walk stopped before c.)
-    let mut h = H::new();
-    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1), leaf("d", 1)]);
-    for n in ["n1", "n2", "n3"] {
-        h.node(n, 8);
-    }
-    h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
-    h.running(0, "p2", "b", 3600, &[("n2", 4)]);
-    h.running(0, "u2", "b", 0, &[("n2", 4)]);
-    h.running(0, "p3", "b", 20 * 3600, &[("n3", 2)]);
-    h.running(0, "j3", "b", 60, &[("n3", 6)]);
-    h.submit(0, "big", "a", 8, 3600);
-    for i in 0..10 {
-        h.submit(0, &format!("d{i}"), "d", 8, 3600);
-    }
-    h.submit(0, "small", "c", 4, 1200);
-    let now = 30 * MIN;
-    h.snapshot(
-        now,
-        &[
-            ("a", 0, ALLOC),
-            ("b", gpu_h(50.0), ALLOC),
-            ("c", gpu_h(1.0), ALLOC),
-            ("d", gpu_h(0.5), ALLOC),
-        ],
-    );
+    let (h, now) = blocked_line_of(Line {
+        n3_min_runtime_s: 60,
+        d_jobs: 10,
+        ..Line::default()
+    });
     assert_eq!(orders(&h.decide(now)), vec![("j3".into(), "small".into())]);
 }
 
