@@ -729,6 +729,12 @@ struct Line {
     /// 8-GPU jobs of a fourth allocation d (share 1, ranked between a and c), queued after a's
     /// job and before c's (none: no d in the tree).
     d_jobs: usize,
+    /// After those, a 2-GPU job of d (its id sorts after theirs).
+    d_small: bool,
+    /// GPUs of j3 on n3 (the rest of n3 beside p3 is free).
+    j3_gpus: u32,
+    /// GPUs of c's job.
+    small_gpus: u32,
 }
 
 impl Default for Line {
@@ -739,6 +745,9 @@ impl Default for Line {
             n3_min_runtime_s: 0,
             c_on_n4: false,
             d_jobs: 0,
+            d_small: false,
+            j3_gpus: 6,
+            small_gpus: 4,
         }
     }
 }
@@ -763,7 +772,7 @@ fn blocked_line_of(line: Line) -> (H, i64) {
     h.running(0, "p2", "b", 3600, &[("n2", 4)]);
     h.running(0, "u2", "b", line.u2_min_runtime_s, &[("n2", 4)]);
     h.running(0, "p3", "b", 20 * 3600, &[("n3", 2)]);
-    h.running(0, "j3", "b", line.n3_min_runtime_s, &[("n3", 6)]);
+    h.running(0, "j3", "b", line.n3_min_runtime_s, &[("n3", line.j3_gpus)]);
     if line.c_on_n4 {
         h.running(0, "c1", "c", 2 * 3600, &[("n4", 4)]);
         h.running(0, "c2", "c", 60, &[("n4", 4)]);
@@ -772,7 +781,10 @@ fn blocked_line_of(line: Line) -> (H, i64) {
     for i in 0..line.d_jobs {
         h.submit(0, &format!("d{i}"), "d", 8, 3600);
     }
-    h.submit(0, "small", "c", 4, 1200);
+    if line.d_small {
+        h.submit(0, &format!("d{}", line.d_jobs), "d", 2, 3600);
+    }
+    h.submit(0, "small", "c", line.small_gpus, 1200);
     let now = 30 * MIN;
     let mut usage = vec![
         ("a", 0, ALLOC),
@@ -866,10 +878,10 @@ fn behind_a_blocked_waiter_in_a_full_cluster_an_allocation_below_its_floor_is_st
 fn behind_a_blocked_waiter_the_cheaper_of_the_rank_rules_plan_and_unallocated_work_goes() {
     // a's 8-GPU job is blocked (every node keeps protected work); c, below its floor, waits
     // behind it for 3 GPUs, off n1 (a's reservation). On n2 the rank rule's cheapest cover is
-    // b's v (3 GPUs, 3.5 min past its checkpoint: 10.5 GPU-min), which breaks the 3-minute
-    // average limit of a waiter behind a blocked one, so the rank rule passes over n2 and
-    // settles on b's w on n3 (7 GPUs, 2 min: 14 GPU-min). Unallocated work alone does cheaper:
-    // u on n2 (3 GPUs, 4 min: 12 GPU-min).
+    // b's v (3 GPUs, started 3.5 min ago, no checkpoint yet: 10.5 GPU-min), which breaks the
+    // 3-minute average limit of a waiter behind a blocked one, so the rank rule passes over n2
+    // and settles on b's w on n3 (7 GPUs, started 2 min ago: 14 GPU-min). Unallocated work
+    // alone does cheaper: u on n2 (3 GPUs, started 4 min ago: 12 GPU-min).
     let mut h = H::new();
     h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
     for n in ["n1", "n2", "n3"] {
@@ -922,6 +934,23 @@ fn behind_a_blocked_waiter_one_allocations_many_waiters_do_not_hide_the_next() {
         ..Line::default()
     });
     assert_eq!(orders(&h.decide(now)), vec![("j3".into(), "small".into())]);
+}
+
+#[test]
+fn behind_a_blocked_waiter_a_capped_allocations_job_that_fits_keeps_its_place() {
+    // d's three 8-GPU jobs cannot be helped, but its 2-GPU job after them fits the 2 free GPUs
+    // on n3, where the cycle will place it. c's 6-GPU job would fit n3 with j3 (4 GPUs) gone
+    // only by counting those 2 GPUs too: the walk must not pass over d's small job, so nothing
+    // is ordered off for c. (Passing over the rest of d's waiters regardless, j3 went.)
+    let (h, now) = blocked_line_of(Line {
+        n3_min_runtime_s: 60,
+        d_jobs: 3,
+        d_small: true,
+        j3_gpus: 4,
+        small_gpus: 6,
+        ..Line::default()
+    });
+    assert_eq!(orders(&h.decide(now)), vec![]);
 }
 
 #[test]

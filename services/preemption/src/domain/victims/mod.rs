@@ -15,7 +15,8 @@
 //! will hold ([`fairshare_decision::domain::reserve::reserved_nodes`]). But the jobs behind
 //! it, the next `BEHIND_BLOCKED` of them in rank order that do not fit (at most
 //! `BEHIND_PER_ALLOCATION` of any one allocation: past those, the walk passes over the rest
-//! of that allocation's waiters and goes on to the next allocation), may still have
+//! of that allocation's waiters, unless one of them fits as the walk stands, and goes on to
+//! the next allocation), may still have
 //! *unallocated* work ordered off elsewhere: SPEC section 2 lets any waiting allocated job
 //! take unallocated work, and stopping at the blocked job left allocated work waiting beside
 //! it. On 30 days of msft-itp at 384, 448 and 512 GPUs (medians of 5 runs with nudged
@@ -56,7 +57,8 @@
 //!   leaves the victim's allocation better off than its own by the hysteresis margin. A
 //!   victim allowed by the floor rule alone must also have checkpointed lately when the
 //!   waiter fits one node (`FLOOR_FRESH_DIVISOR`, or `DEEP_FLOOR_FRESH_DIVISOR` while the
-//!   waiter's allocation holds at most half its floor), and the allocated victims of a waiter
+//!   waiter's allocation holds at most half its floor, or `BEHIND_FLOOR_FRESH_DIVISOR` for a
+//!   waiter behind a blocked one), and the allocated victims of a waiter
 //!   below its floor, by whichever rule, lately on average; one allowed by the window, for a
 //!   waiter whose allocation holds its floor already, within its own limit
 //!   (`WINDOW_FRESH_DIVISOR`: each victim for a single-node waiter, on average for one that
@@ -146,13 +148,16 @@ const BEHIND_BLOCKED: usize = 8;
 /// Of those, how many of one allocation: the walk stays with an allocation while its waiters
 /// are not given GPUs, so one allocation's array of big jobs filled the whole lookahead and the
 /// allocations ranked after it (below their floors too) were never reached. Past this many, the
-/// rest of its waiters are passed over for this call. Medians of 5 runs (owed delivered / worst
-/// allocation / lost work), with [`BEHIND_FLOOR_FRESH_DIVISOR`], against no such cap: Helios
-/// at 368 / 320 / 288 / 256 GPUs 99.65% / 98.97% / 0.89%, 99.28% / 98.32% / 0.91%, 98.35% /
-/// 96.75% / 1.11%, 96.86% / 92.99% / 1.56% (from 99.66% / 99.03% / 0.86%, 99.20% / 98.33% /
-/// 0.98%, 98.03% / 94.94% / 1.16%, 96.68% / 92.51% / 1.60%); msft-itp 30 days at 512 / 448 /
-/// 384 GPUs 99.92% / 99.63% / 0.63%, 99.86% / 99.37% / 0.63%, 99.77% / 98.94% / 0.61% (from
-/// 99.91% / 99.62% / 0.56%, 99.87% / 99.10% / 0.60%, 99.80% / 98.75% / 0.57%). A cap of 2
+/// rest of its waiters are passed over for this call, unless one of them fits as the walk
+/// stands ([`cap_allocation`]). Medians of 5 runs (owed delivered / worst allocation / lost
+/// work), with [`BEHIND_FLOOR_FRESH_DIVISOR`], against no such cap: Helios at 368 / 320 / 288 /
+/// 256 / 224 GPUs 99.66% / 98.92% / 0.86%, 99.30% / 98.57% / 0.93%, 98.21% / 96.18% / 1.10%,
+/// 96.91% / 93.29% / 1.53%, 94.66% / 90.23% / 2.26% (from 99.66% / 99.03% / 0.86%, 99.20% /
+/// 98.33% / 0.98%, 98.03% / 94.94% / 1.16%, 96.68% / 92.51% / 1.60%, 93.80% / 87.83% / 2.58%);
+/// msft-itp 30 days at 512 / 448 / 384 GPUs 99.93% / 99.51% / 0.62%, 99.84% / 99.07% / 0.66%,
+/// 99.69% / 98.63% / 0.62% (from 99.91% / 99.62% / 0.56%, 99.87% / 99.10% / 0.60%, 99.80% /
+/// 98.75% / 0.57%). Passing over the rest even when one fits did about as well (98.35% /
+/// 96.75% / 1.11% at 288 GPUs) but let a plan count GPUs the cycle gives that job. A cap of 2
 /// reached further on Helios at 256 GPUs (97.07% / 94.37% / 1.63%) but rotated so much work
 /// at 224 GPUs (2.9x) that debug jobs found fewer free GPUs and victims: their p90 wait rose
 /// from 10 s to 19-31 s over five cuts of the trace (10-27 s with 3). A cap of 1, or the floor
@@ -177,7 +182,8 @@ const BEHIND_FLOOR_FRESH_DIVISOR: i64 = 10;
 /// victims of any waiter below its floor (not a debug job under its allowance) may lose no
 /// more than that per GPU on average, whether the floor or the window lets each go; both limits
 /// are `DEEP_FLOOR_FRESH_DIVISOR`'s (10 min) while the waiter's allocation holds at most half
-/// its floor (as the hourly floor has moved it). The limit is tighter than the window's for a
+/// its floor (as the hourly floor has moved it), and [`BEHIND_FLOOR_FRESH_DIVISOR`]'s (3 min)
+/// for a waiter behind a blocked one, whatever its floor. The limit is tighter than the window's for a
 /// waiter at its floor (10 min), though this waiter is owed GPUs: the floor rule takes work the
 /// window would keep, so it rotates more, and measured so (below) it lost less work for little
 /// owed time. Single runs, before the hourly floor: on Helios at 256 GPUs the first cut lost
@@ -477,7 +483,7 @@ fn walk_from<'s, I>(
     view: &mut View<'s>,
 ) -> FairShare<'s>
 where
-    I: Iterator<Item = &'s (QueueKey, Request)>,
+    I: Iterator<Item = &'s (QueueKey, Request)> + Clone,
 {
     let d = state.decision();
     // Every choice in this pass ranks against `base`, in `tree`, at `now`: only the view and
@@ -552,9 +558,19 @@ where
         {
             // Fits no node, even with all unallocated work gone: nothing to do for it. (The
             // bound only shrinks as the walk gives GPUs away, so it stays a bound.)
-            if b.pass_over(w, &mut walk, leaf) {
+            if b.pass_over(w) {
                 return FairShare::Blocked(b.take_line());
             }
+            cap_allocation(
+                b,
+                &mut walk,
+                leaf,
+                &cursors[leaf],
+                view,
+                &debug_taken,
+                now,
+                cfg,
+            );
             continue;
         }
         let protected_until = now.saturating_add(w.min_runtime_ms);
@@ -622,14 +638,71 @@ where
             b.unhelped.push(like);
         }
         view.unclaim(w.job_id);
-        if b.pass_over(w, &mut walk, leaf) {
+        if b.pass_over(w) {
             return FairShare::Blocked(b.take_line());
         }
+        cap_allocation(
+            b,
+            &mut walk,
+            leaf,
+            &cursors[leaf],
+            view,
+            &debug_taken,
+            now,
+            cfg,
+        );
     }
     match behind {
         Some(mut b) => FairShare::Blocked(b.take_line()),
         None => FairShare::NothingToDo,
     }
+}
+
+/// Once `BEHIND_PER_ALLOCATION` waiters of allocation `leaf` were passed over behind the
+/// blocked one, passes over the rest of its waiters (`rest`, in queue order) for this call,
+/// unless one of them could still be given GPUs as the walk stands: it fits the view, or holds
+/// a claim of its own. The walk gives such a job its GPUs before any job ranked after it, as
+/// the decision cycle would; a plan for a later job must not count them. Jobs of one shape and
+/// minimum runtime fit alike, so each is looked for once.
+#[allow(clippy::too_many_arguments)]
+fn cap_allocation<'s, I>(
+    behind: &Behind<'s>,
+    walk: &mut FairTree<'_>,
+    leaf: AccountId,
+    rest: &Option<(&'s str, I)>,
+    view: &View<'s>,
+    debug_taken: &[&str],
+    now: i64,
+    cfg: &Config,
+) where
+    I: Iterator<Item = &'s (QueueKey, Request)> + Clone,
+{
+    let Some((allocation, rest)) = rest else {
+        return;
+    };
+    if !behind.allocation_full(allocation) {
+        return;
+    }
+    let mut looked_for: Vec<(Shape, i64)> = Vec::new();
+    for (key, request) in rest.clone() {
+        if debug::is_candidate(request) && debug_taken.binary_search(&&*key.job_id).is_ok() {
+            continue;
+        }
+        if view.has_claim(&key.job_id) {
+            return;
+        }
+        let min_runtime_ms = contract::effective_min_runtime_ms(request.min_runtime_ms, cfg);
+        let like = (request.shape, min_runtime_ms);
+        if looked_for.contains(&like) {
+            continue;
+        }
+        looked_for.push(like);
+        let protected_until = now.saturating_add(min_runtime_ms);
+        if view.find(request.shape, now, protected_until).is_some() {
+            return;
+        }
+    }
+    walk.exhaust(leaf);
 }
 
 /// The walk past a waiter that victims cannot help (see the module doc).
@@ -690,21 +763,19 @@ impl<'s> Behind<'s> {
         })
     }
 
-    /// Notes a waiter behind, of allocation `leaf`, that could not be helped; true once
-    /// `BEHIND_BLOCKED` were. Once `BEHIND_PER_ALLOCATION` of its allocation were, the walk
-    /// passes over the rest of that allocation's waiters.
-    fn pass_over(&mut self, w: Waiter<'s>, walk: &mut FairTree<'_>, leaf: AccountId) -> bool {
-        let allocation = w.allocation;
+    /// Notes a waiter behind that could not be helped; true once `BEHIND_BLOCKED` were.
+    fn pass_over(&mut self, w: Waiter<'s>) -> bool {
         self.waiters.push(w);
-        let of_allocation = self
-            .waiters
+        self.waiters.len() >= BEHIND_BLOCKED
+    }
+
+    /// Whether `BEHIND_PER_ALLOCATION` waiters of `allocation` were passed over.
+    fn allocation_full(&self, allocation: &str) -> bool {
+        self.waiters
             .iter()
             .filter(|x| x.allocation == allocation)
-            .count();
-        if of_allocation >= BEHIND_PER_ALLOCATION {
-            walk.exhaust(leaf);
-        }
-        self.waiters.len() >= BEHIND_BLOCKED
+            .count()
+            >= BEHIND_PER_ALLOCATION
     }
 
     /// Where the walk stopped (leaves the waiters list empty).
