@@ -135,7 +135,7 @@ pub fn explain(
                     // The preemption service walks the same line (`victims::fair_share`): it
                     // orders allocated work off for the first waiter that does not fit, and,
                     // while no allowed victim can help that one, for a job behind it (the
-                    // next 8 that do not fit, at most 3 of one allocation) only off its
+                    // next 8 that do not fit, at most 4 of one allocation) only off its
                     // reserved nodes and only while the job's allocation is below its share
                     // floor, or by moving work into free GPUs elsewhere (packing). Debug
                     // jobs under their allowance are met before that walk.
@@ -156,7 +156,7 @@ pub fn explain(
                         "; job {} of {} ranks ahead of it and holds the cycle's reservation: \
                          preemption makes room for waiting jobs one at a time in this order, so \
                          for this one only once that job fits or is being made room for (until \
-                         then, and only for the next few jobs behind it, at most three of one \
+                         then, and only for the next few jobs behind it, at most four of one \
                          allocation, only work off the reserved nodes may be ordered off for \
                          it: unallocated work, or, while its allocation holds fewer GPUs than \
                          its share floor, work the preemption rules allow that checkpointed \

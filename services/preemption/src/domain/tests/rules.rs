@@ -924,7 +924,7 @@ fn behind_a_blocked_waiter_floor_orders_wait_for_victims_that_checkpointed_latel
 #[test]
 fn behind_a_blocked_waiter_one_allocations_many_waiters_do_not_hide_the_next() {
     // d, below its floor and ranked before c, queues ten 8-GPU jobs behind a's blocked one: no
-    // victims free a whole node off a's reservation for any of them. After three of them the
+    // victims free a whole node off a's reservation for any of them. After four of them the
     // walk passes over the rest of d's and reaches c, whose job has b's work past its minimum
     // runtime on n3 ordered off. (Counting d's ten against the eight waiters looked at behind
     // a blocked one, the walk stopped before c.)
@@ -938,13 +938,13 @@ fn behind_a_blocked_waiter_one_allocations_many_waiters_do_not_hide_the_next() {
 
 #[test]
 fn behind_a_blocked_waiter_a_capped_allocations_job_that_fits_keeps_its_place() {
-    // d's three 8-GPU jobs cannot be helped, but its 2-GPU job after them fits the 2 free GPUs
+    // d's four 8-GPU jobs cannot be helped, but its 2-GPU job after them fits the 2 free GPUs
     // on n3, where the cycle will place it. c's 6-GPU job would fit n3 with j3 (4 GPUs) gone
     // only by counting those 2 GPUs too: the walk must not pass over d's small job, so nothing
     // is ordered off for c. (Passing over the rest of d's waiters regardless, j3 went.)
     let (h, now) = blocked_line_of(Line {
         n3_min_runtime_s: 60,
-        d_jobs: 3,
+        d_jobs: 4,
         d_small: true,
         j3_gpus: 4,
         small_gpus: 6,
