@@ -533,6 +533,14 @@ where
         view.unclaim(w.job_id);
     }
     debug_taken.sort_unstable();
+    // Past `BEHIND_PER_ALLOCATION` waiters of one allocation behind the blocked one.
+    let cap = |b: &Behind<'s>,
+               walk: &mut FairTree<'_>,
+               leaf,
+               rest: &Option<(&'s str, I)>,
+               view: &View<'s>| {
+        cap_allocation(b, walk, leaf, rest, view, &debug_taken, now, cfg)
+    };
     // Set once a waiter cannot be helped: the walk goes on behind it.
     let mut behind: Option<Behind<'s>> = None;
     while let Some(leaf) = walk.next_pending_leaf() {
@@ -561,16 +569,7 @@ where
             if b.pass_over(w) {
                 return FairShare::Blocked(b.take_line());
             }
-            cap_allocation(
-                b,
-                &mut walk,
-                leaf,
-                &cursors[leaf],
-                view,
-                &debug_taken,
-                now,
-                cfg,
-            );
+            cap(b, &mut walk, leaf, &cursors[leaf], view);
             continue;
         }
         let protected_until = now.saturating_add(w.min_runtime_ms);
@@ -641,16 +640,7 @@ where
         if b.pass_over(w) {
             return FairShare::Blocked(b.take_line());
         }
-        cap_allocation(
-            b,
-            &mut walk,
-            leaf,
-            &cursors[leaf],
-            view,
-            &debug_taken,
-            now,
-            cfg,
-        );
+        cap(b, &mut walk, leaf, &cursors[leaf], view);
     }
     match behind {
         Some(mut b) => FairShare::Blocked(b.take_line()),
