@@ -136,8 +136,10 @@ pub fn explain(
                     // orders allocated work off for the first waiter that does not fit, and,
                     // while no allowed victim can help that one, for a job behind it (the
                     // next 8 that do not fit, at most 4 of one allocation) only off its
-                    // reserved nodes and only while the job's allocation is below its share
-                    // floor, or by moving work into free GPUs elsewhere (packing). Debug
+                    // reserved nodes, from victims that checkpointed lately (unallocated ones
+                    // too for a job that fits one node), and allocated work only while the
+                    // job's allocation is below its share floor; or by moving work into free
+                    // GPUs elsewhere (packing). Debug
                     // jobs under their allowance are met before that walk.
                     let debug = state.debug_allowance_gpus() > 0
                         && debug::is_debug(
@@ -158,7 +160,8 @@ pub fn explain(
                          for this one only once that job fits or is being made room for (until \
                          then, and only for the next few jobs behind it, at most four of one \
                          allocation, only work off the reserved nodes may be ordered off for \
-                         it: unallocated work, or, while its allocation holds fewer GPUs than \
+                         it: unallocated work (for a job that fits one node, only work that \
+                         checkpointed lately), or, while its allocation holds fewer GPUs than \
                          its share floor, work the preemption rules allow that checkpointed \
                          lately; or work moved into free GPUs on other nodes to make room on \
                          one){exception}",

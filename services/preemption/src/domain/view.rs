@@ -191,6 +191,13 @@ impl<'s> View<'s> {
         self.retry_at.get()
     }
 
+    /// Puts the retry time back to `at`, as it was before a debug build's check judged jobs a
+    /// release build skips.
+    #[cfg(debug_assertions)]
+    pub(crate) fn restore_retry(&self, at: Option<i64>) {
+        self.retry_at.set(at);
+    }
+
     /// The view as [`View::new`] made it, whatever a walk claimed and took since: the
     /// packing moves look at the nodes as the fair-share walk found them, before it gave
     /// GPUs away, without reading the state again.

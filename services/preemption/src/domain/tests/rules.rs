@@ -878,10 +878,11 @@ fn behind_a_blocked_waiter_in_a_full_cluster_an_allocation_below_its_floor_is_st
 fn behind_a_blocked_waiter_the_cheaper_of_the_rank_rules_plan_and_unallocated_work_goes() {
     // a's 8-GPU job is blocked (every node keeps protected work); c, below its floor, waits
     // behind it for 3 GPUs, off n1 (a's reservation). On n2 the rank rule's cheapest cover is
-    // b's v (3 GPUs, started 3.5 min ago, no checkpoint yet: 10.5 GPU-min), which breaks the
+    // b's v (3 GPUs, started 190 s ago, no checkpoint yet: 9.5 GPU-min), which breaks the
     // 3-minute average limit of a waiter behind a blocked one, so the rank rule passes over n2
     // and settles on b's w on n3 (7 GPUs, started 2 min ago: 14 GPU-min). Unallocated work
-    // alone does cheaper: u on n2 (3 GPUs, started 4 min ago: 12 GPU-min).
+    // alone does cheaper: u on n2 (4 GPUs, started 2.5 min ago: 10 GPU-min, within the limit
+    // of 3 minutes per GPU that unallocated work behind a blocked waiter is held to too).
     let mut h = H::new();
     h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
     for n in ["n1", "n2", "n3"] {
@@ -889,9 +890,9 @@ fn behind_a_blocked_waiter_the_cheaper_of_the_rank_rules_plan_and_unallocated_wo
     }
     let now = HOUR;
     h.running(0, "p1", "b", 2 * 3600, &[("n1", 8)]);
-    h.running(0, "q2", "b", 20 * 3600, &[("n2", 2)]);
-    h.running(now - 4 * MIN, "u", "b", 0, &[("n2", 3)]);
-    h.running(now - 7 * MIN / 2, "v", "b", 60, &[("n2", 3)]);
+    h.running(0, "q2", "b", 20 * 3600, &[("n2", 1)]);
+    h.running(now - 5 * MIN / 2, "u", "b", 0, &[("n2", 4)]);
+    h.running(now - 190 * SEC, "v", "b", 60, &[("n2", 3)]);
     h.running(0, "r3", "b", 20 * 3600, &[("n3", 1)]);
     h.running(now - 2 * MIN, "w", "b", 60, &[("n3", 7)]);
     h.submit(0, "big", "a", 8, 3600);
@@ -919,6 +920,21 @@ fn behind_a_blocked_waiter_floor_orders_wait_for_victims_that_checkpointed_latel
     let (out, retry) = decide_preemptions_and_retry(&h.state, later, &h.cfg);
     assert_eq!(orders(&out), vec![]);
     assert_eq!(retry, Some(HOUR));
+}
+
+#[test]
+fn behind_a_blocked_waiter_unallocated_work_goes_once_it_checkpointed_lately() {
+    // The line as it is (j3's 6 GPUs on n3 unallocated, started at 0), 5 minutes after their
+    // checkpoint at 30 min. A waiter first in line takes unallocated work at once; behind a's
+    // blocked job c waits for their next checkpoint (at most 3 minutes per GPU thrown away),
+    // when the pass comes back. 2 minutes after it they go. c is below its floor, so this
+    // holds for both of its plans: unallocated work alone and the rank rule's.
+    let (h, now) = blocked_line(0);
+    let (out, retry) = decide_preemptions_and_retry(&h.state, now + 5 * MIN, &h.cfg);
+    assert_eq!(orders(&out), vec![]);
+    assert_eq!(retry, Some(HOUR));
+    let (out, _) = decide_preemptions_and_retry(&h.state, now + 2 * MIN, &h.cfg);
+    assert_eq!(orders(&out), vec![("j3".into(), "small".into())]);
 }
 
 #[test]

@@ -76,7 +76,7 @@ impl Cover {
 /// at its floor that spans nodes: an order for one picks its moment as a whole, its allocated
 /// victims throwing away no more than `interval / FLOOR_FRESH_DIVISOR` (below the floor,
 /// whichever rule allows each; `DEEP_FLOOR_FRESH_DIVISOR` for an allocation deep below it,
-/// `BEHIND_FLOOR_FRESH_DIVISOR` for a waiter behind a blocked one) or
+/// `BEHIND_FRESH_DIVISOR` for a waiter behind a blocked one) or
 /// `interval / WINDOW_FRESH_DIVISOR` (at it) per GPU on average (see those constants). A debug
 /// job under its allowance takes what it needs at once.
 ///
