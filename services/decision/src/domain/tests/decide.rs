@@ -865,8 +865,15 @@ fn explain_names_the_reserved_job_a_waiting_job_is_behind() {
         second.reason
     );
     // What may still be ordered off for it meanwhile: work off the reserved nodes
-    // (unallocated, or by the rules while below its floor), and packing moves; it is no debug
-    // job, so nothing is said of the allowance.
+    // (unallocated that checkpointed lately, or by the rules while below its floor), and
+    // packing moves; it is no debug job, so nothing is said of the allowance.
+    assert!(
+        second.reason.contains(
+            "unallocated work (for a job that fits one node, only work that checkpointed lately)"
+        ),
+        "{}",
+        second.reason
+    );
     assert!(
         second
             .reason
