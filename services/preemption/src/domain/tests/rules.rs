@@ -735,6 +735,8 @@ struct Line {
     j3_gpus: u32,
     /// GPUs of c's job.
     small_gpus: u32,
+    /// Minimum runtime of c's job.
+    small_min_runtime_s: i64,
 }
 
 impl Default for Line {
@@ -748,6 +750,7 @@ impl Default for Line {
             d_small: false,
             j3_gpus: 6,
             small_gpus: 4,
+            small_min_runtime_s: 1200,
         }
     }
 }
@@ -784,7 +787,7 @@ fn blocked_line_of(line: Line) -> (H, i64) {
     if line.d_small {
         h.submit(0, &format!("d{}", line.d_jobs), "d", 2, 3600);
     }
-    h.submit(0, "small", "c", line.small_gpus, 1200);
+    h.submit(0, "small", "c", line.small_gpus, line.small_min_runtime_s);
     let now = 30 * MIN;
     let mut usage = vec![
         ("a", 0, ALLOC),
@@ -927,13 +930,29 @@ fn behind_a_blocked_waiter_unallocated_work_goes_once_it_checkpointed_lately() {
     // The line as it is (j3's 6 GPUs on n3 unallocated, started at 0), 5 minutes after their
     // checkpoint at 30 min. A waiter first in line takes unallocated work at once; behind a's
     // blocked job c waits for their next checkpoint (at most 3 minutes per GPU thrown away),
-    // when the pass comes back. 2 minutes after it they go. c is below its floor, so this
-    // holds for both of its plans: unallocated work alone and the rank rule's.
+    // when the pass comes back. 2 minutes after the checkpoint at 30 min they go. c is below
+    // its floor, so this holds for both of its plans: unallocated work alone and the rank
+    // rule's.
     let (h, now) = blocked_line(0);
     let (out, retry) = decide_preemptions_and_retry(&h.state, now + 5 * MIN, &h.cfg);
     assert_eq!(orders(&out), vec![]);
     assert_eq!(retry, Some(HOUR));
     let (out, _) = decide_preemptions_and_retry(&h.state, now + 2 * MIN, &h.cfg);
+    assert_eq!(orders(&out), vec![("j3".into(), "small".into())]);
+}
+
+#[test]
+fn behind_a_blocked_waiter_a_debug_job_takes_unallocated_work_at_once() {
+    // c's job a debug job (2 GPUs, 10 minutes) with no debug allowance, so it is met in rank
+    // order behind a's blocked job: as a debug job anywhere, it takes what it needs at once,
+    // j3 5 minutes after its checkpoint too.
+    let (mut h, now) = blocked_line_of(Line {
+        small_gpus: 2,
+        small_min_runtime_s: 600,
+        ..Line::default()
+    });
+    h.state.set_debug_allowance_gpus(0);
+    let (out, _) = decide_preemptions_and_retry(&h.state, now + 5 * MIN, &h.cfg);
     assert_eq!(orders(&out), vec![("j3".into(), "small".into())]);
 }
 

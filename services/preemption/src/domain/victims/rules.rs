@@ -79,8 +79,8 @@ pub(super) struct RankRule<'t> {
     /// its floor orders are held to the looser limit ([`Self::floor_fresh_divisor`]).
     pub(super) deep_below_floor: bool,
     /// Whether the waiter is behind a blocked one ([`super::Rule::RankBehind`]): its floor
-    /// orders, and its unallocated victims, are held to the tighter limit of
-    /// [`BEHIND_FRESH_DIVISOR`].
+    /// orders are held to the tighter limit of [`BEHIND_FRESH_DIVISOR`] (its unallocated
+    /// victims too, by [`Judge::behind_fresh`]).
     pub(super) behind_blocked: bool,
     /// With the share floor on, per allocation: the most GPUs victims may take from it
     /// ([`floor_slack`]).
@@ -396,9 +396,12 @@ pub(super) struct Judge<'a> {
     pub(super) leaf: AccountId,
     pub(super) now: i64,
     pub(super) cfg: &'a Config,
-    /// Only unallocated work may be a victim (behind a blocked waiter; each one within
-    /// [`BEHIND_FRESH_DIVISOR`] of its checkpoint for a single-node waiter).
+    /// Only unallocated work may be a victim (behind a blocked waiter).
     pub(super) unallocated_only: bool,
+    /// Whether unallocated victims must have checkpointed within [`BEHIND_FRESH_DIVISOR`]
+    /// (each one, for a single-node waiter): the waiter is behind a blocked one and no debug
+    /// job, so it can wait for a checkpoint.
+    pub(super) behind_fresh: bool,
     /// Whether the waiter fits on one node.
     pub(super) single_node: bool,
     /// Whether allocated victims must have checkpointed within `WINDOW_FRESH_DIVISOR` (each
@@ -517,14 +520,22 @@ impl Judge<'_> {
     }
 
     /// Judges every job of a node [`Self::cannot_free`] passed over on its first bound, and
-    /// checks that they indeed free less than `need`.
+    /// checks that they indeed free less than `need` and that only unallocated work held back
+    /// notes a retry (then put back: a release build notes none).
     #[cfg(debug_assertions)]
     fn check_bound(&mut self, holdings: &[(Arc<str>, Holding)], need: u64) {
         let retry_before = self.view.retry_at();
-        let accepted: u64 = holdings
-            .iter()
-            .filter_map(|(id, h)| self.judge(id, h).map(|_| u64::from(h.gpus)))
-            .sum();
+        let mut accepted = 0u64;
+        for (id, h) in holdings {
+            let before = self.view.retry_at();
+            if self.judge(id, h).is_some() {
+                accepted += u64::from(h.gpus);
+            }
+            assert!(
+                self.view.retry_at() == before || contract::is_unallocated(h.holder.min_runtime_ms),
+                "a retry was noted for allocated work {id}"
+            );
+        }
         assert!(
             accepted < need,
             "{accepted} GPUs accepted, bound below {need}"
@@ -637,7 +648,7 @@ impl Judge<'_> {
             Some(self.rule.floor_fresh_divisor())
         } else if !unallocated && self.window_fresh {
             Some(WINDOW_FRESH_DIVISOR)
-        } else if unallocated && (self.unallocated_only || self.rule.behind_blocked) {
+        } else if unallocated && self.behind_fresh {
             Some(BEHIND_FRESH_DIVISOR)
         } else {
             None

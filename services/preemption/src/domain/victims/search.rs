@@ -350,6 +350,7 @@ pub(super) fn choose<'s, 't>(
             Rule::Debug(allowance) => Some(allowance),
         },
         unallocated_only: matches!(rule, Rule::UnallocatedOnly),
+        behind_fresh: matches!(rule, Rule::UnallocatedOnly | Rule::RankBehind) && !waiter.debug,
         single_node: waiter.shape.nodes <= 1,
         window_fresh,
         ranked_victims,
