@@ -942,6 +942,42 @@ fn behind_a_blocked_waiter_unallocated_work_goes_once_it_checkpointed_lately() {
 }
 
 #[test]
+fn behind_a_blocked_waiter_a_node_short_even_without_its_unallocated_work_notes_no_retry() {
+    // a's 8-GPU job is blocked (b's protected work on every node; its reservation takes n2).
+    // c, below its floor, waits behind it for 4 GPUs. At 44 min, n3 (1 free, j3's 2 GPUs of
+    // unallocated work, next checkpoint at 45 min) is short even with j3 gone, so the search
+    // passes over n3 without judging j3; n4's k4 (6 GPUs, next checkpoint at 60 min) is held
+    // back for its lost work. The pass comes back at 60 min, not 45: a debug build, which
+    // judges n3 anyway to check that bound, must decide as a release build does.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+    for n in ["n1", "n2", "n3", "n4"] {
+        h.node(n, 8);
+    }
+    h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
+    h.running(0, "p2", "b", 3600, &[("n2", 4)]);
+    h.running(0, "u2", "b", 0, &[("n2", 4)]);
+    h.running(0, "p3", "b", 20 * 3600, &[("n3", 5)]);
+    h.running(15 * MIN, "j3", "b", 0, &[("n3", 2)]);
+    h.running(0, "p4", "b", 20 * 3600, &[("n4", 2)]);
+    h.running(0, "k4", "b", 0, &[("n4", 6)]);
+    h.submit(15 * MIN, "big", "a", 8, 3600);
+    h.submit(15 * MIN, "small", "c", 4, 1200);
+    let now = 44 * MIN;
+    h.snapshot(
+        now,
+        &[
+            ("a", 0, ALLOC),
+            ("b", gpu_h(50.0), ALLOC),
+            ("c", gpu_h(1.0), ALLOC),
+        ],
+    );
+    let (out, retry) = decide_preemptions_and_retry(&h.state, now, &h.cfg);
+    assert_eq!(orders(&out), vec![]);
+    assert_eq!(retry, Some(HOUR));
+}
+
+#[test]
 fn behind_a_blocked_waiter_a_debug_job_takes_unallocated_work_at_once() {
     // c's job a debug job (2 GPUs, 10 minutes) with no debug allowance, so it is met in rank
     // order behind a's blocked job: as a debug job anywhere, it takes what it needs at once,
