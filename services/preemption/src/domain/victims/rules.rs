@@ -399,8 +399,8 @@ pub(super) struct Judge<'a> {
     /// Only unallocated work may be a victim (behind a blocked waiter).
     pub(super) unallocated_only: bool,
     /// Whether unallocated victims must have checkpointed within [`BEHIND_FRESH_DIVISOR`]
-    /// (each one, for a single-node waiter): the waiter is behind a blocked one and no debug
-    /// job, so it can wait for a checkpoint.
+    /// (each one, when the waiter fits one node; a multi-node waiter's are not limited): the
+    /// waiter is behind a blocked one and no debug job, so it can wait for a checkpoint.
     pub(super) behind_fresh: bool,
     /// Whether the waiter fits on one node.
     pub(super) single_node: bool,
