@@ -978,6 +978,48 @@ fn behind_a_blocked_waiter_a_node_short_even_without_its_unallocated_work_notes_
 }
 
 #[test]
+fn behind_a_blocked_waiter_a_job_like_an_unhelped_one_is_still_searched_for_with_its_own_claim() {
+    // a's 8-GPU job is blocked (its reservation takes n2). Behind it c, below its floor, queues
+    // x1 and x2, alike (4 GPUs, 20 minutes). On n3, b's v (2 GPUs) is already leaving for x2,
+    // and j3 (2 GPUs of unallocated work) runs beside protected work. Nothing makes room for
+    // x1: v's GPUs are x2's. x2, though like x1, holds those 2 GPUs and needs only j3's: the
+    // walk must search for it rather than pass over a job like one no victims could help.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    let now = HOUR;
+    h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
+    h.running(0, "p2", "b", 2 * 3600, &[("n2", 4)]);
+    h.running(0, "u2", "b", 0, &[("n2", 4)]);
+    h.running(0, "p3", "b", 20 * 3600, &[("n3", 4)]);
+    h.running(0, "v", "b", 60, &[("n3", 2)]);
+    h.running(now - MIN, "j3", "b", 0, &[("n3", 2)]);
+    h.submit(0, "big", "a", 8, 3600);
+    h.submit(0, "x1", "c", 4, 1200);
+    h.submit(0, "x2", "c", 4, 1200);
+    h.snapshot(
+        now - 10 * SEC,
+        &[
+            ("a", 0, ALLOC),
+            ("b", gpu_h(50.0), ALLOC),
+            ("c", gpu_h(1.0), ALLOC),
+        ],
+    );
+    h.ok(
+        now - 5 * SEC,
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "v".into(),
+            for_job_id: "x2".into(),
+            grace_deadline_ms: now + 25 * SEC,
+            ..Default::default()
+        }),
+    );
+    assert_eq!(orders(&h.decide(now)), vec![("j3".into(), "x2".into())]);
+}
+
+#[test]
 fn behind_a_blocked_waiter_a_debug_job_takes_unallocated_work_at_once() {
     // c's job a debug job (2 GPUs, 10 minutes) with no debug allowance, so it is met in rank
     // order behind a's blocked job: as a debug job anywhere, it takes what it needs at once,
