@@ -689,19 +689,35 @@ fn a_waiter_that_cannot_be_helped_holds_the_line() {
     h.submit_full(0, "big", "a", 2, 8, 3600, 0, true);
     h.submit(0, "small", "c", 1, 1200);
     let now = HOUR;
+    abc_usage(&mut h, now);
+    assert_eq!(h.decide(now), vec![]);
+    assert!(matches!(
+        fair_share(&h.state, now, &h.cfg),
+        FairShare::Blocked(line) if line.first.job_id == "big"
+    ));
+}
+
+/// Allocations a, b and c (a third each) on `nodes`, 8 GPUs each.
+fn abc_on(nodes: &[&str]) -> H {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
+    for n in nodes {
+        h.node(n, 8);
+    }
+    h
+}
+
+/// A usage snapshot at `at` for allocations a, b and c: a has used nothing, b 50 GPU-h, c 1
+/// GPU-h, so a ranks first, then c, then b.
+fn abc_usage(h: &mut H, at: i64) {
     h.snapshot(
-        now,
+        at,
         &[
             ("a", 0, ALLOC),
             ("b", gpu_h(50.0), ALLOC),
             ("c", gpu_h(1.0), ALLOC),
         ],
     );
-    assert_eq!(h.decide(now), vec![]);
-    assert!(matches!(
-        fair_share(&h.state, now, &h.cfg),
-        FairShare::Blocked(line) if line.first.job_id == "big"
-    ));
 }
 
 /// Three nodes under b's work: n1 protected for 10 h; n2 protected 4 GPUs (until 1 h) beside
@@ -886,11 +902,7 @@ fn behind_a_blocked_waiter_the_cheaper_of_the_rank_rules_plan_and_unallocated_wo
     // and settles on b's w on n3 (7 GPUs, started 2 min ago: 14 GPU-min). Unallocated work
     // alone does cheaper: u on n2 (4 GPUs, started 2.5 min ago: 10 GPU-min, within the limit
     // of 3 minutes per GPU that unallocated work behind a blocked waiter is held to too).
-    let mut h = H::new();
-    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
-    for n in ["n1", "n2", "n3"] {
-        h.node(n, 8);
-    }
+    let mut h = abc_on(&["n1", "n2", "n3"]);
     let now = HOUR;
     h.running(0, "p1", "b", 2 * 3600, &[("n1", 8)]);
     h.running(0, "q2", "b", 20 * 3600, &[("n2", 1)]);
@@ -900,14 +912,7 @@ fn behind_a_blocked_waiter_the_cheaper_of_the_rank_rules_plan_and_unallocated_wo
     h.running(now - 2 * MIN, "w", "b", 60, &[("n3", 7)]);
     h.submit(0, "big", "a", 8, 3600);
     h.submit(0, "small", "c", 3, 1200);
-    h.snapshot(
-        now,
-        &[
-            ("a", 0, ALLOC),
-            ("b", gpu_h(50.0), ALLOC),
-            ("c", gpu_h(1.0), ALLOC),
-        ],
-    );
+    abc_usage(&mut h, now);
     assert_eq!(orders(&h.decide(now)), vec![("u".into(), "small".into())]);
 }
 
@@ -949,11 +954,7 @@ fn behind_a_blocked_waiter_a_node_short_even_without_its_unallocated_work_notes_
     // passes over n3 without judging j3; n4's k4 (6 GPUs, next checkpoint at 60 min) is held
     // back for its lost work. The pass comes back at 60 min, not 45: a debug build, which
     // judges n3 anyway to check that bound, must decide as a release build does.
-    let mut h = H::new();
-    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
-    for n in ["n1", "n2", "n3", "n4"] {
-        h.node(n, 8);
-    }
+    let mut h = abc_on(&["n1", "n2", "n3", "n4"]);
     h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
     h.running(0, "p2", "b", 3600, &[("n2", 4)]);
     h.running(0, "u2", "b", 0, &[("n2", 4)]);
@@ -964,14 +965,7 @@ fn behind_a_blocked_waiter_a_node_short_even_without_its_unallocated_work_notes_
     h.submit(15 * MIN, "big", "a", 8, 3600);
     h.submit(15 * MIN, "small", "c", 4, 1200);
     let now = 44 * MIN;
-    h.snapshot(
-        now,
-        &[
-            ("a", 0, ALLOC),
-            ("b", gpu_h(50.0), ALLOC),
-            ("c", gpu_h(1.0), ALLOC),
-        ],
-    );
+    abc_usage(&mut h, now);
     let (out, retry) = decide_preemptions_and_retry(&h.state, now, &h.cfg);
     assert_eq!(orders(&out), vec![]);
     assert_eq!(retry, Some(HOUR));
@@ -984,11 +978,7 @@ fn behind_a_blocked_waiter_a_job_like_an_unhelped_one_is_still_searched_for_with
     // and j3 (2 GPUs of unallocated work) runs beside protected work. Nothing makes room for
     // x1: v's GPUs are x2's. x2, though like x1, holds those 2 GPUs and needs only j3's: the
     // walk must search for it rather than pass over a job like one no victims could help.
-    let mut h = H::new();
-    h.tree(vec![leaf("a", 1), leaf("b", 1), leaf("c", 1)]);
-    for n in ["n1", "n2", "n3"] {
-        h.node(n, 8);
-    }
+    let mut h = abc_on(&["n1", "n2", "n3"]);
     let now = HOUR;
     h.running(0, "p1", "b", 10 * 3600, &[("n1", 8)]);
     h.running(0, "p2", "b", 2 * 3600, &[("n2", 4)]);
@@ -999,14 +989,7 @@ fn behind_a_blocked_waiter_a_job_like_an_unhelped_one_is_still_searched_for_with
     h.submit(0, "big", "a", 8, 3600);
     h.submit(0, "x1", "c", 4, 1200);
     h.submit(0, "x2", "c", 4, 1200);
-    h.snapshot(
-        now - 10 * SEC,
-        &[
-            ("a", 0, ALLOC),
-            ("b", gpu_h(50.0), ALLOC),
-            ("c", gpu_h(1.0), ALLOC),
-        ],
-    );
+    abc_usage(&mut h, now - 10 * SEC);
     h.ok(
         now - 5 * SEC,
         Body::PreemptionOrdered(pb::PreemptionOrdered {
@@ -1097,14 +1080,7 @@ fn a_waiter_no_node_can_take_does_not_block_the_others() {
     h.submit_full(0, "big", "a", 2, 8, 3600, 0, true);
     h.submit(0, "small", "c", 1, 600);
     let now = HOUR;
-    h.snapshot(
-        now,
-        &[
-            ("a", 0, ALLOC),
-            ("b", gpu_h(50.0), ALLOC),
-            ("c", gpu_h(1.0), ALLOC),
-        ],
-    );
+    abc_usage(&mut h, now);
     assert_eq!(orders(&h.decide(now)), vec![("u".into(), "small".into())]);
 }
 
