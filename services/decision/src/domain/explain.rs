@@ -137,10 +137,10 @@ pub fn explain(
                     // while no allowed victim can help that one, for a job behind it (the
                     // next 8 that do not fit, at most 4 of one allocation) only off its
                     // reserved nodes, from victims that checkpointed lately (unallocated ones
-                    // too for a job that fits one node), and allocated work only while the
-                    // job's allocation is below its share floor; or by moving work into free
-                    // GPUs elsewhere (packing). Debug
-                    // jobs under their allowance are met before that walk.
+                    // too for a job that fits one node and is no debug job), and allocated work
+                    // only while the job's allocation is below its share floor; or by moving
+                    // work into free GPUs elsewhere (packing). Debug jobs under their allowance
+                    // are met before that walk.
                     let debug = state.debug_allowance_gpus() > 0
                         && debug::is_debug(
                             job.request.shape.total_gpus(),
@@ -150,7 +150,8 @@ pub fn explain(
                     let exception = if debug {
                         "; as a debug job it may still have work past its minimum runtime \
                          ordered off for it before that, while its allocation's debug \
-                         allowance has room"
+                         allowance has room, and behind that job it takes unallocated work \
+                         whenever that last checkpointed"
                     } else {
                         ""
                     };

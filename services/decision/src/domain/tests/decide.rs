@@ -1116,7 +1116,8 @@ fn a_debug_job_behind_the_reservation_is_told_of_the_allowance() {
             .contains("ranks ahead of it and holds the cycle's reservation")
             && dbg.reason.ends_with(
                 "; as a debug job it may still have work past its minimum runtime ordered off \
-                 for it before that, while its allocation's debug allowance has room"
+                 for it before that, while its allocation's debug allowance has room, and \
+                 behind that job it takes unallocated work whenever that last checkpointed"
             ),
         "{}",
         dbg.reason
