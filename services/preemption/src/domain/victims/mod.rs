@@ -171,42 +171,39 @@ const BEHIND_BLOCKED: usize = 8;
 const BEHIND_PER_ALLOCATION: usize = 4;
 
 /// The checkpoint limit of an order for a waiter behind a blocked one: `checkpoint interval /
-/// BEHIND_FRESH_DIVISOR` per GPU (3 min at the default 30). For allocated victims of a waiter
-/// whose allocation is below its floor, in place of [`FLOOR_FRESH_DIVISOR`]'s and
+/// BEHIND_FRESH_DIVISOR` per GPU (3 min at the default 30). For allocated victims of a waiter whose
+/// allocation is below its floor, in place of [`FLOOR_FRESH_DIVISOR`]'s and
 /// [`DEEP_FLOOR_FRESH_DIVISOR`]'s; and, since 2026-12-04, for each unallocated victim of a
-/// single-node waiter (no debug job), which a waiter first in line takes whatever it throws
-/// away. (Unallocated work that cannot resume loses its whole run, so once it has run past
-/// the limit no such waiter takes it; packing moves, which throw no waiter's work away to
-/// make room, have no limit and may still move it. The simulator's unallocated work resumes.)
-/// Medians of 5
-/// runs (owed delivered / worst allocation / lost work), without and with the latter: Helios at
-/// 368 GPUs 99.67% / 99.01% / 0.84% and 99.65% / 98.91% / 0.74%, 320 GPUs 99.31% / 98.56% /
-/// 0.90% and 99.28% / 98.56% / 0.87%, 288 GPUs 98.29% / 96.21% / 1.07% and 98.26% / 96.17% /
-/// 1.02%, 256 GPUs 96.78% / 92.20% / 1.42% and 96.75% / 91.38% / 1.41%; msft-itp (30 days) at
-/// 512 GPUs 99.92% / 99.65% / 0.63% and 99.93% / 99.64% / 0.59%, 448 99.87% / 98.57% / 0.66%
-/// and 99.86% / 99.11% / 0.62%, 384 99.71% / 98.26% / 0.62% and 99.74% / 99.07% / 0.58%: less
-/// lost work in every run but at 224 GPUs (2.21% to 2.26% there, inside the spread; owed
-/// 94.41% to 94.47%), owed delivery within 0.03 points; the worst allocation at 256 GPUs
-/// dipped inside its spread (91.38%, runs 90.41-92.74%), and debug jobs' p90 wait at 224 GPUs
-/// rose from 10-12 s to 10-22 s over six cuts of the trace. Limiting only the unallocated-only
-/// plan (a waiter below its floor still took unallocated work at once by the rank rule's) gave
-/// 98.38% / 96.04% / 0.99% at 288 GPUs but 1.48% lost at 256; 2 minutes, or an average over a
-/// multi-node waiter's unallocated victims too, did no better; the same limit for every
-/// waiter's unallocated victims (debug jobs' aside) cost owed time (msft-itp at 448 GPUs 99.39%
-/// with 3 minutes, 99.42% with 5); the window's 10 minutes on the unallocated victims of a
-/// single-node waiter at its floor, first in line, on top of this (as its allocated ones have):
-/// lost work 0.98% at 288 GPUs (runs 0.92-1.01%) and 0.53-0.57% on msft-itp, owed delivery
-/// within 0.06 points, but debug jobs' p90 wait at 224 GPUs went over the SPEC's 30 s in two of
-/// 23 cuts of the trace (43 s and 35 s; at most 29 s without it). For the floor orders:
-/// reaching more allocations behind a blocked job ([`BEHIND_PER_ALLOCATION`]) orders more
-/// work off for them;
-/// with the usual limits (and a cap of 2) that cost Helios lost work (1.40% at 288 GPUs, 2.63%
-/// at 256, medians of 5, against 1.14% and 1.63% with this limit), while the blocked job holds
-/// the line anyway, so these waiters can wait for victims that checkpointed lately. With 2
-/// minutes (and a cap of 2): 98.30% / 96.55% / 1.10% and 96.99% / 92.78% / 1.50% there, less
-/// owed time for less lost work. With the cap of 4, 2 minutes gave 98.34% / 95.93% / 1.00% at
-/// 288 GPUs and 1.5 minutes 98.21% / 95.91% / 1.02%, each with one of the 5 runs' worst
-/// allocation under 95% (94.23%, 94.49%): the lost-work target on its edge for the other.
+/// single-node waiter (no debug job), which a waiter first in line takes whatever it throws away.
+/// (Unallocated work that cannot resume loses its whole run, so once it has run past the limit no
+/// such waiter takes it; packing moves, which throw no waiter's work away to make room, have no
+/// limit and may still move it. The simulator's unallocated work resumes.) Medians of 5 runs (owed
+/// delivered / worst allocation / lost work), without and with the latter: Helios at 368 GPUs
+/// 99.67% / 99.01% / 0.84% and 99.65% / 98.91% / 0.74%, 320 GPUs 99.31% / 98.56% / 0.90% and 99.28%
+/// / 98.56% / 0.87%, 288 GPUs 98.29% / 96.21% / 1.07% and 98.26% / 96.17% / 1.02%, 256 GPUs 96.78%
+/// / 92.20% / 1.42% and 96.75% / 91.38% / 1.41%; msft-itp (30 days) at 512 GPUs 99.92% / 99.65% /
+/// 0.63% and 99.93% / 99.64% / 0.59%, 448 99.87% / 98.57% / 0.66% and 99.86% / 99.11% / 0.62%, 384
+/// 99.71% / 98.26% / 0.62% and 99.74% / 99.07% / 0.58%: less lost work in every run but at 224 GPUs
+/// (2.21% to 2.26% there, inside the spread; owed 94.41% to 94.47%), owed delivery within 0.03
+/// points; the worst allocation at 256 GPUs dipped inside its spread (91.38%, runs 90.41-92.74%),
+/// and debug jobs' p90 wait at 224 GPUs rose from 10-12 s to 10-22 s over six cuts of the trace.
+/// Limiting only the unallocated-only plan (a waiter below its floor still took unallocated work at
+/// once by the rank rule's) gave 98.38% / 96.04% / 0.99% at 288 GPUs but 1.48% lost at 256; 2
+/// minutes, or an average over a multi-node waiter's unallocated victims too, did no better; the
+/// same limit for every waiter's unallocated victims (debug jobs' aside) cost owed time (msft-itp
+/// at 448 GPUs 99.39% with 3 minutes, 99.42% with 5); the window's 10 minutes on the unallocated
+/// victims of a single-node waiter at its floor, first in line, on top of this (as its allocated
+/// ones have): lost work 0.98% at 288 GPUs (runs 0.92-1.01%) and 0.53-0.57% on msft-itp, owed
+/// delivery within 0.06 points, but debug jobs' p90 wait at 224 GPUs went over the SPEC's 30 s in
+/// two of 23 cuts of the trace (43 s and 35 s; at most 29 s without it). For the floor orders:
+/// reaching more allocations behind a blocked job ([`BEHIND_PER_ALLOCATION`]) orders more work off
+/// for them; with the usual limits (and a cap of 2) that cost Helios lost work (1.40% at 288 GPUs,
+/// 2.63% at 256, medians of 5, against 1.14% and 1.63% with this limit), while the blocked job
+/// holds the line anyway, so these waiters can wait for victims that checkpointed lately. With 2
+/// minutes (and a cap of 2): 98.30% / 96.55% / 1.10% and 96.99% / 92.78% / 1.50% there, less owed
+/// time for less lost work. With the cap of 4, 2 minutes gave 98.34% / 95.93% / 1.00% at 288 GPUs
+/// and 1.5 minutes 98.21% / 95.91% / 1.02%, each with one of the 5 runs' worst allocation under 95%
+/// (94.23%, 94.49%): the lost-work target on its edge for the other.
 const BEHIND_FRESH_DIVISOR: i64 = 10;
 
 /// A floor order picks its moment. A victim that only the share floor allows (not the
@@ -215,9 +212,9 @@ const BEHIND_FRESH_DIVISOR: i64 = 10;
 /// victims of any waiter below its floor (not a debug job under its allowance) may lose no
 /// more than that per GPU on average, whether the floor or the window lets each go; both limits
 /// are `DEEP_FLOOR_FRESH_DIVISOR`'s (10 min) while the waiter's allocation holds at most half
-/// its floor (as the hourly floor has moved it), and [`BEHIND_FRESH_DIVISOR`]'s (3 min)
-/// for a waiter behind a blocked one, whatever its floor. The limit is tighter than the window's for a
-/// waiter at its floor (10 min), though this waiter is owed GPUs: the floor rule takes work the
+/// its floor (as the hourly floor has moved it), and [`BEHIND_FRESH_DIVISOR`]'s (3 min) for a
+/// waiter behind a blocked one, whatever its floor. The limit is tighter than the window's for
+/// a waiter at its floor (10 min), though this waiter is owed GPUs: the floor rule takes work the
 /// window would keep, so it rotates more, and measured so (below) it lost less work for little
 /// owed time. Single runs, before the hourly floor: on Helios at 256 GPUs the first cut lost
 /// work from 2.0% to 1.4% of delivered time and the average over a multi-node waiter's victims
@@ -586,7 +583,7 @@ where
             walk.exhaust(leaf);
             continue;
         };
-        if debug::is_candidate(request) && debug_taken.binary_search(&&*key.job_id).is_ok() {
+        if taken_as_debug(&debug_taken, key, request) {
             continue;
         }
         let w = waiter(&key.job_id, allocation, *request, cfg);
@@ -683,6 +680,12 @@ where
     }
 }
 
+/// Whether the debug jobs met first in this walk (`debug_taken`, sorted) gave this waiting job
+/// its GPUs already: the rank-order walk passes it over.
+fn taken_as_debug(debug_taken: &[&str], key: &QueueKey, request: &Request) -> bool {
+    debug::is_candidate(request) && debug_taken.binary_search(&&*key.job_id).is_ok()
+}
+
 /// Once `BEHIND_PER_ALLOCATION` waiters of allocation `leaf` were passed over behind the
 /// blocked one, passes over the rest of its waiters (`rest`, in queue order) for this call,
 /// unless one of them could still be given GPUs as the walk stands: it fits the view, or holds
@@ -710,7 +713,7 @@ fn cap_allocation<'s, I>(
     }
     let mut looked_for: Vec<(Shape, i64)> = Vec::new();
     for (key, request) in rest.clone() {
-        if debug::is_candidate(request) && debug_taken.binary_search(&&*key.job_id).is_ok() {
+        if taken_as_debug(debug_taken, key, request) {
             continue;
         }
         if view.has_claim(&key.job_id) {
