@@ -141,17 +141,24 @@ pub fn explain(
                     // only while the job's allocation is below its share floor; or by moving
                     // work into free GPUs elsewhere (packing). Debug jobs under their allowance
                     // are met before that walk.
-                    let debug = state.debug_allowance_gpus() > 0
-                        && debug::is_debug(
-                            job.request.shape.total_gpus(),
-                            job.request.min_runtime_ms,
-                            state.debug_allowance_gpus(),
-                        );
-                    let exception = if debug {
+                    // The walk's exemption from the checkpoint limit reads the job's size and
+                    // minimum runtime alone (`Waiter::debug`); the allowance's pass reads the
+                    // allocation's allowance too, so a debug-sized job may have one without the
+                    // other (allowance 0, or smaller than the job). (The walk reads the minimum
+                    // runtime as the preemption service caps it; a cap under 15 min, which this
+                    // state does not know, would make more jobs debug-sized there.)
+                    let gpus = job.request.shape.total_gpus();
+                    let min_runtime = job.request.min_runtime_ms;
+                    let debug_sized = debug::is_debug(gpus, min_runtime, debug::DEBUG_MAX_GPUS);
+                    let allowance = state.debug_allowance_gpus();
+                    let exception = if debug_sized && debug::is_debug(gpus, min_runtime, allowance) {
                         "; as a debug job it may still have work past its minimum runtime \
                          ordered off for it before that, while its allocation's debug \
                          allowance has room, and behind that job it takes unallocated work \
                          whenever that last checkpointed"
+                    } else if debug_sized {
+                        "; as a debug job (no debug allowance covers it) it takes unallocated \
+                         work behind that job whenever that last checkpointed"
                     } else {
                         ""
                     };

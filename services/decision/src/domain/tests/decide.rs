@@ -1124,6 +1124,45 @@ fn a_debug_job_behind_the_reservation_is_told_of_the_allowance() {
     );
 }
 
+/// With no debug allowance, a debug-sized job behind the reservation holder is still told that
+/// it takes unallocated work whenever that last checkpointed (the preemption walk exempts it
+/// by its size and minimum runtime), and not that an allowance may order work off for it.
+#[test]
+fn a_debug_sized_job_behind_the_reservation_without_an_allowance_is_told_its_exemption() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    h.state.set_debug_allowance_gpus(0);
+    h.running(NOW - 30 * MIN, "r0", "b", 3600, &[("n0", 8)]);
+    h.running(NOW - 30 * MIN, "r1", "b", 2 * 3600, &[("n1", 8)]);
+    h.submit_full(NOW - 50, "first", "a", 1, 8, 3600, 10, true);
+    h.submit_full(NOW - 40, "dbg", "a", 1, 1, 600, 0, true);
+    h.submit_full(NOW - 30, "small", "a", 1, 1, 3600, 0, true);
+    let d = h.decide(NOW);
+    assert_eq!(d.reservation.as_ref().map(|r| r.job_id), Some("first"));
+    let dbg = crate::domain::explain(&h.state, "dbg", NOW).unwrap();
+    assert!(
+        dbg.reason
+            .contains("ranks ahead of it and holds the cycle's reservation")
+            && dbg.reason.ends_with(
+                "; as a debug job (no debug allowance covers it) it takes unallocated work \
+                 behind that job whenever that last checkpointed"
+            ),
+        "{}",
+        dbg.reason
+    );
+    // A job of the same size with a longer minimum runtime is no debug job: no exception.
+    let small = crate::domain::explain(&h.state, "small", NOW).unwrap();
+    assert!(
+        small
+            .reason
+            .contains("ranks ahead of it and holds the cycle's reservation")
+            && !small.reason.contains("as a debug job"),
+        "{}",
+        small.reason
+    );
+}
+
 /// Jobs submitted against nodes that are gone since (removed, or registered again with fewer
 /// GPUs) are told they can never start, not that they wait for room, and hold up nobody.
 #[test]
