@@ -151,7 +151,8 @@ pub fn explain(
                     let min_runtime = job.request.min_runtime_ms;
                     let debug_sized = debug::is_debug(gpus, min_runtime, debug::DEBUG_MAX_GPUS);
                     let allowance = state.debug_allowance_gpus();
-                    let exception = if debug_sized && debug::is_debug(gpus, min_runtime, allowance) {
+                    let exception = if debug_sized && debug::is_debug(gpus, min_runtime, allowance)
+                    {
                         "; as a debug job it may still have work past its minimum runtime \
                          ordered off for it before that, while its allocation's debug \
                          allowance has room, and behind that job it takes unallocated work \
