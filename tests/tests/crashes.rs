@@ -67,6 +67,10 @@ count = 4
 gpus = 8
 "#;
 
+/// The usage window the decision and preemption services take snapshots of, as their binaries
+/// do by default: the accounting service's (7 d), so every snapshot is folded.
+const USAGE_WINDOW_MS: Option<i64> = Some(7 * 24 * 3_600_000);
+
 /// The preemption service's policy here: the defaults with a 1 s grace.
 fn policy() -> fairshare_preemption::domain::Config {
     fairshare_preemption::domain::Config {
@@ -197,6 +201,7 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
         Kind::Decision => {
             let config = fairshare_decision::shell::Config {
                 checkpoint_dir: Some(dir),
+                usage_window_ms: USAGE_WINDOW_MS,
                 ..fairshare_decision::shell::Config::new(CLUSTER)
             };
             let service = fairshare_decision::shell::Service::start(client, config, clock).await?;
@@ -205,7 +210,7 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
                 &js,
                 vec![subjects::cluster_events(CLUSTER)],
                 rebuilt.last_applied(),
-                fairshare_decision::shell::LogFold::new(CLUSTER),
+                fairshare_decision::shell::LogFold::with_usage_window(CLUSTER, USAGE_WINDOW_MS),
                 |fold, entry| fold.apply(entry),
             )
             .await;
@@ -217,6 +222,7 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
             let config = fairshare_preemption::shell::Config {
                 policy: policy(),
                 checkpoint_dir: Some(dir),
+                usage_window_ms: USAGE_WINDOW_MS,
                 ..fairshare_preemption::shell::Config::new(CLUSTER)
             };
             let service =
@@ -226,7 +232,7 @@ async fn start_once(kind: Kind, url: &str, dirs: &Path) -> anyhow::Result<(JoinH
                 &js,
                 vec![subjects::cluster_events(CLUSTER)],
                 rebuilt.last_applied(),
-                fairshare_preemption::shell::ShellFold::new(CLUSTER),
+                fairshare_preemption::shell::ShellFold::with_usage_window(CLUSTER, USAGE_WINDOW_MS),
                 |fold, entry| fold.apply(entry),
             )
             .await;
@@ -524,7 +530,7 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
     let placed: usize = lives.values().map(|(_, n)| n).sum();
 
     // Every decision, order and snapshot re-derives from the log; no node was over-committed.
-    let placements = fairshare_decision::shell::audit(CLUSTER, &entries);
+    let placements = fairshare_decision::shell::audit(CLUSTER, &entries, USAGE_WINDOW_MS);
     assert!(
         placements.is_clean(),
         "{:#?} {:#?}",
@@ -532,7 +538,7 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
         placements.overcommits
     );
     assert_eq!(placements.placements, placed);
-    let orders = fairshare_preemption::shell::audit(CLUSTER, &entries, &policy());
+    let orders = fairshare_preemption::shell::audit(CLUSTER, &entries, &policy(), USAGE_WINDOW_MS);
     assert!(orders.is_clean(), "{:#?}", orders.divergences);
     assert!(
         orders.orders >= 4,

@@ -49,8 +49,14 @@ impl Running {
 }
 
 async fn start(stack: &Stack, dir: &Path) -> Running {
+    start_with_window(stack, dir, None).await
+}
+
+/// [`start`], taking usage snapshots of a `usage_window_ms` window only (its `--window`).
+async fn start_with_window(stack: &Stack, dir: &Path, usage_window_ms: Option<i64>) -> Running {
     let client = async_nats::connect(stack.server.url()).await.unwrap();
     let config = decision::Config {
+        usage_window_ms,
         // Only event-driven cycles: a lost trigger fails the bounded wait.
         cycle_every: Duration::from_secs(60),
         checkpoint_dir: Some(dir.to_path_buf()),
@@ -77,7 +83,16 @@ async fn start(stack: &Stack, dir: &Path) -> Running {
 
 /// A fresh fold of the cluster's log through sequence `through`.
 async fn from_scratch(stack: &Stack, through: u64) -> LogFold {
-    let mut fold = LogFold::new(CLUSTER);
+    from_scratch_with_window(stack, through, None).await
+}
+
+/// [`from_scratch`], taking usage snapshots of a `usage_window_ms` window only.
+async fn from_scratch_with_window(
+    stack: &Stack,
+    through: u64,
+    usage_window_ms: Option<i64>,
+) -> LogFold {
+    let mut fold = LogFold::with_usage_window(CLUSTER, usage_window_ms);
     for entry in read_log(&stack.js, CLUSTER, Some(through)).await.unwrap() {
         if entry.sequence <= through {
             fold.apply(&entry);
@@ -271,7 +286,11 @@ async fn a_restart_resumes_from_the_checkpoint_and_a_deleted_one_is_rebuilt() {
     assert_eq!(fourth.resumed_from, stopped.last_applied());
     fourth.stop().await;
 
-    let report = audit(CLUSTER, &read_log(&stack.js, CLUSTER, None).await.unwrap());
+    let report = audit(
+        CLUSTER,
+        &read_log(&stack.js, CLUSTER, None).await.unwrap(),
+        None,
+    );
     assert!(report.is_clean(), "{:?}", report.divergences);
     assert!(report.cycles >= 2);
 
@@ -287,4 +306,100 @@ async fn a_restart_resumes_from_the_checkpoint_and_a_deleted_one_is_rebuilt() {
         "a fresh log",
     );
     elsewhere.stop().await;
+}
+
+/// A usage snapshot of the cluster's research/nlp allocation, `charged_gpu_ms` charged, over a
+/// `window_ms` window ending at `window_end_ms`.
+fn snapshot(window_end_ms: i64, window_ms: i64, charged_gpu_ms: u64) -> Body {
+    Body::UsageSnapshot(pb::UsageSnapshot {
+        cluster: CLUSTER.into(),
+        window_end_ms,
+        window_ms,
+        through_sequence: 0,
+        allocations: vec![pb::AllocationUsage {
+            allocation: "research/nlp".into(),
+            charged_gpu_ms,
+            allocated_gpu_ms: 1_000_000,
+        }],
+        unallocated_gpu_ms: 0,
+    })
+}
+
+/// Two accounting instances with different windows publish in turn: the service set to one
+/// window folds only its snapshots, however recent the other's; its checkpoint is resumed
+/// under that window only, and a start under the other window folds the log afresh and
+/// takes the other's.
+#[tokio::test]
+async fn snapshots_of_another_window_are_refused_and_a_checkpoint_is_resumed_under_its_own_window()
+{
+    const DAY: i64 = 24 * 3_600_000;
+    let (week, fortnight) = (7 * DAY, 14 * DAY);
+    let stack = Stack::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cp = dir.path().join("decision-alpha");
+    let usage = subjects::usage(CLUSTER);
+
+    let first = start_with_window(&stack, &cp, Some(week)).await;
+    let base = 1_700_000_000_000;
+    stack
+        .append(usage.clone(), snapshot(base, week, 100), "week-1")
+        .await
+        .unwrap();
+    stack
+        .append(
+            usage.clone(),
+            snapshot(base + 10_000, fortnight, 900),
+            "fortnight-1",
+        )
+        .await
+        .unwrap();
+    let end = stack
+        .append(usage.clone(), snapshot(base + 5_000, week, 200), "week-2")
+        .await
+        .unwrap();
+    // Wait for the fold to take all three in.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while log_end(&stack).await < end {
+        assert!(tokio::time::Instant::now() < deadline, "the appends landed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = first.stop().await;
+    assert_eq!(stopped.last_applied(), end);
+    let held = stopped.state().usage().unwrap();
+    // The newer 14-day snapshot was refused; the second week's is held (after the refused
+    // one's window end, it would have looked stale beside it).
+    assert_eq!((held.window_ms, held.window_end_ms), (week, base + 5_000));
+    assert_eq!(held.by_allocation["research/nlp"].charged_gpu_ms, 200);
+    assert_same(
+        &stopped,
+        &from_scratch_with_window(&stack, end, Some(week)).await,
+        "under the week's window",
+    );
+    // Taking any window, the log's order decides: the 14-day one, newer, stays.
+    let any = from_scratch(&stack, end).await;
+    assert_eq!(any.state().usage().unwrap().window_ms, fortnight);
+
+    // The same window resumes the checkpoint...
+    let again = start_with_window(&stack, &cp, Some(week)).await;
+    assert_eq!(again.resumed_from, end, "resumed under its own window");
+    assert_eq!(again.started_with.state().usage_window_ms(), Some(week));
+    again.stop().await;
+    // ...another folds the log afresh and takes the other instance's snapshots.
+    let other = start_with_window(&stack, &cp, Some(fortnight)).await;
+    assert_eq!(
+        other.resumed_from, 0,
+        "a checkpoint of another window is not resumed"
+    );
+    let held = other.started_with.state().usage().unwrap();
+    assert_eq!(
+        (held.window_ms, held.window_end_ms),
+        (fortnight, base + 10_000)
+    );
+    assert_same(
+        &other.started_with,
+        &from_scratch_with_window(&stack, end, Some(fortnight)).await,
+        "under the fortnight's window",
+    );
+    other.stop().await;
 }

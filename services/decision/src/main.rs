@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 use fairshare_decision::shell::{self, Config, audit_log};
 use fairshare_model::duration::parse_duration;
-use fairshare_runtime::cli::NatsArgs;
+use fairshare_runtime::cli::{NatsArgs, UsageWindowArgs};
 use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 
 /// The fairshare decision service of one GPU cluster.
@@ -49,6 +49,8 @@ struct Args {
     /// ...or this long after the last checkpoint (e.g. 5s), whichever comes first.
     #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVERY", default_value = "5s", value_parser = parse_duration)]
     checkpoint_every: Duration,
+    #[command(flatten)]
+    usage_window: UsageWindowArgs,
     /// Do not serve: re-derive every placement in the cluster's log, print the divergences
     /// and exit (status 1 if any).
     #[arg(long)]
@@ -66,6 +68,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = telemetry::init("fairshare-decision");
     anyhow::ensure!(!args.cycle_every.is_zero(), "--cycle-every must be above 0");
+    let usage_window_ms = Some(args.usage_window.window_ms()?);
     let client = args
         .nats
         .connect_as(
@@ -75,7 +78,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     if args.audit {
         let js = async_nats::jetstream::new(client);
-        let mut report = audit_log(&js, &args.cluster)
+        let mut report = audit_log(&js, &args.cluster, usage_window_ms)
             .await
             .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
         report.keep_from(args.audit_from);
@@ -97,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
         checkpoint_dir: Some(checkpoint_dir),
         checkpoint_every_events: args.checkpoint_events.max(1),
         checkpoint_every: args.checkpoint_every.max(Duration::from_millis(100)),
+        usage_window_ms,
     };
     shell::run(client, config, Arc::new(SystemClock), shutdown::signal()).await?;
     Ok(())

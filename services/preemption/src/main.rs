@@ -10,7 +10,7 @@ use clap::Parser;
 use fairshare_model::duration::parse_duration;
 use fairshare_preemption::cli::PolicyArgs;
 use fairshare_preemption::shell::{self, Config};
-use fairshare_runtime::cli::NatsArgs;
+use fairshare_runtime::cli::{NatsArgs, UsageWindowArgs};
 use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 
 /// The fairshare preemption service of one GPU cluster.
@@ -30,6 +30,8 @@ struct Args {
     cluster: String,
     #[command(flatten)]
     policy: PolicyArgs,
+    #[command(flatten)]
+    usage_window: UsageWindowArgs,
     /// Replicas for streams this service creates: 1 on one server, 3 on a 3-node cluster.
     #[arg(long, env = "FAIRSHARE_STREAM_REPLICAS", default_value_t = 1)]
     stream_replicas: usize,
@@ -61,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = telemetry::init("fairshare-preemption");
     let policy = args.policy.config()?;
+    let usage_window_ms = Some(args.usage_window.window_ms()?);
     let client = args
         .nats
         .connect_as(
@@ -70,7 +73,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     if args.audit {
         let js = async_nats::jetstream::new(client);
-        let mut report = shell::audit_log(&js, &args.cluster, &policy)
+        let mut report = shell::audit_log(&js, &args.cluster, &policy, usage_window_ms)
             .await
             .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
         report.keep_from(args.audit_from);
@@ -90,6 +93,7 @@ async fn main() -> anyhow::Result<()> {
         checkpoint_dir: Some(checkpoint_dir),
         checkpoint_every_events: args.checkpoint_events.max(1),
         checkpoint_every: args.checkpoint_every.max(Duration::from_millis(100)),
+        usage_window_ms,
         ..Config::new(args.cluster)
     };
     shell::run(client, config, Arc::new(SystemClock), shutdown::signal()).await?;

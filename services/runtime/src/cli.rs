@@ -41,3 +41,32 @@ impl NatsArgs {
         crate::nats::connect_as(&self.nats_url, name, identity, role).await
     }
 }
+
+/// The usage window the accounting service runs with, as the services that read its usage
+/// snapshots (decision, preemption) and the audit that replays them must know it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UsageWindowArgs {
+    /// The accounting service's `--window` (e.g. 7d, 36h): usage snapshots of any other window
+    /// are refused and logged, so a second accounting instance started with another window
+    /// cannot take turns with the first at setting the ranking. Give an audit the services'
+    /// own.
+    #[arg(
+        long = "window",
+        env = "FAIRSHARE_WINDOW",
+        default_value = "7d",
+        value_parser = fairshare_model::duration::parse_duration
+    )]
+    pub window: std::time::Duration,
+}
+
+impl UsageWindowArgs {
+    /// The window in ms, as snapshots carry it.
+    pub fn window_ms(&self) -> Result<i64, WindowTooLong> {
+        i64::try_from(self.window.as_millis()).map_err(|_| WindowTooLong(self.window))
+    }
+}
+
+/// A `--window` too long to count in ms.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("--window {0:?} is too long")]
+pub struct WindowTooLong(pub std::time::Duration);

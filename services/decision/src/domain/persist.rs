@@ -81,6 +81,7 @@ impl From<Stored> for DecisionState {
             capacity_meter: s.capacity_meter,
             owed_before: s.owed_before,
             hourly_floor: true,
+            usage_window_ms: None,
         };
         for queue in state.queues.values_mut() {
             queue.debug = queue

@@ -141,6 +141,19 @@ pub enum Ignored {
         /// The last log sequence the held snapshot covers.
         held_through: u64,
     },
+    /// A usage snapshot of another window than the one this state is set to take
+    /// ([`DecisionState::set_usage_window_ms`]): an accounting instance configured with
+    /// another `--window`.
+    #[error(
+        "usage snapshot of a {window_ms} ms window, where this service takes {expected_ms} ms \
+         ones: is an accounting service running with another --window?"
+    )]
+    OtherWindow {
+        /// The snapshot's window.
+        window_ms: i64,
+        /// The window this state takes.
+        expected_ms: i64,
+    },
     /// A node event for a node that is not registered.
     #[error("node {node:?} is not registered")]
     UnknownNode {
@@ -632,6 +645,12 @@ pub struct DecisionState {
     /// like the share floor: never checkpointed, on unless set off.
     #[serde(skip)]
     pub(crate) hourly_floor: bool,
+    /// The usage window the accounting service is configured with, when the service knows it
+    /// ([`DecisionState::set_usage_window_ms`]): snapshots of another window are refused. A
+    /// setting that moves the fold, so the services name it in their checkpoint's kind; never
+    /// checkpointed, `None` (any window) unless set.
+    #[serde(skip)]
+    pub(crate) usage_window_ms: Option<i64>,
 }
 
 /// How long before a maintenance window its node stops taking work: the preemption service's
@@ -711,6 +730,7 @@ impl DecisionState {
             capacity_meter: HourMeter::default(),
             owed_before: OwedBefore::default(),
             hourly_floor: true,
+            usage_window_ms: None,
         }
     }
 
@@ -747,6 +767,21 @@ impl DecisionState {
     /// folding: the hour meters are kept only while it is on.
     pub fn set_hourly_floor(&mut self, on: bool) {
         self.hourly_floor = on;
+    }
+
+    /// The usage window a snapshot must cover to be taken (`None`: any).
+    pub fn usage_window_ms(&self) -> Option<i64> {
+        self.usage_window_ms
+    }
+
+    /// Takes only usage snapshots of a `window_ms` window from now on (`None`: any). The
+    /// services set the accounting service's window (`--window`), so that two accounting
+    /// instances configured with different windows cannot take turns setting the ranking
+    /// usage; snapshots of another window are refused ([`Ignored::OtherWindow`]). Set it before
+    /// folding: it decides which snapshots the fold takes, so a fold must be replayed (and
+    /// audited) with the setting it was made with.
+    pub fn set_usage_window_ms(&mut self, window_ms: Option<i64>) {
+        self.usage_window_ms = window_ms;
     }
 
     /// The cluster this state follows.
@@ -1016,6 +1051,14 @@ impl DecisionState {
 
     fn snapshot(&mut self, u: &pb::UsageSnapshot) -> Result<(), Ignored> {
         check_cluster(&self.cluster, &u.cluster)?;
+        if let Some(expected_ms) = self.usage_window_ms
+            && u.window_ms != expected_ms
+        {
+            return Err(Ignored::OtherWindow {
+                window_ms: u.window_ms,
+                expected_ms,
+            });
+        }
         if let Some(held) = &self.usage {
             // Stale only if older by the accounting service's clock and not covering at least
             // as much of the log. By the clock alone, one snapshot from a clock that ran ahead

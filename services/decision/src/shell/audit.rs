@@ -77,15 +77,17 @@ pub async fn read_log(
 
 /// Folds a fresh state for `cluster` over the entries through `through_sequence` (entries must
 /// be the cluster's log in order, as [`read_log`] returns them) and returns the `JobPlaced`
-/// events of the decision at `computed_at_ms` numbered `cycle`.
+/// events of the decision at `computed_at_ms` numbered `cycle`, taking usage snapshots of a
+/// `usage_window_ms` window only, as the service was set to (`None`: any window).
 pub fn rederive(
     cluster: &str,
     entries: &[LogEntry],
+    usage_window_ms: Option<i64>,
     through_sequence: u64,
     computed_at_ms: i64,
     cycle: u64,
 ) -> Vec<pb::Event> {
-    let mut fold = LogFold::new(cluster);
+    let mut fold = LogFold::with_usage_window(cluster, usage_window_ms);
     for entry in entries
         .iter()
         .take_while(|e| e.sequence <= through_sequence)
@@ -99,6 +101,7 @@ pub fn rederive(
 pub async fn rederive_from_log(
     js: &jetstream::Context,
     cluster: &str,
+    usage_window_ms: Option<i64>,
     through_sequence: u64,
     computed_at_ms: i64,
     cycle: u64,
@@ -115,6 +118,7 @@ pub async fn rederive_from_log(
     Ok(rederive(
         cluster,
         &entries,
+        usage_window_ms,
         through_sequence,
         computed_at_ms,
         cycle,
@@ -375,6 +379,7 @@ impl Divergence {
 pub fn replay_cycles(
     cluster: &str,
     entries: &[LogEntry],
+    usage_window_ms: Option<i64>,
     mut visit: impl FnMut(&CycleKey, &DecisionState, &[LoggedPlacement]),
 ) -> Vec<Divergence> {
     let mut bad = Vec::new();
@@ -410,7 +415,7 @@ pub fn replay_cycles(
             event: event.clone(),
         });
     }
-    let mut fold = LogFold::new(cluster);
+    let mut fold = LogFold::with_usage_window(cluster, usage_window_ms);
     let mut rest = entries.iter().peekable();
     for (key, logged) in &groups {
         while let Some(entry) = rest.next_if(|e| e.sequence <= key.through_sequence) {
@@ -422,15 +427,16 @@ pub fn replay_cycles(
 }
 
 /// Re-derives every cycle of `cluster` that placed anything in `entries` (its log, in order)
-/// and reports every placement that does not come out byte-identical.
-pub fn audit(cluster: &str, entries: &[LogEntry]) -> AuditReport {
+/// and reports every placement that does not come out byte-identical. `usage_window_ms` is the
+/// window the service took usage snapshots of (its `--window`; `None`: any).
+pub fn audit(cluster: &str, entries: &[LogEntry], usage_window_ms: Option<i64>) -> AuditReport {
     let mut report = AuditReport {
         entries: entries.len(),
         last_sequence: entries.last().map_or(0, |e| e.sequence),
         ..AuditReport::default()
     };
     let mut divergences = Vec::new();
-    let early = replay_cycles(cluster, entries, |key, state, logged| {
+    let early = replay_cycles(cluster, entries, usage_window_ms, |key, state, logged| {
         report.cycles += 1;
         report.placements += logged.len();
         let decision = decide(state, key.computed_at_ms);
@@ -474,9 +480,13 @@ pub fn audit(cluster: &str, entries: &[LogEntry]) -> AuditReport {
 }
 
 /// [`audit`] over the cluster's log as it stands in JetStream.
-pub async fn audit_log(js: &jetstream::Context, cluster: &str) -> Result<AuditReport, AuditError> {
+pub async fn audit_log(
+    js: &jetstream::Context,
+    cluster: &str,
+    usage_window_ms: Option<i64>,
+) -> Result<AuditReport, AuditError> {
     let entries = read_log(js, cluster, None).await?;
-    Ok(audit(cluster, &entries))
+    Ok(audit(cluster, &entries, usage_window_ms))
 }
 
 #[cfg(test)]
@@ -552,7 +562,7 @@ mod tests {
     /// sequence 8.
     fn decided_log() -> Vec<LogEntry> {
         let mut log = prefix();
-        let events = rederive(C, &log, 7, 2_000, 9);
+        let events = rederive(C, &log, None, 7, 2_000, 9);
         assert!(!events.is_empty());
         for (i, event) in events.into_iter().enumerate() {
             let Some(Body::JobPlaced(p)) = &event.body else {
@@ -582,7 +592,7 @@ mod tests {
     #[test]
     fn rederive_folds_exactly_the_named_prefix() {
         let log = prefix();
-        let all = rederive(C, &log, 7, 2_000, 9);
+        let all = rederive(C, &log, None, 7, 2_000, 9);
         let ids: Vec<_> = all
             .iter()
             .map(|e| match &e.body {
@@ -597,7 +607,7 @@ mod tests {
         );
         assert!(all.iter().all(|e| e.at_ms == 2_000));
         // Through sequence 6 the third job is not known yet.
-        let fewer = rederive(C, &log, 6, 2_000, 9);
+        let fewer = rederive(C, &log, None, 6, 2_000, 9);
         assert_eq!(fewer.len(), 2);
         let Some(Body::JobPlaced(p)) = &fewer[0].body else {
             panic!()
@@ -615,7 +625,7 @@ mod tests {
     #[test]
     fn an_untouched_log_audits_clean() {
         let log = decided_log();
-        let report = audit(C, &log);
+        let report = audit(C, &log, None);
         assert!(report.is_clean(), "{:?}", report.divergences);
         assert_eq!(report.cycles, 1);
         assert_eq!(report.placements, 3);
@@ -625,12 +635,12 @@ mod tests {
 
     #[test]
     fn a_placement_onto_gpus_already_held_is_an_overcommit() {
-        assert!(audit(C, &decided_log()).overcommits.is_empty());
+        assert!(audit(C, &decided_log(), None).overcommits.is_empty());
         // j2 holds all 8 GPUs of its node; j3 (4 GPUs) is moved there.
         let mut log = decided_log();
         let j2_node = placement_mut(&mut log, "j2").nodes[0].node.clone();
         placement_mut(&mut log, "j3").nodes[0].node = j2_node.clone();
-        let report = audit(C, &log);
+        let report = audit(C, &log, None);
         assert!(!report.is_clean());
         // Held to this build only from after it, the log passes; from it on, it does not.
         let mut after = report.clone();
@@ -685,7 +695,7 @@ mod tests {
                 gpus: 5,
             },
         ];
-        let report = audit(C, &log);
+        let report = audit(C, &log, None);
         assert!(
             report
                 .overcommits
@@ -697,7 +707,7 @@ mod tests {
         // A node nobody registered has no GPUs to give.
         let mut log = decided_log();
         placement_mut(&mut log, "j1").nodes[0].node = "n9".into();
-        let report = audit(C, &log);
+        let report = audit(C, &log, None);
         assert!(matches!(
             report.overcommits.as_slice(),
             [Overcommit { job_id, capacity: 0, .. }] if job_id == "j1"
@@ -708,7 +718,7 @@ mod tests {
     fn a_changed_node_is_a_divergence() {
         let mut log = decided_log();
         placement_mut(&mut log, "j1").nodes[0].node = "n9".into();
-        let report = audit(C, &log);
+        let report = audit(C, &log, None);
         assert_eq!(report.divergences.len(), 1);
         match &report.divergences[0] {
             Divergence::Differs { job_id, key, .. } => {
@@ -735,7 +745,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .through_sequence = 6;
-        let report = audit(C, &log);
+        let report = audit(C, &log, None);
         assert_eq!(report.cycles, 2);
         assert!(matches!(
             report.divergences.as_slice(),
@@ -755,7 +765,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .through_sequence = 99;
-        let report = audit(C, &log);
+        let report = audit(C, &log, None);
         let mut kinds: Vec<_> = report
             .divergences
             .iter()
@@ -787,7 +797,7 @@ mod tests {
             }),
         ));
         log.push(submitted(12, "j4", 2));
-        for event in rederive(C, &log, 12, 4_000, 10) {
+        for event in rederive(C, &log, None, 12, 4_000, 10) {
             let Some(Body::JobPlaced(p)) = &event.body else {
                 panic!()
             };
@@ -801,7 +811,7 @@ mod tests {
             });
         }
         let mut seen = Vec::new();
-        let bad = replay_cycles(C, &log, |key, state, logged| {
+        let bad = replay_cycles(C, &log, None, |key, state, logged| {
             seen.push((
                 key.cycle,
                 state.last_applied(),
@@ -811,7 +821,7 @@ mod tests {
         });
         assert!(bad.is_empty());
         assert_eq!(seen, [(9, 7, 3, 3), (10, 12, 1, 1)]);
-        assert!(audit(C, &log).is_clean());
-        assert!(audit(C, &first).is_clean());
+        assert!(audit(C, &log, None).is_clean());
+        assert!(audit(C, &first, None).is_clean());
     }
 }

@@ -61,10 +61,18 @@ const UNDECODABLE: pb::Event = pb::Event {
 };
 
 impl LogFold {
-    /// An empty fold for cluster `cluster`.
+    /// An empty fold for cluster `cluster` that takes usage snapshots of any window.
     pub fn new(cluster: &str) -> Self {
+        Self::with_usage_window(cluster, None)
+    }
+
+    /// An empty fold for cluster `cluster` that takes usage snapshots of a `usage_window_ms`
+    /// window only ([`DecisionState::set_usage_window_ms`]; `None`: any).
+    pub fn with_usage_window(cluster: &str, usage_window_ms: Option<i64>) -> Self {
+        let mut state = DecisionState::new(cluster);
+        state.set_usage_window_ms(usage_window_ms);
         Self {
-            state: DecisionState::new(cluster),
+            state,
             job_prefix: format!("{}.{cluster}.job.", subjects::EVENTS_PREFIX),
             job_sequences: HashMap::new(),
             last_cycle: 0,
@@ -82,6 +90,12 @@ impl LogFold {
     pub fn is_for(&self, cluster: &str) -> bool {
         self.state.cluster() == cluster
             && self.job_prefix == format!("{}.{cluster}.job.", subjects::EVENTS_PREFIX)
+    }
+
+    /// Sets the usage window of a fold loaded from a checkpoint (the setting is not
+    /// checkpointed; the checkpoint's kind names it, see [`super::checkpoint_kind`]).
+    pub fn set_usage_window_ms(&mut self, usage_window_ms: Option<i64>) {
+        self.state.set_usage_window_ms(usage_window_ms);
     }
 
     /// The decision state.

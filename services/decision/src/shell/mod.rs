@@ -90,6 +90,7 @@ use fairshare_runtime::telemetry::{self, Handling, Relation, Role};
 use futures::StreamExt;
 use tokio::time::Instant;
 
+use crate::domain::state::Ignored;
 use crate::domain::{DecisionState, decide};
 pub use audit::{
     AuditError, AuditReport, Divergence, Overcommit, audit, audit_log, overcommits, read_log,
@@ -123,10 +124,14 @@ const LEASE_RELEASE_WAIT: Duration = Duration::from_secs(2);
 /// listing). 14: event times held to a minute after the stream stored them.
 const CHECKPOINT_VERSION: u32 = 14;
 
-/// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
-/// checkpoint is never loaded for another (the fold's own cluster is checked as well).
-pub fn checkpoint_kind(cluster: &str) -> String {
-    format!("fairshare-decision/LogFold/{cluster}")
+/// Tag of this service's checkpoints: names the state, the cluster and the usage window the
+/// fold takes snapshots of, so one cluster's checkpoint is never loaded for another (the
+/// fold's own cluster is checked as well), nor one folded under another `--window`.
+pub fn checkpoint_kind(cluster: &str, usage_window_ms: Option<i64>) -> String {
+    match usage_window_ms {
+        None => format!("fairshare-decision/LogFold/{cluster}"),
+        Some(ms) => format!("fairshare-decision/LogFold/{cluster}/window-{ms}ms"),
+    }
 }
 
 /// A placement's nodes for its span: `node:gpus,...`.
@@ -157,6 +162,9 @@ pub struct Config {
     pub checkpoint_every_events: u64,
     /// ...or this long after the last checkpoint, whichever comes first.
     pub checkpoint_every: Duration,
+    /// The accounting service's window: usage snapshots of another are refused (`None`: any
+    /// window).
+    pub usage_window_ms: Option<i64>,
 }
 
 impl Config {
@@ -171,6 +179,7 @@ impl Config {
             checkpoint_dir: None,
             checkpoint_every_events: 10_000,
             checkpoint_every: Duration::from_secs(5),
+            usage_window_ms: None,
         }
     }
 }
@@ -264,7 +273,7 @@ impl Service {
         let store = match &config.checkpoint_dir {
             Some(dir) => Some(CheckpointStore::open(
                 dir,
-                &log.checkpoint_kind(&checkpoint_kind(&config.cluster)),
+                &log.checkpoint_kind(&checkpoint_kind(&config.cluster, config.usage_window_ms)),
                 CHECKPOINT_VERSION,
             )?),
             None => None,
@@ -279,10 +288,16 @@ impl Service {
         )
         .await?;
         let started = std::time::Instant::now();
-        let mut fold = store
+        let mut fold = match store
             .as_ref()
             .and_then(|s| s.resume::<LogFold>(&config.cluster, log.end))
-            .unwrap_or_else(|| LogFold::new(&config.cluster));
+        {
+            Some(mut resumed) => {
+                resumed.set_usage_window_ms(config.usage_window_ms);
+                resumed
+            }
+            None => LogFold::with_usage_window(&config.cluster, config.usage_window_ms),
+        };
         let resumed_from = fold.last_applied();
         let mut follower = Follower::start(
             &js,
@@ -494,6 +509,10 @@ impl Service {
                         match self.fold.apply(&entry) {
                             Applied::Changed => pacer.changed(Instant::now()),
                             Applied::Placed => {}
+                            // A misconfigured accounting instance: the operator must hear of it.
+                            Applied::Ignored(why @ Ignored::OtherWindow { .. }) => {
+                                tracing::warn!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why}");
+                            }
                             Applied::Ignored(why) => {
                                 tracing::debug!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why}");
                             }
@@ -907,7 +926,7 @@ mod tests {
     }
 
     fn store(dir: &std::path::Path, cluster: &str) -> CheckpointStore {
-        CheckpointStore::open(dir, &checkpoint_kind(cluster), CHECKPOINT_VERSION).unwrap()
+        CheckpointStore::open(dir, &checkpoint_kind(cluster, None), CHECKPOINT_VERSION).unwrap()
     }
 
     #[test]

@@ -86,6 +86,12 @@ impl PreemptionState {
         self.decision.set_hourly_floor(on);
     }
 
+    /// Sets the usage window of the decision fold inside (see
+    /// [`DecisionState::set_usage_window_ms`]).
+    pub fn set_usage_window_ms(&mut self, usage_window_ms: Option<i64>) {
+        self.decision.set_usage_window_ms(usage_window_ms);
+    }
+
     /// The cluster this state follows.
     pub fn cluster(&self) -> &str {
         self.decision.cluster()

@@ -262,7 +262,12 @@ struct Logged<'e> {
 /// Re-derives every pass of `cluster` that ordered anything in `entries` (its log, in order)
 /// under `policy` (the service's settings), and reports every order that does not come out
 /// byte-identical.
-pub fn audit(cluster: &str, entries: &[LogEntry], policy: &Config) -> OrderAudit {
+pub fn audit(
+    cluster: &str,
+    entries: &[LogEntry],
+    policy: &Config,
+    usage_window_ms: Option<i64>,
+) -> OrderAudit {
     let mut report = OrderAudit {
         entries: entries.len(),
         last_sequence: entries.last().map_or(0, |e| e.sequence),
@@ -301,7 +306,7 @@ pub fn audit(cluster: &str, entries: &[LogEntry], policy: &Config) -> OrderAudit
             event,
         });
     }
-    let mut fold = ShellFold::new(cluster);
+    let mut fold = ShellFold::with_usage_window(cluster, usage_window_ms);
     let mut rest = entries.iter().peekable();
     for (pass, logged) in &passes {
         while let Some(entry) = rest.next_if(|e| e.sequence <= pass.through_sequence) {
@@ -351,9 +356,10 @@ pub async fn audit_log(
     js: &jetstream::Context,
     cluster: &str,
     policy: &Config,
+    usage_window_ms: Option<i64>,
 ) -> Result<OrderAudit, AuditError> {
     let entries = read_log(js, cluster, None).await?;
-    Ok(audit(cluster, &entries, policy))
+    Ok(audit(cluster, &entries, policy, usage_window_ms))
 }
 
 #[cfg(test)]
@@ -376,7 +382,7 @@ mod tests {
     #[test]
     fn every_order_of_a_log_written_as_the_service_writes_re_derives() {
         let log = generated_log();
-        let report = audit("c", &log, &Config::default());
+        let report = audit("c", &log, &Config::default(), None);
         assert!(report.is_clean(), "{:#?}", report.divergences);
         assert!(report.orders >= 5, "{} orders", report.orders);
         assert!(report.passes >= 3, "{} passes", report.passes);
@@ -388,14 +394,14 @@ mod tests {
     #[test]
     fn an_order_changed_after_the_fact_is_reported() {
         let clean = generated_log();
-        let total = audit("c", &clean, &Config::default()).orders;
+        let total = audit("c", &clean, &Config::default(), None).orders;
 
         // Another waiter: the same victim, but the bytes differ. (Later passes, which fold
         // the changed order, may differ too; the divergences come in log order.)
         let mut log = clean.clone();
         let (seq, order) = orders(&mut log).swap_remove(0);
         order.for_job_id = "someone-else".into();
-        let report = audit("c", &log, &Config::default());
+        let report = audit("c", &log, &Config::default(), None);
         assert_eq!(report.orders, total);
         assert!(
             matches!(
@@ -411,7 +417,7 @@ mod tests {
         let mut log = clean.clone();
         let (seq, order) = orders(&mut log).swap_remove(0);
         order.job_id = "j9999".into();
-        let report = audit("c", &log, &Config::default());
+        let report = audit("c", &log, &Config::default(), None);
         assert!(
             matches!(
                 report.divergences.first(),
@@ -431,7 +437,7 @@ mod tests {
         order.basis = None;
         let (last, order) = all.pop().unwrap();
         order.basis.as_mut().unwrap().through_sequence = last;
-        let report = audit("c", &log, &Config::default());
+        let report = audit("c", &log, &Config::default(), None);
         assert!(report.divergences.contains(&OrderDivergence::NoBasis {
             sequence: first,
             job_id: report_job(&log, first),
@@ -450,7 +456,7 @@ mod tests {
             grace_ms: Config::default().grace_ms + 1_000,
             ..Config::default()
         };
-        let report = audit("c", &log, &longer_grace);
+        let report = audit("c", &log, &longer_grace, None);
         // Every order's deadline moves with the grace period, except where a maintenance
         // window's start cuts it.
         let mut log = log;

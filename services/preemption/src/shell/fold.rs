@@ -46,10 +46,18 @@ pub struct ShellFold {
 }
 
 impl ShellFold {
-    /// An empty fold for `cluster`.
+    /// An empty fold for `cluster` that takes usage snapshots of any window.
     pub fn new(cluster: &str) -> Self {
+        Self::with_usage_window(cluster, None)
+    }
+
+    /// An empty fold for `cluster` that takes usage snapshots of a `usage_window_ms` window
+    /// only ([`PreemptionState::set_usage_window_ms`]; `None`: any).
+    pub fn with_usage_window(cluster: &str, usage_window_ms: Option<i64>) -> Self {
+        let mut state = PreemptionState::new(cluster);
+        state.set_usage_window_ms(usage_window_ms);
         Self {
-            state: PreemptionState::new(cluster),
+            state,
             job_prefix: format!("{}.{cluster}.job.", subjects::EVENTS_PREFIX),
             node_prefix: format!("{}.{cluster}.node.", subjects::EVENTS_PREFIX),
             job_sequences: HashMap::new(),
@@ -70,6 +78,12 @@ impl ShellFold {
         self.state.cluster() == cluster
             && self.job_prefix == format!("{}.{cluster}.job.", subjects::EVENTS_PREFIX)
             && self.node_prefix == format!("{}.{cluster}.node.", subjects::EVENTS_PREFIX)
+    }
+
+    /// Sets the usage window of a fold loaded from a checkpoint (the setting is not
+    /// checkpointed; the checkpoint's kind names it, see [`super::checkpoint_kind`]).
+    pub fn set_usage_window_ms(&mut self, usage_window_ms: Option<i64>) {
+        self.state.set_usage_window_ms(usage_window_ms);
     }
 
     /// The trace context of live job `job_id`'s newest traced entry.

@@ -134,8 +134,11 @@ const LEASE_RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
 /// checkpoint is never loaded for another (the fold's own cluster is checked as well).
-pub fn checkpoint_kind(cluster: &str) -> String {
-    format!("fairshare-preemption/ShellFold/{cluster}")
+pub fn checkpoint_kind(cluster: &str, usage_window_ms: Option<i64>) -> String {
+    match usage_window_ms {
+        None => format!("fairshare-preemption/ShellFold/{cluster}"),
+        Some(ms) => format!("fairshare-preemption/ShellFold/{cluster}/window-{ms}ms"),
+    }
 }
 
 /// How the service runs.
@@ -158,6 +161,9 @@ pub struct Config {
     pub checkpoint_every_events: u64,
     /// ...or this long after the last checkpoint, whichever comes first.
     pub checkpoint_every: Duration,
+    /// The accounting service's window: usage snapshots of another are refused (`None`: any
+    /// window).
+    pub usage_window_ms: Option<i64>,
 }
 
 impl Config {
@@ -173,6 +179,7 @@ impl Config {
             checkpoint_dir: None,
             checkpoint_every_events: 10_000,
             checkpoint_every: Duration::from_secs(5),
+            usage_window_ms: None,
         }
     }
 }
@@ -252,7 +259,7 @@ impl Service {
         let store = match &config.checkpoint_dir {
             Some(dir) => Some(CheckpointStore::open(
                 dir,
-                &log.checkpoint_kind(&checkpoint_kind(&config.cluster)),
+                &log.checkpoint_kind(&checkpoint_kind(&config.cluster, config.usage_window_ms)),
                 CHECKPOINT_VERSION,
             )?),
             None => None,
@@ -266,10 +273,16 @@ impl Service {
             config.stream_replicas,
         )
         .await?;
-        let mut fold = store
+        let mut fold = match store
             .as_ref()
             .and_then(|s| s.resume::<ShellFold>(&config.cluster, log.end))
-            .unwrap_or_else(|| ShellFold::new(&config.cluster));
+        {
+            Some(mut resumed) => {
+                resumed.set_usage_window_ms(config.usage_window_ms);
+                resumed
+            }
+            None => ShellFold::with_usage_window(&config.cluster, config.usage_window_ms),
+        };
         let mut now = HeldClock::new(
             clock,
             "no minimum runtime or grace is cut short or held past its end",
@@ -636,7 +649,7 @@ mod tests {
     }
 
     fn store(dir: &std::path::Path, cluster: &str) -> CheckpointStore {
-        CheckpointStore::open(dir, &checkpoint_kind(cluster), CHECKPOINT_VERSION).unwrap()
+        CheckpointStore::open(dir, &checkpoint_kind(cluster, None), CHECKPOINT_VERSION).unwrap()
     }
 
     #[test]

@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use fairshare_decision::shell::read_log;
 use fairshare_preemption::cli::PolicyArgs;
+use fairshare_runtime::cli::UsageWindowArgs;
 
 use super::Connection;
 
@@ -29,12 +30,15 @@ pub struct AuditArgs {
     from: u64,
     #[command(flatten)]
     policy: PolicyArgs,
+    #[command(flatten)]
+    usage_window: UsageWindowArgs,
 }
 
 /// Audits both services' decisions; an error (exit status 1) if any finding remains, or if
 /// the cluster has no events at all.
 pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     let policy = args.policy.config()?;
+    let usage_window_ms = Some(args.usage_window.window_ms()?);
     let entries = read_log(&conn.js, &args.cluster, None)
         .await
         .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
@@ -46,10 +50,16 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
             args.cluster
         );
     }
-    let mut placements = fairshare_decision::shell::audit::audit(&args.cluster, &entries);
+    let mut placements =
+        fairshare_decision::shell::audit::audit(&args.cluster, &entries, usage_window_ms);
     placements.keep_from(args.from);
     fairshare_runtime::out!("{}", placements.render(&args.cluster));
-    let mut orders = fairshare_preemption::shell::audit::audit(&args.cluster, &entries, &policy);
+    let mut orders = fairshare_preemption::shell::audit::audit(
+        &args.cluster,
+        &entries,
+        &policy,
+        usage_window_ms,
+    );
     orders.keep_from(args.from);
     fairshare_runtime::out!("{}", orders.render(&args.cluster));
     let mut snapshots = fairshare_accounting::shell::audit::audit(&args.cluster, &entries);
@@ -59,16 +69,22 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     let p = &args.policy;
     let orders_hint = format!(
         "preemption orders that do not re-derive (under --grace {:?} --checkpoint-interval {:?} \
-         --max-min-runtime {:?} --hysteresis-per-mille {} --packing {}: give the audit the \
-         preemption service's own flags, or --from the sequence they last changed; a \
+         --max-min-runtime {:?} --hysteresis-per-mille {} --packing {} --window {:?}: give the \
+         audit the preemption service's own flags, or --from the sequence they last changed; a \
          simulator log run with the share floor, the hourly floor or the debug allowance \
          changed re-derives under no flags)",
-        p.grace, p.checkpoint_interval, p.max_min_runtime, p.hysteresis_per_mille, p.packing
+        p.grace,
+        p.checkpoint_interval,
+        p.max_min_runtime,
+        p.hysteresis_per_mille,
+        p.packing,
+        args.usage_window.window
     );
     let failed: Vec<&str> = [
         (
             placements.is_clean(),
-            "placements that do not re-derive or over-committed nodes",
+            "placements that do not re-derive or over-committed nodes (a --window other than \
+             the decision service's makes placements after its refused snapshots diverge)",
         ),
         (orders.is_clean(), orders_hint.as_str()),
         (

@@ -416,6 +416,52 @@ fn a_snapshot_from_a_clock_that_ran_ahead_does_not_freeze_usage() {
     assert_eq!(h.state.usage().unwrap().window_end_ms, 3 * HOUR);
 }
 
+/// Set to the accounting service's window, the state refuses snapshots of another window, so
+/// a second accounting instance run with another `--window` cannot take turns with the first
+/// at setting the ranking usage; unset, it takes any window.
+#[test]
+fn snapshots_of_another_window_are_refused_once_the_window_is_set() {
+    let week = 7 * 24 * HOUR;
+    let of = |window_end_ms, window_ms, charged| {
+        Body::UsageSnapshot(pb::UsageSnapshot {
+            cluster: CLUSTER.into(),
+            window_end_ms,
+            window_ms,
+            allocations: vec![pb::AllocationUsage {
+                allocation: "a".into(),
+                charged_gpu_ms: charged,
+                allocated_gpu_ms: 10,
+            }],
+            ..Default::default()
+        })
+    };
+    let mut h = H::new();
+    h.state.set_usage_window_ms(Some(week));
+    h.ok(HOUR, of(HOUR, week, 5));
+    // Newer, but of a 14-day window: refused, the week's usage stays.
+    assert_eq!(
+        h.apply(2 * HOUR, of(2 * HOUR, 2 * week, 9)),
+        Err(Ignored::OtherWindow {
+            window_ms: 2 * week,
+            expected_ms: week,
+        })
+    );
+    let usage = h.state.usage().unwrap();
+    assert_eq!((usage.window_end_ms, usage.window_ms), (HOUR, week));
+    assert_eq!(usage.by_allocation["a"].charged_gpu_ms, 5);
+    // The next one of the week's window is taken.
+    h.ok(3 * HOUR, of(3 * HOUR, week, 6));
+    assert_eq!(
+        h.state.usage().unwrap().by_allocation["a"].charged_gpu_ms,
+        6
+    );
+    // Unset, any window is taken (the newest).
+    let mut any = H::new();
+    any.ok(HOUR, of(HOUR, week, 5));
+    any.ok(2 * HOUR, of(2 * HOUR, 2 * week, 9));
+    assert_eq!(any.state.usage().unwrap().window_ms, 2 * week);
+}
+
 #[test]
 fn stale_snapshots_and_past_maintenance_windows_are_dropped() {
     let mut h = H::new();

@@ -53,6 +53,7 @@ impl H {
         restored.set_share_floor(self.state.share_floor());
         restored.set_hourly_floor(self.state.hourly_floor());
         restored.set_debug_allowance_gpus(self.state.debug_allowance_gpus());
+        restored.set_usage_window_ms(self.state.usage_window_ms());
         assert_eq!(
             restored, self.state,
             "derived state drifted at {}",
