@@ -543,6 +543,92 @@ async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
     );
 }
 
+/// A drained report is fenced on the node's events, a placement on its job's: a placement
+/// decided before the cordon can land just after the preemption service reported the node
+/// drained, or just before a report decided without it. Either way the listing says the node is
+/// draining, as the services' fold has work on it, until the service reports it empty again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_report_of_a_node_holding_work_is_listed_as_draining() {
+    let stack = Stack::start().await.unwrap();
+    let preemption_client = async_nats::connect(stack.server.url()).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let preemption = tokio::spawn(fairshare_preemption::shell::run(
+        preemption_client,
+        fairshare_preemption::shell::Config::new(CLUSTER),
+        Arc::new(SystemClock),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let names: Vec<String> = fairshare_model::files::parse_inventory(INVENTORY)
+        .unwrap()
+        .nodes
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let (first, second) = (names[0].as_str(), names[1].as_str());
+    let line_of = |out: &str, name: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    // Two jobs queued before any cordon: a decision made then may place them anywhere.
+    for (i, job) in ["late", "early"].iter().enumerate() {
+        let submitted = shaped_submitted(CLUSTER, "research/nlp", job, 1, 2, 3600);
+        stack
+            .append(
+                subjects::job_event(CLUSTER, job, "job_submitted"),
+                submitted,
+                &format!("s{i}"),
+            )
+            .await
+            .unwrap();
+    }
+    let placed = |job: &str, node: &str| {
+        (
+            subjects::job_event(CLUSTER, job, "job_placed"),
+            fairshare_testkit::events::placed_on(job, node, 2),
+        )
+    };
+
+    // The placement lands after the service reported the node drained.
+    let cordon = node(&stack, &["cordon", first]).await;
+    assert!(cordon.status.success(), "{}", stderr(&cordon));
+    listed_as(&stack, first, "cordoned, drained").await;
+    let (subject, body) = placed("late", first);
+    stack.append(subject, body, "p-late").await.unwrap();
+    let out = stdout(&node(&stack, &["list"]).await);
+    assert!(line_of(&out, first).contains("cordoned, draining"), "{out}");
+
+    // The placement lands first, then a report decided before it (written here as the
+    // service would have, fenced on the node's events only).
+    let (subject, body) = placed("early", second);
+    stack.append(subject, body, "p-early").await.unwrap();
+    let cordon = node(&stack, &["cordon", second]).await;
+    assert!(cordon.status.success(), "{}", stderr(&cordon));
+    stack
+        .append(
+            subjects::node(CLUSTER, second),
+            Body::NodeDrained(pb::NodeDrained {
+                cluster: CLUSTER.into(),
+                node: second.into(),
+            }),
+            "stale-report",
+        )
+        .await
+        .unwrap();
+    let out = stdout(&node(&stack, &["list"]).await);
+    assert!(
+        line_of(&out, second).contains("cordoned, draining"),
+        "{out}"
+    );
+    assert_eq!(out.matches("in service").count(), 2, "{out}");
+
+    let _ = stop.send(());
+    preemption.await.unwrap().unwrap();
+}
+
 /// A command that changes several nodes makes every change even when its reader has gone
 /// after the first line (`| grep -q cordoned`) or its output cannot be written: the output is
 /// held until the writes are done, so no node is left half-way.

@@ -178,6 +178,25 @@ impl NodeBook {
         }
     }
 
+    /// Whether any node is reported drained: only then does [`NodeBook::busy_again`] have
+    /// anything to check.
+    pub fn any_drained(&self) -> bool {
+        self.nodes.values().any(|e| e.standing == Standing::Drained)
+    }
+
+    /// Marks draining again every node reported drained that holds work by `holds_work` (the
+    /// decision service's fold of the whole log). A drained report is fenced on the node's own
+    /// events, a placement on its job's: one decided before the cordon can land just after the
+    /// report, or just before a report decided without it. The preemption service disregards
+    /// such a report and reports the node again once that job has gone; so does the listing.
+    pub fn busy_again(&mut self, holds_work: impl Fn(&str) -> bool) {
+        for (name, e) in &mut self.nodes {
+            if e.standing == Standing::Drained && holds_work(name) {
+                e.standing = Standing::Draining;
+            }
+        }
+    }
+
     /// What applying an inventory's `registrations` (of this book's cluster) would change:
     /// nodes new or registered with other GPUs are written, each expecting its subject's
     /// newest sequence; nodes registered as they are stay as they stand (a cordon too); nodes
@@ -375,6 +394,32 @@ mod tests {
         feed(&mut book, 7, &registered("n1", 8));
         assert_eq!(standing(&book, "n1"), Standing::InService);
         assert_eq!(book.nodes["n1"].reason, "");
+    }
+
+    /// A node reported drained that holds work by the services' fold is draining again; one
+    /// that holds none, or one never reported drained, keeps its standing.
+    #[test]
+    fn a_drained_node_that_holds_work_is_draining_again() {
+        let mut book = NodeBook::default();
+        for (i, n) in ["n1", "n2", "n3", "n4"].iter().enumerate() {
+            feed(&mut book, i as u64 + 1, &registered(n, 8));
+        }
+        assert!(!book.any_drained());
+        feed(&mut book, 5, &cordoned("n1", "disk"));
+        feed(&mut book, 6, &cordoned("n2", "fan"));
+        feed(&mut book, 7, &cordoned("n3", "psu"));
+        feed(&mut book, 8, &node_event("n1", "drained"));
+        feed(&mut book, 9, &node_event("n2", "drained"));
+        assert!(book.any_drained());
+        // n1 and n3 hold work (n3 was never reported drained), n2 and n4 none.
+        book.busy_again(|n| n == "n1" || n == "n3");
+        assert_eq!(standing(&book, "n1"), Standing::Draining);
+        assert_eq!(standing(&book, "n2"), Standing::Drained);
+        assert_eq!(standing(&book, "n3"), Standing::Draining);
+        assert_eq!(standing(&book, "n4"), Standing::InService);
+        // Emptied again, it is reported again.
+        feed(&mut book, 10, &node_event("n1", "drained"));
+        assert_eq!(standing(&book, "n1"), Standing::Drained);
     }
 
     #[test]

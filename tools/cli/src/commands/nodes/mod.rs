@@ -241,6 +241,11 @@ pub(crate) async fn fold_log(conn: &Connection, cluster: &str) -> anyhow::Result
     Ok(fold)
 }
 
+/// Whether node `name` holds work by the decision service's fold.
+fn holds_work(state: &DecisionState, name: &str) -> bool {
+    state.load(name).is_some_and(|l| !l.holdings.is_empty())
+}
+
 /// The nodes of `names` that hold work by the decision service's fold of the whole log, with
 /// the jobs they hold.
 fn holding_work(state: &DecisionState, names: &[String]) -> Vec<String> {
@@ -320,7 +325,13 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
     let now = SystemClock.now_ms();
     match cmd {
         NodeCommand::List(ClusterArg { cluster }) => {
-            let book = read_book(conn, &cluster).await?;
+            let mut book = read_book(conn, &cluster).await?;
+            if book.any_drained() {
+                // A drained report can be wrong by the time it lands (see `busy_again`): the
+                // services' own fold says whether the node holds work.
+                let fold = fold_log(conn, &cluster).await?;
+                book.busy_again(|n| holds_work(fold.state(), n));
+            }
             list::print(&book, &cluster, now);
             Ok(())
         }
