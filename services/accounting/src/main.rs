@@ -25,7 +25,9 @@ use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 struct Args {
     #[command(flatten)]
     nats: NatsArgs,
-    /// Usage lookback window, e.g. 7d, 36h.
+    /// Usage lookback window, e.g. 7d, 36h. The decision and preemption services take only
+    /// snapshots of the window they are given (the same flag and variable): set
+    /// FAIRSHARE_WINDOW once for all three.
     #[arg(long, env = "FAIRSHARE_WINDOW", default_value = "7d", value_parser = parse_duration)]
     window: std::time::Duration,
     /// Directory of the sled checkpoint.
