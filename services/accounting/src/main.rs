@@ -10,7 +10,7 @@ use clap::Parser;
 use fairshare_accounting::domain::FoldConfig;
 use fairshare_accounting::shell::{self, Config};
 use fairshare_model::duration::parse_duration;
-use fairshare_runtime::cli::NatsArgs;
+use fairshare_runtime::cli::{NatsArgs, UsageWindowArgs};
 use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 
 /// The fairshare accounting service.
@@ -25,11 +25,8 @@ use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 struct Args {
     #[command(flatten)]
     nats: NatsArgs,
-    /// Usage lookback window, e.g. 7d, 36h. The decision and preemption services take only
-    /// snapshots of the window they are given (the same flag and variable): set
-    /// FAIRSHARE_WINDOW once for all three.
-    #[arg(long, env = "FAIRSHARE_WINDOW", default_value = "7d", value_parser = parse_duration)]
-    window: std::time::Duration,
+    #[command(flatten)]
+    usage_window: UsageWindowArgs,
     /// Directory of the sled checkpoint.
     #[arg(
         long,
@@ -59,7 +56,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = telemetry::init("fairshare-accounting");
-    let window_ms = u64::try_from(args.window.as_millis()).context("--window is too large")?;
+    let window_ms = u64::try_from(args.usage_window.window_ms()?).context("--window")?;
     let config = Config {
         fold: FoldConfig::new(window_ms)?,
         checkpoint_every_events: args.checkpoint_events.max(1),

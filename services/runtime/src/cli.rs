@@ -42,14 +42,16 @@ impl NatsArgs {
     }
 }
 
-/// The usage window the accounting service runs with, as the services that read its usage
-/// snapshots (decision, preemption) and the audit that replays them must know it.
+/// The usage window: the accounting service sums usage over it, and the services that read its
+/// snapshots (decision, preemption) and the audits that replay them take only snapshots of it.
+/// One flag and one variable for all of them, so they cannot drift apart.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UsageWindowArgs {
-    /// The accounting service's `--window` (e.g. 7d, 36h): usage snapshots of any other window
-    /// are refused and logged, so a second accounting instance started with another window
-    /// cannot take turns with the first at setting the ranking. Give an audit the services'
-    /// own.
+    /// The usage window, e.g. 7d, 36h: the accounting service sums usage over the last this
+    /// long; the decision and preemption services refuse (and log) usage snapshots of any
+    /// other window, so a second accounting instance started with another window cannot take
+    /// turns with the first at setting the ranking. Set FAIRSHARE_WINDOW once for all three;
+    /// an audit needs the one the services ran with.
     #[arg(
         long = "window",
         env = "FAIRSHARE_WINDOW",
@@ -60,13 +62,23 @@ pub struct UsageWindowArgs {
 }
 
 impl UsageWindowArgs {
-    /// The window in ms, as snapshots carry it.
-    pub fn window_ms(&self) -> Result<i64, WindowTooLong> {
-        i64::try_from(self.window.as_millis()).map_err(|_| WindowTooLong(self.window))
+    /// The window in ms, as snapshots carry it: above 0 and countable in ms.
+    pub fn window_ms(&self) -> Result<i64, BadWindow> {
+        match i64::try_from(self.window.as_millis()) {
+            Ok(0) => Err(BadWindow::Zero),
+            Ok(ms) => Ok(ms),
+            Err(_) => Err(BadWindow::TooLong(self.window)),
+        }
     }
 }
 
-/// A `--window` too long to count in ms.
+/// A `--window` no usage can be summed over.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("--window {0:?} is too long")]
-pub struct WindowTooLong(pub std::time::Duration);
+pub enum BadWindow {
+    /// 0 (or under a millisecond).
+    #[error("--window must be at least 1 ms")]
+    Zero,
+    /// Too long to count in ms.
+    #[error("--window {0:?} is too long")]
+    TooLong(std::time::Duration),
+}

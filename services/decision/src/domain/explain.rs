@@ -155,11 +155,13 @@ pub fn explain(
                     {
                         "; as a debug job it may still have work past its minimum runtime \
                          ordered off for it before that, while its allocation's debug \
-                         allowance has room, and behind that job it takes unallocated work \
-                         whenever that last checkpointed"
+                         allowance has room, and the unallocated work off the reserved nodes \
+                         may be ordered off for it however long ago that work last \
+                         checkpointed"
                     } else if debug_sized {
-                        "; as a debug job (no debug allowance covers it) it takes unallocated \
-                         work behind that job whenever that last checkpointed"
+                        "; as a debug job (no debug allowance covers it), the unallocated work \
+                         off the reserved nodes may be ordered off for it however long ago that \
+                         work last checkpointed"
                     } else {
                         ""
                     };

@@ -70,6 +70,7 @@ pub mod explain;
 pub mod fold;
 mod pace;
 pub mod publish;
+pub mod window;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -90,7 +91,6 @@ use fairshare_runtime::telemetry::{self, Handling, Relation, Role};
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use crate::domain::state::Ignored;
 use crate::domain::{DecisionState, decide};
 pub use audit::{
     AuditError, AuditReport, Divergence, Overcommit, audit, audit_log, overcommits, read_log,
@@ -126,7 +126,9 @@ const CHECKPOINT_VERSION: u32 = 14;
 
 /// Tag of this service's checkpoints: names the state, the cluster and the usage window the
 /// fold takes snapshots of, so one cluster's checkpoint is never loaded for another (the
-/// fold's own cluster is checked as well), nor one folded under another `--window`.
+/// fold's own cluster is checked as well), nor one folded under another `--window`. (A
+/// checkpoint written before the window was named is of another kind: the first start of a
+/// build that names it folds the log afresh, once.)
 pub fn checkpoint_kind(cluster: &str, usage_window_ms: Option<i64>) -> String {
     match usage_window_ms {
         None => format!("fairshare-decision/LogFold/{cluster}"),
@@ -310,14 +312,18 @@ impl Service {
             clock,
             "no work is admitted beside a maintenance window as though the window were further off",
         );
+        let mut refused = window::RefusedWindows::default();
         let applied = follower
             .catch_up(|entry| {
                 let _span = telemetry::entry_span("decision", &entry, Relation::Linked);
                 entry.report_if_undecodable();
                 now.observe(&entry);
-                fold.apply(&entry);
+                if let Applied::Ignored(why) = fold.apply(&entry) {
+                    refused.note(entry.sequence, &why);
+                }
             })
             .await?;
+        refused.report("decision");
         // Should the server's time not be read, the newest entry does not stand for the log's
         // time: on a quiet cluster it may be hours old, and "now" would be held that far back.
         now.caught_up_with(&js, false).await;
@@ -509,12 +515,8 @@ impl Service {
                         match self.fold.apply(&entry) {
                             Applied::Changed => pacer.changed(Instant::now()),
                             Applied::Placed => {}
-                            // A misconfigured accounting instance: the operator must hear of it.
-                            Applied::Ignored(why @ Ignored::OtherWindow { .. }) => {
-                                tracing::warn!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why}");
-                            }
                             Applied::Ignored(why) => {
-                                tracing::debug!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why}");
+                                window::log_refusal(entry.sequence, &entry.subject, &why);
                             }
                         }
                         self.since_checkpoint += 1;

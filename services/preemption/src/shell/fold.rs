@@ -119,12 +119,18 @@ impl ShellFold {
     /// Folds one entry; `true` if the domain state accepted it (a refused event only moves the
     /// last applied sequence, and a duplicate changes nothing at all).
     pub fn apply(&mut self, entry: &LogEntry) -> bool {
+        self.apply_checked(entry).is_ok()
+    }
+
+    /// [`ShellFold::apply`], saying why an entry was refused (the service warns of a usage
+    /// snapshot of another window).
+    pub fn apply_checked(&mut self, entry: &LogEntry) -> Result<(), Ignored> {
         let event = entry.event.as_ref().unwrap_or(&UNDECODABLE);
         let result = self
             .state
             .apply_stored(entry.sequence, event, entry.stored_ms);
-        if let Err(Ignored::Duplicate { .. }) = result {
-            return false;
+        if let Err(why @ Ignored::Duplicate { .. }) = result {
+            return Err(why);
         }
         if let Some(job) = entry
             .subject
@@ -150,10 +156,7 @@ impl ShellFold {
         {
             self.last_cycle = self.last_cycle.max(b.cycle);
         }
-        if let Err(why) = &result {
-            tracing::debug!(sequence = entry.sequence, subject = %entry.subject, "not folded: {why}");
-        }
-        result.is_ok()
+        result
     }
 }
 

@@ -97,6 +97,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
+use fairshare_decision::shell::window::{RefusedWindows, log_refusal};
 use fairshare_events::subjects;
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
@@ -132,8 +133,11 @@ pub const LEASE_ROLE: &str = "preemption";
 /// lease's ttl out).
 const LEASE_RELEASE_WAIT: Duration = Duration::from_secs(2);
 
-/// Tag of this service's checkpoints: names the state and the cluster, so one cluster's
-/// checkpoint is never loaded for another (the fold's own cluster is checked as well).
+/// Tag of this service's checkpoints: names the state, the cluster and the usage window the
+/// fold takes snapshots of, so one cluster's checkpoint is never loaded for another (the
+/// fold's own cluster is checked as well), nor one folded under another `--window`. (A
+/// checkpoint written before the window was named is of another kind: the first start of a
+/// build that names it folds the log afresh, once.)
 pub fn checkpoint_kind(cluster: &str, usage_window_ms: Option<i64>) -> String {
     match usage_window_ms {
         None => format!("fairshare-preemption/ShellFold/{cluster}"),
@@ -296,6 +300,7 @@ impl Service {
         )
         .await?;
         follower.expect_log(&log)?;
+        let mut refused = RefusedWindows::default();
         if follower.pending_at_start > 0 {
             loop {
                 let Some(entry) = follower.next().await else {
@@ -307,12 +312,15 @@ impl Service {
                 let _span = telemetry::entry_span("preemption", &entry, Relation::Linked);
                 entry.report_if_undecodable();
                 now.observe(&entry);
-                fold.apply(&entry);
+                if let Err(why) = fold.apply_checked(&entry) {
+                    refused.note(entry.sequence, &why);
+                }
                 if entry.pending == 0 {
                     break;
                 }
             }
         }
+        refused.report("preemption");
         tracing::info!(
             cluster = config.cluster,
             resumed_from,
@@ -491,8 +499,12 @@ impl Service {
                         let _span = telemetry::entry_span("preemption", &entry, Relation::Child);
                         entry.report_if_undecodable();
                         self.now.observe(&entry);
-                        if self.fold.apply(&entry) && change_due.is_none() {
-                            change_due = Some(Instant::now() + self.config.debounce);
+                        match self.fold.apply_checked(&entry) {
+                            Ok(()) if change_due.is_none() => {
+                                change_due = Some(Instant::now() + self.config.debounce);
+                            }
+                            Ok(()) => {}
+                            Err(why) => log_refusal(entry.sequence, &entry.subject, &why),
                         }
                         self.since_checkpoint += 1;
                         if self.since_checkpoint >= self.config.checkpoint_every_events {

@@ -83,8 +83,8 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     let failed: Vec<&str> = [
         (
             placements.is_clean(),
-            "placements that do not re-derive or over-committed nodes (a --window other than \
-             the decision service's makes placements after its refused snapshots diverge)",
+            "placements that do not re-derive or over-committed nodes (give the decision \
+             service's own --window, or --from the sequence it last changed)",
         ),
         (orders.is_clean(), orders_hint.as_str()),
         (

@@ -1116,8 +1116,9 @@ fn a_debug_job_behind_the_reservation_is_told_of_the_allowance() {
             .contains("ranks ahead of it and holds the cycle's reservation")
             && dbg.reason.ends_with(
                 "; as a debug job it may still have work past its minimum runtime ordered off \
-                 for it before that, while its allocation's debug allowance has room, and \
-                 behind that job it takes unallocated work whenever that last checkpointed"
+                 for it before that, while its allocation's debug allowance has room, and the \
+                 unallocated work off the reserved nodes may be ordered off for it however long \
+                 ago that work last checkpointed"
             ),
         "{}",
         dbg.reason
@@ -1125,8 +1126,9 @@ fn a_debug_job_behind_the_reservation_is_told_of_the_allowance() {
 }
 
 /// With no debug allowance, a debug-sized job behind the reservation holder is still told that
-/// it takes unallocated work whenever that last checkpointed (the preemption walk exempts it
-/// by its size and minimum runtime), and not that an allowance may order work off for it.
+/// the unallocated work off the reserved nodes may go for it however long ago it last
+/// checkpointed (the preemption walk exempts it by its size and minimum runtime), and not that
+/// an allowance may order work off for it.
 #[test]
 fn a_debug_sized_job_behind_the_reservation_without_an_allowance_is_told_its_exemption() {
     let mut h = H::new();
@@ -1145,8 +1147,9 @@ fn a_debug_sized_job_behind_the_reservation_without_an_allowance_is_told_its_exe
         dbg.reason
             .contains("ranks ahead of it and holds the cycle's reservation")
             && dbg.reason.ends_with(
-                "; as a debug job (no debug allowance covers it) it takes unallocated work \
-                 behind that job whenever that last checkpointed"
+                "; as a debug job (no debug allowance covers it), the unallocated work off the \
+                 reserved nodes may be ordered off for it however long ago that work last \
+                 checkpointed"
             ),
         "{}",
         dbg.reason

@@ -2,8 +2,9 @@
 //! `fairshare node list` prints and what the node commands check a change against.
 //!
 //! Place in the flow: a reader of the log, like the services' folds but of two kinds of subject
-//! only (`fairshare.events.<cluster>.node.<node>` and `.maintenance`). Pure: entries in, a
-//! book out; the time is an argument.
+//! only (`fairshare.events.<cluster>.node.<node>` and `.maintenance`), corrected by the decision
+//! service's fold where a drained report no longer holds ([`NodeBook::busy_again`]). Pure:
+//! entries in, a book out; the time is an argument.
 
 use std::collections::{BTreeMap, BTreeSet};
 

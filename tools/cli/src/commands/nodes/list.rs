@@ -1,7 +1,8 @@
 //! `fairshare node list`: the node book as a table for people.
 //!
 //! Place in the flow: a reader at the end; it prints what [`super::book`] folded from the node
-//! and maintenance events, and writes nothing.
+//! and maintenance events (a drained node that holds work by the decision service's fold listed
+//! as draining, [`super::book::NodeBook::busy_again`]), and writes nothing.
 
 use fairshare_model::words::{Gpus, count};
 

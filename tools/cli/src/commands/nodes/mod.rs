@@ -251,10 +251,15 @@ fn holds_work(state: &DecisionState, name: &str) -> bool {
 fn holding_work(state: &DecisionState, names: &[String]) -> Vec<String> {
     names
         .iter()
+        .filter(|n| holds_work(state, n))
         .filter_map(|n| {
-            let load = state.load(n)?;
-            let jobs: Vec<&str> = load.holdings.iter().map(|(id, _)| &**id).collect();
-            (!jobs.is_empty()).then(|| format!("{n} (holds {})", jobs.join(", ")))
+            let jobs: Vec<&str> = state
+                .load(n)?
+                .holdings
+                .iter()
+                .map(|(id, _)| &**id)
+                .collect();
+            Some(format!("{n} (holds {})", jobs.join(", ")))
         })
         .collect()
 }
@@ -328,9 +333,15 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
             let mut book = read_book(conn, &cluster).await?;
             if book.any_drained() {
                 // A drained report can be wrong by the time it lands (see `busy_again`): the
-                // services' own fold says whether the node holds work.
-                let fold = fold_log(conn, &cluster).await?;
-                book.busy_again(|n| holds_work(fold.state(), n));
+                // services' own fold says whether the node holds work. Without it the listing
+                // still says what the node events say, and that it could not check them.
+                match fold_log(conn, &cluster).await {
+                    Ok(fold) => book.busy_again(|n| holds_work(fold.state(), n)),
+                    Err(e) => eprintln!(
+                        "warning: drained reports not checked against the jobs on their nodes: \
+                         {e:#}"
+                    ),
+                }
             }
             list::print(&book, &cluster, now);
             Ok(())
