@@ -20,6 +20,44 @@ use fairshare_events::subjects;
 use fairshare_runtime::clock::SystemClock;
 use fairshare_testkit::events::shaped_submitted;
 
+/// A preemption service following the stack's log, as a deployment runs one.
+struct Preemption {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), fairshare_preemption::shell::ServiceError>>,
+}
+
+impl Preemption {
+    async fn start(stack: &Stack) -> Preemption {
+        let client = async_nats::connect(stack.server.url()).await.unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(fairshare_preemption::shell::run(
+            client,
+            fairshare_preemption::shell::Config::new(CLUSTER),
+            Arc::new(SystemClock),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Preemption { stop, task }
+    }
+
+    /// Stops it; it must have served without error.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+/// The test inventory's node names, in its order.
+fn node_names() -> Vec<String> {
+    fairshare_model::files::parse_inventory(INVENTORY)
+        .unwrap()
+        .nodes
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect()
+}
+
 /// Runs `fairshare node <args>` for the test cluster.
 async fn node(stack: &Stack, args: &[&str]) -> Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
@@ -105,22 +143,8 @@ async fn listed_as(stack: &Stack, name: &str, words: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cordon_drain_remove_and_maintenance() {
     let stack = Stack::start().await.unwrap();
-    let preemption_client = async_nats::connect(stack.server.url()).await.unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let preemption = tokio::spawn(fairshare_preemption::shell::run(
-        preemption_client,
-        fairshare_preemption::shell::Config::new(CLUSTER),
-        Arc::new(SystemClock),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    let names: Vec<String> = fairshare_model::files::parse_inventory(INVENTORY)
-        .unwrap()
-        .nodes
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
+    let preemption = Preemption::start(&stack).await;
+    let names = node_names();
     let (first, second) = (names[0].as_str(), names[1].as_str());
 
     let out = stdout(&node(&stack, &["list"]).await);
@@ -479,8 +503,7 @@ async fn cordon_drain_remove_and_maintenance() {
     assert!(forced.status.success(), "{}", stderr(&forced));
     listed_as(&stack, third, "removed").await;
 
-    let _ = stop.send(());
-    preemption.await.unwrap().unwrap();
+    preemption.stop().await;
 }
 
 /// `inventory apply` that gives a busy node fewer GPUs than its jobs hold is refused, naming
@@ -490,13 +513,7 @@ async fn cordon_drain_remove_and_maintenance() {
 #[tokio::test]
 async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
     let stack = Stack::start().await.unwrap();
-    let first = fairshare_model::files::parse_inventory(INVENTORY)
-        .unwrap()
-        .nodes
-        .into_iter()
-        .map(|(n, _)| n)
-        .next()
-        .unwrap();
+    let first = node_names().remove(0);
     let job = |id: &str, body: Body| {
         let event = pb::Event {
             at_ms: 0,
@@ -550,22 +567,8 @@ async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_report_of_a_node_holding_work_is_listed_as_draining() {
     let stack = Stack::start().await.unwrap();
-    let preemption_client = async_nats::connect(stack.server.url()).await.unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let preemption = tokio::spawn(fairshare_preemption::shell::run(
-        preemption_client,
-        fairshare_preemption::shell::Config::new(CLUSTER),
-        Arc::new(SystemClock),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    let names: Vec<String> = fairshare_model::files::parse_inventory(INVENTORY)
-        .unwrap()
-        .nodes
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
+    let preemption = Preemption::start(&stack).await;
+    let names = node_names();
     let (first, second) = (names[0].as_str(), names[1].as_str());
     let line_of = |out: &str, name: &str| {
         out.lines()
@@ -625,8 +628,7 @@ async fn a_drained_report_of_a_node_holding_work_is_listed_as_draining() {
     );
     assert_eq!(out.matches("in service").count(), 2, "{out}");
 
-    let _ = stop.send(());
-    preemption.await.unwrap().unwrap();
+    preemption.stop().await;
 }
 
 /// A command that changes several nodes makes every change even when its reader has gone
@@ -635,12 +637,7 @@ async fn a_drained_report_of_a_node_holding_work_is_listed_as_draining() {
 #[tokio::test]
 async fn a_reader_gone_stops_no_command_half_way() {
     let stack = Stack::start().await.unwrap();
-    let names: Vec<String> = fairshare_model::files::parse_inventory(INVENTORY)
-        .unwrap()
-        .nodes
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
+    let names = node_names();
     assert!(names.len() > 1);
     let run = |args: Vec<String>| async move {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));

@@ -1108,21 +1108,28 @@ fn a_debug_job_behind_the_reservation_is_told_of_the_allowance() {
     h.running(NOW - 30 * MIN, "r1", "b", 2 * 3600, &[("n1", 8)]);
     h.submit_full(NOW - 50, "first", "a", 1, 8, 3600, 10, true);
     h.submit_full(NOW - 40, "dbg", "a", 1, 1, 600, 0, true);
+    let dbg = reason_behind_first(&h, "dbg");
+    assert!(
+        dbg.ends_with(
+            "; as a debug job it may still have work past its minimum runtime ordered off for \
+             it before that, while its allocation's debug allowance has room, and the \
+             unallocated work off the reserved nodes may be ordered off for it however long ago \
+             that work last checkpointed"
+        ),
+        "{dbg}"
+    );
+}
+
+/// `job`'s explain text, checked to say that job "first" holds the reservation ahead of it.
+fn reason_behind_first(h: &H, job: &str) -> String {
     let d = h.decide(NOW);
     assert_eq!(d.reservation.as_ref().map(|r| r.job_id), Some("first"));
-    let dbg = crate::domain::explain(&h.state, "dbg", NOW).unwrap();
+    let reason = crate::domain::explain(&h.state, job, NOW).unwrap().reason;
     assert!(
-        dbg.reason
-            .contains("ranks ahead of it and holds the cycle's reservation")
-            && dbg.reason.ends_with(
-                "; as a debug job it may still have work past its minimum runtime ordered off \
-                 for it before that, while its allocation's debug allowance has room, and the \
-                 unallocated work off the reserved nodes may be ordered off for it however long \
-                 ago that work last checkpointed"
-            ),
-        "{}",
-        dbg.reason
+        reason.contains("job first of a ranks ahead of it and holds the cycle's reservation"),
+        "{reason}"
     );
+    reason
 }
 
 /// With no debug allowance, a debug-sized job behind the reservation holder is still told that
@@ -1140,30 +1147,18 @@ fn a_debug_sized_job_behind_the_reservation_without_an_allowance_is_told_its_exe
     h.submit_full(NOW - 50, "first", "a", 1, 8, 3600, 10, true);
     h.submit_full(NOW - 40, "dbg", "a", 1, 1, 600, 0, true);
     h.submit_full(NOW - 30, "small", "a", 1, 1, 3600, 0, true);
-    let d = h.decide(NOW);
-    assert_eq!(d.reservation.as_ref().map(|r| r.job_id), Some("first"));
-    let dbg = crate::domain::explain(&h.state, "dbg", NOW).unwrap();
+    let dbg = reason_behind_first(&h, "dbg");
     assert!(
-        dbg.reason
-            .contains("ranks ahead of it and holds the cycle's reservation")
-            && dbg.reason.ends_with(
-                "; as a debug job (no debug allowance covers it), the unallocated work off the \
-                 reserved nodes may be ordered off for it however long ago that work last \
-                 checkpointed"
-            ),
-        "{}",
-        dbg.reason
+        dbg.ends_with(
+            "; as a debug job (no debug allowance covers it), the unallocated work off the \
+             reserved nodes may be ordered off for it however long ago that work last \
+             checkpointed"
+        ),
+        "{dbg}"
     );
     // A job of the same size with a longer minimum runtime is no debug job: no exception.
-    let small = crate::domain::explain(&h.state, "small", NOW).unwrap();
-    assert!(
-        small
-            .reason
-            .contains("ranks ahead of it and holds the cycle's reservation")
-            && !small.reason.contains("as a debug job"),
-        "{}",
-        small.reason
-    );
+    let small = reason_behind_first(&h, "small");
+    assert!(!small.contains("as a debug job"), "{small}");
 }
 
 /// Jobs submitted against nodes that are gone since (removed, or registered again with fewer
