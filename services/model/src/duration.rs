@@ -16,6 +16,22 @@ pub enum DurationError {
     TooLarge(String),
 }
 
+/// `ms` in the largest unit that holds it exactly ("2 d", "8 h", "90 s", "1500 ms"): a setting
+/// is shown as it was given, never rounded.
+pub fn exact_words(ms: i64) -> String {
+    for (unit, name) in [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "min"),
+        (1_000, "s"),
+    ] {
+        if ms != 0 && ms % unit == 0 {
+            return format!("{} {name}", ms / unit);
+        }
+    }
+    format!("{ms} ms")
+}
+
 /// Parses `"20ms"`, `"15m"`, `"8h"`, `"7d"`, `"90s"` or `"90"` (seconds).
 pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let t = text.trim();
@@ -54,6 +70,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exact_words_keep_every_millisecond() {
+        assert_eq!(exact_words(7 * 86_400_000), "7 d");
+        assert_eq!(exact_words(36 * 3_600_000), "36 h");
+        assert_eq!(exact_words(90_000), "90 s");
+        assert_eq!(exact_words(1_500), "1500 ms");
+        assert_eq!(exact_words(0), "0 ms");
+    }
 
     #[test]
     fn parses_units() {

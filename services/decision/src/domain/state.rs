@@ -38,6 +38,7 @@ use std::sync::Arc;
 
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::budget::{AccountId, BudgetError, BudgetTree};
+use fairshare_model::duration::exact_words;
 use fairshare_model::inventory::Inventory;
 use fairshare_model::logtime::effective_at;
 use fairshare_model::shape::{self, Shape};
@@ -145,8 +146,10 @@ pub enum Ignored {
     /// ([`DecisionState::set_usage_window_ms`]): an accounting instance configured with
     /// another `--window`.
     #[error(
-        "usage snapshot of a {window_ms} ms window, where this service takes {expected_ms} ms \
-         ones: is an accounting service running with another --window?"
+        "usage snapshot of a {} window, where this service takes {} ones: is an accounting \
+         service running with another --window?",
+        exact_words(*window_ms),
+        exact_words(*expected_ms)
     )]
     OtherWindow {
         /// The snapshot's window.

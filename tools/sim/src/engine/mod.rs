@@ -139,19 +139,7 @@ impl EngineConfig {
 
 /// `ms` in the largest unit that holds it exactly ("2 d", "8 h", "90 s", "1500 ms"): a setting
 /// is shown as it was given, never rounded.
-pub fn duration(ms: i64) -> String {
-    for (unit, name) in [
-        (86_400_000, "d"),
-        (3_600_000, "h"),
-        (60_000, "min"),
-        (1_000, "s"),
-    ] {
-        if ms != 0 && ms % unit == 0 {
-            return format!("{} {name}", ms / unit);
-        }
-    }
-    format!("{ms} ms")
-}
+pub use fairshare_model::duration::exact_words as duration;
 
 /// Counts of what the services did, for the report's footnotes and for tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

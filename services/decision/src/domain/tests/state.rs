@@ -446,6 +446,13 @@ fn snapshots_of_another_window_are_refused_once_the_window_is_set() {
             expected_ms: week,
         })
     );
+    let refused = h.apply(2 * HOUR, of(2 * HOUR, 2 * week, 9)).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .starts_with("usage snapshot of a 14 d window, where this service takes 7 d ones"),
+        "{refused}"
+    );
     let usage = h.state.usage().unwrap();
     assert_eq!((usage.window_end_ms, usage.window_ms), (HOUR, week));
     assert_eq!(usage.by_allocation["a"].charged_gpu_ms, 5);
