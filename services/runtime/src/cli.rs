@@ -47,9 +47,8 @@ impl NatsArgs {
 /// One flag and one variable for all of them, so they cannot drift apart.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UsageWindowArgs {
-    /// The usage window, e.g. 7d, 36h: the accounting service sums usage over the last this
-    /// long; the decision and preemption services refuse (and log) usage snapshots of any
-    /// other window, so a second accounting instance started with another window cannot take
+    /// The usage window, e.g. 7d, 36h: how far back the accounting service sums usage. The
+    /// decision and preemption services refuse (and log) usage snapshots of any other window, so a second accounting instance started with another window cannot take
     /// turns with the first at setting the ranking. Set FAIRSHARE_WINDOW once for all three;
     /// an audit needs the one the services ran with.
     #[arg(
