@@ -364,7 +364,7 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
         preemption_scratch == preemption_fold,
         "the preemption service's fold differs from a fold of the log from scratch"
     );
-    let placements = decision::audit(CLUSTER, &entries, None);
+    let placements = decision::audit(CLUSTER, &entries);
     assert!(
         placements.is_clean(),
         "{:#?} {:#?}",
@@ -372,12 +372,7 @@ async fn a_member_dies_under_load_and_no_accepted_submission_is_lost() {
         placements.overcommits
     );
     assert!(placements.placements >= SUBMISSIONS, "{placements:?}");
-    let orders = preemption::audit(
-        CLUSTER,
-        &entries,
-        &preemption::Config::new(CLUSTER).policy,
-        None,
-    );
+    let orders = preemption::audit(CLUSTER, &entries, &preemption::Config::new(CLUSTER).policy);
     assert!(orders.is_clean(), "{:#?}", orders.divergences);
     let snapshots = accounting::audit::audit(CLUSTER, &entries);
     assert!(snapshots.is_clean(), "{:#?}", snapshots.divergences);

@@ -530,7 +530,7 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
     let placed: usize = lives.values().map(|(_, n)| n).sum();
 
     // Every decision, order and snapshot re-derives from the log; no node was over-committed.
-    let placements = fairshare_decision::shell::audit(CLUSTER, &entries, USAGE_WINDOW_MS);
+    let placements = fairshare_decision::shell::audit(CLUSTER, &entries);
     assert!(
         placements.is_clean(),
         "{:#?} {:#?}",
@@ -538,7 +538,7 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
         placements.overcommits
     );
     assert_eq!(placements.placements, placed);
-    let orders = fairshare_preemption::shell::audit(CLUSTER, &entries, &policy(), USAGE_WINDOW_MS);
+    let orders = fairshare_preemption::shell::audit(CLUSTER, &entries, &policy());
     assert!(orders.is_clean(), "{:#?}", orders.divergences);
     assert!(
         orders.orders >= 4,

@@ -334,7 +334,6 @@ fn assert_no_idle_while_work_fits(entries: &[LogEntry]) -> usize {
     let bad = replay_cycles(
         BIG,
         entries,
-        None,
         |key, state: &DecisionState, logged: &[LoggedPlacement]| {
             cycles += 1;
             let decision = decide(state, key.computed_at_ms);
@@ -533,7 +532,7 @@ async fn a_thousand_jobs_on_128_nodes_are_placed_fairly_once_and_replayably() {
         "cycle numbers go back"
     );
 
-    let report = audit(BIG, &entries, None);
+    let report = audit(BIG, &entries);
     assert!(report.is_clean(), "divergences: {:#?}", report.divergences);
     assert_eq!(report.placements, JOBS);
     assert_eq!(report.cycles, cycles);

@@ -286,11 +286,7 @@ async fn a_restart_resumes_from_the_checkpoint_and_a_deleted_one_is_rebuilt() {
     assert_eq!(fourth.resumed_from, stopped.last_applied());
     fourth.stop().await;
 
-    let report = audit(
-        CLUSTER,
-        &read_log(&stack.js, CLUSTER, None).await.unwrap(),
-        None,
-    );
+    let report = audit(CLUSTER, &read_log(&stack.js, CLUSTER, None).await.unwrap());
     assert!(report.is_clean(), "{:?}", report.divergences);
     assert!(report.cycles >= 2);
 

@@ -156,6 +156,7 @@ fn workload(jobs: usize) -> (Vec<pb::Event>, i64) {
                 through_sequence: i as u64,
                 computed_at_ms: start,
                 cycle: i as u64,
+                ..Default::default()
             }),
         });
         push(&mut timed, start, placed);

@@ -78,7 +78,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     if args.audit {
         let js = async_nats::jetstream::new(client);
-        let mut report = audit_log(&js, &args.cluster, usage_window_ms)
+        let mut report = audit_log(&js, &args.cluster)
             .await
             .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
         report.keep_from(args.audit_from);

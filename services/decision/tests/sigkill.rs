@@ -144,8 +144,7 @@ async fn killed_with_sigkill_at_random_moments_it_places_every_job_once() {
             .filter(|(_, n)| **n > 1)
             .collect::<Vec<_>>()
     );
-    // The binary runs with its default --window (7 d).
-    let audit = fairshare_decision::shell::audit(CLUSTER, &entries, Some(7 * 24 * 3_600_000));
+    let audit = fairshare_decision::shell::audit(CLUSTER, &entries);
     assert!(
         audit.is_clean(),
         "{:#?} {:#?}",

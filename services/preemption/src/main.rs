@@ -73,7 +73,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     if args.audit {
         let js = async_nats::jetstream::new(client);
-        let mut report = shell::audit_log(&js, &args.cluster, &policy, usage_window_ms)
+        let mut report = shell::audit_log(&js, &args.cluster, &policy)
             .await
             .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
         report.keep_from(args.audit_from);

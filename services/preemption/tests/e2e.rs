@@ -286,7 +286,7 @@ impl Stack {
         for s in self.services {
             s.stop().await;
         }
-        let audit = shell::audit_log(&self.js, CLUSTER, &self.policy, None)
+        let audit = shell::audit_log(&self.js, CLUSTER, &self.policy)
             .await
             .unwrap();
         assert!(audit.is_clean(), "{:#?}", audit.divergences);

@@ -174,9 +174,7 @@ async fn killed_with_sigkill_at_random_moments_it_orders_each_victim_once() {
         grace_ms: 1_000,
         ..Default::default()
     };
-    // The binary runs with its default --window (7 d).
-    let audit =
-        fairshare_preemption::shell::audit(CLUSTER, &entries, &policy, Some(7 * 24 * 3_600_000));
+    let audit = fairshare_preemption::shell::audit(CLUSTER, &entries, &policy);
     assert!(audit.is_clean(), "{:#?}", audit.divergences);
     assert_eq!(audit.orders, WAITERS);
     let resumed = assert_restarts_resumed(&logs);

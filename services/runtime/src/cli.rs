@@ -43,14 +43,14 @@ impl NatsArgs {
 }
 
 /// The usage window: the accounting service sums usage over it, and the services that read its
-/// snapshots (decision, preemption) and the audits that replay them take only snapshots of it.
-/// One flag and one variable for all of them, so they cannot drift apart.
+/// snapshots (decision, preemption) take only snapshots of it. One flag and one variable for
+/// all three, so they cannot drift apart.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UsageWindowArgs {
     /// The usage window, e.g. 7d, 36h: how far back the accounting service sums usage. The
     /// decision and preemption services refuse (and log) usage snapshots of any other window, so a second accounting instance started with another window cannot take
-    /// turns with the first at setting the ranking. Set FAIRSHARE_WINDOW once for all three;
-    /// an audit needs the one the services ran with.
+    /// turns with the first at setting the ranking. Set FAIRSHARE_WINDOW once for all three
+    /// (an audit needs none: each decision's basis names the window it was made under).
     #[arg(
         long = "window",
         env = "FAIRSHARE_WINDOW",

@@ -34,7 +34,7 @@ pub fn entries(cluster: &str, log: &[pb::Event]) -> Vec<LogEntry> {
 /// Audits every placement of `log` (one cluster's simulated log). Its usage snapshots are all
 /// of the run's one window, so the audit takes any (the services' audits are given theirs).
 pub fn audit_log(cluster: &str, log: &[pb::Event]) -> AuditReport {
-    audit(cluster, &entries(cluster, log), None)
+    audit(cluster, &entries(cluster, log))
 }
 
 /// Re-derives every usage snapshot of `log` (one cluster's simulated log) with the
@@ -46,5 +46,5 @@ pub fn audit_snapshots(cluster: &str, log: &[pb::Event]) -> SnapshotAudit {
 /// Audits every preemption order of `log` (one cluster's simulated log) under `policy`, the
 /// preemption settings the run used.
 pub fn audit_orders(cluster: &str, log: &[pb::Event], policy: &Config) -> OrderAudit {
-    fairshare_preemption::shell::audit(cluster, &entries(cluster, log), policy, None)
+    fairshare_preemption::shell::audit(cluster, &entries(cluster, log), policy)
 }

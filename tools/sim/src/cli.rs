@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::folders::{NewFolder, check_writable, refuse_overlaps};
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
-use fairshare_accounting::domain::{DEFAULT_WINDOW_MS, FoldConfig};
+use fairshare_accounting::domain::FoldConfig;
 use fairshare_decision::domain::debug::DEFAULT_DEBUG_ALLOWANCE_GPUS;
 use fairshare_model::duration::parse_duration;
 use fairshare_model::trace::parse_replay;
@@ -380,18 +380,6 @@ impl CommonArgs {
             // nothing (and an earlier run's log file would stay behind).
             bail!(
                 "--log and --audit are of the fairshare policy's log: add fairshare to --policies"
-            );
-        }
-        if let Some(path) = &self.log
-            && config.window.window_ms() != DEFAULT_WINDOW_MS
-        {
-            eprintln!(
-                "note: {} holds usage snapshots of a {} window: give `fairshare audit` of it the \
-                 same --window (the services take only snapshots of theirs)",
-                path.display(),
-                fairshare_sim::engine::duration(
-                    i64::try_from(config.window.window_ms()).unwrap_or(i64::MAX)
-                )
             );
         }
         if let Some(path) = &self.log

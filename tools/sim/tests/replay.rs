@@ -288,9 +288,7 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
         for (entry, event) in stored.iter().zip(&log) {
             assert_eq!(entry.event.as_ref().unwrap(), event);
         }
-        // As `fairshare audit` runs it: with the services' window, which the simulator's is.
-        let window_ms = i64::try_from(EngineConfig::default().window.window_ms()).ok();
-        let audit = audit_log(&js, &s.setup.cluster, window_ms).await.unwrap();
+        let audit = audit_log(&js, &s.setup.cluster).await.unwrap();
         assert!(audit.is_clean(), "{:?}", audit.divergences.first());
         assert_eq!(audit.placements, in_process.placements);
         assert!(
@@ -299,10 +297,9 @@ fn the_log_file_round_trips_and_loads_into_jetstream_where_the_audit_agrees() {
         );
         // The preemption service's audit agrees with the in-process one.
         let policy = EngineConfig::default().preemption;
-        let orders =
-            fairshare_preemption::shell::audit_log(&js, &s.setup.cluster, &policy, window_ms)
-                .await
-                .unwrap();
+        let orders = fairshare_preemption::shell::audit_log(&js, &s.setup.cluster, &policy)
+            .await
+            .unwrap();
         assert!(orders.is_clean(), "{:?}", orders.divergences.first());
         assert!(orders.orders >= 1, "the debug burst orders work off");
         assert_eq!(

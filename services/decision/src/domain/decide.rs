@@ -294,6 +294,9 @@ pub struct Decision<'s> {
     pub through_sequence: u64,
     /// The time used as "now".
     pub computed_at_ms: i64,
+    /// The usage window the state took snapshots of
+    /// ([`DecisionState::set_usage_window_ms`]; 0: any), for the basis.
+    pub usage_window_ms: i64,
     /// Allocation paths in Fair Tree order at the start of the cycle, best first.
     pub ranking: Vec<&'s str>,
     /// Jobs to start, in the order they were decided.
@@ -312,6 +315,7 @@ impl Decision<'_> {
             through_sequence: self.through_sequence,
             computed_at_ms: self.computed_at_ms,
             cycle,
+            usage_window_ms: self.usage_window_ms,
         }
     }
 
@@ -738,6 +742,7 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
     Decision {
         through_sequence: state.last_applied,
         computed_at_ms: now_ms,
+        usage_window_ms: state.usage_window_ms.unwrap_or(0),
         ranking,
         placements: cycle.placements,
         reservation: cycle.reservation,

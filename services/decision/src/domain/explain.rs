@@ -53,11 +53,7 @@ pub fn explain(
     let mut explanation = pb::Explanation {
         job_id: job_id.to_owned(),
         allocation: allocation.to_owned(),
-        basis: Some(pb::DecisionBasis {
-            through_sequence: decision.through_sequence,
-            computed_at_ms: decision.computed_at_ms,
-            cycle: 0,
-        }),
+        basis: Some(decision.basis(0)),
         allocation_rank: rank.map_or(0, |r| u32::try_from(r + 1).unwrap_or(u32::MAX)),
         allocations_ranked: u32::try_from(decision.ranking.len()).unwrap_or(u32::MAX),
         ..Default::default()

@@ -202,11 +202,7 @@ pub fn listing(
         })
         .collect();
     Ok(pb::QueueListing {
-        basis: Some(pb::DecisionBasis {
-            through_sequence: decision.through_sequence,
-            computed_at_ms: decision.computed_at_ms,
-            cycle: 0,
-        }),
+        basis: Some(decision.basis(0)),
         jobs,
         matched,
     })

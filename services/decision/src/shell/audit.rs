@@ -1,16 +1,18 @@
 //! Audit: re-deriving decisions from the log (SPEC section 3, principle 3).
 //!
 //! Every `JobPlaced` names its [`pb::DecisionBasis`]: the last stream sequence folded into the
-//! state it was decided from, the time used as "now", and the cycle number. Because the fold
+//! state it was decided from, the time used as "now", the cycle number, and the usage window
+//! the state took snapshots of (the service's `--window`; 0: any). Because the fold
 //! ([`LogFold`]) and [`decide()`] are pure, folding a fresh state over the cluster's log
 //! prefix through that sequence and deciding at that time gives the same decision, byte for
 //! byte. [`audit`] checks this for every placement in the log:
 //!
-//! 1. group the cluster's `JobPlaced` events by `(through_sequence, computed_at_ms, cycle)`
+//! 1. group the cluster's `JobPlaced` events by their basis
 //!    (one group per cycle that placed anything; two instances running at once would simply
 //!    make two groups);
-//! 2. fold the log once, in order, stopping at each group's `through_sequence` to re-run
-//!    [`decide()`] (one pass over the log, one decision per cycle, not one fold per cycle);
+//! 2. fold the log once per usage window the groups name (usually one), in order, stopping at
+//!    each group's `through_sequence` to re-run [`decide()`] on the fold of its window (one
+//!    pass over the log per window, one decision per cycle, not one fold per cycle);
 //! 3. compare each logged placement's encoded event with the re-derived one for the same job.
 //!
 //! Re-derived placements missing from the log are counted, not reported: the log refuses a
@@ -29,6 +31,7 @@ use fairshare_runtime::findings;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry};
 
 use super::fold::LogFold;
+use super::window::WindowedFolds;
 use crate::domain::{DecisionState, decide};
 
 /// Why the log could not be read for an audit.
@@ -134,6 +137,8 @@ pub struct CycleKey {
     pub computed_at_ms: i64,
     /// The cycle number.
     pub cycle: u64,
+    /// The usage window the deciding state took snapshots of (0: any).
+    pub usage_window_ms: i64,
 }
 
 impl std::fmt::Display for CycleKey {
@@ -372,14 +377,14 @@ impl Divergence {
     }
 }
 
-/// Folds `entries` (one cluster's log, in order) once, and at each cycle that placed anything
-/// calls `visit` with the cycle's key, the state exactly as folded through its
-/// `through_sequence` (the state it was decided from), and its placements as logged.
-/// Placements that cannot name a cycle are returned as divergences.
+/// Folds `entries` (one cluster's log, in order) once per usage window the placements' bases
+/// name, and at each cycle that placed anything calls `visit` with the cycle's key, the state
+/// exactly as folded through its `through_sequence` under its window (the state it was decided
+/// from), and its placements as logged. Placements that cannot name a cycle are returned as
+/// divergences.
 pub fn replay_cycles(
     cluster: &str,
     entries: &[LogEntry],
-    usage_window_ms: Option<i64>,
     mut visit: impl FnMut(&CycleKey, &DecisionState, &[LoggedPlacement]),
 ) -> Vec<Divergence> {
     let mut bad = Vec::new();
@@ -408,6 +413,7 @@ pub fn replay_cycles(
             through_sequence: basis.through_sequence,
             computed_at_ms: basis.computed_at_ms,
             cycle: basis.cycle,
+            usage_window_ms: basis.usage_window_ms,
         };
         groups.entry(key).or_default().push(LoggedPlacement {
             sequence: entry.sequence,
@@ -415,28 +421,25 @@ pub fn replay_cycles(
             event: event.clone(),
         });
     }
-    let mut fold = LogFold::with_usage_window(cluster, usage_window_ms);
-    let mut rest = entries.iter().peekable();
+    let mut folds = WindowedFolds::<LogFold>::new(cluster, entries);
     for (key, logged) in &groups {
-        while let Some(entry) = rest.next_if(|e| e.sequence <= key.through_sequence) {
-            fold.apply(entry);
-        }
+        let fold = folds.through(key.usage_window_ms, key.through_sequence);
         visit(key, fold.state(), logged);
     }
     bad
 }
 
 /// Re-derives every cycle of `cluster` that placed anything in `entries` (its log, in order)
-/// and reports every placement that does not come out byte-identical. `usage_window_ms` is the
-/// window the service took usage snapshots of (its `--window`; `None`: any).
-pub fn audit(cluster: &str, entries: &[LogEntry], usage_window_ms: Option<i64>) -> AuditReport {
+/// and reports every placement that does not come out byte-identical, each from a fold taking
+/// the usage snapshots of the window its basis names.
+pub fn audit(cluster: &str, entries: &[LogEntry]) -> AuditReport {
     let mut report = AuditReport {
         entries: entries.len(),
         last_sequence: entries.last().map_or(0, |e| e.sequence),
         ..AuditReport::default()
     };
     let mut divergences = Vec::new();
-    let early = replay_cycles(cluster, entries, usage_window_ms, |key, state, logged| {
+    let early = replay_cycles(cluster, entries, |key, state, logged| {
         report.cycles += 1;
         report.placements += logged.len();
         let decision = decide(state, key.computed_at_ms);
@@ -480,13 +483,9 @@ pub fn audit(cluster: &str, entries: &[LogEntry], usage_window_ms: Option<i64>) 
 }
 
 /// [`audit`] over the cluster's log as it stands in JetStream.
-pub async fn audit_log(
-    js: &jetstream::Context,
-    cluster: &str,
-    usage_window_ms: Option<i64>,
-) -> Result<AuditReport, AuditError> {
+pub async fn audit_log(js: &jetstream::Context, cluster: &str) -> Result<AuditReport, AuditError> {
     let entries = read_log(js, cluster, None).await?;
-    Ok(audit(cluster, &entries, usage_window_ms))
+    Ok(audit(cluster, &entries))
 }
 
 #[cfg(test)]
@@ -589,6 +588,130 @@ mod tests {
             .unwrap()
     }
 
+    /// A cluster whose operator changed the accounting service's window: one 8-GPU node, a
+    /// job of each of two allocations, a 7-day snapshot that ranks `b` first and a newer
+    /// 14-day one that ranks `a` first. The service running with 7 days placed `jb` (it took
+    /// the first snapshot only); restarted with 14 days after `jb` ended, it placed `ja`.
+    /// Each placement's basis names its window, and the audit re-derives each from a fold of
+    /// its own window: clean. With one fold for both (any window) the first would diverge.
+    #[test]
+    fn an_audit_replays_each_decision_under_the_window_its_basis_names() {
+        const DAY: i64 = 24 * 3_600_000;
+        let (week, fortnight) = (7 * DAY, 14 * DAY);
+        let job = |sequence, id: &str, allocation: &str| {
+            entry(
+                sequence,
+                subjects::job_event(C, id, "job_submitted"),
+                1_000,
+                Body::JobSubmitted(pb::JobSubmitted {
+                    job_id: id.into(),
+                    spec: Some(pb::JobSpec {
+                        cluster: C.into(),
+                        allocation: allocation.into(),
+                        gpus: 8,
+                        min_runtime_s: 600,
+                        ..Default::default()
+                    }),
+                    shape: Some(pb::Shape {
+                        nodes: 1,
+                        gpus_per_node: 8,
+                    }),
+                    ..Default::default()
+                }),
+            )
+        };
+        let snapshot = |sequence, window_ms, a: u64, b: u64| {
+            let usage = |allocation: &str, charged_gpu_ms| pb::AllocationUsage {
+                allocation: allocation.into(),
+                charged_gpu_ms,
+                allocated_gpu_ms: 1_000_000,
+            };
+            entry(
+                sequence,
+                subjects::usage(C),
+                1_500,
+                Body::UsageSnapshot(pb::UsageSnapshot {
+                    cluster: C.into(),
+                    window_end_ms: 1_500 + window_ms / DAY,
+                    window_ms,
+                    through_sequence: sequence - 1,
+                    allocations: vec![usage("a", a), usage("b", b)],
+                    unallocated_gpu_ms: 0,
+                }),
+            )
+        };
+        let share = |name: &str| pb::Account {
+            name: name.into(),
+            share: 1,
+            children: vec![],
+        };
+        let mut log = vec![
+            entry(
+                1,
+                subjects::policy(C),
+                0,
+                Body::BudgetTreeSet(pb::BudgetTreeSet {
+                    cluster: C.into(),
+                    accounts: vec![share("a"), share("b")],
+                }),
+            ),
+            entry(
+                2,
+                subjects::node(C, "n1"),
+                0,
+                Body::NodeRegistered(pb::NodeRegistered {
+                    cluster: C.into(),
+                    node: "n1".into(),
+                    gpus: 8,
+                }),
+            ),
+            job(3, "ja", "a"),
+            job(4, "jb", "b"),
+            snapshot(5, week, 900_000, 100_000),
+            snapshot(6, fortnight, 100_000, 900_000),
+        ];
+        let place = |log: &mut Vec<LogEntry>, window_ms, cycle| {
+            let through = log.last().map_or(0, |e| e.sequence);
+            let placed = rederive(C, log, Some(window_ms), through, 2_000, cycle);
+            assert_eq!(placed.len(), 1);
+            let Some(Body::JobPlaced(p)) = &placed[0].body else {
+                panic!("not a placement")
+            };
+            assert_eq!(p.basis.as_ref().map(|b| b.usage_window_ms), Some(window_ms));
+            let id = p.job_id.clone();
+            log.push(LogEntry {
+                sequence: through + 1,
+                subject: subjects::job_event(C, &id, "job_placed"),
+                event: Ok(placed[0].clone()),
+                pending: 0,
+                trace: None,
+                stored_ms: None,
+            });
+            id
+        };
+        assert_eq!(place(&mut log, week, 1), "jb");
+        log.push(entry(
+            8,
+            subjects::job_event(C, "jb", "job_finished"),
+            3_000,
+            Body::JobFinished(pb::JobFinished {
+                job_id: "jb".into(),
+                exit_code: 0,
+            }),
+        ));
+        assert_eq!(place(&mut log, fortnight, 2), "ja");
+        let report = audit(C, &log);
+        assert!(report.is_clean(), "{:?}", report.divergences);
+        assert_eq!((report.cycles, report.placements), (2, 2));
+        // Replayed under any window, the first cycle ranks by the newer 14-day snapshot and
+        // would place `ja` instead.
+        let any = rederive(C, &log, None, 6, 2_000, 1);
+        assert!(
+            matches!(&any[0].body, Some(Body::JobPlaced(p)) if p.job_id == "ja"),
+            "{any:?}"
+        );
+    }
+
     #[test]
     fn rederive_folds_exactly_the_named_prefix() {
         let log = prefix();
@@ -617,7 +740,8 @@ mod tests {
             Some(pb::DecisionBasis {
                 through_sequence: 6,
                 computed_at_ms: 2_000,
-                cycle: 9
+                cycle: 9,
+                usage_window_ms: 0,
             })
         );
     }
@@ -625,7 +749,7 @@ mod tests {
     #[test]
     fn an_untouched_log_audits_clean() {
         let log = decided_log();
-        let report = audit(C, &log, None);
+        let report = audit(C, &log);
         assert!(report.is_clean(), "{:?}", report.divergences);
         assert_eq!(report.cycles, 1);
         assert_eq!(report.placements, 3);
@@ -635,12 +759,12 @@ mod tests {
 
     #[test]
     fn a_placement_onto_gpus_already_held_is_an_overcommit() {
-        assert!(audit(C, &decided_log(), None).overcommits.is_empty());
+        assert!(audit(C, &decided_log()).overcommits.is_empty());
         // j2 holds all 8 GPUs of its node; j3 (4 GPUs) is moved there.
         let mut log = decided_log();
         let j2_node = placement_mut(&mut log, "j2").nodes[0].node.clone();
         placement_mut(&mut log, "j3").nodes[0].node = j2_node.clone();
-        let report = audit(C, &log, None);
+        let report = audit(C, &log);
         assert!(!report.is_clean());
         // Held to this build only from after it, the log passes; from it on, it does not.
         let mut after = report.clone();
@@ -695,7 +819,7 @@ mod tests {
                 gpus: 5,
             },
         ];
-        let report = audit(C, &log, None);
+        let report = audit(C, &log);
         assert!(
             report
                 .overcommits
@@ -707,7 +831,7 @@ mod tests {
         // A node nobody registered has no GPUs to give.
         let mut log = decided_log();
         placement_mut(&mut log, "j1").nodes[0].node = "n9".into();
-        let report = audit(C, &log, None);
+        let report = audit(C, &log);
         assert!(matches!(
             report.overcommits.as_slice(),
             [Overcommit { job_id, capacity: 0, .. }] if job_id == "j1"
@@ -718,7 +842,7 @@ mod tests {
     fn a_changed_node_is_a_divergence() {
         let mut log = decided_log();
         placement_mut(&mut log, "j1").nodes[0].node = "n9".into();
-        let report = audit(C, &log, None);
+        let report = audit(C, &log);
         assert_eq!(report.divergences.len(), 1);
         match &report.divergences[0] {
             Divergence::Differs { job_id, key, .. } => {
@@ -745,7 +869,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .through_sequence = 6;
-        let report = audit(C, &log, None);
+        let report = audit(C, &log);
         assert_eq!(report.cycles, 2);
         assert!(matches!(
             report.divergences.as_slice(),
@@ -765,7 +889,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .through_sequence = 99;
-        let report = audit(C, &log, None);
+        let report = audit(C, &log);
         let mut kinds: Vec<_> = report
             .divergences
             .iter()
@@ -811,7 +935,7 @@ mod tests {
             });
         }
         let mut seen = Vec::new();
-        let bad = replay_cycles(C, &log, None, |key, state, logged| {
+        let bad = replay_cycles(C, &log, |key, state, logged| {
             seen.push((
                 key.cycle,
                 state.last_applied(),
@@ -821,7 +945,7 @@ mod tests {
         });
         assert!(bad.is_empty());
         assert_eq!(seen, [(9, 7, 3, 3), (10, 12, 1, 1)]);
-        assert!(audit(C, &log, None).is_clean());
-        assert!(audit(C, &first, None).is_clean());
+        assert!(audit(C, &log).is_clean());
+        assert!(audit(C, &first).is_clean());
     }
 }

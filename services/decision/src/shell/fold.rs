@@ -176,6 +176,16 @@ impl LogFold {
     }
 }
 
+impl super::window::WindowFold for LogFold {
+    fn for_window(cluster: &str, usage_window_ms: Option<i64>) -> Self {
+        LogFold::with_usage_window(cluster, usage_window_ms)
+    }
+
+    fn fold(&mut self, entry: &LogEntry) {
+        self.apply(entry);
+    }
+}
+
 impl fairshare_runtime::checkpoint::Resumable for LogFold {
     fn last_applied(&self) -> u64 {
         LogFold::last_applied(self)
@@ -259,6 +269,7 @@ mod tests {
                 through_sequence: 3,
                 computed_at_ms: 5,
                 cycle: 41,
+                ..Default::default()
             }),
         });
         assert_eq!(

@@ -1,11 +1,18 @@
-//! Usage snapshots refused for their window ([`Ignored::OtherWindow`]): what the decision and
-//! preemption services tell the operator about them.
+//! The usage window the decision and preemption services take snapshots of
+//! ([`crate::domain::DecisionState::set_usage_window_ms`]): what they tell the operator of
+//! snapshots refused for it ([`Ignored::OtherWindow`]), and how an audit replays decisions made
+//! under several windows ([`WindowedFolds`]).
 //!
 //! Place in the flow: beside each service's fold of the log. A refusal while following the log
 //! is a warning at once (an accounting instance runs with another `--window` now); refusals
 //! while catching up (snapshots of a window used before, or that instance's backlog) are
 //! counted and reported once when the service is caught up, so a log of thousands of them does
-//! not flood the service's output.
+//! not flood the service's output. Every decision's basis names its window, so an audit folds
+//! the log once per window named and re-derives each decision from the fold of its own.
+
+use std::collections::BTreeMap;
+
+use fairshare_runtime::log::LogEntry;
 
 use crate::domain::state::Ignored;
 
@@ -47,6 +54,51 @@ pub fn log_refusal(sequence: u64, subject: &str, why: &Ignored) {
         tracing::warn!(sequence, subject, "not folded: {why}");
     } else {
         tracing::debug!(sequence, subject, "not folded: {why}");
+    }
+}
+
+/// A fold of one cluster's log that an audit can make for a usage window and feed entries.
+pub trait WindowFold {
+    /// An empty fold of `cluster` taking snapshots of `usage_window_ms` only (`None`: any).
+    fn for_window(cluster: &str, usage_window_ms: Option<i64>) -> Self;
+    /// Folds one entry.
+    fn fold(&mut self, entry: &LogEntry);
+}
+
+/// Folds of one log (in order), one per usage window the decisions' bases name, each made
+/// when first asked for and moved only forward: an audit asks for them in log order.
+pub struct WindowedFolds<'e, F> {
+    cluster: &'e str,
+    entries: &'e [LogEntry],
+    /// Per window as a basis names it (0: any), the fold and how many entries it has taken.
+    folds: BTreeMap<i64, (F, usize)>,
+}
+
+impl<'e, F: WindowFold> WindowedFolds<'e, F> {
+    /// No fold yet, over `entries` of `cluster`.
+    pub fn new(cluster: &'e str, entries: &'e [LogEntry]) -> Self {
+        Self {
+            cluster,
+            entries,
+            folds: BTreeMap::new(),
+        }
+    }
+
+    /// The fold taking snapshots of `usage_window_ms` (a basis's field, 0: any window) through
+    /// sequence `through_sequence`.
+    pub fn through(&mut self, usage_window_ms: i64, through_sequence: u64) -> &F {
+        let cluster = self.cluster;
+        let (fold, taken) = self.folds.entry(usage_window_ms).or_insert_with(|| {
+            let window = (usage_window_ms != 0).then_some(usage_window_ms);
+            (F::for_window(cluster, window), 0)
+        });
+        while let Some(entry) = self.entries.get(*taken)
+            && entry.sequence <= through_sequence
+        {
+            fold.fold(entry);
+            *taken += 1;
+        }
+        fold
     }
 }
 

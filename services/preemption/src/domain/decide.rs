@@ -27,7 +27,8 @@
 //!
 //! Every `PreemptionOrdered` carries its rule as a `cause` (unallocated, window, share floor,
 //! debug allowance, packing, maintenance) beside the `reason` in words, `grace_deadline_ms =
-//! now + grace`, and a [`pb::DecisionBasis`] naming the last sequence folded and `now`; `cycle`
+//! now + grace`, and a [`pb::DecisionBasis`] naming the last sequence folded, `now` and the
+//! usage window the state takes snapshots of; `cycle`
 //! is 0 here and the shell stamps its own cycle number with [`stamp_cycle`].
 
 use fairshare_events::pb::{self, event::Body};
@@ -179,6 +180,7 @@ pub fn decide_preemptions_and_retry(
         through_sequence: state.last_applied(),
         computed_at_ms: now_ms,
         cycle: 0,
+        usage_window_ms: state.decision().usage_window_ms().unwrap_or(0),
     };
     let deadline = now_ms.saturating_add(config.grace_ms.max(0));
     let mut out = grace::requeues(state);

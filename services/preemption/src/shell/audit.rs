@@ -4,8 +4,9 @@
 //! Place in the flow: after the fact, beside the decision service's placement audit
 //! (`fairshare_decision::shell::audit`). [`decide_preemptions`] is pure, and each order records
 //! the pass that made it (`DecisionBasis`: the last sequence folded, the time, the pass's
-//! cycle). So folding the log through that sequence with the service's own fold
-//! ([`ShellFold`]) and deciding again at that time must give the logged order back, byte for
+//! cycle, the usage window the fold took snapshots of). So folding the log through that
+//! sequence with the service's own fold ([`ShellFold`]) under that window and deciding again
+//! at that time must give the logged order back, byte for
 //! byte: the same victim, waiter, cause, reason and grace deadline. [`audit`] checks this for
 //! every order, once per pass; `fairshare audit` and `fairshare-preemption --audit` run it over
 //! JetStream and the simulator's `--audit` over its own log.
@@ -23,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use async_nats::jetstream;
+use fairshare_decision::shell::window::WindowedFolds;
 use fairshare_decision::shell::{AuditError, read_log};
 use fairshare_events::codec;
 use fairshare_events::pb::{self, event::Body};
@@ -42,6 +44,8 @@ pub struct PassKey {
     pub computed_at_ms: i64,
     /// The pass's cycle number.
     pub cycle: u64,
+    /// The usage window the deciding state took snapshots of (0: any).
+    pub usage_window_ms: i64,
 }
 
 impl fmt::Display for PassKey {
@@ -260,14 +264,9 @@ struct Logged<'e> {
 }
 
 /// Re-derives every pass of `cluster` that ordered anything in `entries` (its log, in order)
-/// under `policy` (the service's settings), and reports every order that does not come out
-/// byte-identical.
-pub fn audit(
-    cluster: &str,
-    entries: &[LogEntry],
-    policy: &Config,
-    usage_window_ms: Option<i64>,
-) -> OrderAudit {
+/// under `policy` (the service's settings), each from a fold taking the usage snapshots of the
+/// window its basis names, and reports every order that does not come out byte-identical.
+pub fn audit(cluster: &str, entries: &[LogEntry], policy: &Config) -> OrderAudit {
     let mut report = OrderAudit {
         entries: entries.len(),
         last_sequence: entries.last().map_or(0, |e| e.sequence),
@@ -299,6 +298,7 @@ pub fn audit(
             through_sequence: basis.through_sequence,
             computed_at_ms: basis.computed_at_ms,
             cycle: basis.cycle,
+            usage_window_ms: basis.usage_window_ms,
         };
         passes.entry(pass).or_default().push(Logged {
             sequence,
@@ -306,12 +306,9 @@ pub fn audit(
             event,
         });
     }
-    let mut fold = ShellFold::with_usage_window(cluster, usage_window_ms);
-    let mut rest = entries.iter().peekable();
+    let mut folds = WindowedFolds::<ShellFold>::new(cluster, entries);
     for (pass, logged) in &passes {
-        while let Some(entry) = rest.next_if(|e| e.sequence <= pass.through_sequence) {
-            fold.apply(entry);
-        }
+        let fold = folds.through(pass.usage_window_ms, pass.through_sequence);
         report.passes += 1;
         let mut bodies = decide_preemptions(fold.state(), pass.computed_at_ms, policy);
         stamp_cycle(&mut bodies, pass.cycle);
@@ -356,10 +353,9 @@ pub async fn audit_log(
     js: &jetstream::Context,
     cluster: &str,
     policy: &Config,
-    usage_window_ms: Option<i64>,
 ) -> Result<OrderAudit, AuditError> {
     let entries = read_log(js, cluster, None).await?;
-    Ok(audit(cluster, &entries, policy, usage_window_ms))
+    Ok(audit(cluster, &entries, policy))
 }
 
 #[cfg(test)]
@@ -382,7 +378,7 @@ mod tests {
     #[test]
     fn every_order_of_a_log_written_as_the_service_writes_re_derives() {
         let log = generated_log();
-        let report = audit("c", &log, &Config::default(), None);
+        let report = audit("c", &log, &Config::default());
         assert!(report.is_clean(), "{:#?}", report.divergences);
         assert!(report.orders >= 5, "{} orders", report.orders);
         assert!(report.passes >= 3, "{} passes", report.passes);
@@ -394,14 +390,14 @@ mod tests {
     #[test]
     fn an_order_changed_after_the_fact_is_reported() {
         let clean = generated_log();
-        let total = audit("c", &clean, &Config::default(), None).orders;
+        let total = audit("c", &clean, &Config::default()).orders;
 
         // Another waiter: the same victim, but the bytes differ. (Later passes, which fold
         // the changed order, may differ too; the divergences come in log order.)
         let mut log = clean.clone();
         let (seq, order) = orders(&mut log).swap_remove(0);
         order.for_job_id = "someone-else".into();
-        let report = audit("c", &log, &Config::default(), None);
+        let report = audit("c", &log, &Config::default());
         assert_eq!(report.orders, total);
         assert!(
             matches!(
@@ -417,7 +413,7 @@ mod tests {
         let mut log = clean.clone();
         let (seq, order) = orders(&mut log).swap_remove(0);
         order.job_id = "j9999".into();
-        let report = audit("c", &log, &Config::default(), None);
+        let report = audit("c", &log, &Config::default());
         assert!(
             matches!(
                 report.divergences.first(),
@@ -437,7 +433,7 @@ mod tests {
         order.basis = None;
         let (last, order) = all.pop().unwrap();
         order.basis.as_mut().unwrap().through_sequence = last;
-        let report = audit("c", &log, &Config::default(), None);
+        let report = audit("c", &log, &Config::default());
         assert!(report.divergences.contains(&OrderDivergence::NoBasis {
             sequence: first,
             job_id: report_job(&log, first),
@@ -456,7 +452,7 @@ mod tests {
             grace_ms: Config::default().grace_ms + 1_000,
             ..Config::default()
         };
-        let report = audit("c", &log, &longer_grace, None);
+        let report = audit("c", &log, &longer_grace);
         // Every order's deadline moves with the grace period, except where a maintenance
         // window's start cuts it.
         let mut log = log;

@@ -160,6 +160,16 @@ impl ShellFold {
     }
 }
 
+impl fairshare_decision::shell::window::WindowFold for ShellFold {
+    fn for_window(cluster: &str, usage_window_ms: Option<i64>) -> Self {
+        ShellFold::with_usage_window(cluster, usage_window_ms)
+    }
+
+    fn fold(&mut self, entry: &LogEntry) {
+        self.apply(entry);
+    }
+}
+
 impl fairshare_runtime::checkpoint::Resumable for ShellFold {
     fn last_applied(&self) -> u64 {
         ShellFold::last_applied(self)

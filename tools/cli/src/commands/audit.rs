@@ -13,7 +13,6 @@ use anyhow::{Context, bail};
 use clap::Args;
 use fairshare_decision::shell::read_log;
 use fairshare_preemption::cli::PolicyArgs;
-use fairshare_runtime::cli::UsageWindowArgs;
 
 use super::Connection;
 
@@ -30,15 +29,12 @@ pub struct AuditArgs {
     from: u64,
     #[command(flatten)]
     policy: PolicyArgs,
-    #[command(flatten)]
-    usage_window: UsageWindowArgs,
 }
 
 /// Audits both services' decisions; an error (exit status 1) if any finding remains, or if
 /// the cluster has no events at all.
 pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     let policy = args.policy.config()?;
-    let usage_window_ms = Some(args.usage_window.window_ms()?);
     let entries = read_log(&conn.js, &args.cluster, None)
         .await
         .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
@@ -50,16 +46,10 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
             args.cluster
         );
     }
-    let mut placements =
-        fairshare_decision::shell::audit::audit(&args.cluster, &entries, usage_window_ms);
+    let mut placements = fairshare_decision::shell::audit::audit(&args.cluster, &entries);
     placements.keep_from(args.from);
     fairshare_runtime::out!("{}", placements.render(&args.cluster));
-    let mut orders = fairshare_preemption::shell::audit::audit(
-        &args.cluster,
-        &entries,
-        &policy,
-        usage_window_ms,
-    );
+    let mut orders = fairshare_preemption::shell::audit::audit(&args.cluster, &entries, &policy);
     orders.keep_from(args.from);
     fairshare_runtime::out!("{}", orders.render(&args.cluster));
     let mut snapshots = fairshare_accounting::shell::audit::audit(&args.cluster, &entries);
@@ -69,22 +59,16 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     let p = &args.policy;
     let orders_hint = format!(
         "preemption orders that do not re-derive (under --grace {:?} --checkpoint-interval {:?} \
-         --max-min-runtime {:?} --hysteresis-per-mille {} --packing {} --window {:?}: give the \
-         audit the preemption service's own flags, or --from the sequence they last changed; a \
+         --max-min-runtime {:?} --hysteresis-per-mille {} --packing {}: give the audit the \
+         preemption service's own flags, or --from the sequence they last changed; a \
          simulator log run with the share floor, the hourly floor or the debug allowance \
          changed re-derives under no flags)",
-        p.grace,
-        p.checkpoint_interval,
-        p.max_min_runtime,
-        p.hysteresis_per_mille,
-        p.packing,
-        args.usage_window.window
+        p.grace, p.checkpoint_interval, p.max_min_runtime, p.hysteresis_per_mille, p.packing
     );
     let failed: Vec<&str> = [
         (
             placements.is_clean(),
-            "placements that do not re-derive or over-committed nodes (give the decision \
-             service's own --window, or --from the sequence it last changed)",
+            "placements that do not re-derive or over-committed nodes",
         ),
         (orders.is_clean(), orders_hint.as_str()),
         (

@@ -235,6 +235,7 @@ mod tests {
                 through_sequence: 42,
                 computed_at_ms: now,
                 cycle: 0,
+                ..Default::default()
             }),
             jobs: vec![waiting, running, scavenger, free_running],
             matched: 5,

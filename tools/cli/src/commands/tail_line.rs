@@ -272,6 +272,7 @@ mod tests {
                 through_sequence: 41,
                 computed_at_ms: T,
                 cycle: 3,
+                ..Default::default()
             }),
             cause: pb::PreemptionCause::ShareFloor.into(),
         });
