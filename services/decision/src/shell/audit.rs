@@ -603,21 +603,7 @@ mod tests {
                 sequence,
                 subjects::job_event(C, id, "job_submitted"),
                 1_000,
-                Body::JobSubmitted(pb::JobSubmitted {
-                    job_id: id.into(),
-                    spec: Some(pb::JobSpec {
-                        cluster: C.into(),
-                        allocation: allocation.into(),
-                        gpus: 8,
-                        min_runtime_s: 600,
-                        ..Default::default()
-                    }),
-                    shape: Some(pb::Shape {
-                        nodes: 1,
-                        gpus_per_node: 8,
-                    }),
-                    ..Default::default()
-                }),
+                fairshare_testkit::events::shaped_submitted(C, allocation, id, 1, 8, 600),
             )
         };
         let snapshot = |sequence, window_ms, a: u64, b: u64| {
