@@ -143,12 +143,13 @@ pub fn explain(
                     // other (allowance 0, or smaller than the job). (The walk reads the minimum
                     // runtime as the preemption service caps it; a cap under 15 min, which this
                     // state does not know, would make more jobs debug-sized there.)
-                    let gpus = job.request.shape.total_gpus();
-                    let min_runtime = job.request.min_runtime_ms;
-                    let debug_sized = debug::is_debug(gpus, min_runtime, debug::DEBUG_MAX_GPUS);
-                    let allowance = state.debug_allowance_gpus();
-                    let exception = if debug_sized && debug::is_debug(gpus, min_runtime, allowance)
-                    {
+                    let debug_sized = debug::is_candidate(&job.request);
+                    let exception = if debug_sized
+                        && debug::is_debug(
+                            job.request.shape.total_gpus(),
+                            job.request.min_runtime_ms,
+                            state.debug_allowance_gpus(),
+                        ) {
                         "; as a debug job it may still have work past its minimum runtime \
                          ordered off for it before that, while its allocation's debug \
                          allowance has room, and the unallocated work off the reserved nodes \

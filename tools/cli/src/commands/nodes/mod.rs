@@ -251,15 +251,10 @@ fn holds_work(state: &DecisionState, name: &str) -> bool {
 fn holding_work(state: &DecisionState, names: &[String]) -> Vec<String> {
     names
         .iter()
-        .filter(|n| holds_work(state, n))
         .filter_map(|n| {
-            let jobs: Vec<&str> = state
-                .load(n)?
-                .holdings
-                .iter()
-                .map(|(id, _)| &**id)
-                .collect();
-            Some(format!("{n} (holds {})", jobs.join(", ")))
+            let load = state.load(n)?;
+            let jobs: Vec<&str> = load.holdings.iter().map(|(id, _)| &**id).collect();
+            (!jobs.is_empty()).then(|| format!("{n} (holds {})", jobs.join(", ")))
         })
         .collect()
 }
