@@ -1,5 +1,5 @@
 //! The sled checkpoint a service keeps next to its fold: its state and the last stream
-//! sequence applied, written together in one atomic insert.
+//! sequence applied, written together in one atomic insert, under a CRC-32 of both.
 //!
 //! The checkpoint is only a cache. A missing one means "fold from the start"; an unreadable one
 //! (corrupt bytes, another format version, another service's state) is reported and treated the
@@ -18,9 +18,14 @@ const KEY: &[u8] = b"checkpoint";
 /// Key of the instance's name beside the checkpoint ([`CheckpointStore::instance_token`]).
 const INSTANCE_KEY: &[u8] = b"instance";
 /// Leading bytes of every checkpoint value.
-const MAGIC: &[u8; 4] = b"FSCP";
-/// Header: magic, format version (u32), kind tag length (u16) and tag, sequence (u64).
-const HEADER_FIXED: usize = 4 + 4 + 2 + 8;
+const MAGIC: &[u8; 4] = b"FSC2";
+/// Leading bytes of the checkpoints of releases before the checksum: rebuilt once.
+const MAGIC_UNCHECKED: &[u8; 4] = b"FSCP";
+/// Header: magic, CRC-32 of everything after it (u32), format version (u32), kind tag length
+/// (u16) and tag, sequence (u64).
+const HEADER_FIXED: usize = 4 + 4 + 4 + 2 + 8;
+/// Where the bytes the checksum covers begin.
+const CHECKED_FROM: usize = 8;
 /// How long [`CheckpointStore::open`] waits for a directory whose lock is still held. sled's
 /// background threads keep a dropped store's lock for a moment, so a service restarted in the
 /// same process (or a process restarted right after its predecessor exited) must wait for it;
@@ -145,10 +150,19 @@ impl CheckpointStore {
             return Ok(None);
         };
         let corrupt = |what: &str| CheckpointError::Corrupt(what.to_owned());
+        if bytes.starts_with(MAGIC_UNCHECKED) {
+            return Err(corrupt("written by an older release, without a checksum"));
+        }
         if bytes.len() < HEADER_FIXED || &bytes[..4] != MAGIC {
             return Err(corrupt("bad header"));
         }
-        let version = u32::from_be_bytes(bytes[4..8].try_into().map_err(|_| corrupt("version"))?);
+        // Damage that still decodes (a flipped bit in a count or an index) would otherwise be
+        // resumed as state: every fold trusts its own checkpoint's links.
+        let stored_crc = u32::from_be_bytes(bytes[4..8].try_into().map_err(|_| corrupt("crc"))?);
+        if crc32fast::hash(&bytes[CHECKED_FROM..]) != stored_crc {
+            return Err(corrupt("checksum mismatch: the bytes were damaged"));
+        }
+        let version = u32::from_be_bytes(bytes[8..12].try_into().map_err(|_| corrupt("version"))?);
         if version != self.version {
             return Err(corrupt(&format!(
                 "format {version}, expected {}",
@@ -156,10 +170,10 @@ impl CheckpointStore {
             )));
         }
         let tag_len = usize::from(u16::from_be_bytes(
-            bytes[8..10].try_into().map_err(|_| corrupt("tag"))?,
+            bytes[12..14].try_into().map_err(|_| corrupt("tag"))?,
         ));
-        let tag_end = 10 + tag_len;
-        if bytes.len() < tag_end + 8 || &bytes[10..tag_end] != self.kind.as_bytes() {
+        let tag_end = 14 + tag_len;
+        if bytes.len() < tag_end + 8 || &bytes[14..tag_end] != self.kind.as_bytes() {
             return Err(corrupt("written for another kind of state"));
         }
         let sequence = u64::from_be_bytes(
@@ -232,11 +246,14 @@ impl CheckpointStore {
         let body = bincode::serialize(state).map_err(|e| CheckpointError::Encode(e.to_string()))?;
         let mut value = Vec::with_capacity(HEADER_FIXED + tag.len() + body.len());
         value.extend_from_slice(MAGIC);
+        value.extend_from_slice(&[0; 4]);
         value.extend_from_slice(&self.version.to_be_bytes());
         value.extend_from_slice(&tag_len.to_be_bytes());
         value.extend_from_slice(tag);
         value.extend_from_slice(&sequence.to_be_bytes());
         value.extend_from_slice(&body);
+        let crc = crc32fast::hash(&value[CHECKED_FROM..]);
+        value[4..CHECKED_FROM].copy_from_slice(&crc.to_be_bytes());
         self.db.insert(KEY, value)?;
         self.db.flush()?;
         Ok(())
@@ -448,6 +465,48 @@ mod tests {
     }
 
     #[test]
+    fn damage_that_still_decodes_is_refused_by_the_checksum() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path(), "test", 1).unwrap();
+        let state = State {
+            usage: vec![("a/b".into(), 42)],
+        };
+        store.save(7, &state).unwrap();
+        let good = store.db.get(KEY).unwrap().unwrap().to_vec();
+        // The usage figure is the value's last byte: flipped, the body decodes as well as ever,
+        // to another state.
+        let mut damaged = good.clone();
+        *damaged.last_mut().unwrap() ^= 0x01;
+        store.write_raw(&damaged).unwrap();
+        match store.load::<State>() {
+            Err(CheckpointError::Corrupt(why)) => assert!(why.contains("checksum"), "{why}"),
+            other => panic!("damaged checkpoint read as {other:?}"),
+        }
+        // A flipped sequence byte too (the header is covered, not only the state).
+        let mut damaged = good.clone();
+        let sequence_at = good.len() - bincode::serialize(&state).unwrap().len() - 1;
+        damaged[sequence_at] ^= 0x01;
+        store.write_raw(&damaged).unwrap();
+        assert!(matches!(
+            store.load::<State>(),
+            Err(CheckpointError::Corrupt(_))
+        ));
+        // A checkpoint of a release before the checksum is named as such, and rebuilt.
+        let mut older = b"FSCP".to_vec();
+        older.extend_from_slice(&good[CHECKED_FROM..]);
+        store.write_raw(&older).unwrap();
+        match store.load::<State>() {
+            Err(CheckpointError::Corrupt(why)) => assert!(why.contains("older release"), "{why}"),
+            other => panic!("unchecked checkpoint read as {other:?}"),
+        }
+        store.write_raw(&good).unwrap();
+        assert_eq!(
+            store.load::<State>().unwrap(),
+            Some(Checkpoint { sequence: 7, state })
+        );
+    }
+
+    #[test]
     fn foreign_or_corrupt_checkpoints_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         {
@@ -465,7 +524,7 @@ mod tests {
             newer.load::<State>(),
             Err(CheckpointError::Corrupt(_))
         ));
-        newer.write_raw(b"FSCP garbage").unwrap();
+        newer.write_raw(b"FSC2 garbage").unwrap();
         drop(newer);
         let store = CheckpointStore::open(dir.path(), "test", 1).unwrap();
         assert!(matches!(

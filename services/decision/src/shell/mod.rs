@@ -958,7 +958,7 @@ mod tests {
             assert_eq!(s.resume::<LogFold>("b", u64::MAX), None);
             s.save(4, &fold_of("b")).unwrap();
             assert_eq!(s.resume::<LogFold>("b", 4), Some(fold_of("b")));
-            s.write_raw(b"FSCP not a checkpoint").unwrap();
+            s.write_raw(b"FSC2 not a checkpoint").unwrap();
             assert_eq!(s.resume::<LogFold>("b", 4), None);
         }
     }
