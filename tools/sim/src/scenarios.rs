@@ -141,7 +141,8 @@ pub fn debug_burst() -> Result<Scenario, SetupError> {
 /// From 6 h on, `a`'s researchers send a one-GPU debug job every 30 min. Rank and queue order
 /// alone leave most of those behind the 8-GPU work for good (44 of 60 never start); the debug
 /// allowance puts each on the next node that frees up (no running job is small enough to
-/// displace for one GPU without stranding seven), and neither team's share suffers.
+/// displace for one GPU without stranding seven, since only whole-node work queues to take
+/// them up), and neither team's share suffers.
 pub fn debug_while_over_served() -> Result<Scenario, SetupError> {
     let mut jobs = Vec::new();
     for team in ["a", "b"] {

@@ -390,7 +390,8 @@ fn debug_jobs_of_an_over_served_team_all_start_without_costing_owed_delivery() {
     let (with_waits, without_waits) = (waits(&with_seen), waits(&without_seen));
     assert_eq!(with_waits.len(), 60);
     // Every running job holds a whole node, so no victim is small enough to displace for one
-    // GPU (it would strand seven): with the allowance each debug job waits for the next node
+    // GPU (it would strand seven: only whole-node work queues to take them up, so not even a's
+    // own jobs go): with the allowance each debug job waits for the next node
     // to free up (jobs run 3 h) and then goes first.
     assert!(
         with_waits.iter().all(|&w| w <= 3 * HOUR),

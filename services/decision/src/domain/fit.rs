@@ -14,8 +14,13 @@
 //! [`DecisionState::any_queued_shape_fits_at`] asks separately whether a promised job fits
 //! with its own GPUs added back. Counting them free for every shape, as
 //! [`DecisionState::free_room`] does, would only cost cycles that place nothing.
+//!
+//! The same count of queued shapes tells the preemption service whether GPUs a debug job
+//! leaves over on a node would be taken up ([`DecisionState::queued_single_node_gpus`]).
 
-use super::state::DecisionState;
+use fairshare_model::shape::Shape;
+
+use super::state::{DecisionState, shape_key};
 
 /// The free GPUs of the uncordoned nodes, reduced to what answers "could a job of this shape
 /// fit": the most on one node, and the wholly free nodes by size.
@@ -106,6 +111,20 @@ impl DecisionState {
         }
         room.whole.sort_unstable();
         room
+    }
+
+    /// GPUs that the queued single-node jobs of at most `max_gpus` GPUs each would take
+    /// together, allocated and unallocated work alike, with one job of shape `besides` (the
+    /// waiter asking) left out. Read from the count of queued shapes: a few entries, not the
+    /// queue.
+    pub fn queued_single_node_gpus(&self, max_gpus: u32, besides: Shape) -> u64 {
+        self.queued_shapes
+            .range((1, 0)..=(1, max_gpus))
+            .map(|(&key, &count)| {
+                let others = count.saturating_sub(usize::from(key == shape_key(besides)));
+                u64::from(key.1).saturating_mul(u64::try_from(others).unwrap_or(u64::MAX))
+            })
+            .fold(0, u64::saturating_add)
     }
 
     /// Whether some queued job's shape fits `room` (see [`FreeRoom`]). `false` means a cycle

@@ -25,7 +25,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use fairshare_decision::domain::state::{Holding, Window};
+use fairshare_decision::domain::state::{DecisionState, Holding, Window};
 use fairshare_model::shape::Shape;
 
 use super::state::PreemptionState;
@@ -105,6 +105,8 @@ pub(crate) struct View<'s> {
     /// The earliest time after which a victim or plan held back for its lost work in this
     /// call could go ([`View::note_retry`]): each search's judge notes it here.
     retry_at: Cell<Option<i64>>,
+    /// The folded decision state the view was made from (for questions about the queue).
+    pub decision: &'s DecisionState,
 }
 
 impl<'s> View<'s> {
@@ -174,6 +176,7 @@ impl<'s> View<'s> {
             claims,
             made,
             retry_at: Cell::new(None),
+            decision: d,
         }
     }
 

@@ -6,7 +6,7 @@ use fairshare_decision::domain::decide;
 use fairshare_events::pb::event::Body;
 
 use super::support::{H, HOUR, MIN, leaf, orders};
-use crate::domain::{FairShare, fair_share};
+use crate::domain::{FairShare, decide_preemptions_and_retry, fair_share};
 
 /// Allocated time of each team in the snapshots: 1,000 GPU-hours.
 const ALLOC: u64 = 1000 * HOUR as u64;
@@ -156,6 +156,78 @@ fn a_debug_job_never_strands_a_whole_node() {
     );
     h.submit(now, "a-train", "a", 8, 3600);
     assert_eq!(placed(&h, now + 1), ["b-debug"]);
+}
+
+/// b runs one whole-node job (past its minimum runtime, started at 0, so it checkpoints every
+/// 30 min) on n1, and waits with a one-GPU debug job; unallocated work of `fill` GPUs per job
+/// queues for whatever GPUs free up.
+fn own_whole_node_job_and_fill(fill: &[u32]) -> H {
+    let mut h = over_served_b();
+    h.running(0, "b-big", "b", 3600, &[("n1", 8)]);
+    for (i, gpus) in fill.iter().enumerate() {
+        h.submit(0, &format!("u-fill-{i}"), "a", *gpus, 0);
+    }
+    h.submit(0, "b-debug", "b", 1, 600);
+    h
+}
+
+#[test]
+fn a_debug_job_takes_its_own_whole_node_job_that_checkpointed_lately_when_the_rest_is_taken_up() {
+    // 1 min past b-big's checkpoint at 2 h: 8 GPU-min lost, within 2 min per GPU. Queued work
+    // of 4 + 4 GPUs takes up the 7 GPUs b-debug leaves over.
+    let mut h = own_whole_node_job_and_fill(&[4, 4]);
+    let now = 2 * HOUR + MIN;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    let out = h.decide(now);
+    assert_eq!(orders(&out), [("b-big".to_owned(), "b-debug".to_owned())]);
+    let Some(Body::PreemptionOrdered(p)) = out.first() else {
+        panic!("{out:?}");
+    };
+    assert_eq!(
+        p.cause(),
+        fairshare_events::pb::PreemptionCause::DebugAllowance
+    );
+    assert!(
+        p.reason.contains("b's own work past its minimum runtime"),
+        "{}",
+        p.reason
+    );
+    assert!(p.reason.contains("lost work 480 GPU-s"), "{}", p.reason);
+
+    // 5 min past it (40 GPU-min) the order waits for the next checkpoint, at 2 h 30 min.
+    let later = 2 * HOUR + 5 * MIN;
+    let (out, retry) = decide_preemptions_and_retry(&h.state, later, &h.cfg);
+    assert!(orders(&out).is_empty(), "{out:?}");
+    assert_eq!(retry, Some(2 * HOUR + 30 * MIN));
+}
+
+#[test]
+fn a_debug_job_takes_no_whole_node_job_whose_rest_would_sit_idle_or_that_spans_nodes() {
+    // Queued work of 4 + 2 GPUs would take up only 6 of the 7 left over (the debug job itself,
+    // queued too, is not counted).
+    let mut h = own_whole_node_job_and_fill(&[4, 2]);
+    let now = 2 * HOUR + MIN;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    assert!(orders(&h.decide(now)).is_empty());
+    // One more GPU of it, and the rest is taken up.
+    h.submit(now, "u-fill-one", "a", 1, 0);
+    assert_eq!(
+        orders(&h.decide(now)),
+        [("b-big".to_owned(), "b-debug".to_owned())]
+    );
+
+    // Enough queued work, but b's job holds two nodes: the rest of both would be left.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n1", 8);
+    h.node("n2", 8);
+    h.running(0, "b-wide", "b", 3600, &[("n1", 8), ("n2", 8)]);
+    for i in 0..4 {
+        h.submit(0, &format!("u-fill-{i}"), "a", 4, 0);
+    }
+    h.submit(0, "b-debug", "b", 1, 600);
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    assert!(orders(&h.decide(now)).is_empty());
 }
 
 /// A debug job of an allocation below its floor may take a whole job of one the window ranks

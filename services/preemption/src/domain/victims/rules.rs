@@ -13,13 +13,15 @@ use fairshare_decision::domain::rank::FloorStanding;
 use fairshare_decision::domain::state::{Holder, Holding};
 use fairshare_decision::domain::{FairTree, cmp_ratio};
 use fairshare_model::budget::{AccountId, BudgetTree};
+use fairshare_model::shape::Shape;
 
 use super::super::config::Config;
 use super::super::contract;
 use super::super::view::{NodeView, View};
 use super::{
-    BEHIND_FRESH_DIVISOR, DEEP_BELOW_FLOOR, DEEP_FLOOR_FRESH_DIVISOR, FLOOR_FRESH_DIVISOR,
-    STRAND_LIMIT_GPUS, Victim, WINDOW_FRESH_DIVISOR, Waiter, charge_of, fresh_limit_gpu_ms,
+    BEHIND_FRESH_DIVISOR, DEBUG_OWN_FRESH_DIVISOR, DEEP_BELOW_FLOOR, DEEP_FLOOR_FRESH_DIVISOR,
+    FLOOR_FRESH_DIVISOR, STRAND_LIMIT_GPUS, Victim, WINDOW_FRESH_DIVISOR, Waiter, charge_of,
+    fresh_limit_gpu_ms,
 };
 
 /// Lexicographic cost of a victim set: lost GPU-ms, allocated victims, victims.
@@ -394,6 +396,8 @@ pub(super) struct Judge<'a> {
     pub(super) debug_allowance: Option<u32>,
     /// The waiter's allocation.
     pub(super) leaf: AccountId,
+    /// The waiter's GPUs per node.
+    pub(super) waiter_gpus: u32,
     pub(super) now: i64,
     pub(super) cfg: &'a Config,
     /// Only unallocated work may be a victim (behind a blocked waiter).
@@ -570,6 +574,24 @@ impl Judge<'_> {
             .sum()
     }
 
+    /// Whether the GPUs a debug job would leave over of `holding`'s node, once its job is
+    /// gone, would be taken up: the job holds no other node, and queued single-node work that
+    /// fits in what is left adds up to at least that. Otherwise ordering a whole job off for a
+    /// debug job of a GPU or two would leave the rest idle (the constructed scenario
+    /// `debug-while-over-served`, where only whole-node work queues).
+    fn rest_taken_up(&self, holding: &Holding) -> bool {
+        let job = &holding.holder;
+        if u64::from(holding.gpus) != job.gpus {
+            return false;
+        }
+        let left = holding.gpus.saturating_sub(self.waiter_gpus);
+        let besides = Shape {
+            nodes: 1,
+            gpus_per_node: self.waiter_gpus,
+        };
+        self.view.decision.queued_single_node_gpus(left, besides) >= u64::from(left)
+    }
+
     /// The job holding `holding` as a candidate, if it may be one.
     pub(super) fn judge<'s>(
         &mut self,
@@ -584,6 +606,8 @@ impl Judge<'_> {
         let unallocated = contract::is_unallocated(mr);
         // Allowed by the share floor alone, not by the window.
         let mut floor_only = false;
+        // A debug job's own allocation's job bigger than the strand limit.
+        let mut own_big = false;
         if !unallocated && self.unallocated_only {
             return None;
         }
@@ -598,12 +622,13 @@ impl Judge<'_> {
             let allowed = match self.debug_allowance {
                 // A debug job never displaces another (two allowances would take GPUs back
                 // and forth), nor a job much larger than itself (the GPUs left over would
-                // strand); its own allocation's other work makes room first of all.
-                Some(allowance)
-                    if debug::is_debug(job.gpus, mr, allowance)
-                        || job.gpus > u64::from(STRAND_LIMIT_GPUS) =>
-                {
-                    false
+                // strand), but for one of its own allocation on one node whose GPUs left
+                // over queued work would take up, and that checkpointed lately (below); its
+                // own allocation's other work makes room first of all.
+                Some(allowance) if debug::is_debug(job.gpus, mr, allowance) => false,
+                Some(_) if job.gpus > u64::from(STRAND_LIMIT_GPUS) => {
+                    own_big = own && self.rest_taken_up(holding);
+                    own_big
                 }
                 Some(_) if own => true,
                 _ if own => false,
@@ -644,7 +669,9 @@ impl Judge<'_> {
         // it, is limited on average instead or too, in `choose`. A debug job takes what it
         // needs at once.) Behind a blocked waiter, an order for unallocated work picks its
         // moment too: the blocked job holds the line anyway, so the waiter can wait.
-        let fresh_divisor = if floor_only {
+        let fresh_divisor = if own_big {
+            Some(DEBUG_OWN_FRESH_DIVISOR)
+        } else if floor_only {
             Some(self.rule.floor_fresh_divisor())
         } else if !unallocated && self.window_fresh {
             Some(WINDOW_FRESH_DIVISOR)

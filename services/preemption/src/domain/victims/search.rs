@@ -356,6 +356,7 @@ pub(super) fn choose<'s, 't>(
         ranked_victims,
         off_limits,
         leaf,
+        waiter_gpus: waiter.shape.gpus_per_node,
         now,
         cfg,
         view,
