@@ -16,7 +16,7 @@
 //! [`DecisionState::free_room`] does, would only cost cycles that place nothing.
 //!
 //! The same count of queued shapes tells the preemption service whether GPUs a debug job
-//! leaves over on a node would be taken up ([`DecisionState::queued_single_node_gpus`]).
+//! leaves over on a node would be taken up ([`DecisionState::queued_single_node_fill`]).
 
 use fairshare_model::shape::Shape;
 
@@ -113,18 +113,26 @@ impl DecisionState {
         room
     }
 
-    /// GPUs that the queued single-node jobs of at most `max_gpus` GPUs each would take
-    /// together, allocated and unallocated work alike, with one job of shape `besides` (the
-    /// waiter asking) left out. Read from the count of queued shapes: a few entries, not the
-    /// queue.
-    pub fn queued_single_node_gpus(&self, max_gpus: u32, besides: Shape) -> u64 {
-        self.queued_shapes
-            .range((1, 0)..=(1, max_gpus))
-            .map(|(&key, &count)| {
-                let others = count.saturating_sub(usize::from(key == shape_key(besides)));
-                u64::from(key.1).saturating_mul(u64::try_from(others).unwrap_or(u64::MAX))
-            })
-            .fold(0, u64::saturating_add)
+    /// How many of `gpus` GPUs on one node queued single-node jobs would fill, allocated and
+    /// unallocated work alike, with one job of shape `besides` (the waiter asking) left out:
+    /// the largest jobs that still fit first, as many of each size as fit. An estimate of
+    /// what the next cycles could put there (it reads neither rank nor reservations), from
+    /// the count of queued shapes: a few entries, not the queue.
+    pub fn queued_single_node_fill(&self, gpus: u32, besides: Shape) -> u32 {
+        let mut left = gpus;
+        for (&key, &count) in self.queued_shapes.range((1, 1)..=(1, gpus)).rev() {
+            let size = key.1;
+            if size > left {
+                continue;
+            }
+            let others = count.saturating_sub(usize::from(key == shape_key(besides)));
+            let taken = u32::try_from(others).unwrap_or(u32::MAX).min(left / size);
+            left -= taken * size;
+            if left == 0 {
+                break;
+            }
+        }
+        gpus - left
     }
 
     /// Whether some queued job's shape fits `room` (see [`FreeRoom`]). `false` means a cycle

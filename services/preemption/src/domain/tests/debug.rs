@@ -173,9 +173,9 @@ fn own_whole_node_job_and_fill(fill: &[u32]) -> H {
 
 #[test]
 fn a_debug_job_takes_its_own_whole_node_job_that_checkpointed_lately_when_the_rest_is_taken_up() {
-    // 1 min past b-big's checkpoint at 2 h: 8 GPU-min lost, within 2 min per GPU. Queued work
-    // of 4 + 4 GPUs takes up the 7 GPUs b-debug leaves over.
-    let mut h = own_whole_node_job_and_fill(&[4, 4]);
+    // 1 min past b-big's checkpoint at 2 h: 8 GPU-min lost, within 2 min per GPU. Queued jobs
+    // of 4 + 2 + 1 GPUs fill the 7 GPUs b-debug leaves over.
+    let mut h = own_whole_node_job_and_fill(&[4, 2, 1]);
     let now = 2 * HOUR + MIN;
     h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
     let out = h.decide(now);
@@ -203,10 +203,14 @@ fn a_debug_job_takes_its_own_whole_node_job_that_checkpointed_lately_when_the_re
 
 #[test]
 fn a_debug_job_takes_no_whole_node_job_whose_rest_would_sit_idle_or_that_spans_nodes() {
-    // Queued work of 4 + 2 GPUs would take up only 6 of the 7 left over (the debug job itself,
-    // queued too, is not counted).
-    let mut h = own_whole_node_job_and_fill(&[4, 2]);
     let now = 2 * HOUR + MIN;
+    // Queued jobs of 4 + 4 GPUs: 8 GPUs of work, but only one of them fits in the 7 left over.
+    let mut h = own_whole_node_job_and_fill(&[4, 4]);
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    assert!(orders(&h.decide(now)).is_empty());
+    // Queued jobs of 4 + 2 GPUs would fill only 6 of the 7 (the debug job itself, queued too,
+    // is not counted).
+    let mut h = own_whole_node_job_and_fill(&[4, 2]);
     h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
     assert!(orders(&h.decide(now)).is_empty());
     // One more GPU of it, and the rest is taken up.
@@ -217,16 +221,36 @@ fn a_debug_job_takes_no_whole_node_job_whose_rest_would_sit_idle_or_that_spans_n
     );
 
     // Enough queued work, but b's job holds two nodes: the rest of both would be left.
+    // (Queued jobs of 4 + 2 + 1 fill 7 of one node's GPUs.)
     let mut h = H::new();
     h.tree(vec![leaf("a", 1), leaf("b", 1)]);
     h.node("n1", 8);
     h.node("n2", 8);
     h.running(0, "b-wide", "b", 3600, &[("n1", 8), ("n2", 8)]);
-    for i in 0..4 {
-        h.submit(0, &format!("u-fill-{i}"), "a", 4, 0);
+    for (i, gpus) in [4, 2, 1].iter().enumerate() {
+        h.submit(0, &format!("u-fill-{i}"), "a", *gpus, 0);
     }
     h.submit(0, "b-debug", "b", 1, 600);
     h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    assert!(orders(&h.decide(now)).is_empty());
+}
+
+#[test]
+fn a_debug_job_takes_no_whole_node_job_of_another_allocation_by_its_own_rule() {
+    // a's whole-node job, past its minimum runtime and fresh, with queued jobs to fill the rest:
+    // b's debug job may not take it by the allowance's rule (only its own allocation's), and
+    // the rank rule does not let it go either (a ranks first, and would fall below its floor;
+    // without the share floor, by the window alone).
+    let mut h = over_served_b();
+    h.running(0, "a-big", "a", 3600, &[("n1", 8)]);
+    for (i, gpus) in [4, 2, 1].iter().enumerate() {
+        h.submit(0, &format!("u-fill-{i}"), "a", *gpus, 0);
+    }
+    h.submit(0, "b-debug", "b", 1, 600);
+    let now = 2 * HOUR + MIN;
+    h.snapshot(now, &[("a", 0, ALLOC), ("b", HEAVY, ALLOC)]);
+    assert!(orders(&h.decide(now)).is_empty());
+    h.state.set_share_floor(false);
     assert!(orders(&h.decide(now)).is_empty());
 }
 

@@ -81,9 +81,9 @@
 //! take GPUs back and forth) and never a job of more than `STRAND_LIMIT_GPUS` GPUs (ordering
 //! a whole node off for one GPU leaves the rest idle: the constructed scenario
 //! `debug-while-over-served` lost 9 points of owed delivery that way), except one of its own
-//! allocation on a single node whose leftover GPUs queued work would take up, and only within
-//! `DEBUG_OWN_FRESH_DIVISOR` of its checkpoint. So a team over its share debugs on GPUs its
-//! own jobs give up, not on anyone else's. If nothing can make room, the job is met again in
+//! allocation on a single node whose leftover GPUs queued jobs would fill, and only within
+//! `checkpoint interval / DEBUG_OWN_FRESH_DIVISOR` per GPU of its checkpoint. So a team over
+//! its share debugs on GPUs its own jobs give up, not on anyone else's. If nothing can make room, the job is met again in
 //! rank order, and goes first again when GPUs free up.
 //!
 //! With the share floor on, the walk takes allocations below their floor first, as the
@@ -149,8 +149,8 @@ const STRAND_LIMIT_GPUS: u32 = 2 * debug::DEBUG_MAX_GPUS;
 
 /// A debug job under its allowance may take a job of its own allocation larger than
 /// [`STRAND_LIMIT_GPUS`], past its minimum runtime and on one node, when queued single-node
-/// work that fits in the GPUs it leaves over adds up to at least those (so they are taken up,
-/// not stranded), and only within `checkpoint interval / DEBUG_OWN_FRESH_DIVISOR` per GPU of
+/// jobs would fill the GPUs it leaves over exactly, largest first (an estimate of what the next
+/// cycles place there; so they are taken up, not stranded), and only within `checkpoint interval / DEBUG_OWN_FRESH_DIVISOR` per GPU of
 /// that job's last checkpoint (2 min at the default 30; otherwise the pass names that
 /// checkpoint for a retry). On a crowded cluster a team's running work is mostly whole-node
 /// jobs, protected ones, or other teams' at their floors: its debug jobs had no victim the
@@ -159,7 +159,7 @@ const STRAND_LIMIT_GPUS: u32 = 2 * debug::DEBUG_MAX_GPUS;
 /// 0 to 11 h by 30 min), and small changes to other rules pushed some cuts to 35-57 s; with
 /// this rule it is 10-16 s in all 23 (p99 5-14 min, from 7-15). Medians of 5 runs (owed
 /// delivered / worst allocation / lost work), without and with it: Helios at 368 GPUs 99.65% /
-/// 98.91% / 0.74% and 99.64% / 98.84% / 0.80%, 320 99.28% / 98.56% / 0.87% and 99.29% / 98.40%
+/// 98.91% / 0.74% and 99.66% / 98.84% / 0.79%, 320 99.28% / 98.56% / 0.87% and 99.29% / 98.40%
 /// / 0.86%, 288 98.26% / 96.17% / 1.02% and 98.35% / 96.49% / 1.01%, 256 96.75% / 91.38% /
 /// 1.41% and 96.69% / 91.93% / 1.39%, 224 94.47% / 90.18% / 2.26% and 94.23% / 89.79% / 2.26%;
 /// msft-itp (30 days) at 512 GPUs 99.93% / 99.64% / 0.59% and 99.88% / 99.65% / 0.59%, 448

@@ -574,11 +574,13 @@ impl Judge<'_> {
             .sum()
     }
 
-    /// Whether the GPUs a debug job would leave over of `holding`'s node, once its job is
-    /// gone, would be taken up: the job holds no other node, and queued single-node work that
-    /// fits in what is left adds up to at least that. Otherwise ordering a whole job off for a
-    /// debug job of a GPU or two would leave the rest idle (the constructed scenario
-    /// `debug-while-over-served`, where only whole-node work queues).
+    /// Whether the GPUs a debug job would leave over of `holding`'s job, once it is gone,
+    /// would be taken up: the job holds no other node, and queued single-node jobs fill what
+    /// is left exactly, largest first (an estimate: the next cycles may rank or reserve
+    /// otherwise; GPUs already free on the node are not counted, as they sit idle either
+    /// way). Otherwise ordering a whole job off for a debug job of a GPU or two would leave
+    /// the rest idle (the constructed scenario `debug-while-over-served`, where only
+    /// whole-node work queues).
     fn rest_taken_up(&self, holding: &Holding) -> bool {
         let job = &holding.holder;
         if u64::from(holding.gpus) != job.gpus {
@@ -589,7 +591,7 @@ impl Judge<'_> {
             nodes: 1,
             gpus_per_node: self.waiter_gpus,
         };
-        self.view.decision.queued_single_node_gpus(left, besides) >= u64::from(left)
+        self.view.decision.queued_single_node_fill(left, besides) == left
     }
 
     /// The job holding `holding` as a candidate, if it may be one.
@@ -667,8 +669,10 @@ impl Judge<'_> {
         // it no owed time. (A node's victims, or a multi-node waiter's nodes, are seldom all
         // fresh at once: the plan of a waiter below its floor, and of a multi-node waiter at
         // it, is limited on average instead or too, in `choose`. A debug job takes what it
-        // needs at once.) Behind a blocked waiter, an order for unallocated work picks its
-        // moment too: the blocked job holds the line anyway, so the waiter can wait.
+        // needs at once, but its own allocation's jobs larger than the strand limit, each
+        // held to `DEBUG_OWN_FRESH_DIVISOR`.) Behind a blocked waiter, an order for
+        // unallocated work picks its moment too: the blocked job holds the line anyway, so
+        // the waiter can wait.
         let fresh_divisor = if own_big {
             Some(DEBUG_OWN_FRESH_DIVISOR)
         } else if floor_only {
@@ -688,7 +692,7 @@ impl Judge<'_> {
             self.cfg,
         );
         if let Some(divisor) = fresh_divisor
-            && self.single_node
+            && (self.single_node || own_big)
             && lost > fresh_limit_gpu_ms(self.cfg, divisor, gpus)
         {
             self.note_retry(next_checkpoint_ms);

@@ -78,7 +78,8 @@ impl Cover {
 /// whichever rule allows each; `DEEP_FLOOR_FRESH_DIVISOR` for an allocation deep below it,
 /// `BEHIND_FRESH_DIVISOR` for a waiter behind a blocked one) or
 /// `interval / WINDOW_FRESH_DIVISOR` (at it) per GPU on average (see those constants). A debug
-/// job under its allowance takes what it needs at once.
+/// job under its allowance takes what it needs at once (its own allocation's jobs larger than
+/// the strand limit are held to their limit one by one, in [`Judge::judge`]).
 ///
 /// A plan over the limit is noted for a retry at its allocated victims' earliest next
 /// checkpoint ([`Judge::note_retry`]).
