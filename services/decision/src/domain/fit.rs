@@ -119,6 +119,10 @@ impl DecisionState {
     /// what the next cycles could put there (it reads neither rank nor reservations), from
     /// the count of queued shapes: a few entries, not the queue.
     pub fn queued_single_node_fill(&self, gpus: u32, besides: Shape) -> u32 {
+        if gpus == 0 {
+            // Nothing to fill (and an empty key range would be a backwards one).
+            return 0;
+        }
         let mut left = gpus;
         for (&key, &count) in self.queued_shapes.range((1, 1)..=(1, gpus)).rev() {
             let size = key.1;

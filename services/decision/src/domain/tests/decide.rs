@@ -1024,6 +1024,41 @@ fn explain_says_why_a_job_is_being_stopped_and_was_stopped() {
 }
 
 #[test]
+fn queued_single_node_jobs_fill_a_node_largest_first() {
+    use fairshare_model::shape::Shape;
+    let one = |gpus| Shape {
+        nodes: 1,
+        gpus_per_node: gpus,
+    };
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1)]);
+    assert_eq!(
+        h.state.queued_single_node_fill(7, one(1)),
+        0,
+        "nothing queued"
+    );
+    h.submit(0, "four-1", "a", 4, 3600);
+    h.submit(0, "four-2", "a", 4, 0);
+    // 8 GPUs of work, but only one 4-GPU job fits in 7.
+    assert_eq!(h.state.queued_single_node_fill(7, one(1)), 4);
+    h.submit(0, "two", "a", 2, 3600);
+    h.submit(0, "one", "a", 1, 600);
+    h.submit_full(0, "wide", "a", 2, 1, 3600, 0, true);
+    assert_eq!(h.state.queued_single_node_fill(7, one(3)), 7, "4 + 2 + 1");
+    // The asking job's own shape counts one job less: without "one", 4 + 2; without "two",
+    // 4 + 1.
+    assert_eq!(h.state.queued_single_node_fill(7, one(1)), 6);
+    assert_eq!(h.state.queued_single_node_fill(7, one(2)), 5);
+    // A job larger than the room is passed over, never counted in part.
+    assert_eq!(h.state.queued_single_node_fill(3, one(4)), 3, "2 + 1");
+    assert_eq!(
+        h.state.queued_single_node_fill(0, one(1)),
+        0,
+        "nothing to fill"
+    );
+}
+
+#[test]
 fn a_cycle_can_place_only_queued_shapes_that_fit_the_free_gpus() {
     use fairshare_events::pb::{self, event::Body};
     let mut h = H::new();

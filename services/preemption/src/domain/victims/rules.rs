@@ -625,7 +625,7 @@ impl Judge<'_> {
                 // A debug job never displaces another (two allowances would take GPUs back
                 // and forth), nor a job much larger than itself (the GPUs left over would
                 // strand), but for one of its own allocation on one node whose GPUs left
-                // over queued work would take up, and that checkpointed lately (below); its
+                // over queued jobs would fill, and that checkpointed lately (below); its
                 // own allocation's other work makes room first of all.
                 Some(allowance) if debug::is_debug(job.gpus, mr, allowance) => false,
                 Some(_) if job.gpus > u64::from(STRAND_LIMIT_GPUS) => {
