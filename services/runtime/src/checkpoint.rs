@@ -101,7 +101,7 @@ impl CheckpointStore {
         wait: Duration,
     ) -> Result<Self, CheckpointError> {
         let deadline = Instant::now() + wait;
-        let mut set_aside = false;
+        let mut moved_aside = false;
         let db = loop {
             match sled::Config::new().path(dir).open() {
                 Ok(db) => break db,
@@ -117,7 +117,7 @@ impl CheckpointStore {
                 // version) is a cache lost, not a reason to stop serving: it is kept aside
                 // for a post-mortem and the state is rebuilt from the log. Once only: a
                 // fresh directory that fails too is a real problem (disk, permissions).
-                Err(e) if is_unreadable(&e) && !set_aside => {
+                Err(e) if is_unreadable(&e) && !moved_aside => {
                     // sled reads its config before it takes its lock: a live store may answer
                     // this way too (another process mid-creation), and must not be moved.
                     if lock_is_held(dir) {
@@ -125,14 +125,13 @@ impl CheckpointStore {
                             dir: dir.to_owned(),
                         });
                     }
-                    let aside = set_aside_path(dir);
-                    std::fs::rename(dir, &aside).map_err(sled::Error::Io)?;
+                    let aside = set_aside(dir).map_err(sled::Error::Io)?;
                     tracing::warn!(
                         dir = %dir.display(),
                         aside = %aside.display(),
                         "checkpoint store unreadable ({e}); moved aside, rebuilding from the log"
                     );
-                    set_aside = true;
+                    moved_aside = true;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -307,15 +306,62 @@ fn lock_is_held(dir: &Path) -> bool {
     matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
 }
 
-/// Where an unreadable store in `dir` is moved: beside it, named for the moment.
-fn set_aside_path(dir: &Path) -> PathBuf {
+/// Prefix of the folder inside a store's directory that an unreadable store's files are moved
+/// into when the directory itself cannot be moved ([`set_aside`]).
+const ASIDE_INSIDE: &str = "unreadable-";
+
+/// Moves the unreadable store in `dir` out of sled's way, keeping it for a post-mortem, and
+/// says where it went: beside `dir` as `<dir>.unreadable-<unix seconds>`, or, when `dir`
+/// cannot be renamed (a volume's mount point, as a container's data directory often is),
+/// into `<dir>/unreadable-<unix seconds>/`, which sled does not read. Either way `dir` is then
+/// empty of sled's files and opens as a new store.
+fn set_aside(dir: &Path) -> std::io::Result<PathBuf> {
     let seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let name = dir
         .file_name()
         .map_or_else(|| "checkpoint".into(), |n| n.to_string_lossy());
-    dir.with_file_name(format!("{name}.unreadable-{seconds}"))
+    let beside = dir.with_file_name(format!("{name}.unreadable-{seconds}"));
+    match std::fs::rename(dir, &beside) {
+        Ok(()) => Ok(beside),
+        Err(beside_error) => {
+            let inside = dir.join(format!("{ASIDE_INSIDE}{seconds}"));
+            move_contents_into(dir, &inside).map_err(|inside_error| {
+                std::io::Error::new(
+                    inside_error.kind(),
+                    format!(
+                        "cannot move the unreadable store aside: renaming {} to {} failed \
+                         ({beside_error}), and moving its files into {} failed ({inside_error})",
+                        dir.display(),
+                        beside.display(),
+                        inside.display()
+                    ),
+                )
+            })?;
+            Ok(inside)
+        }
+    }
+}
+
+/// Moves every entry of `dir` into its new subfolder `inside`, except earlier set-aside
+/// folders (renames within one directory: the same file system, so nothing is copied).
+fn move_contents_into(dir: &Path, inside: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(inside)?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let earlier_aside = entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(ASIDE_INSIDE)
+            && entry.file_type()?.is_dir();
+        if path == inside || earlier_aside {
+            continue;
+        }
+        std::fs::rename(&path, inside.join(entry.file_name()))?;
+    }
+    Ok(())
 }
 
 /// Whether sled refused to open because another store holds the directory's lock. sled reports
@@ -399,13 +445,7 @@ mod tests {
             let store = CheckpointStore::open(&dir, "test", 1).unwrap();
             store.save(7, &State { usage: vec![] }).unwrap();
         }
-        // A power loss tore every file the store wrote.
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_file() {
-                std::fs::write(&path, b"\xff torn \x00\x01").unwrap();
-            }
-        }
+        tear(&dir);
         let store = CheckpointStore::open(&dir, "test", 1).expect("started afresh");
         assert_eq!(store.load::<State>().unwrap(), None);
         let aside: Vec<String> = std::fs::read_dir(parent.path())
@@ -414,6 +454,82 @@ mod tests {
             .filter(|name| name.starts_with("decision-c1.unreadable-"))
             .collect();
         assert_eq!(aside.len(), 1, "kept for a post-mortem");
+    }
+
+    /// Tears every file of the store in `dir`, as a power loss can.
+    fn tear(dir: &Path) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::write(&path, b"\xff torn \x00\x01").unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn an_unreadable_store_whose_directory_cannot_be_moved_is_moved_into_it() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("decision-c1");
+        {
+            let store = CheckpointStore::open(&dir, "test", 1).unwrap();
+            store.save(7, &State { usage: vec![] }).unwrap();
+        }
+        tear(&dir);
+        let torn_conf = std::fs::read(dir.join("conf")).unwrap();
+        // The names the directory would be renamed to in the next minute are taken by files,
+        // so the rename fails as it does for a mount point.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        for s in now..now + 60 {
+            std::fs::write(
+                parent.path().join(format!("decision-c1.unreadable-{s}")),
+                b"",
+            )
+            .unwrap();
+        }
+        let store = CheckpointStore::open(&dir, "test", 1).expect("started afresh");
+        assert_eq!(store.load::<State>().unwrap(), None);
+        store.save(9, &State { usage: vec![] }).unwrap();
+        let inside: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(ASIDE_INSIDE)
+            })
+            .collect();
+        assert_eq!(
+            inside.len(),
+            1,
+            "kept for a post-mortem, inside: {inside:?}"
+        );
+        assert_eq!(std::fs::read(inside[0].join("conf")).unwrap(), torn_conf);
+        drop(store);
+        // The new store beside the folder reopens with its checkpoint, and the folder stays.
+        let store = CheckpointStore::open(&dir, "test", 1).unwrap();
+        assert_eq!(
+            store.load::<State>().unwrap().map(|cp| cp.sequence),
+            Some(9)
+        );
+        assert!(inside[0].join("conf").exists());
+    }
+
+    #[test]
+    fn a_second_set_aside_inside_keeps_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("conf"), b"first").unwrap();
+        move_contents_into(dir.path(), &dir.path().join("unreadable-1")).unwrap();
+        std::fs::write(dir.path().join("conf"), b"second").unwrap();
+        move_contents_into(dir.path(), &dir.path().join("unreadable-2")).unwrap();
+        let read = |p: &str| std::fs::read(dir.path().join(p)).unwrap();
+        assert_eq!(read("unreadable-1/conf"), b"first");
+        assert_eq!(read("unreadable-2/conf"), b"second");
+        assert!(!dir.path().join("unreadable-2/unreadable-1").exists());
+        assert!(!dir.path().join("conf").exists());
     }
 
     #[test]
