@@ -36,7 +36,8 @@
 //! Numbers take at least three digits and grow past them (`gpu999`, `gpu1000`), so a group that
 //! grows keeps its nodes' names: a name that changed would register a second node.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 use fairshare_events::{pb, subjects};
 
@@ -145,6 +146,20 @@ fn parse_accounts(table: &toml::Table, at: &str) -> Result<Vec<pb::Account>, Fil
                 }
             }
         }
+        // Siblings told apart by case alone are one team typed twice, not two: the services
+        // would keep both (names are case-sensitive in the log), so the file is refused here.
+        if let Some(earlier) = out
+            .iter()
+            .find(|a: &&pb::Account| a.name.eq_ignore_ascii_case(name))
+        {
+            return Err(field(
+                &here,
+                format!(
+                    "`{name}` and `{}` differ only by case; use one name",
+                    earlier.name
+                ),
+            ));
+        }
         out.push(pb::Account {
             name: name.clone(),
             share,
@@ -188,17 +203,25 @@ pub fn parse_inventory(text: &str) -> Result<InventoryFile, FileError> {
         .parse()
         .map_err(|e: toml::de::Error| FileError::Toml(e.to_string()))?;
     let cluster = cluster_of(&table)?;
+    if let Some(key) = table.keys().find(|k| *k != "cluster" && *k != "nodes") {
+        return Err(field(
+            "top level",
+            format!("unknown key `{key}` (expected `cluster` and `[[nodes]]` groups)"),
+        ));
+    }
     let groups = table
         .get("nodes")
         .and_then(toml::Value::as_array)
         .ok_or_else(|| field("top level", "missing `[[nodes]]` entries"))?;
-    let mut names = BTreeSet::new();
+    // Each node's name folded to lower case, and the group that declared it: host names are
+    // case-insensitive, so `GPU000` beside `gpu000` is one host counted twice.
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
     let mut nodes = Vec::new();
     for (i, group) in groups.iter().enumerate() {
-        let at = format!("nodes[{i}]");
         let group = group
             .as_table()
-            .ok_or_else(|| field(&at, "must be a table"))?;
+            .ok_or_else(|| field(format!("[[nodes]] group {}", i + 1), "must be a table"))?;
+        let at = group_label(i, group);
         let int = |key: &str| -> Result<Option<i64>, FileError> {
             match group.get(key) {
                 None => Ok(None),
@@ -257,11 +280,29 @@ pub fn parse_inventory(text: &str) -> Result<InventoryFile, FileError> {
             _ => return Err(field(&at, "give either `name` or `prefix` and `count`")),
         };
         for name in group_names {
-            if !subjects::is_valid_token(&name) {
-                return Err(field(&at, format!("{name:?} is not a valid node name")));
+            if let Some(why) = node_name_problem(&name) {
+                return Err(field(
+                    &at,
+                    format!("{name:?} is not a valid node name: {why}"),
+                ));
             }
-            if !names.insert(name.clone()) {
-                return Err(field(&at, format!("node {name:?} is declared twice")));
+            match names.entry(name.to_ascii_lowercase()) {
+                Entry::Occupied(first) => {
+                    let again = if first.key() == &name {
+                        format!("node {name:?} is declared twice (first in {})", first.get())
+                    } else {
+                        format!(
+                            "node {name:?} differs only by case from a node declared in {}; \
+                             host names are case-insensitive, so it would count the same GPUs \
+                             twice",
+                            first.get()
+                        )
+                    };
+                    return Err(field(&at, again));
+                }
+                Entry::Vacant(v) => {
+                    v.insert(at.clone());
+                }
             }
             nodes.push((name, gpus));
         }
@@ -271,6 +312,34 @@ pub fn parse_inventory(text: &str) -> Result<InventoryFile, FileError> {
     }
     nodes.sort();
     Ok(InventoryFile { cluster, nodes })
+}
+
+/// How an error names the `index`-th `[[nodes]]` group: by its position counted from 1, and by
+/// its `name` or `prefix` when it has one, so the operator finds it in the file.
+fn group_label(index: usize, group: &toml::Table) -> String {
+    let position = format!("[[nodes]] group {}", index + 1);
+    let named = |key: &str| group.get(key).and_then(toml::Value::as_str);
+    match (named("name"), named("prefix")) {
+        (Some(name), _) => format!("{position} (name {name:?})"),
+        (None, Some(prefix)) => format!("{position} (prefix {prefix:?})"),
+        (None, None) => position,
+    }
+}
+
+/// Why `name` cannot be a node's name (one subject token), or `None` if it can.
+fn node_name_problem(name: &str) -> Option<String> {
+    if name.len() > subjects::MAX_TOKEN_LEN {
+        return Some(format!(
+            "{} characters, over the limit of {} (a group's names are its prefix and at least \
+             three digits)",
+            name.len(),
+            subjects::MAX_TOKEN_LEN
+        ));
+    }
+    if subjects::is_valid_token(name) {
+        return None;
+    }
+    Some("letters, digits, _ and -, starting with a letter or digit".to_owned())
 }
 
 #[cfg(test)]
@@ -391,6 +460,60 @@ mod tests {
         let unknown = "cluster = \"a\"\n[[nodes]]\nname = \"x\"\ngpus = 8\ncordoned = true\n";
         let err = parse_inventory(unknown).unwrap_err().to_string();
         assert!(err.contains("unknown key `cordoned`"), "{err}");
+    }
+
+    #[test]
+    fn inventory_errors_name_the_group_and_the_rule() {
+        let err = |text: &str| parse_inventory(text).unwrap_err().to_string();
+        // A misspelt group heading is refused, not dropped with its nodes.
+        let typo = "cluster = \"a\"\n[[nodes]]\nname = \"x\"\ngpus = 8\n[[nodse]]\nname = \"fat01\"\ngpus = 16\n";
+        assert_eq!(
+            err(typo),
+            "top level: unknown key `nodse` (expected `cluster` and `[[nodes]]` groups)"
+        );
+        // Groups are counted from 1 and named; a duplicate names where it was first declared.
+        let dup = "cluster = \"a\"\n[[nodes]]\nprefix = \"gpu\"\ncount = 2\ngpus = 8\n[[nodes]]\nname = \"gpu001\"\ngpus = 8\n";
+        assert_eq!(
+            err(dup),
+            "[[nodes]] group 2 (name \"gpu001\"): node \"gpu001\" is declared twice (first in \
+             [[nodes]] group 1 (prefix \"gpu\"))"
+        );
+        // The same host under two spellings would count its GPUs twice.
+        let case = "cluster = \"a\"\n[[nodes]]\nprefix = \"gpu\"\ncount = 1\ngpus = 8\n[[nodes]]\nname = \"GPU000\"\ngpus = 8\n";
+        let e = err(case);
+        assert!(
+            e.starts_with(
+                "[[nodes]] group 2 (name \"GPU000\"): node \"GPU000\" differs only by case"
+            ),
+            "{e}"
+        );
+        // A prefix that leaves no room for the digits says so, not just "not valid".
+        let long = format!(
+            "cluster = \"a\"\n[[nodes]]\nprefix = \"{}\"\ncount = 2\ngpus = 8\n",
+            "p".repeat(62)
+        );
+        let e = err(&long);
+        assert!(e.contains("65 characters, over the limit of 64"), "{e}");
+        let dotted = "cluster = \"a\"\n[[nodes]]\nname = \"rack1.n1\"\ngpus = 8\n";
+        let e = err(dotted);
+        assert!(
+            e.contains("not a valid node name: letters, digits, _ and -"),
+            "{e}"
+        );
+        let not_table = "cluster = \"a\"\nnodes = [1]\n";
+        assert_eq!(err(not_table), "[[nodes]] group 1: must be a table");
+    }
+
+    #[test]
+    fn budget_siblings_differing_only_by_case_are_refused() {
+        let text =
+            "cluster = \"a\"\n[accounts.research]\nshare = 1\n[accounts.Research]\nshare = 1\n";
+        let e = parse_budget(text).unwrap_err().to_string();
+        assert!(e.contains("differ only by case"), "{e}");
+        assert!(e.contains("`research`") && e.contains("`Research`"), "{e}");
+        // Cousins may share a name in any case: their paths differ.
+        let cousins = "cluster = \"a\"\n[accounts.a]\nshare = 1\n[accounts.a.nlp]\nshare = 1\n[accounts.b]\nshare = 1\n[accounts.b.NLP]\nshare = 1\n";
+        assert!(parse_budget(cousins).is_ok());
     }
 
     #[test]

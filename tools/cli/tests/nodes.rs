@@ -560,6 +560,33 @@ async fn shrinking_a_busy_node_is_refused_and_stranded_jobs_are_named() {
     );
 }
 
+/// Growing nodes strands a queued multi-node job as surely as shrinking them: it needs whole
+/// nodes of exactly its GPUs per node. The change is written (nothing runs on them to refuse
+/// it for) and the job is named in a warning, as a typed `16` for `8` would want.
+#[tokio::test]
+async fn growing_nodes_names_the_multi_node_jobs_it_strands() {
+    let stack = Stack::start().await.unwrap();
+    let submitted = shaped_submitted(CLUSTER, "research/nlp", "pair", 2, 8, 60);
+    stack
+        .append(
+            subjects::job_event(CLUSTER, "pair", "job_submitted"),
+            submitted,
+            "m0",
+        )
+        .await
+        .unwrap();
+    let file = inventory_file("[[nodes]]\nprefix = \"gpu\"\ncount = 4\ngpus = 16\n");
+    let before = registrations(&stack).await;
+    let grown = inventory_apply(&stack, file.path(), &[]).await;
+    assert!(grown.status.success(), "{}", stderr(&grown));
+    assert_eq!(registrations(&stack).await, before + 4);
+    assert!(
+        stderr(&grown).contains("warning: no node could hold 1 queued job any more: pair;"),
+        "{}",
+        stderr(&grown)
+    );
+}
+
 /// A drained report is fenced on the node's events, a placement on its job's: a placement
 /// decided before the cordon can land just after the preemption service reported the node
 /// drained, or just before a report decided without it. Either way the listing says the node is

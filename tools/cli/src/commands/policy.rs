@@ -536,13 +536,14 @@ where
             changes.removed.join(", ")
         );
     }
-    // A node given fewer GPUs than it has: its running work and the queue are checked against
-    // the change (a log read, so only then).
-    let shrinks = changes
+    // A node given another GPU count: its running work (if it shrinks) and the queue are
+    // checked against the change (a log read, so only then). Growing strands work too: a
+    // multi-node job needs whole nodes of exactly its GPUs per node.
+    let resizes = changes
         .write
         .iter()
-        .any(|(r, _)| book.live(&r.node).is_some_and(|e| e.gpus > r.gpus));
-    let fold = if shrinks {
+        .any(|(r, _)| book.live(&r.node).is_some_and(|e| e.gpus != r.gpus));
+    let fold = if resizes {
         Some(super::nodes::fold_log(&conn, &inventory.cluster).await?)
     } else {
         None
