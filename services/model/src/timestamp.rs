@@ -51,7 +51,7 @@ pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, InstantError> {
 }
 
 /// Whether [`utc`] prints `ms` as a date (the years 1 to 9999).
-fn in_calendar(ms: i64) -> bool {
+pub fn in_calendar(ms: i64) -> bool {
     rfc3339(ms).is_some()
 }
 

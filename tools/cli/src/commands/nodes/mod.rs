@@ -512,6 +512,25 @@ pub async fn node(cmd: NodeCommand, conn: &Connection) -> anyhow::Result<()> {
         } => {
             let start_ms = parse_instant(&start, now).context("--start")?;
             let end_ms = parse_instant(&end, now).context("--end")?;
+            // `<n>ms` outside the calendar names a window written before such ones were
+            // refused, to cancel it; a new one there would close its nodes for good.
+            for (flag, ms) in [("--start", start_ms), ("--end", end_ms)] {
+                if !cancel && !fairshare_model::timestamp::in_calendar(ms) {
+                    bail!(
+                        "{flag} {}: a window outside the years 1 to 9999 can only be cancelled \
+                         (--cancel); nothing written",
+                        format_ms(ms)
+                    );
+                }
+            }
+            // The services refuse a cap of 0 at start: no protection is checked against it.
+            if !cancel && !force && max_min_runtime.is_zero() {
+                bail!(
+                    "--max-min-runtime 0: the preemption service refuses a cap of 0, so no job's \
+                     protection can be checked against it; give the cap the services run with \
+                     (FAIRSHARE_MAX_MIN_RUNTIME), or --force; nothing written"
+                );
+            }
             if end_ms == start_ms {
                 bail!(
                     "the window starts and ends at {}: it must end after it starts; nothing \
