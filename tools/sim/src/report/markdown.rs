@@ -458,6 +458,49 @@ struct Target {
     met: Option<bool>,
 }
 
+/// Most decimals a target's percentage is printed with to tell it from its limit.
+const MAX_TARGET_DECIMALS: u32 = 6;
+
+/// The SPEC's debug p90 wait limit.
+const DEBUG_P90_TARGET_MS: i64 = 30_000;
+
+impl Target {
+    /// A target on the percentage `num / den` (`decimals` as the other tables print it) against
+    /// the limit `limit_num / limit_den`. A missed target is printed with more decimals while
+    /// its figure would otherwise read as the limit itself (99.496% as "99.50%" beside "no").
+    fn percent(
+        goal: &'static str,
+        (num, den, decimals): (u128, u128, u32),
+        (limit_num, limit_den): (u128, u128),
+        met: Option<bool>,
+    ) -> Target {
+        let mut d = decimals;
+        while met == Some(false)
+            && d < MAX_TARGET_DECIMALS
+            && percent_cell(num, den, d) == percent_cell(limit_num, limit_den, d)
+        {
+            d += 1;
+        }
+        Target {
+            goal,
+            value: percent_cell(num, den, d),
+            met,
+        }
+    }
+}
+
+/// The debug p90 as the wait tables print it, or to the millisecond when that would read as
+/// the 30 s limit while missing it (30.4 s prints "30 s").
+fn debug_p90_cell(p90_ms: i64) -> String {
+    let cell = human_duration(p90_ms);
+    if p90_ms > DEBUG_P90_TARGET_MS && cell == human_duration(DEBUG_P90_TARGET_MS) {
+        let ms = u128::try_from(p90_ms).unwrap_or(0);
+        format!("{} s", fixed(ms, 1_000, 3))
+    } else {
+        cell
+    }
+}
+
 fn targets_section(out: &mut String, run: &RunMetrics) {
     out.push_str("## Targets\n\n");
     out.push_str(
@@ -482,25 +525,27 @@ fn targets(run: &RunMetrics) -> Vec<Target> {
     let (met, held) = allocations_meeting(run);
     let debug = Percentiles::of(&run.debug_waits.sorted_ms);
     vec![
-        Target {
-            goal: "owed delivered >= 99.5% overall",
-            value: percent_cell(run.delivered_owed_gpu_ms, run.owed_gpu_ms, 2),
-            met: (run.owed_gpu_ms > 0)
+        Target::percent(
+            "owed delivered >= 99.5% overall",
+            (run.delivered_owed_gpu_ms, run.owed_gpu_ms, 2),
+            (995, 1000),
+            (run.owed_gpu_ms > 0)
                 .then(|| at_least(run.delivered_owed_gpu_ms, run.owed_gpu_ms, 995, 1000)),
-        },
+        ),
         Target {
             goal: "every allocation owed >= 1 GPU-day >= 95%",
             value: format!("{met}/{held}"),
             met: (held > 0).then_some(met == held),
         },
-        Target {
-            goal: "occupancy under contention >= 98%",
-            value: percent_cell(
+        Target::percent(
+            "occupancy under contention >= 98%",
+            (
                 run.contention_used_gpu_ms,
                 run.contention_available_gpu_ms,
                 1,
             ),
-            met: (run.contention_available_gpu_ms > 0).then(|| {
+            (98, 100),
+            (run.contention_available_gpu_ms > 0).then(|| {
                 at_least(
                     run.contention_used_gpu_ms,
                     run.contention_available_gpu_ms,
@@ -508,18 +553,19 @@ fn targets(run: &RunMetrics) -> Vec<Target> {
                     100,
                 )
             }),
-        },
+        ),
         Target {
             goal: "debug p90 wait <= 30 s",
-            value: debug.map_or_else(|| "-".to_owned(), |p| human_duration(p.p90)),
-            met: debug.map(|p| p.p90 <= 30_000),
+            value: debug.map_or_else(|| "-".to_owned(), |p| debug_p90_cell(p.p90)),
+            met: debug.map(|p| p.p90 <= DEBUG_P90_TARGET_MS),
         },
-        Target {
-            goal: "lost work <= 1% of delivered",
-            value: percent_cell(run.lost_gpu_ms, run.used_gpu_ms, 2),
+        Target::percent(
+            "lost work <= 1% of delivered",
+            (run.lost_gpu_ms, run.used_gpu_ms, 2),
+            (1, 100),
             // Nothing delivered and nothing lost meets it; anything lost out of nothing does not.
-            met: Some(run.lost_gpu_ms.saturating_mul(100) <= run.used_gpu_ms),
-        },
+            Some(run.lost_gpu_ms.saturating_mul(100) <= run.used_gpu_ms),
+        ),
         Target {
             goal: "0 min-runtime violations",
             value: run.violations.to_string(),
@@ -866,6 +912,55 @@ mod tests {
         // 11 of 1100 GPU-h is exactly 1%: met.
         assert!(section.contains("| lost work <= 1% of delivered | 1.00% | yes |"));
         assert!(section.contains("| 0 min-runtime violations | 0 | yes |"));
+    }
+
+    #[test]
+    fn a_missed_target_never_reads_as_its_limit() {
+        let mut report = sample::report();
+        let run = &mut report.runs[0];
+        // 99.496% owed, 1.004% lost, a p90 of 30.4 s: each rounds to its limit at the tables'
+        // precision, and each misses.
+        run.owed_gpu_ms = 1_000_000;
+        run.delivered_owed_gpu_ms = 994_960;
+        run.used_gpu_ms = 1_000_000;
+        run.lost_gpu_ms = 10_040;
+        let mut waits = vec![0; 9];
+        waits.push(30_400);
+        waits.push(30_400);
+        run.debug_waits.sorted_ms = waits;
+        let md = render(&report, &CHARTS);
+        let section = &md[md.find("## Targets").expect("targets")..];
+        assert!(
+            section.contains("| owed delivered >= 99.5% overall | 99.496% | **no** |"),
+            "{section}"
+        );
+        assert!(
+            section.contains("| lost work <= 1% of delivered | 1.004% | **no** |"),
+            "{section}"
+        );
+        assert!(
+            section.contains("| debug p90 wait <= 30 s | 30.400 s | **no** |"),
+            "{section}"
+        );
+        // Met, or plainly missed, they print as before.
+        targets_met_or_plainly_missed_print_as_before(&mut report);
+    }
+
+    /// Owed exactly at the limit and a p90 of 31 s print at the tables' precision.
+    fn targets_met_or_plainly_missed_print_as_before(report: &mut crate::report::Report) {
+        let run = &mut report.runs[0];
+        run.delivered_owed_gpu_ms = 995_000;
+        run.debug_waits.sorted_ms = vec![31_000; 10];
+        let md = render(report, &CHARTS);
+        let section = &md[md.find("## Targets").expect("targets")..];
+        assert!(
+            section.contains("| owed delivered >= 99.5% overall | 99.50% | yes |"),
+            "{section}"
+        );
+        assert!(
+            section.contains("| debug p90 wait <= 30 s | 31 s | **no** |"),
+            "{section}"
+        );
     }
 
     #[test]
