@@ -8,8 +8,9 @@
 //!
 //! 1. *awaiting start*: placed, and the launcher has not confirmed the start yet;
 //! 2. *a waiting job fits*: some queued job fits the node's free GPUs (a single-node job no
-//!    bigger than them, or a multi-node job of the node's size on a wholly free node). The
-//!    scheduler chose not to use them: a reservation kept them, or the next cycle had not run;
+//!    bigger than them, or a multi-node job of the node's size on a wholly free node, with as
+//!    many wholly free nodes of that size as it needs). The scheduler chose not to use them: a
+//!    reservation kept them, or the next cycle had not run;
 //! 3. *victims still stopping*: the smallest waiting allocated job fits once the jobs already
 //!    ordered off the node stop (the grace period and the launcher's stop at work);
 //! 4. *fits once unallocated work leaves*: it would fit if the node's unallocated work (always
@@ -18,6 +19,10 @@
 //!    its minimum runtime left too, which the rank rule allows only for a better-ranked waiter;
 //! 6. *nothing waiting fits*: even with every preemptible job gone, no waiting allocated job
 //!    fits (protected work holds the rest, or the waiting jobs are all bigger than the node).
+//!
+//! A wholly free node that only multi-node jobs of its size could use, too few nodes of that
+//! size being free, is filed by what holds the other nodes the smallest of them needs: the
+//! first of 3 to 6 at which enough nodes of the size would be empty.
 //!
 //! Why: SPEC section 6 calls fragmentation the enemy of occupancy. Counting only the idle
 //! total cannot tell a fragmented cluster (5, 6) from a scheduler that leaves usable GPUs idle
@@ -85,8 +90,8 @@ pub(super) struct Holes {
     idle: BTreeSet<u32>,
     /// Queued single-node jobs by GPUs.
     single: BTreeMap<u32, Counts>,
-    /// Queued multi-node jobs by GPUs per node.
-    multi: BTreeMap<u32, Counts>,
+    /// Queued multi-node jobs by GPUs per node, then by node count.
+    multi: BTreeMap<u32, BTreeMap<u32, Counts>>,
     /// GPUs running work on closed nodes (cordoned, or left service): in use, so counted as
     /// available beside the open nodes' capacity.
     closed_running: u64,
@@ -156,7 +161,11 @@ impl Holes {
         if shape.nodes <= 1 {
             count(&mut self.single, shape.gpus_per_node, allocated, up);
         } else {
-            count(&mut self.multi, shape.gpus_per_node, allocated, up);
+            let by_nodes = self.multi.entry(shape.gpus_per_node).or_default();
+            count(by_nodes, shape.nodes, allocated, up);
+            if by_nodes.is_empty() {
+                self.multi.remove(&shape.gpus_per_node);
+            }
         }
     }
 
@@ -237,6 +246,7 @@ impl Holes {
         }
         let smallest_single = self.single.keys().next().copied();
         let smallest_allocated = self.single.iter().find(|(_, c)| c.1 > 0).map(|(&g, _)| g);
+        let ladders = self.multi_node_ladders(from);
         let s = &mut self.split;
         for &i in &self.idle {
             let n = &self.nodes[i as usize];
@@ -251,13 +261,23 @@ impl Holes {
             let idle = u128::from(free) * dt;
             let whole = free == n.capacity;
             let multi = self.multi.get(&n.capacity);
-            if smallest_single.is_some_and(|g| g <= free) || (whole && multi.is_some()) {
+            if smallest_single.is_some_and(|g| g <= free) {
                 s.waiting_job_fits_gpu_ms += idle;
+                continue;
+            }
+            // A wholly free node where only multi-node jobs of its size could go: what keeps
+            // them off it is the other nodes they need, so it is filed by what would have to
+            // leave those (the ladder of its size).
+            if whole && let Some(ladder) = ladders.iter().find(|l| l.capacity == n.capacity) {
+                *ladder.file(s) += idle;
                 continue;
             }
             // The room the smallest waiting allocated job needs here: its GPUs, or the whole
             // node for a multi-node job of this node's size.
-            let need = match (smallest_allocated, multi.is_some_and(|c| c.1 > 0)) {
+            let need = match (
+                smallest_allocated,
+                multi.is_some_and(|m| m.values().any(|c| c.1 > 0)),
+            ) {
                 (Some(g), _) if g <= n.capacity => g,
                 (_, true) => n.capacity,
                 _ => {
@@ -286,6 +306,106 @@ impl Holes {
                 s.nothing_fits_gpu_ms += idle;
             }
         }
+    }
+}
+
+/// For the multi-node jobs waiting for nodes of one size: how many open nodes of that size
+/// are wholly free, and how many more would be once what is leaving, then unallocated work,
+/// then allocated work past its minimum runtime left them.
+#[derive(Debug, Clone, Copy)]
+struct Ladder {
+    /// GPUs per node.
+    capacity: u32,
+    /// Nodes the smallest such job needs.
+    needed: u32,
+    /// The smallest needs an allocated job (unallocated work never preempts).
+    allocated_needed: Option<u32>,
+    /// Wholly free nodes, then cumulatively with leaving work, unallocated work and work past
+    /// its minimum runtime gone.
+    free: u32,
+    stopping: u32,
+    without_unallocated: u32,
+    without_past_minimum: u32,
+}
+
+impl Ladder {
+    /// The split's entry a wholly free node of this size is filed under.
+    fn file<'a>(&self, s: &'a mut IdleUnderContention) -> &'a mut u128 {
+        if self.free >= self.needed {
+            return &mut s.waiting_job_fits_gpu_ms;
+        }
+        let Some(needed) = self.allocated_needed else {
+            return &mut s.nothing_fits_gpu_ms;
+        };
+        if self.stopping >= needed {
+            &mut s.victims_stopping_gpu_ms
+        } else if self.without_unallocated >= needed {
+            &mut s.fits_without_unallocated_gpu_ms
+        } else if self.without_past_minimum >= needed {
+            &mut s.fits_without_past_minimum_gpu_ms
+        } else {
+            &mut s.nothing_fits_gpu_ms
+        }
+    }
+}
+
+impl Holes {
+    /// One [`Ladder`] per node size some multi-node job waits for, counted at `from` over the
+    /// open nodes (empty, and nothing counted, when none waits: the common case).
+    fn multi_node_ladders(&self, from: i64) -> Vec<Ladder> {
+        let mut ladders: Vec<Ladder> = self
+            .multi
+            .iter()
+            .filter_map(|(&capacity, by_nodes)| {
+                Some(Ladder {
+                    capacity,
+                    needed: *by_nodes.keys().next()?,
+                    allocated_needed: by_nodes.iter().find(|(_, c)| c.1 > 0).map(|(&k, _)| k),
+                    free: 0,
+                    stopping: 0,
+                    without_unallocated: 0,
+                    without_past_minimum: 0,
+                })
+            })
+            .collect();
+        if ladders.is_empty() {
+            return ladders;
+        }
+        for n in self.nodes.iter().filter(|n| !n.closed() && n.pending == 0) {
+            let Some(l) = ladders.iter_mut().find(|l| l.capacity == n.capacity) else {
+                continue;
+            };
+            // The first rung at which everything on the node is gone.
+            let (mut leaving, mut unallocated, mut past, mut protected) =
+                (false, false, false, false);
+            for h in &n.holders {
+                if h.leaving {
+                    leaving = true;
+                } else if h.unallocated {
+                    unallocated = true;
+                } else if h.protected_until_ms <= from {
+                    past = true;
+                } else {
+                    protected = true;
+                }
+            }
+            if protected {
+                continue;
+            }
+            l.without_past_minimum += 1;
+            if past {
+                continue;
+            }
+            l.without_unallocated += 1;
+            if unallocated {
+                continue;
+            }
+            l.stopping += 1;
+            if !leaving {
+                l.free += 1;
+            }
+        }
+        ladders
     }
 }
 
@@ -362,20 +482,60 @@ mod tests {
     fn whole_free_nodes_count_for_multi_node_waiters_and_pending_gpus_for_the_launcher() {
         let mut h = cluster();
         h.set_node("n2", 8, false);
+        h.set_node("n3", 8, false);
         h.queue(shape(2, 8), true, true);
         h.pending(1, 8, true);
         h.add(0, MIN);
-        // n1 is wholly free and a 2 x 8 job waits; n2's GPUs await their start.
-        assert_eq!(h.split.waiting_job_fits_gpu_ms, 8 * MIN as u128);
+        // n1 and n3 are wholly free and a 2 x 8 job waits; n2's GPUs await their start.
+        assert_eq!(h.split.waiting_job_fits_gpu_ms, 16 * MIN as u128);
         assert_eq!(h.split.awaiting_start_gpu_ms, 8 * MIN as u128);
-        // Started: n2 holds it, nothing idle there any more.
+        // Started: n2 holds it, nothing idle there any more; n3 is cordoned.
         h.pending(1, 8, false);
         h.start(1, 9, 8, false, 100 * MIN);
-        h.set_node("n1", 8, true);
+        h.set_node("n3", 8, true);
         h.add(MIN, 2 * MIN);
-        assert_eq!(h.split.total(), 16 * MIN as u128);
+        assert_eq!(h.split.total(), 32 * MIN as u128);
+        // n1 alone is free: the 2 x 8 job cannot start there, protected work holds n2.
+        assert_eq!(h.split.nothing_fits_gpu_ms, 8 * MIN as u128);
         h.stop(1, 9);
         h.add(2 * MIN, 3 * MIN);
-        assert_eq!(h.split.waiting_job_fits_gpu_ms, 16 * MIN as u128);
+        assert_eq!(h.split.waiting_job_fits_gpu_ms, 32 * MIN as u128);
+    }
+
+    #[test]
+    fn a_free_node_short_of_the_nodes_a_multi_node_job_needs_is_filed_by_what_holds_the_others() {
+        // Four nodes of 8; a 2 x 8 allocated job waits. n1 is free; n2..n4 hold protected
+        // work until minute 10.
+        let mut h = cluster();
+        for (i, name) in ["n2", "n3", "n4"].iter().enumerate() {
+            h.set_node(name, 8, false);
+            h.start(i as u32 + 1, 10 + i as u32, 8, false, 10 * MIN);
+        }
+        h.queue(shape(2, 8), true, true);
+        h.add(0, MIN);
+        assert_eq!(h.split.nothing_fits_gpu_ms, 8 * MIN as u128);
+        // Past their minimum runtime: the job fits once one of them leaves.
+        h.add(10 * MIN, 11 * MIN);
+        assert_eq!(h.split.fits_without_past_minimum_gpu_ms, 8 * MIN as u128);
+        // n4's job is ordered off: it fits once that job stops.
+        h.ordered_off(3, 12);
+        h.add(11 * MIN, 12 * MIN);
+        assert_eq!(h.split.victims_stopping_gpu_ms, 8 * MIN as u128);
+        // Only an unallocated 2 x 8 job waits instead: it never preempts, so nothing fits.
+        h.queue(shape(2, 8), true, false);
+        h.queue(shape(2, 8), false, true);
+        h.add(12 * MIN, 13 * MIN);
+        assert_eq!(h.split.nothing_fits_gpu_ms, 16 * MIN as u128);
+        // Three nodes, n2 and n3 running unallocated work, a 3 x 8 allocated job waiting: it
+        // fits once that work leaves.
+        let mut h = cluster();
+        for (i, name) in ["n2", "n3"].iter().enumerate() {
+            h.set_node(name, 8, false);
+            h.start(i as u32 + 1, 10 + i as u32, 8, true, 0);
+        }
+        h.queue(shape(3, 8), true, true);
+        h.add(0, MIN);
+        assert_eq!(h.split.fits_without_unallocated_gpu_ms, 8 * MIN as u128);
+        assert_eq!(h.split.total(), 8 * MIN as u128);
     }
 }
