@@ -90,12 +90,16 @@ async fn submit_trace(
             args.arrival_scale.unwrap_or(args.time_scale),
         );
         tokio::time::sleep_until(start + offset).await;
-        let reply = match submit::submit(&client, &request, submit::Retry::default()).await {
-            Ok(reply) => reply,
-            Err(e) => {
-                // The service is gone for good: later jobs would fare no better.
-                tracing::error!(trace_id = job.id, "not submitted: {e}");
-                break;
+        // Sent again with the same key until it is answered (the key keeps a submission that
+        // did land from landing twice): a submission service down for longer than one
+        // submission's retries delays the trace, and loses none of it.
+        let reply = loop {
+            match submit::submit(&client, &request, submit::Retry::default()).await {
+                Ok(reply) => break reply,
+                Err(e) => {
+                    tracing::warn!(trace_id = job.id, "not submitted yet, trying again: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
             }
         };
         match reply.result {
@@ -116,6 +120,12 @@ async fn submit_trace(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    anyhow::ensure!(
+        fairshare_events::subjects::is_valid_token(&args.cluster),
+        "--cluster {:?} is not a cluster name (letters, digits, _ and -, starting with a letter \
+         or digit): it would follow no cluster's events, or several",
+        args.cluster
+    );
     let _telemetry = telemetry::init("fairshare-demo-launcher");
     let client = args.nats.connect("fairshare-demo-launcher").await?;
     if let Some(path) = args.trace.clone() {

@@ -46,17 +46,28 @@ pub async fn run(
 ) -> Result<(), RunnerError> {
     let js = jetstream::new(client);
     let filter = format!("{}.{}.job.*.*", subjects::EVENTS_PREFIX, config.cluster);
-    let mut follower = Follower::start(&js, 1, vec![filter]).await?;
+    let follower = Follower::start(&js, 1, vec![filter]).await?;
+    // The follower reads in a task of its own: a `next()` dropped at every tick would never
+    // finish following the log anew after a reconnect (that takes several round trips, more
+    // than a tick while the stream elects a leader).
+    let (entries, mut next_entry) = tokio::sync::mpsc::channel(FOLLOWED_AHEAD);
+    let reader = tokio::spawn(read_log(follower, entries));
+    let _reader = AbortOnDrop(reader);
     let default_ms = i64::try_from(config.default_duration.as_millis()).unwrap_or(i64::MAX);
     let mut state = LauncherState::new(default_ms, config.honour_preemption);
     // Each job's newest trace context: a start is a child of its placement, and so on.
     let mut traces = JobTraces::default();
     let mut tick = tokio::time::interval(config.tick);
+    // A slow round of reports is not made up for by a burst of ticks.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Until the log is read to its end once, the state is half of what the log says: reports
+    // from it would be refused (each expects its job's newest event), so none is sent.
+    let mut caught_up = false;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => return Ok(()),
-            entry = follower.next() => match entry {
+            entry = next_entry.recv() => match entry {
                 Some(Ok(entry)) => {
                     match &entry.event {
                         Ok(event) => state.apply(entry.sequence, event),
@@ -68,6 +79,7 @@ pub async fn run(
                     }
                     traces.note(&entry);
                     if entry.pending == 0 {
+                        caught_up = true;
                         act(&js, &config, clock.now_ms(), &mut state, &traces).await;
                     }
                 }
@@ -76,8 +88,35 @@ pub async fn run(
                 Some(Err(e)) => tracing::warn!("launcher log follower: {e}"),
                 None => return Err(FollowError::Delivery("connection closed".into()).into()),
             },
-            _ = tick.tick() => act(&js, &config, clock.now_ms(), &mut state, &traces).await,
+            _ = tick.tick(), if caught_up => {
+                act(&js, &config, clock.now_ms(), &mut state, &traces).await;
+            }
         }
+    }
+}
+
+/// Log entries the reader task may read ahead of the loop that folds them.
+const FOLLOWED_AHEAD: usize = 1024;
+
+/// Hands each entry `follower` reads to `entries` until the log or the loop is gone.
+async fn read_log(
+    mut follower: Follower,
+    entries: tokio::sync::mpsc::Sender<Result<fairshare_runtime::log::LogEntry, FollowError>>,
+) {
+    while let Some(entry) = follower.next().await {
+        if entries.send(entry).await.is_err() {
+            return;
+        }
+    }
+    // Dropping the sender tells the loop the connection closed.
+}
+
+/// Stops the reader task with the loop, whichever way the loop ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -107,6 +146,17 @@ async fn act(
                     exit_code: 0,
                 });
                 (job_id, expected, "job_finished", body)
+            }
+            Action::FailTimeLimit {
+                job_id,
+                expected,
+                limit_s,
+            } => {
+                let body = Body::JobFailed(pb::JobFailed {
+                    job_id: job_id.clone(),
+                    reason: format!("stopped at its time limit of {limit_s} s"),
+                });
+                (job_id, expected, "job_failed", body)
             }
             Action::ConfirmPreempted { job_id, expected } => {
                 let body = Body::JobPreempted(pb::JobPreempted {

@@ -45,6 +45,9 @@ pub struct Job {
     /// Clock time of each earlier run that a preemption ended, for a resumable job: the work
     /// of each up to its last checkpoint is done ([`CHECKPOINT_INTERVAL_MS`]).
     pub earlier_runs_ms: Vec<i64>,
+    /// Longest one run may last, in job time (`time_limit_s`; `None`: no limit). The launcher
+    /// enforces it: no service stops a job for running past it.
+    pub time_limit_ms: Option<i64>,
 }
 
 /// How often a resumable job checkpoints, in job time: the product's default checkpoint
@@ -61,6 +64,32 @@ impl Job {
             .map(|run| run.saturating_mul(scale) / CHECKPOINT_INTERVAL_MS * CHECKPOINT_INTERVAL_MS)
             .fold(0, i64::saturating_add);
         self.duration_ms.saturating_sub(banked).max(0)
+    }
+
+    /// The report of the current run's end (started at `since_ms`, due now): its time limit
+    /// ended it, or it finished.
+    fn end_of_run(&self, id: &str, expected: u64, since_ms: i64, scale: i64) -> Action {
+        match self.time_limit_ms {
+            Some(limit) if self.run_end(since_ms, scale).1 => Action::FailTimeLimit {
+                job_id: id.to_owned(),
+                expected,
+                limit_s: limit / 1000,
+            },
+            _ => Action::Finish {
+                job_id: id.to_owned(),
+                expected,
+            },
+        }
+    }
+
+    /// When the current run, started at `since_ms`, ends by itself, and whether its time limit
+    /// ends it (before its work is done), with job time `scale` times faster than the clock.
+    fn run_end(&self, since_ms: i64, scale: i64) -> (i64, bool) {
+        let remaining = self.remaining_ms(scale);
+        match self.time_limit_ms {
+            Some(limit) if limit < remaining => (since_ms.saturating_add(limit / scale), true),
+            _ => (since_ms.saturating_add(remaining / scale), false),
+        }
     }
 }
 
@@ -80,6 +109,15 @@ pub enum Action {
         job_id: String,
         /// Its newest event's sequence.
         expected: u64,
+    },
+    /// Report a run its time limit ended before its work was done.
+    FailTimeLimit {
+        /// The job.
+        job_id: String,
+        /// Its newest event's sequence.
+        expected: u64,
+        /// The limit, in seconds of job time.
+        limit_s: i64,
     },
     /// Confirm a preemption order.
     ConfirmPreempted {
@@ -137,6 +175,12 @@ impl LauncherState {
                     .map(|s| s.payload.as_ref())
                     .unwrap_or_default();
                 let duration_ms = duration_from_payload(payload, self.default_duration_ms);
+                let time_limit_ms = s
+                    .spec
+                    .as_ref()
+                    .map(|s| s.time_limit_s)
+                    .filter(|&l| l > 0)
+                    .map(|l| l.saturating_mul(1000));
                 self.jobs.entry(s.job_id.clone()).or_insert(Job {
                     duration_ms,
                     phase: Phase::Queued,
@@ -145,6 +189,7 @@ impl LauncherState {
                     resumable: s.spec.as_ref().is_some_and(|s| s.resumable),
                     run_since_ms: None,
                     earlier_runs_ms: Vec::new(),
+                    time_limit_ms,
                 });
                 return;
             }
@@ -231,26 +276,20 @@ impl LauncherState {
                     job_id: id.clone(),
                     expected,
                 },
-                Phase::Running { since_ms }
-                    if now_ms >= since_ms.saturating_add(job.remaining_ms(scale) / scale) =>
-                {
-                    Action::Finish {
-                        job_id: id.clone(),
-                        expected,
-                    }
+                Phase::Running { since_ms } if now_ms >= job.run_end(since_ms, scale).0 => {
+                    job.end_of_run(id, expected, since_ms, scale)
                 }
-                // Its work done already (its finish raced the order and was refused, the order
-                // having moved the subject): it finished, whatever the order says. Confirming
-                // the stop instead would requeue a job that has nothing left to run.
+                // Its run over already (its finish raced the order and was refused, the order
+                // having moved the subject): it finished (or its limit ended it), whatever the
+                // order says. Confirming the stop instead would requeue a job that has nothing
+                // left to run.
                 Phase::Stopping
-                    if job.run_since_ms.is_some_and(|since| {
-                        now_ms >= since.saturating_add(job.remaining_ms(scale) / scale)
-                    }) =>
+                    if job
+                        .run_since_ms
+                        .is_some_and(|since| now_ms >= job.run_end(since, scale).0) =>
                 {
-                    Action::Finish {
-                        job_id: id.clone(),
-                        expected,
-                    }
+                    let since = job.run_since_ms.unwrap_or_default();
+                    job.end_of_run(id, expected, since, scale)
                 }
                 Phase::Stopping if self.honour_preemption => Action::ConfirmPreempted {
                     job_id: id.clone(),
@@ -260,7 +299,7 @@ impl LauncherState {
             };
             job.acted = true;
             match action {
-                Action::Finish { .. } => finishes.push(action),
+                Action::Finish { .. } | Action::FailTimeLimit { .. } => finishes.push(action),
                 _ => others.push(action),
             }
         }
@@ -358,6 +397,60 @@ mod tests {
                 expected: 7
             }]
         );
+    }
+
+    #[test]
+    fn a_run_past_its_time_limit_is_ended_as_failed_at_the_limit() {
+        let limited = |id: &str, limit_s: i64, resumable: bool| {
+            let mut submit = submitted(id, b"sleep 3600");
+            if let Body::JobSubmitted(j) = &mut submit {
+                let spec = j.spec.as_mut().unwrap();
+                spec.time_limit_s = limit_s;
+                spec.resumable = resumable;
+            }
+            submit
+        };
+        let mut s = LauncherState::new(1_000, true);
+        // An hour of work under a 10-minute limit, at 60x: the limit ends it after 10 s.
+        s.apply(1, &ev(0, limited("a", 600, false)));
+        s.apply(2, &ev(0, placed("a")));
+        s.apply(3, &ev(0, started("a")));
+        // Over an hour of limit: the work ends it, a plain finish.
+        s.apply(4, &ev(0, limited("b", 7200, false)));
+        s.apply(5, &ev(0, placed("b")));
+        s.apply(6, &ev(0, started("b")));
+        assert!(s.due(9_999, 60).is_empty());
+        assert_eq!(
+            s.due(10_000, 60),
+            vec![Action::FailTimeLimit {
+                job_id: "a".into(),
+                expected: 3,
+                limit_s: 600
+            }]
+        );
+        assert!(s.due(59_999, 60).is_empty());
+        assert_eq!(
+            s.due(60_000, 60),
+            vec![Action::Finish {
+                job_id: "b".into(),
+                expected: 6
+            }]
+        );
+        // The limit is per run: a resumable job requeued after 5 s (5 min, no checkpoint)
+        // gets its 10 minutes again, counted from its new start.
+        s.apply(7, &ev(0, limited("c", 600, true)));
+        s.apply(8, &ev(0, placed("c")));
+        s.apply(9, &ev(100_000, started("c")));
+        s.apply(10, &ev(105_000, ordered("c")));
+        s.apply(11, &ev(105_000, preempted("c", false)));
+        s.apply(12, &ev(105_000, requeued("c")));
+        s.apply(13, &ev(200_000, placed("c")));
+        s.apply(14, &ev(200_000, started("c")));
+        assert!(s.due(209_999, 60).is_empty());
+        assert!(matches!(
+            s.due(210_000, 60).as_slice(),
+            [Action::FailTimeLimit { job_id, expected: 14, .. }] if job_id == "c"
+        ));
     }
 
     #[test]
