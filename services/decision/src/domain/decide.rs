@@ -91,12 +91,17 @@ pub enum WaitReason<'s> {
         reclaimable_now: bool,
     },
     /// It would fit now, but only on GPUs reserved for a higher-ranked job, and its minimum
-    /// runtime ends after that reservation's start.
+    /// runtime ends after that reservation's start, or it is of the reserved job's own
+    /// allocation (whose work there would stay until it ended: the preemption service never
+    /// orders an allocation's work off for its own waiter).
     BlockedByReservation {
         /// The job holding the reservation.
         reserved_for: &'s str,
         /// The reservation's start.
         start_ms: i64,
+        /// The waiting job is of the reserved job's allocation: kept off whatever its minimum
+        /// runtime.
+        same_allocation: bool,
     },
     /// It would fit only on GPUs a preemption freed for another waiting job, which are held
     /// for that job ([`crate::domain::promise`]).
@@ -223,9 +228,21 @@ impl fmt::Display for WaitReason<'_> {
             WaitReason::BlockedByReservation {
                 reserved_for,
                 start_ms,
+                same_allocation: false,
             } => write!(
                 f,
                 "would fit only on GPUs reserved for job {reserved_for} from {}, and its minimum runtime ends later",
+                utc(*start_ms)
+            ),
+            WaitReason::BlockedByReservation {
+                reserved_for,
+                start_ms,
+                same_allocation: true,
+            } => write!(
+                f,
+                "would fit only on GPUs reserved for job {reserved_for} of its own allocation from \
+                 {}: work of that allocation would keep them until it ended (nothing is ordered \
+                 off for a waiter of its own allocation), whatever its minimum runtime",
                 utc(*start_ms)
             ),
             // Not met: the start summaries say a promise withholds what it would need.
@@ -397,6 +414,7 @@ impl<'s> Cycle<'s> {
                 Some(r) => WaitReason::BlockedByReservation {
                     reserved_for: r.job_id,
                     start_ms: r.start_ms,
+                    same_allocation: !req.is_unallocated() && r.allocation == allocation,
                 },
                 None => self.classify(&key.job_id, req, protected_until),
             },
@@ -536,6 +554,11 @@ impl<'s> Cycle<'s> {
     /// Why a job that found no room waits, most specific cause first.
     fn classify(&self, job_id: &str, req: Request, protected_until: i64) -> WaitReason<'s> {
         let inventory = self.state.inventory();
+        if inventory.could_hold(req.shape) && !self.pool.capacity_uncordoned.fits(req.shape) {
+            // Only with cordoned nodes back could it ever start: no reservation or preemption
+            // helps it until then, whatever is free now.
+            return WaitReason::NodesCordoned;
+        }
         if !inventory.could_hold(req.shape) {
             let have = if req.shape.nodes <= 1 {
                 inventory.largest_node()
@@ -587,7 +610,7 @@ impl<'s> Cycle<'s> {
             WaitReason::TooLargeForFreeNodes {
                 nodes: req.shape.nodes,
                 gpus_per_node: req.shape.gpus_per_node,
-                largest_free: self.pool.start_open.max_free(),
+                largest_free: self.pool.largest_free_taking_work(),
             }
         }
     }

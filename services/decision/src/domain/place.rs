@@ -125,6 +125,17 @@ impl FitSummary {
     }
 }
 
+impl Pool<'_> {
+    /// The most free GPUs at the cycle's start on one node that takes work now: open, or open
+    /// until a maintenance window ahead (free, if not for long), not cordoned or in a window.
+    pub(crate) fn largest_free_taking_work(&self) -> u32 {
+        self.start_restricted
+            .values()
+            .map(FitSummary::max_free)
+            .fold(self.start_open.max_free(), u32::max)
+    }
+}
+
 /// What [`Pool::find`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Found {

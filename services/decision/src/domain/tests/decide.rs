@@ -159,7 +159,8 @@ fn reservation_lets_work_ending_before_its_start_backfill_and_not_longer_work() 
             .map(|w| w.reason),
         Some(WaitReason::BlockedByReservation {
             reserved_for: "big",
-            start_ms: NOW + HOUR
+            start_ms: NOW + HOUR,
+            same_allocation: false
         })
     );
 }
@@ -182,6 +183,64 @@ fn the_reserved_jobs_own_allocation_backfills_only_what_the_reservation_leaves_s
         [p("b-short", &[("n0", 2)]), p("a-free", &[("n0", 2)])]
     );
     assert_eq!(reason(&d, "a-short"), "blocked_by_reservation");
+    // Said so: its minimum runtime ends before the reservation's start, so the common words
+    // ("its minimum runtime ends later") would be false.
+    let said = d
+        .waiting
+        .iter()
+        .find(|w| w.job_id == "a-short")
+        .map(|w| w.reason.to_string())
+        .unwrap();
+    assert!(
+        said.contains("reserved for job big of its own allocation")
+            && said.contains("whatever its minimum runtime")
+            && !said.contains("ends later"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_job_only_cordoned_nodes_could_hold_is_said_to_wait_for_them_whatever_is_free() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1", "n2"], 8);
+    // n2 is cordoned and still busy; n0 is free, n1 busy.
+    h.running(NOW - HOUR, "r1", "b", 3 * 3600, &[("n1", 8)]);
+    h.running(NOW - HOUR, "r2", "b", 3 * 3600, &[("n2", 8)]);
+    h.cordon("n2");
+    h.submit_full(NOW - 10, "wide", "a", 3, 8, 3600, 0, true);
+    let d = h.decide(NOW);
+    assert!(d.reservation.is_none());
+    assert_eq!(reason(&d, "wide"), "nodes_cordoned");
+}
+
+#[test]
+fn the_most_free_on_a_node_counts_nodes_with_maintenance_ahead() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    h.running(NOW - HOUR, "r0", "b", 3 * 3600, &[("n0", 6)]);
+    h.running(NOW - HOUR, "r1", "b", 3 * 3600, &[("n1", 2)]);
+    // n1 (6 GPUs free) closes for maintenance in a week.
+    h.maintenance(
+        NOW - HOUR,
+        &["n1"],
+        NOW + 7 * 24 * HOUR,
+        NOW + 8 * 24 * HOUR,
+    );
+    h.submit_full(NOW - 10, "top", "a", 1, 8, 3600, 1, true);
+    h.submit_full(NOW - 10, "big", "a", 1, 8, 3600, 0, true);
+    let d = h.decide(NOW);
+    assert_eq!(reason(&d, "top"), "reservation_pending");
+    let big = d.waiting.iter().find(|w| w.job_id == "big").unwrap();
+    assert_eq!(
+        big.reason,
+        WaitReason::TooLargeForFreeNodes {
+            nodes: 1,
+            gpus_per_node: 8,
+            largest_free: 6
+        }
+    );
 }
 
 #[test]
