@@ -38,7 +38,7 @@ use fairshare_model::timestamp::utc;
 use fairshare_model::words::Gpus;
 
 use super::debug;
-use super::place::{Found, Pool};
+use super::place::{Access, Found, Pool};
 use super::rank;
 use super::reserve::{self, Guard, Reservation};
 use super::state::{DecisionState, QueueKey, RECLAIMABLE_AT_ONCE, Request};
@@ -574,11 +574,26 @@ impl<'s> Cycle<'s> {
         } else if self.pool.fits_at_start(req.shape, protected_until) {
             WaitReason::BelowOthersInRank
         } else if self.pool.start_unpromised.fits(req.shape) && !self.pool.has_promise(job_id) {
-            // Name the hold that ends first: the earliest these GPUs could be anyone's.
-            let mut holds = self
-                .state
-                .promises_at(self.now)
-                .filter(|(holder, p)| *holder != job_id && !p.nodes.is_empty());
+            // Name the hold that ends first: the earliest these GPUs could be anyone's. For a
+            // single-node job, among the holds whose release alone would give it a node, if
+            // any does (another job's hold elsewhere is not what it waits for).
+            let holds = || {
+                self.state
+                    .promises_at(self.now)
+                    .filter(|(holder, p)| *holder != job_id && !p.nodes.is_empty())
+            };
+            let frees_a_node = |p: &super::promise::Promise| {
+                req.shape.nodes <= 1
+                    && p.nodes.iter().any(|(node, gpus)| {
+                        self.pool.nodes.iter().any(|n| {
+                            n.name == &**node
+                                && matches!(n.access, Access::Open | Access::Until(_))
+                                && n.free.saturating_add(*gpus) >= req.shape.gpus_per_node
+                        })
+                    })
+            };
+            let relevant = holds().any(|(_, p)| frees_a_node(p));
+            let mut holds = holds().filter(|(_, p)| !relevant || frees_a_node(p));
             match holds.next() {
                 Some(first) => {
                     let (mut holder, mut until_ms, mut others) = (first.0, first.1.until_ms, 0u32);

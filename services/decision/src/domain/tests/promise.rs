@@ -268,3 +268,35 @@ fn explain_shows_what_is_held_for_a_waiter_and_who_still_stops_for_it() {
     let e = explain(&h, "w", D2 + PROMISE_HOLD_MS);
     assert!(e.held_for_it.is_empty());
 }
+
+/// Two holds: `x`'s (2 GPUs of n1, ending first) and `y`'s (the whole of n2, ending later). An
+/// 8-GPU job could start only on n2: it waits for `y`'s hold, and is told so, not `x`'s.
+#[test]
+fn a_waiter_is_told_of_the_hold_it_waits_for_not_the_first_to_end() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    for n in ["n1", "n2", "n3"] {
+        h.node(n, 8);
+    }
+    h.running(0, "r1", "b", 100 * 3600, &[("n1", 6)]);
+    h.running(0, "v1", "b", 60, &[("n1", 2)]);
+    h.running(0, "v2", "b", 60, &[("n2", 8)]);
+    h.running(0, "v3", "b", 60, &[("n3", 8)]);
+    h.submit_full(HOUR, "x", "a", 1, 4, 3600, 0, true);
+    h.submit_full(HOUR, "y", "a", 2, 8, 3600, 0, true);
+    h.submit(HOUR, "z", "b", 8, 0);
+    order(&mut h, T0, "v1", "x", D1);
+    order(&mut h, T0, "v2", "y", D2);
+    order(&mut h, T0, "v3", "y", D2);
+    preempted(&mut h, T0 + MIN, "v1");
+    preempted(&mut h, T0 + MIN, "v2");
+    let d = h.decide(T0 + MIN);
+    assert_eq!(placed(&d), vec![]);
+    assert_eq!(reason(&d, "z"), "promised_to_another_job");
+    let until = fairshare_model::timestamp::utc(D2 + PROMISE_HOLD_MS);
+    let said = reason_text(&d, "z");
+    assert!(
+        said.contains("for waiting job y;") && said.contains(&format!("{until} at the latest")),
+        "{said}"
+    );
+}
