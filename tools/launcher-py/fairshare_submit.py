@@ -192,6 +192,11 @@ class NoResponders(Exception):
     """The server had no subscriber for the subject: the request reached no service."""
 
 
+class TooLarge(Exception):
+    """The request is over the server's message size limit: nothing was sent, and sending it
+    again will not help."""
+
+
 def request(urls, subject, payload, timeout_s, seed=None):
     """One NATS request/reply; returns the reply's payload. `urls` may name several servers of
     a cluster, comma-separated (as FAIRSHARE_NATS_URL does): each is tried in turn until one
@@ -273,6 +278,11 @@ def request_one(url, subject, payload, timeout_s, seed=None):
                         "was submitted")
         except (socket.timeout, OSError) as e:
             raise NoAnswer(f"no answer to CONNECT: {e}") from None
+        limit = server.get("max_payload")
+        if isinstance(limit, int) and len(payload) > limit:
+            raise TooLarge(
+                f"the request is {len(payload)} bytes, over the server's limit of {limit} "
+                "(max_payload): shorten --payload or --name")
         sock.sendall(f"SUB {inbox} 1\r\nUNSUB 1 1\r\n".encode())
         sock.sendall(f"PUB {subject} {inbox} {len(payload)}\r\n".encode() + payload + b"\r\n")
         try:
@@ -283,7 +293,17 @@ def request_one(url, subject, payload, timeout_s, seed=None):
                 if line.startswith(b"PING"):
                     sock.sendall(b"PONG\r\n")
                 elif line.startswith(b"-ERR"):
-                    raise NoAnswer(line.decode(errors="replace").strip())
+                    text = line.decode(errors="replace").strip()
+                    # Refused before it was delivered to anyone: final. Any other error (the
+                    # reply's subscription refused, say) leaves the request possibly handled.
+                    if "permissions violation for publish" in text.lower():
+                        raise Unsupported(
+                            f"the server at {host}:{port} does not let this identity publish "
+                            f"submissions ({text}): nothing was submitted; use the launcher's "
+                            "identity (--nkey)")
+                    if "maximum payload" in text.lower():
+                        raise TooLarge(f"the server refused the request as too large ({text})")
+                    raise NoAnswer(text)
                 elif line.startswith(b"MSG "):
                     size = int(line.split()[-1])
                     data = stream.read(size + 2)
@@ -315,6 +335,17 @@ def ranged(bounds):
     return parse
 
 
+def positive_seconds(text):
+    """An argparse type: a number of seconds above 0."""
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not s > 0 or s == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds above 0")
+    return s
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("FAIRSHARE_NATS_URL", "nats://127.0.0.1:4222"))
@@ -332,7 +363,8 @@ def main(argv=None):
     p.add_argument("--payload", default="", help="opaque to fairshare (command line, image, ...)")
     p.add_argument("--name", default="")
     p.add_argument("--key", default=None, help="idempotency key (default: a fresh random one)")
-    p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--timeout", type=positive_seconds, default=5.0,
+                   help="seconds to wait for each server's answer (above 0)")
     p.add_argument("--nkey", default=os.environ.get("FAIRSHARE_NATS_NKEY"),
                    help="the launcher's nkey seed file, for a server with `fairshare auth init`'s "
                         "authorization block (e.g. .run/auth/launcher.nk)")
@@ -354,6 +386,9 @@ def main(argv=None):
     except Unsupported as e:
         print(str(e), file=sys.stderr)
         return 4
+    except TooLarge as e:
+        print(f"{e}; nothing was submitted", file=sys.stderr)
+        return 1
     except NoResponders as e:
         print(f"no submission service is listening ({e}), so nothing was submitted: start it, "
               "or publish to the durable intake", file=sys.stderr)

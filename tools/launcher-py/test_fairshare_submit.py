@@ -171,6 +171,39 @@ class Exits(unittest.TestCase):
         self.assertIn("refused the connection", err.getvalue())
         self.assertIn("nothing was submitted", err.getvalue())
 
+    def test_a_publish_the_server_refuses_is_final_not_a_retry(self):
+        url = fake_server(b"INFO {}\r\n",
+                          b"-ERR 'Permissions Violation for Publish to \"fairshare.api.submit\"'\r\n")
+        code, err = self.run_main(url)
+        self.assertEqual(code, 4, err)
+        self.assertIn("nothing was submitted", err)
+
+    def test_a_subscription_the_server_refuses_still_means_retry(self):
+        # The submission may have gone through; only its answer is lost.
+        url = fake_server(b"INFO {}\r\n",
+                          b"-ERR 'Permissions Violation for Subscription to \"_INBOX.x\"'\r\n")
+        code, err = self.run_main(url)
+        self.assertEqual(code, 3, err)
+        self.assertIn("retry with --key k", err)
+
+    def test_a_request_over_the_servers_payload_limit_is_not_sent(self):
+        received = []
+        url = fake_server(b'INFO {"max_payload":8}\r\n', b"", received)
+        code, err = self.run_main(url)
+        self.assertEqual(code, 1, err)
+        self.assertIn("over the server's limit of 8", err)
+        self.assertIn("nothing was submitted", err)
+        self.assertFalse(any(b"PUB " in r for r in received))
+
+    def test_a_timeout_of_zero_or_less_is_a_usage_error(self):
+        for bad in ["0", "-1", "nan", "soon"]:
+            with self.assertRaises(SystemExit) as exit_, \
+                    contextlib.redirect_stderr(io.StringIO()) as err:
+                f.main(["--url", "nats://127.0.0.1:1", "--cluster", "c", "--allocation", "a",
+                        "--min-runtime", "60", "--timeout", bad])
+            self.assertEqual(exit_.exception.code, 2, bad)
+            self.assertIn("--timeout", err.getvalue())
+
     def test_a_reply_that_does_not_decode_means_retry_with_the_key(self):
         url = fake_server(b"INFO {}\r\n", b"MSG INBOX 1 3\r\n\xff\xff\xff\r\n")
         code, err = self.run_main(url)
