@@ -89,6 +89,9 @@ pub enum WaitReason<'s> {
         /// Whether that is the cycle's own time: the work there is past its minimum runtimes
         /// already, and only the preemption rules, or its end, decide when it goes.
         reclaimable_now: bool,
+        /// A maintenance window on the reserved nodes sets the start, not the work on them:
+        /// the job's minimum runtime would not end before the window begins.
+        after_window: bool,
     },
     /// It would fit now, but only on GPUs reserved for a higher-ranked job, and its minimum
     /// runtime ends after that reservation's start, or it is of the reserved job's own
@@ -212,11 +215,23 @@ impl fmt::Display for WaitReason<'_> {
             }
             WaitReason::ReservationPending {
                 reclaimable_now: true,
+                after_window: false,
                 ..
             } => f.write_str(
                 "holds a reservation; the work on its GPUs is past its minimum runtimes \
                  already: it goes for this job when the preemption rules let it, and otherwise \
                  as it ends",
+            ),
+            WaitReason::ReservationPending {
+                start_ms,
+                after_window: true,
+                ..
+            } => write!(
+                f,
+                "holds a reservation from {}: a maintenance window on the reserved nodes sets \
+                 that time (its minimum runtime would not end before the window starts), not \
+                 the work on them",
+                utc(*start_ms)
             ),
             WaitReason::ReservationPending { start_ms, .. } => write!(
                 f,
@@ -548,6 +563,7 @@ impl<'s> Cycle<'s> {
         Some(WaitReason::ReservationPending {
             start_ms: plan.start_ms,
             reclaimable_now: plan.start_ms <= self.now,
+            after_window: plan.after_window,
         })
     }
 

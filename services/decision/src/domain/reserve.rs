@@ -116,6 +116,9 @@ impl Guard {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Plan {
     pub start_ms: i64,
+    /// A maintenance window on the reserved nodes put the start later than their GPUs are
+    /// reclaimable: the job's minimum runtime would not end before the window starts.
+    pub after_window: bool,
     /// `(node index, GPUs)`.
     pub nodes: Vec<(u32, u32)>,
     pub guard: Guard,
@@ -243,6 +246,11 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
     if candidates.len() < k {
         return None;
     }
+    let ready_at_of: Vec<(u32, i64)> = candidates
+        .iter()
+        .zip(&ready_at)
+        .map(|(&(_, idx), &ready)| (idx, ready))
+        .collect();
     let (start_ms, mut candidates) = if k == 1 {
         // A node's own start takes its windows into account already.
         let first = candidates.iter().copied().min()?;
@@ -250,6 +258,18 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
     } else {
         shared_start(pool, &candidates, &ready_at, k, min_runtime_ms)?
     };
+    // When the chosen nodes' GPUs are reclaimable, windows aside (`ready_at` is parallel to
+    // the candidates as first listed, and each node is listed once).
+    let reclaimable_ms = candidates
+        .iter()
+        .filter_map(|&(_, idx)| {
+            ready_at_of
+                .iter()
+                .find(|&&(i, _)| i == idx)
+                .map(|&(_, ready)| ready)
+        })
+        .max()
+        .unwrap_or(start_ms);
     candidates.sort_unstable();
     let mut nodes: Vec<(u32, u32)> = candidates.iter().map(|c| (c.1, gpn)).collect();
     nodes.sort_unstable();
@@ -263,6 +283,7 @@ pub(crate) fn plan(pool: &Pool<'_>, shape: Shape, min_runtime_ms: i64, now: i64)
         .collect();
     Some(Plan {
         start_ms,
+        after_window: start_ms > reclaimable_ms,
         nodes,
         guard: Guard {
             start_ms,

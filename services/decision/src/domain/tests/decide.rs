@@ -409,6 +409,47 @@ fn maintenance_accepts_only_work_protected_until_its_start() {
         ("big", NOW + 3 * HOUR, "n0")
     );
     assert_eq!(reason(&d, "long"), "maintenance_window");
+    // Told that the window sets its start: n0's GPUs are free already, no minimum runtime
+    // holds them.
+    let big = d.waiting.iter().find(|w| w.job_id == "big").unwrap();
+    assert!(
+        matches!(
+            big.reason,
+            WaitReason::ReservationPending {
+                after_window: true,
+                ..
+            }
+        ),
+        "{:?}",
+        big.reason
+    );
+    assert!(
+        big.reason
+            .to_string()
+            .contains("a maintenance window on the reserved nodes sets that time"),
+        "{}",
+        big.reason
+    );
+    // Without the window, n1's work sets it (free at NOW+5h): the usual words.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    nodes(&mut h, &["n0", "n1"], 8);
+    h.running(NOW - HOUR, "r", "a", 6 * 3600, &[("n1", 6)]);
+    h.running(NOW - HOUR, "r0", "b", 3 * 3600, &[("n0", 6)]);
+    h.submit_full(NOW - 10, "big", "a", 1, 8, 2 * 3600, 9, true);
+    let d = h.decide(NOW);
+    let big = d.waiting.iter().find(|w| w.job_id == "big").unwrap();
+    assert!(
+        matches!(
+            big.reason,
+            WaitReason::ReservationPending {
+                after_window: false,
+                ..
+            }
+        ),
+        "{:?}",
+        big.reason
+    );
 }
 
 #[test]
@@ -1167,6 +1208,7 @@ fn waiting_reasons_give_instants_as_utc_dates() {
     let r = WaitReason::ReservationPending {
         start_ms: 1_796_026_868_873,
         reclaimable_now: false,
+        after_window: false,
     };
     assert_eq!(
         r.to_string(),
@@ -1178,6 +1220,7 @@ fn waiting_reasons_give_instants_as_utc_dates() {
     let now = WaitReason::ReservationPending {
         start_ms: 1_796_026_868_873,
         reclaimable_now: true,
+        after_window: false,
     };
     assert!(!now.to_string().contains("2026"), "{now}");
     assert!(
