@@ -269,44 +269,21 @@ async fn cordon_drain_remove_and_maintenance() {
         stderr(&bad_time)
     );
     // A window that never ends would close the node for good; a cap of 0 checks nothing.
-    let endless = node(
-        &stack,
-        &[
-            "maintenance",
-            second,
-            "--start",
-            "now",
-            "--end",
-            "9223372036854775807ms",
-        ],
-    )
-    .await;
-    assert!(
-        stderr(&endless).contains("--end 9223372036854775807ms: a window outside the years 1 to 9999 can only be cancelled"),
-        "{}",
-        stderr(&endless)
-    );
-    let uncapped = node(
-        &stack,
-        &[
-            "maintenance",
-            second,
-            "--start",
-            "+1h",
-            "--end",
-            "+2h",
-            "--max-min-runtime",
-            "0s",
-        ],
-    )
-    .await;
-    assert!(
-        stderr(&uncapped)
-            .contains("--max-min-runtime 0: the preemption service refuses a cap of 0"),
-        "{}",
-        stderr(&uncapped)
-    );
-    assert!(!endless.status.success() && !uncapped.status.success());
+    for (args, said) in [
+        (
+            ["--start", "now", "--end", "9223372036854775807ms"].as_slice(),
+            "--end 9223372036854775807ms: a window outside the years 1 to 9999 can only be \
+             cancelled",
+        ),
+        (
+            ["--start", "+1h", "--end", "+2h", "--max-min-runtime", "0s"].as_slice(),
+            "--max-min-runtime 0: the preemption service refuses a cap of 0",
+        ),
+    ] {
+        let refused = node(&stack, &[["maintenance", second].as_slice(), args].concat()).await;
+        assert!(!refused.status.success());
+        assert!(stderr(&refused).contains(said), "{}", stderr(&refused));
+    }
     let window = node(
         &stack,
         &[
