@@ -15,16 +15,19 @@ cd "$repo"
 run="$repo/.run"
 mkdir -p "$run/logs" "$run/nats"
 
-if ! command -v cargo >/dev/null 2>&1; then
-  echo "start: cargo is required (install Rust with rustup: https://rustup.rs)" >&2
-  exit 1
-fi
+# shellcheck source=toolchain.sh
+. "$repo/deploy/toolchain.sh"
+require_rust start
 nats_bin="$("$repo/deploy/install-nats-server.sh")"
 
-echo "start: building (first build takes a few minutes)" >&2
-cargo build --quiet -p fairshare-submission -p fairshare-accounting -p fairshare-decision \
+echo "start: building (the first build takes a few minutes on 2 cores)" >&2
+cargo build --locked -p fairshare-submission -p fairshare-accounting -p fairshare-decision \
   -p fairshare-preemption -p fairshare-launcher -p fairshare-cli -p fairshare-sim
-bin="${CARGO_TARGET_DIR:-$repo/target}/debug"
+# Where cargo put them, as cargo says (CARGO_TARGET_DIR, or a target-dir in cargo's config):
+# a guess could run stale binaries of an earlier build.
+target_dir="$(cargo metadata --no-deps --format-version 1 --locked |
+  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+bin="${target_dir:-${CARGO_TARGET_DIR:-$repo/target}}/debug"
 
 port="${FAIRSHARE_NATS_PORT:-4222}"
 http_port="${FAIRSHARE_NATS_HTTP_PORT:-8222}"
@@ -150,7 +153,7 @@ env "$(as launcher)" "$bin/fairshare-demo-launcher" --cluster demo --time-scale 
   --trace tests/data/traces/helios-15k/replay.csv --max-jobs "${FAIRSHARE_DEMO_JOBS:-300}" \
   --allocations research/language/pretraining/core,research/language/pretraining/data,research/language/alignment,research/vision/video,research/vision/robotics,infra/evals,guests \
   >"$run/logs/demo-launcher.log" 2>&1 &
-pids+=($!)
+pids+=($!) && watched[$!]=demo-launcher
 
 echo "start: running; NATS at $FAIRSHARE_NATS_URL; logs in .run/logs; Ctrl-C stops" >&2
 if ((earlier > 0)); then

@@ -5,8 +5,13 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-if ! command -v cargo >/dev/null 2>&1; then
-  echo "test: cargo is required (install Rust with rustup: https://rustup.rs)" >&2
+# shellcheck source=../deploy/toolchain.sh
+. "$repo/deploy/toolchain.sh"
+require_rust test
+# The Python suites run after the cargo tests: a python3 too old for them (the owed-time
+# estimate reads TOML with tomllib, 3.11 and later) is said now, not after the long part.
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "test: python3 3.11 or later is required for the Python tests (found: $(python3 --version 2>&1 || echo none))" >&2
   exit 1
 fi
 # The tests set what they need themselves: a FAIRSHARE_* variable of the caller's shell (an
