@@ -267,7 +267,7 @@ fn floor_note(
              allocation with one, and gets only GPUs they leave"
         ));
     }
-    // For people: one decimal is enough (ranking compares exactly).
+    // For people: one decimal is enough (ranking compares exactly), but see `floor_text`.
     let floor = standing.floor_num as f64 / standing.floor_den as f64;
     let share = fraction.num as f64 / fraction.den as f64 * state.total_gpus() as f64;
     // Its work ordered off still runs until it stops, but no longer counts as held.
@@ -304,7 +304,20 @@ fn floor_note(
         String::new()
     };
     Some(format!(
-        "; {allocation} holds {}{leaving} against a share floor of {floor:.1}{moved}: {order}",
-        Gpus(standing.held)
+        "; {allocation} holds {}{leaving} against a share floor of {}{moved}: {order}",
+        Gpus(standing.held),
+        floor_text(floor, standing.held, standing.excess())
     ))
+}
+
+/// `floor` with one decimal, or as many more (up to 4) as it takes not to read as `held` when
+/// the exact comparison (`excess`, held minus floor) says they differ: "holds 8 against a share
+/// floor of 8.0: it goes before every allocation" would contradict itself for a floor of 8.04.
+fn floor_text(floor: f64, held: u64, excess: i128) -> String {
+    let held_text = |d: usize| format!("{held}.{}", "0".repeat(d));
+    let mut decimals = 1;
+    while excess != 0 && decimals < 4 && format!("{floor:.decimals$}") == held_text(decimals) {
+        decimals += 1;
+    }
+    format!("{floor:.decimals$}")
 }

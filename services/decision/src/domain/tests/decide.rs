@@ -841,6 +841,24 @@ fn decisions_become_job_placed_events_that_the_fold_accepts() {
 }
 
 #[test]
+fn a_floor_just_above_what_is_held_does_not_read_as_equal_to_it() {
+    let mut h = H::new();
+    // 201 GPUs, a's fraction 1/25: its floor is 8.04, and it holds 8.
+    h.tree(vec![leaf("a", 1), leaf("b", 24)]);
+    h.node("n0", 201);
+    h.running(NOW - HOUR, "a-run", "a", 3600, &[("n0", 8)]);
+    h.running(NOW - HOUR, "b-run", "b", 3600, &[("n0", 193)]);
+    h.submit(NOW - 10, "a1", "a", 1, 3600);
+    let said = crate::domain::explain(&h.state, "a1", NOW)
+        .map(|e| e.reason)
+        .unwrap_or_default();
+    assert!(
+        said.contains("; a holds 8 GPUs against a share floor of 8.04: it goes before every"),
+        "{said}"
+    );
+}
+
+#[test]
 fn explain_says_where_the_allocation_stands_against_its_floor() {
     let mut h = H::new();
     h.tree(vec![leaf("a", 1), leaf("b", 2)]);
