@@ -121,13 +121,29 @@ pub fn explain(
                      ordered off at any time",
                 );
             } else {
-                if let Some(note) = fair
+                // A debug job within its allocation's allowance is met before the rank walk,
+                // by the cycle and by the preemption pass: its allocation's floor and window
+                // rank are not what decides its turn.
+                let within_allowance = fair.as_ref().is_some_and(|(tree, fair)| {
+                    debug::waiters(state, tree, &fair.leaf_order())
+                        .iter()
+                        .any(|w| &*w.key.job_id == job_id)
+                });
+                if within_allowance {
+                    explanation.reason.push_str(&format!(
+                        "; as a debug job within its allocation's debug allowance ({}), it is \
+                         met before all work in rank order, by the decision cycle and by the \
+                         preemption service, which may order work past its minimum runtime off \
+                         for it",
+                        Gpus(u64::from(state.debug_allowance_gpus()))
+                    ));
+                } else if let Some(note) = fair
                     .as_ref()
                     .and_then(|(tree, fair)| floor_note(state, tree, fair, allocation))
                 {
                     explanation.reason.push_str(&note);
                 }
-                if let Some(r) = behind {
+                if let Some(r) = behind.filter(|_| !within_allowance) {
                     // The preemption service walks the same line (`victims::fair_share`): it
                     // orders allocated work off for the first waiter that does not fit, and,
                     // while no allowed victim can help that one, for a job behind it (the

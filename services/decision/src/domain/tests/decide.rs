@@ -859,6 +859,34 @@ fn a_floor_just_above_what_is_held_does_not_read_as_equal_to_it() {
 }
 
 #[test]
+fn a_waiting_debug_job_within_its_allowance_is_told_it_goes_before_the_rank_order() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    h.state.set_debug_allowance_gpus(4);
+    h.running(NOW - 5 * MIN, "b-run", "b", 3600, &[("n0", 8)]);
+    h.submit(NOW - 10, "dbg", "a", 2, 600);
+    h.submit(NOW - 10, "big", "a", 4, 3600);
+    let said = |id: &str| {
+        crate::domain::explain(&h.state, id, NOW)
+            .map(|e| e.reason)
+            .unwrap_or_default()
+    };
+    let dbg = said("dbg");
+    assert!(
+        dbg.contains("as a debug job within its allocation's debug allowance (4 GPUs), it is met before all work in rank order")
+            && !dbg.contains("share floor"),
+        "{dbg}"
+    );
+    // Work of the same allocation in rank order is told of its floor as before.
+    assert!(
+        said("big").contains("against a share floor of"),
+        "{}",
+        said("big")
+    );
+}
+
+#[test]
 fn explain_says_where_the_allocation_stands_against_its_floor() {
     let mut h = H::new();
     h.tree(vec![leaf("a", 1), leaf("b", 2)]);
