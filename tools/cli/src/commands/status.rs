@@ -151,8 +151,10 @@ used: GPU time charged in the window; ratio: used / alloc (the ranking also coun
   rest of running jobs' minimum runtimes: `fairshare explain` says where a job's allocation
   ranks); owed deliv.: owed GPU time delivered over every hour closed since the log began, not
   only the window, as a share of what it was owed; running / queued: GPUs its allocated jobs run
-  on / wait for now (placed jobs not yet started count as queued; unallocated work, minimum
-  runtime 0, is no allocation's and is not counted here); base floor: its fraction of the
+  on / wait for now (placed jobs not yet started count as queued, and jobs ordered off count
+  as running until they stop or their grace ends: the share floor counts the opposite way, so
+  for a grace period `fairshare explain` may say an allocation holds less than this; unallocated
+  work, minimum runtime 0, is no allocation's and is not counted here); base floor: its fraction of the
   cluster's GPUs, before the hourly floor moves it. A group's row (ending in /) sums every path
   under it with usage in the window, allocations since removed or renamed too; its ranking
   sums only the allocations in the tree now.";
