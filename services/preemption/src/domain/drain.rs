@@ -20,8 +20,9 @@
 //!   known is protected no later than `T - 30 s` (the decision service's lead,
 //!   `MAINTENANCE_LEAD_MS`, the default grace), so this takes only unallocated work, work past
 //!   its minimum runtime, or work that was already running when the window was scheduled
-//!   inside its protection; the last case is named in the order's reason, because there it is
-//!   the operator's window, not the contract, that cuts the run short. A job whose protection
+//!   inside its protection, or work that cannot resume and started too late (below); the
+//!   last cases are named in the order's reason, because there it is the window, not the
+//!   contract, that cuts the run short. A job whose protection
 //!   ends before `T` is never cut: with a grace longer than the lead, it is ordered off when
 //!   its protection ends, with its grace cut to end at `T` (the SPEC's "a window at `T`
 //!   accepts work whose protection ends before `T`" taken at its word, and the node still
@@ -52,7 +53,7 @@ pub enum DrainReason {
         /// The window's start.
         start_ms: i64,
         /// Whether the job was still inside its minimum runtime (the window was scheduled
-        /// after it started).
+        /// after its placement, or it started later than the decision service's lead allows).
         cuts_protection: bool,
     },
     /// Placed on a node with a window ahead and still not started when its protection,
@@ -84,7 +85,14 @@ impl std::fmt::Display for DrainReason {
                     utc(*start_ms)
                 )?;
                 if *cuts_protection {
-                    f.write_str(" (inside the job's minimum runtime: the window was scheduled after it started)")?;
+                    // The fold keeps no time of the window's scheduling, only that the
+                    // protection runs past it: scheduled after the placement, or a job that
+                    // cannot resume started later than the decision service's lead allows.
+                    f.write_str(
+                        " (inside the job's minimum runtime: the window was scheduled after \
+                         the job was placed, or the job started too late to end its \
+                         protection before it)",
+                    )?;
                 }
                 Ok(())
             }
@@ -341,6 +349,16 @@ mod tests {
             reason.to_string(),
             "maintenance: node n1 goes down at 2026-01-01T00:00:00Z"
         );
+        // Protection cut short: the reason says both ways it can come about, since the fold
+        // cannot tell a window scheduled after the placement from a job that started late.
+        let cut = DrainReason::Maintenance {
+            node: "n1".into(),
+            start_ms: 1_767_225_600_000,
+            cuts_protection: true,
+        }
+        .to_string();
+        assert!(cut.contains("scheduled after the job was placed"), "{cut}");
+        assert!(cut.contains("started too late"), "{cut}");
         let late = DrainReason::NotStartedInTime {
             node: "n1".into(),
             start_ms: 1_767_225_600_000,

@@ -76,8 +76,11 @@ pub(super) async fn run(
 /// Turns one intake message into its event. `Err` means nothing was written: retry later.
 async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Result<(), String> {
     let intake_sequence = message.info().map_err(|e| e.to_string())?.stream_sequence;
-    let cluster =
-        subjects::cluster_of_intake(&message.subject).unwrap_or(subjects::INVALID_CLUSTER_TOKEN);
+    // The intake stream takes any single token after its prefix, so the token is checked as a
+    // cluster name before it goes into a rejection or names the cluster to catch up on.
+    let cluster = subjects::cluster_of_intake(&message.subject)
+        .filter(|token| subjects::is_valid_token(token))
+        .unwrap_or(subjects::INVALID_CLUSTER_TOKEN);
     let handling = Handling::start(
         "intake",
         Role::Entry,
@@ -98,11 +101,13 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
             if answered(shared, &key) {
                 return Ok(());
             }
+            let rejection = malformed(&e.to_string());
             return reject(
                 shared,
                 &key,
+                None,
                 cluster,
-                malformed(&e.to_string()),
+                rejection,
                 intake_sequence,
                 trace,
             )
@@ -112,6 +117,34 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
     let key = request.idempotency_key.clone();
     if answered_alike(shared, &key, &request) {
         return Ok(());
+    }
+    let answer = |rejection| {
+        reject(
+            shared,
+            &key,
+            Some(&request),
+            cluster,
+            rejection,
+            intake_sequence,
+            trace,
+        )
+    };
+    if cluster == subjects::INVALID_CLUSTER_TOKEN {
+        let rejection = pb::Rejection {
+            code: pb::RejectionCode::InvalidName as i32,
+            message: bounded(
+                format!(
+                    "published to intake subject {:?}, which names no cluster: the one token \
+                     after \"{}.\" must be a cluster name (letters, digits, '-' and '_', \
+                     starting with a letter or digit, at most {} bytes)",
+                    message.subject.as_str(),
+                    subjects::INTAKE_PREFIX,
+                    subjects::MAX_TOKEN_LEN
+                ),
+                MAX_REJECTION_MESSAGE_BYTES,
+            ),
+        };
+        return answer(rejection).await;
     }
     let stored_ms = message
         .info()
@@ -127,7 +160,7 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
                  if it has none"
             ),
         };
-        return reject(shared, &key, cluster, rejection, intake_sequence, trace).await;
+        return answer(rejection).await;
     }
     // A missing spec or an unusable key is answered as request/reply answers it (by
     // `check_submission`), not hidden behind the cluster it failed to name.
@@ -146,7 +179,7 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
                 MAX_REJECTION_MESSAGE_BYTES,
             ),
         };
-        return reject(shared, &key, cluster, rejection, intake_sequence, trace).await;
+        return answer(rejection).await;
     }
     let mut caught_up = false;
     loop {
@@ -159,9 +192,7 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
                     Err(r) if r.code == pb::RejectionCode::Unavailable as i32 => Err(r.message),
                     // The stream took it for a repeat of another request with the key, which
                     // the fold had not reached yet: that answer is this message's own.
-                    Err(r) if r.code == pb::RejectionCode::KeyReused as i32 => {
-                        reject(shared, &key, cluster, r, intake_sequence, trace).await
-                    }
+                    Err(r) if r.code == pb::RejectionCode::KeyReused as i32 => answer(r).await,
                     // The key had been rejected before (read back from the log): nothing to add.
                     Err(_) => Ok(()),
                 }
@@ -176,9 +207,7 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
                 shared.catch_up_on_cluster(cluster, CATCH_UP).await?;
                 continue;
             }
-            Err(rejection) => {
-                reject(shared, &key, cluster, rejection, intake_sequence, trace).await
-            }
+            Err(rejection) => answer(rejection).await,
         };
     }
 }
@@ -204,9 +233,12 @@ fn answered(shared: &Shared, key: &str) -> bool {
     idempotency_key_problem(key, &shared.limits).is_none() && shared.state().keys.contains_key(key)
 }
 
+/// Logs `rejection` as intake message `intake_sequence`'s answer for key `key`; `request` is
+/// the request it answers, `None` when its bytes were no request.
 async fn reject(
     shared: &Shared,
     key: &str,
+    request: Option<&pb::SubmitRequest>,
     cluster: &str,
     mut rejection: pb::Rejection,
     intake_sequence: u64,
@@ -231,7 +263,7 @@ async fn reject(
     } else {
         format!("intake:{intake_sequence}")
     };
-    let envelope = Envelope {
+    let mut envelope = Envelope {
         message_id,
         idempotency_key: valid_key.then(|| key.to_owned()),
         trace: Some(trace),
@@ -250,11 +282,41 @@ async fn reject(
         rejection: Some(rejection),
         intake_sequence,
     });
+    let subject = subjects::rejected(cluster);
+    let (sequence, duplicate) = shared
+        .append(subject.clone(), body.clone(), &envelope)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    if !duplicate || envelope.message_id.starts_with("intake:") {
+        return Ok(());
+    }
+    // The stream holds something under the key's id that the fold had not reached: the key's
+    // own earlier answer (nothing to add), or another request's acceptance or another
+    // publisher's message, which would leave this message with no answer of its own.
+    let first = shared.read_event(sequence).await?;
+    if key_answers(&first.body, key, request) {
+        return Ok(());
+    }
+    envelope.message_id = format!("intake:{intake_sequence}");
     shared
-        .append(subjects::rejected(cluster), body, &envelope)
+        .append(subject, body, &envelope)
         .await
         .map(|_| ())
         .map_err(|e| format!("{e:?}"))
+}
+
+/// Whether `first`, found in the log under key `key`'s message id, answers `request`: a
+/// rejection of the key (a key keeps its first answer), or the acceptance of this very request.
+fn key_answers(first: &Option<Body>, key: &str, request: Option<&pb::SubmitRequest>) -> bool {
+    match first {
+        Some(Body::JobRejected(r)) => r.idempotency_key == key,
+        Some(Body::JobSubmitted(s)) => request.is_some_and(|request| {
+            s.idempotency_key == key
+                && request_fingerprint(s.spec.as_ref())
+                    == request_fingerprint(request.spec.as_ref())
+        }),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -457,6 +519,110 @@ mod tests {
         assert_eq!(
             rejected.rejection.unwrap().code,
             pb::RejectionCode::InvalidName as i32
+        );
+    }
+
+    /// As above, but the acceptance is not folded yet when the intake message comes: the
+    /// rejection, first tried under the key's message id, is taken by the stream for a repeat
+    /// of the acceptance, and is logged again under the intake message's own id.
+    #[tokio::test]
+    async fn a_rejection_the_stream_took_for_an_unfolded_acceptance_is_logged_under_its_own_id() {
+        let (_server, js, shared) = folded_cluster_c().await;
+        let (accepted_at, _) = accept_two_gpus(&shared, "k-race2", "j-first").await;
+        let mut other = super::super::shared::tests::one_gpu_request("k-race2");
+        other.spec.as_mut().unwrap().cluster = "d".into();
+        js.publish(subjects::intake("c"), codec::encode(&other))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let message = next_message(&shared).await;
+        handle(&shared, &message).await.unwrap();
+        let newest = shared
+            .events
+            .get_last_raw_message_by_subject(&subjects::rejected("c"))
+            .await
+            .expect("the rejection was not logged");
+        assert!(newest.sequence > accepted_at);
+        let event = codec::decode_event(&newest.payload).unwrap();
+        let Some(Body::JobRejected(rejected)) = event.body else {
+            panic!("{event:?}");
+        };
+        assert_eq!(rejected.idempotency_key, "k-race2");
+        assert_eq!(
+            rejected.rejection.unwrap().code,
+            pb::RejectionCode::InvalidName as i32
+        );
+        let id = newest
+            .headers
+            .get("Nats-Msg-Id")
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            id,
+            format!("intake:{}", message.info().unwrap().stream_sequence)
+        );
+    }
+
+    /// An intake message that waited out the key memory while its own request was accepted
+    /// (by request/reply, not folded here yet): the acceptance is its answer, and no expiry
+    /// is logged beside it.
+    #[tokio::test]
+    async fn an_expired_message_whose_request_was_accepted_meanwhile_adds_no_rejection() {
+        let (_server, js, shared) = folded_cluster_c().await;
+        let mut request = super::super::shared::tests::one_gpu_request("k-same");
+        request.spec.as_mut().unwrap().gpus = 2;
+        js.publish(subjects::intake("c"), codec::encode(&request))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let message = next_message(&shared).await;
+        let (accepted_at, _) = accept_two_gpus(&shared, "k-same", "j-same").await;
+        let stored_ms =
+            i64::try_from(message.info().unwrap().published.unix_timestamp_nanos() / 1_000_000)
+                .unwrap();
+        shared
+            .state()
+            .advance_log_time(stored_ms + crate::domain::FORGET_AFTER_MS);
+        handle(&shared, &message).await.unwrap();
+        let mut events = shared.events.clone();
+        let info = events.info().await.unwrap();
+        assert_eq!(
+            info.state.last_sequence, accepted_at,
+            "something was logged after the acceptance"
+        );
+    }
+
+    /// An intake subject whose cluster token cannot be a cluster name is rejected as such,
+    /// and the rejection names the stand-in cluster `_`, not the token.
+    #[tokio::test]
+    async fn an_intake_subject_that_names_no_valid_cluster_is_rejected() {
+        let (_server, js, shared) = folded_cluster_c().await;
+        let mut request = super::super::shared::tests::one_gpu_request("k-token");
+        request.spec.as_mut().unwrap().cluster = "-c".into();
+        js.publish(subjects::intake("-c"), codec::encode(&request))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let message = next_message(&shared).await;
+        handle(&shared, &message).await.unwrap();
+        let newest = shared
+            .events
+            .get_last_raw_message_by_subject(&subjects::rejected("-c"))
+            .await
+            .unwrap();
+        let event = codec::decode_event(&newest.payload).unwrap();
+        let Some(Body::JobRejected(rejected)) = event.body else {
+            panic!("{event:?}");
+        };
+        assert_eq!(rejected.cluster, subjects::INVALID_CLUSTER_TOKEN);
+        let rejection = rejected.rejection.unwrap();
+        assert_eq!(rejection.code, pb::RejectionCode::InvalidName as i32);
+        assert!(
+            rejection.message.contains("names no cluster"),
+            "{rejection:?}"
         );
     }
 
