@@ -333,12 +333,51 @@ mod tests {
         key: &str,
     ) -> async_nats::jetstream::Message {
         let request = super::super::shared::tests::one_gpu_request(key);
-        js.publish(subjects::intake("c"), codec::encode(&request))
+        queued_on(js, shared, "c", &request).await
+    }
+
+    /// Queues `request` on the intake subject of cluster token `token` and takes it as the
+    /// service's intake consumer would.
+    async fn queued_on(
+        js: &async_nats::jetstream::Context,
+        shared: &Shared,
+        token: &str,
+        request: &pb::SubmitRequest,
+    ) -> async_nats::jetstream::Message {
+        js.publish(subjects::intake(token), codec::encode(request))
             .await
             .unwrap()
             .await
             .unwrap();
         next_message(shared).await
+    }
+
+    /// A one-GPU request with `key` that names cluster `cluster`.
+    fn naming(key: &str, cluster: &str) -> pb::SubmitRequest {
+        let mut request = super::super::shared::tests::one_gpu_request(key);
+        request.spec.as_mut().unwrap().cluster = cluster.into();
+        request
+    }
+
+    /// The newest rejection logged for cluster `cluster` (as the stream holds it, with its
+    /// headers) and its body.
+    async fn newest_rejection(
+        shared: &Shared,
+        cluster: &str,
+    ) -> (
+        async_nats::jetstream::message::StreamMessage,
+        pb::JobRejected,
+    ) {
+        let newest = shared
+            .events
+            .get_last_raw_message_by_subject(&subjects::rejected(cluster))
+            .await
+            .expect("a rejection was logged");
+        let event = codec::decode_event(&newest.payload).unwrap();
+        let Some(Body::JobRejected(rejected)) = event.body else {
+            panic!("{event:?}");
+        };
+        (newest, rejected)
     }
 
     /// A service whose fold already holds cluster "c" (its budget tree and node), with the
@@ -383,20 +422,25 @@ mod tests {
             .unwrap()
     }
 
+    /// Handles `message` once the rest of the log has moved on by the key memory (a day)
+    /// since the stream stored it.
+    async fn handle_a_day_late(shared: &Shared, message: &async_nats::jetstream::Message) {
+        let stored_ms =
+            i64::try_from(message.info().unwrap().published.unix_timestamp_nanos() / 1_000_000)
+                .unwrap();
+        shared
+            .state()
+            .advance_log_time(stored_ms + crate::domain::FORGET_AFTER_MS);
+        handle(shared, message).await.unwrap();
+    }
+
     /// An intake message that waited out more than the service's memory of keys is rejected
     /// as expired, not accepted: its key may belong to a job accepted before and forgotten.
     #[tokio::test]
     async fn an_intake_message_older_than_the_key_memory_is_rejected_as_expired() {
         let (_server, js, shared) = folded_cluster_c().await;
         let message = queued(&js, &shared, "k-old").await;
-        let stored_ms =
-            i64::try_from(message.info().unwrap().published.unix_timestamp_nanos() / 1_000_000)
-                .unwrap();
-        // The rest of the log moved on by a day while the message waited.
-        shared
-            .state()
-            .advance_log_time(stored_ms + crate::domain::FORGET_AFTER_MS);
-        handle(&shared, &message).await.unwrap();
+        handle_a_day_late(&shared, &message).await;
         let event = newest_event(&shared).await;
         let Some(Body::JobRejected(rejected)) = event.body else {
             panic!("{event:?}");
@@ -503,14 +547,7 @@ mod tests {
         shared.state().apply(sequence, &accepted);
         shared.set_applied(sequence);
         // The same key, one GPU, in cluster c's intake but naming cluster d.
-        let mut other = super::super::shared::tests::one_gpu_request("k-twice");
-        other.spec.as_mut().unwrap().cluster = "d".into();
-        js.publish(subjects::intake("c"), codec::encode(&other))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        let message = next_message(&shared).await;
+        let message = queued_on(&js, &shared, "c", &naming("k-twice", "d")).await;
         handle(&shared, &message).await.unwrap();
         let event = newest_event(&shared).await;
         let Some(Body::JobRejected(rejected)) = event.body else {
@@ -529,25 +566,10 @@ mod tests {
     async fn a_rejection_the_stream_took_for_an_unfolded_acceptance_is_logged_under_its_own_id() {
         let (_server, js, shared) = folded_cluster_c().await;
         let (accepted_at, _) = accept_two_gpus(&shared, "k-race2", "j-first").await;
-        let mut other = super::super::shared::tests::one_gpu_request("k-race2");
-        other.spec.as_mut().unwrap().cluster = "d".into();
-        js.publish(subjects::intake("c"), codec::encode(&other))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        let message = next_message(&shared).await;
+        let message = queued_on(&js, &shared, "c", &naming("k-race2", "d")).await;
         handle(&shared, &message).await.unwrap();
-        let newest = shared
-            .events
-            .get_last_raw_message_by_subject(&subjects::rejected("c"))
-            .await
-            .expect("the rejection was not logged");
+        let (newest, rejected) = newest_rejection(&shared, "c").await;
         assert!(newest.sequence > accepted_at);
-        let event = codec::decode_event(&newest.payload).unwrap();
-        let Some(Body::JobRejected(rejected)) = event.body else {
-            panic!("{event:?}");
-        };
         assert_eq!(rejected.idempotency_key, "k-race2");
         assert_eq!(
             rejected.rejection.unwrap().code,
@@ -572,20 +594,9 @@ mod tests {
         let (_server, js, shared) = folded_cluster_c().await;
         let mut request = super::super::shared::tests::one_gpu_request("k-same");
         request.spec.as_mut().unwrap().gpus = 2;
-        js.publish(subjects::intake("c"), codec::encode(&request))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        let message = next_message(&shared).await;
+        let message = queued_on(&js, &shared, "c", &request).await;
         let (accepted_at, _) = accept_two_gpus(&shared, "k-same", "j-same").await;
-        let stored_ms =
-            i64::try_from(message.info().unwrap().published.unix_timestamp_nanos() / 1_000_000)
-                .unwrap();
-        shared
-            .state()
-            .advance_log_time(stored_ms + crate::domain::FORGET_AFTER_MS);
-        handle(&shared, &message).await.unwrap();
+        handle_a_day_late(&shared, &message).await;
         let mut events = shared.events.clone();
         let info = events.info().await.unwrap();
         assert_eq!(
@@ -599,24 +610,9 @@ mod tests {
     #[tokio::test]
     async fn an_intake_subject_that_names_no_valid_cluster_is_rejected() {
         let (_server, js, shared) = folded_cluster_c().await;
-        let mut request = super::super::shared::tests::one_gpu_request("k-token");
-        request.spec.as_mut().unwrap().cluster = "-c".into();
-        js.publish(subjects::intake("-c"), codec::encode(&request))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        let message = next_message(&shared).await;
+        let message = queued_on(&js, &shared, "-c", &naming("k-token", "-c")).await;
         handle(&shared, &message).await.unwrap();
-        let newest = shared
-            .events
-            .get_last_raw_message_by_subject(&subjects::rejected("-c"))
-            .await
-            .unwrap();
-        let event = codec::decode_event(&newest.payload).unwrap();
-        let Some(Body::JobRejected(rejected)) = event.body else {
-            panic!("{event:?}");
-        };
+        let (_, rejected) = newest_rejection(&shared, "-c").await;
         assert_eq!(rejected.cluster, subjects::INVALID_CLUSTER_TOKEN);
         let rejection = rejected.rejection.unwrap();
         assert_eq!(rejection.code, pb::RejectionCode::InvalidName as i32);
