@@ -167,7 +167,7 @@ async fn cancels(shared: &Shared, sequence: u64, job_id: &str) -> Result<bool, p
         .read_event(sequence)
         .await
         .map_err(|e| unavailable(&e))?;
-    Ok(matches!(entry.body, Some(Body::JobCancelled(c)) if c.job_id == job_id))
+    Ok(matches!(entry.and_then(|e| e.body), Some(Body::JobCancelled(c)) if c.job_id == job_id))
 }
 
 #[cfg(test)]
@@ -291,7 +291,11 @@ mod tests {
         let cancelled = cancel(&shared, &cancel_request("j-1"), None).await.unwrap();
         assert!(!cancelled.already, "{cancelled:?}");
         assert!(cancelled.stream_sequence > squatter, "{cancelled:?}");
-        let written = shared.read_event(cancelled.stream_sequence).await.unwrap();
+        let written = shared
+            .read_event(cancelled.stream_sequence)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(
             matches!(written.body, Some(Body::JobCancelled(ref c)) if c.job_id == "j-1"),
             "{written:?}"

@@ -2,9 +2,14 @@
 //! they could not (or would not) wait for a reply.
 //!
 //! A durable consumer with one message in flight keeps intake order across restarts. Each
-//! message ends as at most one new job-submitted or job-rejected event (both carry the message
-//! id `submit:<key>`; a key already answered writes none), and is acknowledged only after that
-//! event is in the log; a crash in between redelivers it, and the repeat is dropped by key.
+//! message ends as at most one new job-submitted or job-rejected event, and is acknowledged
+//! only after that event is in the log; a crash in between redelivers it, and the repeat is
+//! dropped by its message id. An acceptance carries `submit:<key>`, and so does a rejection
+//! unless that id cannot be its own: a key that cannot be one, or whose id the log holds for
+//! another request's acceptance or another publisher's message (found by the fold, or by the
+//! stream calling the write a duplicate and the entry read back); those rejections carry
+//! `intake:<intake sequence>`. A message whose key already has its answer (a rejection, or
+//! the acceptance of the same request) writes none.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -291,10 +296,11 @@ async fn reject(
         return Ok(());
     }
     // The stream holds something under the key's id that the fold had not reached: the key's
-    // own earlier answer (nothing to add), or another request's acceptance or another
-    // publisher's message, which would leave this message with no answer of its own.
-    let first = shared.read_event(sequence).await?;
-    if key_answers(&first.body, key, request) {
+    // own earlier answer (its rejection, or the acceptance of this very request: nothing to
+    // add), or another request's acceptance or another publisher's message (bytes that may
+    // not even decode), which would leave this message with no answer of its own.
+    let first = shared.read_event(sequence).await?.and_then(|e| e.body);
+    if key_answers(&first, key, request) {
         return Ok(());
     }
     envelope.message_id = format!("intake:{intake_sequence}");
@@ -306,15 +312,19 @@ async fn reject(
 }
 
 /// Whether `first`, found in the log under key `key`'s message id, answers `request`: a
-/// rejection of the key (a key keeps its first answer), or the acceptance of this very request.
+/// rejection of the key (a key keeps its first answer), or its acceptance of this very request
+/// or, for bytes that were no request (`None`), of any (as [`answered`] treats a malformed
+/// message whose key the fold knows).
 fn key_answers(first: &Option<Body>, key: &str, request: Option<&pb::SubmitRequest>) -> bool {
     match first {
         Some(Body::JobRejected(r)) => r.idempotency_key == key,
-        Some(Body::JobSubmitted(s)) => request.is_some_and(|request| {
+        Some(Body::JobSubmitted(s)) => {
             s.idempotency_key == key
-                && request_fingerprint(s.spec.as_ref())
-                    == request_fingerprint(request.spec.as_ref())
-        }),
+                && request.is_none_or(|request| {
+                    request_fingerprint(s.spec.as_ref())
+                        == request_fingerprint(request.spec.as_ref())
+                })
+        }
         _ => false,
     }
 }
@@ -422,6 +432,20 @@ mod tests {
             .unwrap()
     }
 
+    /// The message id a stored entry was written with.
+    fn message_id(stored: &async_nats::jetstream::message::StreamMessage) -> String {
+        stored
+            .headers
+            .get("Nats-Msg-Id")
+            .map(|v| v.to_string())
+            .unwrap_or_default()
+    }
+
+    /// The message id of a rejection written under intake message `message`'s own id.
+    fn intake_id(message: &async_nats::jetstream::Message) -> String {
+        format!("intake:{}", message.info().unwrap().stream_sequence)
+    }
+
     /// Handles `message` once the rest of the log has moved on by the key memory (a day)
     /// since the stream stored it.
     async fn handle_a_day_late(shared: &Shared, message: &async_nats::jetstream::Message) {
@@ -498,42 +522,119 @@ mod tests {
         assert!(rejection.message.contains("j-first"), "{rejection:?}");
     }
 
+    /// Writes `payload` on another job's subject under key `key`'s message id
+    /// (`submit:<key>`), as a publisher other than the submission service may.
+    async fn squat(js: &async_nats::jetstream::Context, key: &str, payload: Vec<u8>) {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", headers::submission_id(key).as_str());
+        js.publish_with_headers(
+            subjects::job_event("c", "j-other", "job_started"),
+            headers,
+            payload.into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+
     /// A message some other publisher wrote under a key's message id (`submit:<key>`) makes
     /// the stream drop the key's submission as a repeat for as long as it de-duplicates. The
     /// intake message is answered for good, `KEY_REUSED` under its own id, and taken off the
-    /// intake, rather than retried every second ahead of every other cluster's submissions.
+    /// intake, rather than retried every second ahead of every other cluster's submissions:
+    /// also when the squatting bytes are no event at all.
     #[tokio::test]
     async fn a_key_whose_message_id_another_publisher_took_is_rejected_for_good() {
         let (_server, js, shared) = folded_cluster_c().await;
-        let mut squat = async_nats::HeaderMap::new();
-        squat.insert("Nats-Msg-Id", headers::submission_id("k-taken").as_str());
         let started = pb::Event {
             at_ms: 1_700_000_000_000,
             body: Some(Body::JobStarted(pb::JobStarted {
                 job_id: "j-other".into(),
             })),
         };
-        js.publish_with_headers(
-            subjects::job_event("c", "j-other", "job_started"),
-            squat,
-            codec::encode(&started),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-        let message = queued(&js, &shared, "k-taken").await;
+        for (key, payload) in [
+            ("k-taken", codec::encode(&started).to_vec()),
+            ("k-garbage", vec![0xff; 7]),
+        ] {
+            squat(&js, key, payload).await;
+            let message = queued(&js, &shared, key).await;
+            handle(&shared, &message)
+                .await
+                .expect("answered, not kept for a retry");
+            // Taken off the intake, as the service does, so the next one comes next.
+            message.ack().await.unwrap();
+            let (_, rejected) = newest_rejection(&shared, "c").await;
+            assert_eq!(rejected.idempotency_key, key);
+            let rejection = rejected.rejection.unwrap();
+            assert_eq!(rejection.code, pb::RejectionCode::KeyReused as i32);
+            assert!(rejection.message.contains("new key"), "{rejection:?}");
+        }
+    }
+
+    /// A rejection of an intake message is written under its key's id first; when bytes that
+    /// are no event hold that id, it is written under the message's own, not retried every
+    /// second for the stream's duplicate window.
+    #[tokio::test]
+    async fn a_rejection_whose_key_id_holds_undecodable_bytes_is_logged_under_its_own_id() {
+        let (_server, js, shared) = folded_cluster_c().await;
+        squat(&js, "k-junk", vec![0xff; 7]).await;
+        let message = queued_on(&js, &shared, "c", &naming("k-junk", "d")).await;
         handle(&shared, &message)
             .await
             .expect("answered, not kept for a retry");
-        let event = newest_event(&shared).await;
-        let Some(Body::JobRejected(rejected)) = event.body else {
-            panic!("{event:?}");
+        let (newest, rejected) = newest_rejection(&shared, "c").await;
+        assert_eq!(rejected.idempotency_key, "k-junk");
+        assert_eq!(
+            rejected.rejection.unwrap().code,
+            pb::RejectionCode::InvalidName as i32
+        );
+        assert_eq!(message_id(&newest), intake_id(&message));
+    }
+
+    /// The key's rejection, or its acceptance, already in the stream but not folded here: a
+    /// later intake message with the key that this service would reject adds nothing (the
+    /// stream takes its rejection for a repeat, and the entry read back is the key's answer):
+    /// an earlier rejection of the key, or any acceptance of it for bytes that were no
+    /// request, as a folded answer would have it.
+    #[tokio::test]
+    async fn a_key_answered_in_the_stream_but_not_folded_gets_no_second_answer() {
+        let (_server, js, shared) = folded_cluster_c().await;
+        // A rejection of key k-no, written as the intake writes one.
+        let envelope = Envelope {
+            message_id: headers::submission_id("k-no"),
+            idempotency_key: Some("k-no".into()),
+            ..Default::default()
         };
-        assert_eq!(rejected.idempotency_key, "k-taken");
-        let rejection = rejected.rejection.unwrap();
-        assert_eq!(rejection.code, pb::RejectionCode::KeyReused as i32);
-        assert!(rejection.message.contains("new key"), "{rejection:?}");
+        let body = Body::JobRejected(pb::JobRejected {
+            idempotency_key: "k-no".into(),
+            cluster: "c".into(),
+            rejection: Some(malformed("first answer")),
+            intake_sequence: 0,
+        });
+        shared
+            .append(subjects::rejected("c"), body, &envelope)
+            .await
+            .unwrap();
+        let answered_at = accept_two_gpus(&shared, "k-yes", "j-yes").await.0;
+        let message = queued_on(&js, &shared, "c", &naming("k-no", "d")).await;
+        handle(&shared, &message).await.unwrap();
+        message.ack().await.unwrap();
+        // Bytes that are no request, with a header naming the accepted key.
+        let mut with_key = async_nats::HeaderMap::new();
+        with_key.insert(headers::IDEMPOTENCY_KEY, "k-yes");
+        js.publish_with_headers(subjects::intake("c"), with_key, vec![0xff; 3].into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let message = next_message(&shared).await;
+        handle(&shared, &message).await.unwrap();
+        let mut events = shared.events.clone();
+        let info = events.info().await.unwrap();
+        assert_eq!(
+            info.state.last_sequence, answered_at,
+            "a second answer was logged"
+        );
     }
 
     /// A key accepted for one request, then published to the intake with another request that
@@ -575,15 +676,7 @@ mod tests {
             rejected.rejection.unwrap().code,
             pb::RejectionCode::InvalidName as i32
         );
-        let id = newest
-            .headers
-            .get("Nats-Msg-Id")
-            .map(|v| v.to_string())
-            .unwrap_or_default();
-        assert_eq!(
-            id,
-            format!("intake:{}", message.info().unwrap().stream_sequence)
-        );
+        assert_eq!(message_id(&newest), intake_id(&message));
     }
 
     /// An intake message that waited out the key memory while its own request was accepted
@@ -612,7 +705,7 @@ mod tests {
         let (_server, js, shared) = folded_cluster_c().await;
         let message = queued_on(&js, &shared, "-c", &naming("k-token", "-c")).await;
         handle(&shared, &message).await.unwrap();
-        let (_, rejected) = newest_rejection(&shared, "-c").await;
+        let (_, rejected) = newest_rejection(&shared, subjects::INVALID_CLUSTER_TOKEN).await;
         assert_eq!(rejected.cluster, subjects::INVALID_CLUSTER_TOKEN);
         let rejection = rejected.rejection.unwrap();
         assert_eq!(rejection.code, pb::RejectionCode::InvalidName as i32);

@@ -5,10 +5,12 @@
 //! `fairshare.api.cancel` in a queue group and consume `fairshare.intake.>` in order, while a
 //! follower keeps folding new log entries.
 //!
-//! Exactly-once: each job-submitted or job-rejected event carries the message id
-//! `submit:<idempotency key>`, so JetStream drops a repeat inside its duplicate window; beyond
-//! it the folded key table answers. Cancellation appends on the job's own subject with the last
-//! sequence this service saw there, so it cannot race a concurrent end of the job.
+//! Exactly-once: each job-submitted event, and each job-rejected one whose key's id is free,
+//! carries the message id `submit:<idempotency key>`, so JetStream drops a repeat inside its
+//! duplicate window; beyond it the folded key table answers. (An intake rejection whose key's
+//! id is taken carries `intake:<intake sequence>`: see the `intake` module.) Cancellation
+//! appends on the job's own subject with the last sequence this service saw there, so it
+//! cannot race a concurrent end of the job.
 
 mod cancel;
 mod checkpoint;

@@ -146,14 +146,22 @@ impl Shared {
         Ok((ack.sequence, ack.duplicate))
     }
 
-    /// Reads back the event at `sequence` (what a duplicate ack points at).
-    pub async fn read_event(&self, sequence: u64) -> Result<pb::Event, String> {
+    /// Reads back the event at `sequence` (what a duplicate ack points at). `Err` means it
+    /// could not be read (try again later); `Ok(None)`, that the entry there is no event this
+    /// service can read (bytes another publisher wrote), which no retry changes.
+    pub async fn read_event(&self, sequence: u64) -> Result<Option<pb::Event>, String> {
         let message = self
             .events
             .get_raw_message(sequence)
             .await
             .map_err(|e| format!("cannot read back sequence {sequence}: {e}"))?;
-        codec::decode_log_entry(&message.subject, &message.payload).map_err(|e| e.to_string())
+        match codec::decode_log_entry(&message.subject, &message.payload) {
+            Ok(event) => Ok(Some(event)),
+            Err(e) => {
+                tracing::warn!(sequence, "entry read back does not decode: {e}");
+                Ok(None)
+            }
+        }
     }
 }
 
@@ -362,7 +370,7 @@ pub(super) mod tests {
                     .append(subject, body, &Envelope::default())
                     .await
                     .unwrap();
-                shared.read_event(sequence).await.unwrap().at_ms
+                shared.read_event(sequence).await.unwrap().unwrap().at_ms
             }
         };
         assert_eq!(write("behind").await, stored);

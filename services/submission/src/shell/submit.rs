@@ -181,7 +181,7 @@ async fn write_submitted(
         .read_event(sequence)
         .await
         .map_err(|e| unavailable(&e))?;
-    match first.body {
+    match first.and_then(|e| e.body) {
         Some(Body::JobSubmitted(s)) => {
             // The cluster of the submission in the log, not this request's: a repeat of the key
             // naming another cluster must not file the job under it (its cancels would then
