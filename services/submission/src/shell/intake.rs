@@ -432,18 +432,29 @@ mod tests {
             .unwrap()
     }
 
-    /// The message id a stored entry was written with.
-    fn message_id(stored: &async_nats::jetstream::message::StreamMessage) -> String {
-        stored
+    /// The newest rejection of cluster "c", checked to answer key `key` under intake message
+    /// `message`'s own id (not the key's): its sequence and rejection code.
+    async fn logged_under_own_id(
+        shared: &Shared,
+        message: &async_nats::jetstream::Message,
+        key: &str,
+    ) -> (u64, i32) {
+        let (newest, rejected) = newest_rejection(shared, "c").await;
+        assert_eq!(rejected.idempotency_key, key);
+        let id = newest
             .headers
             .get("Nats-Msg-Id")
             .map(|v| v.to_string())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let own = format!("intake:{}", message.info().unwrap().stream_sequence);
+        assert_eq!(id, own, "written under the key's id, not the message's own");
+        (newest.sequence, rejected.rejection.unwrap().code)
     }
 
-    /// The message id of a rejection written under intake message `message`'s own id.
-    fn intake_id(message: &async_nats::jetstream::Message) -> String {
-        format!("intake:{}", message.info().unwrap().stream_sequence)
+    /// The events stream's last sequence.
+    async fn last_sequence(shared: &Shared) -> u64 {
+        let mut events = shared.events.clone();
+        events.info().await.unwrap().state.last_sequence
     }
 
     /// Handles `message` once the rest of the log has moved on by the key memory (a day)
@@ -582,13 +593,8 @@ mod tests {
         handle(&shared, &message)
             .await
             .expect("answered, not kept for a retry");
-        let (newest, rejected) = newest_rejection(&shared, "c").await;
-        assert_eq!(rejected.idempotency_key, "k-junk");
-        assert_eq!(
-            rejected.rejection.unwrap().code,
-            pb::RejectionCode::InvalidName as i32
-        );
-        assert_eq!(message_id(&newest), intake_id(&message));
+        let (_, code) = logged_under_own_id(&shared, &message, "k-junk").await;
+        assert_eq!(code, pb::RejectionCode::InvalidName as i32);
     }
 
     /// The key's rejection, or its acceptance, already in the stream but not folded here: a
@@ -629,10 +635,9 @@ mod tests {
             .unwrap();
         let message = next_message(&shared).await;
         handle(&shared, &message).await.unwrap();
-        let mut events = shared.events.clone();
-        let info = events.info().await.unwrap();
         assert_eq!(
-            info.state.last_sequence, answered_at,
+            last_sequence(&shared).await,
+            answered_at,
             "a second answer was logged"
         );
     }
@@ -669,14 +674,9 @@ mod tests {
         let (accepted_at, _) = accept_two_gpus(&shared, "k-race2", "j-first").await;
         let message = queued_on(&js, &shared, "c", &naming("k-race2", "d")).await;
         handle(&shared, &message).await.unwrap();
-        let (newest, rejected) = newest_rejection(&shared, "c").await;
-        assert!(newest.sequence > accepted_at);
-        assert_eq!(rejected.idempotency_key, "k-race2");
-        assert_eq!(
-            rejected.rejection.unwrap().code,
-            pb::RejectionCode::InvalidName as i32
-        );
-        assert_eq!(message_id(&newest), intake_id(&message));
+        let (sequence, code) = logged_under_own_id(&shared, &message, "k-race2").await;
+        assert!(sequence > accepted_at);
+        assert_eq!(code, pb::RejectionCode::InvalidName as i32);
     }
 
     /// An intake message that waited out the key memory while its own request was accepted
@@ -690,10 +690,9 @@ mod tests {
         let message = queued_on(&js, &shared, "c", &request).await;
         let (accepted_at, _) = accept_two_gpus(&shared, "k-same", "j-same").await;
         handle_a_day_late(&shared, &message).await;
-        let mut events = shared.events.clone();
-        let info = events.info().await.unwrap();
         assert_eq!(
-            info.state.last_sequence, accepted_at,
+            last_sequence(&shared).await,
+            accepted_at,
             "something was logged after the acceptance"
         );
     }
