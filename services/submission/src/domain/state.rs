@@ -96,6 +96,15 @@ fn is_key_outcome(rejected: &pb::JobRejected) -> bool {
         .is_none_or(|r| r.code != pb::RejectionCode::KeyReused as i32)
 }
 
+/// The idempotency key an event may become the outcome of (a submission or a rejection).
+fn event_key(event: &pb::Event) -> Option<&str> {
+    match &event.body {
+        Some(Body::JobSubmitted(s)) => Some(&s.idempotency_key),
+        Some(Body::JobRejected(r)) => Some(&r.idempotency_key),
+        _ => None,
+    }
+}
+
 /// The first logged outcome of an idempotency key; it is final.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KeyOutcome {
@@ -171,8 +180,9 @@ impl SubmissionState {
         }
         self.last_sequence = sequence;
         self.advance_log_time(stored_ms.unwrap_or(event.at_ms));
+        let key_known_before = event_key(event).is_some_and(|k| self.keys.contains_key(k));
         let applied = self.fold_body(sequence, event);
-        self.schedule_forgetting(sequence, event);
+        self.schedule_forgetting(sequence, event, key_known_before);
         applied
     }
 
@@ -229,11 +239,26 @@ impl SubmissionState {
     }
 
     /// Schedules what `event`, just folded at `sequence`, makes forgettable: a key whose
-    /// outcome it logs, a job it ends.
-    fn schedule_forgetting(&mut self, sequence: u64, event: &pb::Event) {
+    /// outcome it logs, a job it ends. `key_known_before`: whether the event's key had an
+    /// outcome before it was folded.
+    ///
+    /// Only the entry that is a key's outcome schedules the key's forgetting. A later entry
+    /// with the key (another request's rejection, a second acceptance a racing instance wrote)
+    /// changes no outcome, and a forgetting scheduled by it would come due a day after it,
+    /// after the outcome's own has removed the key: by then the key may answer a new
+    /// acceptance, whose memory it would cut short, so that a retry of that submission inside
+    /// its day would start a second job.
+    fn schedule_forgetting(&mut self, sequence: u64, event: &pb::Event, key_known_before: bool) {
         let what = match &event.body {
-            Some(Body::JobSubmitted(s)) => Forget::Key(s.idempotency_key.clone()),
-            Some(Body::JobRejected(r)) if is_key_outcome(r) => {
+            // The shell notes its own acceptance before the fold reaches it, so "new" for an
+            // acceptance is: the key's outcome is this very entry.
+            Some(Body::JobSubmitted(s)) => match self.keys.get(&s.idempotency_key) {
+                Some(KeyOutcome::Accepted { sequence: at, .. }) if *at == sequence => {
+                    Forget::Key(s.idempotency_key.clone())
+                }
+                _ => return,
+            },
+            Some(Body::JobRejected(r)) if is_key_outcome(r) && !key_known_before => {
                 Forget::Key(r.idempotency_key.clone())
             }
             Some(

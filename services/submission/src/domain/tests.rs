@@ -802,3 +802,71 @@ fn a_key_reused_rejection_is_no_outcome_of_the_key_and_does_not_shorten_its_memo
     );
     assert!(!fresh.keys.contains_key("gone"));
 }
+
+#[test]
+fn a_later_entry_with_an_answered_key_does_not_cut_short_a_new_acceptances_memory() {
+    let at = |ms: i64, body: Body| pb::Event {
+        at_ms: ms,
+        body: Some(body),
+    };
+    let shape = fairshare_model::shape::Shape {
+        nodes: 1,
+        gpus_per_node: 1,
+    };
+    let accepted = |job: &str| Body::JobSubmitted(job_submitted(job, &request("k", 1), shape));
+    let finished = |job: &str| {
+        Body::JobFinished(pb::JobFinished {
+            job_id: job.into(),
+            exit_code: 0,
+        })
+    };
+    let rejected = Body::JobRejected(pb::JobRejected {
+        idempotency_key: "k".into(),
+        cluster: "c".into(),
+        rejection: Some(pb::Rejection {
+            code: RejectionCode::UnknownAllocation as i32,
+            message: "another request's answer".into(),
+        }),
+        intake_sequence: 3,
+    });
+    // Two entries after "k"'s outcome that change no outcome: another request's rejection,
+    // and a second acceptance of the key (two instances racing).
+    let later_entries: [(&str, Body); 2] = [
+        ("a rejection", rejected),
+        ("an acceptance", accepted("twin")),
+    ];
+    for (what, later) in later_entries {
+        let mut s = state();
+        let t0 = 1_000_000;
+        s.apply(10, &at(t0, accepted("first")));
+        s.apply(11, &at(t0 + 1_000, finished("first")));
+        let half_day = FORGET_AFTER_MS / 2;
+        s.apply(12, &at(t0 + half_day, later));
+        // A day after its outcome the key is forgotten, and a new submission takes it.
+        s.apply(13, &at(t0 + FORGET_AFTER_MS + 1, accepted("second")));
+        assert!(
+            matches!(s.keys.get("k"), Some(KeyOutcome::Accepted { job_id, .. }) if job_id == "second"),
+            "{what}: {:?}",
+            s.keys
+        );
+        // Its job ends at once (a live job's key is kept anyway). Half a day into the new
+        // acceptance's day, its key still answers retries: one forgotten now would start a
+        // second job.
+        s.apply(14, &at(t0 + FORGET_AFTER_MS + 2, finished("second")));
+        s.apply(
+            15,
+            &at(
+                t0 + half_day + FORGET_AFTER_MS + 1,
+                Body::UsageSnapshot(Default::default()),
+            ),
+        );
+        assert!(
+            matches!(
+                check_submission(&s, &request("k", 1), &Limits::default()),
+                Ok(Checked::Repeat { ref job_id, .. }) if job_id == "second"
+            ),
+            "{what}: the key was forgotten early: {:?}",
+            s.keys
+        );
+    }
+}

@@ -23,8 +23,9 @@ use crate::domain::SubmissionState;
 /// they do not belong to are folded as empty. 5: so are job events filed under another
 /// cluster than their job's. 6: an accepted key keeps its request's fingerprint. 7: a job
 /// record says whether the job holds a placement (only then is a preemption folded). 8: a
-/// job's first end stands (a later end or cancel is not folded).
-const VERSION: u32 = 8;
+/// job's first end stands (a later end or cancel is not folded). 9: only a key's outcome
+/// schedules its forgetting (older checkpoints may hold forgettings due from later entries).
+const VERSION: u32 = 9;
 
 /// The scope a checkpoint is for: the service serves every cluster.
 const SCOPE: &str = "all-clusters";
