@@ -92,6 +92,10 @@ pub enum WaitReason<'s> {
         /// A maintenance window on the reserved nodes sets the start, not the work on them:
         /// the job's minimum runtime would not end before the window begins.
         after_window: bool,
+        /// Some reserved GPUs can only come from work of the job's own allocation, which the
+        /// preemption service never orders off for it: the start is when that work ends, not
+        /// `start_ms` (the end of its minimum runtimes). Worked out only with reasons.
+        own_allocation_work: bool,
     },
     /// It would fit now, but only on GPUs reserved for a higher-ranked job, and its minimum
     /// runtime ends after that reservation's start, or it is of the reserved job's own
@@ -213,6 +217,15 @@ impl fmt::Display for WaitReason<'_> {
                      nodes that hold it"
                 )
             }
+            WaitReason::ReservationPending {
+                after_window: false,
+                own_allocation_work: true,
+                ..
+            } => f.write_str(
+                "holds a reservation; some of the work on its GPUs is its own allocation's, \
+                 which is never ordered off for a job of the same allocation: it starts as that \
+                 work ends",
+            ),
             WaitReason::ReservationPending {
                 reclaimable_now: true,
                 after_window: false,
@@ -560,10 +573,48 @@ impl<'s> Cycle<'s> {
                 .collect(),
         });
         self.guard = Some(plan.guard.for_allocation(allocation));
+        let own_allocation_work = self.reasons && self.waits_on_own_work(&plan.nodes, allocation);
         Some(WaitReason::ReservationPending {
             start_ms: plan.start_ms,
             reclaimable_now: plan.start_ms <= self.now,
             after_window: plan.after_window,
+            own_allocation_work,
+        })
+    }
+
+    /// Whether, on some reserved node (`(node index, GPUs)`), the GPUs reserved there exceed
+    /// what everything but `allocation`'s allocated work could give: free GPUs, unallocated
+    /// work, work of other allocations and work already ordered off. That allocation's work,
+    /// on the node before the cycle or placed on it earlier in this one, goes only as it ends.
+    fn waits_on_own_work(&self, reserved: &[(u32, u32)], allocation: &str) -> bool {
+        reserved.iter().any(|&(idx, gpus)| {
+            let Some(node) = self.pool.nodes.get(idx as usize) else {
+                return false;
+            };
+            let held_before: u32 = node
+                .load
+                .map(|l| {
+                    l.holdings
+                        .iter()
+                        .map(|(_, h)| h)
+                        .filter(|h| {
+                            &*h.holder.allocation == allocation
+                                && h.holder.min_runtime_ms > 0
+                                && h.holder.preempt_deadline_ms.is_none()
+                        })
+                        .map(|h| h.gpus)
+                        .sum()
+                })
+                .unwrap_or(0);
+            let placed_now: u32 = self
+                .placements
+                .iter()
+                .filter(|p| !p.unallocated && p.allocation == allocation)
+                .flat_map(|p| &p.nodes)
+                .filter(|n| n.node == node.name)
+                .map(|n| n.gpus)
+                .sum();
+            node.usable().saturating_sub(held_before + placed_now) < gpus
         })
     }
 

@@ -1255,6 +1255,7 @@ fn waiting_reasons_give_instants_as_utc_dates() {
         start_ms: 1_796_026_868_873,
         reclaimable_now: false,
         after_window: false,
+        own_allocation_work: false,
     };
     assert_eq!(
         r.to_string(),
@@ -1267,6 +1268,7 @@ fn waiting_reasons_give_instants_as_utc_dates() {
         start_ms: 1_796_026_868_873,
         reclaimable_now: true,
         after_window: false,
+        own_allocation_work: false,
     };
     assert!(!now.to_string().contains("2026"), "{now}");
     assert!(
@@ -1398,4 +1400,43 @@ fn a_job_no_registered_node_could_hold_is_told_so_and_holds_up_nobody() {
         "{}",
         why(&d, "big")
     );
+}
+
+#[test]
+fn a_reservation_on_its_own_allocations_work_says_it_waits_for_that_work_to_end() {
+    // n0 and n1 are each held by 6 GPUs of one running job; "big" (8 GPUs, of a) waits for a
+    // node. `holder_of_n0`'s minimum runtime has ended, `holder_of_n1`'s runs for hours.
+    let reserved_reason = |holder_of_n0: &str| {
+        let mut h = H::new();
+        h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+        nodes(&mut h, &["n0", "n1"], 8);
+        h.running(NOW - 2 * HOUR, "r0", holder_of_n0, 3600, &[("n0", 6)]);
+        h.running(NOW - HOUR, "r1", "a", 6 * 3600, &[("n1", 6)]);
+        h.submit(NOW - 10, "big", "a", 8, 3600);
+        let d = h.decide(NOW);
+        let r = d.reservation.as_ref().expect("a reservation");
+        assert_eq!((r.job_id, r.start_ms, r.nodes[0].node), ("big", NOW, "n0"));
+        let big = d.waiting.iter().find(|w| w.job_id == "big").unwrap();
+        let WaitReason::ReservationPending {
+            reclaimable_now,
+            own_allocation_work,
+            ..
+        } = big.reason
+        else {
+            panic!("{:?}", big.reason);
+        };
+        (reclaimable_now, own_allocation_work, big.reason.to_string())
+    };
+    // Of another allocation, past its minimum runtime: the preemption rules may let it go.
+    let (reclaimable_now, own_work, text) = reserved_reason("b");
+    assert!(reclaimable_now && !own_work, "{text}");
+    assert!(text.contains("when the preemption rules let it"), "{text}");
+    // Of its own allocation: nothing is ordered off for it, whatever the minimum runtime.
+    let (_, own_work, text) = reserved_reason("a");
+    assert!(own_work, "{text}");
+    assert!(
+        text.contains("its own allocation's") && text.contains("it starts as that work ends"),
+        "{text}"
+    );
+    assert!(!text.contains("preemption rules let it"), "{text}");
 }
