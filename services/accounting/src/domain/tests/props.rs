@@ -307,7 +307,15 @@ fn check(fold: &UsageFold, brute: &Brute, cluster: &str, now: i64) -> Result<(),
 
 fn case() -> impl Strategy<Value = (i64, i64, Vec<Op>)> {
     (
-        prop_oneof![1 => Just(1i64), 3 => 1_000i64..HOUR_MS, 4 => HOUR_MS..6 * HOUR_MS],
+        // Windows up to the default 7 days too: the sweep period (a window's eighth, at
+        // least an hour and at most a day) is longer than an hour only past 8 hours.
+        prop_oneof![
+            1 => Just(1i64),
+            3 => 1_000i64..HOUR_MS,
+            4 => HOUR_MS..6 * HOUR_MS,
+            1 => 8 * HOUR_MS..3 * 24 * HOUR_MS,
+            1 => Just(7 * 24 * HOUR_MS),
+        ],
         // Epoch-aligned and unaligned starts, and times before 1970.
         prop_oneof![
             Just(0i64),
