@@ -480,9 +480,10 @@ impl Service {
                     let started = Instant::now();
                     let (outcome, deciding) = self.cycle().await;
                     pacer.ran(started, Instant::now(), outcome.max_sequence, deciding);
-                    if outcome.fenced {
+                    if outcome.fenced || outcome.withheld > 0 {
                         // Decided again once the barrier (the newer node event) is folded,
-                        // even if the fold ignores that event and so marks nothing changed.
+                        // even if the fold ignores that event and so marks nothing changed;
+                        // placements withheld are decided again, too.
                         pacer.changed(Instant::now());
                     }
                     let wait = if outcome.failed.is_empty() && !outcome.fence_unread {
@@ -556,8 +557,18 @@ impl Service {
         };
         // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
         self.checkpoint();
-        // A successor need not wait the lease out.
-        self.lease.release(LEASE_RELEASE_WAIT).await;
+        if self.unresolved.is_empty() {
+            // A successor need not wait the lease out.
+            self.lease.release(LEASE_RELEASE_WAIT).await;
+        } else {
+            // Placements of unknown outcome may still land (a client buffer, the stream's
+            // replication): a successor taking the lease now would read a log without them
+            // and could give their GPUs away again. The lease runs out instead, as in a crash.
+            tracing::warn!(
+                unresolved = self.unresolved.len(),
+                "stopping with placements of unknown outcome: the lease is left to run out"
+            );
+        }
         tracing::info!(
             cluster = self.config.cluster,
             last_cycle = self.next_cycle.saturating_sub(1),
@@ -766,7 +777,11 @@ impl Service {
                         ..Outcome::default()
                     }
                 }
-                Ok(_) => publish::publish(&self.js, &self.config.cluster, batch).await,
+                Ok(_) => {
+                    let lease = &self.lease;
+                    let leading = || lease.holds(Instant::now());
+                    publish::publish(&self.js, &self.config.cluster, batch, leading).await
+                }
                 // Unfenced, a placement could land on a node cordoned, removed or shrunk since
                 // the state was read (the lookup can fail, an API queue full or a leader being
                 // elected, while plain publishes go through). Nothing is published; the cycle
@@ -795,6 +810,7 @@ impl Service {
             duplicates = outcome.duplicates,
             refused = outcome.moved.len(),
             failed = outcome.failed.len(),
+            withheld = outcome.withheld,
             waiting,
             decided_us,
             published_us = started.elapsed().as_micros() as u64 - decided_us,
@@ -908,6 +924,64 @@ mod tests {
             "nothing was written for the job"
         );
     }
+
+    /// A clean stop lets the lease go at once, unless placements of unknown outcome are
+    /// still to settle: those may yet land, and a successor taking over at once would read a
+    /// log without them and could give their GPUs to other jobs. It then runs out, as after
+    /// a crash.
+    #[tokio::test]
+    async fn a_stop_with_placements_of_unknown_outcome_leaves_the_lease_to_run_out() {
+        use fairshare_runtime::clock::SystemClock;
+        use fairshare_runtime::lease::Attempt;
+
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let stop_holding = |unresolved: Vec<publish::Unresolved>| {
+            let url = server.url();
+            async move {
+                let client = async_nats::connect(url).await.unwrap();
+                let mut service = Service::start(client, Config::new("c"), Arc::new(SystemClock))
+                    .await
+                    .unwrap();
+                tokio::time::timeout(Duration::from_secs(10), async {
+                    while !service.lease.holds(Instant::now()) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                })
+                .await
+                .expect("the lease is taken");
+                service.unresolved = unresolved;
+                service.serve(std::future::ready(())).await.unwrap();
+            }
+        };
+        let successor = || {
+            Lease::open_with_ttl(
+                &js,
+                LEASE_ROLE,
+                "c",
+                "next".to_owned(),
+                1,
+                LEASE_TTL_FOR_TEST,
+            )
+        };
+
+        // Nothing unsettled: let go, and taken at once.
+        stop_holding(Vec::new()).await;
+        let mut next = successor().await.unwrap();
+        assert_eq!(next.try_take().await, Attempt::Taken);
+        next.release().await;
+
+        // A placement whose outcome is unknown: still held when the service has stopped.
+        stop_holding(vec![publish::Unresolved::Moved("j1".into())]).await;
+        let mut next = successor().await.unwrap();
+        assert!(
+            matches!(next.try_take().await, Attempt::HeldBy(_)),
+            "the lease was let go with a placement unsettled"
+        );
+    }
+
+    /// The ttl a test's own lease handle asks for (the bucket the service made keeps its own).
+    const LEASE_TTL_FOR_TEST: Duration = Duration::from_secs(15);
 
     /// Tripwire for the checkpoint format (see `fairshare_testkit::sample_log`): if this
     /// fails, what the fold keeps for the sample log changed. Bump `CHECKPOINT_VERSION` (an

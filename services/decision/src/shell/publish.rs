@@ -12,9 +12,11 @@
 //!   is not an error: the log moved, the fold will see why, and the next cycle decides again.
 //! - `traceparent`: the placement's span, so the launcher's start joins the job's trace.
 //!
-//! All of a cycle's messages are sent first and their acknowledgements awaited together, so a
-//! cycle of hundreds of placements costs about one round trip, and they land in decision order
-//! (one connection preserves publish order).
+//! A cycle's messages are sent a chunk at a time (`PUBLISH_CHUNK`), each chunk's
+//! acknowledgements awaited together, so a cycle of hundreds of placements costs about one
+//! round trip, and they land in decision order (one connection preserves publish order). A
+//! chunk with a placement of unknown outcome, or a lease that no longer holds, ends the
+//! cycle's publishing: the rest are decided again by the next cycle, never sent late.
 //!
 //! A placement whose acknowledgement never came (a timeout, a reconnect) may still be stored
 //! later: it may sit in the client's reconnect buffer or in the stream's replication. Looking
@@ -84,6 +86,9 @@ pub(crate) struct Outcome {
     /// Nothing was published because the newest node or maintenance event could not be read
     /// (so the cycle's placements could not be fenced): decide again after a pause.
     pub fence_unread: bool,
+    /// Placements not sent at all: a chunk before them had placements of unknown outcome, or
+    /// the lease stopped holding. The next cycle decides them again.
+    pub withheld: usize,
 }
 
 /// How many placements are in flight at once. A JetStream context holds a permit for each
@@ -92,27 +97,50 @@ pub(crate) struct Outcome {
 /// than that (a backlog on a large cluster).
 const PUBLISH_CHUNK: usize = 1_000;
 
-/// Appends `batch` in order and waits for every acknowledgement.
+/// Appends `batch` in order and waits for every acknowledgement, while `leading` says this
+/// instance still holds the cluster's lease.
 pub(crate) async fn publish(
     js: &jetstream::Context,
     cluster: &str,
     batch: Vec<ToPublish>,
+    leading: impl Fn() -> bool,
 ) -> Outcome {
-    publish_in_chunks(js, cluster, batch, PUBLISH_CHUNK).await
+    publish_in_chunks(js, cluster, batch, PUBLISH_CHUNK, leading).await
 }
 
 /// [`publish`], `chunk` placements at a time: each chunk's acknowledgements are awaited before
 /// the next is sent.
+///
+/// A chunk with placements of unknown outcome (acknowledgements timed out: a leader being
+/// elected, a connection going) ends the cycle's publishing, and so does a lease that no
+/// longer holds: each chunk can take a request timeout, so a big cycle sent on regardless
+/// could still be landing placements after its lease ran out and a successor, reading the log
+/// without them, gave the same GPUs to other jobs. The rest are not sent
+/// ([`Outcome::withheld`]); the next cycle decides them again.
 async fn publish_in_chunks(
     js: &jetstream::Context,
     cluster: &str,
     batch: Vec<ToPublish>,
     chunk: usize,
+    leading: impl Fn() -> bool,
 ) -> Outcome {
     let mut outcome = Outcome::default();
+    let total = batch.len();
+    let mut sent = 0;
     let mut batch = batch.into_iter().peekable();
     while batch.peek().is_some() {
+        if sent > 0 && (!outcome.failed.is_empty() || !leading()) {
+            outcome.withheld = total - sent;
+            tracing::warn!(
+                withheld = outcome.withheld,
+                unanswered = outcome.failed.len(),
+                "placements of this cycle not sent: an earlier chunk went unanswered or the \
+                 lease no longer holds; decided again"
+            );
+            break;
+        }
         let part: Vec<ToPublish> = batch.by_ref().take(chunk.max(1)).collect();
+        sent += part.len();
         publish_part(js, cluster, part, &mut outcome).await;
     }
     outcome
@@ -402,12 +430,72 @@ mod tests {
         }
         let out = tokio::time::timeout(
             std::time::Duration::from_secs(10),
-            publish_in_chunks(&js, C, batch, 4),
+            publish_in_chunks(&js, C, batch, 4, || true),
         )
         .await
         .expect("no wait for an acknowledgement permit");
         assert_eq!((out.landed, out.moved.len(), out.failed.len()), (10, 0, 0));
         assert_eq!(out.max_sequence, 20);
+    }
+
+    /// Ten jobs submitted, and a placement of each decided from their submissions.
+    async fn ten_submitted(js: &jetstream::Context) -> Vec<ToPublish> {
+        let mut batch = Vec::new();
+        for i in 0..10 {
+            let job = format!("j{i}");
+            let s = append(js, &job, submitted(&job)).await;
+            batch.push(placement(&job, s, "n1"));
+        }
+        batch
+    }
+
+    /// Once the lease stops holding, no further chunk of the cycle is sent: a successor
+    /// reading the log could give the same GPUs to other jobs.
+    #[tokio::test]
+    async fn a_cycle_stops_sending_once_its_lease_no_longer_holds() {
+        let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
+        let events = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let batch = ten_submitted(&js).await;
+        let expected: Vec<u64> = batch.iter().map(|p| p.expected).collect();
+        let asked = std::cell::Cell::new(0);
+        let leading = || {
+            asked.set(asked.get() + 1);
+            asked.get() < 2
+        };
+        let out = publish_in_chunks(&js, C, batch, 4, leading).await;
+        // The first chunk went out, then a second as the lease still held; not the third.
+        assert_eq!((out.landed, out.withheld, out.failed.len()), (8, 2, 0));
+        for (i, submitted_at) in expected.iter().enumerate() {
+            let newest = newest_of_job(&events, C, &format!("j{i}")).await.unwrap();
+            assert_eq!(newest > *submitted_at, i < 8, "j{i}");
+        }
+    }
+
+    /// A chunk with a placement of unknown outcome ends the cycle's publishing: the next
+    /// chunks would only pile up behind the same trouble, landing late.
+    #[tokio::test]
+    async fn a_chunk_with_an_unanswered_placement_ends_the_cycles_publishing() {
+        let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
+        let events = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let mut batch = ten_submitted(&js).await;
+        let expected: Vec<u64> = batch.iter().map(|p| p.expected).collect();
+        // Over the server's message size limit: never stored, no answer to trust.
+        if let Some(Body::JobPlaced(p)) = batch[1].event.body.as_mut() {
+            p.nodes[0].node = "n".repeat(2 << 20);
+        }
+        let out = publish_in_chunks(&js, C, batch, 4, || true).await;
+        assert_eq!((out.landed, out.withheld), (3, 6));
+        assert_eq!(
+            out.failed
+                .iter()
+                .map(|p| p.job_id.as_str())
+                .collect::<Vec<_>>(),
+            ["j1"]
+        );
+        for (i, submitted_at) in expected.iter().enumerate() {
+            let newest = newest_of_job(&events, C, &format!("j{i}")).await.unwrap();
+            assert_eq!(newest > *submitted_at, i < 4 && i != 1, "j{i}");
+        }
     }
 
     #[tokio::test]
@@ -426,7 +514,7 @@ mod tests {
             }),
         )
         .await;
-        let out = publish(&js, C, vec![placement("j", s1, "n1")]).await;
+        let out = publish(&js, C, vec![placement("j", s1, "n1")], || true).await;
         assert_eq!((out.landed, out.moved.len(), out.max_sequence), (0, 1, 0));
         assert_eq!(
             out.moved,
@@ -438,11 +526,11 @@ mod tests {
         // A fresh job lands once; the same decision again (a retry, another instance) is
         // dropped by its message id even if its content differs, and leaves the first standing.
         let s3 = append(&js, "k", submitted("k")).await;
-        let out = publish(&js, C, vec![placement("k", s3, "n1")]).await;
+        let out = publish(&js, C, vec![placement("k", s3, "n1")], || true).await;
         assert_eq!((out.landed, out.moved.len(), out.duplicates), (1, 0, 0));
         let placed = out.max_sequence;
         assert!(placed > s3);
-        let again = publish(&js, C, vec![placement("k", s3, "n2")]).await;
+        let again = publish(&js, C, vec![placement("k", s3, "n2")], || true).await;
         assert_eq!(again.landed, 0);
         // nats-server 2.15 answers the expected-sequence check before de-duplication, so this
         // comes back refused; either answer leaves the first placement standing.
@@ -462,6 +550,7 @@ mod tests {
             &js,
             C,
             vec![placement("a", a, "n1"), placement("b", b, "n1")],
+            || true,
         )
         .await;
         assert_eq!(out.landed, 2);
@@ -511,7 +600,7 @@ mod tests {
 
         // Stored by the first send, whose answer never came: its sequence, nothing stored again.
         let b = append(&js, "b", submitted("b")).await;
-        let first = publish(&js, C, vec![placement("b", b, "n1")]).await;
+        let first = publish(&js, C, vec![placement("b", b, "n1")], || true).await;
         assert_eq!(first.landed, 1);
         let late = Unresolved::Unanswered(Box::new(placement("b", b, "n1")));
         assert_eq!(
