@@ -120,6 +120,12 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// How many reports are in flight at once. A JetStream context holds a permit for each
+/// acknowledgement not yet awaited (5,000 by default) and makes the next publish wait for one:
+/// sending every due report before awaiting any would hang for good once more than that are
+/// due at once (a restart on a large cluster full of placed jobs).
+const REPORT_CHUNK: usize = 1_000;
+
 async fn act(
     js: &jetstream::Context,
     config: &RunnerConfig,
@@ -127,79 +133,117 @@ async fn act(
     state: &mut LauncherState,
     traces: &JobTraces,
 ) {
-    // Every report is sent before any acknowledgement is awaited: one round trip for all that
-    // is due, not one per job (at 1,000 placements a second, one at a time fell behind and
-    // the cluster filled up with jobs that had long ended). One connection keeps them in
-    // order, finishes first.
-    let mut sent = Vec::new();
-    for action in state.due(now_ms, config.time_scale) {
-        let (job_id, expected, kind, body) = match action {
-            Action::Start { job_id, expected } => {
-                let body = Body::JobStarted(pb::JobStarted {
-                    job_id: job_id.clone(),
-                });
-                (job_id, expected, "job_started", body)
+    act_in_chunks(js, config, now_ms, state, traces, REPORT_CHUNK).await;
+}
+
+/// [`act`], `chunk` reports at a time.
+async fn act_in_chunks(
+    js: &jetstream::Context,
+    config: &RunnerConfig,
+    now_ms: i64,
+    state: &mut LauncherState,
+    traces: &JobTraces,
+    chunk: usize,
+) {
+    // Every report of a chunk is sent before any acknowledgement is awaited, and a chunk's
+    // acknowledgements are awaited together: one round trip for all that is due, not one per
+    // job (at 1,000 placements a second, one at a time fell behind and the cluster filled up
+    // with jobs that had long ended), and a connection gone bad costs one request timeout per
+    // chunk, not one per report. One connection keeps them in order, finishes first.
+    let mut due = state.due(now_ms, config.time_scale).into_iter().peekable();
+    while due.peek().is_some() {
+        let part: Vec<Action> = due.by_ref().take(chunk.max(1)).collect();
+        let mut sent = Vec::with_capacity(part.len());
+        for action in part {
+            let (job_id, kind, result) = send_report(js, config, now_ms, traces, action).await;
+            match result {
+                Ok(ack) => sent.push((job_id, kind, ack)),
+                Err(e) => reported(state, &job_id, kind, Err(e)),
             }
-            Action::Finish { job_id, expected } => {
-                let body = Body::JobFinished(pb::JobFinished {
-                    job_id: job_id.clone(),
-                    exit_code: 0,
-                });
-                (job_id, expected, "job_finished", body)
-            }
-            Action::FailTimeLimit {
-                job_id,
-                expected,
-                limit_s,
-            } => {
-                let body = Body::JobFailed(pb::JobFailed {
-                    job_id: job_id.clone(),
-                    reason: format!("stopped at its time limit of {limit_s} s"),
-                });
-                (job_id, expected, "job_failed", body)
-            }
-            Action::ConfirmPreempted { job_id, expected } => {
-                let body = Body::JobPreempted(pb::JobPreempted {
-                    job_id: job_id.clone(),
-                    killed: false,
-                });
-                (job_id, expected, "job_preempted", body)
-            }
-        };
-        // Open until the report is sent: a child of the job's newest traced event.
-        let span = Handling::start(
-            format!("launcher {kind}"),
-            Role::Publish,
-            traces.get(&job_id),
-            Relation::Child,
-            &[("fairshare.job_id", &job_id)],
-        );
-        let envelope = Envelope {
-            // One start/finish per placement: the expected sequence tells placements apart.
-            message_id: format!("{kind}:{job_id}:{expected}"),
-            trace: Some(span.hand_on()),
-            expected_last_subject_sequence: Some((
-                expected,
-                Some(subjects::job(&config.cluster, &job_id)),
-            )),
-            ..Default::default()
-        };
-        let event = pb::Event {
-            at_ms: now_ms,
-            body: Some(body),
-        };
-        let subject = subjects::job_event(&config.cluster, &job_id, kind);
-        match js
-            .publish_with_headers(subject, envelope.to_headers(), codec::encode(&event))
-            .await
-        {
-            Ok(ack) => sent.push((job_id, kind, ack)),
-            Err(e) => reported(state, &job_id, kind, Err(e)),
+        }
+        let answers = futures::future::join_all(
+            sent.into_iter()
+                .map(|(job_id, kind, ack)| async move { (job_id, kind, ack.await) }),
+        )
+        .await;
+        for (job_id, kind, answer) in answers {
+            reported(state, &job_id, kind, answer.map(|_| ()));
         }
     }
-    for (job_id, kind, ack) in sent {
-        reported(state, &job_id, kind, ack.await.map(|_| ()));
-    }
+}
+
+/// Sends the report `action` asks for, fenced on the job's newest event.
+async fn send_report(
+    js: &jetstream::Context,
+    config: &RunnerConfig,
+    now_ms: i64,
+    traces: &JobTraces,
+    action: Action,
+) -> (
+    String,
+    &'static str,
+    Result<jetstream::context::PublishAckFuture, PublishError>,
+) {
+    let (job_id, expected, kind, body) = match action {
+        Action::Start { job_id, expected } => {
+            let body = Body::JobStarted(pb::JobStarted {
+                job_id: job_id.clone(),
+            });
+            (job_id, expected, "job_started", body)
+        }
+        Action::Finish { job_id, expected } => {
+            let body = Body::JobFinished(pb::JobFinished {
+                job_id: job_id.clone(),
+                exit_code: 0,
+            });
+            (job_id, expected, "job_finished", body)
+        }
+        Action::FailTimeLimit {
+            job_id,
+            expected,
+            limit_s,
+        } => {
+            let body = Body::JobFailed(pb::JobFailed {
+                job_id: job_id.clone(),
+                reason: format!("stopped at its time limit of {limit_s} s"),
+            });
+            (job_id, expected, "job_failed", body)
+        }
+        Action::ConfirmPreempted { job_id, expected } => {
+            let body = Body::JobPreempted(pb::JobPreempted {
+                job_id: job_id.clone(),
+                killed: false,
+            });
+            (job_id, expected, "job_preempted", body)
+        }
+    };
+    // Open until the report is sent: a child of the job's newest traced event.
+    let span = Handling::start(
+        format!("launcher {kind}"),
+        Role::Publish,
+        traces.get(&job_id),
+        Relation::Child,
+        &[("fairshare.job_id", &job_id)],
+    );
+    let envelope = Envelope {
+        // One start/finish per placement: the expected sequence tells placements apart.
+        message_id: format!("{kind}:{job_id}:{expected}"),
+        trace: Some(span.hand_on()),
+        expected_last_subject_sequence: Some((
+            expected,
+            Some(subjects::job(&config.cluster, &job_id)),
+        )),
+        ..Default::default()
+    };
+    let event = pb::Event {
+        at_ms: now_ms,
+        body: Some(body),
+    };
+    let subject = subjects::job_event(&config.cluster, &job_id, kind);
+    let sent = js
+        .publish_with_headers(subject, envelope.to_headers(), codec::encode(&event))
+        .await;
+    (job_id, kind, sent)
 }
 
 /// Notes how a report ended: a failure worth retrying makes the job due again.
@@ -211,6 +255,77 @@ fn reported(state: &mut LauncherState, job_id: &str, kind: &str, result: Result<
         Err(e) => {
             tracing::warn!(job_id, kind, "report failed, will retry: {e}");
             state.retry(job_id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use super::*;
+    use fairshare_events::streams::EVENTS_STREAM;
+
+    /// More reports due at once than the context lets await acknowledgement all land, chunk
+    /// by chunk: sending them all before awaiting any waited for a permit for ever.
+    #[tokio::test]
+    async fn more_reports_due_than_acknowledgements_in_flight_all_land() {
+        let (server, js) = fairshare_testkit::NatsServer::with_streams().await;
+        let mut state = LauncherState::new(3_600_000, true);
+        let jobs: Vec<String> = (0..10).map(|i| format!("j{i}")).collect();
+        for job in &jobs {
+            let submitted = Body::JobSubmitted(pb::JobSubmitted {
+                job_id: job.clone(),
+                ..Default::default()
+            });
+            let placed = Body::JobPlaced(pb::JobPlaced {
+                job_id: job.clone(),
+                nodes: vec![pb::NodeGpus {
+                    node: "n1".into(),
+                    gpus: 1,
+                }],
+                basis: None,
+            });
+            for body in [submitted, placed] {
+                let event = pb::Event {
+                    at_ms: 1,
+                    body: Some(body),
+                };
+                let subject = subjects::job_event("c", job, codec::event_kind(&event));
+                let ack = js.publish(subject, codec::encode(&event)).await.unwrap();
+                let sequence = ack.await.unwrap().sequence;
+                state.apply(sequence, &event);
+                state.saw(job, sequence);
+            }
+        }
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let few_permits = jetstream::ContextBuilder::new()
+            .max_ack_inflight(4)
+            .build(client);
+        let config = RunnerConfig {
+            cluster: "c".into(),
+            time_scale: 1,
+            default_duration: Duration::from_secs(3600),
+            honour_preemption: true,
+            tick: Duration::from_millis(100),
+        };
+        let traces = JobTraces::default();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            act_in_chunks(&few_permits, &config, 2, &mut state, &traces, 4),
+        )
+        .await
+        .expect("no wait for an acknowledgement permit");
+        let events = js.get_stream(EVENTS_STREAM).await.unwrap();
+        for job in &jobs {
+            let subject = subjects::job_event("c", job, "job_started");
+            assert!(
+                events
+                    .get_last_raw_message_by_subject(&subject)
+                    .await
+                    .is_ok(),
+                "{job} started"
+            );
         }
     }
 }
