@@ -538,6 +538,14 @@ impl Service {
                 // whole decide(), so explains polled first could keep the fold, and with it
                 // every cycle, waiting for as long as they keep coming.
                 Some(message) = self.explain_requests.next() => {
+                    // Every instance hears the request and the caller takes the first answer:
+                    // a standby's fold may lag the holder's (a job just placed shown as
+                    // queued, one just submitted as unknown), so the holder answers. One that
+                    // has seen no holder (just started, or the holder's lease ran out) answers
+                    // rather than leave the caller without one.
+                    if self.lease.standing_by() {
+                        continue;
+                    }
                     // Computed synchronously: no borrow of the service is held across the send.
                     let now = self.now_ms();
                     if let Some((reply_to, reply)) = self.explain_reply(&message, now) {
@@ -978,6 +986,72 @@ mod tests {
             matches!(next.try_take().await, Attempt::HeldBy(_)),
             "the lease was let go with a placement unsettled"
         );
+    }
+
+    /// Every instance hears an explain request; only the lease's holder answers it, so the
+    /// caller never takes a standby's answer from a fold that may lag.
+    #[tokio::test]
+    async fn only_the_lease_holder_answers_explain_requests() {
+        use fairshare_events::codec;
+        use fairshare_runtime::clock::SystemClock;
+        use futures::StreamExt;
+
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let mut services = Vec::new();
+        for dir in &dirs {
+            let client = async_nats::connect(server.url()).await.unwrap();
+            let mut config = Config::new("c");
+            config.checkpoint_dir = Some(dir.path().join("store"));
+            let service = Service::start(client, config, Arc::new(SystemClock))
+                .await
+                .unwrap();
+            // The first takes the lease before the second starts.
+            tokio::time::timeout(Duration::from_secs(10), async {
+                while !service.lease.holds(Instant::now()) && !service.lease.standing_by() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("the lease is taken or seen held");
+            services.push(service);
+        }
+        assert!(services[0].lease.holds(Instant::now()));
+        assert!(services[1].lease.standing_by());
+        let mut stops = Vec::new();
+        let mut serving = Vec::new();
+        for service in services {
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            stops.push(stop);
+            serving.push(tokio::spawn(service.serve(async move {
+                let _ = stopped.await;
+            })));
+        }
+
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let inbox = client.new_inbox();
+        let mut replies = client.subscribe(inbox.clone()).await.unwrap();
+        let request = codec::encode(&pb::ExplainRequest {
+            job_id: "nobody".into(),
+        });
+        client
+            .publish_with_reply(subjects::explain_api("c"), inbox, request)
+            .await
+            .unwrap();
+        let mut answers = 0;
+        while let Ok(Some(_)) =
+            tokio::time::timeout(Duration::from_millis(500), replies.next()).await
+        {
+            answers += 1;
+        }
+        assert_eq!(answers, 1, "one answer, the holder's");
+
+        for stop in stops {
+            let _ = stop.send(());
+        }
+        for s in serving {
+            s.await.unwrap().unwrap();
+        }
     }
 
     /// The ttl a test's own lease handle asks for (the bucket the service made keeps its own).

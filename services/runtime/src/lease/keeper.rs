@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Lease, RenewError};
+use super::{Kept, Lease, RenewError};
 
 /// What a service's loop sees of its lease, kept up to date by its [`Keeper`].
 #[derive(Debug, Clone, Default)]
@@ -23,6 +23,10 @@ pub struct LeaseView {
     pub log_end: u64,
     /// Set when another instance took the lease: the service stops.
     pub lost: Option<RenewError>,
+    /// Another instance held the lease at the last try to take it (unchanged while the bucket
+    /// does not answer): this one stands by, and its answers to requests (explain, queue
+    /// listings) would come from a fold that may lag the holder's.
+    pub standing_by: bool,
 }
 
 /// A task that keeps one lease (renewed, or tried for, every [`Lease::renew_every`]) off the
@@ -63,7 +67,7 @@ impl Keeper {
                 }
                 let kept = lease.keep().await;
                 let log_end = match kept {
-                    Ok(true) => {
+                    Ok(Kept::Taken) => {
                         match crate::log::cluster_log_end(&lease.js, &lease.cluster).await {
                             Ok(end) => Some(end),
                             Err(e) => {
@@ -81,6 +85,11 @@ impl Keeper {
                 };
                 tx.send_modify(|v| {
                     v.valid_until = lease.valid_until;
+                    match kept {
+                        Ok(Kept::StandingBy) => v.standing_by = true,
+                        Ok(Kept::Taken | Kept::Held) => v.standing_by = false,
+                        Ok(Kept::Unreachable) | Err(_) => {}
+                    }
                     if let Some(end) = log_end {
                         v.taken += 1;
                         v.log_end = end;
@@ -107,6 +116,12 @@ impl Keeper {
             .borrow()
             .valid_until
             .is_some_and(|until| now < until)
+    }
+
+    /// Whether another instance held the lease at the last try to take it
+    /// ([`LeaseView::standing_by`]).
+    pub fn standing_by(&self) -> bool {
+        self.view.borrow().standing_by
     }
 
     /// Waits for the next change of the view and returns it; a keeper that ended without a

@@ -416,9 +416,9 @@ impl Lease {
     }
 
     /// What the [`Keeper`] does at each [`Lease::renew_every`]: renews the lease it holds, or tries
-    /// to take it, and logs what changed. `Ok(true)` when the lease was just taken (decide at
-    /// once); an error when it was lost (stop deciding).
-    async fn keep(&mut self) -> Result<bool, RenewError> {
+    /// to take it, and logs what changed. [`Kept::Taken`] when the lease was just taken (decide
+    /// at once); an error when it was lost (stop deciding).
+    async fn keep(&mut self) -> Result<Kept, RenewError> {
         let kept = self.keep_once().await?;
         if kept == Kept::Unreachable {
             self.failures = self.failures.saturating_add(1);
@@ -431,7 +431,7 @@ impl Lease {
         } else {
             self.failures = 0;
         }
-        Ok(kept == Kept::Taken)
+        Ok(kept)
     }
 
     async fn keep_once(&mut self) -> Result<Kept, RenewError> {
