@@ -3,8 +3,11 @@
 /// Completes on Ctrl-C or SIGTERM.
 pub async fn signal() {
     let ctrl_c = async {
-        // If the handler cannot be installed the process still stops on SIGTERM below.
-        let _ = tokio::signal::ctrl_c().await;
+        // If the handler cannot be installed the process still stops on SIGTERM below; the
+        // error must not read as a Ctrl-C, which would stop the service as it starts.
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     };
     #[cfg(unix)]
     let term = async {
