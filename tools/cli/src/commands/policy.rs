@@ -529,6 +529,19 @@ where
         return Err(unknown_cluster(&inventory.cluster));
     }
     let changes = book.inventory_changes(inventory.registrations(), readd);
+    if !changes.case_clashes.is_empty() {
+        let clashes: Vec<String> = changes
+            .case_clashes
+            .iter()
+            .map(|(file, registered)| format!("{file} (registered as {registered})"))
+            .collect();
+        bail!(
+            "differ only by case from nodes in service: {}; nothing written: host names are \
+             case-insensitive, so these would count the same GPUs twice. Spell them as \
+             registered, or `fairshare node remove` the registered ones first",
+            clashes.join(", ")
+        );
+    }
     if !changes.removed.is_empty() {
         bail!(
             "removed from the inventory: {} (`fairshare node remove`); nothing written: take \

@@ -68,6 +68,10 @@ pub struct InventoryChanges {
     pub unchanged: usize,
     /// Nodes the file lists that were removed from the inventory (`node remove`).
     pub removed: Vec<String>,
+    /// Nodes the file lists under a name that differs only by case from a node in service:
+    /// `(the file's name, the registered one)`. Host names are case-insensitive, so
+    /// registering it would count the same GPUs twice.
+    pub case_clashes: Vec<(String, String)>,
 }
 
 /// A cluster's nodes and maintenance windows.
@@ -208,7 +212,23 @@ impl NodeBook {
         readd: bool,
     ) -> InventoryChanges {
         let mut changes = InventoryChanges::default();
+        // Nodes in service by lower-cased name (registration names are checked to be unique
+        // that way within a file, and the same holds against the log).
+        let in_service: BTreeMap<String, &str> = self
+            .nodes
+            .iter()
+            .filter(|(_, e)| e.standing != Standing::Removed)
+            .map(|(name, _)| (name.to_ascii_lowercase(), name.as_str()))
+            .collect();
         for r in registrations {
+            if let Some(registered) = in_service.get(&r.node.to_ascii_lowercase())
+                && *registered != r.node
+            {
+                changes
+                    .case_clashes
+                    .push((r.node.clone(), (*registered).to_owned()));
+                continue;
+            }
             match self.nodes.get(&r.node) {
                 Some(e) if e.standing == Standing::Removed && !readd => {
                     changes.removed.push(r.node);
@@ -322,6 +342,22 @@ mod tests {
                 (reg("new", 8), 0)
             ]
         );
+        assert!(changes.case_clashes.is_empty() && readd.case_clashes.is_empty());
+
+        // A name that differs only by case from a node in service is no new node: the same
+        // host, whose GPUs would count twice. One from a removed node's is a new one.
+        let clashing = book.inventory_changes(
+            vec![reg("SAME", 8), reg("Resized", 4), reg("GONE", 8)],
+            false,
+        );
+        assert_eq!(
+            clashing.case_clashes,
+            [
+                ("SAME".to_owned(), "same".to_owned()),
+                ("Resized".to_owned(), "resized".to_owned())
+            ]
+        );
+        assert_eq!(clashing.write, [(reg("GONE", 8), 0)]);
     }
 
     fn event(body: Body) -> pb::Event {
