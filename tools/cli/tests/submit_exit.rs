@@ -116,3 +116,58 @@ async fn an_unconfirmed_or_garbled_answer_is_exit_3_not_a_rejection() {
     }
     responder.await.unwrap();
 }
+
+/// An intake publish the stream drops as a repeat of the key's first message: a retry of that
+/// same request is fine (exit 0), another request under the key was dropped and will never be
+/// a job, so that fails (exit 1) instead of reading as queued.
+#[tokio::test]
+async fn an_intake_submission_dropped_as_another_requests_repeat_exits_1() {
+    let stack = Stack::start().await.unwrap();
+    let intake = |allocation: &'static str| {
+        let url = stack.server.url();
+        async move {
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+            command.args([
+                "submit",
+                "--intake",
+                "--nats-url",
+                &url,
+                "--cluster",
+                CLUSTER,
+                "--allocation",
+                allocation,
+                "--min-runtime",
+                "15m",
+                "--key",
+                "k-intake",
+            ]);
+            tokio::task::spawn_blocking(move || command.output())
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let first = intake("research/nlp").await;
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let first_out = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        first_out.contains("queued in intake at sequence 1"),
+        "{first_out}"
+    );
+
+    let retry = intake("research/nlp").await;
+    let retry_out = String::from_utf8_lossy(&retry.stdout);
+    assert_eq!(retry.status.code(), Some(0), "{retry_out}");
+    assert!(
+        retry_out.contains("queued in intake already at sequence 1"),
+        "{retry_out}"
+    );
+
+    let other = intake("research/vision").await;
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("was used for another request") && stderr.contains("new key"),
+        "{stderr}"
+    );
+}

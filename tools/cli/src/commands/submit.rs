@@ -155,6 +155,56 @@ fn key_problem(key: &str) -> Option<String> {
         .map(|c| format!("--key must not contain control characters, found {c:?}"))
 }
 
+/// Answers an intake publish the stream dropped as a repeat of the message with key `key` at
+/// intake sequence `sequence`: a retry of this very request (say after an exit 3) is fine, but
+/// another request under the key was dropped and will never be a job, so that fails (exit 1),
+/// as request/reply answers `KEY_REUSED`.
+async fn intake_repeat(
+    conn: &Connection,
+    key: &str,
+    request: &pb::SubmitRequest,
+    sequence: u64,
+) -> anyhow::Result<()> {
+    let first = async {
+        let stream = conn
+            .js
+            .get_stream(fairshare_events::streams::INTAKE_STREAM)
+            .await
+            .map_err(|e| e.to_string())?;
+        let message = stream
+            .get_raw_message(sequence)
+            .await
+            .map_err(|e| e.to_string())?;
+        codec::decode_submit_request(&message.payload).map_err(|e| e.to_string())
+    }
+    .await;
+    match first {
+        Ok(first) if first == *request => {
+            // The first publish's context is the one its submission carries.
+            fairshare_runtime::outln!(
+                "queued in intake already at sequence {sequence} (key {key}): this repeat was \
+                 dropped; the outcome appears in the log"
+            );
+            Ok(())
+        }
+        Ok(_) => bail!(
+            "key {key} was used for another request, queued in intake at sequence {sequence}: \
+             this one was dropped and nothing was submitted for it; submit it with a new key"
+        ),
+        // The first message could not be read back (aged out after 30 days, or the stream
+        // did not answer): what was dropped is known, whose request it repeats is not.
+        Err(why) => {
+            fairshare_runtime::outln!(
+                "the intake took a message with key {key} already, at sequence {sequence}, and \
+                 dropped this one as its repeat: nothing was submitted for this one (that \
+                 message could not be read back: {why}). The log answers only the key's first \
+                 use: if this request is not that one, submit it with a new key"
+            );
+            Ok(())
+        }
+    }
+}
+
 /// Submits one job and prints the answer.
 pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
     let parent = caller_trace(
@@ -207,15 +257,7 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             .await
             .map_err(|e| RetryWithKey::error(format!("intake publish not confirmed: {e}"), &key))?;
         if ack.duplicate {
-            // The first publish's context is the one its submission carries.
-            fairshare_runtime::outln!(
-                "the intake took a message with key {key} already, at sequence {}, and dropped \
-                 this one as its repeat: nothing was submitted for this one. The log answers only \
-                 the key's first use (that message, or a request/reply submission before it): if \
-                 this request is not that one, submit it with a new key",
-                ack.sequence
-            );
-            return Ok(());
+            return intake_repeat(conn, &key, &request, ack.sequence).await;
         }
         fairshare_runtime::outln!(
             "queued in intake at sequence {} (key {key}); the outcome appears in the log",
