@@ -323,3 +323,38 @@ fn a_tail_reads_on_across_a_server_restart() {
     );
     assert!(still_following, "the tail is still following");
 }
+
+/// Following a job the log holds nothing of says so at once, then waits: a mistyped id (or a
+/// `FAIRSHARE_CLUSTER` that is not the job's) waited for ever without a word.
+#[test]
+fn following_a_job_with_no_events_says_so_while_it_waits() {
+    use std::io::BufRead;
+    let server = server();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["tail", "--job", "j9", "--nats-url", &server.url()])
+        .env_remove("FAIRSHARE_CLUSTER")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let said = rx.recv_timeout(std::time::Duration::from_secs(10));
+    let still_following = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    let _ = child.wait();
+    let said = said.expect("a note on stderr");
+    assert!(
+        said.contains("no events of job \"j9\"") && said.contains("waiting"),
+        "{said}"
+    );
+    assert!(still_following, "it follows on");
+}

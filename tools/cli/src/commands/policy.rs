@@ -234,9 +234,10 @@ pub enum BudgetCommand {
     Apply {
         /// The TOML budget file.
         file: PathBuf,
-        /// Append only if the tree in force is still the one written at this sequence (as
-        /// `budget diff` prints it): a change another manager made since your diff is not
-        /// silently replaced.
+        /// Append only if the cluster's policy subject still ends at this sequence: the
+        /// number `budget diff` gives for `--expect-sequence` (the subject's newest entry,
+        /// which is not the tree in force's own sequence when an entry after it was refused).
+        /// A change another manager made since your diff is not silently replaced.
         #[arg(long)]
         expect_sequence: Option<u64>,
         /// The file's cluster is new: without it, a cluster the log has neither a budget tree

@@ -1,5 +1,6 @@
 //! `fairshare tail`: the event log, decoded, for operators (human lines or JSON lines).
 
+use anyhow::bail;
 use clap::Args;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
@@ -58,29 +59,16 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
         (None, None) => format!("{}.>", subjects::EVENTS_PREFIX),
     };
     let mut follower = Follower::start(&conn.js, args.from, vec![filter]).await?;
-    if args.no_follow && follower.pending_at_start == 0 {
-        // Said on stderr, so a pipe reading the events still gets none.
-        match &args.cluster {
-            _ if args.job.is_some() => eprintln!(
-                "no events of job {:?}{} in the log from sequence {} (is the id right?)",
-                args.job.as_deref().unwrap_or_default(),
-                args.cluster
-                    .as_ref()
-                    .map(|c| format!(" in cluster {c:?}"))
-                    .unwrap_or_default(),
-                args.from
-            ),
-            Some(c) if args.from <= 1 => {
-                eprintln!("no events of cluster {c:?} in the log (is the name right?)")
-            }
-            Some(c) => eprintln!(
-                "no events of cluster {c:?} in the log from sequence {} (the log may end before \
-                 it)",
-                args.from
-            ),
-            None => eprintln!("no events in the log from sequence {}", args.from),
+    if follower.pending_at_start == 0 {
+        // Said on stderr, so a pipe reading the events still gets none. Following, it says
+        // so too: a mistyped id, or a cluster taken from `FAIRSHARE_CLUSTER` that is not the
+        // job's, would otherwise wait for ever without a word.
+        let nothing = nothing_in_log(&args);
+        if args.no_follow {
+            eprintln!("{nothing}");
+            return Ok(());
         }
-        return Ok(());
+        eprintln!("{nothing}; waiting for them (Ctrl-C stops)");
     }
     let mut life = JobLife::default();
     while let Some(entry) = follower.next().await {
@@ -110,10 +98,35 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
             done |= life.ends_with(event);
         }
         if done {
-            break;
+            return Ok(());
         }
     }
-    Ok(())
+    // The follower ends only when the connection does: whatever was printed, the tail did not
+    // reach the end it was asked for.
+    bail!("the connection to the server closed before the tail ended")
+}
+
+/// What to say when the log holds none of the events `args` asks for (from its `--from`).
+fn nothing_in_log(args: &TailArgs) -> String {
+    match &args.cluster {
+        _ if args.job.is_some() => format!(
+            "no events of job {:?}{} in the log from sequence {} (is the id right?)",
+            args.job.as_deref().unwrap_or_default(),
+            args.cluster
+                .as_ref()
+                .map(|c| format!(" in cluster {c:?}"))
+                .unwrap_or_default(),
+            args.from
+        ),
+        Some(c) if args.from <= 1 => {
+            format!("no events of cluster {c:?} in the log (is the name right?)")
+        }
+        Some(c) => format!(
+            "no events of cluster {c:?} in the log from sequence {} (the log may end before it)",
+            args.from
+        ),
+        None => format!("no events in the log from sequence {}", args.from),
+    }
 }
 
 /// What a `--job` tail has read of its job's life, to stop where the job ends.
