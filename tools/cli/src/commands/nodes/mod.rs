@@ -21,7 +21,7 @@ pub(crate) mod strand;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use fairshare_decision::domain::state::DecisionState;
-use fairshare_decision::shell::{LogFold, read_log};
+use fairshare_decision::shell::LogFold;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::subjects;
 use fairshare_model::duration::parse_duration;
@@ -230,14 +230,19 @@ fn standing(book: &NodeBook, name: &str) -> Standing {
 }
 
 /// The decision service's fold of cluster `cluster`'s whole log: who holds what, where.
+/// Folded as the entries arrive, so a log of months takes the fold's memory, not the log's.
 pub(crate) async fn fold_log(conn: &Connection, cluster: &str) -> anyhow::Result<LogFold> {
-    let entries = read_log(&conn.js, cluster, None)
+    let mut fold = LogFold::new(cluster);
+    let mut follower = Follower::start(&conn.js, 1, vec![subjects::cluster_events(cluster)])
         .await
         .with_context(|| format!("cannot read the log of cluster {cluster}"))?;
-    let mut fold = LogFold::new(cluster);
-    for entry in &entries {
-        fold.apply(entry);
-    }
+    follower
+        .catch_up(|entry| {
+            // What the fold refuses, the service's fold refuses too: nothing to report here.
+            let _ = fold.apply(&entry);
+        })
+        .await
+        .with_context(|| format!("cannot read the log of cluster {cluster}"))?;
     Ok(fold)
 }
 
