@@ -14,6 +14,22 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 run="$repo/.run"
 mkdir -p "$run/logs" "$run/nats"
+# One start at a time over .run: every process started below inherits this lock, so a start
+# killed with kill -9 (its trap never ran) leaves it held for as long as any of them still
+# runs, and a second start would otherwise find them reconnecting to its server, holding the
+# services' checkpoint stores and acting on the same placements.
+exec 8>"$run/start.lock"
+if ! flock -n 8; then
+  holders=""
+  for fd in /proc/[0-9]*/fd/*; do
+    if [[ "$(readlink "$fd" 2>/dev/null)" == "$run/start.lock" ]]; then
+      pid="${fd#/proc/}"
+      holders+=" ${pid%%/*}"
+    fi
+  done
+  echo "start: processes of an earlier start still run over .run (pids:${holders:- unknown}); stop them (kill${holders:- <pid>}) and start again" >&2
+  exit 1
+fi
 
 # shellcheck source=toolchain.sh
 . "$repo/deploy/toolchain.sh"
@@ -31,6 +47,12 @@ bin="${target_dir:-${CARGO_TARGET_DIR:-$repo/target}}/debug"
 
 port="${FAIRSHARE_NATS_PORT:-4222}"
 http_port="${FAIRSHARE_NATS_HTTP_PORT:-8222}"
+auth="${FAIRSHARE_NATS_AUTH:-0}"
+demo_jobs="${FAIRSHARE_DEMO_JOBS:-300}"
+# Every process below is configured here: a FAIRSHARE_* variable of the caller's shell (a
+# FAIRSHARE_CLUSTER the CLI reads, a cluster's FAIRSHARE_STREAM_REPLICAS=3, an operator's seed
+# path) would reach the services too.
+while read -r name; do unset "$name"; done < <(compgen -e | grep '^FAIRSHARE_' || true)
 export FAIRSHARE_NATS_URL="nats://127.0.0.1:$port"
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # Another server on the port (an old one left running, or a distribution's older nats-server)
@@ -45,7 +67,6 @@ done
 # With FAIRSHARE_NATS_AUTH=1 the server takes only the roles' nkeys (`fairshare auth init`),
 # and each process below connects as its own role: `env "$(as <role>)" <command>` (env execs
 # the command, so a background one's pid is the service's own).
-auth="${FAIRSHARE_NATS_AUTH:-0}"
 conf="$repo/deploy/nats/single.conf"
 if [[ "$auth" == 1 ]]; then
   "$bin/fairshare" auth init --dir "$run/auth" >&2
@@ -53,9 +74,6 @@ if [[ "$auth" == 1 ]]; then
   conf="$run/nats/server.conf"
   echo "start: NATS authentication on; the CLI needs --nats-nkey $run/auth/operator.nk" >&2
 fi
-# An operator's FAIRSHARE_NATS_NKEY or FAIRSHARE_NATS_CREDS from an earlier run's shell would
-# otherwise reach every process below (and name a seed an `rm -rf .run` deleted).
-unset FAIRSHARE_NATS_NKEY FAIRSHARE_NATS_CREDS
 as() {
   if [[ "$auth" == 1 ]]; then
     printf 'FAIRSHARE_NATS_NKEY=%s' "$run/auth/$1.nk"
@@ -71,6 +89,18 @@ cleanup() {
   local status="${1:-$?}"
   trap - INT TERM EXIT
   echo "start: stopping" >&2
+  # The services and the launcher first, nats-server once they are gone (or after 10 s): a
+  # service lets its lease go and writes its checkpoint as it stops, which needs the server.
+  local pid left
+  for pid in "${pids[@]:1}"; do kill "$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 100); do
+    left=0
+    for pid in "${pids[@]:1}"; do
+      if kill -0 "$pid" 2>/dev/null; then left=1; fi
+    done
+    ((left)) || break
+    sleep 0.1
+  done
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   exit "$status"
@@ -79,7 +109,11 @@ trap 'cleanup 130' INT
 trap 'cleanup 143' TERM
 trap cleanup EXIT
 
-"$nats_bin" -c "$conf" -p "$port" -m "$http_port" -sd "$run/nats" >"$run/logs/nats-server.log" 2>&1 &
+# In a session of its own where setsid is there: a Ctrl-C at the terminal reaches every process
+# of its group at once, and the server would go before the services could stop cleanly.
+detach=()
+if command -v setsid >/dev/null; then detach=(setsid); fi
+${detach[@]+"${detach[@]}"} "$nats_bin" -c "$conf" -p "$port" -m "$http_port" -sd "$run/nats" >"$run/logs/nats-server.log" 2>&1 &
 nats_pid=$!
 pids+=("$nats_pid")
 for _ in $(seq 1 100); do
@@ -150,7 +184,7 @@ fi
 # would submit nothing on a second start over the kept log).
 env "$(as launcher)" "$bin/fairshare-demo-launcher" --cluster demo --time-scale 60 --arrival-scale 600 \
   --run "$(date +%Y%m%d-%H%M%S)" \
-  --trace tests/data/traces/helios-15k/replay.csv --max-jobs "${FAIRSHARE_DEMO_JOBS:-300}" \
+  --trace tests/data/traces/helios-15k/replay.csv --max-jobs "$demo_jobs" \
   --allocations research/language/pretraining/core,research/language/pretraining/data,research/language/alignment,research/vision/video,research/vision/robotics,infra/evals,guests \
   >"$run/logs/demo-launcher.log" 2>&1 &
 pids+=($!) && watched[$!]=demo-launcher

@@ -215,6 +215,13 @@ def request(urls, subject, payload, timeout_s, seed=None):
             failures.append(f"{url}: {e}")
         except (NoAnswer, OSError) as e:
             failures.append(f"{url}: {e}")
+        except (Unsupported, TooLarge) as e:
+            # Final for this server, but an earlier one may have taken the request and not
+            # answered: then it may have been submitted, and only a retry with the key is safe.
+            if len(failures) > nobody:
+                failures.append(f"{url}: {e}")
+                raise NoAnswer("; ".join(failures)) from None
+            raise
     # Known not to have landed only if no server could have handed it to anyone.
     if nobody == len(members):
         raise NoResponders("; ".join(failures))

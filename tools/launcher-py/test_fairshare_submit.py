@@ -83,41 +83,44 @@ def fake_server(info, reply, received=None, on_connect=b"PONG\r\n"):
     """A one-connection server that sends `info`, answers the client's CONNECT and PING with
     `on_connect` (a PONG; anything else, a refusal, closes the connection), then, once the PUB
     is in, sends `reply`; what the client sent goes into the list `received`, if given."""
+    return fake_server_thread(info, reply, received, on_connect)[0]
+
+
+def fake_server_thread(info, reply, received=None, on_connect=b"PONG\r\n"):
+    """`fake_server`, and its thread: joined, everything the client sent is in `received`,
+    whether or not it came to a PUB."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
 
     def read_until(conn, seen, marker):
+        """What was read, and whether `marker` came before the connection closed."""
         while marker not in seen:
             chunk = conn.recv(4096)
             if not chunk:
-                return None
+                return seen, False
             seen += chunk
-        return seen
+        return seen, True
 
     def serve():
         conn, _ = listener.accept()
         with conn:
             conn.sendall(info)
-            seen = read_until(conn, b"", b"PING")
-            if seen is None:
-                return
-            conn.sendall(on_connect)
-            if not on_connect.startswith(b"PONG"):
-                if received is not None:
-                    received.append(seen)
-                return
-            seen = read_until(conn, seen, b"PUB ")
-            if seen is None:
-                return
+            seen, found = read_until(conn, b"", b"PING")
+            if found:
+                conn.sendall(on_connect)
+            if found and on_connect.startswith(b"PONG"):
+                seen, found = read_until(conn, seen, b"PUB ")
             if received is not None:
                 received.append(seen)
-            inbox = seen.split(b"SUB ")[1].split()[0]
-            conn.sendall(reply.replace(b"INBOX", inbox))
+            if found and on_connect.startswith(b"PONG"):
+                inbox = seen.split(b"SUB ")[1].split()[0]
+                conn.sendall(reply.replace(b"INBOX", inbox))
         listener.close()
 
-    threading.Thread(target=serve, daemon=True).start()
-    return f"nats://127.0.0.1:{listener.getsockname()[1]}"
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"nats://127.0.0.1:{listener.getsockname()[1]}", thread
 
 
 class Exits(unittest.TestCase):
@@ -188,12 +191,29 @@ class Exits(unittest.TestCase):
 
     def test_a_request_over_the_servers_payload_limit_is_not_sent(self):
         received = []
-        url = fake_server(b'INFO {"max_payload":8}\r\n', b"", received)
+        url, server = fake_server_thread(b'INFO {"max_payload":8}\r\n', b"", received)
         code, err = self.run_main(url)
         self.assertEqual(code, 1, err)
         self.assertIn("over the server's limit of 8", err)
         self.assertIn("nothing was submitted", err)
-        self.assertFalse(any(b"PUB " in r for r in received))
+        # Everything the client sent, read to the connection's end.
+        server.join(timeout=5)
+        self.assertFalse(server.is_alive())
+        self.assertEqual(len(received), 1)
+        self.assertIn(b"CONNECT", received[0])
+        self.assertNotIn(b"PUB ", received[0])
+
+    def test_a_later_servers_final_refusal_after_an_unanswered_send_means_retry(self):
+        # The first server took the request and never answered: it may have been submitted,
+        # so a refusal by the next one (it wants TLS, say) must not read as "nothing was".
+        first, _ = fake_server_thread(b"INFO {}\r\n", b"")
+        second = fake_server(b'INFO {"tls_required":true}\r\n', b"")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = f.main(["--url", f"{first},{second}", "--cluster", "c", "--allocation", "a",
+                           "--min-runtime", "60", "--key", "k", "--timeout", "1"])
+        self.assertEqual(code, 3, err.getvalue())
+        self.assertIn("retry with --key k", err.getvalue())
 
     def test_a_timeout_of_zero_or_less_is_a_usage_error(self):
         for bad in ["0", "-1", "nan", "soon"]:
