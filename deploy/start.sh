@@ -24,7 +24,9 @@ if ! flock -n 8; then
   for fd in /proc/[0-9]*/fd/*; do
     if [[ "$(readlink "$fd" 2>/dev/null)" == "$run/start.lock" ]]; then
       pid="${fd#/proc/}"
-      holders+=" ${pid%%/*}"
+      pid="${pid%%/*}"
+      # This start holds it open too.
+      [[ "$pid" == "$$" ]] || holders+=" $pid"
     fi
   done
   echo "start: processes of an earlier start still run over .run (pids:${holders:- unknown}); stop them (kill${holders:- <pid>}) and start again" >&2
