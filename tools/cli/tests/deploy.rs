@@ -63,27 +63,61 @@ fn the_jetstream_definitions_in_deploy_are_the_ones_the_services_create() {
     }
 }
 
+/// Whether the pinned server takes `config` (`nats-server -t`), and what it said.
+fn server_takes(config: &std::path::Path) -> (bool, String) {
+    let server = fairshare_testkit::find_nats_server().unwrap();
+    let out = Command::new(&server)
+        .arg("-t")
+        .arg("-c")
+        .arg(config)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}: {}{}",
+        config.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+/// Every shipped config is valid; a cluster member's (it listens on every interface) only once
+/// `fairshare auth init` has written the identities it includes, beside it as the README says.
 #[test]
 fn every_shipped_nats_server_config_is_valid_for_the_pinned_server() {
-    let server = fairshare_testkit::find_nats_server().unwrap();
     let nats = repo().join("deploy/nats");
-    let mut configs = files_in(&nats, ".conf");
-    configs.extend(files_in(&nats.join("cluster"), ".conf"));
-    assert_eq!(configs.len(), 4, "single node and three cluster members");
-    for config in configs {
-        let out = Command::new(&server)
-            .arg("-t")
-            .arg("-c")
-            .arg(&config)
-            .output()
-            .unwrap();
+    let single = files_in(&nats, ".conf");
+    let members = files_in(&nats.join("cluster"), ".conf");
+    assert_eq!(
+        (single.len(), members.len()),
+        (1, 3),
+        "single node and three cluster members"
+    );
+    for config in &single {
+        let (ok, said) = server_takes(config);
+        assert!(ok, "{said}");
+    }
+    let etc = tempfile::tempdir().unwrap();
+    for member in &members {
+        // As shipped, without identities: refused.
+        let (ok, said) = server_takes(member);
         assert!(
-            out.status.success(),
-            "{}: {}{}",
-            config.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            !ok,
+            "a member without client identities must not start: {said}"
         );
+        // Installed as /etc/fairshare/nats.conf beside `fairshare auth init --dir .../auth`.
+        let installed = etc.path().join("nats.conf");
+        std::fs::copy(member, &installed).unwrap();
+        if !etc.path().join("auth/auth.conf").exists() {
+            let out = Command::new(env!("CARGO_BIN_EXE_fairshare"))
+                .args(["auth", "init", "--dir"])
+                .arg(etc.path().join("auth"))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        }
+        let (ok, said) = server_takes(&installed);
+        assert!(ok, "{said}");
     }
 }
 
