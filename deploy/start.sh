@@ -18,6 +18,10 @@ mkdir -p "$run/logs" "$run/nats"
 # killed with kill -9 (its trap never ran) leaves it held for as long as any of them still
 # runs, and a second start would otherwise find them reconnecting to its server, holding the
 # services' checkpoint stores and acting on the same placements.
+if ! command -v flock >/dev/null; then
+  echo "start: flock (util-linux) is required" >&2
+  exit 1
+fi
 exec 8>"$run/start.lock"
 if ! flock -n 8; then
   holders=""
@@ -36,11 +40,13 @@ fi
 # shellcheck source=toolchain.sh
 . "$repo/deploy/toolchain.sh"
 require_rust start
-nats_bin="$("$repo/deploy/install-nats-server.sh")"
+# (Not handing the lock to the installer or to cargo: a daemon either leaves behind, a
+# compiler cache's server say, would hold it.)
+nats_bin="$("$repo/deploy/install-nats-server.sh" 8>&-)"
 
 echo "start: building (the first build takes a few minutes on 2 cores)" >&2
 cargo build --locked -p fairshare-submission -p fairshare-accounting -p fairshare-decision \
-  -p fairshare-preemption -p fairshare-launcher -p fairshare-cli -p fairshare-sim
+  -p fairshare-preemption -p fairshare-launcher -p fairshare-cli -p fairshare-sim 8>&-
 # Where cargo put them, as cargo says (CARGO_TARGET_DIR, or a target-dir in cargo's config):
 # a guess could run stale binaries of an earlier build.
 target_dir="$(cargo metadata --no-deps --format-version 1 --locked |
@@ -89,7 +95,10 @@ pids=()
 # 130 / 143 for Ctrl-C / SIGTERM.
 cleanup() {
   local status="${1:-$?}"
-  trap - INT TERM EXIT
+  # A second Ctrl-C must not cut the stop short: nats-server, in a session of its own, would
+  # be left running.
+  trap '' INT TERM
+  trap - EXIT
   echo "start: stopping" >&2
   # The services and the launcher first, nats-server once they are gone (or after 10 s): a
   # service lets its lease go and writes its checkpoint as it stops, which needs the server.

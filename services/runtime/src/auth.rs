@@ -136,8 +136,12 @@ impl Role {
             ]);
             out.extend(consumer_api(EVENTS_STREAM));
             // And single events (what it could read through a consumer anyway): the CLI's
-            // `status` reads the budget tree in force, `submit` its job's trace.
+            // `status` reads the budget tree in force, `submit` its job's trace. And single
+            // intake messages: `submit --intake`, dropped as a repeat of its key's message,
+            // reads that message to tell a retry from another request under the key (the
+            // events stream shows every accepted spec to launchers already).
             out.extend(single_event_api());
+            out.push(format!("$JS.API.STREAM.MSG.GET.{INTAKE_STREAM}"));
         } else {
             out.extend(service_stream_api(self));
         }

@@ -117,37 +117,37 @@ async fn an_unconfirmed_or_garbled_answer_is_exit_3_not_a_rejection() {
     responder.await.unwrap();
 }
 
-/// An intake publish the stream drops as a repeat of the key's first message: a retry of that
-/// same request is fine (exit 0), another request under the key was dropped and will never be
-/// a job, so that fails (exit 1) instead of reading as queued.
-#[tokio::test]
-async fn an_intake_submission_dropped_as_another_requests_repeat_exits_1() {
-    let stack = Stack::start().await.unwrap();
-    let intake = |allocation: &'static str| {
-        let url = stack.server.url();
-        async move {
-            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
-            command.args([
-                "submit",
-                "--intake",
-                "--nats-url",
-                &url,
-                "--cluster",
-                CLUSTER,
-                "--allocation",
-                allocation,
-                "--min-runtime",
-                "15m",
-                "--key",
-                "k-intake",
-            ]);
-            tokio::task::spawn_blocking(move || command.output())
-                .await
-                .unwrap()
-                .unwrap()
-        }
-    };
-    let first = intake("research/nlp").await;
+/// `fairshare submit --intake` of a 15-minute job of `allocation` under key `k-intake`, as the
+/// identity whose seed is `nkey` (none: no authentication).
+async fn intake(url: &str, allocation: &str, nkey: Option<&std::path::Path>) -> Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
+    command.args([
+        "submit",
+        "--intake",
+        "--nats-url",
+        url,
+        "--cluster",
+        CLUSTER,
+        "--allocation",
+        allocation,
+        "--min-runtime",
+        "15m",
+        "--key",
+        "k-intake",
+    ]);
+    if let Some(seed) = nkey {
+        command.arg("--nats-nkey").arg(seed);
+    }
+    tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Submits under `k-intake` three times: a first request, the same again, and another one.
+/// The repeat of the same request exits 0 (queued already), the other request exits 1.
+async fn first_repeat_and_another(url: &str, nkey: Option<&std::path::Path>) {
+    let first = intake(url, "research/nlp", nkey).await;
     assert_eq!(first.status.code(), Some(0), "{first:?}");
     let first_out = String::from_utf8_lossy(&first.stdout);
     assert!(
@@ -155,7 +155,7 @@ async fn an_intake_submission_dropped_as_another_requests_repeat_exits_1() {
         "{first_out}"
     );
 
-    let retry = intake("research/nlp").await;
+    let retry = intake(url, "research/nlp", nkey).await;
     let retry_out = String::from_utf8_lossy(&retry.stdout);
     assert_eq!(retry.status.code(), Some(0), "{retry_out}");
     assert!(
@@ -163,11 +163,43 @@ async fn an_intake_submission_dropped_as_another_requests_repeat_exits_1() {
         "{retry_out}"
     );
 
-    let other = intake("research/vision").await;
+    let other = intake(url, "research/vision", nkey).await;
     let stderr = String::from_utf8_lossy(&other.stderr);
     assert_eq!(other.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("was used for another request") && stderr.contains("new key"),
         "{stderr}"
     );
+}
+
+/// An intake publish the stream drops as a repeat of the key's first message: a retry of that
+/// same request is fine (exit 0), another request under the key was dropped and will never be
+/// a job, so that fails (exit 1) instead of reading as queued.
+#[tokio::test]
+async fn an_intake_submission_dropped_as_another_requests_repeat_exits_1() {
+    let stack = Stack::start().await.unwrap();
+    first_repeat_and_another(&stack.server.url(), None).await;
+}
+
+/// The same under the launcher's own identity (`fairshare auth init`), which may read single
+/// intake messages and nothing more of that stream.
+#[tokio::test]
+async fn under_the_launchers_identity_an_intake_repeat_is_told_apart_too() {
+    use fairshare_runtime::auth::{self, Role};
+    let dir = tempfile::tempdir().unwrap();
+    let block = auth::init(dir.path()).unwrap();
+    // And a user free to do anything, to make the streams.
+    let (before, operator) = block.split_once("    # operator\n").unwrap();
+    let config =
+        format!("{before}    {{ user: setup, password: setup }}\n    # operator\n{operator}");
+    let server = fairshare_testkit::NatsServer::start_with_config(&config).unwrap();
+    let setup = async_nats::ConnectOptions::with_user_and_password("setup".into(), "setup".into())
+        .connect(server.url())
+        .await
+        .unwrap();
+    fairshare_runtime::nats::ensure_streams(&async_nats::jetstream::new(setup), 1)
+        .await
+        .unwrap();
+    let seed = auth::seed_path(dir.path(), Role::Launcher);
+    first_repeat_and_another(&server.url(), Some(&seed)).await;
 }

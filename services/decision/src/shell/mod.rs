@@ -543,7 +543,7 @@ impl Service {
                     // queued, one just submitted as unknown), so the holder answers. One that
                     // has seen no holder (just started, or the holder's lease ran out) answers
                     // rather than leave the caller without one.
-                    if self.lease.standing_by() {
+                    if self.lease.standing_by(Instant::now()) {
                         continue;
                     }
                     // Computed synchronously: no borrow of the service is held across the send.
@@ -809,6 +809,11 @@ impl Service {
                 }
             }
         };
+        // The placements withheld are the batch's last, as their spans are.
+        let withheld_from = spans.len().saturating_sub(outcome.withheld);
+        for span in &mut spans[withheld_from..] {
+            span.fail("not sent: an earlier chunk went unanswered or the lease stopped holding");
+        }
         drop(spans);
         tracing::debug!(
             cycle,
@@ -1008,7 +1013,9 @@ mod tests {
                 .unwrap();
             // The first takes the lease before the second starts.
             tokio::time::timeout(Duration::from_secs(10), async {
-                while !service.lease.holds(Instant::now()) && !service.lease.standing_by() {
+                while !service.lease.holds(Instant::now())
+                    && !service.lease.standing_by(Instant::now())
+                {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             })
@@ -1017,7 +1024,7 @@ mod tests {
             services.push(service);
         }
         assert!(services[0].lease.holds(Instant::now()));
-        assert!(services[1].lease.standing_by());
+        assert!(services[1].lease.standing_by(Instant::now()));
         let mut stops = Vec::new();
         let mut serving = Vec::new();
         for service in services {

@@ -129,7 +129,9 @@ async fn publish_in_chunks(
     let mut sent = 0;
     let mut batch = batch.into_iter().peekable();
     while batch.peek().is_some() {
-        if sent > 0 && (!outcome.failed.is_empty() || !leading()) {
+        // The first chunk too: deciding and the node fence's look may have taken a request
+        // timeout since the loop saw the lease hold.
+        if !leading() || (sent > 0 && !outcome.failed.is_empty()) {
             outcome.withheld = total - sent;
             tracing::warn!(
                 withheld = outcome.withheld,
@@ -460,11 +462,14 @@ mod tests {
         let asked = std::cell::Cell::new(0);
         let leading = || {
             asked.set(asked.get() + 1);
-            asked.get() < 2
+            asked.get() < 3
         };
-        let out = publish_in_chunks(&js, C, batch, 4, leading).await;
-        // The first chunk went out, then a second as the lease still held; not the third.
+        let out = publish_in_chunks(&js, C, batch.clone(), 4, leading).await;
+        // Two chunks went out while the lease held; not the third.
         assert_eq!((out.landed, out.withheld, out.failed.len()), (8, 2, 0));
+        // A lease lost before the first chunk: nothing is sent.
+        let none = publish_in_chunks(&js, C, batch[8..].to_vec(), 4, || false).await;
+        assert_eq!((none.landed, none.withheld), (0, 2));
         for (i, submitted_at) in expected.iter().enumerate() {
             let newest = newest_of_job(&events, C, &format!("j{i}")).await.unwrap();
             assert_eq!(newest > *submitted_at, i < 8, "j{i}");

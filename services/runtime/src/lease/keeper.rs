@@ -23,10 +23,11 @@ pub struct LeaseView {
     pub log_end: u64,
     /// Set when another instance took the lease: the service stops.
     pub lost: Option<RenewError>,
-    /// Another instance held the lease at the last try to take it (unchanged while the bucket
-    /// does not answer): this one stands by, and its answers to requests (explain, queue
-    /// listings) would come from a fold that may lag the holder's.
-    pub standing_by: bool,
+    /// Until when this instance stands by: another instance held the lease at the last try to
+    /// take it, and until a lease's ttl after that try (a bucket that stops answering does not
+    /// make it stand by for ever). Its answers to requests (explain, queue listings) would come
+    /// from a fold that may lag the holder's.
+    pub standing_by_until: Option<Instant>,
 }
 
 /// A task that keeps one lease (renewed, or tried for, every [`Lease::renew_every`]) off the
@@ -86,8 +87,10 @@ impl Keeper {
                 tx.send_modify(|v| {
                     v.valid_until = lease.valid_until;
                     match kept {
-                        Ok(Kept::StandingBy) => v.standing_by = true,
-                        Ok(Kept::Taken | Kept::Held) => v.standing_by = false,
+                        Ok(Kept::StandingBy) => {
+                            v.standing_by_until = Some(Instant::now() + lease.ttl());
+                        }
+                        Ok(Kept::Taken | Kept::Held) => v.standing_by_until = None,
                         Ok(Kept::Unreachable) | Err(_) => {}
                     }
                     if let Some(end) = log_end {
@@ -118,10 +121,12 @@ impl Keeper {
             .is_some_and(|until| now < until)
     }
 
-    /// Whether another instance held the lease at the last try to take it
-    /// ([`LeaseView::standing_by`]).
-    pub fn standing_by(&self) -> bool {
-        self.view.borrow().standing_by
+    /// Whether this instance stands by at `now` ([`LeaseView::standing_by_until`]).
+    pub fn standing_by(&self, now: Instant) -> bool {
+        self.view
+            .borrow()
+            .standing_by_until
+            .is_some_and(|until| now < until)
     }
 
     /// Waits for the next change of the view and returns it; a keeper that ended without a

@@ -166,9 +166,11 @@ async fn intake_repeat(
     sequence: u64,
 ) -> anyhow::Result<()> {
     let first = async {
+        // Without the stream's info: a launcher's identity may read single intake messages,
+        // nothing more.
         let stream = conn
             .js
-            .get_stream(fairshare_events::streams::INTAKE_STREAM)
+            .get_stream_no_info(fairshare_events::streams::INTAKE_STREAM)
             .await
             .map_err(|e| e.to_string())?;
         let message = stream

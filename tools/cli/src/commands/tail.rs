@@ -68,7 +68,11 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
             eprintln!("{nothing}");
             return Ok(());
         }
-        eprintln!("{nothing}; waiting for them (Ctrl-C stops)");
+        // Following on from a later sequence (after a log read before) waits for new events
+        // as a rule; a job, or a whole log, with nothing in it is what a typo looks like.
+        if args.job.is_some() || args.from <= 1 {
+            eprintln!("{nothing}; waiting for them (Ctrl-C stops)");
+        }
     }
     let mut life = JobLife::default();
     while let Some(entry) = follower.next().await {
