@@ -8,13 +8,14 @@ use std::process::Output;
 
 use fairshare_e2e::{CLUSTER, Stack};
 
-/// Runs the CLI binary's `submit` for a 1-GPU job of `allocation`, with `--key` if given.
-async fn submit(stack: &Stack, allocation: &str, key: Option<&str>) -> Output {
+/// Runs the CLI binary's `submit` against `url` for a 15-minute 1-GPU job of `allocation`,
+/// with `extra` arguments.
+async fn run_submit(url: &str, allocation: &str, extra: Vec<std::ffi::OsString>) -> Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
     command.args([
         "submit",
         "--nats-url",
-        &stack.server.url(),
+        url,
         "--cluster",
         CLUSTER,
         "--allocation",
@@ -22,13 +23,19 @@ async fn submit(stack: &Stack, allocation: &str, key: Option<&str>) -> Output {
         "--min-runtime",
         "15m",
     ]);
-    if let Some(key) = key {
-        command.args(["--key", key]);
-    }
+    command.args(extra);
     tokio::task::spawn_blocking(move || command.output())
         .await
         .unwrap()
         .unwrap()
+}
+
+/// [`run_submit`] on `stack`'s server, with `--key` if given.
+async fn submit(stack: &Stack, allocation: &str, key: Option<&str>) -> Output {
+    let extra = key
+        .map(|k| vec!["--key".into(), k.into()])
+        .unwrap_or_default();
+    run_submit(&stack.server.url(), allocation, extra).await
 }
 
 /// Nobody listening: the request reached no service, so nothing was submitted (exit 1).
@@ -120,48 +127,34 @@ async fn an_unconfirmed_or_garbled_answer_is_exit_3_not_a_rejection() {
 /// `fairshare submit --intake` of a 15-minute job of `allocation` under key `k-intake`, as the
 /// identity whose seed is `nkey` (none: no authentication).
 async fn intake(url: &str, allocation: &str, nkey: Option<&std::path::Path>) -> Output {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"));
-    command.args([
-        "submit",
-        "--intake",
-        "--nats-url",
-        url,
-        "--cluster",
-        CLUSTER,
-        "--allocation",
-        allocation,
-        "--min-runtime",
-        "15m",
-        "--key",
-        "k-intake",
-    ]);
+    let mut extra: Vec<std::ffi::OsString> =
+        vec!["--intake".into(), "--key".into(), "k-intake".into()];
     if let Some(seed) = nkey {
-        command.arg("--nats-nkey").arg(seed);
+        extra.extend(["--nats-nkey".into(), seed.into()]);
     }
-    tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .unwrap()
+    run_submit(url, allocation, extra).await
+}
+
+/// Submits under `k-intake` and expects exit 0 with `said` on standard output.
+async fn intake_exits_0_saying(
+    url: &str,
+    allocation: &str,
+    nkey: Option<&std::path::Path>,
+    said: &str,
+) {
+    let out = intake(url, allocation, nkey).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(stdout.contains(said), "{stdout}");
 }
 
 /// Submits under `k-intake` three times: a first request, the same again, and another one.
 /// The repeat of the same request exits 0 (queued already), the other request exits 1.
 async fn first_repeat_and_another(url: &str, nkey: Option<&std::path::Path>) {
-    let first = intake(url, "research/nlp", nkey).await;
-    assert_eq!(first.status.code(), Some(0), "{first:?}");
-    let first_out = String::from_utf8_lossy(&first.stdout);
-    assert!(
-        first_out.contains("queued in intake at sequence 1"),
-        "{first_out}"
-    );
-
-    let retry = intake(url, "research/nlp", nkey).await;
-    let retry_out = String::from_utf8_lossy(&retry.stdout);
-    assert_eq!(retry.status.code(), Some(0), "{retry_out}");
-    assert!(
-        retry_out.contains("queued in intake already at sequence 1"),
-        "{retry_out}"
-    );
+    let queued = "queued in intake at sequence 1";
+    intake_exits_0_saying(url, "research/nlp", nkey, queued).await;
+    let again = "queued in intake already at sequence 1";
+    intake_exits_0_saying(url, "research/nlp", nkey, again).await;
 
     let other = intake(url, "research/vision", nkey).await;
     let stderr = String::from_utf8_lossy(&other.stderr);
