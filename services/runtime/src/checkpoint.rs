@@ -279,6 +279,15 @@ impl CheckpointStore {
         Ok(token)
     }
 
+    /// Forgets the instance's name ([`CheckpointStore::instance_token`]): the next start on
+    /// this directory is another instance, which waits for this one's lease to run out rather
+    /// than take it back at once. For a stop that leaves writes of unknown outcome behind.
+    pub fn forget_instance_token(&self) -> Result<(), CheckpointError> {
+        self.db.remove(INSTANCE_KEY)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
     /// Overwrites the checkpoint with raw bytes; for tests of the corrupt-checkpoint path.
     #[doc(hidden)]
     pub fn write_raw(&self, bytes: &[u8]) -> Result<(), CheckpointError> {

@@ -571,11 +571,18 @@ impl Service {
         } else {
             // Placements of unknown outcome may still land (a client buffer, the stream's
             // replication): a successor taking the lease now would read a log without them
-            // and could give their GPUs away again. The lease runs out instead, as in a crash.
+            // and could give their GPUs away again. The lease runs out instead, as in a crash,
+            // and this directory's next start is another instance, which waits for that too
+            // (a restart under the same name would take the lease back at once).
             tracing::warn!(
                 unresolved = self.unresolved.len(),
                 "stopping with placements of unknown outcome: the lease is left to run out"
             );
+            if let Some(store) = &self.store
+                && let Err(e) = store.forget_instance_token()
+            {
+                tracing::warn!("cannot make the next start wait for the lease: {e}");
+            }
         }
         tracing::info!(
             cluster = self.config.cluster,
@@ -949,13 +956,22 @@ mod tests {
 
         let server = fairshare_testkit::NatsServer::start().unwrap();
         let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
-        let stop_holding = |unresolved: Vec<publish::Unresolved>| {
+        let dir = tempfile::tempdir().unwrap();
+        let start = || {
             let url = server.url();
+            let mut config = Config::new("c");
+            config.checkpoint_dir = Some(dir.path().join("store"));
             async move {
                 let client = async_nats::connect(url).await.unwrap();
-                let mut service = Service::start(client, Config::new("c"), Arc::new(SystemClock))
+                Service::start(client, config, Arc::new(SystemClock))
                     .await
-                    .unwrap();
+                    .unwrap()
+            }
+        };
+        let stop_holding = |unresolved: Vec<publish::Unresolved>| {
+            let started = start();
+            async move {
+                let mut service = started.await;
                 tokio::time::timeout(Duration::from_secs(10), async {
                     while !service.lease.holds(Instant::now()) {
                         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -991,6 +1007,20 @@ mod tests {
             matches!(next.try_take().await, Attempt::HeldBy(_)),
             "the lease was let go with a placement unsettled"
         );
+        // Started again on the same checkpoint directory, it is another instance now: it
+        // stands by too, where a restart after a clean stop or a crash takes its lease back.
+        let restarted = start().await;
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !restarted.lease.standing_by(Instant::now()) {
+                assert!(
+                    !restarted.lease.holds(Instant::now()),
+                    "a restart took back the lease of a stop with placements unsettled"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the restart stands by");
     }
 
     /// Every instance hears an explain request; only the lease's holder answers it, so the
