@@ -18,12 +18,16 @@ const KEY: &[u8] = b"checkpoint";
 /// Key of the instance's name beside the checkpoint ([`CheckpointStore::instance_token`]).
 const INSTANCE_KEY: &[u8] = b"instance";
 /// Leading bytes of every checkpoint value.
-const MAGIC: &[u8; 4] = b"FSC2";
-/// Leading bytes of the checkpoints of releases before the checksum: rebuilt once.
-const MAGIC_UNCHECKED: &[u8; 4] = b"FSCP";
+const MAGIC: &[u8; 4] = b"FSC3";
+/// Leading bytes of the checkpoints of releases before the checksum (`FSCP`) and before the
+/// stored time (`FSC2`): rebuilt once.
+const MAGIC_OLDER: [&[u8; 4]; 2] = [b"FSCP", b"FSC2"];
 /// Header: magic, CRC-32 of everything after it (u32), format version (u32), kind tag length
-/// (u16) and tag, sequence (u64).
-const HEADER_FIXED: usize = 4 + 4 + 4 + 2 + 8;
+/// (u16) and tag, sequence (u64), the time the stream stored the entry at that sequence (i64
+/// Unix ms; `i64::MIN` when unknown).
+const HEADER_FIXED: usize = 4 + 4 + 4 + 2 + 8 + 8;
+/// The stored time of a checkpoint saved without one.
+const UNKNOWN_STORED: i64 = i64::MIN;
 /// Where the bytes the checksum covers begin.
 const CHECKED_FROM: usize = 8;
 /// How long [`CheckpointStore::open`] waits for a directory whose lock is still held. sled's
@@ -64,6 +68,11 @@ pub enum CheckpointError {
 pub struct Checkpoint<S> {
     /// The last stream sequence folded into `state`.
     pub sequence: u64,
+    /// When the stream stored the entry at `sequence` (Unix ms), if the saver knew it: a log
+    /// that holds another entry there (restored from a backup, or a server that lost its
+    /// newest entries and wrote new ones under their sequences, keeping its creation time) is
+    /// not the log the state was folded from.
+    pub stored_ms: Option<i64>,
     /// The folded state.
     pub state: S,
 }
@@ -149,8 +158,8 @@ impl CheckpointStore {
             return Ok(None);
         };
         let corrupt = |what: &str| CheckpointError::Corrupt(what.to_owned());
-        if bytes.starts_with(MAGIC_UNCHECKED) {
-            return Err(corrupt("written by an older release, without a checksum"));
+        if MAGIC_OLDER.iter().any(|m| bytes.starts_with(*m)) {
+            return Err(corrupt("written by an older release"));
         }
         if bytes.len() < HEADER_FIXED || &bytes[..4] != MAGIC {
             return Err(corrupt("bad header"));
@@ -172,7 +181,7 @@ impl CheckpointStore {
             bytes[12..14].try_into().map_err(|_| corrupt("tag"))?,
         ));
         let tag_end = 14 + tag_len;
-        if bytes.len() < tag_end + 8 || &bytes[14..tag_end] != self.kind.as_bytes() {
+        if bytes.len() < tag_end + 16 || &bytes[14..tag_end] != self.kind.as_bytes() {
             return Err(corrupt("written for another kind of state"));
         }
         let sequence = u64::from_be_bytes(
@@ -180,9 +189,19 @@ impl CheckpointStore {
                 .try_into()
                 .map_err(|_| corrupt("sequence"))?,
         );
+        let stored = i64::from_be_bytes(
+            bytes[tag_end + 8..tag_end + 16]
+                .try_into()
+                .map_err(|_| corrupt("stored time"))?,
+        );
+        let stored_ms = (stored != UNKNOWN_STORED).then_some(stored);
         let state =
-            bincode::deserialize(&bytes[tag_end + 8..]).map_err(|e| corrupt(&e.to_string()))?;
-        Ok(Some(Checkpoint { sequence, state }))
+            bincode::deserialize(&bytes[tag_end + 16..]).map_err(|e| corrupt(&e.to_string()))?;
+        Ok(Some(Checkpoint {
+            sequence,
+            stored_ms,
+            state,
+        }))
     }
 
     /// The checkpointed state if it can be resumed: readable, folded for `scope`, at the
@@ -193,6 +212,37 @@ impl CheckpointStore {
     /// ([`CheckpointStore::discard`]), and `None` returned, so the caller folds the log from
     /// the start.
     pub fn resume<S: DeserializeOwned + Resumable>(&self, scope: &str, log_end: u64) -> Option<S> {
+        self.resume_checkpoint(scope, log_end).map(|cp| cp.state)
+    }
+
+    /// [`CheckpointStore::resume`], and then only if the log `js` reads still holds, at the
+    /// checkpoint's sequence, the entry it was folded from (stored at the time the checkpoint
+    /// names): a log restored from a backup, or a single server that lost its newest entries
+    /// in a power cut (JetStream writes to disk every few minutes by default) and took new ones
+    /// under their sequences, keeps its creation time, and once it has grown past the
+    /// checkpoint again, resuming would take entries the log no longer has as folded and skip
+    /// the new ones. A log that cannot be asked is trusted (with a warning); a checkpoint
+    /// saved without a stored time is resumed as before. Returns the state and that time.
+    pub async fn resume_on_log<S: DeserializeOwned + Resumable>(
+        &self,
+        scope: &str,
+        log_end: u64,
+        js: &async_nats::jetstream::Context,
+    ) -> Option<(S, Option<i64>)> {
+        let cp = self.resume_checkpoint::<S>(scope, log_end)?;
+        if !folded_from_this_log(js, scope, cp.sequence, cp.stored_ms).await {
+            self.discard();
+            return None;
+        }
+        Some((cp.state, cp.stored_ms))
+    }
+
+    /// The checks of [`CheckpointStore::resume`], keeping the checkpoint whole.
+    fn resume_checkpoint<S: DeserializeOwned + Resumable>(
+        &self,
+        scope: &str,
+        log_end: u64,
+    ) -> Option<Checkpoint<S>> {
         match self.load::<S>() {
             Ok(Some(cp)) if cp.state.is_for(scope) && cp.state.last_applied() == cp.sequence => {
                 if cp.sequence > log_end {
@@ -206,7 +256,7 @@ impl CheckpointStore {
                     return None;
                 }
                 tracing::info!(scope, sequence = cp.sequence, "resuming from checkpoint");
-                Some(cp.state)
+                Some(cp)
             }
             Ok(Some(cp)) => {
                 tracing::warn!(
@@ -237,8 +287,19 @@ impl CheckpointStore {
     }
 
     /// Replaces the checkpoint with `state` at `sequence`, atomically, and waits until it is on
-    /// disk.
+    /// disk. Without the entry's stored time: see [`CheckpointStore::save_at`].
     pub fn save<S: Serialize>(&self, sequence: u64, state: &S) -> Result<(), CheckpointError> {
+        self.save_at(sequence, None, state)
+    }
+
+    /// [`CheckpointStore::save`], with the time the stream stored the entry at `sequence`
+    /// (Unix ms), which [`CheckpointStore::resume_on_log`] checks the log against.
+    pub fn save_at<S: Serialize>(
+        &self,
+        sequence: u64,
+        stored_ms: Option<i64>,
+        state: &S,
+    ) -> Result<(), CheckpointError> {
         let tag = self.kind.as_bytes();
         let tag_len = u16::try_from(tag.len())
             .map_err(|_| CheckpointError::Encode("kind tag too long".into()))?;
@@ -250,6 +311,7 @@ impl CheckpointStore {
         value.extend_from_slice(&tag_len.to_be_bytes());
         value.extend_from_slice(tag);
         value.extend_from_slice(&sequence.to_be_bytes());
+        value.extend_from_slice(&stored_ms.unwrap_or(UNKNOWN_STORED).to_be_bytes());
         value.extend_from_slice(&body);
         let crc = crc32fast::hash(&value[CHECKED_FROM..]);
         value[4..CHECKED_FROM].copy_from_slice(&crc.to_be_bytes());
@@ -294,6 +356,45 @@ impl CheckpointStore {
         self.db.insert(KEY, bytes)?;
         self.db.flush()?;
         Ok(())
+    }
+}
+
+/// Whether the log `js` reads holds, at `sequence`, the entry a checkpoint of `scope` was folded
+/// through, stored at `stored_ms` (see [`CheckpointStore::resume_on_log`]). True without a
+/// stored time to check, or when the log cannot be asked (said in a warning); false, said too,
+/// when the log holds another entry there or none.
+pub async fn folded_from_this_log(
+    js: &async_nats::jetstream::Context,
+    scope: &str,
+    sequence: u64,
+    stored_ms: Option<i64>,
+) -> bool {
+    let Some(stored_ms) = stored_ms else {
+        return true;
+    };
+    match crate::log::stored_ms_at(js, sequence).await {
+        Ok(Some(now)) if now == stored_ms => true,
+        Ok(found) => {
+            tracing::warn!(
+                scope,
+                checkpoint = sequence,
+                folded_entry_stored_ms = stored_ms,
+                log_entry_stored_ms = ?found,
+                "the log holds another entry (or none) at the checkpoint's sequence than the one \
+                 folded (restored from a backup, or entries lost and written anew); rebuilding \
+                 from the log"
+            );
+            false
+        }
+        Err(e) => {
+            tracing::warn!(
+                scope,
+                checkpoint = sequence,
+                "cannot read the log's entry at the checkpoint's sequence ({e}); resuming without \
+                 checking it"
+            );
+            true
+        }
     }
 }
 
@@ -402,7 +503,11 @@ mod tests {
         let store = CheckpointStore::open(dir.path(), "test", 1).unwrap();
         assert_eq!(
             store.load::<State>().unwrap(),
-            Some(Checkpoint { sequence: 7, state })
+            Some(Checkpoint {
+                sequence: 7,
+                stored_ms: None,
+                state
+            })
         );
         store.clear().unwrap();
         assert_eq!(store.load::<State>().unwrap(), None);
@@ -627,7 +732,11 @@ mod tests {
         store.write_raw(&good).unwrap();
         assert_eq!(
             store.load::<State>().unwrap(),
-            Some(Checkpoint { sequence: 7, state })
+            Some(Checkpoint {
+                sequence: 7,
+                stored_ms: None,
+                state
+            })
         );
     }
 

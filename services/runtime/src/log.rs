@@ -152,6 +152,20 @@ pub async fn newest_sequence<I>(
     }
 }
 
+/// When the events stream stored its entry at `sequence` (Unix ms, as [`LogEntry::stored_ms`]
+/// gives it); `None` if it holds no entry there (never written, deleted, or past its end).
+pub async fn stored_ms_at(js: &jetstream::Context, sequence: u64) -> Result<Option<i64>, String> {
+    let events = js
+        .get_stream_no_info(EVENTS_STREAM)
+        .await
+        .map_err(|e| e.to_string())?;
+    match events.get_raw_message(sequence).await {
+        Ok(m) => Ok(i64::try_from(m.time.unix_timestamp_nanos() / 1_000_000).ok()),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// The sequence of the newest entry of `cluster` in the events stream (0: none): where a
 /// service that just took its cluster's lease must have folded to before it decides, or it
 /// could miss the previous holder's last decisions.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use fairshare_events::subjects;
-use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
+use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore, folded_from_this_log};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::held_clock::HeldClock;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry, log_position};
@@ -136,6 +136,10 @@ pub struct Service {
     config: Config,
     /// Entries applied since the last checkpoint.
     since_checkpoint: u64,
+    /// When the stream stored the last entry the fold applied (what a checkpoint of it names,
+    /// so that a resume can tell the log it was folded from from one rolled back and written
+    /// anew; `None` if unknown).
+    last_stored_ms: Option<i64>,
     /// The checkpoint's sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
 }
@@ -249,7 +253,8 @@ impl Service {
             &log.checkpoint_kind(&checkpoint_kind(config.cluster.as_deref())),
             CHECKPOINT_VERSION,
         )?;
-        let mut fold = match store.load::<UsageFold>() {
+        let fresh = || (UsageFold::new(config.fold), None);
+        let (mut fold, mut last_stored_ms) = match store.load::<UsageFold>() {
             Ok(Some(cp))
                 if cp.state.config() == config.fold
                     && cp.state.last_applied() == cp.sequence
@@ -257,19 +262,24 @@ impl Service {
             {
                 // A checkpoint past the log's end belongs to another incarnation of the stream
                 // (a server whose store was wiped): resumed, it would skip the new log's first
-                // events as already folded.
+                // events as already folded. So does one whose last entry the log no longer
+                // holds as folded (restored from a backup, entries lost and written anew).
                 let log_end = log.end;
-                if cp.sequence <= log_end {
-                    tracing::info!(sequence = cp.sequence, "resuming from checkpoint");
-                    cp.state
-                } else {
+                if cp.sequence > log_end {
                     tracing::warn!(
                         checkpoint = cp.sequence,
                         log_end,
                         "checkpoint is ahead of the log; rebuilding from the log"
                     );
                     store.discard();
-                    UsageFold::new(config.fold)
+                    fresh()
+                } else if !folded_from_this_log(&js, "accounting", cp.sequence, cp.stored_ms).await
+                {
+                    store.discard();
+                    fresh()
+                } else {
+                    tracing::info!(sequence = cp.sequence, "resuming from checkpoint");
+                    (cp.state, cp.stored_ms)
                 }
             }
             Ok(Some(_)) => {
@@ -278,13 +288,13 @@ impl Service {
                      rebuilding from the log"
                 );
                 store.discard();
-                UsageFold::new(config.fold)
+                fresh()
             }
-            Ok(None) => UsageFold::new(config.fold),
+            Ok(None) => fresh(),
             Err(e) => {
                 tracing::warn!("{e}; rebuilding from the log");
                 store.discard();
-                UsageFold::new(config.fold)
+                fresh()
             }
         };
         let resumed_from = fold.last_applied();
@@ -298,6 +308,9 @@ impl Service {
                 let _span = telemetry::entry_span("accounting", &entry, Relation::Linked);
                 now.observe(&entry);
                 apply_entry(&mut fold, &entry);
+                if fold.last_applied() == entry.sequence {
+                    last_stored_ms = entry.stored_ms;
+                }
             })
             .await?;
         // Should the server's time not be read, the newest entry does not stand for the log's
@@ -334,6 +347,7 @@ impl Service {
             now,
             config,
             since_checkpoint: applied,
+            last_stored_ms,
             resumed_from,
         };
         service.checkpoint();
@@ -366,7 +380,10 @@ impl Service {
             return;
         }
         self.since_checkpoint = 0;
-        if let Err(e) = self.store.save(self.fold.last_applied(), &self.fold) {
+        if let Err(e) =
+            self.store
+                .save_at(self.fold.last_applied(), self.last_stored_ms, &self.fold)
+        {
             tracing::warn!(
                 sequence = self.fold.last_applied(),
                 "checkpoint not written (the service goes on; a restart folds more of the log): {e}"
@@ -391,6 +408,9 @@ impl Service {
                         let _span = telemetry::entry_span("accounting", &entry, Relation::Child);
                         self.now.observe(&entry);
                         apply_entry(&mut self.fold, &entry);
+                        if self.fold.last_applied() == entry.sequence {
+                            self.last_stored_ms = entry.stored_ms;
+                        }
                         snapshots.saw(&entry.subject, entry.sequence, entry.pending);
                         self.since_checkpoint += 1;
                         if self.since_checkpoint >= self.config.checkpoint_every_events {

@@ -249,6 +249,10 @@ pub struct Service {
     lease: Keeper,
     /// The sequence the newest checkpoint holds (0: none).
     checkpointed: u64,
+    /// When the stream stored the last entry the fold applied (what a checkpoint of it names,
+    /// so that a resume can tell the log it was folded from from one rolled back and written
+    /// anew; `None` if unknown).
+    last_stored_ms: Option<i64>,
     /// Entries applied since the last checkpoint attempt.
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
@@ -290,15 +294,22 @@ impl Service {
         )
         .await?;
         let started = std::time::Instant::now();
-        let mut fold = match store
-            .as_ref()
-            .and_then(|s| s.resume::<LogFold>(&config.cluster, log.end))
-        {
-            Some(mut resumed) => {
-                resumed.set_usage_window_ms(config.usage_window_ms);
-                resumed
+        let resumed = match &store {
+            Some(s) => {
+                s.resume_on_log::<LogFold>(&config.cluster, log.end, &js)
+                    .await
             }
-            None => LogFold::with_usage_window(&config.cluster, config.usage_window_ms),
+            None => None,
+        };
+        let (mut fold, mut last_stored_ms) = match resumed {
+            Some((mut resumed, stored_ms)) => {
+                resumed.set_usage_window_ms(config.usage_window_ms);
+                (resumed, stored_ms)
+            }
+            None => (
+                LogFold::with_usage_window(&config.cluster, config.usage_window_ms),
+                None,
+            ),
         };
         let resumed_from = fold.last_applied();
         let mut follower = Follower::start(
@@ -320,6 +331,9 @@ impl Service {
                 now.observe(&entry);
                 if let Applied::Ignored(why) = fold.apply(&entry) {
                     refused.note(entry.sequence, &why);
+                }
+                if fold.last_applied() == entry.sequence {
+                    last_stored_ms = entry.stored_ms;
                 }
             })
             .await?;
@@ -367,6 +381,7 @@ impl Service {
             store,
             lease: Keeper::spawn(lease),
             checkpointed: resumed_from,
+            last_stored_ms,
             since_checkpoint: 0,
             resumed_from,
         };
@@ -399,7 +414,7 @@ impl Service {
             return;
         }
         let started = std::time::Instant::now();
-        match store.save(sequence, &self.fold) {
+        match store.save_at(sequence, self.last_stored_ms, &self.fold) {
             Ok(()) => {
                 self.checkpointed = sequence;
                 tracing::debug!(
@@ -519,6 +534,9 @@ impl Service {
                             Applied::Ignored(why) => {
                                 window::log_refusal(entry.sequence, &entry.subject, &why);
                             }
+                        }
+                        if self.fold.last_applied() == entry.sequence {
+                            self.last_stored_ms = entry.stored_ms;
                         }
                         self.since_checkpoint += 1;
                         if self.since_checkpoint >= self.config.checkpoint_every_events {
@@ -1093,6 +1111,82 @@ mod tests {
 
     /// The ttl a test's own lease handle asks for (the bucket the service made keeps its own).
     const LEASE_TTL_FOR_TEST: Duration = Duration::from_secs(15);
+
+    /// A checkpoint names when the stream stored the entry it was folded through; a start
+    /// resumes it only while the log still holds that entry there. One whose entry the log
+    /// holds stored at another time (a log restored from a backup, or a server that lost its
+    /// newest entries and took new ones under their sequences, which keeps the stream's
+    /// creation time) is rebuilt from the log.
+    #[tokio::test]
+    async fn a_checkpoint_is_resumed_only_while_the_log_holds_the_entry_it_was_folded_through() {
+        use fairshare_events::codec;
+        use fairshare_runtime::clock::SystemClock;
+        use fairshare_testkit::events::{node_registered, one_allocation_tree};
+
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let mut fold = LogFold::new("c");
+        for (subject, body) in [
+            (subjects::policy("c"), one_allocation_tree("c", "a")),
+            (subjects::node("c", "n1"), node_registered("c", "n1", 8)),
+        ] {
+            let event = pb::Event {
+                at_ms: 1,
+                body: Some(body),
+            };
+            let ack = js.publish(subject.clone(), codec::encode(&event));
+            let sequence = ack.await.unwrap().await.unwrap().sequence;
+            fold.apply(&LogEntry {
+                sequence,
+                subject,
+                event: Ok(event),
+                pending: 0,
+                trace: None,
+                stored_ms: None,
+            });
+        }
+        let stored = fairshare_runtime::log::stored_ms_at(&js, 2).await.unwrap();
+        assert!(stored.is_some(), "the log holds entry 2");
+        assert_eq!(
+            fairshare_runtime::log::stored_ms_at(&js, 3).await.unwrap(),
+            None,
+            "and nothing past it"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let log = fairshare_runtime::log::log_position(&js).await.unwrap();
+        let resumed_from = |stored_ms: Option<i64>| {
+            let store = CheckpointStore::open(
+                &dir.path().join("store"),
+                &log.checkpoint_kind(&checkpoint_kind("c", None)),
+                CHECKPOINT_VERSION,
+            )
+            .unwrap();
+            store.save_at(2, stored_ms, &fold).unwrap();
+            drop(store);
+            let url = server.url();
+            let mut config = Config::new("c");
+            config.checkpoint_dir = Some(dir.path().join("store"));
+            async move {
+                let client = async_nats::connect(url).await.unwrap();
+                let service = Service::start(client, config, Arc::new(SystemClock))
+                    .await
+                    .unwrap();
+                let from = service.resumed_from();
+                drop(service);
+                // sled keeps a dropped store's lock for a moment.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                from
+            }
+        };
+        assert_eq!(resumed_from(stored).await, 2, "the entry folded is there");
+        assert_eq!(
+            resumed_from(None).await,
+            2,
+            "no time to check: resumed as before"
+        );
+        let other = stored.map(|ms| ms + 1);
+        assert_eq!(resumed_from(other).await, 0, "another entry there: rebuilt");
+    }
 
     /// Tripwire for the checkpoint format (see `fairshare_testkit::sample_log`): if this
     /// fails, what the fold keeps for the sample log changed. Bump `CHECKPOINT_VERSION` (an

@@ -235,6 +235,10 @@ pub struct Service {
     lease: Keeper,
     /// The sequence the newest checkpoint holds (0: none).
     checkpointed: u64,
+    /// When the stream stored the last entry the fold applied (what a checkpoint of it names,
+    /// so that a resume can tell the log it was folded from from one rolled back and written
+    /// anew; `None` if unknown).
+    last_stored_ms: Option<i64>,
     /// Entries applied since the last checkpoint attempt.
     since_checkpoint: u64,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
@@ -277,15 +281,22 @@ impl Service {
             config.stream_replicas,
         )
         .await?;
-        let mut fold = match store
-            .as_ref()
-            .and_then(|s| s.resume::<ShellFold>(&config.cluster, log.end))
-        {
-            Some(mut resumed) => {
-                resumed.set_usage_window_ms(config.usage_window_ms);
-                resumed
+        let resumed = match &store {
+            Some(s) => {
+                s.resume_on_log::<ShellFold>(&config.cluster, log.end, &js)
+                    .await
             }
-            None => ShellFold::with_usage_window(&config.cluster, config.usage_window_ms),
+            None => None,
+        };
+        let (mut fold, mut last_stored_ms) = match resumed {
+            Some((mut resumed, stored_ms)) => {
+                resumed.set_usage_window_ms(config.usage_window_ms);
+                (resumed, stored_ms)
+            }
+            None => (
+                ShellFold::with_usage_window(&config.cluster, config.usage_window_ms),
+                None,
+            ),
         };
         let mut now = HeldClock::new(
             clock,
@@ -315,6 +326,9 @@ impl Service {
                 if let Err(why) = fold.apply_checked(&entry) {
                     refused.note(entry.sequence, &why);
                 }
+                if fold.last_applied() == entry.sequence {
+                    last_stored_ms = entry.stored_ms;
+                }
                 if entry.pending == 0 {
                     break;
                 }
@@ -340,6 +354,7 @@ impl Service {
             store,
             lease: Keeper::spawn(lease),
             checkpointed: resumed_from,
+            last_stored_ms,
             since_checkpoint: 0,
             resumed_from,
             unresolved: Vec::new(),
@@ -370,7 +385,7 @@ impl Service {
             return;
         }
         let started = std::time::Instant::now();
-        match store.save(sequence, &self.fold) {
+        match store.save_at(sequence, self.last_stored_ms, &self.fold) {
             Ok(()) => {
                 self.checkpointed = sequence;
                 tracing::debug!(
@@ -505,6 +520,9 @@ impl Service {
                             }
                             Ok(()) => {}
                             Err(why) => log_refusal(entry.sequence, &entry.subject, &why),
+                        }
+                        if self.fold.last_applied() == entry.sequence {
+                            self.last_stored_ms = entry.stored_ms;
                         }
                         self.since_checkpoint += 1;
                         if self.since_checkpoint >= self.config.checkpoint_every_events {

@@ -153,6 +153,10 @@ pub struct SubmissionState {
     pub keys: HashMap<String, KeyOutcome>,
     /// The last stream sequence folded.
     pub last_sequence: u64,
+    /// When the stream stored the entry at `last_sequence` (Unix ms), if the shell that folded
+    /// it knew: a checkpoint names it, so that a resume can tell the log it was folded from
+    /// from one rolled back and written anew.
+    pub last_stored_ms: Option<i64>,
     /// The log's time: the newest stored (or, without one, event) time folded, Unix ms.
     pub log_time_ms: i64,
     /// What to forget, by (log time it is due at, sequence of the entry that scheduled it).

@@ -25,7 +25,8 @@ use crate::domain::SubmissionState;
 /// record says whether the job holds a placement (only then is a preemption folded). 8: a
 /// job's first end stands (a later end or cancel is not folded). 9: only a key's outcome
 /// schedules its forgetting (older checkpoints may hold forgettings due from later entries).
-const VERSION: u32 = 9;
+/// 10: the state names when its last entry was stored.
+const VERSION: u32 = 10;
 
 /// The scope a checkpoint is for: the service serves every cluster.
 const SCOPE: &str = "all-clusters";
@@ -49,12 +50,21 @@ pub(super) fn open(dir: &Path, log: &LogPosition) -> Result<CheckpointStore, Che
     )
 }
 
-/// The state to start from: the checkpoint's if it can be used (see
-/// [`CheckpointStore::resume`]), else an empty one.
-pub(super) fn resume(store: Option<&CheckpointStore>, log: &LogPosition) -> SubmissionState {
-    store
-        .and_then(|s| s.resume::<SubmissionState>(SCOPE, log.end))
-        .unwrap_or_default()
+/// The state to start from: the checkpoint's if it can be used on the log `js` reads (see
+/// [`CheckpointStore::resume_on_log`]), else an empty one.
+pub(super) async fn resume(
+    store: Option<&CheckpointStore>,
+    log: &LogPosition,
+    js: &async_nats::jetstream::Context,
+) -> SubmissionState {
+    match store {
+        Some(s) => s
+            .resume_on_log::<SubmissionState>(SCOPE, log.end, js)
+            .await
+            .map(|(state, _)| state)
+            .unwrap_or_default(),
+        None => SubmissionState::default(),
+    }
 }
 
 /// The store and the cadence the follower writes on.
@@ -124,7 +134,7 @@ impl Checkpoints {
 /// Writes `state`. A failed write is reported and otherwise ignored: the checkpoint is only a
 /// cache.
 fn save(store: &CheckpointStore, state: &SubmissionState) {
-    match store.save(state.last_sequence, state) {
+    match store.save_at(state.last_sequence, state.last_stored_ms, state) {
         Ok(()) => tracing::debug!(sequence = state.last_sequence, "checkpoint written"),
         Err(e) => tracing::warn!(
             sequence = state.last_sequence,
@@ -213,13 +223,19 @@ mod tests {
         assert!(state.clusters["c"].budget.is_some());
         let store = open(dir.path(), &log).unwrap();
         save(&store, &state);
-        assert_eq!(resume(Some(&store), &log), state);
+        // (The stored-time check against the log is the runtime's, tested there.)
+        let resume = |store: &CheckpointStore, log: &LogPosition| {
+            store
+                .resume::<SubmissionState>(SCOPE, log.end)
+                .unwrap_or_default()
+        };
+        assert_eq!(resume(&store, &log), state);
         // Past the log's end (another incarnation of the stream): not used.
         let shorter = LogPosition {
             end: 4,
             created_ns: 42,
         };
-        assert_eq!(resume(Some(&store), &shorter), SubmissionState::default());
+        assert_eq!(resume(&store, &shorter), SubmissionState::default());
         assert!(
             store.load::<SubmissionState>().unwrap().is_none(),
             "removed"
@@ -232,6 +248,6 @@ mod tests {
             created_ns: 43,
         };
         let store = open(dir.path(), &other).unwrap();
-        assert_eq!(resume(Some(&store), &other), SubmissionState::default());
+        assert_eq!(resume(&store, &other), SubmissionState::default());
     }
 }

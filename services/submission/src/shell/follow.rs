@@ -55,6 +55,9 @@ pub fn apply_entry(state: &mut SubmissionState, entry: &LogEntry) {
             skip(state, entry);
         }
     }
+    if state.last_sequence == entry.sequence {
+        state.last_stored_ms = entry.stored_ms;
+    }
     // Whatever the entry said, it is the newest on its job's subject: a cancel must expect
     // it, or every cancel of that job would be refused until the job's next good event.
     if let Some((job_id, _kind)) = subjects::job_event_parts(&entry.subject) {

@@ -203,7 +203,7 @@ impl Service {
             Some(dir) => Some(Arc::new(checkpoint::open(dir, &log)?)),
             None => None,
         };
-        let state = checkpoint::resume(store.as_deref(), &log);
+        let state = checkpoint::resume(store.as_deref(), &log, &js).await;
         let resumed_from = state.last_sequence;
         let mut follower = Follower::start(&js, resumed_from + 1, log_filters()).await?;
         follower.expect_log(&log)?;
