@@ -366,7 +366,7 @@ async fn a_corrupt_checkpoint_is_rebuilt_from_the_log() {
         let store =
             fairshare_runtime::checkpoint::CheckpointStore::open(dir.path(), "x", 1).unwrap();
         // Refused by its checksum before anything is decoded.
-        store.write_raw(b"FSC2 damaged, not a fold").unwrap();
+        store.write_raw(b"FSC3 damaged, not a fold").unwrap();
     }
     let running = start(&stack, dir.path(), &clock).await;
     assert_eq!(running.resumed_from, 0, "a corrupt checkpoint is not used");

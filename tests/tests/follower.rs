@@ -244,3 +244,66 @@ async fn a_stream_made_again_under_a_follower_stops_it_and_the_decision_service(
         Ok(_) => panic!("the decision service went on serving a log that is gone"),
     }
 }
+
+/// The stream loses the entries a follower delivered while keeping its creation time (here
+/// purged; a server back from a power cut without its newest entries, or a restored backup,
+/// looks the same) and the follower's client reconnects: it must say so and deliver nothing
+/// more, rather than follow on from its last sequence over entries that are not the ones it
+/// folded. (A plain restart, the test above, goes on.)
+#[tokio::test]
+async fn a_log_rolled_back_under_a_follower_stops_it_at_the_reconnect() {
+    let mut stack = Stack::start().await.unwrap();
+    let subject = subjects::job_event(CLUSTER, "j", "job_started");
+    let started = || Body::JobStarted(pb::JobStarted { job_id: "j".into() });
+    let mut last = 0;
+    for i in 0..3 {
+        last = stack
+            .append(subject.clone(), started(), &format!("before-{i}"))
+            .await
+            .unwrap();
+    }
+    let filter = subjects::cluster_events(CLUSTER);
+    let mut follower = Follower::start(&stack.js, 1, vec![filter]).await.unwrap();
+    let mut delivered = 0;
+    follower.catch_up(|e| delivered = e.sequence).await.unwrap();
+    assert_eq!(delivered, last);
+
+    stack
+        .js
+        .get_stream(fairshare_events::streams::EVENTS_STREAM)
+        .await
+        .unwrap()
+        .purge()
+        .await
+        .unwrap();
+    stack.server.restart().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match stack.append(subject.clone(), started(), "after").await {
+            Ok(_) => break,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                eprintln!("append after the restart: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the restarted server takes no append: {e}"),
+        }
+    }
+    let within = FOLLOW_IDLE_CHECK + Duration::from_secs(5);
+    let got = tokio::time::timeout(within, follower.next())
+        .await
+        .expect("the follower says what happened");
+    match got {
+        Some(Err(fairshare_runtime::log::FollowError::LogRewritten { sequence })) => {
+            assert_eq!(sequence, last);
+        }
+        other => panic!(
+            "expected the log rolled back, got {:?}",
+            other.map(|r| r.map(|e| e.sequence))
+        ),
+    }
+    let again = follower.next().await;
+    assert!(
+        matches!(&again, Some(Err(e)) if e.ends_following()),
+        "it stays said"
+    );
+}

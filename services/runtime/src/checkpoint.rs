@@ -212,7 +212,9 @@ impl CheckpointStore {
     /// ([`CheckpointStore::discard`]), and `None` returned, so the caller folds the log from
     /// the start.
     pub fn resume<S: DeserializeOwned + Resumable>(&self, scope: &str, log_end: u64) -> Option<S> {
-        self.resume_checkpoint(scope, log_end).map(|cp| cp.state)
+        let cp = self.resume_checkpoint(scope, log_end)?;
+        tracing::info!(scope, sequence = cp.sequence, "resuming from checkpoint");
+        Some(cp.state)
     }
 
     /// [`CheckpointStore::resume`], and then only if the log `js` reads still holds, at the
@@ -234,6 +236,7 @@ impl CheckpointStore {
             self.discard();
             return None;
         }
+        tracing::info!(scope, sequence = cp.sequence, "resuming from checkpoint");
         Some((cp.state, cp.stored_ms))
     }
 
@@ -255,7 +258,6 @@ impl CheckpointStore {
                     self.discard();
                     return None;
                 }
-                tracing::info!(scope, sequence = cp.sequence, "resuming from checkpoint");
                 Some(cp)
             }
             Ok(Some(cp)) => {
@@ -287,7 +289,9 @@ impl CheckpointStore {
     }
 
     /// Replaces the checkpoint with `state` at `sequence`, atomically, and waits until it is on
-    /// disk. Without the entry's stored time: see [`CheckpointStore::save_at`].
+    /// disk. Without the entry's stored time, which a resume then cannot check: services use
+    /// [`CheckpointStore::save_at`]; this is for tests.
+    #[doc(hidden)]
     pub fn save<S: Serialize>(&self, sequence: u64, state: &S) -> Result<(), CheckpointError> {
         self.save_at(sequence, None, state)
     }
@@ -758,7 +762,7 @@ mod tests {
             newer.load::<State>(),
             Err(CheckpointError::Corrupt(_))
         ));
-        newer.write_raw(b"FSC2 garbage").unwrap();
+        newer.write_raw(b"FSC3 garbage").unwrap();
         drop(newer);
         let store = CheckpointStore::open(dir.path(), "test", 1).unwrap();
         assert!(matches!(

@@ -79,6 +79,32 @@ pub enum FollowError {
         /// Creation time of the stream there now (Unix ns).
         now_ns: i128,
     },
+    /// The stream no longer holds, at the sequence of the last entry the follower delivered,
+    /// that entry: it is the same stream (same creation time) rolled back, restored from a
+    /// backup or a server that lost its newest entries (JetStream writes to disk every few
+    /// minutes by default) and took new ones under their sequences. Following on would skip
+    /// those; nothing more is delivered, and the service must start again (its checkpoint is
+    /// checked the same way, and refused).
+    #[error(
+        "the events stream {EVENTS_STREAM} no longer holds the entry this follower delivered at \
+         sequence {sequence} (restored from a backup, or the server lost its newest entries and \
+         took new ones under their sequences): restart to fold the log anew"
+    )]
+    LogRewritten {
+        /// The sequence of the last entry delivered.
+        sequence: u64,
+    },
+}
+
+impl FollowError {
+    /// Whether the follower delivers nothing more (the log is another one now): the service
+    /// stops, and its next start folds the log it finds.
+    pub fn ends_following(&self) -> bool {
+        matches!(
+            self,
+            FollowError::StreamReplaced { .. } | FollowError::LogRewritten { .. }
+        )
+    }
 }
 
 /// A stream's creation time (Unix ns, as JetStream reports it) in RFC 3339 UTC, for operators.
@@ -223,6 +249,12 @@ pub struct Follower {
     created_ns: i128,
     /// Set once the stream was found made again: every later call returns the error.
     replaced: Option<i128>,
+    /// When the stream stored the last entry delivered (Unix ms), if known: checked whenever
+    /// the follower follows anew, to catch a log rolled back under it.
+    last_delivered_stored_ms: Option<i64>,
+    /// Set once the stream was found rolled back under the follower
+    /// ([`FollowError::LogRewritten`]): every later call returns the error.
+    rewritten: bool,
     /// Attempts to follow anew that failed since the last one that worked: the first of a
     /// run is a warning, the rest (once a second while a stream elects its leader, say) debug
     /// lines, and the one that works says how many there were.
@@ -288,6 +320,8 @@ impl Follower {
             connects: consumed.connects,
             created_ns: consumed.created_ns,
             replaced: None,
+            last_delivered_stored_ms: None,
+            rewritten: false,
             failed_renewals: 0,
         })
     }
@@ -437,6 +471,11 @@ impl Follower {
                     now_ns,
                 }));
             }
+            if self.rewritten {
+                return Some(Err(FollowError::LogRewritten {
+                    sequence: self.last_delivered,
+                }));
+            }
             if let Some(why) = self.reread {
                 // At most one attempt per `RENEW_RETRY`: an entry that keeps coming without its
                 // metadata stalls the follower (with a warning each time), never skips.
@@ -444,7 +483,7 @@ impl Follower {
                     tokio::time::sleep(RENEW_RETRY.saturating_sub(tried.elapsed())).await;
                 }
                 self.renew_tried_at = Some(Instant::now());
-                if !self.follow_anew(why).await && self.replaced.is_none() {
+                if !self.follow_anew(why).await && self.replaced.is_none() && !self.rewritten {
                     // Said, not swallowed: a catch-up fails (the service restarts), a serving
                     // loop logs it and calls again, which retries.
                     return Some(Err(FollowError::Consumer(format!(
@@ -539,6 +578,7 @@ impl Follower {
             break (message, sequence, pending, stored_ms);
         };
         self.last_delivered = sequence;
+        self.last_delivered_stored_ms = stored_ms;
         Some(Ok(LogEntry {
             sequence,
             subject: message.subject.to_string(),
@@ -578,10 +618,48 @@ impl Follower {
                 return;
             }
         };
+        if last < self.last_delivered && self.last_delivered_stored_ms.is_some() {
+            // The stream ends before an entry it delivered: rolled back under it.
+            self.note_rewritten();
+            return;
+        }
         if last <= self.last_delivered {
             return;
         }
         self.follow_anew("idle").await;
+    }
+
+    /// Whether the stream still holds the last entry delivered as it was delivered (same
+    /// stored time); true when nothing was delivered yet, its time is unknown, or the stream
+    /// cannot be asked. If not, notes it ([`FollowError::LogRewritten`] from then on).
+    async fn still_holds_last_delivered(&mut self) -> bool {
+        let Some(stored_ms) = self.last_delivered_stored_ms else {
+            return true;
+        };
+        match stored_ms_at(&self.js, self.last_delivered).await {
+            Ok(Some(now)) if now == stored_ms => true,
+            Ok(_) => {
+                self.note_rewritten();
+                false
+            }
+            Err(e) => {
+                tracing::debug!(
+                    sequence = self.last_delivered,
+                    "cannot read back the last entry delivered ({e}); following on"
+                );
+                true
+            }
+        }
+    }
+
+    fn note_rewritten(&mut self) {
+        tracing::error!(
+            last_delivered = self.last_delivered,
+            "the events stream no longer holds the last entry delivered (restored from a backup, \
+             or the server lost its newest entries and took new ones under their sequences): the \
+             log follower delivers nothing more"
+        );
+        self.rewritten = true;
     }
 
     /// Whether the stream now there, created at `created_ns`, is another than the one the
@@ -608,6 +686,9 @@ impl Follower {
         let from = self.last_delivered + 1;
         match Self::consume(&self.js, from, self.filters.clone()).await {
             Ok(consumed) if self.is_replaced(consumed.created_ns) => false,
+            // A server that came back without its newest entries comes back this way too (a
+            // reconnect, or a consumer the client made again): check before reading on.
+            Ok(_) if !self.still_holds_last_delivered().await => false,
             Ok(Consumed {
                 messages,
                 pending: missed,

@@ -84,7 +84,7 @@ pub async fn run(
                     }
                 }
                 // Another log now: the jobs it knows of are not in it.
-                Some(Err(e @ FollowError::StreamReplaced { .. })) => return Err(e.into()),
+                Some(Err(e)) if e.ends_following() => return Err(e.into()),
                 Some(Err(e)) => tracing::warn!("launcher log follower: {e}"),
                 None => return Err(FollowError::Delivery("connection closed".into()).into()),
             },

@@ -418,7 +418,7 @@ impl Service {
                         }
                     }
                     // Another log now: the fold describes none of it.
-                    Some(Err(e @ FollowError::StreamReplaced { .. })) => return Err(e.into()),
+                    Some(Err(e)) if e.ends_following() => return Err(e.into()),
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => return Err(FollowError::Delivery("connection closed".into()).into()),
                 },

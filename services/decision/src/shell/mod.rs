@@ -544,7 +544,7 @@ impl Service {
                         }
                     }
                     // Another log now: the fold describes none of it.
-                    Some(Err(e @ FollowError::StreamReplaced { .. })) => break Err(e.into()),
+                    Some(Err(e)) if e.ends_following() => break Err(e.into()),
                     // The follower makes a new consumer after a gap; report and go on.
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => break Err(ServiceError::FollowerStopped("connection closed".into())),
@@ -1237,7 +1237,7 @@ mod tests {
             assert_eq!(s.resume::<LogFold>("b", u64::MAX), None);
             s.save(4, &fold_of("b")).unwrap();
             assert_eq!(s.resume::<LogFold>("b", 4), Some(fold_of("b")));
-            s.write_raw(b"FSC2 not a checkpoint").unwrap();
+            s.write_raw(b"FSC3 not a checkpoint").unwrap();
             assert_eq!(s.resume::<LogFold>("b", 4), None);
         }
     }

@@ -530,7 +530,7 @@ impl Service {
                         }
                     }
                     // Another log now: the fold describes none of it.
-                    Some(Err(e @ FollowError::StreamReplaced { .. })) => break Err(e.into()),
+                    Some(Err(e)) if e.ends_following() => break Err(e.into()),
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => break Err(ServiceError::FollowerStopped("connection closed".into())),
                 },
@@ -708,7 +708,7 @@ mod tests {
         assert_eq!(s.resume::<ShellFold>("b", u64::MAX), None);
         s.save(4, &fold_of("b")).unwrap();
         assert_eq!(s.resume::<ShellFold>("b", 4), Some(fold_of("b")));
-        s.write_raw(b"FSC2 not a checkpoint").unwrap();
+        s.write_raw(b"FSC3 not a checkpoint").unwrap();
         assert_eq!(s.resume::<ShellFold>("b", 4), None);
     }
 }

@@ -101,7 +101,7 @@ pub(super) async fn run(
                 match entry {
                     Some(Ok(entry)) => apply(&shared, entry),
                     // Another log now: the fold describes none of it.
-                    Some(Err(e @ FollowError::StreamReplaced { .. })) => return Err(e),
+                    Some(Err(e)) if e.ends_following() => return Err(e),
                     // The follower makes a new consumer after a gap; report and go on.
                     Some(Err(e)) => tracing::warn!("log follower: {e}"),
                     None => return Ok(()),

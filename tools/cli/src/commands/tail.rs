@@ -4,7 +4,7 @@ use anyhow::bail;
 use clap::Args;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_events::{codec, subjects};
-use fairshare_runtime::log::{FollowError, Follower, LogEntry};
+use fairshare_runtime::log::{Follower, LogEntry};
 
 use super::{Connection, format_ms};
 
@@ -81,7 +81,7 @@ pub async fn tail(args: TailArgs, conn: &Connection) -> anyhow::Result<()> {
         // anew ends the tail (its sequences started over).
         let entry = match entry {
             Ok(entry) => entry,
-            Err(e @ FollowError::StreamReplaced { .. }) => return Err(e.into()),
+            Err(e) if e.ends_following() => return Err(e.into()),
             Err(e) => {
                 eprintln!("warning: {e}; reading on");
                 continue;
