@@ -376,8 +376,21 @@ pub async fn folded_from_this_log(
     let Some(stored_ms) = stored_ms else {
         return true;
     };
-    match crate::log::stored_ms_at(js, sequence).await {
-        Ok(Some(now)) if now == stored_ms => true,
+    let found = crate::log::stored_ms_at(js, sequence).await;
+    let same = match &found {
+        Ok(Some(now)) => *now == stored_ms,
+        // None there: the same log only if its front was cut away past it (a purge, size
+        // limits); unknown range: cannot tell, resumed (below).
+        Ok(None) => match crate::log::events_range(js).await {
+            Ok((first, last)) => {
+                crate::log::still_the_same_log(sequence, stored_ms, None, first, last)
+            }
+            Err(_) => true,
+        },
+        Err(_) => true,
+    };
+    match found {
+        Ok(_) if same => true,
         Ok(found) => {
             tracing::warn!(
                 scope,

@@ -192,6 +192,36 @@ pub async fn stored_ms_at(js: &jetstream::Context, sequence: u64) -> Result<Opti
     }
 }
 
+/// The first and last sequence of the events stream.
+pub async fn events_range(js: &jetstream::Context) -> Result<(u64, u64), String> {
+    let mut events = js
+        .get_stream(EVENTS_STREAM)
+        .await
+        .map_err(|e| crate::missing::describe(&e))?;
+    let info = events.info().await.map_err(|e| e.to_string())?;
+    Ok((info.state.first_sequence, info.state.last_sequence))
+}
+
+/// Whether a stream holding, at `sequence`, an entry stored at `found_ms` (`None`: none), with
+/// entries from `first` to `last`, is still the log a follower read when it delivered the
+/// entry at `sequence`, stored at `delivered_ms`. Another stored time means another entry
+/// there (the log rolled back and written anew); none, with the log ending before it, the same;
+/// none inside the log's range, an entry deleted. None before the log's first entry is the
+/// front of the log cut away (a purge, size limits an operator set): what follows is still
+/// the log the follower follows.
+pub fn still_the_same_log(
+    sequence: u64,
+    delivered_ms: i64,
+    found_ms: Option<i64>,
+    first: u64,
+    last: u64,
+) -> bool {
+    match found_ms {
+        Some(found) => found == delivered_ms,
+        None => sequence < first && sequence <= last,
+    }
+}
+
 /// The sequence of the newest entry of `cluster` in the events stream (0: none): where a
 /// service that just took its cluster's lease must have folded to before it decides, or it
 /// could miss the previous holder's last decisions.
@@ -636,9 +666,19 @@ impl Follower {
         let Some(stored_ms) = self.last_delivered_stored_ms else {
             return true;
         };
-        match stored_ms_at(&self.js, self.last_delivered).await {
-            Ok(Some(now)) if now == stored_ms => true,
-            Ok(_) => {
+        let same = match stored_ms_at(&self.js, self.last_delivered).await {
+            Ok(None) => Ok(match events_range(&self.js).await {
+                Ok((first, last)) => {
+                    still_the_same_log(self.last_delivered, stored_ms, None, first, last)
+                }
+                // Cannot tell: read on.
+                Err(_) => true,
+            }),
+            found => found.map(|f| still_the_same_log(self.last_delivered, stored_ms, f, 0, 0)),
+        };
+        match same {
+            Ok(true) => true,
+            Ok(false) => {
                 self.note_rewritten();
                 false
             }
@@ -742,7 +782,22 @@ impl Follower {
 
 #[cfg(test)]
 mod tests {
-    use super::FollowError;
+    use super::{FollowError, still_the_same_log};
+
+    #[test]
+    fn a_log_is_the_same_while_it_holds_the_entry_as_delivered_or_only_lost_its_front() {
+        // Entry 10, delivered as stored at 1,000.
+        assert!(still_the_same_log(10, 1_000, Some(1_000), 1, 20));
+        // Another entry there: rolled back and written anew.
+        assert!(!still_the_same_log(10, 1_000, Some(1_001), 1, 20));
+        // None there, the log ending before it: rolled back.
+        assert!(!still_the_same_log(10, 1_000, None, 1, 8));
+        // None there inside the log: deleted.
+        assert!(!still_the_same_log(10, 1_000, None, 5, 20));
+        // The front cut away past it (a purge keeps the sequence going): the same log.
+        assert!(still_the_same_log(10, 1_000, None, 21, 20));
+        assert!(still_the_same_log(10, 1_000, None, 15, 30));
+    }
 
     #[test]
     fn a_replaced_stream_is_reported_with_both_creation_times_in_utc() {
