@@ -111,6 +111,25 @@ async fn a_lost_consumer_resumed_at_the_end_does_not_hand_over_the_log_again() {
     );
 }
 
+/// Restarts the stack's server and appends a `job_started` of job `j` on `subject` once it
+/// answers (the test's own client reconnects too: the append is retried until the stream
+/// answers); its sequence.
+async fn restart_and_append(stack: &mut Stack, subject: &str) -> u64 {
+    stack.server.restart().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let started = Body::JobStarted(pb::JobStarted { job_id: "j".into() });
+        match stack.append(subject.to_owned(), started, "after").await {
+            Ok(sequence) => return sequence,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                eprintln!("append after the restart: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the restarted server takes no append: {e}"),
+        }
+    }
+}
+
 /// The server the follower's client is connected to restarts (as when the member it was
 /// given dies and the client reconnects): its consumer is gone with the server's memory. The
 /// follower must follow anew once its client is connected again, well before the idle check
@@ -131,19 +150,7 @@ async fn a_follower_whose_client_reconnects_delivers_again_before_the_idle_check
     let first = follower.next().await.unwrap().unwrap();
     assert_eq!(first.sequence, before);
 
-    stack.server.restart().unwrap();
-    // The test's own client reconnects too; its append is retried until the stream answers.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let after = loop {
-        match stack.append(subject.clone(), started(), "after").await {
-            Ok(sequence) => break sequence,
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                eprintln!("append after the restart: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("the restarted server takes no append: {e}"),
-        }
-    };
+    let after = restart_and_append(&mut stack, &subject).await;
     let appended_at = tokio::time::Instant::now();
     // async-nats's own re-creation of the consumer took about 5 s here (its pulls expire after
     // `FOLLOW_PULL_EXPIRES`); a follow anew on the reconnect takes a few requests.
@@ -276,18 +283,7 @@ async fn a_follower_reads_on_after_the_logs_front_is_cut_away_and_its_client_rec
         .purge()
         .await
         .unwrap();
-    stack.server.restart().unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let after = loop {
-        match stack.append(subject.clone(), started(), "after").await {
-            Ok(sequence) => break sequence,
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                eprintln!("append after the restart: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("the restarted server takes no append: {e}"),
-        }
-    };
+    let after = restart_and_append(&mut stack, &subject).await;
     assert!(after > last, "a purge keeps the sequence going");
     let within = FOLLOW_IDLE_CHECK + Duration::from_secs(5);
     let entry = tokio::time::timeout(within, follower.next())

@@ -1121,7 +1121,7 @@ mod tests {
     async fn a_checkpoint_is_resumed_only_while_the_log_holds_the_entry_it_was_folded_through() {
         use fairshare_events::codec;
         use fairshare_runtime::clock::SystemClock;
-        use fairshare_testkit::events::{node_registered, one_allocation_tree};
+        use fairshare_testkit::events::{logged, node_registered, one_allocation_tree};
 
         let server = fairshare_testkit::NatsServer::start().unwrap();
         let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
@@ -1132,18 +1132,11 @@ mod tests {
         ] {
             let event = pb::Event {
                 at_ms: 1,
-                body: Some(body),
+                body: Some(body.clone()),
             };
             let ack = js.publish(subject.clone(), codec::encode(&event));
             let sequence = ack.await.unwrap().await.unwrap().sequence;
-            fold.apply(&LogEntry {
-                sequence,
-                subject,
-                event: Ok(event),
-                pending: 0,
-                trace: None,
-                stored_ms: None,
-            });
+            fold.apply(&logged(sequence, subject, 1, body));
         }
         let stored = fairshare_runtime::log::stored_ms_at(&js, 2).await.unwrap();
         assert!(stored.is_some(), "the log holds entry 2");
