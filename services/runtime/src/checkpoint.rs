@@ -365,8 +365,9 @@ impl CheckpointStore {
 
 /// Whether the log `js` reads holds, at `sequence`, the entry a checkpoint of `scope` was folded
 /// through, stored at `stored_ms` (see [`CheckpointStore::resume_on_log`]). True without a
-/// stored time to check, or when the log cannot be asked (said in a warning); false, said too,
-/// when the log holds another entry there or none.
+/// stored time to check, when the log cannot be asked (said in a warning), or when only the
+/// log's front was cut away past it ([`crate::log::still_the_same_log`]); false, said too, when
+/// the log holds another entry there, or ends before it.
 pub async fn folded_from_this_log(
     js: &async_nats::jetstream::Context,
     scope: &str,
