@@ -377,27 +377,13 @@ pub async fn folded_from_this_log(
     let Some(stored_ms) = stored_ms else {
         return true;
     };
-    let found = crate::log::stored_ms_at(js, sequence).await;
-    let same = match &found {
-        Ok(Some(now)) => *now == stored_ms,
-        // None there: the same log only if its front was cut away past it (a purge, size
-        // limits); unknown range: cannot tell, resumed (below).
-        Ok(None) => match crate::log::events_range(js).await {
-            Ok((first, last)) => {
-                crate::log::still_the_same_log(sequence, stored_ms, None, first, last)
-            }
-            Err(_) => true,
-        },
-        Err(_) => true,
-    };
-    match found {
-        Ok(_) if same => true,
-        Ok(found) => {
+    match crate::log::still_holds(js, sequence, stored_ms).await {
+        Ok(true) => true,
+        Ok(false) => {
             tracing::warn!(
                 scope,
                 checkpoint = sequence,
                 folded_entry_stored_ms = stored_ms,
-                log_entry_stored_ms = ?found,
                 "the log holds another entry (or none) at the checkpoint's sequence than the one \
                  folded (restored from a backup, or entries lost and written anew); rebuilding \
                  from the log"

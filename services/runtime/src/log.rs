@@ -222,6 +222,21 @@ pub fn still_the_same_log(
     }
 }
 
+/// Whether the events stream still holds, at `sequence`, the entry stored at `stored_ms` that
+/// a follower delivered or a checkpoint was folded through ([`still_the_same_log`]); an error
+/// when the stream cannot be asked (the caller cannot tell, and reads on).
+pub async fn still_holds(
+    js: &jetstream::Context,
+    sequence: u64,
+    stored_ms: i64,
+) -> Result<bool, String> {
+    let (first, last) = match stored_ms_at(js, sequence).await? {
+        Some(found) => return Ok(found == stored_ms),
+        None => events_range(js).await?,
+    };
+    Ok(still_the_same_log(sequence, stored_ms, None, first, last))
+}
+
 /// The sequence of the newest entry of `cluster` in the events stream (0: none): where a
 /// service that just took its cluster's lease must have folded to before it decides, or it
 /// could miss the previous holder's last decisions.
@@ -666,17 +681,7 @@ impl Follower {
         let Some(stored_ms) = self.last_delivered_stored_ms else {
             return true;
         };
-        let same = match stored_ms_at(&self.js, self.last_delivered).await {
-            Ok(None) => Ok(match events_range(&self.js).await {
-                Ok((first, last)) => {
-                    still_the_same_log(self.last_delivered, stored_ms, None, first, last)
-                }
-                // Cannot tell: read on.
-                Err(_) => true,
-            }),
-            found => found.map(|f| still_the_same_log(self.last_delivered, stored_ms, f, 0, 0)),
-        };
-        match same {
+        match still_holds(&self.js, self.last_delivered, stored_ms).await {
             Ok(true) => true,
             Ok(false) => {
                 self.note_rewritten();
