@@ -141,9 +141,10 @@ async fn an_accounting_host_clock_an_hour_ahead_ends_its_windows_at_the_logs_tim
 
 /// A service that could not read the server's time when it caught up (here: no events stream
 /// yet) holds "now" only from below, so a host clock an hour ahead goes unheld; it reads the
-/// server's time again ([`HeldClock::retry_anchor`], which the accounting and decision services
-/// call on their timers), but not within 30 s of the failed read, and once it has read it,
-/// "now" is held to within a minute of the server's clock.
+/// server's time again ([`HeldClock::refresh_anchor`], which the services call before they
+/// decide and on their timers), but not within 30 s of the failed read, and once it has read
+/// it, "now" is held to within a minute of the server's clock; two minutes later it reads it
+/// again, and that reading may set the log's time back.
 #[tokio::test]
 async fn a_failed_read_of_the_servers_time_is_tried_again_after_30_s() {
     let server = fairshare_testkit::NatsServer::start().unwrap();
@@ -156,11 +157,11 @@ async fn a_failed_read_of_the_servers_time_is_tried_again_after_30_s() {
     fairshare_runtime::nats::ensure_streams(&js, 1)
         .await
         .unwrap();
-    now.retry_anchor(&js).await;
+    now.refresh_anchor(&js).await;
     assert_eq!(now.now_ms(), host.now_ms(), "not tried again within 30 s");
     host.advance(30_000);
     let before = SystemClock.now_ms();
-    now.retry_anchor(&js).await;
+    now.refresh_anchor(&js).await;
     let after = SystemClock.now_ms();
     let held = now.now_ms();
     // The host's monotonic clock stands still here, so the log's time is the server's reading.
@@ -172,6 +173,19 @@ async fn a_failed_read_of_the_servers_time_is_tried_again_after_30_s() {
     // server's clock having moved only milliseconds), "now" has moved those 30 s, and a later
     // retry sets nothing back.
     host.advance(30_000);
-    now.retry_anchor(&js).await;
+    now.refresh_anchor(&js).await;
     assert_eq!(now.now_ms(), held + 30_000);
+    // Two minutes after the read, by the host's monotonic clock, the server's time is read
+    // again: it moved only milliseconds, so the log's time is set back to it (a log's time
+    // that only rose would keep the two minutes).
+    host.advance(90_000);
+    let before = SystemClock.now_ms();
+    now.refresh_anchor(&js).await;
+    let after = SystemClock.now_ms();
+    let again = now.now_ms();
+    assert!(
+        again >= before + 60_000 - 1_000 && again <= after + 60_000,
+        "held to {again}, a minute past the server's time {before}..{after}, not {}",
+        held + 120_000
+    );
 }

@@ -88,11 +88,24 @@ impl LogClock {
 
     /// Notes that the reader has reached the log's end and that the log's time (the stream's
     /// server's clock) read `log_ms` at the monotonic reading `monotonic_ms`: better than
-    /// [`LogClock::caught_up`]'s newest entry, which is as old as the log is quiet.
-    pub fn anchor(&mut self, log_ms: i64, monotonic_ms: i64) {
+    /// [`LogClock::caught_up`]'s newest entry, which is as old as the log is quiet. Returns how
+    /// far the log's time moved back (0 if it did not).
+    ///
+    /// The reading replaces what live entries implied, lower or higher: they only ever raise
+    /// the log's time, so entries stored while the server's clock was stepped ahead would
+    /// otherwise keep it ahead for the life of the process, after the server's clock was set
+    /// right (the preemption service would end every protection early by as much). A service
+    /// reads the server's time again every few minutes (`HeldClock`) for that. So too the
+    /// newest time stored, which holds "now" up from below: an entry stored past the server's
+    /// time as read was stored while its clock ran ahead.
+    pub fn anchor(&mut self, log_ms: i64, monotonic_ms: i64) -> i64 {
         self.reached_tail();
-        let offset = log_ms.saturating_sub(monotonic_ms);
-        self.offset = Some(self.offset.map_or(offset, |o| o.max(offset)));
+        let before = self.log_now(monotonic_ms);
+        self.offset = Some(log_ms.saturating_sub(monotonic_ms));
+        // An entry stored after the server's time now was stored by its clock while it ran
+        // ahead: "now" need not wait for real time to pass it.
+        self.newest_stored = self.newest_stored.map(|n| n.min(log_ms));
+        before.map_or(0, |b| b.saturating_sub(log_ms).max(0))
     }
 
     /// Notes that the reader has reached the log's end, without letting the newest entry
@@ -150,6 +163,30 @@ mod tests {
         // The next entry delivered with nothing pending counts as live.
         c.observe(Some(server + 10_000), 0, 300);
         assert_eq!(c.log_now(300), Some(server + 10_000));
+    }
+
+    #[test]
+    fn an_anchor_sets_back_what_entries_stored_by_a_clock_stepped_ahead_implied() {
+        let server = 1_800_000_000_000;
+        let mut c = LogClock::default();
+        c.anchor(server, 0);
+        // The server's clock is stepped an hour ahead for a moment: an entry stored then.
+        c.observe(Some(server + 3_600_000 + 1_000), 0, 1_000);
+        assert_eq!(c.log_now(2_000), Some(server + 3_600_000 + 2_000));
+        // Set right, the server's time read again: the log's time is its time, not an hour
+        // ahead for good (and the hour it moved back is reported).
+        assert_eq!(c.anchor(server + 5_000, 5_000), 3_600_000);
+        assert_eq!(c.log_now(6_000), Some(server + 6_000));
+        // A preemption service's "now" (never ahead of the log's time) follows at once: the
+        // entry stored an hour ahead holds it up no longer.
+        assert_eq!(
+            c.now_at_most_ahead(server + 6_000, 6_000, 0),
+            server + 6_000
+        );
+        let later = 3_700_000;
+        // A reading ahead of the entries raises it, and reports no move back.
+        assert_eq!(c.anchor(server + later + 500, later), 0);
+        assert_eq!(c.log_now(later), Some(server + later + 500));
     }
 
     #[test]

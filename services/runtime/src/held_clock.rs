@@ -8,7 +8,9 @@
 //! preemption service's never ahead of it: [`HeldClock::never_ahead`]), and the first time it
 //! does, the service says so once in its log. At start, once caught up, they read
 //! the server's own time ([`server_time_ms`]) for the log's time, however long the log was
-//! quiet.
+//! quiet, and read it again every few minutes ([`HeldClock::refresh_anchor`]): live entries
+//! only ever raise the log's time, so without a new reading a server clock stepped ahead for a
+//! moment would keep "now" ahead after it was set right.
 
 use std::sync::Arc;
 
@@ -77,17 +79,33 @@ pub struct HeldClock {
     /// What holding "now" to the log spares, for the warning ("no minimum runtime is cut
     /// short", say).
     spares: &'static str,
-    /// Whether the server's time was read ([`LogClock::anchor`]).
-    anchored: bool,
+    /// The monotonic reading of the last read of the server's time ([`LogClock::anchor`]),
+    /// if one succeeded: [`HeldClock::refresh_anchor`] reads it again [`REANCHOR_MS`] later.
+    anchored_at: Option<i64>,
     /// The monotonic reading of the last failed read of the server's time, if any
-    /// ([`HeldClock::retry_anchor`] waits [`ANCHOR_RETRY_MS`] after it).
+    /// ([`HeldClock::refresh_anchor`] waits [`ANCHOR_RETRY_MS`] after it).
     anchor_failed_at: Option<i64>,
     /// How far past the log's time "now" may run ([`HeldClock::never_ahead`]).
     ahead_ms: i64,
 }
 
+/// Which read of the server's time this is, for what a failure says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// At the end of the catch-up.
+    Start,
+    /// After the start's read failed, until one succeeds.
+    Retry,
+    /// The periodic read once one succeeded.
+    Refresh,
+}
+
 /// How long after a failed read of the server's time the next is tried.
 const ANCHOR_RETRY_MS: i64 = 30_000;
+
+/// How long after a read of the server's time it is read again: how long a server clock
+/// stepped ahead and set right can keep "now" ahead (one small request each time).
+const REANCHOR_MS: i64 = 120_000;
 
 impl HeldClock {
     /// Reads `clock`, held to the log's time once entries are noted; `spares` says, for the
@@ -98,7 +116,7 @@ impl HeldClock {
             log: LogClock::default(),
             held: false,
             spares,
-            anchored: false,
+            anchored_at: None,
             anchor_failed_at: None,
             ahead_ms: fairshare_model::logtime::MAX_AHEAD_OF_LOG_MS,
         }
@@ -130,42 +148,67 @@ impl HeldClock {
     /// now ([`server_time_ms`]).
     fn anchor(&mut self, server_ms: i64) {
         let monotonic = self.clock.monotonic_ms();
-        self.log.anchor(server_ms, monotonic);
-        self.anchored = true;
+        let moved_back = self.log.anchor(server_ms, monotonic);
+        self.anchored_at = Some(monotonic);
+        if moved_back >= WARN_OFF_MS {
+            tracing::warn!(
+                moved_back_ms = moved_back,
+                "the server's time is behind what its entries implied (its clock was ahead, \
+                 and was set back): \"now\" is held to its time as read"
+            );
+        }
     }
 
-    /// Reads the server's time from `js` and anchors on it; on failure, says why once per
-    /// start (`retried`: a later try, which stays quiet) and leaves the clock as it was.
-    async fn try_anchor(&mut self, js: &jetstream::Context, retried: bool) -> bool {
+    /// Whether [`HeldClock::refresh_anchor`] should read the server's time now: never read,
+    /// or [`REANCHOR_MS`] since the last read, and not within [`ANCHOR_RETRY_MS`] of a read
+    /// that failed.
+    fn anchor_due(&self) -> bool {
+        let now = self.clock.monotonic_ms();
+        let since = |at: Option<i64>| at.map(|at| now.saturating_sub(at));
+        if since(self.anchor_failed_at).is_some_and(|ms| ms < ANCHOR_RETRY_MS) {
+            return false;
+        }
+        since(self.anchored_at).is_none_or(|ms| ms >= REANCHOR_MS)
+    }
+
+    /// Reads the server's time from `js` and anchors on it; on failure, leaves the clock as
+    /// it was. Only the read at start warns of a failure: later ones would repeat it every
+    /// 30 s while the server is away.
+    async fn try_anchor(&mut self, js: &jetstream::Context, attempt: Attempt) -> bool {
         match server_time_ms(js).await {
             Ok(server_ms) => {
                 self.anchor(server_ms);
-                if retried {
+                if attempt == Attempt::Retry {
                     tracing::info!("the server's time read: \"now\" is held to it");
                 }
                 true
             }
             Err(e) => {
                 self.anchor_failed_at = Some(self.clock.monotonic_ms());
-                if !retried {
-                    tracing::warn!("cannot read the server's time at start: {e}");
+                match attempt {
+                    Attempt::Start => {
+                        tracing::warn!("cannot read the server's time at start: {e}");
+                    }
+                    Attempt::Retry | Attempt::Refresh => {
+                        tracing::debug!("cannot read the server's time: {e}");
+                    }
                 }
                 false
             }
         }
     }
 
-    /// After a start that could not read the server's time, tries again, at most every
-    /// 30 s; does nothing once it has been read.
-    pub async fn retry_anchor(&mut self, js: &jetstream::Context) {
-        if self.anchored {
-            return;
-        }
-        let since = self
-            .anchor_failed_at
-            .map(|at| self.clock.monotonic_ms().saturating_sub(at));
-        if since.is_none_or(|ms| ms >= ANCHOR_RETRY_MS) {
-            self.try_anchor(js, true).await;
+    /// Reads the server's time again when it is due: every [`REANCHOR_MS`] once read (it
+    /// may set the log's time back: [`LogClock::anchor`]), and after a failed read at most
+    /// every [`ANCHOR_RETRY_MS`]. Services call it before they decide, and on their timers.
+    pub async fn refresh_anchor(&mut self, js: &jetstream::Context) {
+        if self.anchor_due() {
+            let attempt = if self.anchored_at.is_none() {
+                Attempt::Retry
+            } else {
+                Attempt::Refresh
+            };
+            self.try_anchor(js, attempt).await;
         }
     }
 
@@ -173,9 +216,9 @@ impl HeldClock {
     /// it cannot be read, on the newest entry noted when `newest_entry_stands` (a service whose
     /// newest entry is recent: the preemption service follows its cluster's usage snapshots,
     /// published every minute at the latest), else on nothing until an entry arrives live
-    /// ([`LogClock::reached_tail`]; the caller should [try again](HeldClock::retry_anchor)).
+    /// ([`LogClock::reached_tail`]; the caller should [try again](HeldClock::refresh_anchor)).
     pub async fn caught_up_with(&mut self, js: &jetstream::Context, newest_entry_stands: bool) {
-        if self.try_anchor(js, false).await {
+        if self.try_anchor(js, Attempt::Start).await {
             return;
         }
         if newest_entry_stands {
@@ -269,6 +312,43 @@ mod tests {
         assert_eq!(now.now_ms(), server + 30_000);
         assert!(!now.held, "back in step");
         assert_eq!(now.monotonic_ms(), server + 30_000);
+    }
+
+    /// A server clock stepped an hour ahead for a moment and set right: an entry stored then
+    /// raised the log's time, and the preemption service's "now" with it (never ahead of the
+    /// log's time, but never more than a minute behind it either); the next reading of the
+    /// server's time, due two minutes after the last, sets it back.
+    #[test]
+    fn the_servers_time_read_again_undoes_a_step_ahead_of_its_clock() {
+        let server = 1_800_000_000_000;
+        let host = ManualClock::new(server);
+        let mut now = HeldClock::new(Arc::new(host.clone()), "nothing").never_ahead();
+        now.anchor(server);
+        assert!(!now.anchor_due());
+        host.advance(1_000);
+        now.observe(&entry(server + 3_600_000 + 1_000, 0));
+        host.advance(1_000);
+        assert_eq!(now.now_ms(), server + 3_600_000 + 1_000);
+        assert!(now.held, "an hour ahead of the host");
+        host.advance(REANCHOR_MS - 3_000);
+        assert!(!now.anchor_due(), "read again only every two minutes");
+        host.advance(1_000);
+        assert!(now.anchor_due());
+        let read_at = server + REANCHOR_MS;
+        now.anchor(read_at);
+        assert!(!now.anchor_due());
+        // The host's clock again: the entry stored an hour ahead no longer holds it up.
+        assert_eq!(now.now_ms(), read_at);
+        assert!(!now.held);
+        host.advance(3_600_000);
+        assert_eq!(now.now_ms(), read_at + 3_600_000);
+        // A failed read is tried again after 30 s, not two minutes.
+        host.advance(REANCHOR_MS);
+        now.anchor_failed_at = Some(host.monotonic_ms());
+        host.advance(ANCHOR_RETRY_MS - 1);
+        assert!(!now.anchor_due());
+        host.advance(1);
+        assert!(now.anchor_due());
     }
 
     /// The preemption service's clock: a host clock 40 s ahead of the server's decides at the

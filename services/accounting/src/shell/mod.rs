@@ -428,10 +428,10 @@ impl Service {
                 }
                 _ = checkpoint_timer.tick() => self.checkpoint(),
                 _ = snapshot_timer.tick() => {
-                    // A start that could not read the server's time tries again on each tick:
-                    // until then "now" is held only from below (a quiet cluster may see no
-                    // entry arrive live for hours).
-                    self.now.retry_anchor(&self.js).await;
+                    // The server's time read again when due; a start that could not read it
+                    // tries on each tick: until then "now" is held only from below (a quiet
+                    // cluster may see no entry arrive live for hours).
+                    self.now.refresh_anchor(&self.js).await;
                     let now = self.read_now();
                     snapshots.publish_due(&self.fold, &self.js, now).await;
                 }

@@ -727,8 +727,9 @@ impl Service {
             .next_cycle
             .max(self.fold.last_cycle().saturating_add(1));
         self.next_cycle = cycle.saturating_add(1);
-        // A start that could not read the server's time tries again (at most every 30 s).
-        self.now.retry_anchor(&self.js).await;
+        // The server's time read again when due (a start that could not read it tries at most
+        // every 30 s).
+        self.now.refresh_anchor(&self.js).await;
         let now_ms = self.now_ms();
         let started = std::time::Instant::now();
         // One span per placement, open until its acknowledgement: a child of the job's

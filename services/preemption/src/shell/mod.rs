@@ -584,6 +584,9 @@ impl Service {
     /// long ago, their next checkpoint (Unix ms), when it is worth passing again; and the "now"
     /// it decided at.
     async fn pass(&mut self) -> (publish::Outcome, Option<i64>, i64) {
+        // The server's time read again when due: a server clock stepped ahead and set right
+        // must not keep ending protections early.
+        self.now.refresh_anchor(&self.js).await;
         let now_ms = self.now_ms();
         let (mut bodies, retry_ms) =
             decide_preemptions_and_retry(self.fold.state(), now_ms, &self.config.policy);
