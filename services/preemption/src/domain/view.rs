@@ -8,8 +8,8 @@
 //!
 //! Rules (the same as the decision service's placement, so the two agree on what fits):
 //! - A node takes the waiter only if it is registered, not cordoned, no maintenance window is in
-//!   progress and the next window starts no earlier than the waiter's protection would end
-//!   (`now + min_runtime`).
+//!   progress and the next window closes the node ([`Window::closes_at`], a grace before it
+//!   starts) no earlier than the waiter's protection would end (`now + min_runtime`).
 //! - GPUs held by a job already ordered off count as free: they are free by its grace deadline
 //!   at the latest, and counting them stops the service from ordering more victims for a job
 //!   that is already being made room for.
@@ -19,8 +19,9 @@
 //!   it considers that job (`View::claim`) and takes them away again if the job does not fit
 //!   (`View::unclaim`). Without this a better-ranked waiter would "take" them in the walk, the
 //!   job they were freed for would look short again, and it would get victims once more.
-//! - Single-node jobs take the node with the fewest available GPUs that holds them (then the
-//!   lowest name); multi-node jobs take wholly available nodes of exactly their GPUs per node.
+//! - Single-node jobs take the node with the fewest available GPUs that holds them, on equal
+//!   GPUs a node in use before a wholly available one, then the lowest name; multi-node jobs
+//!   take wholly available nodes of exactly their GPUs per node.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -273,9 +274,11 @@ impl<'s> View<'s> {
             .enumerate()
             .filter(|(_, n)| n.accepts(now, protected_until));
         if shape.nodes <= 1 {
+            // As the decision cycle's best fit: on equal room a node in use before a wholly
+            // free one, so the walk leaves whole nodes whole where the cycle will.
             usable
                 .filter(|(_, n)| n.available() >= shape.gpus_per_node)
-                .min_by_key(|(i, n)| (n.available(), *i))
+                .min_by_key(|(i, n)| (n.available(), n.available() >= n.capacity, *i))
                 .map(|(i, _)| vec![i])
         } else {
             let whole: Vec<usize> = usable

@@ -539,8 +539,27 @@ impl Service {
         };
         // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
         self.checkpoint();
-        // A successor need not wait the lease out.
-        self.lease.release(LEASE_RELEASE_WAIT).await;
+        if self.unresolved.is_empty() {
+            // A successor need not wait the lease out.
+            self.lease.release(LEASE_RELEASE_WAIT).await;
+        } else {
+            // Effects of unknown outcome may still land (a client buffer, the stream's
+            // replication): a successor taking the lease now would read a log without them
+            // and could order another victim off for the same waiter (a kill or a requeue
+            // sent again is the same message, but another victim is not). The lease runs out
+            // instead, as after a crash, and this directory's next start is another instance,
+            // which waits for that too (a restart under the same name would take the lease
+            // back at once).
+            tracing::warn!(
+                unresolved = self.unresolved.len(),
+                "stopping with effects of unknown outcome: the lease is left to run out"
+            );
+            if let Some(store) = &self.store
+                && let Err(e) = store.forget_instance_token()
+            {
+                tracing::warn!("cannot make the next start wait for the lease: {e}");
+            }
+        }
         tracing::info!(
             cluster = self.config.cluster,
             last_cycle = self.next_cycle.saturating_sub(1),
@@ -713,5 +732,101 @@ mod tests {
         assert_eq!(s.resume::<ShellFold>("b", 4), Some(fold_of("b")));
         s.write_raw(b"FSC3 not a checkpoint").unwrap();
         assert_eq!(s.resume::<ShellFold>("b", 4), None);
+    }
+
+    /// A clean stop lets the lease go at once, unless effects of unknown outcome are still to
+    /// settle: an order may yet land, and a successor taking over at once would read a log
+    /// without it and could order another victim off for the same waiter. It then runs out,
+    /// as after a crash, and a restart on the same directory stands by too.
+    #[tokio::test]
+    async fn a_stop_with_effects_of_unknown_outcome_leaves_the_lease_to_run_out() {
+        use fairshare_events::codec;
+        use fairshare_runtime::clock::SystemClock;
+        use fairshare_runtime::lease::Attempt;
+
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let start = || {
+            let url = server.url();
+            let mut config = Config::new("c");
+            config.checkpoint_dir = Some(dir.path().join("store"));
+            async move {
+                let client = async_nats::connect(url).await.unwrap();
+                Service::start(client, config, Arc::new(SystemClock))
+                    .await
+                    .unwrap()
+            }
+        };
+        let stop_holding = |unresolved: Vec<publish::Unanswered>| {
+            let started = start();
+            async move {
+                let mut service = started.await;
+                tokio::time::timeout(Duration::from_secs(10), async {
+                    while !service.lease.holds(Instant::now()) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                })
+                .await
+                .expect("the lease is taken");
+                service.unresolved = unresolved;
+                service.serve(std::future::ready(())).await.unwrap();
+            }
+        };
+        let successor = || {
+            Lease::open_with_ttl(
+                &js,
+                LEASE_ROLE,
+                "c",
+                "next".to_owned(),
+                1,
+                Duration::from_secs(15),
+            )
+        };
+
+        // Nothing unsettled: let go, and taken at once.
+        stop_holding(Vec::new()).await;
+        let mut next = successor().await.unwrap();
+        assert_eq!(next.try_take().await, Attempt::Taken);
+        next.release().await;
+
+        // An order whose outcome is unknown: the lease is still held when the service stopped.
+        let order = pb::Event {
+            at_ms: 1,
+            body: Some(Body::PreemptionOrdered(pb::PreemptionOrdered {
+                job_id: "v".into(),
+                for_job_id: "w".into(),
+                ..Default::default()
+            })),
+        };
+        let unanswered = publish::Unanswered {
+            subject: subjects::job_event("c", "v", "preemption_ordered"),
+            headers: async_nats::HeaderMap::new(),
+            payload: codec::encode(&order),
+            scope: subjects::job("c", "v"),
+            for_job_id: "w".into(),
+            waiter_seen: 1,
+            resend_until_ms: 10_001,
+        };
+        stop_holding(vec![unanswered]).await;
+        let mut next = successor().await.unwrap();
+        assert!(
+            matches!(next.try_take().await, Attempt::HeldBy(_)),
+            "the lease was let go with an order unsettled"
+        );
+        // Started again on the same checkpoint directory, it is another instance now: it
+        // stands by too, where a restart after a clean stop or a crash takes its lease back.
+        let restarted = start().await;
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !restarted.lease.standing_by(Instant::now()) {
+                assert!(
+                    !restarted.lease.holds(Instant::now()),
+                    "a restart took back the lease of a stop with an order unsettled"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the restart stands by");
     }
 }

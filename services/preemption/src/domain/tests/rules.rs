@@ -1693,3 +1693,35 @@ fn work_outside_the_tree_goes_even_when_nobody_ranks_below_the_waiter() {
         assert_eq!(victims(&h.decide(now)), expected, "{nodes} node(s)");
     }
 }
+
+/// Nodes of two sizes: a 4-GPU job ties a wholly free 4-GPU node with an 8-GPU node half in
+/// use. The decision cycle puts it on the node in use (best fit keeps whole nodes whole), so
+/// the walk must too: giving it the free node would leave a two-node job behind it short of
+/// two whole nodes, and order off the unallocated work of both others where one does.
+#[test]
+fn the_walk_breaks_ties_between_nodes_as_the_decision_cycle_does() {
+    let mut h = H::new();
+    h.two_teams();
+    h.node("a", 4);
+    h.node("b", 8);
+    h.node("c", 4);
+    h.node("d", 4);
+    h.running(0, "busy", "b", 3600, &[("b", 4)]);
+    h.running(0, "u1", "b", 0, &[("c", 4)]);
+    h.running(0, "u2", "b", 0, &[("d", 4)]);
+    h.submit(MIN, "w1", "a", 4, 3600);
+    h.submit_full(MIN, "w2", "a", 2, 4, 3600, 0, true);
+    let now = 2 * MIN;
+    assert_eq!(
+        h.placements(now),
+        vec![("w1".to_owned(), "b".to_owned())],
+        "the cycle's best fit"
+    );
+    let out = h.decide(now);
+    assert_eq!(
+        orders(&out).len(),
+        1,
+        "one node's work is enough: {:?}",
+        render(&out)
+    );
+}
