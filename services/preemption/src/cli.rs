@@ -18,7 +18,9 @@ pub struct PolicyArgs {
     /// order that drains a node for a maintenance window is cut to end at the window's start.
     #[arg(long, env = "FAIRSHARE_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub grace: Duration,
-    /// Longest minimum runtime honoured (e.g. 8h).
+    /// Longest minimum runtime honoured (e.g. 8h). At least the submission service's
+    /// --max-min-runtime (the same variable), or jobs it accepts are protected for less than
+    /// they declared; the preemption service warns when it folds such a job.
     #[arg(long, env = "FAIRSHARE_MAX_MIN_RUNTIME", default_value = "8h", value_parser = parse_duration)]
     pub max_min_runtime: Duration,
     /// Jobs are assumed to checkpoint this often; work since then is lost on preemption.

@@ -22,7 +22,9 @@ use fairshare_submission::{Config, domain::Limits};
 struct Args {
     #[command(flatten)]
     nats: NatsArgs,
-    /// Longest minimum runtime accepted (the contract's cap), e.g. 8h, 90m.
+    /// Longest minimum runtime accepted (the contract's cap), e.g. 8h, 90m. Every cluster's
+    /// preemption service must honour at least as much (its --max-min-runtime, the same
+    /// variable): a job accepted for more is protected only up to that service's cap.
     #[arg(long, env = "FAIRSHARE_MAX_MIN_RUNTIME", default_value = "8h", value_parser = parse_duration)]
     max_min_runtime: std::time::Duration,
     /// Largest launcher payload accepted, in bytes.

@@ -87,6 +87,7 @@
 
 pub mod audit;
 mod fold;
+mod over_cap;
 mod publish;
 #[cfg(test)]
 mod testlog;
@@ -248,6 +249,9 @@ pub struct Service {
     unresolved: Vec<publish::Unanswered>,
     /// Passes in a row with an effect of unknown outcome, for the back-off.
     failed_passes: u32,
+    /// Jobs folded that declare more minimum runtime than this service honours (warned of
+    /// once per start).
+    over_cap: over_cap::OverCap,
 }
 
 impl Service {
@@ -312,6 +316,7 @@ impl Service {
         .await?;
         follower.expect_log(&log)?;
         let mut refused = RefusedWindows::default();
+        let mut over_cap = over_cap::OverCap::new(config.policy.min_runtime_cap_ms);
         if follower.pending_at_start > 0 {
             loop {
                 let Some(entry) = follower.next().await else {
@@ -326,6 +331,7 @@ impl Service {
                 if let Err(why) = fold.apply_checked(&entry) {
                     refused.note(entry.sequence, &why);
                 }
+                over_cap.note(&entry);
                 if fold.last_applied() == entry.sequence {
                     last_stored_ms = entry.stored_ms;
                 }
@@ -341,6 +347,7 @@ impl Service {
             last_sequence = fold.last_applied(),
             outstanding_orders = fold.state().orders().len(),
             last_cycle = fold.last_cycle(),
+            jobs_over_cap = over_cap.count(),
             "log folded; preempting"
         );
         let next_cycle = fold.last_cycle().saturating_add(1);
@@ -359,6 +366,7 @@ impl Service {
             resumed_from,
             unresolved: Vec::new(),
             failed_passes: 0,
+            over_cap,
         };
         service.now.caught_up_with(&service.js, true).await;
         // A long catch-up is not repeated after a crash before the first timed checkpoint.
@@ -514,6 +522,7 @@ impl Service {
                         let _span = telemetry::entry_span("preemption", &entry, Relation::Child);
                         entry.report_if_undecodable();
                         self.now.observe(&entry);
+                        self.over_cap.note(&entry);
                         match self.fold.apply_checked(&entry) {
                             Ok(()) if change_due.is_none() => {
                                 change_due = Some(Instant::now() + self.config.debounce);
