@@ -78,6 +78,20 @@ pub(super) async fn run(
     Ok(())
 }
 
+/// The idempotency key an intake message's headers name, for a message whose bytes do not
+/// decode: [`headers::IDEMPOTENCY_KEY`], or else its `Nats-Msg-Id` without `submit:` (the
+/// README tells launchers in other languages to set only that), so the launcher waiting for
+/// its key finds the rejection.
+fn key_of_headers(h: &async_nats::HeaderMap) -> Option<String> {
+    if let Some(key) = h.get(headers::IDEMPOTENCY_KEY) {
+        return Some(key.as_str().to_owned());
+    }
+    let id = h.get(headers::MESSAGE_ID)?;
+    id.as_str()
+        .strip_prefix(&headers::submission_id(""))
+        .map(str::to_owned)
+}
+
 /// Turns one intake message into its event. `Err` means nothing was written: retry later.
 async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Result<(), String> {
     let intake_sequence = message.info().map_err(|e| e.to_string())?.stream_sequence;
@@ -94,11 +108,7 @@ async fn handle(shared: &Shared, message: &async_nats::jetstream::Message) -> Re
         &[("fairshare.cluster", cluster)],
     );
     let trace = handling.hand_on();
-    let header_key = message
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(headers::IDEMPOTENCY_KEY))
-        .map(|v| v.as_str().to_owned());
+    let header_key = message.headers.as_ref().and_then(key_of_headers);
     let request = match codec::decode_submit_request(&message.payload) {
         Ok(r) => r,
         Err(e) => {
@@ -580,6 +590,37 @@ mod tests {
             assert_eq!(rejection.code, pb::RejectionCode::KeyReused as i32);
             assert!(rejection.message.contains("new key"), "{rejection:?}");
         }
+    }
+
+    /// Bytes that are no request, published as the README tells launchers in other languages
+    /// to (only `Nats-Msg-Id: submit:<key>`, no key header): the rejection names the key, so
+    /// the launcher waiting for its key's answer finds it.
+    #[tokio::test]
+    async fn a_malformed_intake_message_is_rejected_under_the_key_its_message_id_names() {
+        let (_server, js, shared) = folded_cluster_c().await;
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(headers::MESSAGE_ID, "submit:k-mangled");
+        js.publish_with_headers(subjects::intake("c"), headers, vec![0xff; 9].into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let message = next_message(&shared).await;
+        handle(&shared, &message)
+            .await
+            .expect("answered, not kept for a retry");
+        let (_, rejected) = newest_rejection(&shared, "c").await;
+        assert_eq!(rejected.idempotency_key, "k-mangled");
+        assert_eq!(
+            rejected.rejection.unwrap().code,
+            pb::RejectionCode::Malformed as i32
+        );
+        // Another id names no key.
+        let mut other = async_nats::HeaderMap::new();
+        other.insert(headers::MESSAGE_ID, "mine:7");
+        assert_eq!(key_of_headers(&other), None);
+        other.insert(headers::IDEMPOTENCY_KEY, "k-header");
+        assert_eq!(key_of_headers(&other).as_deref(), Some("k-header"));
     }
 
     /// A rejection of an intake message is written under its key's id first; when bytes that
