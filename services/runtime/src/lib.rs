@@ -8,6 +8,8 @@
 //! - [`checkpoint`]: the sled checkpoint (state plus last applied sequence), a cache of the fold.
 //! - [`cli`]: the NATS flags every binary shares.
 //! - [`clock`]: the injected clock (system time in production, a manual clock in tests).
+//! - [`disconnect`]: how long a client has been cut off from NATS (buffered writes outliving
+//!   the duplicate window).
 //! - [`output`]: standard output for command-line binaries, quiet on a closed pipe.
 //! - [`nats`]: connecting, and creating or updating the JetStream streams of
 //!   [`fairshare_events::streams`].
@@ -26,6 +28,7 @@ pub mod auth;
 pub mod checkpoint;
 pub mod cli;
 pub mod clock;
+pub mod disconnect;
 pub mod envelope;
 pub mod findings;
 pub mod held_clock;

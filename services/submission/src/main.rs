@@ -47,11 +47,27 @@ struct Args {
     /// ...or this long after the last checkpoint (e.g. 5s), whichever comes first.
     #[arg(long, env = "FAIRSHARE_CHECKPOINT_EVERY", default_value = "5s", value_parser = parse_duration)]
     checkpoint_every: Duration,
+    /// How long the service may be cut off from NATS before it stops (exit status 1; under
+    /// systemd it is started again). A submission it could not confirm stays in the client
+    /// and is sent when it reconnects: after the events stream's 2 h duplicate window it would
+    /// be a second job beside the launcher's retry. Above 0 and under 2h.
+    #[arg(long, env = "FAIRSHARE_MAX_DISCONNECT", default_value = "1h", value_parser = parse_duration)]
+    max_disconnect: Duration,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.max_disconnect.is_zero()
+        || args.max_disconnect >= fairshare_events::streams::DUPLICATE_WINDOW
+    {
+        anyhow::bail!(
+            "--max-disconnect must be above 0 and under the events stream's duplicate window \
+             ({:?}); got {:?}",
+            fairshare_events::streams::DUPLICATE_WINDOW,
+            args.max_disconnect
+        );
+    }
     let _telemetry = telemetry::init("fairshare-submission");
     let client = args
         .nats
@@ -72,6 +88,7 @@ async fn main() -> anyhow::Result<()> {
         checkpoint_dir: args.checkpoint_dir,
         checkpoint_every_events: args.checkpoint_events.max(1),
         checkpoint_every: args.checkpoint_every.max(Duration::from_millis(100)),
+        max_disconnect: args.max_disconnect,
     };
     fairshare_submission::run(client, config, Arc::new(SystemClock), shutdown::signal()).await?;
     Ok(())

@@ -65,6 +65,11 @@ pub struct Config {
     pub checkpoint_every_events: u64,
     /// ...or on a timer of this period when entries came since the last checkpoint.
     pub checkpoint_every: Duration,
+    /// How long the service may be cut off from NATS before it stops
+    /// ([`fairshare_runtime::disconnect`]): a submission it could not confirm stays in the
+    /// client until it reconnects, and landing after the stream's duplicate window it would
+    /// be a second job beside the retry's.
+    pub max_disconnect: Duration,
 }
 
 impl Default for Config {
@@ -76,6 +81,7 @@ impl Default for Config {
             checkpoint_dir: None,
             checkpoint_every_events: 10_000,
             checkpoint_every: Duration::from_secs(5),
+            max_disconnect: fairshare_runtime::disconnect::DEFAULT_MAX_DISCONNECT,
         }
     }
 }
@@ -121,6 +127,14 @@ pub enum ServiceError {
         /// The largest limit that fits.
         allowed: usize,
     },
+    /// Cut off from NATS for longer than [`Config::max_disconnect`]: stopped, so that the
+    /// writes the client still holds are dropped rather than sent after the stream's
+    /// duplicate window (a second job for a key a retry was accepted under meanwhile).
+    #[error(
+        "cut off from NATS for {0:?}: stopping, so that submissions it could not confirm are \
+         not written after the stream's duplicate window (a restart connects afresh)"
+    )]
+    CutOff(Duration),
 }
 
 /// What a `JobSubmitted` event and its headers can add to the launcher's payload: the other
@@ -161,6 +175,8 @@ pub struct Service {
     checkpoints: Option<checkpoint::Checkpoints>,
     /// The checkpoint sequence this start resumed from (0: folded from the beginning).
     resumed_from: u64,
+    /// How long it may be cut off from NATS before it stops ([`Config::max_disconnect`]).
+    max_disconnect: Duration,
 }
 
 async fn subscribe(
@@ -248,6 +264,7 @@ impl Service {
             intake,
             checkpoints,
             resumed_from,
+            max_disconnect: config.max_disconnect,
         })
     }
 
@@ -273,6 +290,7 @@ impl Service {
             intake,
             checkpoints,
             resumed_from: _,
+            max_disconnect,
         } = self;
         // Aborted with this future if it is dropped before its shutdown ran.
         let mut follower_task = AbortOnDrop::new(tokio::spawn(follow::run(
@@ -286,9 +304,12 @@ impl Service {
         let mut follower_done = false;
         let mut in_flight = JoinSet::new();
         tokio::pin!(shutdown);
+        let cut_off = fairshare_runtime::disconnect::cut_off_for(&client, max_disconnect);
+        tokio::pin!(cut_off);
         let result = loop {
             tokio::select! {
                 () = &mut shutdown => break Ok(()),
+                lasted = &mut cut_off => break Err(ServiceError::CutOff(lasted)),
                 Some(msg) = submits.next(), if in_flight.len() < MAX_IN_FLIGHT => {
                     in_flight.spawn(submit::handle(shared.clone(), client.clone(), msg));
                 }
@@ -324,7 +345,9 @@ impl Service {
             while in_flight.join_next().await.is_some() {}
             let _ = client.flush().await;
         };
-        if tokio::time::timeout(SHUTDOWN_DRAIN, drain).await.is_err() {
+        // Cut off, there is nothing to drain into: the writes held are what stopping drops.
+        let cut = matches!(result, Err(ServiceError::CutOff(_)));
+        if !cut && tokio::time::timeout(SHUTDOWN_DRAIN, drain).await.is_err() {
             tracing::warn!(
                 "NATS did not answer within {SHUTDOWN_DRAIN:?}: stopping without a full drain"
             );
@@ -404,5 +427,37 @@ mod tests {
             "{refused}"
         );
         assert!(start(allowed).await.is_ok());
+    }
+
+    /// Cut off from NATS for longer than its limit, the service stops (the client's buffered
+    /// submissions with it), so none lands after the stream's duplicate window beside a
+    /// retry's job; connected, it keeps serving.
+    #[tokio::test]
+    async fn a_service_cut_off_from_nats_past_its_limit_stops() {
+        let mut server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let limit = Duration::from_millis(600);
+        let config = Config {
+            consume_intake: false,
+            max_disconnect: limit,
+            ..Config::default()
+        };
+        let service = Service::start(client, config, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        let mut serving = tokio::spawn(service.serve(std::future::pending()));
+        assert!(
+            tokio::time::timeout(limit * 3, &mut serving).await.is_err(),
+            "connected, it keeps serving"
+        );
+        server.kill();
+        let stopped = tokio::time::timeout(Duration::from_secs(20), serving)
+            .await
+            .expect("stops once cut off past its limit")
+            .unwrap();
+        match stopped {
+            Err(ServiceError::CutOff(lasted)) => assert!(lasted >= limit, "{lasted:?}"),
+            other => panic!("expected CutOff, got {other:?}"),
+        }
     }
 }
