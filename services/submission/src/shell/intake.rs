@@ -298,27 +298,55 @@ async fn reject(
         intake_sequence,
     });
     let subject = subjects::rejected(cluster);
-    let (sequence, duplicate) = shared
-        .append(subject.clone(), body.clone(), &envelope)
-        .await
-        .map_err(|e| format!("{e:?}"))?;
-    if !duplicate || envelope.message_id.starts_with("intake:") {
-        return Ok(());
+    // At most three ids: the key's, the message's own, and the message's own with the
+    // sequence of whatever holds that one.
+    for _ in 0..3 {
+        let (sequence, duplicate) = shared
+            .append(subject.clone(), body.clone(), &envelope)
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        if !duplicate {
+            return Ok(());
+        }
+        // The stream holds something under this id that the fold had not reached. Under the
+        // key's id: the key's own earlier answer (its rejection, or the acceptance of this
+        // very request: nothing to add), or another request's acceptance or another
+        // publisher's message (bytes that may not even decode). Under the message's own: this
+        // rejection, written before a restart; or, should the intake stream have been made
+        // anew (its sequences start again at 1) or a launcher have used that id, something
+        // else, which would leave this message with no answer of its own.
+        let first = shared.read_event(sequence).await?.and_then(|e| e.body);
+        let answered = if envelope.message_id.starts_with("intake:") {
+            is_this_rejection(&first, &body)
+        } else {
+            key_answers(&first, key, request)
+        };
+        if answered {
+            return Ok(());
+        }
+        envelope.message_id = if envelope.message_id.starts_with("intake:") {
+            format!("intake:{intake_sequence}:{sequence}")
+        } else {
+            format!("intake:{intake_sequence}")
+        };
     }
-    // The stream holds something under the key's id that the fold had not reached: the key's
-    // own earlier answer (its rejection, or the acceptance of this very request: nothing to
-    // add), or another request's acceptance or another publisher's message (bytes that may
-    // not even decode), which would leave this message with no answer of its own.
-    let first = shared.read_event(sequence).await?.and_then(|e| e.body);
-    if key_answers(&first, key, request) {
-        return Ok(());
+    Err(format!(
+        "every message id tried for intake message {intake_sequence}'s rejection holds \
+         another entry"
+    ))
+}
+
+/// Whether `first`, found in the log under an intake message's own id, is `rejection` (that
+/// message's rejection, written before): the same key, cluster and intake sequence.
+fn is_this_rejection(first: &Option<Body>, rejection: &Body) -> bool {
+    match (first, rejection) {
+        (Some(Body::JobRejected(found)), Body::JobRejected(ours)) => {
+            found.idempotency_key == ours.idempotency_key
+                && found.cluster == ours.cluster
+                && found.intake_sequence == ours.intake_sequence
+        }
+        _ => false,
     }
-    envelope.message_id = format!("intake:{intake_sequence}");
-    shared
-        .append(subject, body, &envelope)
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
 }
 
 /// Whether `first`, found in the log under key `key`'s message id, answers `request`: a
@@ -621,6 +649,48 @@ mod tests {
         assert_eq!(key_of_headers(&other), None);
         other.insert(headers::IDEMPOTENCY_KEY, "k-header");
         assert_eq!(key_of_headers(&other).as_deref(), Some("k-header"));
+    }
+
+    /// A rejection written under the intake message's own id (`intake:<sequence>`), which
+    /// something else holds (the intake stream made anew, its sequences starting again, or a
+    /// launcher that used the id): read back, it is not this rejection, so it is written under
+    /// a further id, and the message gets its answer.
+    #[tokio::test]
+    async fn a_rejection_whose_own_intake_id_is_taken_is_written_under_another() {
+        let (_server, js, shared) = folded_cluster_c().await;
+        let mut intake = js.get_stream("FAIRSHARE_INTAKE").await.unwrap();
+        let next = intake.info().await.unwrap().state.last_sequence + 1;
+        let mut held = async_nats::HeaderMap::new();
+        held.insert("Nats-Msg-Id", format!("intake:{next}").as_str());
+        let squatter = js
+            .publish_with_headers(
+                subjects::job_event("c", "j-other", "job_started"),
+                held,
+                vec![0xff; 3].into(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .sequence;
+        // An empty key is no key: its rejection goes under the message's own id.
+        let message = queued_on(&js, &shared, "c", &naming("", "c")).await;
+        assert_eq!(message.info().unwrap().stream_sequence, next);
+        handle(&shared, &message)
+            .await
+            .expect("answered, not kept for a retry");
+        let (newest, rejected) = newest_rejection(&shared, "c").await;
+        assert_eq!(rejected.intake_sequence, next);
+        assert_eq!(
+            rejected.rejection.unwrap().code,
+            pb::RejectionCode::BadIdempotencyKey as i32
+        );
+        let id = newest.headers.get("Nats-Msg-Id").unwrap().to_string();
+        assert_eq!(id, format!("intake:{next}:{squatter}"));
+        // Handled again (redelivered after a restart), it finds its own rejection: nothing new.
+        let before = last_sequence(&shared).await;
+        handle(&shared, &message).await.unwrap();
+        assert_eq!(last_sequence(&shared).await, before);
     }
 
     /// A rejection of an intake message is written under its key's id first; when bytes that
