@@ -447,6 +447,20 @@ impl SubmissionState {
         }
     }
 
+    /// Forgets the acceptances noted ahead of the fold ([`SubmissionState::note_accepted`]
+    /// for an entry past [`SubmissionState::last_sequence`]), keys and jobs: what a checkpoint
+    /// at `last_sequence` may say, since the log it is resumed on may not hold them. Entries
+    /// the fold applied are never past `last_sequence`.
+    pub fn drop_noted_ahead(&mut self) {
+        let through = self.last_sequence;
+        self.keys.retain(|_, outcome| match outcome {
+            KeyOutcome::Accepted { sequence, .. } => *sequence <= through,
+            _ => true,
+        });
+        self.jobs
+            .retain(|_, job| job.last_subject_sequence <= through);
+    }
+
     /// Records an accepted submission. Called by the fold, and by the shell as soon as the
     /// stream acknowledged its own write, so a retry arriving before the fold catches up is
     /// still answered with the same job. The first outcome of a key wins.

@@ -73,9 +73,11 @@ pub(super) async fn resume(
 /// written on a blocking thread, so neither requests nor the fold wait for the encoding and
 /// the disk. Writes never overlap and never go back to an older sequence.
 ///
-/// The shell notes an accepted submission before the fold applies it, so a checkpoint at `L`
-/// may hold a key accepted at `S > L`. A restart folds `S` again, which writes the same values
-/// (the first outcome of a key wins).
+/// The shell notes an accepted submission before the fold applies it, so the state at `L` may
+/// hold a key accepted at `S > L`. A checkpoint leaves such keys out
+/// ([`SubmissionState::drop_noted_ahead`]): a restart folds `S` again if the log still holds
+/// it, and a log that lost it (a server back from a power cut without its newest entries)
+/// leaves no answer for a job that is not there.
 #[derive(Clone)]
 pub(super) struct Checkpoints {
     store: Arc<CheckpointStore>,
@@ -105,7 +107,7 @@ impl Checkpoints {
     /// background write, which it waits for).
     pub fn write_now(&self, shared: &Shared) {
         let state = shared.state().clone();
-        self.write(&state);
+        self.write(state);
     }
 
     /// Writes the state on a blocking thread, unless a write is running.
@@ -116,17 +118,18 @@ impl Checkpoints {
         let state = shared.state().clone();
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
-            this.write(&state);
+            this.write(state);
             this.busy.store(false, Ordering::Release);
         });
     }
 
-    fn write(&self, state: &SubmissionState) {
+    fn write(&self, mut state: SubmissionState) {
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         if state.last_sequence < *written {
             return;
         }
-        save(&self.store, state);
+        state.drop_noted_ahead();
+        save(&self.store, &state);
         *written = state.last_sequence;
     }
 }
@@ -249,5 +252,27 @@ mod tests {
         };
         let store = open(dir.path(), &other).unwrap();
         assert_eq!(resume(&store, &other), SubmissionState::default());
+    }
+
+    /// An acceptance the shell noted ahead of the fold is left out of the checkpoint: resumed
+    /// on a log that lost it, the key would answer for a job the log does not hold.
+    #[test]
+    fn a_checkpoint_leaves_out_acceptances_noted_ahead_of_the_fold() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = LogPosition {
+            end: 5,
+            created_ns: 42,
+        };
+        let folded = folded();
+        let mut noted = folded.clone();
+        noted.note_accepted("k-ahead", "j-ahead", "c", 9, 7);
+        assert!(noted.keys.contains_key("k-ahead"));
+        let store = Arc::new(open(dir.path(), &log).unwrap());
+        Checkpoints::new(Arc::clone(&store), 1, Duration::from_secs(1)).write(noted);
+        let resumed = store.resume::<SubmissionState>(SCOPE, log.end).unwrap();
+        assert_eq!(
+            resumed, folded,
+            "the key and job noted at 9 left out, the rest kept"
+        );
     }
 }
