@@ -199,10 +199,19 @@ pub fn spread(runs: &[Vec<RunMetrics>], jitter_ms: i64, min_owed_gpu_ms: u128) -
             Some(PolicySpread {
                 policy: first.policy.clone(),
                 owed: pick(&|m| (m.delivered_owed_gpu_ms, m.owed_gpu_ms))?,
-                worst: pick(&|m| {
-                    m.worst_allocation(min_owed_gpu_ms)
-                        .map_or((0, 0), |(a, _)| (a.delivered_owed_gpu_ms, a.owed_gpu_ms))
-                })?,
+                // Over the replicas that have an allocation owed the floor: one without (a
+                // short run) has no worst allocation, not one at 0% (nothing at all: "-").
+                worst: Range::of(
+                    same.iter()
+                        .filter_map(|m| m.worst_allocation(min_owed_gpu_ms))
+                        .map(|(a, _)| (a.delivered_owed_gpu_ms, a.owed_gpu_ms))
+                        .collect(),
+                )
+                .unwrap_or(Range {
+                    min: (0, 0),
+                    median: (0, 0),
+                    max: (0, 0),
+                }),
                 occupancy: pick(&|m| (m.contention_used_gpu_ms, m.contention_available_gpu_ms))?,
                 lost: pick(&|m| (m.lost_gpu_ms, m.used_gpu_ms))?,
             })
@@ -336,6 +345,27 @@ mod tests {
         );
         assert_eq!(a.delivered_gpu_h.median, (970 * 3_600_000, 3_600_000));
         assert!(spread(&[], 0, 0).is_none());
+    }
+
+    /// A replica none of whose allocations was owed the floor has no worst allocation: the
+    /// range is over the others, not pulled to "-" by it.
+    #[test]
+    fn a_replica_without_an_allocation_owed_the_floor_leaves_the_worst_range_alone() {
+        let base = sample::report().runs;
+        let mut runs = Vec::new();
+        for owed in [1000, 10, 2000] {
+            let mut r = base.clone();
+            for a in &mut r[0].allocations {
+                (a.owed_gpu_ms, a.delivered_owed_gpu_ms) = (owed, owed * 9 / 10);
+            }
+            runs.push(r);
+        }
+        let s = spread(&runs, 60_000, 500).unwrap();
+        let worst = &s.rows[0].worst;
+        assert_eq!((worst.min, worst.max), ((900, 1000), (1800, 2000)));
+        // None at all: nothing to show.
+        let none = spread(&runs[1..2], 60_000, 500).unwrap();
+        assert_eq!(none.rows[0].worst.max, (0, 0));
     }
 
     #[test]

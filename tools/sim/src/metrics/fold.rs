@@ -477,26 +477,36 @@ impl Measure<'_> {
         })
     }
 
+    /// A job stopped by a preemption: placed (not started yet) or running; a report for a job
+    /// that holds nothing (a repeat) stops nothing and is not counted.
     fn preempted(&mut self, job_id: &str, now: i64) {
-        self.out.preempted += 1;
+        let Some(job) = self.jobs.get(job_id) else {
+            return;
+        };
+        let (was_placed, cause) = (job.pending, job.order_cause);
         self.release_nodes(job_id);
-        let cause = self
-            .jobs
-            .get(job_id)
-            .map_or(PreemptionCause::Unspecified, |j| j.order_cause);
-        if let Some((since, gpus, resumable)) = self.stop_run(job_id) {
-            let lost = contract::lost_work_gpu_ms(
-                gpus,
-                since,
-                true,
-                resumable,
-                now,
-                &self.config.contract,
-            );
-            self.out.lost_gpu_ms += lost;
-            let tally = self.tally(cause);
-            tally.stopped += 1;
-            tally.lost_gpu_ms += lost;
+        let run = self.stop_run(job_id);
+        if run.is_none() && !was_placed {
+            return;
+        }
+        let lost = run.map_or(0, |(since, gpus, resumable)| {
+            contract::lost_work_gpu_ms(gpus, since, true, resumable, now, &self.config.contract)
+        });
+        self.out.preempted += 1;
+        self.out.lost_gpu_ms += lost;
+        let tally = self.tally(cause);
+        tally.stopped += 1;
+        tally.lost_gpu_ms += lost;
+        // A job that cannot resume ends with its stop, as the services end it (no requeue
+        // follows): one stopped before it ever started waited until then, not to the end.
+        if let Some(job) = self.jobs.get_mut(job_id)
+            && !job.resumable
+            && !job.ended
+        {
+            job.ended = true;
+            if job.first_start_ms.is_none() {
+                job.ended_unstarted_ms = Some(now);
+            }
         }
     }
 
@@ -768,6 +778,43 @@ mod tests {
             contract: ContractConfig::default(),
             window: FoldConfig::default(),
         }
+    }
+
+    /// A job that cannot resume, ordered off while placed and not started yet: its stop ends
+    /// it (the services end it), so it waited until then; a repeated stop report counts once.
+    #[test]
+    fn a_job_that_cannot_resume_stopped_before_it_started_waited_until_then() {
+        let mut log = a_runs_on_n1();
+        let mut b = submitted(T0 + HOUR / 6, "b", 1, 600);
+        if let Some(Body::JobSubmitted(s)) = &mut b.body {
+            s.spec.as_mut().unwrap().resumable = false;
+        }
+        log.push(b);
+        log.push(at(
+            T0 + HOUR / 4,
+            Body::JobPlaced(pb::JobPlaced {
+                job_id: "b".into(),
+                nodes: vec![pb::NodeGpus {
+                    node: "n2".into(),
+                    gpus: 8,
+                }],
+                basis: None,
+            }),
+        ));
+        for _ in 0..2 {
+            log.push(at(
+                T0 + HOUR / 3,
+                Body::JobPreempted(pb::JobPreempted {
+                    job_id: "b".into(),
+                    killed: false,
+                }),
+            ));
+        }
+        let m = measure("p", &log, &config(T0 + 2 * HOUR));
+        assert_eq!(m.allocated_waits.sorted_ms, vec![0, HOUR / 6]);
+        assert_eq!(m.allocated_waits.unstarted, 0);
+        assert_eq!(m.preempted, 1, "the repeat stops nothing");
+        assert_eq!(m.lost_gpu_ms, 0, "it never ran");
     }
 
     #[test]
