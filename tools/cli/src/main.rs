@@ -139,6 +139,8 @@ async fn main() -> ExitCode {
             || commands::not_changed::outcome_unknown(&e)
         {
             ExitCode::from(commands::submit::RetryWithKey::EXIT_CODE)
+        } else if e.is::<commands::audit::NotAudited>() {
+            ExitCode::from(commands::audit::NotAudited::EXIT_CODE)
         } else {
             ExitCode::FAILURE
         }
@@ -177,7 +179,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tail(args) => commands::tail::tail(args, &connect().await?).await,
         Command::Leases(args) => commands::leases::leases(args, &connect().await?).await,
         Command::Node(cmd) => commands::nodes::node(cmd, &connect().await?).await,
-        Command::Audit(args) => commands::audit::audit(args, &connect().await?).await,
+        Command::Audit(args) => match connect().await {
+            Ok(connection) => commands::audit::audit(args, &connection).await,
+            Err(e) => Err(e.context(commands::audit::NotAudited)),
+        },
         // The simulator's own exit status is this command's.
         Command::Simulate(args) => {
             let mut connection = vec![("FAIRSHARE_NATS_URL", cli.nats_url.clone().into())];

@@ -69,7 +69,7 @@ fn every_decision_of_a_simulated_log_re_derives_and_other_settings_fail_until_se
     // The service ran with a 30 s grace: under 31 s every order's deadline differs.
     let other = fairshare_audit(&server, &cluster, &["--grace", "31s"]);
     let out = stdout(&other);
-    assert!(!other.status.success(), "{out}");
+    assert_eq!(other.status.code(), Some(1), "findings: {out}");
     assert!(
         stderr(&other).contains("preemption orders that do not re-derive (under --grace 31s"),
         "{}",
@@ -109,6 +109,32 @@ fn every_decision_of_a_simulated_log_re_derives_and_other_settings_fail_until_se
         "{}",
         stderr(&typo)
     );
+}
+
+/// Nothing audited (a cluster with no events, a server that cannot be reached, invalid
+/// policy flags) exits 2, apart from findings (1), so a scheduled audit can tell them apart.
+#[test]
+fn an_audit_that_could_not_run_exits_2_not_1() {
+    let (cluster, log) = simulated_log("debug-burst");
+    let server = server_with(&cluster, &log);
+    let typo = fairshare_audit(&server, &format!("{cluster}x"), &[]);
+    assert_eq!(typo.status.code(), Some(2), "{}", stderr(&typo));
+    assert!(
+        stderr(&typo).contains("nothing audited") && stderr(&typo).contains("holds no events"),
+        "{}",
+        stderr(&typo)
+    );
+    let invalid = fairshare_audit(&server, &cluster, &["--checkpoint-interval", "0s"]);
+    assert_eq!(invalid.status.code(), Some(2), "{}", stderr(&invalid));
+    let url = server.url();
+    drop(server);
+    let gone = std::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["audit", "--nats-url", &url, "--cluster", &cluster])
+        .env_remove("FAIRSHARE_NATS_CREDS")
+        .env_remove("FAIRSHARE_NATS_NKEY")
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
 }
 
 #[test]

@@ -406,16 +406,31 @@ fn free_port() -> std::io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// Checks that service binary `binary`'s `--audit` of an empty log, into a reader that is
-/// already gone, ends quietly with status 141 (as `fairshare audit` does), not with a panic.
-/// Panics (the test fails) otherwise.
+/// Checks that service binary `binary`'s `--audit` of a log with one node event, into a
+/// reader that is already gone, ends quietly with status 141 (as `fairshare audit` does), not
+/// with a panic. Panics (the test fails) otherwise.
 pub async fn assert_audit_into_closed_pipe_exits_quietly(binary: &str) {
+    use fairshare_events::{codec, pb, subjects};
     let server = NatsServer::start().expect("nats-server");
-    // The streams exist (empty): the audit reads them and has its summary line to write.
-    server
+    // One event of the cluster (an audit refuses a cluster with none): the audit reads it
+    // and has its summary line to write.
+    let js = server
         .jetstream(Duration::from_secs(5))
         .await
         .expect("the streams");
+    let registered = pb::Event {
+        at_ms: 1,
+        body: Some(pb::event::Body::NodeRegistered(pb::NodeRegistered {
+            cluster: "c1".into(),
+            node: "n1".into(),
+            gpus: 8,
+        })),
+    };
+    js.publish(subjects::node("c1", "n1"), codec::encode(&registered))
+        .await
+        .expect("published")
+        .await
+        .expect("stored");
     let out = run_with_stdout_closed(Command::new(binary).args([
         "--audit",
         "--cluster",

@@ -50,6 +50,13 @@ pub enum AuditError {
         /// The sequence asked for.
         wanted: u64,
     },
+    /// The log holds no event of the cluster: a clean audit of nothing would keep a
+    /// scheduled audit of a mistyped cluster green.
+    #[error(
+        "the log holds no events of cluster {0} (a typo? `fairshare tail --no-follow` shows \
+         every cluster's events); nothing audited"
+    )]
+    NoEvents(String),
 }
 
 /// Reads cluster `cluster`'s entries (`fairshare.events.<cluster>.>`) in order from the start,
@@ -240,8 +247,9 @@ pub enum Divergence {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "sequence {sequence}: placement of job {job_id} takes {} on {node}, which held \
-     {held} of its {capacity} already (two decisions gave away the same GPUs)",
-    fairshare_model::words::Gpus(u64::from(*.gpus))
+     {held} of its {capacity} already ({})",
+    fairshare_model::words::Gpus(u64::from(*.gpus)),
+    overcommit_cause(*.held, *.capacity)
 )]
 pub struct Overcommit {
     /// The placement's sequence.
@@ -256,6 +264,18 @@ pub struct Overcommit {
     pub held: u32,
     /// The node's GPUs (0: not a registered node).
     pub capacity: u32,
+}
+
+/// What an over-commit most likely came from, in words, by what the node held.
+fn overcommit_cause(held: u32, capacity: u32) -> &'static str {
+    if capacity == 0 {
+        "not a registered node when it landed: removed, or never registered"
+    } else if held > capacity {
+        "the node held more than its GPUs already: registered again with fewer"
+    } else {
+        "two decisions gave away the same GPUs, or the node was registered again with fewer \
+         after the decision"
+    }
 }
 
 /// Every placement in `entries` (one cluster's log, in order) that takes GPUs its node did
@@ -484,8 +504,21 @@ pub fn audit(cluster: &str, entries: &[LogEntry]) -> AuditReport {
 
 /// [`audit`] over the cluster's log as it stands in JetStream.
 pub async fn audit_log(js: &jetstream::Context, cluster: &str) -> Result<AuditReport, AuditError> {
-    let entries = read_log(js, cluster, None).await?;
+    let entries = read_log_of_events(js, cluster).await?;
     Ok(audit(cluster, &entries))
+}
+
+/// [`read_log`] to the log's end, refusing a cluster with no events at all
+/// ([`AuditError::NoEvents`]): what every audit reads.
+pub async fn read_log_of_events(
+    js: &jetstream::Context,
+    cluster: &str,
+) -> Result<Vec<LogEntry>, AuditError> {
+    let entries = read_log(js, cluster, None).await?;
+    if entries.is_empty() {
+        return Err(AuditError::NoEvents(cluster.to_owned()));
+    }
+    Ok(entries)
 }
 
 #[cfg(test)]
@@ -933,5 +966,41 @@ mod tests {
         assert_eq!(seen, [(9, 7, 3, 3), (10, 12, 1, 1)]);
         assert!(audit(C, &log).is_clean());
         assert!(audit(C, &first).is_clean());
+    }
+
+    /// An over-commit says what it most likely came from: a node gone, a node shrunk, or two
+    /// decisions at once; and an audit of a cluster with no events refuses to pass.
+    #[tokio::test]
+    async fn an_overcommit_names_its_likely_cause_and_an_empty_cluster_is_not_audited() {
+        let words = |held, capacity| {
+            Overcommit {
+                sequence: 9,
+                job_id: "j".into(),
+                node: "n1".into(),
+                gpus: 4,
+                held,
+                capacity,
+            }
+            .to_string()
+        };
+        assert!(
+            words(0, 0).contains("not a registered node"),
+            "{}",
+            words(0, 0)
+        );
+        assert!(words(6, 4).contains("registered again with fewer"));
+        assert!(words(6, 8).contains("two decisions gave away the same GPUs"));
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server
+            .jetstream(std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        assert!(matches!(
+            audit_log(&js, "nobody").await,
+            Err(AuditError::NoEvents(c)) if c == "nobody"
+        ));
     }
 }

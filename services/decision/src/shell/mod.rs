@@ -94,7 +94,7 @@ use tokio::time::Instant;
 use crate::domain::{DecisionState, decide};
 pub use audit::{
     AuditError, AuditReport, Divergence, Overcommit, audit, audit_log, overcommits, read_log,
-    rederive,
+    read_log_of_events, rederive,
 };
 pub use explain::{CycleSummary, Explainer, WaitingJob};
 pub use fold::{Applied, LogFold};

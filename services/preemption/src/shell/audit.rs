@@ -25,7 +25,7 @@ use std::fmt;
 
 use async_nats::jetstream;
 use fairshare_decision::shell::window::WindowedFolds;
-use fairshare_decision::shell::{AuditError, read_log};
+use fairshare_decision::shell::{AuditError, read_log_of_events};
 use fairshare_events::codec;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::timestamp::utc;
@@ -354,7 +354,7 @@ pub async fn audit_log(
     cluster: &str,
     policy: &Config,
 ) -> Result<OrderAudit, AuditError> {
-    let entries = read_log(js, cluster, None).await?;
+    let entries = read_log_of_events(js, cluster).await?;
     Ok(audit(cluster, &entries, policy))
 }
 

@@ -11,7 +11,7 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use fairshare_decision::shell::read_log;
+use fairshare_decision::shell::read_log_of_events;
 use fairshare_preemption::cli::PolicyArgs;
 
 use super::Connection;
@@ -31,21 +31,32 @@ pub struct AuditArgs {
     policy: PolicyArgs,
 }
 
-/// Audits both services' decisions; an error (exit status 1) if any finding remains, or if
-/// the cluster has no events at all.
-pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
-    let policy = args.policy.config()?;
-    let entries = read_log(&conn.js, &args.cluster, None)
-        .await
-        .with_context(|| format!("cannot read the log of cluster {}", args.cluster))?;
-    if entries.is_empty() {
-        // A clean audit of nothing would keep a scheduled audit with a mistyped cluster green.
-        bail!(
-            "the log holds no events of cluster {} (a typo? `fairshare tail --no-follow` \
-             shows every cluster's events); nothing audited",
-            args.cluster
-        );
+/// Nothing was audited: the server or the log could not be read, the cluster has no events,
+/// or the policy flags are invalid. The CLI exits with [`NotAudited::EXIT_CODE`] for it, so a
+/// scheduled audit can tell it from findings (exit status 1).
+#[derive(Debug, Clone, Copy)]
+pub struct NotAudited;
+
+impl std::fmt::Display for NotAudited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("nothing audited")
     }
+}
+
+impl NotAudited {
+    /// The exit status when nothing was audited.
+    pub const EXIT_CODE: u8 = 2;
+}
+
+/// Audits both services' decisions; an error (exit status 1) if any finding remains, or
+/// [`NotAudited`] (exit status 2) if it could not audit, the cluster having no events at all
+/// among the reasons.
+pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
+    let policy = args.policy.config().context(NotAudited)?;
+    let entries = read_log_of_events(&conn.js, &args.cluster)
+        .await
+        .with_context(|| format!("cannot read the log of cluster {}", args.cluster))
+        .context(NotAudited)?;
     let mut placements = fairshare_decision::shell::audit::audit(&args.cluster, &entries);
     placements.keep_from(args.from);
     fairshare_runtime::out!("{}", placements.render(&args.cluster));
