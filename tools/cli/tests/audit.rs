@@ -97,7 +97,7 @@ fn every_decision_of_a_simulated_log_re_derives_and_other_settings_fail_until_se
     let out = stdout(&set_aside);
     assert!(set_aside.status.success(), "{out}\n{}", stderr(&set_aside));
     assert!(
-        out.contains(&format!("{orders} earlier divergences set aside")),
+        out.contains(&format!("{orders} earlier findings set aside")),
         "{out}"
     );
 

@@ -511,14 +511,21 @@ impl CommonArgs {
             }
             let orders =
                 fairshare_sim::audit::audit_orders(&setup.cluster, &run.log, &config.preemption);
+            let twice = orders.late.iter().filter(|l| l.is_finding()).count();
             eprintln!(
-                "audit: {} passes, {} preemption orders re-derived, {} divergences",
+                "audit: {} passes, {} preemption orders re-derived, {} divergences, {} beside \
+                 another pass's order for the same waiter, {} once the waiter no longer waited",
                 orders.passes,
                 orders.orders,
-                orders.divergences.len()
+                orders.divergences.len(),
+                twice,
+                orders.late.len() - twice
             );
             if let Some(first) = orders.divergences.first() {
                 bail!("the audit found preemption orders that do not re-derive: {first}");
+            }
+            if let Some(first) = orders.late.iter().find(|l| l.is_finding()) {
+                bail!("the audit found two passes' orders for one waiter: {first}");
             }
             let snapshots = fairshare_sim::audit::audit_snapshots(&setup.cluster, &run.log);
             eprintln!(

@@ -19,6 +19,13 @@
 //!
 //! One policy for the whole log: orders a service wrote under other flags (another grace), or
 //! a build with other rules wrote, do not re-derive and are reported.
+//!
+//! Re-deriving cannot see an order that is right for its basis but landed in a log that had
+//! moved on ([`late_orders`]): one beside another pass's order for the same waiter that landed
+//! after its basis (two passes made room for one waiter: two instances deciding at once, or a
+//! send held in a client across a reconnect) is a finding, as an over-committed placement is;
+//! one whose waiter no longer waited when it landed (its victim stops for nothing: the service
+//! looks before it publishes, so only a race of moments lands one) is a notice.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -205,14 +212,17 @@ pub struct OrderAudit {
     pub unpublished: usize,
     /// Every order that did not re-derive identically.
     pub divergences: Vec<OrderDivergence>,
+    /// Orders that landed in a log that had moved on since their pass ([`late_orders`]).
+    pub late: Vec<LateOrder>,
     /// Divergences dropped by [`OrderAudit::keep_from`], counted.
     pub set_aside: usize,
 }
 
 impl OrderAudit {
-    /// Whether every order re-derived identically.
+    /// Whether every order re-derived identically and none landed beside another pass's
+    /// order for its waiter (a notice of a waiter that no longer waited is no finding).
     pub fn is_clean(&self) -> bool {
-        self.divergences.is_empty()
+        self.divergences.is_empty() && !self.late.iter().any(LateOrder::is_finding)
     }
 
     /// Drops the divergences of orders before sequence `from` and returns how many: a log
@@ -220,7 +230,8 @@ impl OrderAudit {
     /// from `from` on. (Each pass is re-derived from the log as written, so earlier findings do
     /// not change later ones.)
     pub fn keep_from(&mut self, from: u64) -> usize {
-        let dropped = findings::drop_before(&mut self.divergences, from, OrderDivergence::sequence);
+        let dropped = findings::drop_before(&mut self.divergences, from, OrderDivergence::sequence)
+            + findings::drop_before(&mut self.late, from, LateOrder::sequence);
         self.set_aside += dropped;
         dropped
     }
@@ -228,19 +239,26 @@ impl OrderAudit {
     /// The report for people: a line per divergence (`DIVERGENCE ...`), then what was checked
     /// in cluster `cluster`'s log.
     pub fn render(&self, cluster: &str) -> String {
+        let (twice, moved): (Vec<&LateOrder>, Vec<&LateOrder>) =
+            self.late.iter().partition(|l| l.is_finding());
         let summary = format!(
             "preemption orders of cluster {cluster}: {} entries through sequence {}, {} passes, \
-         {} orders re-derived, {} divergences, {} decided but not in the log",
+         {} orders re-derived, {} divergences, {} decided but not in the log, {} beside another \
+         pass's order for the same waiter, {} landed once the waiter no longer waited",
             self.entries,
             self.last_sequence,
             self.passes,
             self.orders,
             self.divergences.len(),
-            self.unpublished
+            self.unpublished,
+            twice.len(),
+            moved.len()
         );
         findings::Report::default()
             .findings("DIVERGENCE", &self.divergences)
-            .summary(&summary, self.set_aside, "divergences")
+            .findings("TWICE", &twice)
+            .findings("NOTICE", &moved)
+            .summary(&summary, self.set_aside, "findings")
     }
 }
 
@@ -254,6 +272,130 @@ impl OrderDivergence {
             | OrderDivergence::Differs { sequence, .. } => *sequence,
         }
     }
+}
+
+/// An order that re-derives from its basis but landed in a log that had moved on since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LateOrder {
+    /// Its waiter no longer waited when it landed (placed, stopped, or ended): the victim
+    /// stops for nothing. A notice.
+    WaiterMoved {
+        /// Its sequence.
+        sequence: u64,
+        /// The job ordered off.
+        job_id: String,
+        /// The job it was for.
+        waiter: String,
+        /// What the waiter was then, in words.
+        waiter_was: &'static str,
+    },
+    /// Another pass's order for the same waiter landed after this one's basis and before it:
+    /// two passes made room for one waiter. A finding.
+    BesideAnother {
+        /// Its sequence.
+        sequence: u64,
+        /// The job ordered off.
+        job_id: String,
+        /// The job it was for.
+        waiter: String,
+        /// The other order's sequence.
+        other: u64,
+    },
+}
+
+impl LateOrder {
+    /// The sequence of the order it is about.
+    pub fn sequence(&self) -> u64 {
+        match self {
+            LateOrder::WaiterMoved { sequence, .. } | LateOrder::BesideAnother { sequence, .. } => {
+                *sequence
+            }
+        }
+    }
+
+    /// Whether it makes the audit fail (not a notice).
+    pub fn is_finding(&self) -> bool {
+        matches!(self, LateOrder::BesideAnother { .. })
+    }
+}
+
+impl fmt::Display for LateOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LateOrder::WaiterMoved {
+                sequence,
+                job_id,
+                waiter,
+                waiter_was,
+            } => write!(
+                f,
+                "sequence {sequence}: job {job_id} was ordered off for job {waiter}, which was \
+                 {waiter_was} by then (the victim stopped for nothing)"
+            ),
+            LateOrder::BesideAnother {
+                sequence,
+                job_id,
+                waiter,
+                other,
+            } => write!(
+                f,
+                "sequence {sequence}: job {job_id} was ordered off for job {waiter} by a pass \
+                 that had not seen the order at sequence {other} for the same waiter (two \
+                 passes made room for it: two instances deciding, or a late send)"
+            ),
+        }
+    }
+}
+
+/// Every order in `entries` (one cluster's log, in order) that landed in a log that had moved
+/// on since its pass: its waiter no longer waiting, or another pass's order for the same waiter
+/// landed after its basis. Orders of one pass share a basis and are never each other's
+/// "another".
+pub fn late_orders(cluster: &str, entries: &[LogEntry]) -> Vec<LateOrder> {
+    use fairshare_decision::domain::state::JobStatus;
+    let mut fold = fairshare_decision::shell::LogFold::new(cluster);
+    // Per waiter, the orders for it that landed: (sequence, basis).
+    let mut landed: HashMap<String, Vec<(u64, Option<pb::DecisionBasis>)>> = HashMap::new();
+    let mut out = Vec::new();
+    for entry in entries {
+        if let Ok(pb::Event {
+            body: Some(Body::PreemptionOrdered(order)),
+            ..
+        }) = &entry.event
+            && !order.for_job_id.is_empty()
+        {
+            let waiter_was = match fold.state().job(&order.for_job_id).map(|j| &j.status) {
+                Some(JobStatus::Queued) => None,
+                Some(JobStatus::Placed(_)) => Some("placed"),
+                Some(JobStatus::Preempted) => Some("stopped, waiting for its requeue"),
+                None => Some("ended, or unknown"),
+            };
+            if let Some(waiter_was) = waiter_was {
+                out.push(LateOrder::WaiterMoved {
+                    sequence: entry.sequence,
+                    job_id: order.job_id.clone(),
+                    waiter: order.for_job_id.clone(),
+                    waiter_was,
+                });
+            }
+            let before = landed.entry(order.for_job_id.clone()).or_default();
+            let through = order.basis.as_ref().map_or(0, |b| b.through_sequence);
+            if let Some(&(other, _)) = before
+                .iter()
+                .find(|(s, basis)| *s > through && *basis != order.basis)
+            {
+                out.push(LateOrder::BesideAnother {
+                    sequence: entry.sequence,
+                    job_id: order.job_id.clone(),
+                    waiter: order.for_job_id.clone(),
+                    other,
+                });
+            }
+            before.push((entry.sequence, order.basis));
+        }
+        fold.apply(entry);
+    }
+    out
 }
 
 /// An order as it is in the log.
@@ -345,6 +487,7 @@ pub fn audit(cluster: &str, entries: &[LogEntry], policy: &Config) -> OrderAudit
         report.unpublished += rederived.len().saturating_sub(matched);
     }
     report.divergences.sort_by_key(OrderDivergence::sequence);
+    report.late = late_orders(cluster, entries);
     report
 }
 
@@ -501,7 +644,7 @@ mod tests {
         assert_eq!(shown.lines().count(), 1, "{shown}");
         assert!(shown.contains(" 0 divergences"), "{shown}");
         assert!(
-            shown.ends_with(&format!("{moved} earlier divergences set aside\n")),
+            shown.ends_with(&format!("{moved} earlier findings set aside\n")),
             "{shown}"
         );
     }
@@ -514,5 +657,117 @@ mod tests {
                 _ => None,
             })
             .unwrap()
+    }
+
+    /// Orders that re-derive but landed in a log that had moved on: one of a pass that had not
+    /// seen another pass's order for the same waiter is a finding; one whose waiter was placed
+    /// by then, a notice; orders of one pass are never each other's "another".
+    #[test]
+    fn orders_landing_beside_another_pass_or_after_their_waiter_moved_are_reported() {
+        use fairshare_events::subjects;
+        use fairshare_testkit::events::logged;
+        let c = "c";
+        let submitted = |seq, job: &str| {
+            logged(
+                seq,
+                subjects::job_event(c, job, "job_submitted"),
+                1_000,
+                Body::JobSubmitted(pb::JobSubmitted {
+                    job_id: job.into(),
+                    spec: Some(pb::JobSpec {
+                        cluster: c.into(),
+                        allocation: "a".into(),
+                        gpus: 4,
+                        ..Default::default()
+                    }),
+                    shape: Some(pb::Shape {
+                        nodes: 1,
+                        gpus_per_node: 4,
+                    }),
+                    ..Default::default()
+                }),
+            )
+        };
+        let placed = |seq, job: &str| {
+            logged(
+                seq,
+                subjects::job_event(c, job, "job_placed"),
+                1_000,
+                Body::JobPlaced(pb::JobPlaced {
+                    job_id: job.into(),
+                    nodes: vec![pb::NodeGpus {
+                        node: "n1".into(),
+                        gpus: 4,
+                    }],
+                    basis: None,
+                }),
+            )
+        };
+        let order = |seq, victim: &str, through, cycle| {
+            logged(
+                seq,
+                subjects::job_event(c, victim, "preemption_ordered"),
+                2_000,
+                Body::PreemptionOrdered(pb::PreemptionOrdered {
+                    job_id: victim.into(),
+                    for_job_id: "w".into(),
+                    basis: Some(pb::DecisionBasis {
+                        through_sequence: through,
+                        computed_at_ms: 2_000,
+                        cycle,
+                        usage_window_ms: 0,
+                    }),
+                    ..Default::default()
+                }),
+            )
+        };
+        let log = vec![
+            submitted(1, "w"),
+            // One pass's two victims: no finding.
+            order(2, "v1", 1, 1),
+            order(3, "v2", 1, 1),
+            // Another pass through sequence 1 had not seen them.
+            order(4, "v3", 1, 2),
+            placed(5, "w"),
+            // A pass that saw them all, landing once the waiter was placed.
+            order(6, "v4", 4, 3),
+        ];
+        let late = late_orders(c, &log);
+        assert_eq!(
+            late,
+            vec![
+                LateOrder::BesideAnother {
+                    sequence: 4,
+                    job_id: "v3".into(),
+                    waiter: "w".into(),
+                    other: 2,
+                },
+                LateOrder::WaiterMoved {
+                    sequence: 6,
+                    job_id: "v4".into(),
+                    waiter: "w".into(),
+                    waiter_was: "placed",
+                },
+            ]
+        );
+        let mut report = OrderAudit {
+            late,
+            ..OrderAudit::default()
+        };
+        assert!(
+            !report.is_clean(),
+            "two passes for one waiter fail the audit"
+        );
+        let text = report.render(c);
+        assert!(
+            text.contains("TWICE sequence 4") && text.contains("NOTICE sequence 6"),
+            "{text}"
+        );
+        report.keep_from(5);
+        assert!(
+            report.is_clean(),
+            "a notice alone does not: {:?}",
+            report.late
+        );
     }
 }
