@@ -66,13 +66,25 @@ pub async fn read_log(
     cluster: &str,
     through: Option<u64>,
 ) -> Result<Vec<LogEntry>, AuditError> {
+    read_log_keeping(js, cluster, through, |_| {}).await
+}
+
+/// [`read_log`], passing each entry through `keep` before it is kept (to drop what a reader
+/// does not need).
+async fn read_log_keeping(
+    js: &jetstream::Context,
+    cluster: &str,
+    through: Option<u64>,
+    keep: impl Fn(&mut LogEntry),
+) -> Result<Vec<LogEntry>, AuditError> {
     let mut follower = Follower::start(js, 1, vec![subjects::cluster_events(cluster)]).await?;
     let mut out = Vec::new();
     if follower.pending_at_start == 0 {
         return Ok(out);
     }
     while let Some(entry) = follower.next().await {
-        let entry = entry?;
+        let mut entry = entry?;
+        keep(&mut entry);
         let reached = through.is_some_and(|t| entry.sequence >= t);
         let done = entry.pending == 0 || reached;
         if through.is_none_or(|t| entry.sequence <= t) {
@@ -509,12 +521,24 @@ pub async fn audit_log(js: &jetstream::Context, cluster: &str) -> Result<AuditRe
 }
 
 /// [`read_log`] to the log's end, refusing a cluster with no events at all
-/// ([`AuditError::NoEvents`]): what every audit reads.
+/// ([`AuditError::NoEvents`]): what every audit reads. The audits hold the whole log, so the
+/// launchers' payloads (up to 64 KiB a job, and no fold or decision reads them) are dropped
+/// as it is read.
 pub async fn read_log_of_events(
     js: &jetstream::Context,
     cluster: &str,
 ) -> Result<Vec<LogEntry>, AuditError> {
-    let entries = read_log(js, cluster, None).await?;
+    let entries = read_log_keeping(js, cluster, None, |entry| {
+        if let Ok(pb::Event {
+            body: Some(Body::JobSubmitted(submitted)),
+            ..
+        }) = &mut entry.event
+            && let Some(spec) = &mut submitted.spec
+        {
+            spec.payload = Default::default();
+        }
+    })
+    .await?;
     if entries.is_empty() {
         return Err(AuditError::NoEvents(cluster.to_owned()));
     }
@@ -1002,5 +1026,45 @@ mod tests {
             audit_log(&js, "nobody").await,
             Err(AuditError::NoEvents(c)) if c == "nobody"
         ));
+    }
+
+    /// The audits' read of the log drops launchers' payloads (they hold the whole log, and no
+    /// fold reads them); a plain read keeps them.
+    #[tokio::test]
+    async fn the_audits_read_of_the_log_drops_payloads() {
+        let server = fairshare_testkit::NatsServer::start().unwrap();
+        let js = server
+            .jetstream(std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
+        let submitted = pb::Event {
+            at_ms: 1,
+            body: Some(Body::JobSubmitted(pb::JobSubmitted {
+                job_id: "j".into(),
+                spec: Some(pb::JobSpec {
+                    cluster: C.into(),
+                    payload: vec![7; 4096].into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })),
+        };
+        js.publish(
+            subjects::job_event(C, "j", "job_submitted"),
+            codec::encode(&submitted),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+        let payload = |entries: &[LogEntry]| match &entries[0].event {
+            Ok(pb::Event {
+                body: Some(Body::JobSubmitted(s)),
+                ..
+            }) => s.spec.as_ref().unwrap().payload.len(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(payload(&read_log(&js, C, None).await.unwrap()), 4096);
+        assert_eq!(payload(&read_log_of_events(&js, C).await.unwrap()), 0);
     }
 }
