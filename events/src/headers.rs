@@ -2,8 +2,6 @@
 //!
 //! - [`MESSAGE_ID`] (`Nats-Msg-Id`): deterministic per logical effect, so JetStream drops a
 //!   repeat inside its duplicate window. The functions below build every id the system uses.
-//! - [`CAUSATION_ID`]: the message id of what caused this event (a submit key, a decision), so
-//!   an audit can follow a chain of effects.
 //! - [`TRACEPARENT`] / [`TRACESTATE`]: W3C trace context, carried from the launcher through
 //!   every service that acts on the message.
 //! - [`IDEMPOTENCY_KEY`]: the launcher's key, repeated in a header so intake results can be
@@ -22,8 +20,6 @@ pub const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Seq
 /// check covers every kind of one job's events (nats-server >= 2.11).
 pub const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str =
     "Nats-Expected-Last-Subject-Sequence-Subject";
-/// Message id of the cause of this message.
-pub const CAUSATION_ID: &str = "Fairshare-Causation-Id";
 /// The launcher's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "Fairshare-Idempotency-Key";
 /// W3C trace context.

@@ -11,7 +11,8 @@
 //! - [`streams`]: the JetStream stream definitions (file storage, limits retention, duplicate
 //!   window), as plain data so this crate does not depend on a NATS client.
 //! - [`headers`]: envelope conventions carried in NATS headers: the de-duplicating message id,
-//!   the causation id, and W3C trace context.
+//!   optimistic concurrency, the launcher's key, and W3C trace context (which links each effect
+//!   to its cause).
 //! - [`codec`]: encode and decode with errors that say what was wrong with the bytes.
 //!
 //! ```

@@ -8,8 +8,6 @@ use fairshare_events::headers::{self, TraceParent};
 pub struct Envelope {
     /// Deterministic id; JetStream drops a repeat inside the duplicate window.
     pub message_id: String,
-    /// Message id of the cause, if any.
-    pub causation_id: Option<String>,
     /// Trace context to hand on.
     pub trace: Option<TraceParent>,
     /// The launcher's idempotency key, on submission results.
@@ -36,9 +34,6 @@ impl Envelope {
     pub fn to_headers(&self) -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert(headers::MESSAGE_ID, header_value(&self.message_id));
-        if let Some(c) = &self.causation_id {
-            h.insert(headers::CAUSATION_ID, header_value(c));
-        }
         if let Some(t) = &self.trace {
             h.insert(headers::TRACEPARENT, t.to_string().as_str());
         }

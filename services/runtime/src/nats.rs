@@ -167,6 +167,25 @@ pub fn intake_consumer_config() -> jetstream::consumer::pull::Config {
     }
 }
 
+/// The size limits of `config` that delete the oldest entries when reached (an operator's,
+/// kept by [`ensure_streams`]), in words; `None` if there are none, or if a full stream
+/// refuses new entries instead (discard new).
+fn limits_that_cut_the_log(config: &jetstream::stream::Config) -> Option<String> {
+    if config.discard == jetstream::stream::DiscardPolicy::New {
+        return None;
+    }
+    let limits: Vec<String> = [
+        ("max_bytes", config.max_bytes),
+        ("max_msgs", config.max_messages),
+        ("max_msgs_per_subject", config.max_messages_per_subject),
+    ]
+    .into_iter()
+    .filter(|(_, v)| *v > 0)
+    .map(|(name, v)| format!("{name} {v}"))
+    .collect();
+    (!limits.is_empty()).then(|| limits.join(", "))
+}
+
 /// Creates every stream that is missing and brings existing ones to the current definition.
 /// Safe to call from every service at start-up, concurrently.
 pub async fn ensure_streams(
@@ -196,6 +215,18 @@ pub async fn ensure_streams(
                          with {:?} retention (recreate it: see deploy/nats/jetstream/)",
                         current.storage, current.retention, config.storage, config.retention
                     )));
+                }
+                if spec.name == streams::EVENTS_STREAM
+                    && let Some(limits) = limits_that_cut_the_log(&current)
+                {
+                    tracing::warn!(
+                        stream = spec.name,
+                        "the log has {limits} with discard old: once reached, the oldest events \
+                         are deleted, the budget trees and node registrations among the first, \
+                         and a service folding from scratch (a new instance, a deleted \
+                         checkpoint, an audit) would see no tree or nodes; remove the limits, or \
+                         set discard new so a full log refuses writes instead"
+                    );
                 }
                 if current.subjects != config.subjects
                     || current.duplicate_window != config.duplicate_window
@@ -232,4 +263,35 @@ pub async fn ensure_streams(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn size_limits_that_delete_old_entries_are_named() {
+        let spec = streams::all()
+            .into_iter()
+            .find(|s| s.name == streams::EVENTS_STREAM)
+            .expect("the events stream");
+        let mut config = stream_config(&spec, 1);
+        assert_eq!(
+            limits_that_cut_the_log(&config),
+            None,
+            "the definition has none"
+        );
+        config.max_bytes = 1 << 30;
+        config.max_messages_per_subject = 5;
+        assert_eq!(
+            limits_that_cut_the_log(&config).as_deref(),
+            Some("max_bytes 1073741824, max_msgs_per_subject 5")
+        );
+        config.discard = jetstream::stream::DiscardPolicy::New;
+        assert_eq!(
+            limits_that_cut_the_log(&config),
+            None,
+            "refuses writes instead"
+        );
+    }
 }
