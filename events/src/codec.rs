@@ -28,6 +28,18 @@ pub enum DecodeError {
     /// it was written by a newer schema version.
     #[error("event has no body this version understands (missing, or written by a newer schema)")]
     UnknownBody,
+    /// A request carries a field this build's schema does not define (a launcher built for a
+    /// newer schema): decoding would drop it silently, and the log would never hold it.
+    #[error(
+        "{expected} carries {field}, which this build's schema does not define (a launcher \
+         built for a newer schema?): it would be dropped; leave it unset, or upgrade the service"
+    )]
+    UnknownField {
+        /// The message type that was expected.
+        expected: &'static str,
+        /// Which field, as "JobSpec field 12".
+        field: String,
+    },
     /// A log entry decoded, but its event is not on the subject its kind is written to
     /// ([`crate::subjects::check_filed`]): folded as empty, so no writer acts beyond its
     /// subjects' permissions.
@@ -82,7 +94,88 @@ pub fn decode_log_entry(subject: &str, bytes: &[u8]) -> Result<pb::Event, Decode
 
 /// Decodes a submit request (request/reply or intake).
 pub fn decode_submit_request(bytes: &[u8]) -> Result<pb::SubmitRequest, DecodeError> {
-    decode(bytes, "fairshare.v1.SubmitRequest")
+    const EXPECTED: &str = "fairshare.v1.SubmitRequest";
+    let request = decode(bytes, EXPECTED)?;
+    if let Some(field) = unknown_submit_field(bytes) {
+        return Err(DecodeError::UnknownField {
+            expected: EXPECTED,
+            field,
+        });
+    }
+    Ok(request)
+}
+
+/// The field numbers `SubmitRequest` and `JobSpec` define (`schemas/fairshare/v1/
+/// fairshare.proto`): a test checks them against the generated types.
+const SUBMIT_REQUEST_FIELDS: std::ops::RangeInclusive<u32> = 1..=2;
+const JOB_SPEC_FIELDS: std::ops::RangeInclusive<u32> = 1..=11;
+/// `SubmitRequest.spec`.
+const SPEC_FIELD: u32 = 2;
+
+/// The first field of a `SubmitRequest`'s bytes, or of its `JobSpec`'s, that this build does
+/// not define, in words; `None` if there is none (or the bytes are not walkable protobuf, which
+/// decoding reports).
+fn unknown_submit_field(bytes: &[u8]) -> Option<String> {
+    let mut spec_unknown = None;
+    let top = first_unknown_field(bytes, &SUBMIT_REQUEST_FIELDS, &mut |number, value| {
+        if number == SPEC_FIELD
+            && spec_unknown.is_none()
+            && let Some(nested) = value
+        {
+            spec_unknown = first_unknown_field(nested, &JOB_SPEC_FIELDS, &mut |_, _| {});
+        }
+    });
+    top.map(|n| format!("SubmitRequest field {n}"))
+        .or_else(|| spec_unknown.map(|n| format!("JobSpec field {n}")))
+}
+
+/// Walks the protobuf fields of `bytes`, calling `each` with every field's number and, for a
+/// length-delimited one, its bytes; returns the first number outside `known`. Stops (`None`)
+/// at bytes that are not protobuf.
+fn first_unknown_field<'b>(
+    mut bytes: &'b [u8],
+    known: &std::ops::RangeInclusive<u32>,
+    each: &mut dyn FnMut(u32, Option<&'b [u8]>),
+) -> Option<u32> {
+    fn varint(bytes: &mut &[u8]) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = bytes.split_first()?;
+            *bytes = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+    fn skip<'b>(bytes: &mut &'b [u8], n: u64) -> Option<&'b [u8]> {
+        let n = usize::try_from(n).ok()?;
+        let (taken, rest) = (bytes.get(..n)?, bytes.get(n..)?);
+        *bytes = rest;
+        Some(taken)
+    }
+    let mut unknown = None;
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes)?;
+        let number = u32::try_from(key >> 3).ok()?;
+        let value = match key & 7 {
+            0 => varint(&mut bytes).map(|_| None)?,
+            1 => skip(&mut bytes, 8).map(|_| None)?,
+            2 => {
+                let len = varint(&mut bytes)?;
+                Some(skip(&mut bytes, len)?)
+            }
+            5 => skip(&mut bytes, 4).map(|_| None)?,
+            // Groups (3, 4) are in no message of this schema; decoding judges them.
+            _ => return None,
+        };
+        if !known.contains(&number) && unknown.is_none() {
+            unknown = Some(number);
+        }
+        each(number, value);
+    }
+    unknown
 }
 
 /// Decodes a submit reply.
@@ -188,6 +281,59 @@ pub fn event_kind(event: &pb::Event) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every field of `JobSpec` set (a struct literal with no default, so a field added to the
+    /// schema fails to compile here: add it, and widen `JOB_SPEC_FIELDS`).
+    fn full_request() -> pb::SubmitRequest {
+        pb::SubmitRequest {
+            idempotency_key: "k".into(),
+            spec: Some(pb::JobSpec {
+                cluster: "c".into(),
+                allocation: "a".into(),
+                user: "u".into(),
+                gpus: 8,
+                nodes: 1,
+                min_runtime_s: 60,
+                resumable: true,
+                priority: -3,
+                time_limit_s: 3_600,
+                payload: vec![1, 2, 3].into(),
+                name: "n".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_submit_request_field_this_schema_does_not_define_is_refused_by_name() {
+        let bytes = encode(&full_request()).to_vec();
+        assert_eq!(decode_submit_request(&bytes), Ok(full_request()));
+        // Every field of the full request is known, and the highest is the range's end.
+        let mut numbers = Vec::new();
+        first_unknown_field(&bytes, &SUBMIT_REQUEST_FIELDS, &mut |n, v| {
+            if n == SPEC_FIELD {
+                first_unknown_field(v.unwrap(), &JOB_SPEC_FIELDS, &mut |n, _| numbers.push(n));
+            }
+        });
+        assert_eq!(numbers.iter().max(), Some(JOB_SPEC_FIELDS.end()));
+        // A newer launcher's JobSpec field 12 (varint 1) inside the spec.
+        let mut spec = encode(full_request().spec.as_ref().unwrap()).to_vec();
+        spec.extend([12 << 3, 1]);
+        let mut newer = vec![(1 << 3) | 2, 1, b'k', (2 << 3) | 2];
+        newer.push(u8::try_from(spec.len()).unwrap());
+        newer.extend(&spec);
+        match decode_submit_request(&newer) {
+            Err(DecodeError::UnknownField { field, .. }) => assert_eq!(field, "JobSpec field 12"),
+            other => panic!("{other:?}"),
+        }
+        // At the top: field 3, length-delimited.
+        let mut top = bytes.clone();
+        top.extend([(3 << 3) | 2, 2, b'h', b'i']);
+        let refused = decode_submit_request(&top).unwrap_err();
+        assert!(
+            refused.to_string().contains("SubmitRequest field 3"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn every_kind_name_is_listed() {
