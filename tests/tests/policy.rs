@@ -68,6 +68,42 @@ async fn reverting_a_budget_is_written_and_repeating_one_is_not() {
     );
 }
 
+/// Another publisher's message under a budget change's message id (ids are predictable from
+/// the log, and a launcher may publish its reports with any headers) does not pass for the
+/// change: it is written under an id of its own.
+#[tokio::test]
+async fn a_budget_whose_message_id_another_publisher_took_is_written() {
+    let (_server, js) = start().await;
+    let a = files::parse_budget(BUDGET).unwrap();
+    let content = fairshare_events::codec::encode(&pb::Event {
+        at_ms: 0,
+        body: Some(Body::BudgetTreeSet(a.clone())),
+    });
+    let id = fairshare_events::headers::policy_id(
+        CLUSTER,
+        "budget",
+        fairshare_events::headers::content_hash(&content),
+        0,
+    );
+    let squat = Envelope {
+        message_id: id,
+        ..Default::default()
+    };
+    let started = pb::Event {
+        at_ms: 1,
+        body: Some(Body::JobStarted(pb::JobStarted {
+            job_id: "other".into(),
+        })),
+    };
+    let subject = subjects::job_event(CLUSTER, "other", "job_started");
+    admin::append(&js, subject, &started, &squat).await.unwrap();
+    let written = admin::set_budget(&js, 2, a.clone()).await.unwrap();
+    assert_eq!(
+        bodies_on(&js, &subjects::policy(CLUSTER)).await,
+        vec![(written, Body::BudgetTreeSet(a))]
+    );
+}
+
 #[tokio::test]
 async fn a_node_back_to_its_earlier_size_is_written() {
     let (_server, js) = start().await;

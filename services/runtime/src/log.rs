@@ -178,6 +178,34 @@ pub async fn newest_sequence<I>(
     }
 }
 
+/// Whether the events stream's entry at `sequence`, which a duplicate acknowledgement named,
+/// was written on `subject`: an earlier send of the same effect, or the same decision by
+/// another instance (its bytes may differ; the first stands). Message ids are predictable from
+/// the log, and a launcher may publish its jobs' reports with any headers: its message under
+/// the id is on another subject (the decision, preemption and operator subjects are closed to
+/// launchers), and the effect then did not land: its writer sends it again under
+/// [`id_beside`].
+pub async fn duplicate_is_own(
+    js: &jetstream::Context,
+    sequence: u64,
+    subject: &str,
+) -> Result<bool, String> {
+    let events = js
+        .get_stream_no_info(EVENTS_STREAM)
+        .await
+        .map_err(|e| e.to_string())?;
+    match events.get_raw_message(sequence).await {
+        Ok(m) => Ok(m.subject.as_str() == subject),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The message id an effect is sent under when `id` is held by another publisher's entry at
+/// `sequence` ([`duplicate_is_own`]): unique to that entry, and the same on every resend.
+pub fn id_beside(id: &str, sequence: u64) -> String {
+    format!("{id}:{sequence}")
+}
+
 /// When the events stream stored its entry at `sequence` (Unix ms, as [`LogEntry::stored_ms`]
 /// gives it); `None` if it holds no entry there (never written, deleted, or past its end).
 pub async fn stored_ms_at(js: &jetstream::Context, sequence: u64) -> Result<Option<i64>, String> {

@@ -36,7 +36,7 @@
 //! Only looked up: one the server refused for good (a stream that is not there, a message over
 //! its size limit).
 
-use async_nats::jetstream::{self, context::PublishErrorKind};
+use async_nats::jetstream::{self, context::PublishErrorKind, publish::PublishAck};
 use fairshare_events::headers::TraceParent;
 use fairshare_events::{codec, pb, subjects};
 use fairshare_runtime::envelope::Envelope;
@@ -148,14 +148,21 @@ async fn publish_in_chunks(
     outcome
 }
 
-/// Sends placement `p`: the same subject, headers and bytes every time it is sent.
+/// Sends placement `p`: the same subject, headers and bytes every time it is sent (under the
+/// id beside another publisher's entry at `squatted`, when its own id was taken:
+/// [`fairshare_runtime::log::duplicate_is_own`]).
 async fn send(
     js: &jetstream::Context,
     cluster: &str,
     p: &ToPublish,
+    squatted: Option<u64>,
 ) -> Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError> {
+    let id = placement_id(&p.job_id, p.expected);
     let envelope = Envelope {
-        message_id: placement_id(&p.job_id, p.expected),
+        message_id: match squatted {
+            Some(sequence) => fairshare_runtime::log::id_beside(&id, sequence),
+            None => id,
+        },
         trace: Some(p.trace),
         expected_last_subject_sequence: Some((p.expected, Some(subjects::job(cluster, &p.job_id)))),
         ..Default::default()
@@ -174,7 +181,7 @@ async fn publish_part(
 ) {
     let mut acks = Vec::with_capacity(part.len());
     for p in part {
-        match send(js, cluster, &p).await {
+        match send(js, cluster, &p, None).await {
             Ok(ack) => acks.push((p, ack)),
             Err(e) => {
                 tracing::warn!(job_id = p.job_id, "placement not sent: {e}");
@@ -188,6 +195,10 @@ async fn publish_part(
     )
     .await;
     for (p, result) in results {
+        let result = match result {
+            Ok(ack) if ack.duplicate => resend_if_squatted(js, cluster, &p, ack).await,
+            other => other,
+        };
         match result {
             Ok(ack) => {
                 outcome.max_sequence = outcome.max_sequence.max(ack.sequence);
@@ -208,6 +219,36 @@ async fn publish_part(
                 tracing::warn!(job_id = p.job_id, "placement acknowledgement failed: {e}");
                 outcome.failed.push(p);
             }
+        }
+    }
+}
+
+/// A placement acknowledged as a duplicate: if the entry holding its id is another publisher's
+/// (not a placement of this job, sent before or by another instance), it is sent again under an id of its own, with the same
+/// fence, and that answer counts; otherwise (or if the entry cannot be read) `ack` stands.
+/// Without this, a message squatting the id would have every cycle decide the job again and
+/// take the duplicate for its placement, its GPUs idle for the stream's duplicate window.
+async fn resend_if_squatted(
+    js: &jetstream::Context,
+    cluster: &str,
+    p: &ToPublish,
+    ack: PublishAck,
+) -> Result<PublishAck, jetstream::context::PublishError> {
+    let subject = subjects::job_event(cluster, &p.job_id, "job_placed");
+    match fairshare_runtime::log::duplicate_is_own(js, ack.sequence, &subject).await {
+        Ok(false) => {
+            tracing::warn!(
+                job_id = p.job_id,
+                held_by = ack.sequence,
+                "another publisher's entry holds this placement's message id: sent again \
+                 under an id of its own"
+            );
+            send(js, cluster, p, Some(ack.sequence)).await?.await
+        }
+        Ok(true) => Ok(ack),
+        Err(e) => {
+            tracing::debug!(job_id = p.job_id, "cannot read the duplicate's entry: {e}");
+            Ok(ack)
         }
     }
 }
@@ -274,7 +315,7 @@ pub(crate) async fn settle(
                     return Settled::Unknown(format!("cannot read the newest node event: {e}"));
                 }
             }
-            let answer = match send(js, cluster, p).await {
+            let answer = match send(js, cluster, p, None).await {
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
             };
@@ -501,6 +542,44 @@ mod tests {
             let newest = newest_of_job(&events, C, &format!("j{i}")).await.unwrap();
             assert_eq!(newest > *submitted_at, i < 4 && i != 1, "j{i}");
         }
+    }
+
+    /// A launcher's message squatting a placement's message id (its own job's report, with
+    /// the id copied from the log's pattern) is no placement: the placement is sent again
+    /// under an id of its own and lands, instead of being taken for a duplicate every cycle.
+    #[tokio::test]
+    async fn a_placement_whose_id_another_publisher_took_lands_under_its_own() {
+        let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
+        let events = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let s1 = append(&js, "j", submitted("j")).await;
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", placement_id("j", s1).as_str());
+        let started = pb::Event {
+            at_ms: 1,
+            body: Some(Body::JobStarted(pb::JobStarted {
+                job_id: "other".into(),
+            })),
+        };
+        let squatter = js
+            .publish_with_headers(
+                subjects::job_event(C, "other", "job_started"),
+                headers,
+                codec::encode(&started),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .sequence;
+        let out = publish(&js, C, vec![placement("j", s1, "n1")], || true).await;
+        assert_eq!((out.landed, out.duplicates), (1, 0));
+        let placed = newest_of_job(&events, C, "j").await.unwrap();
+        assert!(placed > squatter, "the placement landed after the squatter");
+        let stored = events.get_raw_message(placed).await.unwrap();
+        assert_eq!(
+            stored.subject.as_str(),
+            subjects::job_event(C, "j", "job_placed")
+        );
     }
 
     #[tokio::test]
@@ -743,7 +822,7 @@ mod tests {
         .expect("the client sees the server gone");
         let p = placement("j", j, "n1");
         // Sent while the server is down: it waits in the client's buffer, its answer lost.
-        drop(send(&js, C, &p).await.unwrap());
+        drop(send(&js, C, &p, None).await.unwrap());
         server.restart().unwrap();
 
         // A node event lands while the deciding client is still away.

@@ -336,12 +336,37 @@ pub(crate) async fn publish(
             ..Default::default()
         };
         let (headers, payload) = (envelope.to_headers(), codec::encode(&event));
-        let result = async {
+        let mut result = async {
             js.publish_with_headers(subject.clone(), headers.clone(), payload.clone())
                 .await?
                 .await
         }
         .await;
+        // A duplicate whose entry is on another subject is another publisher's message under
+        // this id (a launcher may publish its reports with any headers): the effect did not
+        // land, and is sent again under an id of its own, with the same fence.
+        if let Ok(ack) = &result
+            && ack.duplicate
+            && fairshare_runtime::log::duplicate_is_own(js, ack.sequence, &subject).await
+                == Ok(false)
+        {
+            tracing::warn!(
+                message_id,
+                held_by = ack.sequence,
+                "another publisher's entry holds this effect's message id: sent again under \
+                 an id of its own"
+            );
+            let beside = Envelope {
+                message_id: fairshare_runtime::log::id_beside(&message_id, ack.sequence),
+                ..envelope.clone()
+            };
+            result = async {
+                js.publish_with_headers(subject.clone(), beside.to_headers(), payload.clone())
+                    .await?
+                    .await
+            }
+            .await;
+        }
         match result {
             Ok(ack) => {
                 outcome.max_sequence = outcome.max_sequence.max(ack.sequence);
@@ -568,6 +593,44 @@ mod tests {
         // The next pass waits until the fold has seen the waiter's placement.
         let w_newest = newest_on(&js, &subjects::job(C, "w")).await.unwrap();
         assert_eq!(out.max_sequence, w_newest);
+    }
+
+    /// A launcher's message squatting an order's message id (its own job's report, the id
+    /// copied from the log's pattern) is no order: the order is sent again under an id of its
+    /// own and lands, instead of being taken for a duplicate.
+    #[tokio::test]
+    async fn an_order_whose_id_another_publisher_took_lands_under_its_own() {
+        let (_server, js, fold) = submitted_jobs(&["v", "w"]).await;
+        let expected = fold.job_sequence("v").unwrap();
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", format!("preempt:v:{expected}").as_str());
+        let started = pb::Event {
+            at_ms: 1,
+            body: Some(Body::JobStarted(pb::JobStarted {
+                job_id: "other".into(),
+            })),
+        };
+        js.publish_with_headers(
+            subjects::job_event(C, "other", "job_started"),
+            headers,
+            codec::encode(&started),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+        let events = crate::domain::into_events(vec![order_for_w("v")], 5);
+        let out = publish(&js, C, &fold, events).await;
+        assert_eq!((out.landed, out.duplicates), (1, 0));
+        let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let newest = stream
+            .get_last_raw_message_by_subject(&subjects::job(C, "v"))
+            .await
+            .unwrap();
+        assert_eq!(
+            newest.subject.as_str(),
+            subjects::job_event(C, "v", "preemption_ordered")
+        );
     }
 
     /// A drained report the server never stores (the service's credentials deny the node
