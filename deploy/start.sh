@@ -10,7 +10,7 @@
 #   FAIRSHARE_NATS_AUTH=1 ./deploy/start.sh    # every process with its own nkey (.run/auth)
 set -euo pipefail
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$repo"
 run="$repo/.run"
 mkdir -p "$run/logs" "$run/nats"

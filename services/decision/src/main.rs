@@ -17,8 +17,9 @@ use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 /// Folds `fairshare.events.<cluster>.>` (jobs, budget tree, nodes, maintenance, usage
 /// snapshots), runs a decision cycle on every change (at most one per debounce) and on a
 /// timer, and appends a `JobPlaced` per placement. Keeps a sled checkpoint of its fold
-/// (delete it at any time: the next start rebuilds it from the log). Run exactly one per
-/// cluster. Every flag can also be set with the environment variable named in brackets.
+/// (delete it at any time: the next start rebuilds it from the log). One instance per
+/// cluster decides, holding the cluster's lease; a second stands by and takes over when the
+/// lease is let go or runs out (`fairshare leases`). Every flag can also be set with the environment variable named in brackets.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Args {

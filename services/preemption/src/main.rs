@@ -18,8 +18,9 @@ use fairshare_runtime::{clock::SystemClock, shutdown, telemetry};
 /// Folds `fairshare.events.<cluster>.>`, orders victims off for waiting under-served work
 /// (never inside their minimum runtime), kills at the grace deadline what the launcher did not
 /// confirm, requeues resumable jobs and drains cordoned nodes. Keeps a sled checkpoint of its
-/// fold (delete it at any time: the next start rebuilds it from the log). Run exactly one per
-/// cluster. Every flag can also be set with the environment variable named in brackets.
+/// fold (delete it at any time: the next start rebuilds it from the log). One instance per
+/// cluster orders, holding the cluster's lease; a second stands by and takes over when the
+/// lease is let go or runs out (`fairshare leases`). Every flag can also be set with the environment variable named in brackets.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Args {

@@ -216,6 +216,17 @@ pub async fn ensure_streams(
                         current.storage, current.retention, config.storage, config.retention
                     )));
                 }
+                if current.num_replicas < replicas {
+                    tracing::warn!(
+                        stream = spec.name,
+                        replicas = current.num_replicas,
+                        asked = replicas,
+                        "the stream has fewer replicas than this service was started with \
+                         (--stream-replicas): it keeps them (they are chosen when a stream is \
+                         made); raise them with `nats stream edit --replicas` if it should \
+                         survive the loss of a server"
+                    );
+                }
                 if spec.name == streams::EVENTS_STREAM
                     && let Some(limits) = limits_that_cut_the_log(&current)
                 {

@@ -76,8 +76,9 @@ enum Command {
     /// Which instance decides for each cluster: the decision and preemption services' leases
     /// (a second instance stands by until the holder's lease is let go or runs out).
     Leases(commands::leases::LeasesArgs),
-    /// Re-derive every placement and preemption order in a cluster's log from the log prefix
-    /// each names; print what differs (exit status 1 if anything does).
+    /// Re-derive every placement, preemption order and usage snapshot in a cluster's log from
+    /// the log prefix each names; print what differs (exit status 1 if anything does, 2 if
+    /// nothing could be audited: no events of the cluster, the log unreadable, a bad flag).
     ///
     /// Give the preemption flags the service ran with (--grace, --checkpoint-interval,
     /// --hysteresis-per-mille, --max-min-runtime, --packing, or their FAIRSHARE_* variables),
@@ -96,7 +97,12 @@ enum Command {
     Streams {
         /// Replicas of streams it creates: 1 on one server, 3 on a 3-node cluster (an existing
         /// stream keeps its replicas).
-        #[arg(long, default_value_t = 1)]
+        #[arg(
+            long,
+            alias = "stream-replicas",
+            env = "FAIRSHARE_STREAM_REPLICAS",
+            default_value_t = 1
+        )]
         replicas: usize,
         /// Do not connect: write each stream's and the intake consumer's definition as JSON
         /// into this directory, for `nats stream add --config` and `nats consumer add
