@@ -134,6 +134,15 @@ pub enum UnsupportedSetting {
         /// Its value.
         value: String,
     },
+    /// An endpoint is `https://`: this build carries no TLS client for the exporter, whose
+    /// every export would fail unseen.
+    #[error("{variable}={value:?}: only http:// endpoints are supported (no TLS in this build)")]
+    Tls {
+        /// The variable that was set.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+    },
 }
 
 /// Why span export could not be set up.
@@ -163,6 +172,16 @@ impl ExportSetting {
         };
         if !wanted {
             return Ok(Self::Off);
+        }
+        for variable in [
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ] {
+            if let Some(value) = set(variable)
+                && value.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+            {
+                return Err(UnsupportedSetting::Tls { variable, value });
+            }
         }
         for variable in [
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
@@ -481,6 +500,17 @@ mod tests {
                 ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
             ])),
             Ok(Otlp)
+        );
+        assert_eq!(
+            ExportSetting::from_env(table(&[(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "HTTPS://collector:4318"
+            )])),
+            Err(UnsupportedSetting::Tls {
+                variable: "OTEL_EXPORTER_OTLP_ENDPOINT",
+                value: "HTTPS://collector:4318".into()
+            }),
+            "no TLS client: refused at start, not failing unseen"
         );
     }
 
