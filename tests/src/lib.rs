@@ -380,7 +380,9 @@ pub async fn python_submit(url: &str, args: &[&std::ffi::OsStr]) -> std::process
         env!("CARGO_MANIFEST_DIR"),
         "/../tools/launcher-py/fairshare_submit.py"
     );
-    let mut command = std::process::Command::new("python3");
+    // The interpreter tools/test.sh checked (PYTHON), else python3.
+    let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    let mut command = std::process::Command::new(python);
     command
         .arg(script)
         .args(["--url", url, "--cluster", CLUSTER])
