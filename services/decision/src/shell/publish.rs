@@ -319,6 +319,10 @@ pub(crate) async fn settle(
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
             };
+            let answer = match answer {
+                Ok(ack) if ack.duplicate => resend_if_squatted(js, cluster, p, ack).await,
+                other => other,
+            };
             match resend_answer(answer) {
                 ResendAnswer::Stored(sequence) => return Settled::At(sequence),
                 ResendAnswer::Unknown(why) => return Settled::Unknown(why),
