@@ -178,7 +178,9 @@ impl ExportSetting {
             "OTEL_EXPORTER_OTLP_ENDPOINT",
         ] {
             if let Some(value) = set(variable)
-                && value.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+                && value
+                    .get(..8)
+                    .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
             {
                 return Err(UnsupportedSetting::Tls { variable, value });
             }
