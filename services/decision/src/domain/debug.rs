@@ -91,6 +91,11 @@ pub fn waiters<'s>(
     }
     let held = held_by_allocation(state, tree, allowance);
     for &leaf in order {
+        // An allocation with no share of the cluster (share 0 on its path) ranks after every
+        // one with a share and gets only GPUs they leave: no allowance puts its jobs first.
+        if tree.fraction(leaf).num == 0 {
+            continue;
+        }
         let path = tree.accounts[leaf].path.as_str();
         let Some((allocation, queue)) = state.queues.get_key_value(path) else {
             continue;

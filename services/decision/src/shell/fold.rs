@@ -31,7 +31,8 @@ pub enum Applied {
     /// The state changed in a way that can change the next decision.
     Changed,
     /// A placement was folded: GPUs are now held, nothing was freed, so no new cycle is needed
-    /// for it.
+    /// for it. (A placement of a job GPUs were promised to is [`Applied::Changed`]: the GPUs it
+    /// did not take are anyone's now.)
     Placed,
     /// The state refused the event (see [`Ignored`]); only the last applied sequence moved.
     Ignored(Ignored),
@@ -135,6 +136,15 @@ impl LogFold {
     /// duplicates and change nothing at all.
     pub fn apply(&mut self, entry: &LogEntry) -> Applied {
         let event = entry.event.as_ref().unwrap_or(&UNDECODABLE);
+        // A placement of a job GPUs were promised to frees what it did not take of them (it
+        // may be best-fit elsewhere): that can change the next decision.
+        let frees_a_promise = match &event.body {
+            Some(Body::JobPlaced(p)) => self
+                .state
+                .promise_for(&p.job_id, event.at_ms)
+                .is_some_and(|promise| !promise.nodes.is_empty()),
+            _ => false,
+        };
         let result = self
             .state
             .apply_stored(entry.sequence, event, entry.stored_ms);
@@ -170,7 +180,7 @@ impl LogFold {
         };
         match result {
             Err(why) => Applied::Ignored(why),
-            Ok(()) if placed => Applied::Placed,
+            Ok(()) if placed && !frees_a_promise => Applied::Placed,
             Ok(()) => Applied::Changed,
         }
     }
@@ -242,6 +252,108 @@ mod tests {
             }),
             ..Default::default()
         })
+    }
+
+    /// A placement frees nothing, so it needs no cycle of its own, unless GPUs were promised
+    /// to its job: what it did not take of them is anyone's now.
+    #[test]
+    fn a_placement_of_a_job_with_a_promise_is_a_change() {
+        let mut f = LogFold::new("c");
+        let s = |j: &str, k: &str| subjects::job_event("c", j, k);
+        let job = |id: &str, gpus: u32| {
+            Body::JobSubmitted(pb::JobSubmitted {
+                job_id: id.into(),
+                spec: Some(pb::JobSpec {
+                    cluster: "c".into(),
+                    allocation: "a".into(),
+                    gpus: i64::from(gpus),
+                    min_runtime_s: 60,
+                    resumable: true,
+                    ..Default::default()
+                }),
+                shape: Some(pb::Shape {
+                    nodes: 1,
+                    gpus_per_node: gpus,
+                }),
+                ..Default::default()
+            })
+        };
+        let on = |id: &str, node: &str, gpus| {
+            Body::JobPlaced(pb::JobPlaced {
+                job_id: id.into(),
+                nodes: vec![pb::NodeGpus {
+                    node: node.into(),
+                    gpus,
+                }],
+                basis: None,
+            })
+        };
+        let log = [
+            entry(
+                1,
+                &subjects::policy("c"),
+                Some(Body::BudgetTreeSet(pb::BudgetTreeSet {
+                    cluster: "c".into(),
+                    accounts: vec![pb::Account {
+                        name: "a".into(),
+                        share: 1,
+                        ..Default::default()
+                    }],
+                })),
+            ),
+            entry(
+                2,
+                &subjects::node("c", "n1"),
+                Some(Body::NodeRegistered(pb::NodeRegistered {
+                    cluster: "c".into(),
+                    node: "n1".into(),
+                    gpus: 8,
+                })),
+            ),
+            entry(3, &s("v", "job_submitted"), Some(job("v", 8))),
+            entry(4, &s("v", "job_placed"), Some(on("v", "n1", 8))),
+            entry(
+                5,
+                &s("v", "job_started"),
+                Some(Body::JobStarted(pb::JobStarted { job_id: "v".into() })),
+            ),
+            entry(6, &s("w", "job_submitted"), Some(job("w", 4))),
+            entry(7, &s("k", "job_submitted"), Some(job("k", 4))),
+            entry(
+                8,
+                &s("v", "preemption_ordered"),
+                Some(Body::PreemptionOrdered(pb::PreemptionOrdered {
+                    job_id: "v".into(),
+                    for_job_id: "w".into(),
+                    grace_deadline_ms: 60_000,
+                    ..Default::default()
+                })),
+            ),
+            entry(
+                9,
+                &s("v", "job_preempted"),
+                Some(Body::JobPreempted(pb::JobPreempted {
+                    job_id: "v".into(),
+                    killed: false,
+                })),
+            ),
+        ];
+        for e in &log {
+            f.apply(e);
+        }
+        assert!(
+            f.state().promise_for("w", 5).is_some(),
+            "n1's 8 GPUs held for w"
+        );
+        assert_eq!(
+            f.apply(&entry(10, &s("w", "job_placed"), Some(on("w", "n1", 4)))),
+            Applied::Changed,
+            "the 4 GPUs w left are free for k"
+        );
+        assert_eq!(
+            f.apply(&entry(11, &s("k", "job_placed"), Some(on("k", "n1", 4)))),
+            Applied::Placed
+        );
     }
 
     #[test]

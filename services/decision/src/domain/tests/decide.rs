@@ -858,6 +858,19 @@ fn a_floor_just_above_what_is_held_does_not_read_as_equal_to_it() {
     );
 }
 
+/// A debug job of an allocation with no share (share 0) gets no allowance: it ranks after every
+/// allocation with a share, so the free GPUs go to their waiting work first.
+#[test]
+fn a_debug_job_of_an_allocation_with_no_share_does_not_go_first() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("scavenger", 0)]);
+    h.node("n0", 2);
+    h.state.set_debug_allowance_gpus(4);
+    h.submit(NOW - 20, "scav-dbg", "scavenger", 2, 600);
+    h.submit(NOW - 10, "a-job", "a", 2, 3600);
+    assert_eq!(placed_ids(&h.decide(NOW)), vec!["a-job".to_owned()]);
+}
+
 #[test]
 fn a_waiting_debug_job_within_its_allowance_is_told_it_goes_before_the_rank_order() {
     let mut h = H::new();
