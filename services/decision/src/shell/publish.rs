@@ -38,6 +38,7 @@
 
 use async_nats::jetstream::{self, context::PublishErrorKind, publish::PublishAck};
 use fairshare_events::headers::TraceParent;
+use fairshare_events::streams::EVENTS_STREAM;
 use fairshare_events::{codec, pb, subjects};
 use fairshare_runtime::envelope::Envelope;
 use fairshare_runtime::retry::{ResendAnswer, resend_answer};
@@ -116,7 +117,9 @@ pub(crate) async fn publish(
 /// longer holds: each chunk can take a request timeout, so a big cycle sent on regardless
 /// could still be landing placements after its lease ran out and a successor, reading the log
 /// without them, gave the same GPUs to other jobs. The rest are not sent
-/// ([`Outcome::withheld`]); the next cycle decides them again.
+/// ([`Outcome::withheld`]); the next cycle decides them again. So, too, when a node or
+/// maintenance event newer than the cycle's state landed while earlier chunks were awaited
+/// (the cycle looked before the first): the rest could land on GPUs a node no longer has.
 async fn publish_in_chunks(
     js: &jetstream::Context,
     cluster: &str,
@@ -140,6 +143,39 @@ async fn publish_in_chunks(
                  lease no longer holds; decided again"
             );
             break;
+        }
+        if sent > 0
+            && let Some(through) = batch.peek().map(|p| p.decided_through)
+        {
+            let moved = match js.get_stream_no_info(EVENTS_STREAM).await {
+                Ok(events) => newest_inventory_change(&events, cluster).await,
+                Err(e) => Err(e.to_string()),
+            };
+            match moved {
+                Ok(newest) if newest > through => {
+                    outcome.withheld = total - sent;
+                    outcome.max_sequence = outcome.max_sequence.max(newest);
+                    outcome.fenced = true;
+                    tracing::debug!(
+                        withheld = outcome.withheld,
+                        newest,
+                        "nodes changed while this cycle's placements were being sent; the rest \
+                         decided again"
+                    );
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    outcome.withheld = total - sent;
+                    outcome.fence_unread = true;
+                    tracing::warn!(
+                        withheld = outcome.withheld,
+                        "cannot read the newest node event between chunks; the rest decided \
+                         again: {e}"
+                    );
+                    break;
+                }
+            }
         }
         let part: Vec<ToPublish> = batch.by_ref().take(chunk.max(1)).collect();
         sent += part.len();
@@ -377,8 +413,8 @@ pub(crate) async fn newest_of_job(
 /// The sequence of the newest node or maintenance event of `cluster`: a cycle decided from an
 /// older state may name a node cordoned, removed, shrunk or closed for maintenance since, so
 /// its placements are not published (the job fence above does not cover the GPUs).
-pub(crate) async fn newest_inventory_change(
-    events: &jetstream::stream::Stream,
+pub(crate) async fn newest_inventory_change<I>(
+    events: &jetstream::stream::Stream<I>,
     cluster: &str,
 ) -> Result<u64, String> {
     let (nodes, maintenance) = futures::future::join(
@@ -494,6 +530,38 @@ mod tests {
             batch.push(placement(&job, s, "n1"));
         }
         batch
+    }
+
+    /// A node event newer than the cycle's state, landed while its first chunk was out (here:
+    /// before it, which the cycle's own look would have caught; the chunks do not look before
+    /// the first), withholds every chunk after it: they could land on GPUs the node no longer
+    /// has.
+    #[tokio::test]
+    async fn a_node_change_during_a_cycles_publishing_withholds_its_later_chunks() {
+        let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
+        let mut batch = ten_submitted(&js).await;
+        let through = batch.last().unwrap().expected;
+        for p in &mut batch {
+            p.decided_through = through;
+        }
+        let cordon = pb::Event {
+            at_ms: 1,
+            body: Some(Body::NodeCordoned(pb::NodeCordoned {
+                cluster: C.into(),
+                node: "n1".into(),
+                ..Default::default()
+            })),
+        };
+        let envelope = Envelope {
+            message_id: "cordon-n1".into(),
+            ..Default::default()
+        };
+        let cordoned = admin::append(&js, subjects::node(C, "n1"), &cordon, &envelope)
+            .await
+            .unwrap();
+        let out = publish_in_chunks(&js, C, batch, 4, || true).await;
+        assert_eq!((out.landed, out.withheld), (4, 6));
+        assert!(out.fenced && out.max_sequence >= cordoned, "{out:?}");
     }
 
     /// Once the lease stops holding, no further chunk of the cycle is sent: a successor
