@@ -85,18 +85,7 @@ async fn a_budget_whose_message_id_another_publisher_took_is_written() {
         fairshare_events::headers::content_hash(&content),
         0,
     );
-    let squat = Envelope {
-        message_id: id,
-        ..Default::default()
-    };
-    let started = pb::Event {
-        at_ms: 1,
-        body: Some(Body::JobStarted(pb::JobStarted {
-            job_id: "other".into(),
-        })),
-    };
-    let subject = subjects::job_event(CLUSTER, "other", "job_started");
-    admin::append(&js, subject, &started, &squat).await.unwrap();
+    fairshare_testkit::events::squat_message_id(&js, CLUSTER, &id).await;
     let written = admin::set_budget(&js, 2, a.clone()).await.unwrap();
     assert_eq!(
         bodies_on(&js, &subjects::policy(CLUSTER)).await,

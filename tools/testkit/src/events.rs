@@ -125,6 +125,35 @@ pub async fn append(js: &async_nats::jetstream::Context, subject: String, at_ms:
     }
 }
 
+/// Publishes what a launcher may: a `JobStarted` report of job `other` of `cluster`, under
+/// the message id `id` (which it copied from a service's pattern), and returns its sequence:
+/// the id is taken for the stream's duplicate window.
+///
+/// # Panics
+/// If the stream refuses it.
+pub async fn squat_message_id(js: &async_nats::jetstream::Context, cluster: &str, id: &str) -> u64 {
+    let started = pb::Event {
+        at_ms: 1,
+        body: Some(Body::JobStarted(pb::JobStarted {
+            job_id: "other".into(),
+        })),
+    };
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", id);
+    let subject = fairshare_events::subjects::job_event(cluster, "other", "job_started");
+    let stored = match js
+        .publish_with_headers(subject, headers, fairshare_events::codec::encode(&started))
+        .await
+    {
+        Ok(ack) => ack.await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match stored {
+        Ok(ack) => ack.sequence,
+        Err(e) => panic!("cannot squat {id}: {e}"),
+    }
+}
+
 /// One entry as the events stream stores it.
 #[derive(Debug, Clone)]
 pub struct Stored {

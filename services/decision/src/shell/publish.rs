@@ -624,25 +624,8 @@ mod tests {
         let (_server, js) = fairshare_testkit::NatsServer::with_streams().await;
         let events = js.get_stream(EVENTS_STREAM).await.unwrap();
         let s1 = append(&js, "j", submitted("j")).await;
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Nats-Msg-Id", placement_id("j", s1).as_str());
-        let started = pb::Event {
-            at_ms: 1,
-            body: Some(Body::JobStarted(pb::JobStarted {
-                job_id: "other".into(),
-            })),
-        };
-        let squatter = js
-            .publish_with_headers(
-                subjects::job_event(C, "other", "job_started"),
-                headers,
-                codec::encode(&started),
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap()
-            .sequence;
+        let squatter =
+            fairshare_testkit::events::squat_message_id(&js, C, &placement_id("j", s1)).await;
         let out = publish(&js, C, vec![placement("j", s1, "n1")], || true).await;
         assert_eq!((out.landed, out.duplicates), (1, 0));
         let placed = newest_of_job(&events, C, "j").await.unwrap();

@@ -602,23 +602,7 @@ mod tests {
     async fn an_order_whose_id_another_publisher_took_lands_under_its_own() {
         let (_server, js, fold) = submitted_jobs(&["v", "w"]).await;
         let expected = fold.job_sequence("v").unwrap();
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Nats-Msg-Id", format!("preempt:v:{expected}").as_str());
-        let started = pb::Event {
-            at_ms: 1,
-            body: Some(Body::JobStarted(pb::JobStarted {
-                job_id: "other".into(),
-            })),
-        };
-        js.publish_with_headers(
-            subjects::job_event(C, "other", "job_started"),
-            headers,
-            codec::encode(&started),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+        fairshare_testkit::events::squat_message_id(&js, C, &format!("preempt:v:{expected}")).await;
         let events = crate::domain::into_events(vec![order_for_w("v")], 5);
         let out = publish(&js, C, &fold, events).await;
         assert_eq!((out.landed, out.duplicates), (1, 0));
