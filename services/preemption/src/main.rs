@@ -80,8 +80,13 @@ async fn main() -> anyhow::Result<()> {
         report.keep_from(args.audit_from);
         fairshare_runtime::out!("{}", report.render(&args.cluster));
         anyhow::ensure!(
-            report.is_clean(),
+            report.divergences.is_empty(),
             "the audit found orders that do not re-derive"
+        );
+        anyhow::ensure!(
+            !report.late.iter().any(|l| l.is_finding()),
+            "the audit found orders two passes made for one waiter (TWICE: two instances \
+             deciding at once, or a late send)"
         );
         return Ok(());
     }

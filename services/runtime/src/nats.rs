@@ -169,19 +169,23 @@ pub fn intake_consumer_config() -> jetstream::consumer::pull::Config {
 
 /// The size limits of `config` that delete the oldest entries when reached (an operator's,
 /// kept by [`ensure_streams`]), in words; `None` if there are none, or if a full stream
-/// refuses new entries instead (discard new).
+/// refuses new entries instead: discard new for the stream's limits, and discard new per
+/// subject too for the per-subject one (which deletes a subject's oldest entries otherwise).
 fn limits_that_cut_the_log(config: &jetstream::stream::Config) -> Option<String> {
-    if config.discard == jetstream::stream::DiscardPolicy::New {
-        return None;
-    }
+    let whole = config.discard != jetstream::stream::DiscardPolicy::New;
+    let per_subject = whole || !config.discard_new_per_subject;
     let limits: Vec<String> = [
-        ("max_bytes", config.max_bytes),
-        ("max_msgs", config.max_messages),
-        ("max_msgs_per_subject", config.max_messages_per_subject),
+        ("max_bytes", config.max_bytes, whole),
+        ("max_msgs", config.max_messages, whole),
+        (
+            "max_msgs_per_subject",
+            config.max_messages_per_subject,
+            per_subject,
+        ),
     ]
     .into_iter()
-    .filter(|(_, v)| *v > 0)
-    .map(|(name, v)| format!("{name} {v}"))
+    .filter(|(_, v, cuts)| *v > 0 && *cuts)
+    .map(|(name, v, _)| format!("{name} {v}"))
     .collect();
     (!limits.is_empty()).then(|| limits.join(", "))
 }
@@ -232,11 +236,12 @@ pub async fn ensure_streams(
                 {
                     tracing::warn!(
                         stream = spec.name,
-                        "the log has {limits} with discard old: once reached, the oldest events \
+                        "the log has {limits} that delete its oldest events: once reached, they \
                          are deleted, the budget trees and node registrations among the first, \
                          and a service folding from scratch (a new instance, a deleted \
                          checkpoint, an audit) would see no tree or nodes; remove the limits, or \
-                         set discard new so a full log refuses writes instead"
+                         set discard new (and discard new per subject, for a per-subject limit) so \
+                         a full log refuses writes instead"
                     );
                 }
                 if current.subjects != config.subjects
@@ -299,6 +304,12 @@ mod limit_tests {
             Some("max_bytes 1073741824, max_msgs_per_subject 5")
         );
         config.discard = jetstream::stream::DiscardPolicy::New;
+        assert_eq!(
+            limits_that_cut_the_log(&config).as_deref(),
+            Some("max_msgs_per_subject 5"),
+            "a subject's oldest entries still go without discard new per subject"
+        );
+        config.discard_new_per_subject = true;
         assert_eq!(
             limits_that_cut_the_log(&config),
             None,

@@ -173,17 +173,19 @@ impl ExportSetting {
         if !wanted {
             return Ok(Self::Off);
         }
-        for variable in [
+        // The endpoint spans go to: the traces one if set, which overrides the general one.
+        let used = [
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             "OTEL_EXPORTER_OTLP_ENDPOINT",
-        ] {
-            if let Some(value) = set(variable)
-                && value
-                    .get(..8)
-                    .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
-            {
-                return Err(UnsupportedSetting::Tls { variable, value });
-            }
+        ]
+        .into_iter()
+        .find_map(|variable| set(variable).map(|value| (variable, value)));
+        if let Some((variable, value)) = used
+            && value
+                .get(..8)
+                .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+        {
+            return Err(UnsupportedSetting::Tls { variable, value });
         }
         for variable in [
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
@@ -513,6 +515,17 @@ mod tests {
                 value: "HTTPS://collector:4318".into()
             }),
             "no TLS client: refused at start, not failing unseen"
+        );
+        assert_eq!(
+            ExportSetting::from_env(table(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://elsewhere:4318"),
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "http://c:4318/v1/traces"
+                ),
+            ])),
+            Ok(Otlp),
+            "the traces endpoint is the one used"
         );
     }
 

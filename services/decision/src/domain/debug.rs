@@ -77,6 +77,13 @@ pub fn any_queued(state: &DecisionState) -> bool {
     state.debug_allowance_gpus() > 0 && state.queues.values().any(|q| !q.debug.is_empty())
 }
 
+/// Whether allocation `leaf` of `tree` has a debug allowance at all: not one with no share of
+/// the cluster (share 0 on its path), which ranks after every allocation with a share and gets
+/// only GPUs they leave, so no allowance may put its jobs first.
+pub fn has_allowance(tree: &BudgetTree, leaf: AccountId) -> bool {
+    tree.fractions().get(leaf).is_some_and(|f| f.num != 0)
+}
+
 /// The queued debug jobs under their allocation's allowance, allocations in `order` (the
 /// cycle's opening rank order), each allocation's jobs in queue order.
 pub fn waiters<'s>(
@@ -91,9 +98,7 @@ pub fn waiters<'s>(
     }
     let held = held_by_allocation(state, tree, allowance);
     for &leaf in order {
-        // An allocation with no share of the cluster (share 0 on its path) ranks after every
-        // one with a share and gets only GPUs they leave: no allowance puts its jobs first.
-        if tree.fraction(leaf).num == 0 {
+        if !has_allowance(tree, leaf) {
             continue;
         }
         let path = tree.accounts[leaf].path.as_str();

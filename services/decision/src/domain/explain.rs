@@ -160,7 +160,12 @@ pub fn explain(
                     // runtime as the preemption service caps it; a cap under 15 min, which this
                     // state does not know, would make more jobs debug-sized there.)
                     let debug_sized = debug::is_candidate(&job.request);
+                    let with_allowance = state.budget_tree().is_some_and(|tree| {
+                        tree.allocation(&job.allocation)
+                            .is_some_and(|leaf| debug::has_allowance(tree, leaf))
+                    });
                     let exception = if debug_sized
+                        && with_allowance
                         && debug::is_debug(
                             job.request.shape.total_gpus(),
                             job.request.min_runtime_ms,

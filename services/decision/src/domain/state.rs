@@ -807,6 +807,11 @@ impl DecisionState {
         &self.inventory
     }
 
+    /// Every live job (queued, placed, running, or stopped and waiting for its requeue), by id.
+    pub fn jobs(&self) -> impl Iterator<Item = (&str, &Job)> {
+        self.jobs.iter().map(|(id, job)| (&**id, job))
+    }
+
     /// A live job by id.
     pub fn job(&self, job_id: &str) -> Option<&Job> {
         self.jobs.get(job_id)

@@ -838,7 +838,10 @@ impl Service {
         // The placements withheld are the batch's last, as their spans are.
         let withheld_from = spans.len().saturating_sub(outcome.withheld);
         for span in &mut spans[withheld_from..] {
-            span.fail("not sent: an earlier chunk went unanswered or the lease stopped holding");
+            span.fail(
+                "not sent: an earlier chunk went unanswered, the lease stopped holding, or the \
+                 nodes changed while earlier chunks were sent",
+            );
         }
         drop(spans);
         tracing::debug!(

@@ -80,15 +80,18 @@ pub(crate) struct Outcome {
     /// Highest stream sequence acknowledged (0 if none): the fold must reach it before the
     /// next cycle, or that cycle would see these GPUs as free.
     pub max_sequence: u64,
-    /// Nothing was published because a node or maintenance event newer than the cycle's
-    /// state had landed (`max_sequence` is that event): the cycle must be decided again once
-    /// the fold reaches it, whether or not folding it changes anything.
+    /// A node or maintenance event newer than the cycle's state had landed (`max_sequence` is
+    /// that event), before the first chunk (nothing was published) or between chunks (the rest
+    /// are [`Outcome::withheld`]): the cycle must be decided again once the fold reaches it,
+    /// whether or not folding it changes anything.
     pub fenced: bool,
-    /// Nothing was published because the newest node or maintenance event could not be read
-    /// (so the cycle's placements could not be fenced): decide again after a pause.
+    /// The newest node or maintenance event could not be read, before the first chunk (nothing
+    /// was published) or between chunks (the rest are withheld), so placements could not be
+    /// fenced: decide again after a pause.
     pub fence_unread: bool,
-    /// Placements not sent at all: a chunk before them had placements of unknown outcome, or
-    /// the lease stopped holding. The next cycle decides them again.
+    /// Placements not sent at all: a chunk before them had placements of unknown outcome, the
+    /// lease stopped holding, or the nodes changed (or could not be looked up) between chunks.
+    /// The next cycle decides them again.
     pub withheld: usize,
 }
 

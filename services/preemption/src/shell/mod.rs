@@ -317,6 +317,12 @@ impl Service {
         follower.expect_log(&log)?;
         let mut refused = RefusedWindows::default();
         let mut over_cap = over_cap::OverCap::new(config.policy.min_runtime_cap_ms);
+        over_cap.note_resumed(
+            fold.state()
+                .decision()
+                .jobs()
+                .map(|(id, job)| (id, job.request.min_runtime_ms)),
+        );
         if follower.pending_at_start > 0 {
             loop {
                 let Some(entry) = follower.next().await else {
@@ -489,6 +495,10 @@ impl Service {
                 // Only the lease's holder passes (or settles what it ordered); a lapsed lease
                 // waits for the next renewal.
                 () = wake, if self.lease.holds(Instant::now()) => {
+                    // The server's time read again when due: a server clock stepped ahead and
+                    // set right must not keep ending protections early. Before the lease is
+                    // looked at again: the request may take a while.
+                    self.now.refresh_anchor(&self.js).await;
                     // Looked at again: the wake may have come a while after the loop armed it.
                     if !self.lease.holds(Instant::now()) {
                         continue;
@@ -612,9 +622,6 @@ impl Service {
     /// long ago, their next checkpoint (Unix ms), when it is worth passing again; and the "now"
     /// it decided at.
     async fn pass(&mut self) -> (publish::Outcome, Option<i64>, i64) {
-        // The server's time read again when due: a server clock stepped ahead and set right
-        // must not keep ending protections early.
-        self.now.refresh_anchor(&self.js).await;
         let now_ms = self.now_ms();
         let (mut bodies, retry_ms) =
             decide_preemptions_and_retry(self.fold.state(), now_ms, &self.config.policy);

@@ -4,9 +4,10 @@
 //! `--max-min-runtime`; this service protects each job for at most its own
 //! ([`crate::domain::contract::effective_min_runtime_ms`]). The two flags are set apart (one
 //! submission service for every cluster, one preemption service per cluster), and nothing in
-//! the log says which cap a job was accepted under. So the shell looks at each `JobSubmitted`
-//! it folds, catching up or live, and the first one over its cap in a start is logged as a
-//! warning that names both flags: the job was promised more protection than it will get.
+//! the log says which cap a job was accepted under. So the shell looks at the live jobs of the
+//! checkpoint it resumed and at each `JobSubmitted` it folds, catching up or live, and the
+//! first one over its cap in a start is logged as a warning that names both flags: the job was
+//! promised more protection than it will get.
 
 use fairshare_events::pb::event::Body;
 use fairshare_runtime::log::LogEntry;
@@ -25,6 +26,35 @@ impl OverCap {
         OverCap { cap_ms, count: 0 }
     }
 
+    /// Looks at the live jobs of a state resumed from a checkpoint (`(job id, declared
+    /// minimum runtime in ms)`), whose submissions this start does not fold again: those over
+    /// the cap count, and the first warns, as a folded one would.
+    pub fn note_resumed<'j>(&mut self, jobs: impl Iterator<Item = (&'j str, i64)>) {
+        for (job_id, declared_ms) in jobs {
+            if declared_ms > self.cap_ms {
+                self.found(job_id, declared_ms);
+            }
+        }
+    }
+
+    /// Counts a job over the cap, warning at the first.
+    fn found(&mut self, job_id: &str, declared_ms: i64) {
+        self.count += 1;
+        if self.count == 1 {
+            tracing::warn!(
+                job_id,
+                declared_ms,
+                cap_ms = self.cap_ms,
+                "a job declares a longer minimum runtime than this service's --max-min-runtime \
+                 (FAIRSHARE_MAX_MIN_RUNTIME): it is protected only up to the cap; the submission \
+                 service accepted it under a higher cap of its own, so set the same cap for both \
+                 (further such jobs are logged at debug level)"
+            );
+        } else {
+            tracing::debug!(job_id, declared_ms, "minimum runtime over the cap");
+        }
+    }
+
     /// Looks at a folded entry: for a job submitted with a minimum runtime over the cap, its
     /// id and declared minimum runtime (ms), after a warning if it is the first since start.
     pub fn note<'e>(&mut self, entry: &'e LogEntry) -> Option<(&'e str, i64)> {
@@ -38,28 +68,11 @@ impl OverCap {
         if declared_ms <= self.cap_ms {
             return None;
         }
-        self.count += 1;
-        if self.count == 1 {
-            tracing::warn!(
-                job_id = submitted.job_id,
-                declared_ms,
-                cap_ms = self.cap_ms,
-                "a job declares a longer minimum runtime than this service's --max-min-runtime \
-                 (FAIRSHARE_MAX_MIN_RUNTIME): it is protected only up to the cap; the submission \
-                 service accepted it under a higher cap of its own, so set the same cap for both \
-                 (further such jobs are logged at debug level)"
-            );
-        } else {
-            tracing::debug!(
-                job_id = submitted.job_id,
-                declared_ms,
-                "minimum runtime over the cap"
-            );
-        }
+        self.found(&submitted.job_id, declared_ms);
         Some((&submitted.job_id, declared_ms))
     }
 
-    /// How many jobs over the cap were folded since start.
+    /// How many jobs over the cap were found since start (resumed or folded).
     pub fn count(&self) -> u64 {
         self.count
     }
@@ -108,5 +121,11 @@ mod tests {
         other.event = Ok(pb::Event::default());
         assert_eq!(over.note(&other), None);
         assert_eq!(over.count(), 2);
+        over.note_resumed([("resumed", 5 * 3_600_000), ("short", 60_000)].into_iter());
+        assert_eq!(
+            over.count(),
+            3,
+            "a resumed checkpoint's live jobs count too"
+        );
     }
 }

@@ -132,16 +132,33 @@ pub(crate) async fn settle(
             .await?
             .is_some();
     if !waiter_moved {
-        let answer = async {
+        let send = |headers: async_nats::HeaderMap| async move {
             js.publish_with_headers(
                 unanswered.subject.clone(),
-                unanswered.headers.clone(),
+                headers,
                 unanswered.payload.clone(),
             )
             .await?
             .await
+        };
+        let mut answer = send(unanswered.headers.clone()).await;
+        // As when it was first sent: a duplicate on another subject is another publisher's
+        // message under this id, and the effect goes again under an id of its own.
+        if let Ok(ack) = &answer
+            && ack.duplicate
+            && fairshare_runtime::log::duplicate_is_own(js, ack.sequence, &unanswered.subject).await
+                == Ok(false)
+            && let Some(id) = unanswered
+                .headers
+                .get(fairshare_events::headers::MESSAGE_ID)
+        {
+            let mut headers = unanswered.headers.clone();
+            headers.insert(
+                fairshare_events::headers::MESSAGE_ID,
+                fairshare_runtime::log::id_beside(id.as_str(), ack.sequence).as_str(),
+            );
+            answer = send(headers).await;
         }
-        .await;
         match resend_answer(answer) {
             ResendAnswer::Stored(sequence) => return Ok(sequence),
             ResendAnswer::Unknown(why) => return Err(why),
@@ -890,9 +907,13 @@ mod tests {
             }
         };
 
-        // The first send never reached the stream: the second stores it.
+        // The first send never reached the stream, and a launcher's report took its id
+        // meanwhile: the second send stores it, under an id of its own.
         let lost = order(&fold, "v1");
+        let id = lost.headers.get("Nats-Msg-Id").unwrap().as_str().to_owned();
+        let squatter = fairshare_testkit::events::squat_message_id(&js, C, &id).await;
         let stored = settle(&js, C, &lost, 5).await.unwrap();
+        assert_ne!(stored, squatter);
         assert_eq!(orders_of("v1").await, Some(stored));
         // Sent again once more (its answer lost too): the same sequence, nothing new stored.
         assert_eq!(settle(&js, C, &lost, 5).await.unwrap(), stored);

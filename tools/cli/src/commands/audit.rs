@@ -81,7 +81,12 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
             placements.is_clean(),
             "placements that do not re-derive or over-committed nodes",
         ),
-        (orders.is_clean(), orders_hint.as_str()),
+        (orders.divergences.is_empty(), orders_hint.as_str()),
+        (
+            !orders.late.iter().any(|l| l.is_finding()),
+            "preemption orders two passes made for one waiter (TWICE lines: two instances \
+             deciding at once, or a late send; no flag changes them)",
+        ),
         (
             snapshots.is_clean(),
             "usage snapshots that do not re-derive",
