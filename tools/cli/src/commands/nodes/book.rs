@@ -221,7 +221,14 @@ impl NodeBook {
             .map(|(name, _)| (name.to_ascii_lowercase(), name.as_str()))
             .collect();
         for r in registrations {
-            if let Some(registered) = in_service.get(&r.node.to_ascii_lowercase())
+            // The exact name in service is that node, whatever other case variants of it a
+            // log from before the check holds.
+            let exact = self
+                .nodes
+                .get(&r.node)
+                .is_some_and(|e| e.standing != Standing::Removed);
+            if !exact
+                && let Some(registered) = in_service.get(&r.node.to_ascii_lowercase())
                 && *registered != r.node
             {
                 changes
@@ -358,6 +365,20 @@ mod tests {
             ]
         );
         assert_eq!(clashing.write, [(reg("GONE", 8), 0)]);
+
+        // Two case variants in service already (a log from before the check): each is itself,
+        // by its exact name; a third variant still clashes.
+        book.apply(
+            7,
+            &node_subject("Same"),
+            Some(&event(Body::NodeRegistered(reg("Same", 8)))),
+        );
+        let both =
+            book.inventory_changes(vec![reg("same", 8), reg("Same", 4), reg("SAME", 8)], false);
+        assert_eq!(both.unchanged, 1);
+        assert_eq!(both.write, [(reg("Same", 4), 7)]);
+        assert_eq!(both.case_clashes.len(), 1, "{:?}", both.case_clashes);
+        assert_eq!(both.case_clashes[0].0, "SAME");
     }
 
     fn event(body: Body) -> pb::Event {
