@@ -66,29 +66,16 @@ pub async fn append(
         outcome_unknown: e.kind() == PublishErrorKind::TimedOut,
         detail: explain(&e),
     };
+    let (headers, payload) = (envelope.to_headers(), codec::encode(event));
     let ack = js
-        .publish_with_headers(subject.clone(), envelope.to_headers(), codec::encode(event))
+        .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
         .await
         .map_err(err)?
         .await
         .map_err(err)?;
-    // A duplicate on another subject is another publisher's message under this id (ids are
-    // predictable from the log): the change did not land, and is sent again under an id of
-    // its own, with the same fence.
-    if ack.duplicate && crate::log::duplicate_is_own(js, ack.sequence, &subject).await == Ok(false)
-    {
-        let beside = Envelope {
-            message_id: crate::log::id_beside(&envelope.message_id, ack.sequence),
-            ..envelope.clone()
-        };
-        let ack = js
-            .publish_with_headers(subject.clone(), beside.to_headers(), codec::encode(event))
-            .await
-            .map_err(err)?
-            .await
-            .map_err(err)?;
-        return Ok(ack.sequence);
-    }
+    let ack = crate::log::resend_if_squatted(js, &subject, &headers, payload, ack)
+        .await
+        .map_err(err)?;
     Ok(ack.sequence)
 }
 

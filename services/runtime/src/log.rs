@@ -200,6 +200,51 @@ pub async fn duplicate_is_own(
     }
 }
 
+/// `ack` answered a publish of `payload` on `subject` with `headers`. If it names a duplicate
+/// another publisher's entry holds ([`duplicate_is_own`]), the same message is sent again
+/// under [`id_beside`] (the same fence, the same bytes) and that answer is returned; otherwise
+/// `ack` stands, also when the entry cannot be read. What every writer of a decision's effect
+/// or an operator's change does with a duplicate: a squatted id would otherwise pass for the
+/// effect having landed.
+pub async fn resend_if_squatted(
+    js: &jetstream::Context,
+    subject: &str,
+    headers: &async_nats::HeaderMap,
+    payload: bytes::Bytes,
+    ack: jetstream::publish::PublishAck,
+) -> Result<jetstream::publish::PublishAck, jetstream::context::PublishError> {
+    if !ack.duplicate {
+        return Ok(ack);
+    }
+    let id = headers
+        .get(fairshare_events::headers::MESSAGE_ID)
+        .map(|v| v.as_str().to_owned());
+    match (duplicate_is_own(js, ack.sequence, subject).await, id) {
+        (Ok(false), Some(id)) => {
+            tracing::warn!(
+                subject,
+                message_id = id,
+                held_by = ack.sequence,
+                "another publisher's entry holds this message id: sent again under an id of \
+                 its own"
+            );
+            let mut beside = headers.clone();
+            beside.insert(
+                fairshare_events::headers::MESSAGE_ID,
+                id_beside(&id, ack.sequence).as_str(),
+            );
+            js.publish_with_headers(subject.to_owned(), beside, payload)
+                .await?
+                .await
+        }
+        (Err(e), _) => {
+            tracing::debug!(subject, "cannot read a duplicate's entry: {e}");
+            Ok(ack)
+        }
+        _ => Ok(ack),
+    }
+}
+
 /// The message id an effect is sent under when `id` is held by another publisher's entry at
 /// `sequence` ([`duplicate_is_own`]): unique to that entry, and the same on every resend.
 pub fn id_beside(id: &str, sequence: u64) -> String {

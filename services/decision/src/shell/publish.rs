@@ -187,28 +187,26 @@ async fn publish_in_chunks(
     outcome
 }
 
-/// Sends placement `p`: the same subject, headers and bytes every time it is sent (under the
-/// id beside another publisher's entry at `squatted`, when its own id was taken:
-/// [`fairshare_runtime::log::duplicate_is_own`]).
-async fn send(
-    js: &jetstream::Context,
-    cluster: &str,
-    p: &ToPublish,
-    squatted: Option<u64>,
-) -> Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError> {
-    let id = placement_id(&p.job_id, p.expected);
+/// Placement `p` as a message: its subject, headers and bytes, the same every time it is sent.
+fn message(cluster: &str, p: &ToPublish) -> (String, async_nats::HeaderMap, bytes::Bytes) {
     let envelope = Envelope {
-        message_id: match squatted {
-            Some(sequence) => fairshare_runtime::log::id_beside(&id, sequence),
-            None => id,
-        },
+        message_id: placement_id(&p.job_id, p.expected),
         trace: Some(p.trace),
         expected_last_subject_sequence: Some((p.expected, Some(subjects::job(cluster, &p.job_id)))),
         ..Default::default()
     };
     let subject = subjects::job_event(cluster, &p.job_id, "job_placed");
-    js.publish_with_headers(subject, envelope.to_headers(), codec::encode(&p.event))
-        .await
+    (subject, envelope.to_headers(), codec::encode(&p.event))
+}
+
+/// Sends placement `p` ([`message`]).
+async fn send(
+    js: &jetstream::Context,
+    cluster: &str,
+    p: &ToPublish,
+) -> Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError> {
+    let (subject, headers, payload) = message(cluster, p);
+    js.publish_with_headers(subject, headers, payload).await
 }
 
 /// Sends `part`, then awaits its acknowledgements, adding what became of each to `outcome`.
@@ -220,7 +218,7 @@ async fn publish_part(
 ) {
     let mut acks = Vec::with_capacity(part.len());
     for p in part {
-        match send(js, cluster, &p, None).await {
+        match send(js, cluster, &p).await {
             Ok(ack) => acks.push((p, ack)),
             Err(e) => {
                 tracing::warn!(job_id = p.job_id, "placement not sent: {e}");
@@ -262,34 +260,19 @@ async fn publish_part(
     }
 }
 
-/// A placement acknowledged as a duplicate: if the entry holding its id is another publisher's
-/// (not a placement of this job, sent before or by another instance), it is sent again under an id of its own, with the same
-/// fence, and that answer counts; otherwise (or if the entry cannot be read) `ack` stands.
-/// Without this, a message squatting the id would have every cycle decide the job again and
-/// take the duplicate for its placement, its GPUs idle for the stream's duplicate window.
+/// A placement acknowledged as a duplicate that another publisher's entry holds (not a
+/// placement of this job, sent before or by another instance) is sent again under an id of its
+/// own ([`fairshare_runtime::log::resend_if_squatted`]). Without this, a message squatting the
+/// id would have every cycle decide the job again and take the duplicate for its placement,
+/// its GPUs idle for the stream's duplicate window.
 async fn resend_if_squatted(
     js: &jetstream::Context,
     cluster: &str,
     p: &ToPublish,
     ack: PublishAck,
 ) -> Result<PublishAck, jetstream::context::PublishError> {
-    let subject = subjects::job_event(cluster, &p.job_id, "job_placed");
-    match fairshare_runtime::log::duplicate_is_own(js, ack.sequence, &subject).await {
-        Ok(false) => {
-            tracing::warn!(
-                job_id = p.job_id,
-                held_by = ack.sequence,
-                "another publisher's entry holds this placement's message id: sent again \
-                 under an id of its own"
-            );
-            send(js, cluster, p, Some(ack.sequence)).await?.await
-        }
-        Ok(true) => Ok(ack),
-        Err(e) => {
-            tracing::debug!(job_id = p.job_id, "cannot read the duplicate's entry: {e}");
-            Ok(ack)
-        }
-    }
+    let (subject, headers, payload) = message(cluster, p);
+    fairshare_runtime::log::resend_if_squatted(js, &subject, &headers, payload, ack).await
 }
 
 /// A placement whose outcome the next cycle must know first.
@@ -354,7 +337,7 @@ pub(crate) async fn settle(
                     return Settled::Unknown(format!("cannot read the newest node event: {e}"));
                 }
             }
-            let answer = match send(js, cluster, p, None).await {
+            let answer = match send(js, cluster, p).await {
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
             };
@@ -880,7 +863,7 @@ mod tests {
         .expect("the client sees the server gone");
         let p = placement("j", j, "n1");
         // Sent while the server is down: it waits in the client's buffer, its answer lost.
-        drop(send(&js, C, &p, None).await.unwrap());
+        drop(send(&js, C, &p).await.unwrap());
         server.restart().unwrap();
 
         // A node event lands while the deciding client is still away.

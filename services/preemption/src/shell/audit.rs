@@ -665,43 +665,15 @@ mod tests {
     #[test]
     fn orders_landing_beside_another_pass_or_after_their_waiter_moved_are_reported() {
         use fairshare_events::subjects;
-        use fairshare_testkit::events::logged;
+        use fairshare_testkit::events::{logged, placed_on, shaped_submitted};
         let c = "c";
         let submitted = |seq, job: &str| {
-            logged(
-                seq,
-                subjects::job_event(c, job, "job_submitted"),
-                1_000,
-                Body::JobSubmitted(pb::JobSubmitted {
-                    job_id: job.into(),
-                    spec: Some(pb::JobSpec {
-                        cluster: c.into(),
-                        allocation: "a".into(),
-                        gpus: 4,
-                        ..Default::default()
-                    }),
-                    shape: Some(pb::Shape {
-                        nodes: 1,
-                        gpus_per_node: 4,
-                    }),
-                    ..Default::default()
-                }),
-            )
+            let subject = subjects::job_event(c, job, "job_submitted");
+            logged(seq, subject, 1_000, shaped_submitted(c, "a", job, 1, 4, 0))
         };
         let placed = |seq, job: &str| {
-            logged(
-                seq,
-                subjects::job_event(c, job, "job_placed"),
-                1_000,
-                Body::JobPlaced(pb::JobPlaced {
-                    job_id: job.into(),
-                    nodes: vec![pb::NodeGpus {
-                        node: "n1".into(),
-                        gpus: 4,
-                    }],
-                    basis: None,
-                }),
-            )
+            let subject = subjects::job_event(c, job, "job_placed");
+            logged(seq, subject, 1_000, placed_on(job, "n1", 4))
         };
         let order = |seq, victim: &str, through, cycle| {
             logged(

@@ -132,33 +132,27 @@ pub(crate) async fn settle(
             .await?
             .is_some();
     if !waiter_moved {
-        let send = |headers: async_nats::HeaderMap| async move {
-            js.publish_with_headers(
-                unanswered.subject.clone(),
-                headers,
+        // As when it was first sent: a duplicate another publisher's entry holds is sent
+        // again under an id of its own.
+        let answer = async {
+            let ack = js
+                .publish_with_headers(
+                    unanswered.subject.clone(),
+                    unanswered.headers.clone(),
+                    unanswered.payload.clone(),
+                )
+                .await?
+                .await?;
+            fairshare_runtime::log::resend_if_squatted(
+                js,
+                &unanswered.subject,
+                &unanswered.headers,
                 unanswered.payload.clone(),
+                ack,
             )
-            .await?
             .await
-        };
-        let mut answer = send(unanswered.headers.clone()).await;
-        // As when it was first sent: a duplicate on another subject is another publisher's
-        // message under this id, and the effect goes again under an id of its own.
-        if let Ok(ack) = &answer
-            && ack.duplicate
-            && fairshare_runtime::log::duplicate_is_own(js, ack.sequence, &unanswered.subject).await
-                == Ok(false)
-            && let Some(id) = unanswered
-                .headers
-                .get(fairshare_events::headers::MESSAGE_ID)
-        {
-            let mut headers = unanswered.headers.clone();
-            headers.insert(
-                fairshare_events::headers::MESSAGE_ID,
-                fairshare_runtime::log::id_beside(id.as_str(), ack.sequence).as_str(),
-            );
-            answer = send(headers).await;
         }
+        .await;
         match resend_answer(answer) {
             ResendAnswer::Stored(sequence) => return Ok(sequence),
             ResendAnswer::Unknown(why) => return Err(why),
@@ -353,37 +347,17 @@ pub(crate) async fn publish(
             ..Default::default()
         };
         let (headers, payload) = (envelope.to_headers(), codec::encode(&event));
-        let mut result = async {
-            js.publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+        // A duplicate another publisher's entry holds (a launcher may publish its reports with
+        // any headers) is sent again under an id of its own, with the same fence.
+        let result = async {
+            let ack = js
+                .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
                 .await?
+                .await?;
+            fairshare_runtime::log::resend_if_squatted(js, &subject, &headers, payload.clone(), ack)
                 .await
         }
         .await;
-        // A duplicate whose entry is on another subject is another publisher's message under
-        // this id (a launcher may publish its reports with any headers): the effect did not
-        // land, and is sent again under an id of its own, with the same fence.
-        if let Ok(ack) = &result
-            && ack.duplicate
-            && fairshare_runtime::log::duplicate_is_own(js, ack.sequence, &subject).await
-                == Ok(false)
-        {
-            tracing::warn!(
-                message_id,
-                held_by = ack.sequence,
-                "another publisher's entry holds this effect's message id: sent again under \
-                 an id of its own"
-            );
-            let beside = Envelope {
-                message_id: fairshare_runtime::log::id_beside(&message_id, ack.sequence),
-                ..envelope.clone()
-            };
-            result = async {
-                js.publish_with_headers(subject.clone(), beside.to_headers(), payload.clone())
-                    .await?
-                    .await
-            }
-            .await;
-        }
         match result {
             Ok(ack) => {
                 outcome.max_sequence = outcome.max_sequence.max(ack.sequence);
