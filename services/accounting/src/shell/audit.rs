@@ -7,7 +7,7 @@
 //! rank with, so this closes the chain: every placement and order re-derives from its prefix,
 //! and every snapshot in that prefix re-derives from the events before it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use fairshare_events::pb::{self, event::Body};
@@ -78,96 +78,210 @@ impl SnapshotAudit {
     }
 }
 
-/// Re-derives every usage snapshot of `cluster` in `entries` (its log, in order).
+/// Re-derives every usage snapshot of `cluster` in `entries` (its log, in order): the two
+/// reads of an audit ([`SnapshotPlan`], [`SnapshotCheck`]) over a log in memory.
 pub fn audit(cluster: &str, entries: &[LogEntry]) -> SnapshotAudit {
-    let mut report = SnapshotAudit {
-        entries: entries.len(),
-        ..SnapshotAudit::default()
-    };
-    // `(through, sequence, at, snapshot)`, in the order of the prefixes they name: a killed
-    // instance's last snapshot may land after its successor's.
-    let mut snapshots: Vec<(u64, u64, i64, &pb::UsageSnapshot)> = entries
-        .iter()
-        .filter_map(|e| match &e.event {
-            Ok(pb::Event {
-                at_ms,
-                body: Some(Body::UsageSnapshot(s)),
-            }) if s.cluster == cluster => Some((s.through_sequence, e.sequence, *at_ms, s)),
-            _ => None,
-        })
-        .collect();
-    snapshots.sort_by_key(|&(through, sequence, _, _)| (through, sequence));
-    // One pass over the log per window length the snapshots were taken with (a service
-    // restarted with another `--window` writes both).
-    let windows: BTreeSet<i64> = snapshots.iter().map(|s| s.3.window_ms).collect();
-    for window_ms in windows {
-        let config = u64::try_from(window_ms)
-            .ok()
-            .and_then(|w| FoldConfig::new(w).ok());
-        let Some(config) = config else {
-            for s in snapshots.iter().filter(|s| s.3.window_ms == window_ms) {
-                report.divergences.push(SnapshotDivergence {
-                    sequence: s.1,
-                    detail: format!("names a window of {window_ms} ms, which no service folds"),
-                });
-            }
-            continue;
-        };
-        let mut fold = UsageFold::new(config);
-        let mut rest = entries.iter().peekable();
-        for &(through, sequence, at_ms, logged) in
-            snapshots.iter().filter(|s| s.3.window_ms == window_ms)
-        {
-            while let Some(entry) = rest.next_if(|x| x.sequence <= through) {
-                super::apply_entry(&mut fold, entry);
-            }
-            report.snapshots += 1;
-            if let Some(detail) = differs(
-                &fold,
-                cluster,
-                (through, sequence),
-                at_ms,
-                logged,
-                config.window_ms(),
-            ) {
-                report
-                    .divergences
-                    .push(SnapshotDivergence { sequence, detail });
-            }
-        }
+    let mut plan = SnapshotPlan::new(cluster);
+    for entry in entries {
+        plan.note(entry);
     }
-    report.divergences.sort_by_key(|d| d.sequence);
-    report
+    let mut check = plan.check();
+    for entry in entries {
+        check.feed(entry);
+    }
+    check.finish()
 }
 
-/// What differs between `logged`, at `sequence` in the log and naming `through`, and the
-/// snapshot `fold` gives, if anything.
-fn differs(
-    fold: &UsageFold,
-    cluster: &str,
-    (through, sequence): (u64, u64),
-    at_ms: i64,
-    logged: &pb::UsageSnapshot,
+/// A snapshot to re-derive: where its prefix ends and what it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Planned {
+    /// The last sequence it covers (sorted by it first: a killed instance's last snapshot may
+    /// land after its successor's).
+    through: u64,
+    /// Its own sequence.
+    sequence: u64,
+    /// Its window's length (one a fold takes).
     window_ms: u64,
+    /// Its window's end.
+    window_end_ms: i64,
+}
+
+/// The first read of a snapshot audit: where each snapshot's prefix ends and which window it
+/// names; a snapshot that cannot be re-derived at all is a divergence at once.
+pub struct SnapshotPlan {
+    /// The cluster.
+    cluster: String,
+    /// Counts so far, and the snapshots found wrong without a fold.
+    report: SnapshotAudit,
+    /// The snapshots to re-derive.
+    planned: Vec<Planned>,
+}
+
+impl SnapshotPlan {
+    /// Nothing read yet, of `cluster`.
+    pub fn new(cluster: &str) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            report: SnapshotAudit::default(),
+            planned: Vec::new(),
+        }
+    }
+
+    /// Notes the next entry of the log (in order).
+    pub fn note(&mut self, entry: &LogEntry) {
+        self.report.entries += 1;
+        let Ok(pb::Event {
+            at_ms,
+            body: Some(Body::UsageSnapshot(s)),
+        }) = &entry.event
+        else {
+            return;
+        };
+        if s.cluster != self.cluster {
+            return;
+        }
+        let sequence = entry.sequence;
+        let window = u64::try_from(s.window_ms)
+            .ok()
+            .and_then(|w| FoldConfig::new(w).ok());
+        let Some(window) = window else {
+            self.report.divergences.push(SnapshotDivergence {
+                sequence,
+                detail: format!(
+                    "names a window of {} ms, which no service folds",
+                    s.window_ms
+                ),
+            });
+            return;
+        };
+        self.report.snapshots += 1;
+        let detail = if s.window_end_ms != *at_ms {
+            format!(
+                "its window ends at {} but it was logged at {at_ms}",
+                s.window_end_ms
+            )
+        } else if s.through_sequence >= sequence {
+            // Sequences are the whole stream's: one service folds every cluster, and the entry
+            // it names may be another cluster's (this log's last entry before it is then
+            // older). Only a prefix reaching the snapshot itself is impossible.
+            format!(
+                "names sequence {}, not before its own: it cannot cover itself or what came \
+                 after it",
+                s.through_sequence
+            )
+        } else {
+            self.planned.push(Planned {
+                through: s.through_sequence,
+                sequence,
+                window_ms: window.window_ms(),
+                window_end_ms: s.window_end_ms,
+            });
+            return;
+        };
+        self.report
+            .divergences
+            .push(SnapshotDivergence { sequence, detail });
+    }
+
+    /// The second read's checks, for the same entries again.
+    pub fn check(mut self) -> SnapshotCheck {
+        self.planned.sort_unstable();
+        let mut folds = BTreeMap::new();
+        for p in &self.planned {
+            if let Ok(config) = FoldConfig::new(p.window_ms) {
+                folds
+                    .entry(p.window_ms)
+                    .or_insert_with(|| UsageFold::new(config));
+            }
+        }
+        SnapshotCheck {
+            cluster: self.cluster,
+            folds,
+            planned: self.planned,
+            visited: 0,
+            held: HashMap::new(),
+            report: self.report,
+        }
+    }
+}
+
+/// The second read of a snapshot audit: folds the log entry by entry as the service does, one
+/// fold per window the snapshots name; re-derives each snapshot when the log reaches the end
+/// of its prefix, and compares it with the logged one as that streams past. What is held is
+/// the folds and the snapshots re-derived whose logged ones are still to come, never the log.
+pub struct SnapshotCheck {
+    /// The cluster.
+    cluster: String,
+    /// Per window length, its fold.
+    folds: BTreeMap<u64, UsageFold>,
+    /// The snapshots to re-derive, sorted by the prefix they name.
+    planned: Vec<Planned>,
+    /// How many of `planned` were re-derived.
+    visited: usize,
+    /// Re-derived snapshots (or why none could be) by the sequence of the logged one.
+    held: HashMap<u64, Result<pb::UsageSnapshot, String>>,
+    /// The report so far.
+    report: SnapshotAudit,
+}
+
+impl SnapshotCheck {
+    /// Checks the next entry of the log (the same entries, in the same order, as the plan
+    /// noted).
+    pub fn feed(&mut self, entry: &LogEntry) {
+        while let Some(p) = self.planned.get(self.visited)
+            && p.through < entry.sequence
+        {
+            self.visited += 1;
+            if let Some(fold) = self.folds.get(&p.window_ms) {
+                let rederived = match fold.window(&self.cluster, p.window_end_ms) {
+                    Ok(report) => Ok(report.to_snapshot(p.through, p.window_ms)),
+                    Err(e) => Err(format!(
+                        "the log through {} gives no report: {e}",
+                        p.through
+                    )),
+                };
+                self.held.insert(p.sequence, rederived);
+            }
+        }
+        for fold in self.folds.values_mut() {
+            super::apply_entry(fold, entry);
+        }
+        if let Ok(pb::Event {
+            body: Some(Body::UsageSnapshot(logged)),
+            ..
+        }) = &entry.event
+            && let Some(rederived) = self.held.remove(&entry.sequence)
+            && let Some(detail) = differs(logged, rederived)
+        {
+            self.report.divergences.push(SnapshotDivergence {
+                sequence: entry.sequence,
+                detail,
+            });
+        }
+    }
+
+    /// How many re-derived snapshots are held, their logged ones still to come.
+    pub fn snapshots_held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// The report, divergences in log order.
+    pub fn finish(self) -> SnapshotAudit {
+        let mut report = self.report;
+        report.divergences.sort_by_key(|d| d.sequence);
+        report
+    }
+}
+
+/// What differs between `logged` and the snapshot the log before it gives (or why it gives
+/// none), if anything.
+fn differs(
+    logged: &pb::UsageSnapshot,
+    rederived: Result<pb::UsageSnapshot, String>,
 ) -> Option<String> {
-    if logged.window_end_ms != at_ms {
-        return Some(format!(
-            "its window ends at {} but it was logged at {at_ms}",
-            logged.window_end_ms
-        ));
-    }
-    // Sequences are the whole stream's: one service folds every cluster, and the entry it
-    // names may be another cluster's (this log's last entry before it is then older). Only
-    // a prefix reaching the snapshot itself is impossible.
-    if through >= sequence {
-        return Some(format!(
-            "names sequence {through}, not before its own: it cannot cover itself or what came \
-             after it"
-        ));
-    }
-    let rederived = match fold.window(cluster, logged.window_end_ms) {
-        Ok(report) => report.to_snapshot(through, window_ms),
-        Err(e) => return Some(format!("the log through {through} gives no report: {e}")),
+    let rederived = match rederived {
+        Ok(r) => r,
+        Err(why) => return Some(why),
     };
     if &rederived == logged {
         return None;

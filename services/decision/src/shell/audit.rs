@@ -22,80 +22,19 @@
 //! The comparison re-encodes the decoded logged event; prost's encoding is canonical, so this
 //! equals the stored bytes for anything this version wrote.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use async_nats::jetstream;
+use fairshare_events::codec;
 use fairshare_events::pb::{self, event::Body};
-use fairshare_events::{codec, subjects};
 use fairshare_runtime::findings;
-use fairshare_runtime::log::{FollowError, Follower, LogEntry};
+use fairshare_runtime::log::LogEntry;
 
 use super::fold::LogFold;
-use super::window::WindowedFolds;
+use super::read::{AuditError, fold_through, read_again, read_each};
+use super::rederive::{Compared, Rederivation};
+use super::window::Replay;
 use crate::domain::{DecisionState, decide};
-
-/// Why the log could not be read for an audit.
-#[derive(Debug, thiserror::Error)]
-pub enum AuditError {
-    /// The log could not be followed.
-    #[error(transparent)]
-    Follow(#[from] FollowError),
-    /// The cluster's log ends before the sequence a re-derivation needs.
-    #[error("the log of cluster {cluster} ends at sequence {last}, before sequence {wanted}")]
-    ShortLog {
-        /// The cluster.
-        cluster: String,
-        /// Last sequence of the cluster's log.
-        last: u64,
-        /// The sequence asked for.
-        wanted: u64,
-    },
-    /// The log holds no event of the cluster: a clean audit of nothing would keep a
-    /// scheduled audit of a mistyped cluster green.
-    #[error(
-        "the log holds no events of cluster {0} (a typo? `fairshare tail --no-follow` shows \
-         every cluster's events); nothing audited"
-    )]
-    NoEvents(String),
-}
-
-/// Reads cluster `cluster`'s entries (`fairshare.events.<cluster>.>`) in order from the start,
-/// up to and including `through` (or to the log's current end with `None`).
-pub async fn read_log(
-    js: &jetstream::Context,
-    cluster: &str,
-    through: Option<u64>,
-) -> Result<Vec<LogEntry>, AuditError> {
-    read_log_keeping(js, cluster, through, |_| {}).await
-}
-
-/// [`read_log`], passing each entry through `keep` before it is kept (to drop what a reader
-/// does not need).
-async fn read_log_keeping(
-    js: &jetstream::Context,
-    cluster: &str,
-    through: Option<u64>,
-    keep: impl Fn(&mut LogEntry),
-) -> Result<Vec<LogEntry>, AuditError> {
-    let mut follower = Follower::start(js, 1, vec![subjects::cluster_events(cluster)]).await?;
-    let mut out = Vec::new();
-    if follower.pending_at_start == 0 {
-        return Ok(out);
-    }
-    while let Some(entry) = follower.next().await {
-        let mut entry = entry?;
-        keep(&mut entry);
-        let reached = through.is_some_and(|t| entry.sequence >= t);
-        let done = entry.pending == 0 || reached;
-        if through.is_none_or(|t| entry.sequence <= t) {
-            out.push(entry);
-        }
-        if done {
-            return Ok(out);
-        }
-    }
-    Err(FollowError::Delivery("connection closed while reading the log".into()).into())
-}
 
 /// Folds a fresh state for `cluster` over the entries through `through_sequence` (entries must
 /// be the cluster's log in order, as [`read_log`] returns them) and returns the `JobPlaced`
@@ -119,7 +58,7 @@ pub fn rederive(
     decide(fold.state(), computed_at_ms).events(cycle)
 }
 
-/// [`rederive`] over the log read from JetStream.
+/// [`rederive`] over the log in JetStream, folded as it is read.
 pub async fn rederive_from_log(
     js: &jetstream::Context,
     cluster: &str,
@@ -128,23 +67,12 @@ pub async fn rederive_from_log(
     computed_at_ms: i64,
     cycle: u64,
 ) -> Result<Vec<pb::Event>, AuditError> {
-    let entries = read_log(js, cluster, Some(through_sequence)).await?;
-    let last = entries.last().map_or(0, |e| e.sequence);
-    if last < through_sequence {
-        return Err(AuditError::ShortLog {
-            cluster: cluster.to_owned(),
-            last,
-            wanted: through_sequence,
-        });
-    }
-    Ok(rederive(
-        cluster,
-        &entries,
-        usage_window_ms,
-        through_sequence,
-        computed_at_ms,
-        cycle,
-    ))
+    let mut fold = LogFold::with_usage_window(cluster, usage_window_ms);
+    fold_through(js, cluster, through_sequence, |entry| {
+        fold.apply(entry);
+    })
+    .await?;
+    Ok(decide(fold.state(), computed_at_ms).events(cycle))
 }
 
 /// What a group of placements says it was decided from. Sorted by log position first.
@@ -291,26 +219,50 @@ fn overcommit_cause(held: u32, capacity: u32) -> &'static str {
 }
 
 /// Every placement in `entries` (one cluster's log, in order) that takes GPUs its node did
-/// not have free once everything before it in the log is folded. A decision re-derived
-/// identically from a stale basis (one that misses a placement landed before it, e.g. two
-/// instances at once) still over-commits: re-derivation alone cannot see it.
+/// not have free once everything before it in the log is folded ([`Overcommits`]).
 pub fn overcommits(cluster: &str, entries: &[LogEntry]) -> Vec<Overcommit> {
-    let mut fold = LogFold::new(cluster);
-    let mut out = Vec::new();
+    let mut check = Overcommits::new(cluster);
     for entry in entries {
+        check.feed(entry);
+    }
+    check.found
+}
+
+/// The placements that take GPUs their node did not have free once everything before them in
+/// the log is folded, found as the log streams past. A decision re-derived identically from a
+/// stale basis (one that misses a placement landed before it, e.g. two instances at once)
+/// still over-commits: re-derivation alone cannot see it.
+pub struct Overcommits {
+    /// The log folded up to the entry being looked at.
+    fold: LogFold,
+    /// What was found, in log order.
+    found: Vec<Overcommit>,
+}
+
+impl Overcommits {
+    /// Nothing folded yet, of `cluster`.
+    pub fn new(cluster: &str) -> Self {
+        Self {
+            fold: LogFold::new(cluster),
+            found: Vec::new(),
+        }
+    }
+
+    /// Looks at the next entry of the log (in order), then folds it.
+    pub fn feed(&mut self, entry: &LogEntry) {
         if let Ok(pb::Event {
             body: Some(Body::JobPlaced(p)),
             ..
         }) = &entry.event
         {
-            let state = fold.state();
+            let state = self.fold.state();
             // A placement the fold will not apply (its job is not waiting) takes nothing.
             let applies = state
                 .job(&p.job_id)
                 .is_some_and(|j| j.status == crate::domain::state::JobStatus::Queued);
             if applies {
                 // Per node, as the fold merges a node named twice into one holding.
-                let mut asked: std::collections::BTreeMap<&str, u32> = Default::default();
+                let mut asked: BTreeMap<&str, u32> = BTreeMap::new();
                 for n in &p.nodes {
                     let gpus = asked.entry(n.node.as_str()).or_default();
                     *gpus = gpus.saturating_add(n.gpus);
@@ -319,7 +271,7 @@ pub fn overcommits(cluster: &str, entries: &[LogEntry]) -> Vec<Overcommit> {
                     let capacity = state.inventory().nodes().get(node).map_or(0, |x| x.gpus);
                     let held = state.load(node).map_or(0, |l| l.used);
                     if held.saturating_add(gpus) > capacity {
-                        out.push(Overcommit {
+                        self.found.push(Overcommit {
                             sequence: entry.sequence,
                             job_id: p.job_id.clone(),
                             node: node.to_owned(),
@@ -331,9 +283,8 @@ pub fn overcommits(cluster: &str, entries: &[LogEntry]) -> Vec<Overcommit> {
                 }
             }
         }
-        fold.apply(entry);
+        self.fold.apply(entry);
     }
-    out
 }
 
 /// The outcome of an audit.
@@ -409,11 +360,60 @@ impl Divergence {
     }
 }
 
+impl super::window::Basis for CycleKey {
+    fn through_sequence(&self) -> u64 {
+        self.through_sequence
+    }
+
+    fn usage_window_ms(&self) -> i64 {
+        self.usage_window_ms
+    }
+}
+
+/// What one log entry is to a placement audit.
+enum Entry<'e> {
+    /// Not a placement (or not decodable: the folds pass over it).
+    Other,
+    /// A placement that cannot name a cycle to re-derive.
+    Unplaceable(Divergence),
+    /// A placement and the cycle it names.
+    Placement(CycleKey, &'e pb::JobPlaced, &'e pb::Event),
+}
+
+fn classify(entry: &LogEntry) -> Entry<'_> {
+    let Ok(event) = &entry.event else {
+        return Entry::Other;
+    };
+    let Some(Body::JobPlaced(p)) = &event.body else {
+        return Entry::Other;
+    };
+    let Some(basis) = &p.basis else {
+        return Entry::Unplaceable(Divergence::NoBasis {
+            sequence: entry.sequence,
+            job_id: p.job_id.clone(),
+        });
+    };
+    if basis.through_sequence >= entry.sequence {
+        return Entry::Unplaceable(Divergence::FromTheFuture {
+            sequence: entry.sequence,
+            job_id: p.job_id.clone(),
+            through_sequence: basis.through_sequence,
+        });
+    }
+    let key = CycleKey {
+        through_sequence: basis.through_sequence,
+        computed_at_ms: basis.computed_at_ms,
+        cycle: basis.cycle,
+        usage_window_ms: basis.usage_window_ms,
+    };
+    Entry::Placement(key, p, event)
+}
+
 /// Folds `entries` (one cluster's log, in order) once per usage window the placements' bases
 /// name, and at each cycle that placed anything calls `visit` with the cycle's key, the state
 /// exactly as folded through its `through_sequence` under its window (the state it was decided
 /// from), and its placements as logged. Placements that cannot name a cycle are returned as
-/// divergences.
+/// divergences. It holds the log's placements: for tests and small logs ([`audit_log`] streams).
 pub fn replay_cycles(
     cluster: &str,
     entries: &[LogEntry],
@@ -422,127 +422,176 @@ pub fn replay_cycles(
     let mut bad = Vec::new();
     let mut groups: BTreeMap<CycleKey, Vec<LoggedPlacement>> = BTreeMap::new();
     for entry in entries {
-        let Ok(event) = &entry.event else { continue };
-        let Some(Body::JobPlaced(p)) = &event.body else {
-            continue;
-        };
-        let Some(basis) = &p.basis else {
-            bad.push(Divergence::NoBasis {
-                sequence: entry.sequence,
-                job_id: p.job_id.clone(),
-            });
-            continue;
-        };
-        if basis.through_sequence >= entry.sequence {
-            bad.push(Divergence::FromTheFuture {
-                sequence: entry.sequence,
-                job_id: p.job_id.clone(),
-                through_sequence: basis.through_sequence,
-            });
-            continue;
+        match classify(entry) {
+            Entry::Other => {}
+            Entry::Unplaceable(d) => bad.push(d),
+            Entry::Placement(key, p, event) => {
+                groups.entry(key).or_default().push(LoggedPlacement {
+                    sequence: entry.sequence,
+                    job_id: p.job_id.clone(),
+                    event: event.clone(),
+                });
+            }
         }
-        let key = CycleKey {
-            through_sequence: basis.through_sequence,
-            computed_at_ms: basis.computed_at_ms,
-            cycle: basis.cycle,
-            usage_window_ms: basis.usage_window_ms,
-        };
-        groups.entry(key).or_default().push(LoggedPlacement {
-            sequence: entry.sequence,
-            job_id: p.job_id.clone(),
-            event: event.clone(),
-        });
     }
-    let mut folds = WindowedFolds::<LogFold>::new(cluster, entries);
-    for (key, logged) in &groups {
-        let fold = folds.through(key.usage_window_ms, key.through_sequence);
-        visit(key, fold.state(), logged);
+    let mut replay = Replay::<LogFold, CycleKey>::new(cluster, groups.keys().copied());
+    let mut visit = |key: &CycleKey, fold: &LogFold| {
+        if let Some(logged) = groups.get(key) {
+            visit(key, fold.state(), logged);
+        }
+    };
+    for entry in entries {
+        replay.feed(entry, &mut visit);
     }
+    replay.finish(&mut visit);
     bad
+}
+
+/// The first read of a placement audit: what each placement names, and no more (the cycles
+/// and how many placements each landed), so the second read ([`PlacementCheck`]) knows where to
+/// stop and re-derive.
+pub struct PlacementPlan {
+    /// The cluster.
+    cluster: String,
+    /// Counts so far, and the placements that name no cycle to re-derive.
+    report: AuditReport,
+    /// Per cycle named, how many placements the log holds for it.
+    cycles: BTreeMap<CycleKey, usize>,
+}
+
+impl PlacementPlan {
+    /// Nothing read yet, of `cluster`.
+    pub fn new(cluster: &str) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            report: AuditReport::default(),
+            cycles: BTreeMap::new(),
+        }
+    }
+
+    /// Notes the next entry of the log (in order).
+    pub fn note(&mut self, entry: &LogEntry) {
+        self.report.entries += 1;
+        self.report.last_sequence = entry.sequence;
+        match classify(entry) {
+            Entry::Other => {}
+            Entry::Unplaceable(d) => {
+                self.report.placements += 1;
+                self.report.divergences.push(d);
+            }
+            Entry::Placement(key, ..) => {
+                self.report.placements += 1;
+                *self.cycles.entry(key).or_default() += 1;
+            }
+        }
+    }
+
+    /// The second read's checks, for the same entries again.
+    pub fn check(self) -> PlacementCheck {
+        PlacementCheck {
+            cycles: Rederivation::new(&self.cluster, self.cycles),
+            overcommits: Overcommits::new(&self.cluster),
+            report: self.report,
+            found: Vec::new(),
+        }
+    }
+}
+
+/// The second read of a placement audit: folds the log entry by entry (one fold per usage
+/// window the cycles name), re-derives each cycle when the log reaches the end of its basis,
+/// and compares each logged placement with its cycle's as it streams past
+/// ([`Rederivation`]). What is held is the folds and the cycles in flight, never the log.
+pub struct PlacementCheck {
+    /// The cycles, decided again as the log reaches each.
+    cycles: Rederivation<LogFold, CycleKey>,
+    /// Placements over what their nodes had free.
+    overcommits: Overcommits,
+    /// The report so far (the first read's counts and findings).
+    report: AuditReport,
+    /// Divergences found, with the cycle each names (sorted by it at the end).
+    found: Vec<(CycleKey, Divergence)>,
+}
+
+impl PlacementCheck {
+    /// Checks the next entry of the log (the same entries, in the same order, as the plan
+    /// noted).
+    pub fn feed(&mut self, entry: &LogEntry) {
+        self.cycles.feed(entry, |key, fold| {
+            decide(fold.state(), key.computed_at_ms)
+                .events(key.cycle)
+                .into_iter()
+                .filter_map(|e| match &e.body {
+                    Some(Body::JobPlaced(p)) => Some((p.job_id.clone(), e)),
+                    _ => None,
+                })
+                .collect()
+        });
+        self.overcommits.feed(entry);
+        let Entry::Placement(key, p, logged) = classify(entry) else {
+            return;
+        };
+        let (sequence, job_id) = (entry.sequence, p.job_id.clone());
+        let divergence = match self.cycles.compare(&key, &p.job_id, logged) {
+            Compared::Same => return,
+            Compared::NotRederived => Divergence::NotRederived {
+                sequence,
+                job_id,
+                key,
+            },
+            Compared::Differs(rederived) => Divergence::Differs {
+                sequence,
+                job_id,
+                key,
+                logged: Box::new(logged.clone()),
+                rederived,
+            },
+        };
+        self.found.push((key, divergence));
+    }
+
+    /// How many cycles' re-derived placements are held, waiting for their logged ones.
+    pub fn cycles_held(&self) -> usize {
+        self.cycles.bases_held()
+    }
+
+    /// The report: the first read's findings in log order, then the cycles' in cycle order.
+    pub fn finish(mut self) -> AuditReport {
+        self.found.sort_by_key(|(key, d)| (*key, d.sequence()));
+        let mut report = self.report;
+        report.cycles = self.cycles.bases();
+        report.unpublished = self.cycles.unpublished();
+        report
+            .divergences
+            .extend(self.found.into_iter().map(|(_, d)| d));
+        report.overcommits = self.overcommits.found;
+        report
+    }
 }
 
 /// Re-derives every cycle of `cluster` that placed anything in `entries` (its log, in order)
 /// and reports every placement that does not come out byte-identical, each from a fold taking
-/// the usage snapshots of the window its basis names.
+/// the usage snapshots of the window its basis names; and every placement that over-commits a
+/// node ([`overcommits`]). The two reads of [`audit_log`], over a log in memory.
 pub fn audit(cluster: &str, entries: &[LogEntry]) -> AuditReport {
-    let mut report = AuditReport {
-        entries: entries.len(),
-        last_sequence: entries.last().map_or(0, |e| e.sequence),
-        ..AuditReport::default()
-    };
-    let mut divergences = Vec::new();
-    let early = replay_cycles(cluster, entries, |key, state, logged| {
-        report.cycles += 1;
-        report.placements += logged.len();
-        let decision = decide(state, key.computed_at_ms);
-        let rederived: HashMap<String, pb::Event> = decision
-            .events(key.cycle)
-            .into_iter()
-            .filter_map(|e| match &e.body {
-                Some(Body::JobPlaced(p)) => Some((p.job_id.clone(), e)),
-                _ => None,
-            })
-            .collect();
-        let mut matched = 0;
-        for l in logged {
-            match rederived.get(&l.job_id) {
-                None => divergences.push(Divergence::NotRederived {
-                    sequence: l.sequence,
-                    job_id: l.job_id.clone(),
-                    key: *key,
-                }),
-                Some(r) => {
-                    matched += 1;
-                    if codec::encode(r) != codec::encode(&l.event) {
-                        divergences.push(Divergence::Differs {
-                            sequence: l.sequence,
-                            job_id: l.job_id.clone(),
-                            key: *key,
-                            logged: Box::new(l.event.clone()),
-                            rederived: Box::new(r.clone()),
-                        });
-                    }
-                }
-            }
-        }
-        report.unpublished += rederived.len().saturating_sub(matched);
-    });
-    report.placements += early.len();
-    report.divergences = early;
-    report.divergences.extend(divergences);
-    report.overcommits = overcommits(cluster, entries);
-    report
-}
-
-/// [`audit`] over the cluster's log as it stands in JetStream.
-pub async fn audit_log(js: &jetstream::Context, cluster: &str) -> Result<AuditReport, AuditError> {
-    let entries = read_log_of_events(js, cluster).await?;
-    Ok(audit(cluster, &entries))
-}
-
-/// [`read_log`] to the log's end, refusing a cluster with no events at all
-/// ([`AuditError::NoEvents`]): what every audit reads. The audits hold the whole log, so the
-/// launchers' payloads (up to 64 KiB a job, and no fold or decision reads them) are dropped
-/// as it is read.
-pub async fn read_log_of_events(
-    js: &jetstream::Context,
-    cluster: &str,
-) -> Result<Vec<LogEntry>, AuditError> {
-    let entries = read_log_keeping(js, cluster, None, |entry| {
-        if let Ok(pb::Event {
-            body: Some(Body::JobSubmitted(submitted)),
-            ..
-        }) = &mut entry.event
-            && let Some(spec) = &mut submitted.spec
-        {
-            spec.payload = Default::default();
-        }
-    })
-    .await?;
-    if entries.is_empty() {
-        return Err(AuditError::NoEvents(cluster.to_owned()));
+    let mut plan = PlacementPlan::new(cluster);
+    for entry in entries {
+        plan.note(entry);
     }
-    Ok(entries)
+    let mut check = plan.check();
+    for entry in entries {
+        check.feed(entry);
+    }
+    check.finish()
+}
+
+/// [`audit`] over the cluster's log as it stands in JetStream, read twice and never held
+/// ([`read_each`], [`read_again`]).
+pub async fn audit_log(js: &jetstream::Context, cluster: &str) -> Result<AuditReport, AuditError> {
+    let mut plan = PlacementPlan::new(cluster);
+    let extent = read_each(js, cluster, |entry| plan.note(entry)).await?;
+    let mut check = plan.check();
+    read_again(js, cluster, extent, |entry| check.feed(entry)).await?;
+    Ok(check.finish())
 }
 
 #[cfg(test)]
@@ -552,6 +601,7 @@ mod tests {
     use super::*;
 
     const C: &str = "c";
+    use fairshare_events::subjects;
 
     use fairshare_testkit::events::logged as entry;
 
@@ -1028,43 +1078,130 @@ mod tests {
         ));
     }
 
-    /// The audits' read of the log drops launchers' payloads (they hold the whole log, and no
-    /// fold reads them); a plain read keeps them.
+    /// The audit holds a cycle's re-derived placements only until the last of its logged
+    /// ones has streamed past: what it keeps does not grow with the log.
+    #[test]
+    fn a_cycle_is_held_only_while_its_placements_are_still_to_come() {
+        let log = decided_log();
+        let mut plan = PlacementPlan::new(C);
+        for entry in &log {
+            plan.note(entry);
+        }
+        let mut check = plan.check();
+        let mut held = Vec::new();
+        for entry in &log {
+            check.feed(entry);
+            held.push((entry.sequence, check.cycles_held()));
+        }
+        // The basis ends at 7; its cycle is re-derived as entry 8 (its first placement) comes
+        // and dropped with its last (10).
+        assert_eq!(
+            held,
+            [
+                (1, 0),
+                (3, 0),
+                (4, 0),
+                (5, 0),
+                (6, 0),
+                (7, 0),
+                (8, 1),
+                (9, 1),
+                (10, 0)
+            ]
+        );
+        let report = check.finish();
+        assert!(report.is_clean(), "{report:?}");
+        assert_eq!((report.cycles, report.placements), (1, 3));
+    }
+
+    /// The audit reads the log twice and holds none of it: a second read that finds other
+    /// entries than the first (a purge between them) refuses, rather than re-deriving from a
+    /// log the first read did not plan for; entries that landed since are left alone.
     #[tokio::test]
-    async fn the_audits_read_of_the_log_drops_payloads() {
+    async fn the_second_read_refuses_a_log_that_lost_entries_since_the_first() {
         let server = fairshare_testkit::NatsServer::start().unwrap();
         let js = server
             .jetstream(std::time::Duration::from_secs(5))
             .await
             .unwrap();
-        let submitted = pb::Event {
-            at_ms: 1,
-            body: Some(Body::JobSubmitted(pb::JobSubmitted {
-                job_id: "j".into(),
-                spec: Some(pb::JobSpec {
-                    cluster: C.into(),
-                    payload: vec![7; 4096].into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })),
-        };
+        fairshare_runtime::nats::ensure_streams(&js, 1)
+            .await
+            .unwrap();
+        // The log's sequences as the stream's: its gap (2) is another cluster's entry.
+        let mut next = 1;
+        for entry in decided_log() {
+            let event = entry.event.unwrap();
+            while next < entry.sequence {
+                js.publish(subjects::policy("other"), codec::encode(&event))
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+                next += 1;
+            }
+            let subject = subjects::for_event(C, &event).unwrap();
+            let ack = js
+                .publish(subject, codec::encode(&event))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            assert_eq!(ack.sequence, entry.sequence);
+            next += 1;
+        }
+        let mut first = 0;
+        let extent = read_each(&js, C, |_| first += 1).await.unwrap();
+        assert_eq!(first, 9);
+        assert_eq!((extent.entries, extent.last_sequence), (9, 10));
+
+        // What lands after the first read is not read again.
         js.publish(
-            subjects::job_event(C, "j", "job_submitted"),
-            codec::encode(&submitted),
+            subjects::job_event(C, "j1", "job_started"),
+            codec::encode(&pb::Event {
+                at_ms: 3_000,
+                body: Some(Body::JobStarted(pb::JobStarted {
+                    job_id: "j1".into(),
+                })),
+            }),
         )
         .await
         .unwrap()
         .await
         .unwrap();
-        let payload = |entries: &[LogEntry]| match &entries[0].event {
-            Ok(pb::Event {
-                body: Some(Body::JobSubmitted(s)),
-                ..
-            }) => s.spec.as_ref().unwrap().payload.len(),
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(payload(&read_log(&js, C, None).await.unwrap()), 4096);
-        assert_eq!(payload(&read_log_of_events(&js, C).await.unwrap()), 0);
+        let mut again = Vec::new();
+        read_again(&js, C, extent, |e| again.push(e.sequence))
+            .await
+            .unwrap();
+        assert_eq!(again, [1, 3, 4, 5, 6, 7, 8, 9, 10]);
+        let report = audit_log(&js, C).await.unwrap();
+        assert!(report.is_clean(), "{report:?}");
+        assert_eq!((report.entries, report.placements), (10, 3));
+
+        // An entry removed between the reads: refused, naming both counts.
+        let stream = js
+            .get_stream(fairshare_events::streams::EVENTS_STREAM)
+            .await
+            .unwrap();
+        // The events stream denies deleting one message; an operator's purge of a subject
+        // (here node n1's registration, sequence 3) is allowed.
+        stream
+            .purge()
+            .filter(subjects::node(C, "n1"))
+            .await
+            .unwrap();
+        let refused = read_again(&js, C, extent, |_| {}).await;
+        assert!(
+            matches!(
+                &refused,
+                Err(AuditError::LogChanged { first, second, .. })
+                    if first.entries == 9 && second.entries == 8
+            ),
+            "{refused:?}"
+        );
+        let words = refused.unwrap_err().to_string();
+        assert!(
+            words.contains("changed between the audit's two reads"),
+            "{words}"
+        );
     }
 }

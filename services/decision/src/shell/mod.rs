@@ -70,6 +70,8 @@ pub mod explain;
 pub mod fold;
 mod pace;
 pub mod publish;
+pub mod read;
+pub mod rederive;
 pub mod window;
 
 use std::future::Future;
@@ -93,13 +95,14 @@ use tokio::time::Instant;
 
 use crate::domain::{DecisionState, decide};
 pub use audit::{
-    AuditError, AuditReport, Divergence, Overcommit, audit, audit_log, overcommits, read_log,
-    read_log_of_events, rederive,
+    AuditReport, Divergence, Overcommit, Overcommits, PlacementCheck, PlacementPlan, audit,
+    audit_log, overcommits, rederive,
 };
 pub use explain::{CycleSummary, Explainer, WaitingJob};
 pub use fold::{Applied, LogFold};
 use pace::Pacer;
 use publish::{Outcome, ToPublish};
+pub use read::{AuditError, LogExtent, read_again, read_each, read_log};
 
 /// The least wait before trying to settle a placement of unknown outcome again (longer after
 /// several failed rounds: [`failure_backoff`]).

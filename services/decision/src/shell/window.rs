@@ -1,7 +1,7 @@
 //! The usage window the decision and preemption services take snapshots of
 //! ([`crate::domain::DecisionState::set_usage_window_ms`]): what they tell the operator of
 //! snapshots refused for it ([`Ignored::OtherWindow`]), and how an audit replays decisions made
-//! under several windows ([`WindowedFolds`]).
+//! under several windows ([`Replay`]).
 //!
 //! Place in the flow: beside each service's fold of the log. A refusal while following the log
 //! is a warning at once (an accounting instance runs with another `--window` now); refusals
@@ -65,40 +65,73 @@ pub trait WindowFold {
     fn fold(&mut self, entry: &LogEntry);
 }
 
-/// Folds of one log (in order), one per usage window the decisions' bases name, each made
-/// when first asked for and moved only forward: an audit asks for them in log order.
-pub struct WindowedFolds<'e, F> {
-    cluster: &'e str,
-    entries: &'e [LogEntry],
-    /// Per window as a basis names it (0: any), the fold and how many entries it has taken.
-    folds: BTreeMap<i64, (F, usize)>,
+/// A decision's basis as a replay needs it: where in the log the state it was decided from
+/// ends, and which usage window that state took snapshots of. Bases sort by log position
+/// first.
+pub trait Basis: Ord + Copy {
+    /// The last sequence folded into the deciding state.
+    fn through_sequence(&self) -> u64;
+    /// The usage window the deciding state took snapshots of (0: any).
+    fn usage_window_ms(&self) -> i64;
 }
 
-impl<'e, F: WindowFold> WindowedFolds<'e, F> {
-    /// No fold yet, over `entries` of `cluster`.
-    pub fn new(cluster: &'e str, entries: &'e [LogEntry]) -> Self {
+/// Folds of one log fed entry by entry, one per usage window the bases name, stopping at each
+/// basis to hand it the fold of its window exactly as far as the basis names. It holds no
+/// entry, so an audit streams a log of any length through it: what it keeps is the folds and
+/// the bases.
+pub struct Replay<F, K> {
+    /// Per usage window a basis names (0: any), its fold.
+    folds: BTreeMap<i64, F>,
+    /// Every basis, sorted, each once.
+    bases: Vec<K>,
+    /// How many of `bases` were visited.
+    visited: usize,
+}
+
+impl<F: WindowFold, K: Basis> Replay<F, K> {
+    /// Empty folds of `cluster`, one per window `bases` name, to stop at each of `bases`.
+    pub fn new(cluster: &str, bases: impl IntoIterator<Item = K>) -> Self {
+        let mut bases: Vec<K> = bases.into_iter().collect();
+        bases.sort_unstable();
+        bases.dedup();
+        let mut folds = BTreeMap::new();
+        for basis in &bases {
+            let window_ms = basis.usage_window_ms();
+            folds
+                .entry(window_ms)
+                .or_insert_with(|| F::for_window(cluster, (window_ms != 0).then_some(window_ms)));
+        }
         Self {
-            cluster,
-            entries,
-            folds: BTreeMap::new(),
+            folds,
+            bases,
+            visited: 0,
         }
     }
 
-    /// The fold taking snapshots of `usage_window_ms` (a basis's field, 0: any window) through
-    /// sequence `through_sequence`.
-    pub fn through(&mut self, usage_window_ms: i64, through_sequence: u64) -> &F {
-        let cluster = self.cluster;
-        let (fold, taken) = self.folds.entry(usage_window_ms).or_insert_with(|| {
-            let window = (usage_window_ms != 0).then_some(usage_window_ms);
-            (F::for_window(cluster, window), 0)
-        });
-        while let Some(entry) = self.entries.get(*taken)
-            && entry.sequence <= through_sequence
-        {
+    /// Calls `visit` for every basis whose state ends before `entry` (with the fold of its
+    /// window, which has taken everything through the basis's sequence), then folds `entry`.
+    /// Entries come in log order.
+    pub fn feed(&mut self, entry: &LogEntry, visit: impl FnMut(&K, &F)) {
+        self.visit_through(entry.sequence.saturating_sub(1), visit);
+        for fold in self.folds.values_mut() {
             fold.fold(entry);
-            *taken += 1;
         }
-        fold
+    }
+
+    /// Calls `visit` for every basis not visited yet: those at or past the last entry fed.
+    pub fn finish(&mut self, visit: impl FnMut(&K, &F)) {
+        self.visit_through(u64::MAX, visit);
+    }
+
+    fn visit_through(&mut self, sequence: u64, mut visit: impl FnMut(&K, &F)) {
+        while let Some(basis) = self.bases.get(self.visited)
+            && basis.through_sequence() <= sequence
+        {
+            self.visited += 1;
+            if let Some(fold) = self.folds.get(&basis.usage_window_ms()) {
+                visit(basis, fold);
+            }
+        }
     }
 }
 

@@ -31,9 +31,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use async_nats::jetstream;
-use fairshare_decision::shell::window::WindowedFolds;
-use fairshare_decision::shell::{AuditError, read_log_of_events};
-use fairshare_events::codec;
+use fairshare_decision::shell::rederive::{Compared, Rederivation};
+use fairshare_decision::shell::{AuditError, read_again, read_each};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::timestamp::utc;
 use fairshare_runtime::findings;
@@ -43,7 +42,7 @@ use super::ShellFold;
 use crate::domain::{Config, decide_preemptions, into_events, stamp_cycle};
 
 /// The pass an order names: its basis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PassKey {
     /// The last stream sequence folded before the pass.
     pub through_sequence: u64,
@@ -348,43 +347,68 @@ impl fmt::Display for LateOrder {
 }
 
 /// Every order in `entries` (one cluster's log, in order) that landed in a log that had moved
-/// on since its pass: its waiter no longer waiting, or another pass's order for the same waiter
-/// landed after its basis. Orders of one pass share a basis and are never each other's
-/// "another".
+/// on since its pass ([`LateOrders`]).
 pub fn late_orders(cluster: &str, entries: &[LogEntry]) -> Vec<LateOrder> {
-    use fairshare_decision::domain::state::JobStatus;
-    let mut fold = fairshare_decision::shell::LogFold::new(cluster);
-    // Per waiter, the orders for it that landed: (sequence, basis).
-    let mut landed: HashMap<String, Vec<(u64, Option<pb::DecisionBasis>)>> = HashMap::new();
-    let mut out = Vec::new();
+    let mut check = LateOrders::new(cluster);
     for entry in entries {
+        check.feed(entry);
+    }
+    check.found
+}
+
+/// The orders that landed in a log that had moved on since their pass, found as the log
+/// streams past: the waiter no longer waiting, or another pass's order for the same waiter
+/// landed after the basis. Orders of one pass share a basis and are never each other's
+/// "another".
+pub struct LateOrders {
+    /// The log folded up to the entry being looked at.
+    fold: fairshare_decision::shell::LogFold,
+    /// Per waiter, the orders for it that landed: (sequence, basis).
+    landed: HashMap<String, Vec<(u64, Option<pb::DecisionBasis>)>>,
+    /// What was found, in log order.
+    found: Vec<LateOrder>,
+}
+
+impl LateOrders {
+    /// Nothing folded yet, of `cluster`.
+    pub fn new(cluster: &str) -> Self {
+        Self {
+            fold: fairshare_decision::shell::LogFold::new(cluster),
+            landed: HashMap::new(),
+            found: Vec::new(),
+        }
+    }
+
+    /// Looks at the next entry of the log (in order), then folds it.
+    pub fn feed(&mut self, entry: &LogEntry) {
+        use fairshare_decision::domain::state::JobStatus;
         if let Ok(pb::Event {
             body: Some(Body::PreemptionOrdered(order)),
             ..
         }) = &entry.event
             && !order.for_job_id.is_empty()
         {
-            let waiter_was = match fold.state().job(&order.for_job_id).map(|j| &j.status) {
+            let waiter_was = match self.fold.state().job(&order.for_job_id).map(|j| &j.status) {
                 Some(JobStatus::Queued) => None,
                 Some(JobStatus::Placed(_)) => Some("placed"),
                 Some(JobStatus::Preempted) => Some("stopped, waiting for its requeue"),
                 None => Some("ended, or unknown"),
             };
             if let Some(waiter_was) = waiter_was {
-                out.push(LateOrder::WaiterMoved {
+                self.found.push(LateOrder::WaiterMoved {
                     sequence: entry.sequence,
                     job_id: order.job_id.clone(),
                     waiter: order.for_job_id.clone(),
                     waiter_was,
                 });
             }
-            let before = landed.entry(order.for_job_id.clone()).or_default();
+            let before = self.landed.entry(order.for_job_id.clone()).or_default();
             let through = order.basis.as_ref().map_or(0, |b| b.through_sequence);
             if let Some(&(other, _)) = before
                 .iter()
                 .find(|(s, basis)| *s > through && *basis != order.basis)
             {
-                out.push(LateOrder::BesideAnother {
+                self.found.push(LateOrder::BesideAnother {
                     sequence: entry.sequence,
                     job_id: order.job_id.clone(),
                     waiter: order.for_job_id.clone(),
@@ -393,112 +417,204 @@ pub fn late_orders(cluster: &str, entries: &[LogEntry]) -> Vec<LateOrder> {
             }
             before.push((entry.sequence, order.basis));
         }
-        fold.apply(entry);
+        self.fold.apply(entry);
     }
-    out
 }
 
-/// An order as it is in the log.
-struct Logged<'e> {
-    sequence: u64,
-    job_id: &'e str,
-    event: &'e pb::Event,
+impl fairshare_decision::shell::window::Basis for PassKey {
+    fn through_sequence(&self) -> u64 {
+        self.through_sequence
+    }
+
+    fn usage_window_ms(&self) -> i64 {
+        self.usage_window_ms
+    }
+}
+
+/// What one log entry is to an order audit.
+enum Entry<'e> {
+    /// Not an order (or not decodable: the folds pass over it).
+    Other,
+    /// An order that cannot name a pass to decide again.
+    Unpassable(OrderDivergence),
+    /// An order and the pass it names.
+    Order(PassKey, &'e pb::PreemptionOrdered, &'e pb::Event),
+}
+
+fn classify(entry: &LogEntry) -> Entry<'_> {
+    let Ok(event) = &entry.event else {
+        return Entry::Other;
+    };
+    let Some(Body::PreemptionOrdered(order)) = &event.body else {
+        return Entry::Other;
+    };
+    let (sequence, job_id) = (entry.sequence, order.job_id.clone());
+    let Some(basis) = &order.basis else {
+        return Entry::Unpassable(OrderDivergence::NoBasis { sequence, job_id });
+    };
+    if basis.through_sequence >= sequence {
+        return Entry::Unpassable(OrderDivergence::FromTheFuture {
+            sequence,
+            job_id,
+            through_sequence: basis.through_sequence,
+        });
+    }
+    let pass = PassKey {
+        through_sequence: basis.through_sequence,
+        computed_at_ms: basis.computed_at_ms,
+        cycle: basis.cycle,
+        usage_window_ms: basis.usage_window_ms,
+    };
+    Entry::Order(pass, order, event)
+}
+
+/// The first read of an order audit: what each order names, and no more (the passes and how
+/// many orders each landed), so the second read ([`OrderCheck`]) knows where to stop and
+/// decide again.
+pub struct OrderPlan {
+    /// The cluster.
+    cluster: String,
+    /// The preemption service's settings the passes are decided again under.
+    policy: Config,
+    /// Counts so far, and the orders that name no pass to decide again.
+    report: OrderAudit,
+    /// Per pass named, how many orders the log holds for it.
+    passes: BTreeMap<PassKey, usize>,
+}
+
+impl OrderPlan {
+    /// Nothing read yet, of `cluster`, to be decided again under `policy`.
+    pub fn new(cluster: &str, policy: &Config) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            policy: *policy,
+            report: OrderAudit::default(),
+            passes: BTreeMap::new(),
+        }
+    }
+
+    /// Notes the next entry of the log (in order).
+    pub fn note(&mut self, entry: &LogEntry) {
+        self.report.entries += 1;
+        self.report.last_sequence = entry.sequence;
+        match classify(entry) {
+            Entry::Other => {}
+            Entry::Unpassable(d) => {
+                self.report.orders += 1;
+                self.report.divergences.push(d);
+            }
+            Entry::Order(pass, ..) => {
+                self.report.orders += 1;
+                *self.passes.entry(pass).or_default() += 1;
+            }
+        }
+    }
+
+    /// The second read's checks, for the same entries again.
+    pub fn check(self) -> OrderCheck {
+        OrderCheck {
+            passes: Rederivation::new(&self.cluster, self.passes),
+            late: LateOrders::new(&self.cluster),
+            policy: self.policy,
+            report: self.report,
+        }
+    }
+}
+
+/// The second read of an order audit: folds the log entry by entry with the service's own
+/// fold (one per usage window the passes name), decides each pass again when the log reaches
+/// the end of its basis, and compares each logged order with its pass's as it streams past
+/// ([`Rederivation`]); and looks for orders that landed late ([`LateOrders`]). What is held is
+/// the folds and the passes in flight, never the log.
+pub struct OrderCheck {
+    /// The passes, decided again as the log reaches each.
+    passes: Rederivation<ShellFold, PassKey>,
+    /// Orders that landed in a log that had moved on.
+    late: LateOrders,
+    /// The preemption service's settings.
+    policy: Config,
+    /// The report so far.
+    report: OrderAudit,
+}
+
+impl OrderCheck {
+    /// Checks the next entry of the log (the same entries, in the same order, as the plan
+    /// noted).
+    pub fn feed(&mut self, entry: &LogEntry) {
+        let policy = &self.policy;
+        self.passes.feed(entry, |pass, fold| {
+            let mut bodies = decide_preemptions(fold.state(), pass.computed_at_ms, policy);
+            stamp_cycle(&mut bodies, pass.cycle);
+            into_events(bodies, pass.computed_at_ms)
+                .into_iter()
+                .filter_map(|e| match &e.body {
+                    Some(Body::PreemptionOrdered(o)) => Some((o.job_id.clone(), e)),
+                    _ => None,
+                })
+                .collect()
+        });
+        self.late.feed(entry);
+        let Entry::Order(pass, order, logged) = classify(entry) else {
+            return;
+        };
+        let (sequence, job_id) = (entry.sequence, order.job_id.clone());
+        let divergence = match self.passes.compare(&pass, &order.job_id, logged) {
+            Compared::Same => return,
+            Compared::NotRederived => OrderDivergence::NotRederived {
+                sequence,
+                job_id,
+                pass,
+            },
+            Compared::Differs(rederived) => OrderDivergence::Differs {
+                sequence,
+                job_id,
+                pass,
+                logged: Box::new(logged.clone()),
+                rederived,
+            },
+        };
+        self.report.divergences.push(divergence);
+    }
+
+    /// The report, divergences in log order.
+    pub fn finish(self) -> OrderAudit {
+        let mut report = self.report;
+        report.passes = self.passes.bases();
+        report.unpublished = self.passes.unpublished();
+        report.divergences.sort_by_key(OrderDivergence::sequence);
+        report.late = self.late.found;
+        report
+    }
 }
 
 /// Re-derives every pass of `cluster` that ordered anything in `entries` (its log, in order)
 /// under `policy` (the service's settings), each from a fold taking the usage snapshots of the
-/// window its basis names, and reports every order that does not come out byte-identical.
+/// window its basis names, and reports every order that does not come out byte-identical, and
+/// every order that landed late ([`late_orders`]). The two reads of [`audit_log`], over a log
+/// in memory.
 pub fn audit(cluster: &str, entries: &[LogEntry], policy: &Config) -> OrderAudit {
-    let mut report = OrderAudit {
-        entries: entries.len(),
-        last_sequence: entries.last().map_or(0, |e| e.sequence),
-        ..OrderAudit::default()
-    };
-    let mut passes: BTreeMap<PassKey, Vec<Logged<'_>>> = BTreeMap::new();
+    let mut plan = OrderPlan::new(cluster, policy);
     for entry in entries {
-        let Ok(event) = &entry.event else { continue };
-        let Some(Body::PreemptionOrdered(order)) = &event.body else {
-            continue;
-        };
-        report.orders += 1;
-        let (sequence, job_id) = (entry.sequence, order.job_id.clone());
-        let Some(basis) = &order.basis else {
-            report
-                .divergences
-                .push(OrderDivergence::NoBasis { sequence, job_id });
-            continue;
-        };
-        if basis.through_sequence >= sequence {
-            report.divergences.push(OrderDivergence::FromTheFuture {
-                sequence,
-                job_id,
-                through_sequence: basis.through_sequence,
-            });
-            continue;
-        }
-        let pass = PassKey {
-            through_sequence: basis.through_sequence,
-            computed_at_ms: basis.computed_at_ms,
-            cycle: basis.cycle,
-            usage_window_ms: basis.usage_window_ms,
-        };
-        passes.entry(pass).or_default().push(Logged {
-            sequence,
-            job_id: &order.job_id,
-            event,
-        });
+        plan.note(entry);
     }
-    let mut folds = WindowedFolds::<ShellFold>::new(cluster, entries);
-    for (pass, logged) in &passes {
-        let fold = folds.through(pass.usage_window_ms, pass.through_sequence);
-        report.passes += 1;
-        let mut bodies = decide_preemptions(fold.state(), pass.computed_at_ms, policy);
-        stamp_cycle(&mut bodies, pass.cycle);
-        let rederived: HashMap<String, pb::Event> = into_events(bodies, pass.computed_at_ms)
-            .into_iter()
-            .filter_map(|e| match &e.body {
-                Some(Body::PreemptionOrdered(o)) => Some((o.job_id.clone(), e)),
-                _ => None,
-            })
-            .collect();
-        let mut matched = 0;
-        for l in logged {
-            let (sequence, job_id, pass) = (l.sequence, l.job_id.to_owned(), *pass);
-            match rederived.get(l.job_id) {
-                None => report.divergences.push(OrderDivergence::NotRederived {
-                    sequence,
-                    job_id,
-                    pass,
-                }),
-                Some(r) => {
-                    matched += 1;
-                    if codec::encode(r) != codec::encode(l.event) {
-                        report.divergences.push(OrderDivergence::Differs {
-                            sequence,
-                            job_id,
-                            pass,
-                            logged: Box::new(l.event.clone()),
-                            rederived: Box::new(r.clone()),
-                        });
-                    }
-                }
-            }
-        }
-        report.unpublished += rederived.len().saturating_sub(matched);
+    let mut check = plan.check();
+    for entry in entries {
+        check.feed(entry);
     }
-    report.divergences.sort_by_key(OrderDivergence::sequence);
-    report.late = late_orders(cluster, entries);
-    report
+    check.finish()
 }
 
-/// [`audit`] over the cluster's log as it stands in JetStream.
+/// [`audit`] over the cluster's log as it stands in JetStream, read twice and never held.
 pub async fn audit_log(
     js: &jetstream::Context,
     cluster: &str,
     policy: &Config,
 ) -> Result<OrderAudit, AuditError> {
-    let entries = read_log_of_events(js, cluster).await?;
-    Ok(audit(cluster, &entries, policy))
+    let mut plan = OrderPlan::new(cluster, policy);
+    let extent = read_each(js, cluster, |entry| plan.note(entry)).await?;
+    let mut check = plan.check();
+    read_again(js, cluster, extent, |entry| check.feed(entry)).await?;
+    Ok(check.finish())
 }
 
 #[cfg(test)]

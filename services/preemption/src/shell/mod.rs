@@ -111,7 +111,9 @@ use fairshare_runtime::telemetry::{self, Relation};
 use tokio::time::Instant;
 
 use crate::domain::{self, decide_preemptions_and_retry, into_events, next_due, stamp_cycle};
-pub use audit::{OrderAudit, OrderDivergence, PassKey, audit, audit_log};
+pub use audit::{
+    LateOrders, OrderAudit, OrderCheck, OrderDivergence, OrderPlan, PassKey, audit, audit_log,
+};
 pub use fold::ShellFold;
 
 /// The least wait before deciding again after an effect of unknown outcome (longer after

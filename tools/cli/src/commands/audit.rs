@@ -2,17 +2,21 @@
 //! snapshot in a cluster's log from the log prefix each names, and report what does not come
 //! out identical.
 //!
-//! Place in the flow: a reader of the log, like `tail`. It reads the cluster's log once and
-//! hands it to the decision service's audit ([`fairshare_decision::shell::audit()`]), the
-//! preemption service's ([`fairshare_preemption::shell::audit()`]) and the accounting service's
-//! ([`fairshare_accounting::shell::audit`]): the same pure code the services decided with, so
-//! a divergence means the log was not written by this build under these settings, or was
-//! tampered with.
+//! Place in the flow: a reader of the log, like `tail`. It reads the cluster's log twice,
+//! holding none of it, and hands each entry to the decision service's audit
+//! ([`fairshare_decision::shell::audit()`]), the preemption service's
+//! ([`fairshare_preemption::shell::audit()`]) and the accounting service's
+//! ([`fairshare_accounting::shell::audit`]): the first read notes what every decision names,
+//! the second folds the log and decides again where each one's basis ends. The same pure code
+//! the services decided with, so a divergence means the log was not written by this build
+//! under these settings, or was tampered with.
 
 use anyhow::{Context, bail};
 use clap::Args;
-use fairshare_decision::shell::read_log_of_events;
+use fairshare_accounting::shell::audit::SnapshotPlan;
+use fairshare_decision::shell::{PlacementPlan, read_again, read_each};
 use fairshare_preemption::cli::PolicyArgs;
+use fairshare_preemption::shell::OrderPlan;
 
 use super::Connection;
 
@@ -53,19 +57,40 @@ impl NotAudited {
 /// among the reasons.
 pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     let policy = args.policy.config().context(NotAudited)?;
-    let entries = read_log_of_events(&conn.js, &args.cluster)
-        .await
-        .with_context(|| format!("cannot read the log of cluster {}", args.cluster))
-        .context(NotAudited)?;
-    let mut placements = fairshare_decision::shell::audit::audit(&args.cluster, &entries);
+    // Two reads, holding none of the log: the first notes what each decision names, the
+    // second folds and decides again.
+    let cluster = args.cluster.as_str();
+    let mut placements = PlacementPlan::new(cluster);
+    let mut orders = OrderPlan::new(cluster, &policy);
+    let mut snapshots = SnapshotPlan::new(cluster);
+    let not_read = || format!("cannot read the log of cluster {cluster}");
+    let extent = read_each(&conn.js, cluster, |entry| {
+        placements.note(entry);
+        orders.note(entry);
+        snapshots.note(entry);
+    })
+    .await
+    .with_context(not_read)
+    .context(NotAudited)?;
+    let (mut placements, mut orders, mut snapshots) =
+        (placements.check(), orders.check(), snapshots.check());
+    read_again(&conn.js, cluster, extent, |entry| {
+        placements.feed(entry);
+        orders.feed(entry);
+        snapshots.feed(entry);
+    })
+    .await
+    .with_context(not_read)
+    .context(NotAudited)?;
+    let mut placements = placements.finish();
     placements.keep_from(args.from);
-    fairshare_runtime::out!("{}", placements.render(&args.cluster));
-    let mut orders = fairshare_preemption::shell::audit::audit(&args.cluster, &entries, &policy);
+    fairshare_runtime::out!("{}", placements.render(cluster));
+    let mut orders = orders.finish();
     orders.keep_from(args.from);
-    fairshare_runtime::out!("{}", orders.render(&args.cluster));
-    let mut snapshots = fairshare_accounting::shell::audit::audit(&args.cluster, &entries);
+    fairshare_runtime::out!("{}", orders.render(cluster));
+    let mut snapshots = snapshots.finish();
     snapshots.keep_from(args.from);
-    fairshare_runtime::out!("{}", snapshots.render(&args.cluster));
+    fairshare_runtime::out!("{}", snapshots.render(cluster));
     // Orders re-derive only under the flags the service ran with: say which were used.
     let p = &args.policy;
     let orders_hint = format!(
