@@ -401,6 +401,26 @@ mod tests {
         assert_eq!(audit("d", &log()).snapshots, 0);
     }
 
+    /// The second read re-derives a snapshot when the log passes the end of its prefix and
+    /// holds it only until the logged one streams past.
+    #[test]
+    fn a_snapshot_is_held_only_until_the_logged_one_passes() {
+        let log = log();
+        let mut plan = SnapshotPlan::new("c");
+        for entry in &log {
+            plan.note(entry);
+        }
+        let mut check = plan.check();
+        let mut held = Vec::new();
+        for entry in &log {
+            check.feed(entry);
+            held.push(check.snapshots_held());
+        }
+        // Both snapshots name sequence 5: re-derived as 6 comes, each let go as it passes.
+        assert_eq!(held, [0, 0, 0, 0, 0, 1, 0]);
+        assert_eq!(check.finish(), audit("c", &log));
+    }
+
     /// The accounting service folds every cluster, so a snapshot may name the sequence of
     /// another cluster's newest entry, past this cluster's last one: it re-derives from what
     /// this cluster's log holds before it. A snapshot naming its own sequence or a later one is

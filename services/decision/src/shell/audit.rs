@@ -7,13 +7,18 @@
 //! prefix through that sequence and deciding at that time gives the same decision, byte for
 //! byte. [`audit`] checks this for every placement in the log:
 //!
-//! 1. group the cluster's `JobPlaced` events by their basis
-//!    (one group per cycle that placed anything; two instances running at once would simply
-//!    make two groups);
-//! 2. fold the log once per usage window the groups name (usually one), in order, stopping at
-//!    each group's `through_sequence` to re-run [`decide()`] on the fold of its window (one
-//!    pass over the log per window, one decision per cycle, not one fold per cycle);
-//! 3. compare each logged placement's encoded event with the re-derived one for the same job.
+//! 1. first read ([`PlacementPlan`]): count the cluster's `JobPlaced` events per basis (one
+//!    group per cycle that placed anything; two instances running at once would simply make
+//!    two groups), keeping no entry;
+//! 2. second read ([`PlacementCheck`]): fold the log once per usage window the groups name
+//!    (usually one), side by side, entry by entry, and where the log passes a group's
+//!    `through_sequence` re-run [`decide()`] on the fold of its window (one decision per
+//!    cycle, not one fold per cycle);
+//! 3. compare each logged placement's encoded event with the re-derived one for the same job as
+//!    it streams past, and let the cycle's re-derived placements go with its last one.
+//!
+//! So an audit of a long-lived cluster holds its folds and the cycles in flight, not the log
+//! ([`audit_log`] reads JetStream twice; [`audit`] runs both reads over a log in memory).
 //!
 //! Re-derived placements missing from the log are counted, not reported: the log refuses a
 //! placement whose job moved on (optimistic concurrency), which is the system working.

@@ -9,7 +9,10 @@
 //! at that time must give the logged order back, byte for
 //! byte: the same victim, waiter, cause, reason and grace deadline. [`audit`] checks this for
 //! every order, once per pass; `fairshare audit` and `fairshare-preemption --audit` run it over
-//! JetStream and the simulator's `--audit` over its own log.
+//! JetStream and the simulator's `--audit` over its own log. Like the placement audit it reads
+//! the log twice and holds none of it: the first read ([`OrderPlan`]) counts the orders of each
+//! pass, the second ([`OrderCheck`]) folds, decides each pass again where its basis ends and
+//! compares the orders as they stream past.
 //!
 //! The kills, requeues and drain reports a pass also appends carry no basis; they follow from
 //! the orders and the grace deadlines, which are what is checked here. A pass may decide more
@@ -576,6 +579,11 @@ impl OrderCheck {
         self.report.divergences.push(divergence);
     }
 
+    /// How many passes' re-derived orders are held, their logged ones still to come.
+    pub fn passes_held(&self) -> usize {
+        self.passes.bases_held()
+    }
+
     /// The report, divergences in log order.
     pub fn finish(self) -> OrderAudit {
         let mut report = self.report;
@@ -644,6 +652,29 @@ mod tests {
         assert_eq!(report.unpublished, 0, "every decided order was written");
         assert_eq!(report.entries, log.len());
         assert_eq!(report.last_sequence, log.len() as u64);
+    }
+
+    /// The second read holds a pass's re-derived orders only until its last logged order has
+    /// streamed past: never more than the passes in flight, none at the end.
+    #[test]
+    fn a_pass_is_held_only_while_its_orders_are_still_to_come() {
+        let log = generated_log();
+        let mut plan = OrderPlan::new("c", &Config::default());
+        for entry in &log {
+            plan.note(entry);
+        }
+        let mut check = plan.check();
+        let mut most = 0;
+        for entry in &log {
+            check.feed(entry);
+            most = most.max(check.passes_held());
+        }
+        assert_eq!(
+            most, 1,
+            "a pass's orders land together, before the next pass"
+        );
+        assert_eq!(check.passes_held(), 0);
+        assert_eq!(check.finish(), audit("c", &log, &Config::default()));
     }
 
     #[test]
