@@ -460,6 +460,12 @@ impl Follower {
         })
     }
 
+    /// When the stream it follows was created (Unix ns): a stream made again later is another
+    /// log, whose sequences start over.
+    pub fn stream_created_ns(&self) -> i128 {
+        self.created_ns
+    }
+
     /// How many times `js`'s client has connected (1 until its first reconnect).
     fn connects_of(js: &jetstream::Context) -> u64 {
         js.client().statistics().connects.load(Ordering::Relaxed)

@@ -36,13 +36,13 @@ use fairshare_runtime::findings;
 use fairshare_runtime::log::LogEntry;
 
 use super::fold::LogFold;
-use super::read::{AuditError, fold_through, read_again, read_each};
+use super::read::{AuditError, read_again, read_each};
 use super::rederive::{Compared, Rederivation};
 use super::window::Replay;
 use crate::domain::{DecisionState, decide};
 
 /// Folds a fresh state for `cluster` over the entries through `through_sequence` (entries must
-/// be the cluster's log in order, as [`read_log`] returns them) and returns the `JobPlaced`
+/// be the cluster's log in order, as [`read_log`](super::read_log) returns them) and returns the `JobPlaced`
 /// events of the decision at `computed_at_ms` numbered `cycle`, taking usage snapshots of a
 /// `usage_window_ms` window only, as the service was set to (`None`: any window).
 pub fn rederive(
@@ -61,23 +61,6 @@ pub fn rederive(
         fold.apply(entry);
     }
     decide(fold.state(), computed_at_ms).events(cycle)
-}
-
-/// [`rederive`] over the log in JetStream, folded as it is read.
-pub async fn rederive_from_log(
-    js: &jetstream::Context,
-    cluster: &str,
-    usage_window_ms: Option<i64>,
-    through_sequence: u64,
-    computed_at_ms: i64,
-    cycle: u64,
-) -> Result<Vec<pb::Event>, AuditError> {
-    let mut fold = LogFold::with_usage_window(cluster, usage_window_ms);
-    fold_through(js, cluster, through_sequence, |entry| {
-        fold.apply(entry);
-    })
-    .await?;
-    Ok(decide(fold.state(), computed_at_ms).events(cycle))
 }
 
 /// What a group of placements says it was decided from. Sorted by log position first.
@@ -1129,31 +1112,35 @@ mod tests {
             .jetstream(std::time::Duration::from_secs(5))
             .await
             .unwrap();
-        fairshare_runtime::nats::ensure_streams(&js, 1)
-            .await
-            .unwrap();
-        // The log's sequences as the stream's: its gap (2) is another cluster's entry.
-        let mut next = 1;
-        for entry in decided_log() {
-            let event = entry.event.unwrap();
-            while next < entry.sequence {
-                js.publish(subjects::policy("other"), codec::encode(&event))
+        /// A fresh events stream holding `decided_log()` at its own sequences (its gap, 2, is
+        /// another cluster's entry).
+        async fn publish_log(js: &jetstream::Context) {
+            fairshare_runtime::nats::ensure_streams(js, 1)
+                .await
+                .unwrap();
+            let mut next = 1;
+            for entry in decided_log() {
+                let event = entry.event.unwrap();
+                while next < entry.sequence {
+                    js.publish(subjects::policy("other"), codec::encode(&event))
+                        .await
+                        .unwrap()
+                        .await
+                        .unwrap();
+                    next += 1;
+                }
+                let subject = subjects::for_event(C, &event).unwrap();
+                let ack = js
+                    .publish(subject, codec::encode(&event))
                     .await
                     .unwrap()
                     .await
                     .unwrap();
+                assert_eq!(ack.sequence, entry.sequence);
                 next += 1;
             }
-            let subject = subjects::for_event(C, &event).unwrap();
-            let ack = js
-                .publish(subject, codec::encode(&event))
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-            assert_eq!(ack.sequence, entry.sequence);
-            next += 1;
         }
+        publish_log(&js).await;
         let mut first = 0;
         let extent = read_each(&js, C, |_| first += 1).await.unwrap();
         assert_eq!(first, 9);
@@ -1208,5 +1195,25 @@ mod tests {
             words.contains("changed between the audit's two reads"),
             "{words}"
         );
+
+        // The stream made anew with the same entries at the same sequences: another log all
+        // the same (the first read's plan is not of it).
+        js.delete_stream(fairshare_events::streams::EVENTS_STREAM)
+            .await
+            .unwrap();
+        publish_log(&js).await;
+        let mut again = 0;
+        let refused = read_again(&js, C, extent, |_| again += 1).await;
+        assert_eq!(again, 9, "as many entries through the same sequence");
+        assert!(
+            matches!(
+                &refused,
+                Err(AuditError::LogChanged { first, second, .. })
+                    if first.entries == second.entries
+                        && first.stream_created_ns != second.stream_created_ns
+            ),
+            "{refused:?}"
+        );
+        assert!(refused.unwrap_err().to_string().contains("made anew"));
     }
 }

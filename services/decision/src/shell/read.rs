@@ -17,16 +17,6 @@ pub enum AuditError {
     /// The log could not be followed.
     #[error(transparent)]
     Follow(#[from] FollowError),
-    /// The cluster's log ends before the sequence a re-derivation needs.
-    #[error("the log of cluster {cluster} ends at sequence {last}, before sequence {wanted}")]
-    ShortLog {
-        /// The cluster.
-        cluster: String,
-        /// Last sequence of the cluster's log.
-        last: u64,
-        /// The sequence asked for.
-        wanted: u64,
-    },
     /// The log holds no event of the cluster: a clean audit of nothing would keep a
     /// scheduled audit of a mistyped cluster green.
     #[error(
@@ -37,12 +27,13 @@ pub enum AuditError {
     /// The second read of an audit did not find the entries the first one read.
     #[error(
         "the log of cluster {cluster} changed between the audit's two reads ({} entries \
-         through sequence {}, then {} through {}): entries were removed (a stream limit, a \
+         through sequence {}, then {} through {}{}): entries were removed (a stream limit, a \
          purge) or the stream was made anew; nothing audited, run the audit again",
         first.entries,
         first.last_sequence,
         second.entries,
-        second.last_sequence
+        second.last_sequence,
+        if first.stream_created_ns == second.stream_created_ns { "" } else { ", of a stream made anew" }
     )]
     LogChanged {
         /// The cluster.
@@ -61,6 +52,9 @@ pub struct LogExtent {
     pub entries: usize,
     /// The last one's sequence (0: none).
     pub last_sequence: u64,
+    /// When the stream read was created (Unix ns): a stream made again between two reads is
+    /// another log, even with as many entries through the same sequence.
+    pub stream_created_ns: i128,
 }
 
 /// Reads cluster `cluster`'s entries (`fairshare.events.<cluster>.>`) in order from the start,
@@ -73,7 +67,10 @@ async fn read_through(
     mut each: impl FnMut(LogEntry),
 ) -> Result<LogExtent, AuditError> {
     let mut follower = Follower::start(js, 1, vec![subjects::cluster_events(cluster)]).await?;
-    let mut extent = LogExtent::default();
+    let mut extent = LogExtent {
+        stream_created_ns: follower.stream_created_ns(),
+        ..LogExtent::default()
+    };
     if follower.pending_at_start == 0 {
         return Ok(extent);
     }
@@ -134,25 +131,6 @@ pub async fn read_again(
             cluster: cluster.to_owned(),
             first,
             second,
-        });
-    }
-    Ok(())
-}
-
-/// Folds `fold` over cluster `cluster`'s entries through `through_sequence` as they are read,
-/// keeping none; refuses a log that ends before it ([`AuditError::ShortLog`]).
-pub async fn fold_through(
-    js: &jetstream::Context,
-    cluster: &str,
-    through_sequence: u64,
-    mut fold: impl FnMut(&LogEntry),
-) -> Result<(), AuditError> {
-    let extent = read_through(js, cluster, Some(through_sequence), |entry| fold(&entry)).await?;
-    if extent.last_sequence < through_sequence {
-        return Err(AuditError::ShortLog {
-            cluster: cluster.to_owned(),
-            last: extent.last_sequence,
-            wanted: through_sequence,
         });
     }
     Ok(())

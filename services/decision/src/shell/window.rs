@@ -112,7 +112,9 @@ impl<F: WindowFold, K: Basis> Replay<F, K> {
     /// window, which has taken everything through the basis's sequence), then folds `entry`.
     /// Entries come in log order.
     pub fn feed(&mut self, entry: &LogEntry, visit: impl FnMut(&K, &F)) {
-        self.visit_through(entry.sequence.saturating_sub(1), visit);
+        if let Some(before) = entry.sequence.checked_sub(1) {
+            self.visit_through(before, visit);
+        }
         for fold in self.folds.values_mut() {
             fold.fold(entry);
         }
@@ -138,6 +140,67 @@ impl<F: WindowFold, K: Basis> Replay<F, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fold that remembers its window and the sequences it took.
+    struct Taken(Option<i64>, Vec<u64>);
+
+    impl WindowFold for Taken {
+        fn for_window(_: &str, usage_window_ms: Option<i64>) -> Self {
+            Taken(usage_window_ms, Vec::new())
+        }
+
+        fn fold(&mut self, entry: &LogEntry) {
+            self.1.push(entry.sequence);
+        }
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    struct At(u64, i64);
+
+    impl Basis for At {
+        fn through_sequence(&self) -> u64 {
+            self.0
+        }
+
+        fn usage_window_ms(&self) -> i64 {
+            self.1
+        }
+    }
+
+    /// Each basis gets the fold of its own window, exactly through its sequence, in log order;
+    /// two bases at one sequence under two windows get two folds; a basis named twice is
+    /// visited once; one past the last entry is visited at the end.
+    #[test]
+    fn a_replay_stops_at_each_basis_with_the_fold_of_its_window() {
+        let log: Vec<LogEntry> = [1, 2, 5, 6]
+            .into_iter()
+            .map(|sequence| LogEntry {
+                sequence,
+                subject: String::new(),
+                event: Ok(Default::default()),
+                pending: 0,
+                trace: None,
+                stored_ms: None,
+            })
+            .collect();
+        let bases = [At(4, 7), At(2, 0), At(2, 7), At(2, 7), At(9, 0)];
+        let mut replay = Replay::<Taken, At>::new("c", bases);
+        let mut seen = Vec::new();
+        let mut visit = |at: &At, fold: &Taken| seen.push((*at, fold.0, fold.1.clone()));
+        for entry in &log {
+            replay.feed(entry, &mut visit);
+        }
+        replay.finish(&mut visit);
+        assert_eq!(
+            seen,
+            [
+                (At(2, 0), None, vec![1, 2]),
+                (At(2, 7), Some(7), vec![1, 2]),
+                (At(4, 7), Some(7), vec![1, 2]),
+                (At(9, 0), None, vec![1, 2, 5, 6]),
+            ]
+        );
+    }
 
     #[test]
     fn only_refusals_for_the_window_are_counted() {

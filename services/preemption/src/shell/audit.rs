@@ -674,7 +674,17 @@ mod tests {
             "a pass's orders land together, before the next pass"
         );
         assert_eq!(check.passes_held(), 0);
-        assert_eq!(check.finish(), audit("c", &log, &Config::default()));
+        let bases: std::collections::BTreeSet<_> = log
+            .iter()
+            .filter_map(|e| match &e.event.as_ref().ok()?.body {
+                Some(Body::PreemptionOrdered(o)) => o.basis.map(|b| (b.through_sequence, b.cycle)),
+                _ => None,
+            })
+            .collect();
+        let report = check.finish();
+        assert!(report.is_clean(), "{report:?}");
+        assert_eq!(report.passes, bases.len());
+        assert_eq!(report.unpublished, 0);
     }
 
     #[test]
