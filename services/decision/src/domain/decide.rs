@@ -31,6 +31,7 @@
 //! Determinism: every collection iterated is ordered (`BTreeMap`, sorted `Vec`), ties always
 //! break on names or ids, and no clock is read.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use fairshare_events::pb;
@@ -70,9 +71,16 @@ pub struct Placement<'s> {
 /// waiting jobs formats nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitReason<'s> {
-    /// GPUs it could use were free at the start of the cycle, but went to higher-ranked work
-    /// (allocations below their share floor first, then by the window).
-    BelowOthersInRank,
+    /// GPUs it could use were free at the start of the cycle, but went to work placed ahead of
+    /// it: higher-ranked allocations (below their share floor first, then by the window), or
+    /// its own allocation's jobs of higher priority or submitted earlier.
+    BelowOthersInRank {
+        /// Allocated jobs of its own allocation placed ahead of it in the cycle (0 for
+        /// unallocated work).
+        own_allocation: u32,
+        /// Other jobs placed ahead of it in the cycle.
+        others: u32,
+    },
     /// Not enough free GPUs of its shape on the nodes that take work.
     TooLargeForFreeNodes {
         /// Nodes it needs.
@@ -155,7 +163,7 @@ impl WaitReason<'_> {
     /// A stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
-            WaitReason::BelowOthersInRank => "below_others_in_rank",
+            WaitReason::BelowOthersInRank { .. } => "below_others_in_rank",
             WaitReason::TooLargeForFreeNodes { .. } => "too_large_for_free_nodes",
             WaitReason::NeverFits { .. } => "never_fits_cluster",
             WaitReason::ReservationPending { .. } => "reservation_pending",
@@ -173,9 +181,33 @@ impl WaitReason<'_> {
 impl fmt::Display for WaitReason<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WaitReason::BelowOthersInRank => f.write_str(
+            WaitReason::BelowOthersInRank {
+                own_allocation: 0, ..
+            } => f.write_str(
                 "GPUs that fit it were free at the start of the cycle but went to higher-ranked work \
                  (allocations below their share floor first, then by window usage)",
+            ),
+            WaitReason::BelowOthersInRank {
+                own_allocation,
+                others: 0,
+            } => write!(
+                f,
+                "GPUs that fit it were free at the start of the cycle but went to {} of its own \
+                 allocation placed ahead of it (higher priority, then earlier submission; debug \
+                 jobs under the allowance first)",
+                jobs(*own_allocation)
+            ),
+            WaitReason::BelowOthersInRank {
+                own_allocation,
+                others,
+            } => write!(
+                f,
+                "GPUs that fit it were free at the start of the cycle but went to work placed \
+                 ahead of it: {} of higher-ranked allocations (below their share floor first, \
+                 then by window usage) and {} of its own (higher priority, then earlier \
+                 submission)",
+                jobs(*others),
+                jobs(*own_allocation)
             ),
             WaitReason::TooLargeForFreeNodes {
                 nodes,
@@ -395,6 +427,15 @@ impl Decision<'_> {
     }
 }
 
+/// "1 job", "3 jobs".
+fn jobs(n: u32) -> String {
+    if n == 1 {
+        "1 job".to_owned()
+    } else {
+        format!("{n} jobs")
+    }
+}
+
 /// The mutable part of a cycle.
 struct Cycle<'s> {
     now: i64,
@@ -405,6 +446,9 @@ struct Cycle<'s> {
     guard: Option<Guard>,
     reservation: Option<Reservation<'s>>,
     placements: Vec<Placement<'s>>,
+    /// Allocated placements so far per allocation, counted for the reasons only (a job that
+    /// lost free GPUs to its own allocation's work is told so).
+    placed_per_allocation: BTreeMap<&'s str, u32>,
     waiting: Vec<Waiting<'s>>,
     /// Whether to work out and record why each unplaced job waits. Reasons never change what
     /// is placed (the reservation is still taken), so a caller that only acts on placements
@@ -444,14 +488,15 @@ impl<'s> Cycle<'s> {
                     start_ms: r.start_ms,
                     same_allocation: !req.is_unallocated() && r.allocation == allocation,
                 },
-                None => self.classify(&key.job_id, req, protected_until),
+                None => self.classify(&key.job_id, req, allocation, protected_until),
             },
             Found::Nowhere => {
                 let reserved = self.reserve(key, req, allocation);
                 if !self.reasons {
                     return false;
                 }
-                reserved.unwrap_or_else(|| self.classify(&key.job_id, req, protected_until))
+                reserved
+                    .unwrap_or_else(|| self.classify(&key.job_id, req, allocation, protected_until))
             }
         };
         // Victims already ordered off for it: that says more than the room it lacks now.
@@ -536,6 +581,9 @@ impl<'s> Cycle<'s> {
             });
         }
         self.pool.spend_promise();
+        if self.reasons && !req.is_unallocated() {
+            *self.placed_per_allocation.entry(allocation).or_default() += 1;
+        }
         self.placements.push(Placement {
             job_id: &key.job_id,
             allocation,
@@ -619,7 +667,13 @@ impl<'s> Cycle<'s> {
     }
 
     /// Why a job that found no room waits, most specific cause first.
-    fn classify(&self, job_id: &str, req: Request, protected_until: i64) -> WaitReason<'s> {
+    fn classify(
+        &self,
+        job_id: &str,
+        req: Request,
+        allocation: &str,
+        protected_until: i64,
+    ) -> WaitReason<'s> {
         let inventory = self.state.inventory();
         if inventory.could_hold(req.shape) && !self.pool.capacity_uncordoned.fits(req.shape) {
             // Only with cordoned nodes back could it ever start: no reservation or preemption
@@ -639,7 +693,19 @@ impl<'s> Cycle<'s> {
                 have,
             }
         } else if self.pool.fits_at_start(req.shape, protected_until) {
-            WaitReason::BelowOthersInRank
+            let own_allocation = if req.is_unallocated() {
+                0
+            } else {
+                self.placed_per_allocation
+                    .get(allocation)
+                    .copied()
+                    .unwrap_or(0)
+            };
+            let placed = u32::try_from(self.placements.len()).unwrap_or(u32::MAX);
+            WaitReason::BelowOthersInRank {
+                own_allocation,
+                others: placed.saturating_sub(own_allocation),
+            }
         } else if self.pool.start_unpromised.fits(req.shape) && !self.pool.has_promise(job_id) {
             // Name the hold that ends first: the earliest these GPUs could be anyone's. For a
             // single-node job, among the holds whose release alone would give it a node, if
@@ -748,6 +814,7 @@ fn run_cycle(state: &DecisionState, now_ms: i64, reasons: bool) -> Decision<'_> 
         guard: None,
         reservation: None,
         placements: Vec::new(),
+        placed_per_allocation: BTreeMap::new(),
         waiting: Vec::with_capacity(if reasons { state.queued_len() } else { 0 }),
         reasons,
     };

@@ -92,7 +92,7 @@ pub fn explain(
                 explanation.reason = w.reason.to_string();
                 if matches!(
                     w.reason,
-                    WaitReason::TooLargeForFreeNodes { .. } | WaitReason::BelowOthersInRank
+                    WaitReason::TooLargeForFreeNodes { .. } | WaitReason::BelowOthersInRank { .. }
                 ) {
                     // The cycle meets waiting jobs in rank order: a reservation held by one met
                     // later (this job could have none: cordons, no plan) is not ahead of it.

@@ -403,7 +403,11 @@ mod tests {
             Arc::ptr_eq(&c.allocation, &d4.allocation),
             "one name per allocation"
         );
-        assert!(c.reason.contains("higher-ranked"));
+        assert!(
+            c.reason.contains("went to 1 job of its own allocation"),
+            "{}",
+            c.reason
+        );
         let all: Vec<_> = board
             .all_waiting()
             .into_iter()

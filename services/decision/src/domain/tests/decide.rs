@@ -556,6 +556,44 @@ fn projected_usage_spreads_gpus_over_equally_behind_allocations() {
     }
 }
 
+/// A job whose free GPUs went to its own allocation's earlier jobs is told so, not that
+/// higher-ranked allocations took them; with both, each is counted.
+#[test]
+fn a_job_behind_its_own_allocations_work_is_told_so() {
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    for i in 1..=10 {
+        h.submit(NOW - 100 + i, &format!("a{i}"), "a", 1, 3600);
+    }
+    let d = h.decide(NOW);
+    assert_eq!(placed_ids(&d).len(), 8);
+    assert_eq!(reason(&d, "a9"), "reservation_pending");
+    assert_eq!(reason(&d, "a10"), "below_others_in_rank");
+    let text = reason_text(&d, "a10");
+    assert!(
+        text.contains("went to 8 jobs of its own allocation placed ahead of it"),
+        "{text}"
+    );
+    assert!(!text.contains("higher-ranked"), "{text}");
+
+    // Two teams taking turns: four of each placed ahead of the jobs left.
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    h.snapshot(NOW, &[("a", 100, 1000), ("b", 100, 1000)]);
+    for i in 1..=8 {
+        h.submit(NOW - 100 + i, &format!("a{i}"), "a", 1, 3600);
+        h.submit(NOW - 100 + i, &format!("b{i}"), "b", 1, 3600);
+    }
+    let d = h.decide(NOW);
+    let text = reason_text(&d, "b6");
+    assert!(
+        text.contains("4 jobs of higher-ranked allocations") && text.contains("4 jobs of its own"),
+        "{text}"
+    );
+}
+
 /// Two equal teams on one 8-GPU node, `b` 3 GPU-h ahead in the window, eight 1-GPU jobs each.
 fn a_far_behind(share_floor: bool) -> H {
     let mut h = H::new();
