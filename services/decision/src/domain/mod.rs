@@ -47,7 +47,7 @@ pub mod reserve;
 pub mod state;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use decide::{Decision, NodeGpus, Placement, WaitReason, Waiting, decide, decide_placements};
 pub use explain::explain;

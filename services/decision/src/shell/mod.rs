@@ -72,6 +72,7 @@ mod pace;
 pub mod publish;
 pub mod read;
 pub mod rederive;
+pub mod usage_age;
 pub mod window;
 
 use std::future::Future;
@@ -237,6 +238,9 @@ pub struct Service {
     now: HeldClock,
     board: explain::Publisher,
     next_cycle: u64,
+    /// Whether the usage snapshots the ranking starts from still arrive (warned once per
+    /// spell without).
+    usage_age: usage_age::UsageAge,
     /// Placements whose outcome the next cycle must know first (see [`publish::settle`]).
     unresolved: Vec<publish::Unresolved>,
     /// Cycles with a placement of unknown outcome, and failed rounds of settling them, since
@@ -379,6 +383,7 @@ impl Service {
             now,
             board: explain::Publisher::new(),
             next_cycle,
+            usage_age: usage_age::UsageAge::default(),
             unresolved: Vec::new(),
             failed_cycles: 0,
             store,
@@ -734,6 +739,7 @@ impl Service {
         // every 30 s).
         self.now.refresh_anchor(&self.js).await;
         let now_ms = self.now_ms();
+        self.usage_age.check(self.fold.state(), now_ms, "decision");
         let started = std::time::Instant::now();
         // One span per placement, open until its acknowledgement: a child of the job's
         // submission, and the parent of the launcher's start.

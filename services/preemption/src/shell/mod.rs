@@ -114,6 +114,7 @@ use crate::domain::{self, decide_preemptions_and_retry, into_events, next_due, s
 pub use audit::{
     LateOrders, OrderAudit, OrderCheck, OrderDivergence, OrderPlan, PassKey, audit, audit_log,
 };
+use fairshare_decision::shell::usage_age::UsageAge;
 pub use fold::ShellFold;
 
 /// The least wait before deciding again after an effect of unknown outcome (longer after
@@ -230,6 +231,9 @@ pub struct Service {
     /// order's grace cut, is a broken promise; one held late keeps GPUs from waiting work).
     now: HeldClock,
     next_cycle: u64,
+    /// Whether the usage snapshots the ranking starts from still arrive (warned once per
+    /// spell without).
+    usage_age: UsageAge,
     /// The sled checkpoint, if configured.
     store: Option<CheckpointStore>,
     /// This cluster's preemption lease: passes run only while this instance holds it, so a
@@ -366,6 +370,7 @@ impl Service {
             fold,
             now,
             next_cycle,
+            usage_age: UsageAge::default(),
             store,
             lease: Keeper::spawn(lease),
             checkpointed: resumed_from,
@@ -625,6 +630,8 @@ impl Service {
     /// it decided at.
     async fn pass(&mut self) -> (publish::Outcome, Option<i64>, i64) {
         let now_ms = self.now_ms();
+        self.usage_age
+            .check(self.fold.state().decision(), now_ms, "preemption");
         let (mut bodies, retry_ms) =
             decide_preemptions_and_retry(self.fold.state(), now_ms, &self.config.policy);
         if bodies.is_empty() {

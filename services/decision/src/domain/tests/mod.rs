@@ -8,4 +8,4 @@ mod promise;
 mod props;
 mod rank;
 mod state;
-mod support;
+pub(crate) mod support;

@@ -1,0 +1,119 @@
+//! Whether the usage snapshots the ranking starts from still arrive.
+//!
+//! Place in the flow: beside each decision cycle and preemption pass. Both rank allocations by
+//! the accounting service's last `UsageSnapshot` plus the work in flight since its window end
+//! ([`crate::domain::rank::leaf_usage`]). The accounting service publishes one at least every
+//! minute, events or not; while none comes (the service down, or far behind) the ranking keeps
+//! a window that no longer slides, and runs that ended since its end are charged nowhere. The
+//! services go on deciding, as they should, but an operator must hear of it: a warning once per
+//! spell, and a line when snapshots come again.
+
+use crate::domain::DecisionState;
+
+/// How old the last snapshot's window end may be before it is reported: three of the
+/// accounting service's longest gaps between snapshots (60 s), which also absorbs a clock
+/// skew between its host and this one.
+pub const STALE_AFTER_MS: i64 = 3 * 60_000;
+
+/// What a look at the snapshot's age found worth saying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgeNews {
+    /// Nothing new.
+    Quiet,
+    /// The snapshot became stale: its window ended this long ago (ms).
+    Stale(i64),
+    /// A fresh snapshot came after a stale spell that lasted this long by this service's
+    /// clock (ms).
+    Fresh(i64),
+}
+
+/// The last snapshot's age as the cycles and passes see it.
+#[derive(Debug, Default)]
+pub struct UsageAge {
+    /// When (this service's "now") the current stale spell was first seen.
+    stale_since_ms: Option<i64>,
+}
+
+impl UsageAge {
+    /// Looks at the state's snapshot at `now_ms` and says what changed. Only a cluster with
+    /// work queued or running is looked at (an idle cluster ranks nothing), and only once a
+    /// snapshot was taken (before the first, every run is charged from its start).
+    pub fn look(&mut self, state: &DecisionState, now_ms: i64) -> AgeNews {
+        let busy = state.queued_len() > 0 || state.in_flight().next().is_some();
+        let Some(age) = state
+            .usage()
+            .map(|u| now_ms.saturating_sub(u.window_end_ms))
+            .filter(|_| busy)
+        else {
+            return AgeNews::Quiet;
+        };
+        match (self.stale_since_ms, age > STALE_AFTER_MS) {
+            (None, true) => {
+                self.stale_since_ms = Some(now_ms);
+                AgeNews::Stale(age)
+            }
+            (Some(since), false) => {
+                self.stale_since_ms = None;
+                AgeNews::Fresh(now_ms.saturating_sub(since))
+            }
+            _ => AgeNews::Quiet,
+        }
+    }
+
+    /// [`Self::look`], logging the news for `service`.
+    pub fn check(&mut self, state: &DecisionState, now_ms: i64, service: &'static str) {
+        match self.look(state, now_ms) {
+            AgeNews::Quiet => {}
+            AgeNews::Stale(age_ms) => tracing::warn!(
+                service,
+                age_s = age_ms / 1000,
+                "the last usage snapshot's window ended {} s ago (the accounting service \
+                 publishes one at least every 60 s): is it running and keeping up? Ranking \
+                 goes on from that snapshot plus the work in flight; runs that ended since are \
+                 charged nowhere until a new one comes",
+                age_ms / 1000
+            ),
+            AgeNews::Fresh(spell_ms) => tracing::info!(
+                service,
+                stale_for_s = spell_ms / 1000,
+                "usage snapshots arrive again"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::tests::support::{H, leaf};
+
+    const MIN: i64 = 60_000;
+
+    /// A warning once per spell of old snapshots while work waits or runs, a line when a
+    /// fresh one comes, and nothing for an idle cluster or one never snapshotted.
+    #[test]
+    fn an_old_snapshot_is_reported_once_and_its_end_too() {
+        let mut h = H::new();
+        h.tree(vec![leaf("a", 1)]);
+        h.node("n0", 8);
+        let mut age = UsageAge::default();
+        let t0 = 1_000 * MIN;
+        h.snapshot(t0, &[("a", 0, 1000)]);
+        assert_eq!(age.look(&h.state, t0 + 10 * MIN), AgeNews::Quiet, "idle");
+        h.submit(t0, "j1", "a", 1, 600);
+        assert_eq!(age.look(&h.state, t0 + 2 * MIN), AgeNews::Quiet);
+        assert_eq!(age.look(&h.state, t0 + 4 * MIN), AgeNews::Stale(4 * MIN));
+        assert_eq!(age.look(&h.state, t0 + 9 * MIN), AgeNews::Quiet, "once");
+        h.snapshot(t0 + 10 * MIN, &[("a", 0, 1000)]);
+        assert_eq!(age.look(&h.state, t0 + 10 * MIN), AgeNews::Fresh(6 * MIN));
+        assert_eq!(age.look(&h.state, t0 + 11 * MIN), AgeNews::Quiet);
+
+        let mut never = H::new();
+        never.tree(vec![leaf("a", 1)]);
+        never.submit(t0, "j1", "a", 1, 600);
+        assert_eq!(
+            UsageAge::default().look(&never.state, t0 + 60 * MIN),
+            AgeNews::Quiet
+        );
+    }
+}
