@@ -25,7 +25,7 @@ use super::promise::Promise;
 use super::queue::SortedChunks;
 use super::rank;
 use super::state::{
-    AllocationQueue, DecisionState, InFlight, Job, NodeLoad, Usage, Window, shape_key,
+    AllocationQueue, DecisionState, EndedRun, InFlight, Job, NodeLoad, Usage, Window, shape_key,
 };
 
 /// [`DecisionState`] as a checkpoint holds it: the same fields, names, order and serde forms
@@ -47,6 +47,7 @@ pub(crate) struct Stored {
     queues: BTreeMap<Arc<str>, AllocationQueue>,
     in_flight: BTreeMap<Arc<str>, SortedChunks<Arc<str>, InFlight>>,
     usage: Option<Usage>,
+    ended: BTreeMap<Arc<str>, Vec<EndedRun>>,
     promises: BTreeMap<Arc<str>, Promise>,
     meters: BTreeMap<Arc<str>, HourMeter>,
     capacity_meter: HourMeter,
@@ -74,6 +75,7 @@ impl From<Stored> for DecisionState {
             in_flight: s.in_flight,
             flight: FlightIndex::default(),
             usage: s.usage,
+            ended: s.ended,
             promises: s.promises,
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,

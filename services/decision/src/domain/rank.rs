@@ -62,7 +62,7 @@ use fairshare_model::budget::{AccountId, BudgetTree};
 use fairshare_model::exact::mul_wide;
 
 use super::join::take_matching;
-use super::state::{DecisionState, InFlight};
+use super::state::{DecisionState, EndedRun, InFlight};
 
 /// One allocation's inputs to ranking.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -637,8 +637,20 @@ pub(crate) fn leaf_usage_by_run(
     })
 }
 
+/// What runs that ended since the snapshot's window end `window_end` ran beyond it
+/// ([`super::state::EndedRun`]).
+fn ended_charge(runs: &[EndedRun], window_end: i64) -> u128 {
+    runs.iter()
+        .map(|r| {
+            let ms = r.end_ms.saturating_sub(r.start_ms.max(window_end));
+            u128::from(u64::try_from(ms).unwrap_or(0)) * u128::from(r.gpus)
+        })
+        .fold(0, u128::saturating_add)
+}
+
 /// One [`LeafUsage`] per account id of `tree`: each allocation's row of the state's usage
-/// snapshot, plus what `add` charges for its work in flight. `add` is called once per
+/// snapshot and what its runs that ended since the snapshot's window end ran beyond it, plus
+/// what `add` charges for its work in flight. `add` is called once per
 /// allocation in path order (paths, the snapshot's rows and the running work are all sorted by
 /// path: they are walked in lockstep rather than searched by path).
 fn from_snapshot(
@@ -651,6 +663,8 @@ fn from_snapshot(
         .usage
         .as_ref()
         .map(|u| u.by_allocation.iter().peekable());
+    let window_end = state.usage.as_ref().map(|u| u.window_end_ms);
+    let mut ended = state.ended.iter().peekable();
     let mut listed = Vec::new();
     for &id in ids_in_path_order(state, tree, &mut listed) {
         let path = tree.accounts[id].path.as_str();
@@ -658,6 +672,13 @@ fn from_snapshot(
         if let Some(u) = snapshot.as_mut().and_then(|s| take_matching(s, path)) {
             leaf.charged_gpu_ms = u128::from(u.charged_gpu_ms);
             leaf.allocated_gpu_ms = u128::from(u.allocated_gpu_ms);
+        }
+        if let Some(window_end) = window_end
+            && let Some(runs) = take_matching(&mut ended, path)
+        {
+            leaf.charged_gpu_ms = leaf
+                .charged_gpu_ms
+                .saturating_add(ended_charge(runs, window_end));
         }
         add(path, &mut leaf);
         out[id] = leaf;

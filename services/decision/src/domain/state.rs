@@ -560,6 +560,23 @@ pub struct InFlight {
     pub stopping: bool,
 }
 
+/// A run of allocated work that ended after the usage snapshot's window end, in an entry the
+/// snapshot does not cover: the ranking charges its time since the window end until a snapshot
+/// covers it ([`crate::domain::rank`]), as it charges the runs still in flight. Without it a
+/// run that ended between two snapshots would count for nothing in between (for as long as
+/// the accounting service is down).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndedRun {
+    /// The sequence of the entry that ended it: a snapshot through it or later covers it.
+    pub sequence: u64,
+    /// Its start (the launcher's confirmed start).
+    pub start_ms: i64,
+    /// When it ended.
+    pub end_ms: i64,
+    /// GPUs it held.
+    pub gpus: u64,
+}
+
 /// One allocation's window usage as the accounting service reported it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocationUsage {
@@ -623,6 +640,10 @@ pub struct DecisionState {
     #[serde(skip)]
     pub(crate) flight: FlightIndex,
     pub(crate) usage: Option<Usage>,
+    /// Per allocation path, its runs that ended since the snapshot's window end in entries the
+    /// snapshot does not cover, in log order ([`EndedRun`]). Empty while there is no snapshot
+    /// (every run is then charged from its start while in flight, and not after).
+    pub(crate) ended: BTreeMap<Arc<str>, Vec<EndedRun>>,
     /// GPUs freed by preemption orders, held for the waiting job each order named, by that
     /// job's id ([`super::promise`]).
     pub(crate) promises: BTreeMap<Arc<str>, Promise>,
@@ -726,6 +747,7 @@ impl DecisionState {
             in_flight: BTreeMap::new(),
             flight: FlightIndex::default(),
             usage: None,
+            ended: BTreeMap::new(),
             promises: BTreeMap::new(),
             debug_allowance_gpus: debug::DEFAULT_DEBUG_ALLOWANCE_GPUS,
             share_floor: true,
@@ -1095,6 +1117,13 @@ impl DecisionState {
             e.charged_gpu_ms = e.charged_gpu_ms.saturating_add(a.charged_gpu_ms);
             e.allocated_gpu_ms = e.allocated_gpu_ms.saturating_add(a.allocated_gpu_ms);
         }
+        // Runs the new snapshot covers, or that ended before its window did, charge nothing
+        // beyond it.
+        let (through, window_end) = (u.through_sequence, u.window_end_ms);
+        self.ended.retain(|_, runs| {
+            runs.retain(|r| r.end_ms > window_end && (through == 0 || r.sequence > through));
+            !runs.is_empty()
+        });
         self.usage = Some(Usage {
             window_end_ms: u.window_end_ms,
             window_ms: u.window_ms,
@@ -1294,6 +1323,28 @@ impl DecisionState {
         }
     }
 
+    /// Notes the end at `at` of `job`'s run (placed as `placed`) in the entry being applied,
+    /// for the ranking until a snapshot covers it ([`EndedRun`]): allocated work that started
+    /// (accounting charges from the launcher's start), ending after the snapshot's window end.
+    fn note_ended(&mut self, job: &Job, placed: &Placed, at: i64) {
+        let Some(usage) = &self.usage else {
+            return;
+        };
+        if job.request.is_unallocated() || !placed.started || at <= usage.window_end_ms {
+            return;
+        }
+        let gpus = placed.nodes.iter().map(|(_, g)| u64::from(*g)).sum();
+        self.ended
+            .entry(Arc::clone(&job.allocation))
+            .or_default()
+            .push(EndedRun {
+                sequence: self.last_applied,
+                start_ms: placed.start_ms,
+                end_ms: at,
+                gpus,
+            });
+    }
+
     pub(crate) fn release(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
         for (node, _) in &placed.nodes {
             if let Some(i) = self.loads.index_of(&**node) {
@@ -1412,6 +1463,7 @@ impl DecisionState {
         };
         let (job, placed) = (job.clone(), placed.clone());
         self.release(&id, &job, &placed);
+        self.note_ended(&job, &placed, at);
         self.promise_freed(at, &id, &placed);
         if job.resumable {
             if let Some(j) = self.jobs.get_mut(&id) {
@@ -1501,6 +1553,7 @@ impl DecisionState {
             }
             JobStatus::Placed(placed) => {
                 self.release(&id, &job, placed);
+                self.note_ended(&job, placed, at);
                 self.promise_freed(at, &id, placed);
             }
             JobStatus::Preempted => {}

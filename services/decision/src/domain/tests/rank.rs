@@ -457,3 +457,55 @@ proptest! {
         }
     }
 }
+
+/// A run that ended since the snapshot's window end is charged what it ran beyond the window
+/// end until a snapshot covers its end, as the runs still in flight are: between two
+/// snapshots (or while the accounting service is down) finishing work must not make an
+/// allocation look less served than while it ran.
+#[test]
+fn a_run_ended_since_the_snapshot_is_charged_until_a_snapshot_covers_it() {
+    use super::support::H;
+    use crate::domain::rank::{leaf_usage, leaf_usage_by_run};
+    const HOUR: i64 = 3_600_000;
+    let finished = |id: &str| {
+        pb::event::Body::JobFinished(pb::JobFinished {
+            job_id: id.into(),
+            exit_code: 0,
+        })
+    };
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    let t0 = 10 * HOUR;
+    h.running(t0, "a1", "a", 60, &[("n0", 4)]);
+    // Ended before the snapshot's window end: in the snapshot, nothing beyond it.
+    h.running(t0, "a2", "a", 60, &[("n0", 2)]);
+    h.ok(t0 + HOUR / 2, finished("a2"));
+    let allocated = 1_000 * HOUR as u64;
+    let in_snapshot = 5 * HOUR as u64;
+    h.snapshot(
+        t0 + HOUR,
+        &[("a", in_snapshot, allocated), ("b", 0, allocated)],
+    );
+    h.ok(t0 + 2 * HOUR, finished("a1"));
+    let tree = h.state.budget_tree().unwrap();
+    let a = tree.allocation("a").unwrap();
+    let now = t0 + 3 * HOUR;
+    let usage = leaf_usage(&h.state, tree, now);
+    // 4 GPUs from the window end (t0 + 1 h) to the end (t0 + 2 h), nothing after.
+    assert_eq!(
+        usage[a].charged_gpu_ms,
+        u128::from(in_snapshot) + 4 * HOUR as u128
+    );
+    assert_eq!(usage, leaf_usage_by_run(&h.state, tree, now));
+
+    // A snapshot through the end covers it: its rows alone.
+    let covered = 9 * HOUR as u64;
+    h.snapshot(
+        t0 + 3 * HOUR,
+        &[("a", covered, allocated), ("b", 0, allocated)],
+    );
+    let tree = h.state.budget_tree().unwrap();
+    let usage = leaf_usage(&h.state, tree, now);
+    assert_eq!(usage[a].charged_gpu_ms, u128::from(covered));
+}
