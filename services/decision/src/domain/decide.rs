@@ -69,17 +69,20 @@ pub struct Placement<'s> {
 /// Why a job was left waiting: a stable code ([`WaitReason::code`]) for programs, a sentence
 /// (`Display`) for people. The sentence is built only when asked for, so a cycle with 100,000
 /// waiting jobs formats nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WaitReason<'s> {
-    /// GPUs it could use were free at the start of the cycle, but went to work placed ahead of
-    /// it: higher-ranked allocations (below their share floor first, then by the window), or
-    /// its own allocation's jobs of higher priority or submitted earlier.
+    /// GPUs it could use were free at the start of the cycle, but not once the jobs met
+    /// before it in the cycle were placed: allocations ranked ahead (below their share floor
+    /// first, then by the window), debug jobs under their allowance, its own allocation's jobs
+    /// of higher priority or submitted earlier, and for unallocated work all allocated work.
     BelowOthersInRank {
-        /// Allocated jobs of its own allocation placed ahead of it in the cycle (0 for
+        /// Jobs placed before it in the cycle, of its own allocation and allocated (0 for
         /// unallocated work).
         own_allocation: u32,
-        /// Other jobs placed ahead of it in the cycle.
+        /// The other jobs placed before it in the cycle.
         others: u32,
+        /// Whether it is unallocated work.
+        unallocated: bool,
     },
     /// Not enough free GPUs of its shape on the nodes that take work.
     TooLargeForFreeNodes {
@@ -182,33 +185,48 @@ impl fmt::Display for WaitReason<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WaitReason::BelowOthersInRank {
-                own_allocation: 0, ..
-            } => f.write_str(
-                "GPUs that fit it were free at the start of the cycle but went to higher-ranked work \
-                 (allocations below their share floor first, then by window usage)",
-            ),
-            WaitReason::BelowOthersInRank {
-                own_allocation,
-                others: 0,
-            } => write!(
-                f,
-                "GPUs that fit it were free at the start of the cycle but went to {} of its own \
-                 allocation placed ahead of it (higher priority, then earlier submission; debug \
-                 jobs under the allowance first)",
-                jobs(*own_allocation)
-            ),
-            WaitReason::BelowOthersInRank {
                 own_allocation,
                 others,
-            } => write!(
-                f,
-                "GPUs that fit it were free at the start of the cycle but went to work placed \
-                 ahead of it: {} of higher-ranked allocations (below their share floor first, \
-                 then by window usage) and {} of its own (higher priority, then earlier \
-                 submission)",
-                jobs(*others),
-                jobs(*own_allocation)
-            ),
+                unallocated,
+            } => {
+                let placed = own_allocation.saturating_add(*others);
+                f.write_str(
+                    "GPUs that fit it were free at the start of the cycle, but not once the ",
+                )?;
+                if *unallocated {
+                    write!(
+                        f,
+                        "{} placed before it in the cycle had theirs (allocated work goes first, \
+                         unallocated work fills what is left)",
+                        jobs(placed)
+                    )
+                } else if *others == 0 {
+                    write!(
+                        f,
+                        "{} of its own allocation placed before it in the cycle had theirs \
+                         (higher priority, then earlier submission)",
+                        jobs(*own_allocation)
+                    )
+                } else if *own_allocation == 0 {
+                    write!(
+                        f,
+                        "{} placed before it in the cycle had theirs: allocations ranked ahead \
+                         of its own (below their share floor first, then by window usage) and \
+                         debug jobs under their allowance",
+                        jobs(*others)
+                    )
+                } else {
+                    write!(
+                        f,
+                        "{} placed before it in the cycle had theirs: {} of its own allocation \
+                         (higher priority, then earlier submission), the rest of allocations \
+                         ranked ahead of its own (below their share floor first, then by \
+                         window usage) or debug jobs under their allowance",
+                        jobs(placed),
+                        *own_allocation
+                    )
+                }
+            }
             WaitReason::TooLargeForFreeNodes {
                 nodes,
                 gpus_per_node,
@@ -333,9 +351,7 @@ impl fmt::Display for WaitReason<'_> {
                  work frees are held for it alone until {}; it starts once they are enough",
                 utc(*until_ms)
             ),
-            WaitReason::NodesCordoned => {
-                f.write_str("would fit only on cordoned nodes")
-            }
+            WaitReason::NodesCordoned => f.write_str("would fit only on cordoned nodes"),
             WaitReason::MaintenanceWindow => f.write_str(
                 "would fit only on nodes whose maintenance starts before its minimum runtime ends",
             ),
@@ -705,6 +721,7 @@ impl<'s> Cycle<'s> {
             WaitReason::BelowOthersInRank {
                 own_allocation,
                 others: placed.saturating_sub(own_allocation),
+                unallocated: req.is_unallocated(),
             }
         } else if self.pool.start_unpromised.fits(req.shape) && !self.pool.has_promise(job_id) {
             // Name the hold that ends first: the earliest these GPUs could be anyone's. For a

@@ -1326,10 +1326,15 @@ impl DecisionState {
     /// Notes the end at `at` of `job`'s run (placed as `placed`) in the entry being applied,
     /// for the ranking until a snapshot covers it ([`EndedRun`]): allocated work that started
     /// (accounting charges from the launcher's start), ending after the snapshot's window end.
+    /// A run ordered off ends at its grace deadline at the latest, as accounting charges it
+    /// (a stop reported late, after an outage, is not charged beyond it).
     fn note_ended(&mut self, job: &Job, placed: &Placed, at: i64) {
         let Some(usage) = &self.usage else {
             return;
         };
+        let at = placed
+            .preempt_deadline_ms
+            .map_or(at, |deadline| deadline.min(at));
         if job.request.is_unallocated() || !placed.started || at <= usage.window_end_ms {
             return;
         }

@@ -139,6 +139,9 @@ impl Board {
         // slice's address is exact and never reads the bytes.
         let mut allocation_ix: HashMap<(usize, usize), u32> = HashMap::new();
         let mut reason_ix: Vec<WaitReason<'_>> = Vec::new();
+        // Reasons carry counts and times, so a big cycle has thousands of distinct ones:
+        // looked up by hash, not by a walk over those seen.
+        let mut reason_at: HashMap<WaitReason<'_>, usize> = HashMap::new();
         let mut last_allocation: Option<((usize, usize), u32)> = None;
         let mut last_reason: Option<usize> = None;
         self.rows.reserve(decision.waiting.len());
@@ -157,15 +160,12 @@ impl Board {
             };
             let reason = match last_reason {
                 Some(i) if reason_ix[i] == w.reason => i,
-                _ => match reason_ix.iter().position(|r| *r == w.reason) {
-                    Some(i) => i,
-                    None => {
-                        reason_ix.push(w.reason);
-                        self.reasons
-                            .push((w.reason.code(), Arc::from(w.reason.to_string())));
-                        reason_ix.len() - 1
-                    }
-                },
+                _ => *reason_at.entry(w.reason).or_insert_with(|| {
+                    reason_ix.push(w.reason);
+                    self.reasons
+                        .push((w.reason.code(), Arc::from(w.reason.to_string())));
+                    reason_ix.len() - 1
+                }),
             };
             last_reason = Some(reason);
             self.ids.push_str(w.job_id);
@@ -404,7 +404,8 @@ mod tests {
             "one name per allocation"
         );
         assert!(
-            c.reason.contains("went to 1 job of its own allocation"),
+            c.reason
+                .contains("not once the 1 job of its own allocation placed before it"),
             "{}",
             c.reason
         );

@@ -3,17 +3,19 @@
 //! Place in the flow: beside each decision cycle and preemption pass. Both rank allocations by
 //! the accounting service's last `UsageSnapshot` plus the work in flight since its window end
 //! ([`crate::domain::rank::leaf_usage`]). The accounting service publishes one at least every
-//! minute, events or not; while none comes (the service down, or far behind) the ranking keeps
-//! a window that no longer slides, and runs that ended since its end are charged nowhere. The
-//! services go on deciding, as they should, but an operator must hear of it: a warning once per
-//! spell, and a line when snapshots come again.
+//! minute, events or not; while none comes (the service down, far behind, or set to another
+//! `--window`, whose snapshots are refused) the ranking keeps a window that no longer slides,
+//! charging what ran since its end from its own record of the runs. The services go on
+//! deciding, as they should, but an operator must hear of it: a warning once per spell, and a
+//! line when snapshots come again.
 
 use crate::domain::DecisionState;
 
-/// How old the last snapshot's window end may be before it is reported: three of the
-/// accounting service's longest gaps between snapshots (60 s), which also absorbs a clock
-/// skew between its host and this one.
-pub const STALE_AFTER_MS: i64 = 3 * 60_000;
+/// How old the last snapshot's window end may be before it is reported: five of the
+/// accounting service's longest gaps between snapshots (60 s), which leaves room for four
+/// minutes of clock skew between its host and this one (a quiet cluster's window ends at the
+/// accounting host's time).
+pub const STALE_AFTER_MS: i64 = 5 * 60_000;
 
 /// What a look at the snapshot's age found worth saying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,20 +37,20 @@ pub struct UsageAge {
 }
 
 impl UsageAge {
-    /// Looks at the state's snapshot at `now_ms` and says what changed. Only a cluster with
-    /// work queued or running is looked at (an idle cluster ranks nothing), and only once a
-    /// snapshot was taken (before the first, every run is charged from its start).
+    /// Looks at the state's snapshot at `now_ms` and says what changed. A stale snapshot is
+    /// news only while work waits or runs (an idle cluster ranks nothing) and once a snapshot
+    /// was taken (before the first, every run is charged from its start); a fresh one ends a
+    /// stale spell whatever the cluster is doing.
     pub fn look(&mut self, state: &DecisionState, now_ms: i64) -> AgeNews {
-        let busy = state.queued_len() > 0 || state.in_flight().next().is_some();
         let Some(age) = state
             .usage()
             .map(|u| now_ms.saturating_sub(u.window_end_ms))
-            .filter(|_| busy)
         else {
             return AgeNews::Quiet;
         };
+        let busy = state.queued_len() > 0 || state.in_flight().next().is_some();
         match (self.stale_since_ms, age > STALE_AFTER_MS) {
-            (None, true) => {
+            (None, true) if busy => {
                 self.stale_since_ms = Some(now_ms);
                 AgeNews::Stale(age)
             }
@@ -68,9 +70,9 @@ impl UsageAge {
                 service,
                 age_s = age_ms / 1000,
                 "the last usage snapshot's window ended {} s ago (the accounting service \
-                 publishes one at least every 60 s): is it running and keeping up? Ranking \
-                 goes on from that snapshot plus the work in flight; runs that ended since are \
-                 charged nowhere until a new one comes",
+                 publishes one at least every 60 s): is it running, keeping up, and set to \
+                 this service's --window (snapshots of another are refused)? Ranking goes on \
+                 from that snapshot plus what ran since, but its window no longer slides",
                 age_ms / 1000
             ),
             AgeNews::Fresh(spell_ms) => tracing::info!(
@@ -101,12 +103,29 @@ mod tests {
         h.snapshot(t0, &[("a", 0, 1000)]);
         assert_eq!(age.look(&h.state, t0 + 10 * MIN), AgeNews::Quiet, "idle");
         h.submit(t0, "j1", "a", 1, 600);
-        assert_eq!(age.look(&h.state, t0 + 2 * MIN), AgeNews::Quiet);
-        assert_eq!(age.look(&h.state, t0 + 4 * MIN), AgeNews::Stale(4 * MIN));
+        assert_eq!(age.look(&h.state, t0 + 4 * MIN), AgeNews::Quiet);
+        assert_eq!(age.look(&h.state, t0 + 6 * MIN), AgeNews::Stale(6 * MIN));
         assert_eq!(age.look(&h.state, t0 + 9 * MIN), AgeNews::Quiet, "once");
         h.snapshot(t0 + 10 * MIN, &[("a", 0, 1000)]);
-        assert_eq!(age.look(&h.state, t0 + 10 * MIN), AgeNews::Fresh(6 * MIN));
+        assert_eq!(age.look(&h.state, t0 + 10 * MIN), AgeNews::Fresh(4 * MIN));
         assert_eq!(age.look(&h.state, t0 + 11 * MIN), AgeNews::Quiet);
+
+        // Running work alone makes the cluster busy; a fresh snapshot while idle still ends
+        // the spell, so the next outage is reported again.
+        h.place(t0 + 11 * MIN, "j1", &[("n0", 1)]);
+        h.start(t0 + 11 * MIN, "j1");
+        assert_eq!(age.look(&h.state, t0 + 16 * MIN), AgeNews::Stale(6 * MIN));
+        h.ok(
+            t0 + 17 * MIN,
+            fairshare_events::pb::event::Body::JobFinished(fairshare_events::pb::JobFinished {
+                job_id: "j1".into(),
+                exit_code: 0,
+            }),
+        );
+        h.snapshot(t0 + 18 * MIN, &[("a", 0, 1000)]);
+        assert_eq!(age.look(&h.state, t0 + 18 * MIN), AgeNews::Fresh(2 * MIN));
+        h.submit(t0 + 19 * MIN, "j2", "a", 1, 600);
+        assert_eq!(age.look(&h.state, t0 + 24 * MIN), AgeNews::Stale(6 * MIN));
 
         let mut never = H::new();
         never.tree(vec![leaf("a", 1)]);

@@ -566,16 +566,23 @@ fn a_job_behind_its_own_allocations_work_is_told_so() {
     for i in 1..=10 {
         h.submit(NOW - 100 + i, &format!("a{i}"), "a", 1, 3600);
     }
+    // Unallocated work of the same allocation: all allocated work goes before it.
+    h.submit(NOW - 100, "u1", "a", 1, 0);
     let d = h.decide(NOW);
     assert_eq!(placed_ids(&d).len(), 8);
     assert_eq!(reason(&d, "a9"), "reservation_pending");
     assert_eq!(reason(&d, "a10"), "below_others_in_rank");
     let text = reason_text(&d, "a10");
     assert!(
-        text.contains("went to 8 jobs of its own allocation placed ahead of it"),
+        text.contains("not once the 8 jobs of its own allocation placed before it"),
         "{text}"
     );
-    assert!(!text.contains("higher-ranked"), "{text}");
+    assert!(!text.contains("ranked ahead"), "{text}");
+    let text = reason_text(&d, "u1");
+    assert!(
+        text.contains("8 jobs placed before it in the cycle had theirs (allocated work goes first"),
+        "{text}"
+    );
 
     // Two teams taking turns: four of each placed ahead of the jobs left.
     let mut h = H::new();
@@ -589,7 +596,7 @@ fn a_job_behind_its_own_allocations_work_is_told_so() {
     let d = h.decide(NOW);
     let text = reason_text(&d, "b6");
     assert!(
-        text.contains("4 jobs of higher-ranked allocations") && text.contains("4 jobs of its own"),
+        text.contains("8 jobs placed before it in the cycle had theirs: 4 of its own allocation"),
         "{text}"
     );
 }

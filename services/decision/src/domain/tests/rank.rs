@@ -509,3 +509,109 @@ fn a_run_ended_since_the_snapshot_is_charged_until_a_snapshot_covers_it() {
     let usage = leaf_usage(&h.state, tree, now);
     assert_eq!(usage[a].charged_gpu_ms, u128::from(covered));
 }
+
+/// An ended run leaves the ranking's record when a snapshot covers its end by the log (a
+/// window ending before the run did, through its sequence) or by time (a window ending after
+/// it, through an earlier sequence), and not before; beside a run still in flight, charging
+/// run by run agrees.
+#[test]
+fn an_ended_run_is_dropped_once_a_snapshot_covers_it_by_the_log_or_by_time() {
+    use super::support::H;
+    use crate::domain::rank::{leaf_usage, leaf_usage_by_run};
+    const HOUR: i64 = 3_600_000;
+    let allocated = 1_000 * HOUR as u64;
+    let snapshot = |window_end_ms: i64, through_sequence: u64| {
+        pb::event::Body::UsageSnapshot(pb::UsageSnapshot {
+            cluster: super::support::CLUSTER.into(),
+            window_end_ms,
+            window_ms: 7 * 24 * HOUR,
+            through_sequence,
+            allocations: vec![pb::AllocationUsage {
+                allocation: "a".into(),
+                charged_gpu_ms: 0,
+                allocated_gpu_ms: allocated,
+            }],
+            unallocated_gpu_ms: 0,
+        })
+    };
+    let finished = pb::event::Body::JobFinished(pb::JobFinished {
+        job_id: "a1".into(),
+        exit_code: 0,
+    });
+    let t0 = 10 * HOUR;
+    let charged = |h: &H, now: i64| {
+        let tree = h.state.budget_tree().unwrap();
+        let usage = leaf_usage(&h.state, tree, now);
+        assert_eq!(usage, leaf_usage_by_run(&h.state, tree, now));
+        usage[tree.allocation("a").unwrap()].charged_gpu_ms
+    };
+    // Each case: a1 (4 GPUs) ends at t0 + 2 h; a3 (1 GPU, minimum runtime 60 s) runs on.
+    let ended = || {
+        let mut h = H::new();
+        h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+        h.node("n0", 8);
+        h.running(t0, "a1", "a", 60, &[("n0", 4)]);
+        h.running(t0, "a3", "a", 60, &[("n0", 1)]);
+        h.ok(t0 + HOUR, snapshot(t0 + HOUR, h.seq));
+        h.ok(t0 + 2 * HOUR, finished.clone());
+        h
+    };
+    let now = t0 + 3 * HOUR;
+    let mut h = ended();
+    let before = h.seq - 1;
+    // a1 4 GPUs x 1 h past the window end, a3 1 GPU x 2 h.
+    assert_eq!(charged(&h, now), (4 * HOUR + 2 * HOUR) as u128);
+
+    // A window ending before the run did, but through its end: covered by the log.
+    h.ok(t0 + HOUR + HOUR / 2, snapshot(t0 + HOUR + HOUR / 2, h.seq));
+    assert!(h.state.ended.is_empty());
+    assert_eq!(charged(&h, now), (HOUR + HOUR / 2) as u128);
+
+    // A window ending after the run did (a clock ahead), through an earlier sequence: covered
+    // by time.
+    let mut h = ended();
+    h.ok(t0 + 2 * HOUR + 1, snapshot(t0 + 2 * HOUR + 1, before));
+    assert!(h.state.ended.is_empty());
+
+    // Neither: kept.
+    let mut h = ended();
+    h.ok(t0 + HOUR + 1, snapshot(t0 + HOUR + 1, before));
+    assert_eq!(h.state.ended.len(), 1);
+    assert_eq!(charged(&h, now), (4 * (HOUR - 1) + 2 * HOUR - 1) as u128);
+}
+
+/// A run ordered off is charged up to its grace deadline at the latest, as accounting charges
+/// it, however late its stop is reported (the preemption service down past the deadline).
+#[test]
+fn an_ended_run_ordered_off_is_charged_to_its_deadline_at_most() {
+    use super::support::H;
+    use crate::domain::rank::leaf_usage;
+    const HOUR: i64 = 3_600_000;
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    let t0 = 10 * HOUR;
+    h.running(t0, "a1", "a", 60, &[("n0", 4)]);
+    h.snapshot(t0 + HOUR, &[("a", 0, 1000), ("b", 0, 1000)]);
+    h.ok(
+        t0 + HOUR + 60_000,
+        pb::event::Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "a1".into(),
+            grace_deadline_ms: t0 + HOUR + 90_000,
+            ..Default::default()
+        }),
+    );
+    h.ok(
+        t0 + 2 * HOUR,
+        pb::event::Body::JobPreempted(pb::JobPreempted {
+            job_id: "a1".into(),
+            killed: true,
+        }),
+    );
+    let tree = h.state.budget_tree().unwrap();
+    let usage = leaf_usage(&h.state, tree, t0 + 3 * HOUR);
+    assert_eq!(
+        usage[tree.allocation("a").unwrap()].charged_gpu_ms,
+        4 * 90_000
+    );
+}

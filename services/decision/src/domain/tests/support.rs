@@ -23,7 +23,7 @@ pub fn leaf(name: &str, share: u64) -> pb::Account {
 /// A state for cluster `c` fed with consecutive sequence numbers.
 pub struct H {
     pub state: DecisionState,
-    seq: u64,
+    pub seq: u64,
     /// Every event offered, with its sequence.
     pub log: Vec<(u64, pb::Event)>,
 }
