@@ -42,3 +42,4 @@ pub mod retry;
 pub mod shutdown;
 pub mod task;
 pub mod telemetry;
+pub mod two_reads;

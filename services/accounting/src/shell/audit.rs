@@ -13,6 +13,7 @@ use std::fmt;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_runtime::findings;
 use fairshare_runtime::log::LogEntry;
+use fairshare_runtime::two_reads::{Check, Plan, over_entries};
 
 use crate::domain::{FoldConfig, UsageFold};
 
@@ -81,15 +82,7 @@ impl SnapshotAudit {
 /// Re-derives every usage snapshot of `cluster` in `entries` (its log, in order): the two
 /// reads of an audit ([`SnapshotPlan`], [`SnapshotCheck`]) over a log in memory.
 pub fn audit(cluster: &str, entries: &[LogEntry]) -> SnapshotAudit {
-    let mut plan = SnapshotPlan::new(cluster);
-    for entry in entries {
-        plan.note(entry);
-    }
-    let mut check = plan.check();
-    for entry in entries {
-        check.feed(entry);
-    }
-    check.finish()
+    over_entries(SnapshotPlan::new(cluster), entries)
 }
 
 /// A snapshot to re-derive: where its prefix ends and what it names.
@@ -126,9 +119,12 @@ impl SnapshotPlan {
             planned: Vec::new(),
         }
     }
+}
 
-    /// Notes the next entry of the log (in order).
-    pub fn note(&mut self, entry: &LogEntry) {
+impl Plan for SnapshotPlan {
+    type Check = SnapshotCheck;
+
+    fn note(&mut self, entry: &LogEntry) {
         self.report.entries += 1;
         let Ok(pb::Event {
             at_ms,
@@ -183,8 +179,7 @@ impl SnapshotPlan {
             .push(SnapshotDivergence { sequence, detail });
     }
 
-    /// The second read's checks, for the same entries again.
-    pub fn check(mut self) -> SnapshotCheck {
+    fn check(mut self) -> SnapshotCheck {
         self.planned.sort_unstable();
         let mut folds = BTreeMap::new();
         for p in &self.planned {
@@ -225,9 +220,16 @@ pub struct SnapshotCheck {
 }
 
 impl SnapshotCheck {
-    /// Checks the next entry of the log (the same entries, in the same order, as the plan
-    /// noted).
-    pub fn feed(&mut self, entry: &LogEntry) {
+    /// How many re-derived snapshots are held, their logged ones still to come.
+    pub fn snapshots_held(&self) -> usize {
+        self.held.len()
+    }
+}
+
+impl Check for SnapshotCheck {
+    type Report = SnapshotAudit;
+
+    fn feed(&mut self, entry: &LogEntry) {
         while let Some(p) = self.planned.get(self.visited)
             && p.through < entry.sequence
         {
@@ -260,13 +262,8 @@ impl SnapshotCheck {
         }
     }
 
-    /// How many re-derived snapshots are held, their logged ones still to come.
-    pub fn snapshots_held(&self) -> usize {
-        self.held.len()
-    }
-
     /// The report, divergences in log order.
-    pub fn finish(self) -> SnapshotAudit {
+    fn finish(self) -> SnapshotAudit {
         let mut report = self.report;
         report.divergences.sort_by_key(|d| d.sequence);
         report

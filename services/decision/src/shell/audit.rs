@@ -34,10 +34,11 @@ use fairshare_events::codec;
 use fairshare_events::pb::{self, event::Body};
 use fairshare_runtime::findings;
 use fairshare_runtime::log::LogEntry;
+use fairshare_runtime::two_reads::{Check, Plan, over_entries};
 
 use super::fold::LogFold;
-use super::read::{AuditError, read_again, read_each};
-use super::rederive::{Compared, Rederivation};
+use super::read::{AuditError, read_twice};
+use super::rederive::{Compared, Logged, Rederivation, Tally};
 use super::window::Replay;
 use crate::domain::{DecisionState, decide};
 
@@ -359,30 +360,23 @@ impl super::window::Basis for CycleKey {
 }
 
 /// What one log entry is to a placement audit.
-enum Entry<'e> {
-    /// Not a placement (or not decodable: the folds pass over it).
-    Other,
-    /// A placement that cannot name a cycle to re-derive.
-    Unplaceable(Divergence),
-    /// A placement and the cycle it names.
-    Placement(CycleKey, &'e pb::JobPlaced, &'e pb::Event),
-}
+type Entry<'e> = Logged<'e, CycleKey, Divergence, pb::JobPlaced>;
 
 fn classify(entry: &LogEntry) -> Entry<'_> {
     let Ok(event) = &entry.event else {
-        return Entry::Other;
+        return Logged::Other;
     };
     let Some(Body::JobPlaced(p)) = &event.body else {
-        return Entry::Other;
+        return Logged::Other;
     };
     let Some(basis) = &p.basis else {
-        return Entry::Unplaceable(Divergence::NoBasis {
+        return Logged::Unkeyed(Divergence::NoBasis {
             sequence: entry.sequence,
             job_id: p.job_id.clone(),
         });
     };
     if basis.through_sequence >= entry.sequence {
-        return Entry::Unplaceable(Divergence::FromTheFuture {
+        return Logged::Unkeyed(Divergence::FromTheFuture {
             sequence: entry.sequence,
             job_id: p.job_id.clone(),
             through_sequence: basis.through_sequence,
@@ -394,7 +388,7 @@ fn classify(entry: &LogEntry) -> Entry<'_> {
         cycle: basis.cycle,
         usage_window_ms: basis.usage_window_ms,
     };
-    Entry::Placement(key, p, event)
+    Logged::Keyed(key, p, event)
 }
 
 /// Folds `entries` (one cluster's log, in order) once per usage window the placements' bases
@@ -411,9 +405,9 @@ pub fn replay_cycles(
     let mut groups: BTreeMap<CycleKey, Vec<LoggedPlacement>> = BTreeMap::new();
     for entry in entries {
         match classify(entry) {
-            Entry::Other => {}
-            Entry::Unplaceable(d) => bad.push(d),
-            Entry::Placement(key, p, event) => {
+            Logged::Other => {}
+            Logged::Unkeyed(d) => bad.push(d),
+            Logged::Keyed(key, p, event) => {
                 groups.entry(key).or_default().push(LoggedPlacement {
                     sequence: entry.sequence,
                     job_id: p.job_id.clone(),
@@ -441,10 +435,8 @@ pub fn replay_cycles(
 pub struct PlacementPlan {
     /// The cluster.
     cluster: String,
-    /// Counts so far, and the placements that name no cycle to re-derive.
-    report: AuditReport,
-    /// Per cycle named, how many placements the log holds for it.
-    cycles: BTreeMap<CycleKey, usize>,
+    /// What the first read counted.
+    tally: Tally<CycleKey, Divergence>,
 }
 
 impl PlacementPlan {
@@ -452,34 +444,30 @@ impl PlacementPlan {
     pub fn new(cluster: &str) -> Self {
         Self {
             cluster: cluster.to_owned(),
-            report: AuditReport::default(),
-            cycles: BTreeMap::new(),
+            tally: Tally::default(),
         }
     }
+}
 
-    /// Notes the next entry of the log (in order).
-    pub fn note(&mut self, entry: &LogEntry) {
-        self.report.entries += 1;
-        self.report.last_sequence = entry.sequence;
-        match classify(entry) {
-            Entry::Other => {}
-            Entry::Unplaceable(d) => {
-                self.report.placements += 1;
-                self.report.divergences.push(d);
-            }
-            Entry::Placement(key, ..) => {
-                self.report.placements += 1;
-                *self.cycles.entry(key).or_default() += 1;
-            }
-        }
+impl Plan for PlacementPlan {
+    type Check = PlacementCheck;
+
+    fn note(&mut self, entry: &LogEntry) {
+        self.tally.note(entry.sequence, classify(entry));
     }
 
-    /// The second read's checks, for the same entries again.
-    pub fn check(self) -> PlacementCheck {
+    fn check(self) -> PlacementCheck {
+        let t = self.tally;
         PlacementCheck {
-            cycles: Rederivation::new(&self.cluster, self.cycles),
+            cycles: Rederivation::new(&self.cluster, t.per_basis),
             overcommits: Overcommits::new(&self.cluster),
-            report: self.report,
+            report: AuditReport {
+                entries: t.entries,
+                last_sequence: t.last_sequence,
+                placements: t.decisions,
+                divergences: t.unkeyed,
+                ..AuditReport::default()
+            },
             found: Vec::new(),
         }
     }
@@ -501,9 +489,16 @@ pub struct PlacementCheck {
 }
 
 impl PlacementCheck {
-    /// Checks the next entry of the log (the same entries, in the same order, as the plan
-    /// noted).
-    pub fn feed(&mut self, entry: &LogEntry) {
+    /// How many cycles' re-derived placements are held, waiting for their logged ones.
+    pub fn cycles_held(&self) -> usize {
+        self.cycles.bases_held()
+    }
+}
+
+impl Check for PlacementCheck {
+    type Report = AuditReport;
+
+    fn feed(&mut self, entry: &LogEntry) {
         self.cycles.feed(entry, |key, fold| {
             decide(fold.state(), key.computed_at_ms)
                 .events(key.cycle)
@@ -515,7 +510,7 @@ impl PlacementCheck {
                 .collect()
         });
         self.overcommits.feed(entry);
-        let Entry::Placement(key, p, logged) = classify(entry) else {
+        let Logged::Keyed(key, p, logged) = classify(entry) else {
             return;
         };
         let (sequence, job_id) = (entry.sequence, p.job_id.clone());
@@ -537,13 +532,8 @@ impl PlacementCheck {
         self.found.push((key, divergence));
     }
 
-    /// How many cycles' re-derived placements are held, waiting for their logged ones.
-    pub fn cycles_held(&self) -> usize {
-        self.cycles.bases_held()
-    }
-
     /// The report: the first read's findings in log order, then the cycles' in cycle order.
-    pub fn finish(mut self) -> AuditReport {
+    fn finish(mut self) -> AuditReport {
         self.found.sort_by_key(|(key, d)| (*key, d.sequence()));
         let mut report = self.report;
         report.cycles = self.cycles.bases();
@@ -561,25 +551,13 @@ impl PlacementCheck {
 /// the usage snapshots of the window its basis names; and every placement that over-commits a
 /// node ([`overcommits`]). The two reads of [`audit_log`], over a log in memory.
 pub fn audit(cluster: &str, entries: &[LogEntry]) -> AuditReport {
-    let mut plan = PlacementPlan::new(cluster);
-    for entry in entries {
-        plan.note(entry);
-    }
-    let mut check = plan.check();
-    for entry in entries {
-        check.feed(entry);
-    }
-    check.finish()
+    over_entries(PlacementPlan::new(cluster), entries)
 }
 
 /// [`audit`] over the cluster's log as it stands in JetStream, read twice and never held
-/// ([`read_each`], [`read_again`]).
+/// ([`read_twice`]).
 pub async fn audit_log(js: &jetstream::Context, cluster: &str) -> Result<AuditReport, AuditError> {
-    let mut plan = PlacementPlan::new(cluster);
-    let extent = read_each(js, cluster, |entry| plan.note(entry)).await?;
-    let mut check = plan.check();
-    read_again(js, cluster, extent, |entry| check.feed(entry)).await?;
-    Ok(check.finish())
+    read_twice(js, cluster, PlacementPlan::new(cluster)).await
 }
 
 #[cfg(test)]
@@ -589,6 +567,7 @@ mod tests {
     use super::*;
 
     const C: &str = "c";
+    use crate::shell::read::{read_again, read_each};
     use fairshare_events::subjects;
 
     use fairshare_testkit::events::logged as entry;

@@ -103,7 +103,7 @@ pub use explain::{CycleSummary, Explainer, WaitingJob};
 pub use fold::{Applied, LogFold};
 use pace::Pacer;
 use publish::{Outcome, ToPublish};
-pub use read::{AuditError, LogExtent, read_again, read_each, read_log};
+pub use read::{AuditError, LogExtent, read_again, read_each, read_log, read_twice};
 
 /// The least wait before trying to settle a placement of unknown outcome again (longer after
 /// several failed rounds: [`failure_backoff`]).

@@ -10,6 +10,7 @@
 use async_nats::jetstream;
 use fairshare_events::subjects;
 use fairshare_runtime::log::{FollowError, Follower, LogEntry};
+use fairshare_runtime::two_reads::{Check, Plan};
 
 /// Why the log could not be read for an audit.
 #[derive(Debug, thiserror::Error)]
@@ -134,4 +135,17 @@ pub async fn read_again(
         });
     }
     Ok(())
+}
+
+/// Runs `plan`'s two reads over cluster `cluster`'s log in JetStream ([`read_each`], then
+/// [`read_again`]): an audit of a log of any length that holds none of it.
+pub async fn read_twice<P: Plan>(
+    js: &jetstream::Context,
+    cluster: &str,
+    mut plan: P,
+) -> Result<<P::Check as Check>::Report, AuditError> {
+    let extent = read_each(js, cluster, |entry| plan.note(entry)).await?;
+    let mut check = plan.check();
+    read_again(js, cluster, extent, |entry| check.feed(entry)).await?;
+    Ok(check.finish())
 }

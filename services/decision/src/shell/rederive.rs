@@ -17,6 +17,63 @@ use fairshare_runtime::log::LogEntry;
 
 use super::window::{Basis, Replay, WindowFold};
 
+/// What one log entry is to an audit of one kind of decision (placements, orders).
+pub enum Logged<'e, K, D, B> {
+    /// Not such a decision (or not decodable: the folds pass over it).
+    Other,
+    /// A decision that names no basis it could be decided again from: a finding at once.
+    Unkeyed(D),
+    /// A decision, the basis it names, its body and the whole event.
+    Keyed(K, &'e B, &'e pb::Event),
+}
+
+/// What an audit's first read keeps: counts, the decisions that name no basis, and per basis
+/// how many logged decisions name it.
+#[derive(Debug)]
+pub struct Tally<K, D> {
+    /// Entries read.
+    pub entries: usize,
+    /// The last one's sequence.
+    pub last_sequence: u64,
+    /// Decisions read, keyed or not.
+    pub decisions: usize,
+    /// The decisions that name no basis, as findings, in log order.
+    pub unkeyed: Vec<D>,
+    /// Per basis, how many logged decisions name it.
+    pub per_basis: BTreeMap<K, usize>,
+}
+
+impl<K, D> Default for Tally<K, D> {
+    fn default() -> Self {
+        Self {
+            entries: 0,
+            last_sequence: 0,
+            decisions: 0,
+            unkeyed: Vec::new(),
+            per_basis: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Ord, D> Tally<K, D> {
+    /// Counts the entry at `sequence`, which is `logged`.
+    pub fn note<B>(&mut self, sequence: u64, logged: Logged<'_, K, D, B>) {
+        self.entries += 1;
+        self.last_sequence = sequence;
+        match logged {
+            Logged::Other => {}
+            Logged::Unkeyed(finding) => {
+                self.decisions += 1;
+                self.unkeyed.push(finding);
+            }
+            Logged::Keyed(basis, ..) => {
+                self.decisions += 1;
+                *self.per_basis.entry(basis).or_default() += 1;
+            }
+        }
+    }
+}
+
 /// How a logged decision compares with its basis's re-derivation.
 #[derive(Debug, PartialEq)]
 pub enum Compared {

@@ -174,13 +174,10 @@ mod tests {
     fn a_replay_stops_at_each_basis_with_the_fold_of_its_window() {
         let log: Vec<LogEntry> = [1, 2, 5, 6]
             .into_iter()
-            .map(|sequence| LogEntry {
-                sequence,
-                subject: String::new(),
-                event: Ok(Default::default()),
-                pending: 0,
-                trace: None,
-                stored_ms: None,
+            .map(|sequence| {
+                let started = fairshare_events::pb::JobStarted { job_id: "j".into() };
+                let body = fairshare_events::pb::event::Body::JobStarted(started);
+                fairshare_testkit::events::logged(sequence, String::new(), 0, body)
             })
             .collect();
         let bases = [At(4, 7), At(2, 0), At(2, 7), At(2, 7), At(9, 0)];

@@ -30,16 +30,18 @@
 //! one whose waiter no longer waited when it landed (its victim stops for nothing: the service
 //! looks before it publishes, so only a race of moments lands one) is a notice.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 
 use async_nats::jetstream;
-use fairshare_decision::shell::rederive::{Compared, Rederivation};
-use fairshare_decision::shell::{AuditError, read_again, read_each};
+use fairshare_decision::shell::AuditError;
+use fairshare_decision::shell::read::read_twice;
+use fairshare_decision::shell::rederive::{Compared, Logged, Rederivation, Tally};
 use fairshare_events::pb::{self, event::Body};
 use fairshare_model::timestamp::utc;
 use fairshare_runtime::findings;
 use fairshare_runtime::log::LogEntry;
+use fairshare_runtime::two_reads::{Check, Plan, over_entries};
 
 use super::ShellFold;
 use crate::domain::{Config, decide_preemptions, into_events, stamp_cycle};
@@ -435,28 +437,21 @@ impl fairshare_decision::shell::window::Basis for PassKey {
 }
 
 /// What one log entry is to an order audit.
-enum Entry<'e> {
-    /// Not an order (or not decodable: the folds pass over it).
-    Other,
-    /// An order that cannot name a pass to decide again.
-    Unpassable(OrderDivergence),
-    /// An order and the pass it names.
-    Order(PassKey, &'e pb::PreemptionOrdered, &'e pb::Event),
-}
+type Entry<'e> = Logged<'e, PassKey, OrderDivergence, pb::PreemptionOrdered>;
 
 fn classify(entry: &LogEntry) -> Entry<'_> {
     let Ok(event) = &entry.event else {
-        return Entry::Other;
+        return Logged::Other;
     };
     let Some(Body::PreemptionOrdered(order)) = &event.body else {
-        return Entry::Other;
+        return Logged::Other;
     };
     let (sequence, job_id) = (entry.sequence, order.job_id.clone());
     let Some(basis) = &order.basis else {
-        return Entry::Unpassable(OrderDivergence::NoBasis { sequence, job_id });
+        return Logged::Unkeyed(OrderDivergence::NoBasis { sequence, job_id });
     };
     if basis.through_sequence >= sequence {
-        return Entry::Unpassable(OrderDivergence::FromTheFuture {
+        return Logged::Unkeyed(OrderDivergence::FromTheFuture {
             sequence,
             job_id,
             through_sequence: basis.through_sequence,
@@ -468,7 +463,7 @@ fn classify(entry: &LogEntry) -> Entry<'_> {
         cycle: basis.cycle,
         usage_window_ms: basis.usage_window_ms,
     };
-    Entry::Order(pass, order, event)
+    Logged::Keyed(pass, order, event)
 }
 
 /// The first read of an order audit: what each order names, and no more (the passes and how
@@ -479,10 +474,8 @@ pub struct OrderPlan {
     cluster: String,
     /// The preemption service's settings the passes are decided again under.
     policy: Config,
-    /// Counts so far, and the orders that name no pass to decide again.
-    report: OrderAudit,
-    /// Per pass named, how many orders the log holds for it.
-    passes: BTreeMap<PassKey, usize>,
+    /// What the first read counted.
+    tally: Tally<PassKey, OrderDivergence>,
 }
 
 impl OrderPlan {
@@ -491,35 +484,31 @@ impl OrderPlan {
         Self {
             cluster: cluster.to_owned(),
             policy: *policy,
-            report: OrderAudit::default(),
-            passes: BTreeMap::new(),
+            tally: Tally::default(),
         }
     }
+}
 
-    /// Notes the next entry of the log (in order).
-    pub fn note(&mut self, entry: &LogEntry) {
-        self.report.entries += 1;
-        self.report.last_sequence = entry.sequence;
-        match classify(entry) {
-            Entry::Other => {}
-            Entry::Unpassable(d) => {
-                self.report.orders += 1;
-                self.report.divergences.push(d);
-            }
-            Entry::Order(pass, ..) => {
-                self.report.orders += 1;
-                *self.passes.entry(pass).or_default() += 1;
-            }
-        }
+impl Plan for OrderPlan {
+    type Check = OrderCheck;
+
+    fn note(&mut self, entry: &LogEntry) {
+        self.tally.note(entry.sequence, classify(entry));
     }
 
-    /// The second read's checks, for the same entries again.
-    pub fn check(self) -> OrderCheck {
+    fn check(self) -> OrderCheck {
+        let t = self.tally;
         OrderCheck {
-            passes: Rederivation::new(&self.cluster, self.passes),
+            passes: Rederivation::new(&self.cluster, t.per_basis),
             late: LateOrders::new(&self.cluster),
             policy: self.policy,
-            report: self.report,
+            report: OrderAudit {
+                entries: t.entries,
+                last_sequence: t.last_sequence,
+                orders: t.decisions,
+                divergences: t.unkeyed,
+                ..OrderAudit::default()
+            },
         }
     }
 }
@@ -541,9 +530,16 @@ pub struct OrderCheck {
 }
 
 impl OrderCheck {
-    /// Checks the next entry of the log (the same entries, in the same order, as the plan
-    /// noted).
-    pub fn feed(&mut self, entry: &LogEntry) {
+    /// How many passes' re-derived orders are held, their logged ones still to come.
+    pub fn passes_held(&self) -> usize {
+        self.passes.bases_held()
+    }
+}
+
+impl Check for OrderCheck {
+    type Report = OrderAudit;
+
+    fn feed(&mut self, entry: &LogEntry) {
         let policy = &self.policy;
         self.passes.feed(entry, |pass, fold| {
             let mut bodies = decide_preemptions(fold.state(), pass.computed_at_ms, policy);
@@ -557,7 +553,7 @@ impl OrderCheck {
                 .collect()
         });
         self.late.feed(entry);
-        let Entry::Order(pass, order, logged) = classify(entry) else {
+        let Logged::Keyed(pass, order, logged) = classify(entry) else {
             return;
         };
         let (sequence, job_id) = (entry.sequence, order.job_id.clone());
@@ -579,13 +575,8 @@ impl OrderCheck {
         self.report.divergences.push(divergence);
     }
 
-    /// How many passes' re-derived orders are held, their logged ones still to come.
-    pub fn passes_held(&self) -> usize {
-        self.passes.bases_held()
-    }
-
     /// The report, divergences in log order.
-    pub fn finish(self) -> OrderAudit {
+    fn finish(self) -> OrderAudit {
         let mut report = self.report;
         report.passes = self.passes.bases();
         report.unpublished = self.passes.unpublished();
@@ -601,15 +592,7 @@ impl OrderCheck {
 /// every order that landed late ([`late_orders`]). The two reads of [`audit_log`], over a log
 /// in memory.
 pub fn audit(cluster: &str, entries: &[LogEntry], policy: &Config) -> OrderAudit {
-    let mut plan = OrderPlan::new(cluster, policy);
-    for entry in entries {
-        plan.note(entry);
-    }
-    let mut check = plan.check();
-    for entry in entries {
-        check.feed(entry);
-    }
-    check.finish()
+    over_entries(OrderPlan::new(cluster, policy), entries)
 }
 
 /// [`audit`] over the cluster's log as it stands in JetStream, read twice and never held.
@@ -618,11 +601,7 @@ pub async fn audit_log(
     cluster: &str,
     policy: &Config,
 ) -> Result<OrderAudit, AuditError> {
-    let mut plan = OrderPlan::new(cluster, policy);
-    let extent = read_each(js, cluster, |entry| plan.note(entry)).await?;
-    let mut check = plan.check();
-    read_again(js, cluster, extent, |entry| check.feed(entry)).await?;
-    Ok(check.finish())
+    read_twice(js, cluster, OrderPlan::new(cluster, policy)).await
 }
 
 #[cfg(test)]

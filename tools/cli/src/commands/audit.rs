@@ -14,7 +14,7 @@
 use anyhow::{Context, bail};
 use clap::Args;
 use fairshare_accounting::shell::audit::SnapshotPlan;
-use fairshare_decision::shell::{PlacementPlan, read_again, read_each};
+use fairshare_decision::shell::{PlacementPlan, read_twice};
 use fairshare_preemption::cli::PolicyArgs;
 use fairshare_preemption::shell::OrderPlan;
 
@@ -60,35 +60,19 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
     // Two reads, holding none of the log: the first notes what each decision names, the
     // second folds and decides again.
     let cluster = args.cluster.as_str();
-    let mut placements = PlacementPlan::new(cluster);
-    let mut orders = OrderPlan::new(cluster, &policy);
-    let mut snapshots = SnapshotPlan::new(cluster);
-    let not_read = || format!("cannot read the log of cluster {cluster}");
-    let extent = read_each(&conn.js, cluster, |entry| {
-        placements.note(entry);
-        orders.note(entry);
-        snapshots.note(entry);
-    })
-    .await
-    .with_context(not_read)
-    .context(NotAudited)?;
-    let (mut placements, mut orders, mut snapshots) =
-        (placements.check(), orders.check(), snapshots.check());
-    read_again(&conn.js, cluster, extent, |entry| {
-        placements.feed(entry);
-        orders.feed(entry);
-        snapshots.feed(entry);
-    })
-    .await
-    .with_context(not_read)
-    .context(NotAudited)?;
-    let mut placements = placements.finish();
+    let plans = (
+        PlacementPlan::new(cluster),
+        OrderPlan::new(cluster, &policy),
+        SnapshotPlan::new(cluster),
+    );
+    let (mut placements, mut orders, mut snapshots) = read_twice(&conn.js, cluster, plans)
+        .await
+        .with_context(|| format!("cannot read the log of cluster {cluster}"))
+        .context(NotAudited)?;
     placements.keep_from(args.from);
     fairshare_runtime::out!("{}", placements.render(cluster));
-    let mut orders = orders.finish();
     orders.keep_from(args.from);
     fairshare_runtime::out!("{}", orders.render(cluster));
-    let mut snapshots = snapshots.finish();
     snapshots.keep_from(args.from);
     fairshare_runtime::out!("{}", snapshots.render(cluster));
     // Orders re-derive only under the flags the service ran with: say which were used.

@@ -554,6 +554,12 @@ fn projected_usage_spreads_gpus_over_equally_behind_allocations() {
     for id in ["a6", "a7", "a8", "b5", "b6", "b7", "b8"] {
         assert_eq!(reason(&d, id), "below_others_in_rank", "{id}");
     }
+    // The teams took turns: four of each were placed ahead of the jobs left.
+    let text = reason_text(&d, "b6");
+    assert!(
+        text.contains("8 jobs placed before it in the cycle had theirs: 4 of its own allocation"),
+        "{text}"
+    );
 }
 
 /// A job whose free GPUs went to its own allocation's earlier jobs is told so, not that
@@ -581,22 +587,6 @@ fn a_job_behind_its_own_allocations_work_is_told_so() {
     let text = reason_text(&d, "u1");
     assert!(
         text.contains("8 jobs placed before it in the cycle had theirs (allocated work goes first"),
-        "{text}"
-    );
-
-    // Two teams taking turns: four of each placed ahead of the jobs left.
-    let mut h = H::new();
-    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
-    h.node("n0", 8);
-    h.snapshot(NOW, &[("a", 100, 1000), ("b", 100, 1000)]);
-    for i in 1..=8 {
-        h.submit(NOW - 100 + i, &format!("a{i}"), "a", 1, 3600);
-        h.submit(NOW - 100 + i, &format!("b{i}"), "b", 1, 3600);
-    }
-    let d = h.decide(NOW);
-    let text = reason_text(&d, "b6");
-    assert!(
-        text.contains("8 jobs placed before it in the cycle had theirs: 4 of its own allocation"),
         "{text}"
     );
 }
