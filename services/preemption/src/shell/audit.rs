@@ -243,12 +243,17 @@ impl OrderAudit {
     /// The report for people: a line per divergence (`DIVERGENCE ...`), then what was checked
     /// in cluster `cluster`'s log.
     pub fn render(&self, cluster: &str) -> String {
-        let (twice, moved): (Vec<&LateOrder>, Vec<&LateOrder>) =
-            self.late.iter().partition(|l| l.is_finding());
+        let of = |kind: fn(&LateOrder) -> bool| -> Vec<&LateOrder> {
+            self.late.iter().filter(|l| kind(l)).collect()
+        };
+        let twice = of(|l| matches!(l, LateOrder::BesideAnother { .. }));
+        let graceless = of(|l| matches!(l, LateOrder::PastDeadline { .. }));
+        let moved = of(|l| matches!(l, LateOrder::WaiterMoved { .. }));
         let summary = format!(
             "preemption orders of cluster {cluster}: {} entries through sequence {}, {} passes, \
          {} orders re-derived, {} divergences, {} decided but not in the log, {} beside another \
-         pass's order for the same waiter, {} landed once the waiter no longer waited",
+         pass's order for the same waiter, {} landed past their grace deadline, {} landed once \
+         the waiter no longer waited",
             self.entries,
             self.last_sequence,
             self.passes,
@@ -256,11 +261,13 @@ impl OrderAudit {
             self.divergences.len(),
             self.unpublished,
             twice.len(),
+            graceless.len(),
             moved.len()
         );
         findings::Report::default()
             .findings("DIVERGENCE", &self.divergences)
             .findings("TWICE", &twice)
+            .findings("NOGRACE", &graceless)
             .findings("NOTICE", &moved)
             .summary(&summary, self.set_aside, "findings")
     }
@@ -305,21 +312,40 @@ pub enum LateOrder {
         /// The other order's sequence.
         other: u64,
     },
+    /// It was stored past its grace deadline (by more than [`GRACE_SKEW_MS`]): its victim
+    /// counts as killed from the moment it landed, with no grace period at all (a send held
+    /// across an outage, or a preemption service whose clock ran behind the server's). A
+    /// finding.
+    PastDeadline {
+        /// Its sequence.
+        sequence: u64,
+        /// The job ordered off.
+        job_id: String,
+        /// Its grace deadline (Unix ms).
+        deadline_ms: i64,
+        /// When the stream stored it (Unix ms).
+        stored_ms: i64,
+    },
 }
+
+/// How far past its grace deadline an order may be stored before the audit reports it: the
+/// preemption service stamps deadlines by its clock held to the server's, which the stream's
+/// stored time is, so only a send held back (or a clock gone wrong) comes near this.
+pub const GRACE_SKEW_MS: i64 = 5_000;
 
 impl LateOrder {
     /// The sequence of the order it is about.
     pub fn sequence(&self) -> u64 {
         match self {
-            LateOrder::WaiterMoved { sequence, .. } | LateOrder::BesideAnother { sequence, .. } => {
-                *sequence
-            }
+            LateOrder::WaiterMoved { sequence, .. }
+            | LateOrder::BesideAnother { sequence, .. }
+            | LateOrder::PastDeadline { sequence, .. } => *sequence,
         }
     }
 
     /// Whether it makes the audit fail (not a notice).
     pub fn is_finding(&self) -> bool {
-        matches!(self, LateOrder::BesideAnother { .. })
+        !matches!(self, LateOrder::WaiterMoved { .. })
     }
 }
 
@@ -347,6 +373,20 @@ impl fmt::Display for LateOrder {
                  that had not seen the order at sequence {other} for the same waiter (two \
                  passes made room for it: two instances deciding, or a late send)"
             ),
+            LateOrder::PastDeadline {
+                sequence,
+                job_id,
+                deadline_ms,
+                stored_ms,
+            } => write!(
+                f,
+                "sequence {sequence}: the order of job {job_id} landed at {}, {} s past its \
+                 grace deadline {}: its victim had no grace period (a send held across an \
+                 outage, or the preemption service's clock behind the server's)",
+                utc(*stored_ms),
+                stored_ms.saturating_sub(*deadline_ms) / 1000,
+                utc(*deadline_ms)
+            ),
         }
     }
 }
@@ -362,8 +402,8 @@ pub fn late_orders(cluster: &str, entries: &[LogEntry]) -> Vec<LateOrder> {
 }
 
 /// The orders that landed in a log that had moved on since their pass, found as the log
-/// streams past: the waiter no longer waiting, or another pass's order for the same waiter
-/// landed after the basis. Orders of one pass share a basis and are never each other's
+/// streams past: the waiter no longer waiting, another pass's order for the same waiter
+/// landed after the basis, or the order stored past its own grace deadline. Orders of one pass share a basis and are never each other's
 /// "another".
 pub struct LateOrders {
     /// The log folded up to the entry being looked at.
@@ -387,6 +427,20 @@ impl LateOrders {
     /// Looks at the next entry of the log (in order), then folds it.
     pub fn feed(&mut self, entry: &LogEntry) {
         use fairshare_decision::domain::state::JobStatus;
+        if let Ok(pb::Event {
+            body: Some(Body::PreemptionOrdered(order)),
+            ..
+        }) = &entry.event
+            && let Some(stored_ms) = entry.stored_ms
+            && stored_ms > order.grace_deadline_ms.saturating_add(GRACE_SKEW_MS)
+        {
+            self.found.push(LateOrder::PastDeadline {
+                sequence: entry.sequence,
+                job_id: order.job_id.clone(),
+                deadline_ms: order.grace_deadline_ms,
+                stored_ms,
+            });
+        }
         if let Ok(pb::Event {
             body: Some(Body::PreemptionOrdered(order)),
             ..
@@ -798,6 +852,57 @@ mod tests {
     /// Orders that re-derive but landed in a log that had moved on: one of a pass that had not
     /// seen another pass's order for the same waiter is a finding; one whose waiter was placed
     /// by then, a notice; orders of one pass are never each other's "another".
+    /// An order the stream stored past its grace deadline (by more than the allowance for the
+    /// clocks) gave its victim no grace period: a finding, drain orders included; one stored
+    /// in time, or within the allowance, or from a log without stored times, is not.
+    #[test]
+    fn an_order_stored_past_its_grace_deadline_is_a_finding() {
+        use fairshare_events::subjects;
+        let c = "c";
+        let order = |seq: u64, victim: &str, for_job: &str, stored_ms: Option<i64>| {
+            let mut entry = fairshare_testkit::events::logged(
+                seq,
+                subjects::job_event(c, victim, "preemption_ordered"),
+                1_000,
+                Body::PreemptionOrdered(pb::PreemptionOrdered {
+                    job_id: victim.into(),
+                    for_job_id: for_job.into(),
+                    grace_deadline_ms: 10_000,
+                    ..Default::default()
+                }),
+            );
+            entry.stored_ms = stored_ms;
+            entry
+        };
+        let log = vec![
+            order(1, "v1", "", Some(9_000)),
+            order(2, "v2", "", Some(10_000 + GRACE_SKEW_MS)),
+            order(3, "v3", "", Some(10_001 + GRACE_SKEW_MS)),
+            order(4, "v4", "", None),
+        ];
+        let late = late_orders(c, &log);
+        assert_eq!(
+            late,
+            [LateOrder::PastDeadline {
+                sequence: 3,
+                job_id: "v3".into(),
+                deadline_ms: 10_000,
+                stored_ms: 10_001 + GRACE_SKEW_MS,
+            }]
+        );
+        let report = OrderAudit {
+            late,
+            ..OrderAudit::default()
+        };
+        assert!(!report.is_clean());
+        let text = report.render(c);
+        assert!(
+            text.contains("NOGRACE sequence 3: the order of job v3 landed")
+                && text.contains("1 landed past their grace deadline"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn orders_landing_beside_another_pass_or_after_their_waiter_moved_are_reported() {
         use fairshare_events::subjects;
