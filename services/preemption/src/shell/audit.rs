@@ -312,10 +312,10 @@ pub enum LateOrder {
         /// The other order's sequence.
         other: u64,
     },
-    /// It was stored past its grace deadline (by more than [`GRACE_SKEW_MS`]): its victim
-    /// counts as killed from the moment it landed, with no grace period at all (a send held
-    /// across an outage, or a preemption service whose clock ran behind the server's). A
-    /// finding.
+    /// It was stored past its grace deadline (by more than [`GRACE_SKEW_MS`], and more than
+    /// the entry before it lagged behind its own time): its victim counts as killed from the
+    /// moment it landed, with no grace period at all (a send held across an outage, or a
+    /// preemption service whose clock ran behind the server's). A finding.
     PastDeadline {
         /// Its sequence.
         sequence: u64,
@@ -410,6 +410,11 @@ pub struct LateOrders {
     fold: fairshare_decision::shell::LogFold,
     /// Per waiter, the orders for it that landed: (sequence, basis).
     landed: HashMap<String, Vec<(u64, Option<pb::DecisionBasis>)>>,
+    /// How long after its own time the stream stored the entry before (0 if sooner or not
+    /// known): an order is late only by more than that. A log loaded into a stream after the
+    /// fact (a simulated one) has every entry stored long after its time; a live log's
+    /// entries are stored within moments of theirs.
+    lag_ms: i64,
     /// What was found, in log order.
     found: Vec<LateOrder>,
 }
@@ -420,6 +425,7 @@ impl LateOrders {
         Self {
             fold: fairshare_decision::shell::LogFold::new(cluster),
             landed: HashMap::new(),
+            lag_ms: 0,
             found: Vec::new(),
         }
     }
@@ -432,7 +438,8 @@ impl LateOrders {
             ..
         }) = &entry.event
             && let Some(stored_ms) = entry.stored_ms
-            && stored_ms > order.grace_deadline_ms.saturating_add(GRACE_SKEW_MS)
+            && stored_ms.saturating_sub(self.lag_ms)
+                > order.grace_deadline_ms.saturating_add(GRACE_SKEW_MS)
         {
             self.found.push(LateOrder::PastDeadline {
                 sequence: entry.sequence,
@@ -475,6 +482,9 @@ impl LateOrders {
                 });
             }
             before.push((entry.sequence, order.basis));
+        }
+        if let (Ok(event), Some(stored_ms)) = (&entry.event, entry.stored_ms) {
+            self.lag_ms = stored_ms.saturating_sub(event.at_ms).max(0);
         }
         self.fold.apply(entry);
     }
@@ -854,37 +864,55 @@ mod tests {
     /// by then, a notice; orders of one pass are never each other's "another".
     /// An order the stream stored past its grace deadline (by more than the allowance for the
     /// clocks) gave its victim no grace period: a finding, drain orders included; one stored
-    /// in time, or within the allowance, or from a log without stored times, is not.
+    /// in time, or within the allowance, or from a log without stored times, is not, and
+    /// neither is one in a log loaded into a stream after the fact (every entry stored long
+    /// after its time, as `fairshare-sim load` stores a simulated log).
     #[test]
     fn an_order_stored_past_its_grace_deadline_is_a_finding() {
         use fairshare_events::subjects;
         let c = "c";
-        let order = |seq: u64, victim: &str, for_job: &str, stored_ms: Option<i64>| {
-            let mut entry = fairshare_testkit::events::logged(
+        let stored = |mut entry: LogEntry, stored_ms: Option<i64>| {
+            entry.stored_ms = stored_ms;
+            entry
+        };
+        // A launcher's report stored as it was stamped: the log is live.
+        let live = |seq: u64, at_ms: i64| {
+            let body = Body::JobStarted(pb::JobStarted { job_id: "x".into() });
+            let entry = fairshare_testkit::events::logged(
+                seq,
+                subjects::job_event(c, "x", "job_started"),
+                at_ms,
+                body,
+            );
+            stored(entry, Some(at_ms))
+        };
+        let order = |seq: u64, victim: &str, stored_ms: Option<i64>| {
+            let entry = fairshare_testkit::events::logged(
                 seq,
                 subjects::job_event(c, victim, "preemption_ordered"),
                 1_000,
                 Body::PreemptionOrdered(pb::PreemptionOrdered {
                     job_id: victim.into(),
-                    for_job_id: for_job.into(),
                     grace_deadline_ms: 10_000,
                     ..Default::default()
                 }),
             );
-            entry.stored_ms = stored_ms;
-            entry
+            stored(entry, stored_ms)
         };
         let log = vec![
-            order(1, "v1", "", Some(9_000)),
-            order(2, "v2", "", Some(10_000 + GRACE_SKEW_MS)),
-            order(3, "v3", "", Some(10_001 + GRACE_SKEW_MS)),
-            order(4, "v4", "", None),
+            live(1, 9_000),
+            order(2, "v1", Some(9_000)),
+            live(3, 10_000),
+            order(4, "v2", Some(10_000 + GRACE_SKEW_MS)),
+            live(5, 10_000),
+            order(6, "v3", Some(10_001 + GRACE_SKEW_MS)),
+            order(7, "v4", None),
         ];
         let late = late_orders(c, &log);
         assert_eq!(
             late,
             [LateOrder::PastDeadline {
-                sequence: 3,
+                sequence: 6,
                 job_id: "v3".into(),
                 deadline_ms: 10_000,
                 stored_ms: 10_001 + GRACE_SKEW_MS,
@@ -897,10 +925,22 @@ mod tests {
         assert!(!report.is_clean());
         let text = report.render(c);
         assert!(
-            text.contains("NOGRACE sequence 3: the order of job v3 landed")
+            text.contains("NOGRACE sequence 6: the order of job v3 landed")
                 && text.contains("1 landed past their grace deadline"),
             "{text}"
         );
+
+        // The same entries loaded into a stream months later, a millisecond apart: each is
+        // stored long after its time, as the one before it was, so none is late.
+        const DAY: i64 = 86_400_000;
+        let loaded: Vec<LogEntry> = log
+            .into_iter()
+            .map(|mut e| {
+                e.stored_ms = e.stored_ms.map(|_| 100 * DAY + e.sequence as i64);
+                e
+            })
+            .collect();
+        assert_eq!(late_orders(c, &loaded), []);
     }
 
     #[test]
