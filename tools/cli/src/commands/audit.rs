@@ -94,8 +94,7 @@ pub async fn audit(args: AuditArgs, conn: &Connection) -> anyhow::Result<()> {
         (
             !orders.late.iter().any(|l| l.is_finding()),
             "preemption orders two passes made for one waiter (TWICE lines: two instances \
-             deciding at once, or a late send) or that landed past their grace deadline \
-             (NOGRACE lines: a send held across an outage); no flag changes them",
+             deciding at once, or a late send; no flag changes them)",
         ),
         (
             snapshots.is_clean(),
