@@ -34,7 +34,7 @@ pub enum AuditError {
         first.last_sequence,
         second.entries,
         second.last_sequence,
-        if first.stream_created_ns == second.stream_created_ns { "" } else { ", of a stream made anew" }
+        made_anew(first, second)
     )]
     LogChanged {
         /// The cluster.
@@ -44,6 +44,15 @@ pub enum AuditError {
         /// What the second read found up to the first one's last sequence.
         second: LogExtent,
     },
+}
+
+/// Words for two reads of streams created at different times.
+fn made_anew(first: &LogExtent, second: &LogExtent) -> &'static str {
+    if first.stream_created_ns == second.stream_created_ns {
+        ""
+    } else {
+        ", of a stream made anew"
+    }
 }
 
 /// How far one read of a cluster's log went: what a second read must find again.

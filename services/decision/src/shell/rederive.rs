@@ -1,7 +1,8 @@
-//! The second read of an audit that re-derives logged decisions (placements here, preemption
-//! orders in the preemption service): fold the log entry by entry, decide again where each
-//! decision's basis ends, and hold what was decided only until the logged decisions naming
-//! that basis have streamed past.
+//! The two reads of an audit that re-derives logged decisions (placements here, preemption
+//! orders in the preemption service): the first counts the logged decisions per basis
+//! ([`Tally`] of [`Logged`] entries); the second ([`Rederivation`]) folds the log entry by
+//! entry, decides again where each decision's basis ends, and holds what was decided only
+//! until the logged decisions naming that basis have streamed past.
 //!
 //! Place in the flow: after the fact, under `audit_log` of both services. A basis ends before
 //! the decisions naming it (a decision naming its own sequence or a later one is reported
