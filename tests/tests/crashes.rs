@@ -539,7 +539,7 @@ async fn every_service_killed_in_turn_under_load_loses_nothing_and_audits_clean(
     );
     assert_eq!(placements.placements, placed);
     let orders = fairshare_preemption::shell::audit(CLUSTER, &entries, &policy());
-    assert!(orders.is_clean(), "{:#?}", orders.divergences);
+    assert!(orders.is_clean(), "{}", orders.render(CLUSTER));
     assert!(
         orders.orders >= 4,
         "{} orders: too little preemption",

@@ -289,7 +289,7 @@ impl Stack {
         let audit = shell::audit_log(&self.js, CLUSTER, &self.policy)
             .await
             .unwrap();
-        assert!(audit.is_clean(), "{:#?}", audit.divergences);
+        assert!(audit.is_clean(), "{}", audit.render(CLUSTER));
         drop(self.server);
         audit
     }

@@ -175,7 +175,7 @@ async fn killed_with_sigkill_at_random_moments_it_orders_each_victim_once() {
         ..Default::default()
     };
     let audit = fairshare_preemption::shell::audit(CLUSTER, &entries, &policy);
-    assert!(audit.is_clean(), "{:#?}", audit.divergences);
+    assert!(audit.is_clean(), "{}", audit.render(CLUSTER));
     assert_eq!(audit.orders, WAITERS);
     let resumed = assert_restarts_resumed(&logs);
     eprintln!(
