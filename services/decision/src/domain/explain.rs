@@ -294,7 +294,7 @@ fn floor_note(
     // Its work ordered off still runs until it stops, but no longer counts as held.
     let leaving: u64 = state.in_flight.get(allocation).map_or(0, |runs| {
         runs.iter()
-            .filter(|(_, r)| r.stopping)
+            .filter(|(_, r)| r.stopping())
             .map(|(_, r)| r.gpus)
             .sum()
     });

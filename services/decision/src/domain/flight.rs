@@ -5,8 +5,9 @@
 //! derived, never checkpointed). Two hot questions read it instead of walking every running
 //! job:
 //! - ranking inputs ([`super::rank::leaf_usage`]): a run that started before both the usage
-//!   snapshot's window end and the longest minimum runtime in flight adds exactly `gpus x (now
-//!   - window end)`, so per allocation only the GPU total and the runs started since are read;
+//!   snapshot's window end and the longest minimum runtime in flight adds exactly
+//!   `gpus x (now - window end)`, unless ordered off with a deadline already past, so per
+//!   allocation only the GPU total, the runs started since and the runs ordered off are read;
 //! - the preemption service's next wake-up: only a run started within the longest minimum
 //!   runtime can still be protected.
 //!
@@ -28,6 +29,9 @@ pub(crate) struct AllocationFlight {
     /// Its runs sorted by `(start, job id)`. A vector: new runs start now, so they go at or
     /// near its end, and the recent part read by every ranking is one contiguous slice.
     by_start: Vec<(i64, Arc<str>, InFlight)>,
+    /// Its runs ordered off, by job id: charged to their deadline at most (a handful at a
+    /// time: victims stop within their grace).
+    pub stopping: BTreeMap<Arc<str>, InFlight>,
 }
 
 impl AllocationFlight {
@@ -63,8 +67,13 @@ impl FlightIndex {
             .entry(Arc::clone(allocation))
             .or_default();
         a.gpus = a.gpus.saturating_add(u128::from(run.gpus));
-        if !run.stopping {
+        if !run.stopping() {
             a.held = a.held.saturating_add(run.gpus);
+        }
+        if run.stopping() {
+            a.stopping.insert(Arc::clone(job), run);
+        } else {
+            a.stopping.remove(job);
         }
         match a.position(run.start_ms, job) {
             Ok(i) => {
@@ -72,7 +81,7 @@ impl FlightIndex {
                 // true if it did.
                 let old = std::mem::replace(&mut a.by_start[i].2, run);
                 a.gpus = a.gpus.saturating_sub(u128::from(old.gpus));
-                if !old.stopping {
+                if !old.stopping() {
                     a.held = a.held.saturating_sub(old.gpus);
                 }
                 self.forget_min_runtime(old.min_runtime_ms);
@@ -91,8 +100,9 @@ impl FlightIndex {
             return;
         };
         let (_, _, old) = a.by_start.remove(i);
+        a.stopping.remove(job);
         a.gpus = a.gpus.saturating_sub(u128::from(old.gpus));
-        if !old.stopping {
+        if !old.stopping() {
             a.held = a.held.saturating_sub(old.gpus);
         }
         if a.by_start.is_empty() {
@@ -137,7 +147,7 @@ mod tests {
             gpus,
             start_ms,
             min_runtime_ms,
-            stopping,
+            deadline_ms: stopping.then_some(start_ms + 30_000),
         }
     }
 

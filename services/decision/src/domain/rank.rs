@@ -569,6 +569,8 @@ fn ids_in_path_order<'a>(
 fn run_charge(run: &InFlight, window_end: i64, now_ms: i64) -> u128 {
     let from = run.start_ms.max(window_end);
     let to = run.start_ms.saturating_add(run.min_runtime_ms).max(now_ms);
+    // Ordered off: charged to its grace deadline at most.
+    let to = run.deadline_ms.map_or(to, |deadline| to.min(deadline));
     // Under 2^63 ms times under 2^64 GPUs: the product fits in a u128 (one widening multiply,
     // no overflow check needed).
     let ms = u64::try_from(to.saturating_sub(from)).unwrap_or(0);
@@ -602,10 +604,22 @@ fn leaf_usage_recent(
             recent_gpus += u128::from(run.gpus);
             recent_charge = recent_charge.saturating_add(run_charge(run, window_end, now_ms));
         }
+        // A settled run ordered off whose deadline passed is charged to its deadline only.
+        let past_deadlines: u128 = flight
+            .stopping
+            .values()
+            .filter(|run| run.start_ms <= settled)
+            .filter_map(|run| {
+                let deadline = run.deadline_ms.filter(|d| *d < now_ms)?;
+                let ms = now_ms.saturating_sub(deadline.max(window_end));
+                Some(u128::from(u64::try_from(ms).unwrap_or(0)) * u128::from(run.gpus))
+            })
+            .fold(0, u128::saturating_add);
         let settled_charge = flight
             .gpus
             .saturating_sub(recent_gpus)
-            .saturating_mul(since_window_end);
+            .saturating_mul(since_window_end)
+            .saturating_sub(past_deadlines);
         leaf.charged_gpu_ms = leaf
             .charged_gpu_ms
             .saturating_add(settled_charge)
@@ -630,7 +644,7 @@ pub(crate) fn leaf_usage_by_run(
             leaf.charged_gpu_ms = leaf
                 .charged_gpu_ms
                 .saturating_add(run_charge(run, window_end, now_ms));
-            if !run.stopping {
+            if !run.stopping() {
                 leaf.held_gpus = leaf.held_gpus.saturating_add(run.gpus);
             }
         }

@@ -554,10 +554,18 @@ pub struct InFlight {
     pub start_ms: i64,
     /// Minimum runtime in ms.
     pub min_runtime_ms: i64,
-    /// Whether a preemption is ordered: its GPUs count as soon free, so it no longer counts
-    /// towards its allocation's share floor ([`crate::domain::rank`]).
-    #[serde(default)]
-    pub stopping: bool,
+    /// Set once a preemption is ordered: its grace deadline. Its GPUs then count as soon free,
+    /// so it no longer counts towards its allocation's share floor, and it is charged to the
+    /// deadline at most, as accounting charges it, however late its stop is reported
+    /// ([`crate::domain::rank`]).
+    pub deadline_ms: Option<i64>,
+}
+
+impl InFlight {
+    /// Whether a preemption is ordered.
+    pub fn stopping(&self) -> bool {
+        self.deadline_ms.is_some()
+    }
 }
 
 /// A run of allocated work that ended after the usage snapshot's window end, in an entry the
@@ -1309,7 +1317,7 @@ impl DecisionState {
                 gpus,
                 start_ms: placed.start_ms,
                 min_runtime_ms: job.request.min_runtime_ms,
-                stopping: placed.preempt_deadline_ms.is_some(),
+                deadline_ms: placed.preempt_deadline_ms,
             };
             let replaced = self
                 .in_flight

@@ -126,8 +126,9 @@ const LEASE_RELEASE_WAIT: Duration = Duration::from_secs(2);
 /// placement counts from the placement. 11: registered GPUs metered over the hour. 12: owed
 /// time under budget trees replaced mid-hour kept. 13: each job's user kept (the queue
 /// listing). 14: event times held to a minute after the stream stored them. 15: runs ended
-/// since the usage snapshot's window end kept until a snapshot covers them.
-const CHECKPOINT_VERSION: u32 = 15;
+/// since the usage snapshot's window end kept until a snapshot covers them. 16: each run in
+/// flight keeps the grace deadline of its order.
+const CHECKPOINT_VERSION: u32 = 16;
 
 /// Tag of this service's checkpoints: names the state, the cluster and the usage window the
 /// fold takes snapshots of, so one cluster's checkpoint is never loaded for another (the
@@ -1208,7 +1209,7 @@ mod tests {
         }
         assert_eq!(
             (CHECKPOINT_VERSION, state_fingerprint(&fold)),
-            (15, 5_419_776_441_648_727_320),
+            (16, 12_896_277_754_775_603_556),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }

@@ -128,8 +128,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// counts from the placement. 12: registered GPUs metered over the hour. 13: owed time under
 /// budget trees replaced mid-hour kept. 14: each job's user kept (the decision fold inside).
 /// 15: event times held to a minute after the stream stored them (the decision fold inside).
-/// 16: runs ended since the usage snapshot's window end kept (the decision fold inside).
-const CHECKPOINT_VERSION: u32 = 16;
+/// 16: runs ended since the usage snapshot's window end kept (the decision fold inside). 17:
+/// each run in flight keeps the grace deadline of its order (the decision fold inside).
+const CHECKPOINT_VERSION: u32 = 17;
 
 /// The role part of this service's lease key (`preemption.<cluster>`).
 pub const LEASE_ROLE: &str = "preemption";
@@ -721,7 +722,7 @@ mod tests {
         }
         assert_eq!(
             (CHECKPOINT_VERSION, state_fingerprint(&fold)),
-            (16, 10_798_800_174_862_228_646),
+            (17, 3_146_338_784_828_975_610),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }

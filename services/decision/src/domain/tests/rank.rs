@@ -615,3 +615,40 @@ fn an_ended_run_ordered_off_is_charged_to_its_deadline_at_most() {
         4 * 90_000
     );
 }
+
+/// A run ordered off whose stop is not reported yet is charged to its grace deadline at most,
+/// as accounting charges it, whether it started before the snapshot's window end (charged in
+/// bulk) or after (charged run by run).
+#[test]
+fn a_run_ordered_off_is_charged_to_its_deadline_at_most_while_its_stop_is_unreported() {
+    use super::support::H;
+    use crate::domain::rank::{leaf_usage, leaf_usage_by_run};
+    const HOUR: i64 = 3_600_000;
+    let order = |id: &str, deadline: i64| {
+        pb::event::Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: id.into(),
+            grace_deadline_ms: deadline,
+            ..Default::default()
+        })
+    };
+    let mut h = H::new();
+    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
+    h.node("n0", 8);
+    let t0 = 10 * HOUR;
+    h.running(t0, "a1", "a", 60, &[("n0", 4)]);
+    h.snapshot(t0 + HOUR, &[("a", 0, 1000), ("b", 0, 1000)]);
+    h.running(t0 + HOUR + 60_000, "a2", "a", 60, &[("n0", 2)]);
+    h.ok(t0 + 2 * HOUR, order("a1", t0 + 2 * HOUR + 30_000));
+    h.ok(t0 + 2 * HOUR, order("a2", t0 + 2 * HOUR + 30_000));
+    let tree = h.state.budget_tree().unwrap();
+    let now = t0 + 5 * HOUR;
+    let usage = leaf_usage(&h.state, tree, now);
+    assert_eq!(usage, leaf_usage_by_run(&h.state, tree, now));
+    // a1 from the window end, a2 from its start, both to the deadline.
+    let a1 = 4 * (HOUR + 30_000);
+    let a2 = 2 * (HOUR - 60_000 + 30_000);
+    assert_eq!(
+        usage[tree.allocation("a").unwrap()].charged_gpu_ms,
+        (a1 + a2) as u128
+    );
+}
