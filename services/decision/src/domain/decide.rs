@@ -190,6 +190,13 @@ impl fmt::Display for WaitReason<'_> {
                 unallocated,
             } => {
                 let placed = own_allocation.saturating_add(*others);
+                if placed == 0 {
+                    // Not seen: only placements take free GPUs within a cycle.
+                    return f.write_str(
+                        "GPUs that fit it were free at the start of the cycle, but not when it \
+                         was met",
+                    );
+                }
                 f.write_str(
                     "GPUs that fit it were free at the start of the cycle, but not once the ",
                 )?;
