@@ -22,6 +22,7 @@ use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Oldest nats-server accepted.
@@ -399,9 +400,29 @@ impl Drop for NatsServer {
     }
 }
 
+/// The first port [`free_port`] hands out, and how many after it: below Linux's ephemeral
+/// range (32768-60999 by default), from which every outgoing connection of the tests running
+/// beside takes its local port. A port the OS picked there and released could be taken by
+/// such a connection before nats-server binds it (seen: a cluster member's route port, in CI).
+const PORT_FLOOR: u32 = 20_000;
+const PORT_SPAN: u32 = 12_000;
+
+/// A loopback port free now, each one once per process (tests start servers side by side),
+/// starting where the process id points so that test binaries run one after another do not
+/// walk the same ports; the OS's pick if none of the range is free.
 fn free_port() -> std::io::Result<u16> {
-    // The OS picks a free port; the tiny window before nats-server binds it is acceptable in
-    // tests, and a clash shows up as a clear NotReady error rather than a hang.
+    static HANDED_OUT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id() % PORT_SPAN;
+    for _ in 0..PORT_SPAN {
+        let n = HANDED_OUT.fetch_add(1, Ordering::Relaxed);
+        let port = PORT_FLOOR + start.wrapping_add(n) % PORT_SPAN;
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     let listener = TcpListener::bind(("127.0.0.1", 0))?;
     Ok(listener.local_addr()?.port())
 }
@@ -469,6 +490,21 @@ mod tests {
         assert_eq!(parse_version("garbage"), None);
         assert!((2, 9) < MIN_VERSION);
         assert!((2, 15) >= MIN_VERSION);
+    }
+
+    /// Ports come from below the ephemeral range that outgoing connections take theirs
+    /// from, and never twice in one process.
+    #[test]
+    fn free_ports_are_distinct_and_below_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..200).map(|_| free_port().unwrap()).collect();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len());
+        assert!(
+            ports
+                .iter()
+                .all(|p| (PORT_FLOOR..PORT_FLOOR + PORT_SPAN).contains(&u32::from(*p))),
+            "{ports:?}"
+        );
     }
 
     #[test]
