@@ -535,14 +535,17 @@ fn classify(entry: &LogEntry) -> Entry<'_> {
     let Some(Body::PreemptionOrdered(order)) = &event.body else {
         return Logged::Other;
     };
-    let (sequence, job_id) = (entry.sequence, order.job_id.clone());
+    let sequence = entry.sequence;
     let Some(basis) = &order.basis else {
-        return Logged::Unkeyed(OrderDivergence::NoBasis { sequence, job_id });
+        return Logged::Unkeyed(OrderDivergence::NoBasis {
+            sequence,
+            job_id: order.job_id.clone(),
+        });
     };
     if basis.through_sequence >= sequence {
         return Logged::Unkeyed(OrderDivergence::FromTheFuture {
             sequence,
-            job_id,
+            job_id: order.job_id.clone(),
             through_sequence: basis.through_sequence,
         });
     }
