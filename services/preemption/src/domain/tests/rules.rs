@@ -1725,3 +1725,22 @@ fn the_walk_breaks_ties_between_nodes_as_the_decision_cycle_does() {
         render(&out)
     );
 }
+
+#[test]
+fn a_placement_of_absurd_size_leaves_its_node_out_of_the_search() {
+    // The decision fold takes a placement as the log gives it: here unallocated work said to
+    // hold u32::MAX GPUs of n1's 8. A waiter short by that many GPUs there once made the
+    // victim search size its table by the shortfall (gigabytes: the process aborted, and
+    // again at every restart, folding the same entry). n1 is left out; n2's unallocated job
+    // still goes for the waiter.
+    let mut h = H::new();
+    h.two_teams();
+    h.node("n1", 8);
+    h.node("n2", 8);
+    h.submit(0, "huge", "b", 8, 0);
+    h.place(0, "huge", &[("n1", u32::MAX)]);
+    h.start(0, "huge");
+    h.running(0, "u2", "b", 0, &[("n2", 8)]);
+    h.submit(MIN, "w", "a", 8, 3600);
+    assert_eq!(victims(&h.decide(2 * MIN)), ["u2"]);
+}

@@ -19,6 +19,13 @@ use super::{
     Grounds, NoVictims, Rule, VictimPlan, WINDOW_FRESH_DIVISOR, Waiter, fresh_limit_gpu_ms,
 };
 
+/// The largest shortfall on one node that [`Cover`] searches. Its table is a row per GPU of
+/// the shortfall, and a node short by more GPUs than any node has comes only from a log
+/// holding a placement of absurd size (the decision fold takes a placement as the log gives
+/// it): searched, it would allocate gigabytes and abort the service at every restart, which
+/// folds the same entry again. Such a node is left out of the search.
+const MAX_COVER_GPUS: u32 = 4096;
+
 /// The cheapest victims on one node that free `shortfall` GPUs there: an exact covering
 /// knapsack over the node's holdings (a handful: at most one per GPU). Its tables are kept
 /// from node to node, so a pass over every node allocates nothing per node.
@@ -136,7 +143,7 @@ fn single_node<'s>(
         if shortfall == 0 {
             return Some((vec![i], Vec::new()));
         }
-        if judge.cannot_free(node, shortfall) {
+        if shortfall > MAX_COVER_GPUS || judge.cannot_free(node, shortfall) {
             continue;
         }
         items.clear();
