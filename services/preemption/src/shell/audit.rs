@@ -337,8 +337,8 @@ pub enum LateOrder {
 pub const GRACE_SKEW_MS: i64 = 5_000;
 
 /// How many of the cluster's entries before an order tell how long after their own time the
-/// stream stored the log: the least lag among them (each entry's time taken no later than the
-/// order's) is the log's own, which an order's lateness is measured beyond. A live log's is
+/// stream stored the log: the least lag among those stamped no later than the order is the
+/// log's own, which an order's lateness is measured beyond. A live log's is
 /// about 0, so a burst of sends held across an outage is measured against the entries stored
 /// before it; a log loaded into a stream after the fact (`fairshare-sim load`) lags as a
 /// whole, by months, and no order of it is late.
@@ -430,13 +430,18 @@ pub struct LateOrders {
 
 impl LateOrders {
     /// The log's own lag before `entry` ([`LAG_WINDOW`]): the least time by which the recent
-    /// entries were stored after their own time, that time taken no later than `entry`'s (a
-    /// writer's clock ahead excuses nothing), never below 0.
+    /// entries stamped no later than `entry` were stored after their own time, never below 0
+    /// (0 when there are none). Entries stamped later are left out, not taken at `entry`'s
+    /// time: a writer's clock ahead excuses nothing, and an order stamped by a clock behind
+    /// the server's would otherwise find its own skew in every entry stored beside it and
+    /// excuse itself; entries that landed ahead of an order held across an outage were
+    /// written after it, so they excuse nothing either.
     fn log_lag(&self, entry: &LogEntry) -> i64 {
         let at_ms = entry.event.as_ref().map_or(i64::MAX, |e| e.at_ms);
         self.recent
             .iter()
-            .map(|&(stored, at)| stored.saturating_sub(at.min(at_ms)))
+            .filter(|&&(_, at)| at <= at_ms)
+            .map(|&(stored, at)| stored.saturating_sub(at))
             .min()
             .unwrap_or(0)
             .max(0)
@@ -905,7 +910,7 @@ mod tests {
             entry.stored_ms = stored_ms;
             entry
         };
-        let report = |seq: u64, at_ms: i64, stored_ms: i64| {
+        let started = |seq: u64, at_ms: i64, stored_ms: i64| {
             let body = Body::JobStarted(pb::JobStarted { job_id: "x".into() });
             let subject = subjects::job_event(c, "x", "job_started");
             let entry = fairshare_testkit::events::logged(seq, subject, at_ms, body);
@@ -927,12 +932,12 @@ mod tests {
             stored(entry, stored_ms)
         };
         let log = vec![
-            report(1, 1_000, 1_000),
+            started(1, 1_000, 1_000),
             order(2, "v1", 1_000, Some(1_000)),
-            report(3, 2_000, 2_000),
+            started(3, 2_000, 2_000),
             order(4, "v2", 2_000, Some(12_000 + GRACE_SKEW_MS)),
             // An outage: a launcher's report and a pass's two orders held in their clients.
-            report(5, 3_000, 30_000),
+            started(5, 3_000, 30_000),
             order(6, "v3", 3_000, Some(30_001)),
             order(7, "v4", 3_000, None),
             order(8, "v5", 3_000, Some(30_002)),
@@ -976,6 +981,28 @@ mod tests {
                 .iter()
                 .any(|l| matches!(l, LateOrder::PastDeadline { .. })),
             "{late:?}"
+        );
+
+        // A preemption service whose clock is 60 s behind the server's: its order, stamped
+        // 940 s, lands at 1,000 s, 45 s past its deadline and the allowance, among launcher
+        // reports stored at their own (the server's) time. Taken at the order's time, each of
+        // those reports seemed 50 s late, and the order excused itself by its own skew.
+        let mut behind: Vec<LogEntry> = (0..32)
+            .map(|i| started(i + 1, 990_000 + 300 * i as i64, 990_000 + 300 * i as i64))
+            .collect();
+        behind.push(order(33, "v6", 940_000, Some(1_000_000)));
+        let late: Vec<LateOrder> = late_orders(c, &behind)
+            .into_iter()
+            .filter(|l| matches!(l, LateOrder::PastDeadline { .. }))
+            .collect();
+        assert_eq!(
+            late,
+            [LateOrder::PastDeadline {
+                sequence: 33,
+                job_id: "v6".into(),
+                deadline_ms: 950_000,
+                stored_ms: 1_000_000,
+            }]
         );
     }
 
