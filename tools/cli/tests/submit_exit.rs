@@ -196,3 +196,39 @@ async fn under_the_launchers_identity_an_intake_repeat_is_told_apart_too() {
     let seed = auth::seed_path(dir.path(), Role::Launcher);
     first_repeat_and_another(&server.url(), Some(&seed)).await;
 }
+
+/// What cannot have landed is exit 1, not 3 with a key to retry with (a retry would fail the
+/// same way, and a script retrying on 3 would never stop): a request larger than the server's
+/// `max_payload`, which the client refuses before sending, by request and by the intake; and an
+/// intake publish that no stream takes.
+#[tokio::test]
+async fn what_cannot_have_landed_exits_1_not_3() {
+    let server = fairshare_testkit::NatsServer::start_with_config("max_payload: 65536\n").unwrap();
+    let big = "x".repeat(70_000);
+    for intake in [false, true] {
+        let mut extra: Vec<std::ffi::OsString> = vec![
+            "--key".into(),
+            "too-big".into(),
+            "--payload".into(),
+            big.clone().into(),
+        ];
+        if intake {
+            extra.push("--intake".into());
+        }
+        let out = run_submit(&server.url(), "research/nlp", extra).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "intake {intake}: {stderr}");
+        assert!(
+            stderr
+                .contains("nothing was sent: the request is larger than the server's max_payload"),
+            "intake {intake}: {stderr}"
+        );
+        assert!(!stderr.contains("retry with --key"), "{stderr}");
+    }
+    let extra = vec!["--key".into(), "no-stream".into(), "--intake".into()];
+    let out = run_submit(&server.url(), "research/nlp", extra).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("so nothing was queued"), "{stderr}");
+    assert!(!stderr.contains("retry with --key"), "{stderr}");
+}

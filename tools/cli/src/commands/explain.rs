@@ -119,10 +119,26 @@ enum NotLive {
     NotHeldYet(String),
 }
 
-/// Why job `job_id` has no explanation, from its newest life events in the log.
+/// Whether the event at `sequence` ended its job, among its newest life events `events`: a
+/// finish, failure or cancellation, or a stop no requeue followed.
+fn ends(sequence: u64, event: &pb::Event, events: &[(u64, pb::Event)]) -> bool {
+    use fairshare_events::pb::event::Body;
+    match &event.body {
+        Some(Body::JobFinished(_) | Body::JobFailed(_) | Body::JobCancelled(_)) => true,
+        Some(Body::JobPreempted(_)) => !events
+            .iter()
+            .any(|(s, e)| *s > sequence && matches!(e.body, Some(Body::JobRequeued(_)))),
+        _ => false,
+    }
+}
+
+/// Why job `job_id` has no explanation, from its newest life events in the log (sorted by
+/// sequence): the first that ended it, as the services keep the first end (a launcher's
+/// failure report landing after a cancel changes nothing), or else the newest.
 fn not_live(job_id: &str, cluster: &str, events: &[(u64, pb::Event)]) -> NotLive {
     use fairshare_events::pb::event::Body;
-    let Some((sequence, last)) = events.last() else {
+    let first_end = events.iter().find(|(s, e)| ends(*s, e, events));
+    let Some((sequence, last)) = first_end.or(events.last()) else {
         return NotLive::Unknown(format!(
             "no job {job_id:?} in cluster {cluster:?}'s log: check the id and --cluster"
         ));
@@ -293,6 +309,23 @@ mod tests {
                 reason: "wrong data".into(),
                 requested_by: "ada".into(),
             }),
+        );
+        // The launcher's failure report landing after the cancel (its kill) ends nothing:
+        // the services keep the first end.
+        let failed = at(
+            T + 120_000,
+            Body::JobFailed(pb::JobFailed {
+                job_id: "j".into(),
+                reason: "killed".into(),
+            }),
+        );
+        assert_eq!(
+            not_live(
+                "j",
+                "c",
+                &[(5, submitted.clone()), (9, cancelled.clone()), (11, failed)]
+            ),
+            not_live("j", "c", &[(5, submitted.clone()), (9, cancelled.clone())]),
         );
         // An ended job is an answer (printed, exit 0); the others are errors (exit 1).
         assert_eq!(

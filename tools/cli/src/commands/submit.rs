@@ -144,6 +144,14 @@ fn whole_seconds(text: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("duration {text:?} is too large"))
 }
 
+/// Why a request the client refused to send for its size was not sent (`error` says the sizes).
+fn too_large(error: &dyn std::fmt::Display) -> String {
+    format!(
+        "nothing was sent: the request is larger than the server's max_payload ({error}); \
+         shorten --payload or the labels"
+    )
+}
+
 /// What is wrong with an idempotency key given by hand, if anything: it travels in a NATS
 /// header, which cannot hold a control character (the service refuses such keys as well).
 fn key_problem(key: &str) -> Option<String> {
@@ -247,17 +255,38 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
         headers.insert(fairshare_events::headers::IDEMPOTENCY_KEY, key.as_str());
         // The key must survive a failure: the publish may have landed, and only a retry with
         // the same key is sure not to make a second job.
-        let ack = conn
+        use async_nats::jetstream::context::PublishErrorKind;
+        let sent = conn
             .js
             .publish_with_headers(
                 subjects::intake(&args.cluster),
                 headers,
                 codec::encode(&request),
             )
-            .await
-            .map_err(|e| RetryWithKey::error(format!("intake publish failed: {e}"), &key))?
-            .await
-            .map_err(|e| RetryWithKey::error(format!("intake publish not confirmed: {e}"), &key))?;
+            .await;
+        let ack = match sent {
+            Ok(ack) => ack.await,
+            Err(e) => Err(e),
+        };
+        let ack = match ack {
+            Ok(ack) => ack,
+            // Refused by the client before sending, or taken by no stream: known not to have
+            // landed (exit 1; a retry under the key would fail the same way).
+            Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
+                bail!("{}", too_large(&e))
+            }
+            Err(e) if e.kind() == PublishErrorKind::StreamNotFound => bail!(
+                "no stream takes {}, so nothing was queued: create the streams \
+                 (`fairshare streams`) or start the submission service, which makes them",
+                subjects::intake(&args.cluster)
+            ),
+            Err(e) => {
+                return Err(RetryWithKey::error(
+                    format!("intake publish not confirmed: {e}"),
+                    &key,
+                ));
+            }
+        };
         if ack.duplicate {
             return intake_repeat(conn, &key, &request, ack.sequence).await;
         }
@@ -293,6 +322,9 @@ pub async fn submit(args: SubmitArgs, conn: &Connection) -> anyhow::Result<()> {
             "no submission service is listening, so nothing was submitted: start it, or queue \
              the submission durably with --intake"
         ),
+        Ok(Err(e)) if matches!(e.kind(), async_nats::RequestErrorKind::MaxPayloadExceeded) => {
+            bail!("{}", too_large(&e))
+        }
         Ok(Err(e)) => return Err(unknown(e.to_string())),
         Err(elapsed) => return Err(unknown(elapsed.to_string())),
     };

@@ -7,7 +7,7 @@
 use fairshare_model::words::{Gpus, count};
 
 use super::super::format_ms;
-use super::book::{NodeBook, Standing};
+use super::book::{MaintenanceEntry, NodeBook, Standing};
 
 /// Prints every node of `book`: GPUs, standing (with a cordon's reason) and the maintenance
 /// windows not over at `now`.
@@ -47,10 +47,9 @@ fn lines(book: &NodeBook, cluster: &str, now: i64) -> Vec<String> {
         } else {
             book.windows_ahead(name, now)
         };
-        let in_progress = windows.iter().find(|w| w.start_ms <= now);
-        let standing = match in_progress {
-            Some(w) if e.standing == Standing::InService => {
-                format!("in maintenance until {}", format_ms(w.end_ms))
+        let standing = match closed_until(&windows, now) {
+            Some(end) if e.standing == Standing::InService => {
+                format!("in maintenance until {}", format_ms(end))
             }
             _ => e.standing.words().to_owned(),
         };
@@ -73,6 +72,20 @@ fn lines(book: &NodeBook, cluster: &str, now: i64) -> Vec<String> {
         }
     }
     out
+}
+
+/// When the maintenance under way at `now` ends, if any: the latest end of the windows in
+/// progress, carried through every window that starts before the node opens again (windows
+/// that overlap or meet keep it closed as one). `windows` are sorted by start.
+fn closed_until(windows: &[&MaintenanceEntry], now: i64) -> Option<i64> {
+    let mut until: Option<i64> = None;
+    for w in windows {
+        if w.start_ms > until.unwrap_or(now) {
+            break;
+        }
+        until = Some(until.map_or(w.end_ms, |u| u.max(w.end_ms)));
+    }
+    until
 }
 
 #[cfg(test)]
@@ -130,5 +143,29 @@ mod tests {
         let after = lines(&book, "c", T + 3_600_000);
         assert!(after[1].ends_with("in service"), "{after:?}");
         assert_eq!(after.len(), 3, "{after:?}");
+
+        // Two more windows on n1: one overlapping the first, to 06:00, and one meeting that
+        // one's end, to 07:00. The node is closed until 07:00, not until the first one ends.
+        for (seq, start_ms, end_ms) in [
+            (4, T + 3_600_000 / 2, T + 6 * 3_600_000),
+            (5, T + 6 * 3_600_000, T + 7 * 3_600_000),
+        ] {
+            let more = pb::Event {
+                at_ms: 0,
+                body: Some(Body::MaintenanceScheduled(pb::MaintenanceScheduled {
+                    cluster: "c".into(),
+                    nodes: vec!["n1".into()],
+                    start_ms,
+                    end_ms,
+                    reason: String::new(),
+                })),
+            };
+            book.apply(seq, "m", Some(&more));
+        }
+        let during = lines(&book, "c", T + 60_000);
+        assert!(
+            during[1].ends_with("8 GPUs  in maintenance until 2026-01-01T07:00:00Z"),
+            "{during:?}"
+        );
     }
 }
