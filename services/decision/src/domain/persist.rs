@@ -25,7 +25,7 @@ use super::promise::Promise;
 use super::queue::SortedChunks;
 use super::rank;
 use super::state::{
-    AllocationQueue, DecisionState, EndedRun, InFlight, Job, NodeLoad, Usage, Window, shape_key,
+    AllocationQueue, DecisionState, EndedRuns, InFlight, Job, NodeLoad, Usage, Window, shape_key,
 };
 
 /// [`DecisionState`] as a checkpoint holds it: the same fields, names, order and serde forms
@@ -47,7 +47,7 @@ pub(crate) struct Stored {
     queues: BTreeMap<Arc<str>, AllocationQueue>,
     in_flight: BTreeMap<Arc<str>, SortedChunks<Arc<str>, InFlight>>,
     usage: Option<Usage>,
-    ended: BTreeMap<Arc<str>, Vec<EndedRun>>,
+    ended: BTreeMap<Arc<str>, EndedRuns>,
     promises: BTreeMap<Arc<str>, Promise>,
     meters: BTreeMap<Arc<str>, HourMeter>,
     capacity_meter: HourMeter,
@@ -99,6 +99,12 @@ impl From<Stored> for DecisionState {
                 .fold(0u64, u64::saturating_add);
             for (_, r) in queue.allocated.iter().chain(queue.unallocated.iter()) {
                 *state.queued_shapes.entry(shape_key(r.shape)).or_insert(0) += 1;
+            }
+        }
+        // The ended runs' sums are derived: summed again beyond the held window end.
+        if let Some(window_end) = state.usage.as_ref().map(|u| u.window_end_ms) {
+            for runs in state.ended.values_mut() {
+                runs.retain_beyond(window_end, |_| true);
             }
         }
         for (allocation, runs) in &state.in_flight {

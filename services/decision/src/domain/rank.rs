@@ -62,7 +62,7 @@ use fairshare_model::budget::{AccountId, BudgetTree};
 use fairshare_model::exact::mul_wide;
 
 use super::join::take_matching;
-use super::state::{DecisionState, EndedRun, InFlight};
+use super::state::{DecisionState, InFlight};
 
 /// One allocation's inputs to ranking.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -651,17 +651,6 @@ pub(crate) fn leaf_usage_by_run(
     })
 }
 
-/// What runs that ended since the snapshot's window end `window_end` ran beyond it
-/// ([`super::state::EndedRun`]).
-fn ended_charge(runs: &[EndedRun], window_end: i64) -> u128 {
-    runs.iter()
-        .map(|r| {
-            let ms = r.end_ms.saturating_sub(r.start_ms.max(window_end));
-            u128::from(u64::try_from(ms).unwrap_or(0)) * u128::from(r.gpus)
-        })
-        .fold(0, u128::saturating_add)
-}
-
 /// One [`LeafUsage`] per account id of `tree`: each allocation's row of the state's usage
 /// snapshot and what its runs that ended since the snapshot's window end ran beyond it, plus
 /// what `add` charges for its work in flight. `add` is called once per
@@ -687,12 +676,17 @@ fn from_snapshot(
             leaf.charged_gpu_ms = u128::from(u.charged_gpu_ms);
             leaf.allocated_gpu_ms = u128::from(u.allocated_gpu_ms);
         }
-        if let Some(window_end) = window_end
-            && let Some(runs) = take_matching(&mut ended, path)
-        {
-            leaf.charged_gpu_ms = leaf
-                .charged_gpu_ms
-                .saturating_add(ended_charge(runs, window_end));
+        if let Some(runs) = take_matching(&mut ended, path) {
+            debug_assert_eq!(
+                Some(runs.charge()),
+                window_end.map(|w| runs
+                    .runs()
+                    .iter()
+                    .map(|r| r.charge_beyond(w))
+                    .fold(0, u128::saturating_add)),
+                "the ended runs' sum is kept for the held window end"
+            );
+            leaf.charged_gpu_ms = leaf.charged_gpu_ms.saturating_add(runs.charge());
         }
         add(path, &mut leaf);
         out[id] = leaf;

@@ -585,6 +585,62 @@ pub struct EndedRun {
     pub gpus: u64,
 }
 
+impl EndedRun {
+    /// GPU-ms it ran beyond the snapshot's window end `window_end`.
+    pub fn charge_beyond(&self, window_end: i64) -> u128 {
+        let ms = self.end_ms.saturating_sub(self.start_ms.max(window_end));
+        u128::from(u64::try_from(ms).unwrap_or(0)) * u128::from(self.gpus)
+    }
+}
+
+/// One allocation's [`EndedRun`]s, in log order, with what they ran beyond the held
+/// snapshot's window end between them: the ranking reads the sum, so a long accounting outage
+/// (the runs pile up until a snapshot covers them) costs each ranking nothing more. The sum
+/// is derived: checkpointed as the list alone, and summed again when a snapshot is taken and
+/// when a checkpoint is loaded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EndedRuns {
+    /// The runs, in log order.
+    runs: Vec<EndedRun>,
+    /// What they ran beyond the held snapshot's window end.
+    #[serde(skip)]
+    charge: u128,
+}
+
+impl EndedRuns {
+    /// Adds `run`, charged beyond `window_end`.
+    fn push(&mut self, run: EndedRun, window_end: i64) {
+        self.charge = self.charge.saturating_add(run.charge_beyond(window_end));
+        self.runs.push(run);
+    }
+
+    /// Keeps the runs `keep` says, and sums what they ran beyond `window_end`.
+    pub(crate) fn retain_beyond(&mut self, window_end: i64, keep: impl FnMut(&EndedRun) -> bool) {
+        self.runs.retain(keep);
+        self.charge = self
+            .runs
+            .iter()
+            .map(|r| r.charge_beyond(window_end))
+            .fold(0, u128::saturating_add);
+    }
+
+    /// What the runs ran beyond the held snapshot's window end.
+    pub fn charge(&self) -> u128 {
+        self.charge
+    }
+
+    /// The runs, in log order.
+    pub fn runs(&self) -> &[EndedRun] {
+        &self.runs
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+}
+
 /// One allocation's window usage as the accounting service reported it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocationUsage {
@@ -651,7 +707,7 @@ pub struct DecisionState {
     /// Per allocation path, its runs that ended since the snapshot's window end in entries the
     /// snapshot does not cover, in log order ([`EndedRun`]). Empty while there is no snapshot
     /// (every run is then charged from its start while in flight, and not after).
-    pub(crate) ended: BTreeMap<Arc<str>, Vec<EndedRun>>,
+    pub(crate) ended: BTreeMap<Arc<str>, EndedRuns>,
     /// GPUs freed by preemption orders, held for the waiting job each order named, by that
     /// job's id ([`super::promise`]).
     pub(crate) promises: BTreeMap<Arc<str>, Promise>,
@@ -1129,7 +1185,9 @@ impl DecisionState {
         // beyond it.
         let (through, window_end) = (u.through_sequence, u.window_end_ms);
         self.ended.retain(|_, runs| {
-            runs.retain(|r| r.end_ms > window_end && (through == 0 || r.sequence > through));
+            runs.retain_beyond(window_end, |r| {
+                r.end_ms > window_end && (through == 0 || r.sequence > through)
+            });
             !runs.is_empty()
         });
         self.usage = Some(Usage {
@@ -1347,15 +1405,19 @@ impl DecisionState {
             return;
         }
         let gpus = placed.nodes.iter().map(|(_, g)| u64::from(*g)).sum();
+        let window_end = usage.window_end_ms;
         self.ended
             .entry(Arc::clone(&job.allocation))
             .or_default()
-            .push(EndedRun {
-                sequence: self.last_applied,
-                start_ms: placed.start_ms,
-                end_ms: at,
-                gpus,
-            });
+            .push(
+                EndedRun {
+                    sequence: self.last_applied,
+                    start_ms: placed.start_ms,
+                    end_ms: at,
+                    gpus,
+                },
+                window_end,
+            );
     }
 
     pub(crate) fn release(&mut self, id: &Arc<str>, job: &Job, placed: &Placed) {
