@@ -48,6 +48,7 @@ use fairshare_model::exact::mul_div_floor;
 use fairshare_model::hour::{HOUR_MS, hour_of, hour_start};
 use serde::{Deserialize, Serialize};
 
+use super::flight::AllocationFlight;
 use super::join::take_matching;
 use super::state::DecisionState;
 
@@ -106,6 +107,15 @@ impl HourMeter {
         self.advance(t);
         self.run_rate = run_rate;
         self.demand_rate = demand_rate;
+    }
+
+    /// Takes back what `gpus` GPUs added to run and demand from `from` (or the hour's start)
+    /// to the mark: a run ordered off and released after its grace deadline counted until
+    /// its stop was folded, where accounting stops charging it at the deadline.
+    pub(crate) fn uncount_since(&mut self, gpus: u64, from: i64) {
+        let over = area(gpus, from.max(hour_start(self.mark)), self.mark);
+        self.run = self.run.saturating_sub(over);
+        self.demand = self.demand.saturating_sub(over);
     }
 
     /// `(run, demand)` GPU-ms of the hour containing `now`, through `now`, if the rates have
@@ -256,7 +266,36 @@ fn quotient(a: i128, b: i128) -> i128 {
     }
 }
 
+/// What `flight`'s runs ordered off and past their grace deadline at `now` add to the hour's
+/// run and demand after their deadline: accounting counts them neither delivered nor demand
+/// from the deadline on, while the meter counts their GPUs until their stop is folded (for as
+/// long as the preemption service is down).
+fn past_deadlines(flight: &AllocationFlight, now: i64) -> u128 {
+    let hour = hour_start(now);
+    flight
+        .stopping
+        .values()
+        .filter_map(|run| {
+            let deadline = run.deadline_ms.filter(|d| *d < now)?;
+            Some(area(run.gpus, deadline.max(hour), now))
+        })
+        .fold(0, u128::saturating_add)
+}
+
 impl DecisionState {
+    /// `(run, demand)` GPU-ms of `allocation` in `now`'s hour through `now`, as accounting's
+    /// ledger counts them: its meter, less what its runs ordered off added after their
+    /// grace deadline ([`past_deadlines`]).
+    pub fn hour_metered(&self, allocation: &str, now: i64) -> Option<(u128, u128)> {
+        let (run, demand) = self.meters.get(allocation)?.at(now);
+        let over = self
+            .flight
+            .by_allocation
+            .get(allocation)
+            .map_or(0, |f| past_deadlines(f, now));
+        Some((run.saturating_sub(over), demand.saturating_sub(over)))
+    }
+
     /// Re-reads allocation `allocation`'s run and demand rates after an event at `at`.
     pub(crate) fn meter_allocation(&mut self, allocation: &Arc<str>, at: i64) {
         if !self.hourly_floor {
@@ -307,6 +346,13 @@ impl DecisionState {
         // Meters and what was owed before are walked beside the allocations, all in path
         // order, rather than searched by path for each.
         let mut meters = self.meters.iter().peekable();
+        // Runs ordered off sit in few allocations, a handful at a time.
+        let mut stopping = self
+            .flight
+            .by_allocation
+            .iter()
+            .filter(|(_, f)| !f.stopping.is_empty())
+            .peekable();
         let same_hour = hour_of(now) == self.owed_before.hour;
         let mut owed_before = self.owed_before.milli.iter().peekable();
         let mut shifts: Vec<(usize, i128)> = allocations
@@ -317,6 +363,8 @@ impl DecisionState {
                     0
                 };
                 let (run, demand) = take_matching(&mut meters, path)?.at(now);
+                let over = take_matching(&mut stopping, path).map_or(0, |f| past_deadlines(f, now));
+                let (run, demand) = (run.saturating_sub(over), demand.saturating_sub(over));
                 let shift = shift_milli_owing(floor_milli, run, demand, owed_ms, before, now);
                 (shift != 0).then_some((index, shift))
             })

@@ -1010,12 +1010,30 @@ impl DecisionState {
                 .map(|j| Arc::clone(&j.allocation))
         };
         let before = allocation_of(self);
+        // A run ordered off and still in flight past its grace deadline: once its stop is
+        // folded, the meter takes back what it counted of it since the deadline.
+        let overdue = before.as_ref().and_then(|a| {
+            let run = self.flight.by_allocation.get(a)?.stopping.get(job?)?;
+            Some((run.gpus, run.deadline_ms.filter(|d| *d < at)?))
+        });
         let result = self.apply_body(at, body);
         // A refused event changes nothing but the sequence, meters included.
         if result.is_ok()
             && let Some(allocation) = before.or_else(|| allocation_of(self))
         {
             self.meter_allocation(&allocation, at);
+            let released = |s: &Self| {
+                s.flight
+                    .by_allocation
+                    .get(&allocation)
+                    .is_none_or(|f| job.is_none_or(|j| !f.stopping.contains_key(j)))
+            };
+            if let Some((gpus, deadline)) = overdue
+                && released(self)
+                && let Some(meter) = self.meters.get_mut(&allocation)
+            {
+                meter.uncount_since(gpus, deadline);
+            }
         }
         result
     }

@@ -127,8 +127,9 @@ const LEASE_RELEASE_WAIT: Duration = Duration::from_secs(2);
 /// time under budget trees replaced mid-hour kept. 13: each job's user kept (the queue
 /// listing). 14: event times held to a minute after the stream stored them. 15: runs ended
 /// since the usage snapshot's window end kept until a snapshot covers them. 16: each run in
-/// flight keeps the grace deadline of its order.
-const CHECKPOINT_VERSION: u32 = 16;
+/// flight keeps the grace deadline of its order. 17: an hour meter counts a run ordered off
+/// until its grace deadline only.
+const CHECKPOINT_VERSION: u32 = 17;
 
 /// Tag of this service's checkpoints: names the state, the cluster and the usage window the
 /// fold takes snapshots of, so one cluster's checkpoint is never loaded for another (the

@@ -129,8 +129,10 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// budget trees replaced mid-hour kept. 14: each job's user kept (the decision fold inside).
 /// 15: event times held to a minute after the stream stored them (the decision fold inside).
 /// 16: runs ended since the usage snapshot's window end kept (the decision fold inside). 17:
-/// each run in flight keeps the grace deadline of its order (the decision fold inside).
-const CHECKPOINT_VERSION: u32 = 17;
+/// each run in flight keeps the grace deadline of its order (the decision fold inside). 18: an
+/// hour meter counts a run ordered off until its grace deadline only (the decision fold
+/// inside).
+const CHECKPOINT_VERSION: u32 = 18;
 
 /// The role part of this service's lease key (`preemption.<cluster>`).
 pub const LEASE_ROLE: &str = "preemption";

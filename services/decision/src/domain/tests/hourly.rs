@@ -292,3 +292,42 @@ fn cuts_beyond_the_raises_are_scaled_and_rounded_towards_zero() {
     balance(&mut shifts);
     assert_eq!(shifts, [(0, 5 * MILLI), (1, -2 * MILLI), (2, -3 * MILLI)]);
 }
+
+/// A run ordered off counts in its allocation's hour until its grace deadline, as accounting's
+/// ledger counts it, however late its stop is folded (the preemption service down past the
+/// deadline): while it waits, the reading leaves out the time since the deadline; once the
+/// stop is folded, the meter gives that time back.
+#[test]
+fn a_run_ordered_off_counts_in_the_hour_until_its_grace_deadline() {
+    let mut h = two_on_two();
+    h.submit(T, "j1", "a", 4, 60);
+    h.place(T, "j1", &[("n0", 4)]);
+    h.start(T, "j1");
+    // Two more of a's jobs wait all along: a is owed its whole floor of 8 GPUs.
+    h.submit(T, "j2", "a", 8, 60);
+    h.submit(T, "j3", "a", 8, 60);
+    h.ok(
+        T + 5 * MIN,
+        Body::PreemptionOrdered(pb::PreemptionOrdered {
+            job_id: "j1".into(),
+            grace_deadline_ms: T + 10 * MIN,
+            ..Default::default()
+        }),
+    );
+    let reading = |minutes: u128| (4 * 10 * GPU_MIN, (4 * 10 + 16 * minutes) * GPU_MIN);
+    assert_eq!(h.state.hour_metered("a", T + 40 * MIN), Some(reading(40)));
+    // At 30 min a is owed 240 GPU-min and ran 40 (not 120): 200 behind over the 30 min
+    // left, its floor raised by 6 whole GPUs (by 4 had j1 counted to 30 min).
+    assert_eq!(floor_gpus(&h, "a", T + 30 * MIN), 14.0);
+    // The kill reported at 50 min: the same reading, from the meter alone.
+    h.ok(
+        T + 50 * MIN,
+        Body::JobPreempted(pb::JobPreempted {
+            job_id: "j1".into(),
+            killed: true,
+        }),
+    );
+    let m = *h.state.hour_meter("a").unwrap();
+    assert_eq!(m.at(T + 50 * MIN), reading(50));
+    assert_eq!(h.state.hour_metered("a", T + 50 * MIN), Some(reading(50)));
+}
