@@ -170,6 +170,25 @@ pub enum Divergence {
         /// The event re-derived.
         rederived: Box<pb::Event>,
     },
+    /// Re-derived, but decided at a time earlier than the log it names had reached
+    /// ([`Compared::BeforeItsLog`]): no deciding instance's clock is held that far back.
+    #[error(
+        "sequence {sequence}: job {job_id} placed as {key} re-derives, but at a time {} \
+         before its basis's entries took effect ({}): a deciding clock set back, or a forged \
+         basis",
+        fairshare_model::duration::exact_words(log_ms.saturating_sub(key.computed_at_ms)),
+        fairshare_model::timestamp::utc(*log_ms)
+    )]
+    BeforeItsLog {
+        /// The placement's sequence.
+        sequence: u64,
+        /// The job.
+        job_id: String,
+        /// The cycle it names.
+        key: CycleKey,
+        /// When the basis's latest entry took effect.
+        log_ms: i64,
+    },
 }
 
 /// A placement that takes GPUs its node did not have free when it landed.
@@ -344,7 +363,8 @@ impl Divergence {
             Divergence::NoBasis { sequence, .. }
             | Divergence::FromTheFuture { sequence, .. }
             | Divergence::NotRederived { sequence, .. }
-            | Divergence::Differs { sequence, .. } => *sequence,
+            | Divergence::Differs { sequence, .. }
+            | Divergence::BeforeItsLog { sequence, .. } => *sequence,
         }
     }
 }
@@ -356,6 +376,10 @@ impl super::window::Basis for CycleKey {
 
     fn usage_window_ms(&self) -> i64 {
         self.usage_window_ms
+    }
+
+    fn computed_at_ms(&self) -> i64 {
+        self.computed_at_ms
     }
 }
 
@@ -528,6 +552,12 @@ impl Check for PlacementCheck {
                 logged: Box::new(logged.clone()),
                 rederived,
             },
+            Compared::BeforeItsLog(log_ms) => Divergence::BeforeItsLog {
+                sequence,
+                job_id,
+                key,
+                log_ms,
+            },
         };
         self.found.push((key, divergence));
     }
@@ -651,6 +681,63 @@ mod tests {
             });
         }
         log
+    }
+
+    /// A placement re-derives byte for byte from a basis whose "now" is before the basis's
+    /// entries took effect, but no deciding instance's clock is held that far back (to the
+    /// newest stored entry, which takes effect at most a minute after it was stored): a
+    /// finding. Submissions stamped up to that minute after the decision are not.
+    #[test]
+    fn a_placement_decided_before_its_basis_took_effect_is_a_divergence() {
+        let audited = |submitted_at: i64, stored: bool| {
+            let mut log = prefix();
+            for e in &mut log {
+                let Ok(event) = e.event.as_mut() else {
+                    continue;
+                };
+                if matches!(event.body, Some(Body::JobSubmitted(_))) {
+                    event.at_ms = submitted_at;
+                    e.stored_ms = stored.then_some(2_000);
+                }
+            }
+            for (i, event) in rederive(C, &log, None, 7, 2_000, 9).into_iter().enumerate() {
+                let Some(Body::JobPlaced(p)) = &event.body else {
+                    panic!("not a placement")
+                };
+                log.push(LogEntry {
+                    sequence: 8 + i as u64,
+                    subject: subjects::job_event(C, &p.job_id, "job_placed"),
+                    event: Ok(event.clone()),
+                    pending: 0,
+                    trace: None,
+                    stored_ms: None,
+                });
+            }
+            audit(C, &log)
+        };
+        let clean = audited(62_000, false);
+        assert!(clean.is_clean(), "{}", clean.render(C));
+        assert_eq!(clean.placements, 3);
+        let late = audited(62_001, false);
+        let kinds: Vec<_> = late
+            .divergences
+            .iter()
+            .map(|d| match d {
+                Divergence::BeforeItsLog { job_id, log_ms, .. } => format!("{job_id}@{log_ms}"),
+                other => format!("{other}"),
+            })
+            .collect();
+        assert_eq!(kinds, ["j1@62001", "j2@62001", "j3@62001"]);
+        let text = late.render(C);
+        assert!(
+            text.contains("job j1 placed as cycle 9 through sequence 7 at")
+                && text.contains("re-derives, but at a time 60001 ms before its basis's entries"),
+            "{text}"
+        );
+        // An entry takes effect at most a minute after it was stored: stamped 120 s by a
+        // writer's clock running ahead but stored at 2 s, it counts from 62 s.
+        assert!(audited(120_000, true).is_clean());
+        assert!(!audited(120_000, false).is_clean());
     }
 
     fn placement_mut<'a>(log: &'a mut [LogEntry], job: &str) -> &'a mut pb::JobPlaced {

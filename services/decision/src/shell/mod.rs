@@ -1210,7 +1210,7 @@ mod tests {
         }
         assert_eq!(
             (CHECKPOINT_VERSION, state_fingerprint(&fold)),
-            (16, 12_896_277_754_775_603_556),
+            (17, 12_896_277_754_775_603_556),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }

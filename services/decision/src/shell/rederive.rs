@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use fairshare_events::codec;
 use fairshare_events::pb;
+use fairshare_model::logtime::{MAX_AHEAD_OF_LOG_MS, effective_at};
 use fairshare_runtime::log::LogEntry;
 
 use super::window::{Basis, Replay, WindowFold};
@@ -84,6 +85,13 @@ pub enum Compared {
     NotRederived,
     /// Deciding again decides for its job, with other bytes: this.
     Differs(Box<pb::Event>),
+    /// Re-derived byte for byte, but its "now" is earlier than its basis's own entries took
+    /// effect (by more than [`MAX_AHEAD_OF_LOG_MS`]): the log's time then, in ms. A service
+    /// holds its "now" to no earlier than the newest entry it folded was stored, and an entry
+    /// takes effect at most that margin after it was stored, so no service decided it then:
+    /// a clock set back or a forged basis, re-derived at a time that may place or order what
+    /// the log's time would not (a protection that runs into a maintenance window, say).
+    BeforeItsLog(i64),
 }
 
 /// A basis decided again, held until its last logged decision has passed.
@@ -94,6 +102,9 @@ struct Held {
     matched: usize,
     /// How many logged decisions are still to come.
     left: usize,
+    /// The log's time through the basis when it is later than the basis's "now" allows
+    /// ([`Compared::BeforeItsLog`]).
+    before_its_log: Option<i64>,
 }
 
 /// Folds of the log under each window the bases name, deciding again at each basis.
@@ -108,6 +119,8 @@ pub struct Rederivation<F, K> {
     bases: usize,
     /// Decisions re-derived that no logged one matched, over the bases let go.
     unpublished: usize,
+    /// The latest time an entry fed so far takes effect ([`effective_at`]).
+    log_ms: i64,
 }
 
 impl<F: WindowFold, K: Basis + std::hash::Hash> Rederivation<F, K> {
@@ -120,6 +133,7 @@ impl<F: WindowFold, K: Basis + std::hash::Hash> Rederivation<F, K> {
             held: HashMap::new(),
             bases: 0,
             unpublished: 0,
+            log_ms: i64::MIN,
         }
     }
 
@@ -132,19 +146,27 @@ impl<F: WindowFold, K: Basis + std::hash::Hash> Rederivation<F, K> {
         mut decide: impl FnMut(&K, &F) -> HashMap<String, pb::Event>,
     ) {
         let (expected, held, bases) = (&mut self.expected, &mut self.held, &mut self.bases);
+        let log_ms = self.log_ms;
         self.replay.feed(entry, |key, fold| {
             *bases += 1;
             let left = expected.remove(key).unwrap_or(0);
             let decided = decide(key, fold);
+            let before_its_log = (key.computed_at_ms()
+                < log_ms.saturating_sub(MAX_AHEAD_OF_LOG_MS))
+            .then_some(log_ms);
             held.insert(
                 *key,
                 Held {
                     decided,
                     matched: 0,
                     left,
+                    before_its_log,
                 },
             );
         });
+        if let Ok(event) = &entry.event {
+            self.log_ms = self.log_ms.max(effective_at(event.at_ms, entry.stored_ms));
+        }
     }
 
     /// Compares `logged`, a decision about `job_id` naming basis `key`, with the basis's
@@ -160,10 +182,12 @@ impl<F: WindowFold, K: Basis + std::hash::Hash> Rederivation<F, K> {
             None => Compared::NotRederived,
             Some(r) => {
                 held.matched += 1;
-                if codec::encode(r) == codec::encode(logged) {
-                    Compared::Same
-                } else {
+                if codec::encode(r) != codec::encode(logged) {
                     Compared::Differs(Box::new(r.clone()))
+                } else if let Some(log_ms) = held.before_its_log {
+                    Compared::BeforeItsLog(log_ms)
+                } else {
+                    Compared::Same
                 }
             }
         };
@@ -189,5 +213,85 @@ impl<F: WindowFold, K: Basis + std::hash::Hash> Rederivation<F, K> {
     /// How many bases' re-derived decisions are held, their logged ones still to come.
     pub fn bases_held(&self) -> usize {
         self.held.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use fairshare_events::pb::event::Body;
+
+    /// A fold that keeps nothing.
+    struct Nothing;
+
+    impl WindowFold for Nothing {
+        fn for_window(_: &str, _: Option<i64>) -> Self {
+            Nothing
+        }
+
+        fn fold(&mut self, _: &LogEntry) {}
+    }
+
+    /// A basis: through a sequence, decided at a time.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    struct At(u64, i64);
+
+    impl Basis for At {
+        fn through_sequence(&self) -> u64 {
+            self.0
+        }
+
+        fn usage_window_ms(&self) -> i64 {
+            0
+        }
+
+        fn computed_at_ms(&self) -> i64 {
+            self.1
+        }
+    }
+
+    fn started(sequence: u64, at_ms: i64, stored_ms: Option<i64>) -> LogEntry {
+        let body = Body::JobStarted(pb::JobStarted { job_id: "x".into() });
+        let mut entry = fairshare_testkit::events::logged(sequence, String::new(), at_ms, body);
+        entry.stored_ms = stored_ms;
+        entry
+    }
+
+    /// A decision whose "now" is more than the writers' allowance before the latest time its
+    /// basis's entries took effect re-derives, but is reported as decided before its log; one
+    /// at the allowance is the same. An entry counts from a minute after it was stored at the
+    /// latest, and entries after the basis count for nothing.
+    #[test]
+    fn a_decision_before_its_basis_took_effect_is_told_apart() {
+        let decided = pb::Event {
+            at_ms: 0,
+            body: Some(Body::JobStarted(pb::JobStarted { job_id: "j".into() })),
+        };
+        let compare = |log: &[LogEntry], at: At| {
+            let mut r = Rederivation::<Nothing, At>::new("c", [(at, 1)].into());
+            for entry in log {
+                r.feed(entry, |_, _| [("j".to_owned(), decided.clone())].into());
+            }
+            r.compare(&at, "j", &decided)
+        };
+        let log = [
+            started(1, 10_000, None),
+            started(2, 200_000, Some(20_000)),
+            started(3, 500_000, None),
+            // Where the decisions land: after every basis, so counting for none.
+            started(4, 900_000, None),
+        ];
+        // Through 1: the log's time is 10 s.
+        assert_eq!(compare(&log, At(1, 0)), Compared::Same);
+        // Through 2: entry 2 was stored at 20 s, so it took effect at 80 s at the latest.
+        assert_eq!(compare(&log, At(2, 20_000)), Compared::Same);
+        assert_eq!(compare(&log, At(2, 19_999)), Compared::BeforeItsLog(80_000));
+        // Through 3: 500 s.
+        assert_eq!(
+            compare(&log, At(3, 439_999)),
+            Compared::BeforeItsLog(500_000)
+        );
     }
 }

@@ -73,6 +73,8 @@ pub trait Basis: Ord + Copy {
     fn through_sequence(&self) -> u64;
     /// The usage window the deciding state took snapshots of (0: any).
     fn usage_window_ms(&self) -> i64;
+    /// The time the decision was made at ("now").
+    fn computed_at_ms(&self) -> i64;
 }
 
 /// Folds of one log fed entry by entry, one per usage window the bases name, stopping at each
@@ -164,6 +166,10 @@ mod tests {
 
         fn usage_window_ms(&self) -> i64 {
             self.1
+        }
+
+        fn computed_at_ms(&self) -> i64 {
+            0
         }
     }
 

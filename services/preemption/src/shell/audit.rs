@@ -112,6 +112,18 @@ pub enum OrderDivergence {
         /// The order as re-derived.
         rederived: Box<pb::Event>,
     },
+    /// Re-derived, but decided at a time earlier than the log it names had reached
+    /// ([`Compared::BeforeItsLog`]): no pass's clock is held that far back.
+    BeforeItsLog {
+        /// Its sequence.
+        sequence: u64,
+        /// The job ordered off.
+        job_id: String,
+        /// The pass it names.
+        pass: PassKey,
+        /// When the basis's latest entry took effect.
+        log_ms: i64,
+    },
 }
 
 impl fmt::Display for OrderDivergence {
@@ -151,6 +163,19 @@ impl fmt::Display for OrderDivergence {
                 "sequence {sequence}: the order of job {job_id} differs when {pass} is decided \
                  again: {}",
                 differences(logged, rederived)
+            ),
+            OrderDivergence::BeforeItsLog {
+                sequence,
+                job_id,
+                pass,
+                log_ms,
+            } => write!(
+                f,
+                "sequence {sequence}: the order of job {job_id} re-derives from {pass}, but at a \
+                 time {} before its basis's entries took effect ({}): a pass clock set back, or \
+                 a forged basis",
+                fairshare_model::duration::exact_words(log_ms.saturating_sub(pass.computed_at_ms)),
+                fairshare_model::timestamp::utc(*log_ms)
             ),
         }
     }
@@ -282,7 +307,8 @@ impl OrderDivergence {
             OrderDivergence::NoBasis { sequence, .. }
             | OrderDivergence::FromTheFuture { sequence, .. }
             | OrderDivergence::NotRederived { sequence, .. }
-            | OrderDivergence::Differs { sequence, .. } => *sequence,
+            | OrderDivergence::Differs { sequence, .. }
+            | OrderDivergence::BeforeItsLog { sequence, .. } => *sequence,
         }
     }
 }
@@ -528,6 +554,10 @@ impl fairshare_decision::shell::window::Basis for PassKey {
     fn usage_window_ms(&self) -> i64 {
         self.usage_window_ms
     }
+
+    fn computed_at_ms(&self) -> i64 {
+        self.computed_at_ms
+    }
 }
 
 /// What one log entry is to an order audit.
@@ -667,6 +697,12 @@ impl Check for OrderCheck {
                 pass,
                 logged: Box::new(logged.clone()),
                 rederived,
+            },
+            Compared::BeforeItsLog(log_ms) => OrderDivergence::BeforeItsLog {
+                sequence,
+                job_id,
+                pass,
+                log_ms,
             },
         };
         self.report.divergences.push(divergence);

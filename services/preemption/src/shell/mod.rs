@@ -724,7 +724,7 @@ mod tests {
         }
         assert_eq!(
             (CHECKPOINT_VERSION, state_fingerprint(&fold)),
-            (17, 3_146_338_784_828_975_610),
+            (18, 3_146_338_784_828_975_610),
             "the fold's checkpointed form changed: bump CHECKPOINT_VERSION"
         );
     }
