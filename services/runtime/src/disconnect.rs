@@ -38,3 +38,25 @@ pub async fn cut_off_for(client: &async_nats::Client, limit: Duration) -> Durati
         tokio::time::sleep(every).await;
     }
 }
+
+/// How often [`cut_off_unheld`] looks.
+const UNHELD_CHECK: Duration = Duration::from_millis(250);
+
+/// Whether `client` is cut off from NATS while `hold` no longer holds its lease.
+pub fn is_cut_off_unheld(client: &async_nats::Client, hold: &crate::lease::HoldWatch) -> bool {
+    client.connection_state() != State::Connected && !hold.holds(Instant::now())
+}
+
+/// Completes once `client` is cut off from NATS while its lease no longer holds (looked at every
+/// 250 ms). A leader's decisions sent while cut off wait in the client's buffer and go out when
+/// it reconnects, however late; once its lease stops holding, a successor may take it a third
+/// of the ttl later ([`crate::lease`]) and decide from a log without them, so a leader with
+/// decisions of unknown outcome stops here: the buffer ends with the process.
+pub async fn cut_off_unheld(client: async_nats::Client, hold: crate::lease::HoldWatch) {
+    loop {
+        if is_cut_off_unheld(&client, &hold) {
+            return;
+        }
+        tokio::time::sleep(UNHELD_CHECK).await;
+    }
+}

@@ -220,6 +220,15 @@ pub enum ServiceError {
     /// Another instance took this cluster's lease: this one stopped deciding.
     #[error("stopped: {0}")]
     LeaseLost(RenewError),
+    /// Cut off from NATS with placements of unknown outcome once the lease stopped holding:
+    /// they may wait in the client's buffer, to land after a successor took the lease and gave
+    /// their GPUs away ([`fairshare_runtime::disconnect::cut_off_unheld`]).
+    #[error(
+        "stopped: cut off from NATS with placements of unknown outcome after the lease stopped \
+         holding; stopping drops them from the client's buffer before another instance may \
+         take the lease (restarted, this instance stands by and waits the lease out)"
+    )]
+    CutOff,
 }
 
 /// A started service: its fold is at the log's end as of start-up.
@@ -465,6 +474,13 @@ impl Service {
         checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Times the lease was taken, as last seen.
         let mut lease_taken = 0;
+        // Placements of unknown outcome are settled before anything is decided.
+        if !self.unresolved.is_empty() {
+            pacer.block(Instant::now());
+        }
+        // While placements of unknown outcome wait: is the client cut off past the lease?
+        let mut cut_off_check = tokio::time::interval(Duration::from_millis(250));
+        cut_off_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         let result = loop {
             let due = pacer.due(self.fold.last_applied());
@@ -480,6 +496,13 @@ impl Service {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break Ok(()),
+                // Before the log: a follower retrying while cut off must not starve it.
+                _ = cut_off_check.tick(), if !self.unresolved.is_empty() => {
+                    let hold = self.lease.hold_watch();
+                    if fairshare_runtime::disconnect::is_cut_off_unheld(&self.client, &hold) {
+                        break Err(ServiceError::CutOff);
+                    }
+                }
                 view = self.lease.changed() => {
                     if let Some(e) = view.lost {
                         break Err(ServiceError::LeaseLost(e));
@@ -499,12 +522,33 @@ impl Service {
                     if !self.lease.holds(Instant::now()) {
                         continue;
                     }
+                    // What a cycle or settling round sends while cut off waits in the client's
+                    // buffer: once the lease stops holding, the service stops rather than let
+                    // it land after a successor decided without it.
+                    let cut_off = fairshare_runtime::disconnect::cut_off_unheld(
+                        self.client.clone(),
+                        self.lease.hold_watch(),
+                    );
                     if pacer.blocked() {
-                        self.resolve(&mut pacer).await;
+                        let settled = tokio::select! {
+                            biased;
+                            () = self.resolve(&mut pacer) => true,
+                            () = cut_off => false,
+                        };
+                        if !settled {
+                            break Err(ServiceError::CutOff);
+                        }
                         continue;
                     }
                     let started = Instant::now();
-                    let (outcome, deciding) = self.cycle().await;
+                    let cycle = tokio::select! {
+                        biased;
+                        cycle = self.cycle() => Some(cycle),
+                        () = cut_off => None,
+                    };
+                    let Some((outcome, deciding)) = cycle else {
+                        break Err(ServiceError::CutOff);
+                    };
                     pacer.ran(started, Instant::now(), outcome.max_sequence, deciding);
                     if outcome.fenced || outcome.withheld > 0 {
                         // Decided again once the barrier (the newer node event) is folded,
@@ -594,7 +638,8 @@ impl Service {
         };
         // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
         self.checkpoint();
-        if self.unresolved.is_empty() {
+        let cut_off = matches!(result, Err(ServiceError::CutOff));
+        if self.unresolved.is_empty() && !cut_off {
             // A successor need not wait the lease out.
             self.lease.release(LEASE_RELEASE_WAIT).await;
         } else {
@@ -1055,6 +1100,54 @@ mod tests {
         })
         .await
         .expect("the restart stands by");
+    }
+
+    /// Cut off from NATS with a placement of unknown outcome, the service stops once its lease
+    /// stops holding: the placement may wait in the client's buffer, to land after a successor
+    /// took the lease and gave its GPUs away. Cut off with nothing unsettled, it waits for the
+    /// server as long as it takes.
+    #[tokio::test]
+    async fn cut_off_with_a_placement_unsettled_it_stops_once_the_lease_stops_holding() {
+        use fairshare_runtime::clock::SystemClock;
+        let cut_off = |unresolved: Vec<publish::Unresolved>, within: Duration| async move {
+            let mut server = fairshare_testkit::NatsServer::start().unwrap();
+            let client = async_nats::connect(server.url()).await.unwrap();
+            let mut service = Service::start(client, Config::new("c"), Arc::new(SystemClock))
+                .await
+                .unwrap();
+            tokio::time::timeout(Duration::from_secs(10), async {
+                while !service.lease.holds(Instant::now()) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("the lease is taken");
+            service.unresolved = unresolved;
+            server.kill();
+            let killed = Instant::now();
+            let served = service.serve(std::future::pending());
+            let stopped = tokio::time::timeout(within, served).await.ok();
+            (stopped, killed.elapsed())
+        };
+        let (unsettled, settled) = tokio::join!(
+            cut_off(
+                vec![publish::Unresolved::Moved("j1".into())],
+                LEASE_TTL_FOR_TEST
+            ),
+            cut_off(Vec::new(), LEASE_TTL_FOR_TEST),
+        );
+        let (stopped, after) = unsettled;
+        assert!(
+            matches!(stopped, Some(Err(ServiceError::CutOff))),
+            "{stopped:?}"
+        );
+        // Not before the lease stopped holding: two thirds of its ttl after the last renewal,
+        // which came at most a fifth of the ttl before the server went.
+        assert!(
+            after >= LEASE_TTL_FOR_TEST * 2 / 3 - LEASE_TTL_FOR_TEST / 5,
+            "{after:?}"
+        );
+        assert!(settled.0.is_none(), "{:?}", settled.0);
     }
 
     /// Every instance hears an explain request; only the lease's holder answers it, so the

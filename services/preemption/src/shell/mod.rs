@@ -223,6 +223,16 @@ pub enum ServiceError {
     /// Another instance took this cluster's lease: this one stopped ordering.
     #[error("stopped: {0}")]
     LeaseLost(RenewError),
+    /// Cut off from NATS with effects of unknown outcome once the lease stopped holding: they
+    /// may wait in the client's buffer, to land after a successor took the lease and ordered
+    /// without them ([`fairshare_runtime::disconnect::cut_off_unheld`]).
+    #[error(
+        "stopped: cut off from NATS with orders, kills or requeues of unknown outcome after the \
+         lease stopped holding; stopping drops them from the client's buffer before another \
+         instance may take the lease (restarted, this instance stands by and waits the lease \
+         out)"
+    )]
+    CutOff,
 }
 
 /// A started service: its fold is at the log's end as of start-up.
@@ -461,6 +471,9 @@ impl Service {
         checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Times the lease was taken, as last seen.
         let mut lease_taken = 0;
+        // While effects of unknown outcome wait: is the client cut off past the lease?
+        let mut cut_off_check = tokio::time::interval(Duration::from_millis(250));
+        cut_off_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         let result = loop {
             let caught_up = self.fold.last_applied() >= barrier;
@@ -491,6 +504,13 @@ impl Service {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break Ok(()),
+                // Before the log: a follower retrying while cut off must not starve it.
+                _ = cut_off_check.tick(), if !self.unresolved.is_empty() => {
+                    let hold = self.lease.hold_watch();
+                    if fairshare_runtime::disconnect::is_cut_off_unheld(&self.js.client(), &hold) {
+                        break Err(ServiceError::CutOff);
+                    }
+                }
                 view = self.lease.changed() => {
                     if let Some(e) = view.lost {
                         break Err(ServiceError::LeaseLost(e));
@@ -514,8 +534,23 @@ impl Service {
                     if !self.lease.holds(Instant::now()) {
                         continue;
                     }
+                    // What a pass or settling round sends while cut off waits in the client's
+                    // buffer: once the lease stops holding, the service stops rather than let
+                    // it land after a successor ordered without it.
+                    let cut_off = fairshare_runtime::disconnect::cut_off_unheld(
+                        self.js.client(),
+                        self.lease.hold_watch(),
+                    );
                     if !self.unresolved.is_empty() {
-                        barrier = barrier.max(self.resolve().await);
+                        let resolved = tokio::select! {
+                            biased;
+                            resolved = self.resolve() => Some(resolved),
+                            () = cut_off => None,
+                        };
+                        let Some(resolved) = resolved else {
+                            break Err(ServiceError::CutOff);
+                        };
+                        barrier = barrier.max(resolved);
                         if !self.unresolved.is_empty() {
                             // Still no answer: each failed round waits longer.
                             self.failed_passes = self.failed_passes.saturating_add(1);
@@ -523,7 +558,14 @@ impl Service {
                         change_due = Some(Instant::now() + self.retry_wait());
                         continue;
                     }
-                    let (outcome, retry_ms, passed_at) = self.pass().await;
+                    let passed = tokio::select! {
+                        biased;
+                        passed = self.pass() => Some(passed),
+                        () = cut_off => None,
+                    };
+                    let Some((outcome, retry_ms, passed_at)) = passed else {
+                        break Err(ServiceError::CutOff);
+                    };
                     retry_due = retry_ms.map(|ms| Self::instant_of(ms, passed_at));
                     barrier = barrier.max(outcome.max_sequence);
                     let now = Instant::now();
@@ -569,7 +611,8 @@ impl Service {
         };
         // Whatever stopped the loop, the fold is a prefix of the log and safe to keep.
         self.checkpoint();
-        if self.unresolved.is_empty() {
+        let cut_off = matches!(result, Err(ServiceError::CutOff));
+        if self.unresolved.is_empty() && !cut_off {
             // A successor need not wait the lease out.
             self.lease.release(LEASE_RELEASE_WAIT).await;
         } else {
@@ -763,13 +806,74 @@ mod tests {
         assert_eq!(s.resume::<ShellFold>("b", 4), None);
     }
 
+    /// An order of unknown outcome: job v ordered off for w.
+    fn unanswered_order() -> publish::Unanswered {
+        let order = pb::Event {
+            at_ms: 1,
+            body: Some(Body::PreemptionOrdered(pb::PreemptionOrdered {
+                job_id: "v".into(),
+                for_job_id: "w".into(),
+                ..Default::default()
+            })),
+        };
+        publish::Unanswered {
+            subject: subjects::job_event("c", "v", "preemption_ordered"),
+            headers: async_nats::HeaderMap::new(),
+            payload: fairshare_events::codec::encode(&order),
+            scope: subjects::job("c", "v"),
+            for_job_id: "w".into(),
+            waiter_seen: 1,
+            resend_until_ms: 10_001,
+        }
+    }
+
+    /// Cut off from NATS with an order of unknown outcome, the service stops once its lease
+    /// stops holding: the order may wait in the client's buffer, to land after a successor
+    /// took the lease and ordered without it. Cut off with nothing unsettled, it waits for the
+    /// server as long as it takes.
+    #[tokio::test]
+    async fn cut_off_with_an_order_unsettled_it_stops_once_the_lease_stops_holding() {
+        use fairshare_runtime::clock::SystemClock;
+        const TTL: Duration = Duration::from_secs(15);
+        let cut_off = |unresolved: Vec<publish::Unanswered>| async move {
+            let mut server = fairshare_testkit::NatsServer::start().unwrap();
+            let client = async_nats::connect(server.url()).await.unwrap();
+            let mut service = Service::start(client, Config::new("c"), Arc::new(SystemClock))
+                .await
+                .unwrap();
+            tokio::time::timeout(Duration::from_secs(10), async {
+                while !service.lease.holds(Instant::now()) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("the lease is taken");
+            service.unresolved = unresolved;
+            server.kill();
+            let killed = Instant::now();
+            let served = service.serve(std::future::pending());
+            let stopped = tokio::time::timeout(TTL, served).await.ok();
+            (stopped, killed.elapsed())
+        };
+        let (unsettled, settled) =
+            tokio::join!(cut_off(vec![unanswered_order()]), cut_off(Vec::new()));
+        let (stopped, after) = unsettled;
+        assert!(
+            matches!(stopped, Some(Err(ServiceError::CutOff))),
+            "{stopped:?}"
+        );
+        // Not before the lease stopped holding: two thirds of its ttl after the last renewal,
+        // which came at most a fifth of the ttl before the server went.
+        assert!(after >= TTL * 2 / 3 - TTL / 5, "{after:?}");
+        assert!(settled.0.is_none(), "{:?}", settled.0);
+    }
+
     /// A clean stop lets the lease go at once, unless effects of unknown outcome are still to
     /// settle: an order may yet land, and a successor taking over at once would read a log
     /// without it and could order another victim off for the same waiter. It then runs out,
     /// as after a crash, and a restart on the same directory stands by too.
     #[tokio::test]
     async fn a_stop_with_effects_of_unknown_outcome_leaves_the_lease_to_run_out() {
-        use fairshare_events::codec;
         use fairshare_runtime::clock::SystemClock;
         use fairshare_runtime::lease::Attempt;
 
@@ -820,24 +924,7 @@ mod tests {
         next.release().await;
 
         // An order whose outcome is unknown: the lease is still held when the service stopped.
-        let order = pb::Event {
-            at_ms: 1,
-            body: Some(Body::PreemptionOrdered(pb::PreemptionOrdered {
-                job_id: "v".into(),
-                for_job_id: "w".into(),
-                ..Default::default()
-            })),
-        };
-        let unanswered = publish::Unanswered {
-            subject: subjects::job_event("c", "v", "preemption_ordered"),
-            headers: async_nats::HeaderMap::new(),
-            payload: codec::encode(&order),
-            scope: subjects::job("c", "v"),
-            for_job_id: "w".into(),
-            waiter_seen: 1,
-            resend_until_ms: 10_001,
-        };
-        stop_holding(vec![unanswered]).await;
+        stop_holding(vec![unanswered_order()]).await;
         let mut next = successor().await.unwrap();
         assert!(
             matches!(next.try_take().await, Attempt::HeldBy(_)),

@@ -30,6 +30,17 @@ pub struct LeaseView {
     pub standing_by_until: Option<Instant>,
 }
 
+/// [`Keeper::holds`], apart from the keeper ([`Keeper::hold_watch`]).
+#[derive(Debug, Clone)]
+pub struct HoldWatch(tokio::sync::watch::Receiver<LeaseView>);
+
+impl HoldWatch {
+    /// Whether the instance may start a decision at `now`.
+    pub fn holds(&self, now: Instant) -> bool {
+        self.0.borrow().valid_until.is_some_and(|until| now < until)
+    }
+}
+
 /// A task that keeps one lease (renewed, or tried for, every [`Lease::renew_every`]) off the
 /// service's loop, so a bucket slow to answer never holds up the fold, explains or shutdown;
 /// the loop reads [`Keeper::holds`] and awaits [`Keeper::changed`]. Dropped (a crash: the
@@ -119,6 +130,12 @@ impl Keeper {
             .borrow()
             .valid_until
             .is_some_and(|until| now < until)
+    }
+
+    /// A handle that answers [`Keeper::holds`] apart from the keeper (for a future raced
+    /// against work that borrows the service).
+    pub fn hold_watch(&self) -> HoldWatch {
+        HoldWatch(self.view.clone())
     }
 
     /// Whether this instance stands by at `now` ([`LeaseView::standing_by_until`]).

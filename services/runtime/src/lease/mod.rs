@@ -17,8 +17,11 @@
 //!   succeeded ([`Lease::holds`]); the value is dropped no earlier than `ttl` after the server
 //!   stored it, later than that send. Only then can another instance create the key. The
 //!   third of the `ttl` between is the margin for a decision already being published (a
-//!   cycle started in time publishes to its end; a write still in the client's buffer when
-//!   the holder was cut off can land later still: the lease is no fence on the log's writes).
+//!   cycle started in time publishes to its end). A write sent while the holder is cut off
+//!   waits in the client's buffer to go out at the reconnect, however late: a holder with
+//!   writes of unknown outcome stops once it is cut off past its hold
+//!   ([`crate::disconnect::cut_off_unheld`]), so the buffer ends with the process before
+//!   another instance may take the lease.
 //!   Both durations assume the server's clock and the holder's monotonic clock run alike.
 //! - A write refused for its revision while another instance's name is in the key means that
 //!   one holds it: the lease is lost ([`RenewError::Lost`]), and the service stops rather than
@@ -54,7 +57,7 @@ mod holders;
 mod keeper;
 
 pub use holders::{Holding, holders};
-pub use keeper::{Keeper, LeaseView};
+pub use keeper::{HoldWatch, Keeper, LeaseView};
 
 /// The key-value bucket holding every lease.
 pub const LEASE_BUCKET: &str = "fairshare_leases";
