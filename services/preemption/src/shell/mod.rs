@@ -99,7 +99,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use fairshare_decision::shell::window::{RefusedWindows, log_refusal};
-use fairshare_events::subjects;
+use fairshare_events::{pb, subjects};
 use fairshare_runtime::checkpoint::{CheckpointError, CheckpointStore};
 use fairshare_runtime::clock::Clock;
 use fairshare_runtime::held_clock::HeldClock;
@@ -223,16 +223,25 @@ pub enum ServiceError {
     /// Another instance took this cluster's lease: this one stopped ordering.
     #[error("stopped: {0}")]
     LeaseLost(RenewError),
-    /// Cut off from NATS with effects of unknown outcome once the lease stopped holding: they
-    /// may wait in the client's buffer, to land after a successor took the lease and ordered
-    /// without them ([`fairshare_runtime::disconnect::cut_off_unheld`]).
+    /// Cut off from NATS with orders of unknown outcome (or a pass under way) once the lease
+    /// stopped holding: they may wait in the client's buffer, to land after a successor took
+    /// the lease and ordered without them
+    /// ([`fairshare_runtime::disconnect::cut_off_unheld`]).
     #[error(
-        "stopped: cut off from NATS with orders, kills or requeues of unknown outcome after the \
-         lease stopped holding; stopping drops them from the client's buffer before another \
+        "stopped: cut off from NATS with preemption orders of unknown outcome after the lease \
+         stopped holding; stopping drops them from the client's buffer before another \
          instance may take the lease (restarted, this instance stands by and waits the lease \
          out)"
     )]
     CutOff,
+}
+
+/// Whether `unresolved` holds an order made for a waiter: sent again, or landing late from the
+/// client's buffer, after a successor took the lease, it could stand beside that one's order for
+/// the same waiter (two victims for one job). Kills, requeues and drain orders are fenced on
+/// their own job's subject and land once, whoever sends them.
+fn orders_unsettled(unresolved: &[publish::Unanswered]) -> bool {
+    unresolved.iter().any(|u| !u.for_job_id.is_empty())
 }
 
 /// A started service: its fold is at the log's end as of start-up.
@@ -505,7 +514,7 @@ impl Service {
                 biased;
                 () = &mut shutdown => break Ok(()),
                 // Before the log: a follower retrying while cut off must not starve it.
-                _ = cut_off_check.tick(), if !self.unresolved.is_empty() => {
+                _ = cut_off_check.tick(), if orders_unsettled(&self.unresolved) => {
                     let hold = self.lease.hold_watch();
                     if fairshare_runtime::disconnect::is_cut_off_unheld(&self.js.client(), &hold) {
                         break Err(ServiceError::CutOff);
@@ -536,16 +545,18 @@ impl Service {
                     }
                     // What a pass or settling round sends while cut off waits in the client's
                     // buffer: once the lease stops holding, the service stops rather than let
-                    // it land after a successor ordered without it.
+                    // an order land after a successor ordered without it (kills and requeues
+                    // are fenced on their job's subject, and land once whoever sends them).
                     let cut_off = fairshare_runtime::disconnect::cut_off_unheld(
                         self.js.client(),
                         self.lease.hold_watch(),
                     );
                     if !self.unresolved.is_empty() {
+                        let orders = orders_unsettled(&self.unresolved);
                         let resolved = tokio::select! {
                             biased;
                             resolved = self.resolve() => Some(resolved),
-                            () = cut_off => None,
+                            () = cut_off, if orders => None,
                         };
                         let Some(resolved) = resolved else {
                             break Err(ServiceError::CutOff);
@@ -558,10 +569,12 @@ impl Service {
                         change_due = Some(Instant::now() + self.retry_wait());
                         continue;
                     }
+                    let pass = self.decide_pass();
+                    let orders = pass.orders_for_a_waiter();
                     let passed = tokio::select! {
                         biased;
-                        passed = self.pass() => Some(passed),
-                        () = cut_off => None,
+                        passed = self.publish_pass(pass) => Some(passed),
+                        () = cut_off, if orders => None,
                     };
                     let Some((outcome, retry_ms, passed_at)) = passed else {
                         break Err(ServiceError::CutOff);
@@ -675,28 +688,42 @@ impl Service {
     /// publishing them came to; when the pass ordered nothing because victims checkpointed too
     /// long ago, their next checkpoint (Unix ms), when it is worth passing again; and the "now"
     /// it decided at.
-    async fn pass(&mut self) -> (publish::Outcome, Option<i64>, i64) {
+    /// Decides a pass at "now" (nothing is sent yet).
+    fn decide_pass(&mut self) -> DecidedPass {
         let now_ms = self.now_ms();
         self.usage_age
             .check(self.fold.state().decision(), now_ms, "preemption");
         let (mut bodies, retry_ms) =
             decide_preemptions_and_retry(self.fold.state(), now_ms, &self.config.policy);
-        if bodies.is_empty() {
+        let mut cycle = 0;
+        if !bodies.is_empty() {
+            cycle = self
+                .next_cycle
+                .max(self.fold.last_cycle().saturating_add(1));
+            self.next_cycle = cycle.saturating_add(1);
+            stamp_cycle(&mut bodies, cycle);
+        }
+        DecidedPass {
+            now_ms,
+            retry_ms,
+            cycle,
+            events: into_events(bodies, now_ms),
+        }
+    }
+
+    /// Sends a pass's effects: what landed, its retry time and "now".
+    async fn publish_pass(&mut self, pass: DecidedPass) -> (publish::Outcome, Option<i64>, i64) {
+        let DecidedPass {
+            now_ms,
+            retry_ms,
+            cycle,
+            events,
+        } = pass;
+        if events.is_empty() {
             return (publish::Outcome::default(), retry_ms, now_ms);
         }
-        let cycle = self
-            .next_cycle
-            .max(self.fold.last_cycle().saturating_add(1));
-        self.next_cycle = cycle.saturating_add(1);
-        stamp_cycle(&mut bodies, cycle);
-        let count = bodies.len();
-        let outcome = publish::publish(
-            &self.js,
-            &self.config.cluster,
-            &self.fold,
-            into_events(bodies, now_ms),
-        )
-        .await;
+        let count = events.len();
+        let outcome = publish::publish(&self.js, &self.config.cluster, &self.fold, events).await;
         tracing::info!(
             cycle,
             through_sequence = self.fold.last_applied(),
@@ -708,6 +735,27 @@ impl Service {
             "preemption pass"
         );
         (outcome, retry_ms, now_ms)
+    }
+}
+
+/// A pass decided, not sent yet.
+struct DecidedPass {
+    /// The "now" it was decided at.
+    now_ms: i64,
+    /// When to pass again with no new event ([`decide_preemptions_and_retry`]).
+    retry_ms: Option<i64>,
+    /// Its cycle number (0 if it has no effect).
+    cycle: u64,
+    /// Its effects, in order.
+    events: Vec<pb::Event>,
+}
+
+impl DecidedPass {
+    /// Whether it orders anyone off for a waiter (see [`orders_unsettled`]).
+    fn orders_for_a_waiter(&self) -> bool {
+        self.events.iter().any(|e| {
+            matches!(&e.body, Some(pb::event::Body::PreemptionOrdered(o)) if !o.for_job_id.is_empty())
+        })
     }
 }
 
