@@ -664,7 +664,12 @@ mod tests {
     /// The prefix, plus the placements the decision at (7, 2_000, cycle 9) makes, appended from
     /// sequence 8.
     fn decided_log() -> Vec<LogEntry> {
-        let mut log = prefix();
+        with_decision(prefix())
+    }
+
+    /// `log` (the prefix, perhaps altered), plus the placements the decision at (7, 2_000,
+    /// cycle 9) makes from it, appended from sequence 8.
+    fn with_decision(mut log: Vec<LogEntry>) -> Vec<LogEntry> {
         let events = rederive(C, &log, None, 7, 2_000, 9);
         assert!(!events.is_empty());
         for (i, event) in events.into_iter().enumerate() {
@@ -700,20 +705,7 @@ mod tests {
                     e.stored_ms = stored.then_some(2_000);
                 }
             }
-            for (i, event) in rederive(C, &log, None, 7, 2_000, 9).into_iter().enumerate() {
-                let Some(Body::JobPlaced(p)) = &event.body else {
-                    panic!("not a placement")
-                };
-                log.push(LogEntry {
-                    sequence: 8 + i as u64,
-                    subject: subjects::job_event(C, &p.job_id, "job_placed"),
-                    event: Ok(event.clone()),
-                    pending: 0,
-                    trace: None,
-                    stored_ms: None,
-                });
-            }
-            audit(C, &log)
+            audit(C, &with_decision(log))
         };
         let clean = audited(62_000, false);
         assert!(clean.is_clean(), "{}", clean.render(C));

@@ -942,6 +942,17 @@ mod tests {
 
     use super::*;
 
+    /// Waits until `service` holds its lease (10 s at most).
+    async fn until_leading(service: &Service) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !service.lease.holds(Instant::now()) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the lease is taken");
+    }
+
     fn fold_of(cluster: &str) -> LogFold {
         let mut fold = LogFold::new(cluster);
         fold.apply(&LogEntry {
@@ -1051,13 +1062,7 @@ mod tests {
             let started = start();
             async move {
                 let mut service = started.await;
-                tokio::time::timeout(Duration::from_secs(10), async {
-                    while !service.lease.holds(Instant::now()) {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                })
-                .await
-                .expect("the lease is taken");
+                until_leading(&service).await;
                 service.unresolved = unresolved;
                 service.serve(std::future::ready(())).await.unwrap();
             }
@@ -1115,13 +1120,7 @@ mod tests {
             let mut service = Service::start(client, Config::new("c"), Arc::new(SystemClock))
                 .await
                 .unwrap();
-            tokio::time::timeout(Duration::from_secs(10), async {
-                while !service.lease.holds(Instant::now()) {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            })
-            .await
-            .expect("the lease is taken");
+            until_leading(&service).await;
             service.unresolved = unresolved;
             server.kill();
             let killed = Instant::now();
