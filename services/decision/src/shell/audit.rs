@@ -174,8 +174,7 @@ pub enum Divergence {
     /// ([`Compared::BeforeItsLog`]): no deciding instance's clock is held that far back.
     #[error(
         "sequence {sequence}: job {job_id} placed as {key} re-derives, but at a time {} \
-         before its basis's entries took effect ({}): a deciding clock set back, or a forged \
-         basis",
+         before the log's time then ({}): a deciding clock set back, or a forged basis",
         fairshare_model::duration::exact_words(log_ms.saturating_sub(key.computed_at_ms)),
         fairshare_model::timestamp::utc(*log_ms)
     )]
@@ -186,7 +185,7 @@ pub enum Divergence {
         job_id: String,
         /// The cycle it names.
         key: CycleKey,
-        /// When the basis's latest entry took effect.
+        /// The log's time then ([`Compared::BeforeItsLog`]).
         log_ms: i64,
     },
 }
@@ -538,7 +537,10 @@ impl Check for PlacementCheck {
             return;
         };
         let (sequence, job_id) = (entry.sequence, p.job_id.clone());
-        let divergence = match self.cycles.compare(&key, &p.job_id, logged) {
+        let divergence = match self
+            .cycles
+            .compare(&key, &p.job_id, logged, entry.stored_ms)
+        {
             Compared::Same => return,
             Compared::NotRederived => Divergence::NotRederived {
                 sequence,
@@ -723,7 +725,7 @@ mod tests {
         let text = late.render(C);
         assert!(
             text.contains("job j1 placed as cycle 9 through sequence 7 at")
-                && text.contains("re-derives, but at a time 60001 ms before its basis's entries"),
+                && text.contains("re-derives, but at a time 60001 ms before the log's time then"),
             "{text}"
         );
         // An entry takes effect at most a minute after it was stored: stamped 120 s by a

@@ -522,18 +522,19 @@ impl Service {
                     if !self.lease.holds(Instant::now()) {
                         continue;
                     }
-                    // What a cycle or settling round sends while cut off waits in the client's
-                    // buffer: once the lease stops holding, the service stops rather than let
-                    // it land after a successor decided without it.
-                    let cut_off = fairshare_runtime::disconnect::cut_off_unheld(
-                        self.client.clone(),
-                        self.lease.hold_watch(),
-                    );
                     if pacer.blocked() {
+                        // Placements sent again while cut off wait in the client's buffer: once
+                        // the lease stops holding, the service stops rather than let them land
+                        // after a successor decided without them.
+                        let cut_off = fairshare_runtime::disconnect::cut_off_unheld(
+                            self.client.clone(),
+                            self.lease.hold_watch(),
+                        );
+                        let unsettled = !self.unresolved.is_empty();
                         let settled = tokio::select! {
                             biased;
                             () = self.resolve(&mut pacer) => true,
-                            () = cut_off => false,
+                            () = cut_off, if unsettled => false,
                         };
                         if !settled {
                             break Err(ServiceError::CutOff);
@@ -541,12 +542,7 @@ impl Service {
                         continue;
                     }
                     let started = Instant::now();
-                    let cycle = tokio::select! {
-                        biased;
-                        cycle = self.cycle() => Some(cycle),
-                        () = cut_off => None,
-                    };
-                    let Some((outcome, deciding)) = cycle else {
+                    let Some((outcome, deciding)) = self.cycle().await else {
                         break Err(ServiceError::CutOff);
                     };
                     pacer.ran(started, Instant::now(), outcome.max_sequence, deciding);
@@ -777,8 +773,9 @@ impl Service {
     }
 
     /// Runs one cycle: what became of its placements, and how long deciding took (without
-    /// publishing).
-    async fn cycle(&mut self) -> (Outcome, Duration) {
+    /// publishing); `None` if the client was cut off past the lease's hold while publishing
+    /// ([`ServiceError::CutOff`]).
+    async fn cycle(&mut self) -> Option<(Outcome, Duration)> {
         let cycle = self
             .next_cycle
             .max(self.fold.last_cycle().saturating_add(1));
@@ -871,7 +868,19 @@ impl Service {
                 Ok(_) => {
                     let lease = &self.lease;
                     let leading = || lease.holds(Instant::now());
-                    publish::publish(&self.js, &self.config.cluster, batch, leading).await
+                    // Placements sent while cut off wait in the client's buffer: once the
+                    // lease stops holding, the service stops rather than let them land after
+                    // a successor decided without them (the reads before sent nothing).
+                    let cut_off = fairshare_runtime::disconnect::cut_off_unheld(
+                        self.client.clone(),
+                        lease.hold_watch(),
+                    );
+                    let published = tokio::select! {
+                        biased;
+                        outcome = publish::publish(&self.js, &self.config.cluster, batch, leading) => Some(outcome),
+                        () = cut_off => None,
+                    };
+                    published?
                 }
                 // Unfenced, a placement could land on a node cordoned, removed or shrunk since
                 // the state was read (the lookup can fail, an API queue full or a leader being
@@ -915,7 +924,7 @@ impl Service {
             published_us = started.elapsed().as_micros() as u64 - decided_us,
             "cycle"
         );
-        (outcome, deciding)
+        Some((outcome, deciding))
     }
 }
 
@@ -1021,7 +1030,7 @@ mod tests {
         )
         .await;
 
-        let (outcome, _) = service.cycle().await;
+        let (outcome, _) = service.cycle().await.expect("not cut off");
         assert_eq!(outcome.landed, 0, "{outcome:?}");
         assert_eq!(
             outcome.max_sequence, cordon,
@@ -1147,6 +1156,69 @@ mod tests {
             "{after:?}"
         );
         assert!(settled.0.is_none(), "{:?}", settled.0);
+    }
+
+    /// Cut off with a job to place and nothing sent, the service waits for the server, however
+    /// long: each cycle's look at the newest node event fails and nothing is published, so
+    /// nothing can land late. Once the server is back, the job is placed.
+    #[tokio::test]
+    async fn cut_off_with_a_job_to_place_it_waits_for_the_server() {
+        use fairshare_runtime::clock::{Clock, SystemClock};
+        use fairshare_testkit::events::{
+            append, node_registered, one_allocation_tree, one_gpu_submitted,
+        };
+        let mut server = fairshare_testkit::NatsServer::start().unwrap();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let mut config = Config::new("c");
+        // The cycle after the entries comes 2 s after the first (empty) one: after the cut.
+        config.debounce = Duration::from_secs(2);
+        let service = Service::start(client, config, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        until_leading(&service).await;
+        let (stop, serving) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(service.serve(async {
+            let _ = serving.await;
+        }));
+        // The first cycle runs at once, on an empty cluster; the next not before 2 s.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        let now = SystemClock.now_ms();
+        let tree = one_allocation_tree("c", "a");
+        append(&js, subjects::policy("c"), now, tree).await;
+        let node = node_registered("c", "n1", 8);
+        append(&js, subjects::node("c", "n1"), now, node).await;
+        let submitted = one_gpu_submitted("c", "a", "j1", "k1");
+        let subject = subjects::job_event("c", "j1", "job_submitted");
+        append(&js, subject, now, submitted).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        server.kill();
+        let killed_ms = SystemClock.now_ms();
+        tokio::time::sleep(LEASE_TTL_FOR_TEST).await;
+        assert!(
+            !serving.is_finished(),
+            "stopped while cut off with nothing sent"
+        );
+        server.restart().unwrap();
+        let js = server.jetstream(Duration::from_secs(5)).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let placed = fairshare_testkit::events::stored(&js)
+                    .await
+                    .into_iter()
+                    .find(|e| e.subject == subjects::job_event("c", "j1", "job_placed"));
+                if let Some(placed) = placed {
+                    // Decided after the cut: the cycles while cut off sent nothing.
+                    assert!(placed.event.at_ms > killed_ms, "placed before the cut");
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("j1 placed once the server is back");
+        let _ = stop.send(());
+        serving.await.unwrap().unwrap();
     }
 
     /// Every instance hears an explain request; only the lease's holder answers it, so the

@@ -85,12 +85,14 @@ pub enum Compared {
     NotRederived,
     /// Deciding again decides for its job, with other bytes: this.
     Differs(Box<pb::Event>),
-    /// Re-derived byte for byte, but its "now" is earlier than its basis's own entries took
-    /// effect (by more than [`MAX_AHEAD_OF_LOG_MS`]): the log's time then, in ms. A service
-    /// holds its "now" to no earlier than the newest entry it folded was stored, and an entry
-    /// takes effect at most that margin after it was stored, so no service decided it then:
-    /// a clock set back or a forged basis, re-derived at a time that may place or order what
-    /// the log's time would not (a protection that runs into a maintenance window, say).
+    /// Re-derived byte for byte, but its "now" is more than [`MAX_AHEAD_OF_LOG_MS`] before the
+    /// log's time then: the latest time its basis's entries took effect, or the time the
+    /// stream stored the decision itself if earlier (in ms). A service holds its "now" to no
+    /// earlier than the newest entry it folded was stored, or than the server's clock when it
+    /// reads it again (after the server's clock was set back), and an entry takes effect at
+    /// most that margin after it was stored, so no service decided it then: a clock set back
+    /// or a forged basis, re-derived at a time that may place or order what the log's time
+    /// would not (a protection that runs into a maintenance window, say).
     BeforeItsLog(i64),
 }
 
@@ -102,9 +104,8 @@ struct Held {
     matched: usize,
     /// How many logged decisions are still to come.
     left: usize,
-    /// The log's time through the basis when it is later than the basis's "now" allows
-    /// ([`Compared::BeforeItsLog`]).
-    before_its_log: Option<i64>,
+    /// The latest time the basis's entries took effect ([`Compared::BeforeItsLog`]).
+    log_ms: i64,
 }
 
 /// Folds of the log under each window the bases name, deciding again at each basis.
@@ -151,16 +152,13 @@ impl<F: WindowFold, K: Basis + std::hash::Hash> Rederivation<F, K> {
             *bases += 1;
             let left = expected.remove(key).unwrap_or(0);
             let decided = decide(key, fold);
-            let before_its_log = (key.computed_at_ms()
-                < log_ms.saturating_sub(MAX_AHEAD_OF_LOG_MS))
-            .then_some(log_ms);
             held.insert(
                 *key,
                 Held {
                     decided,
                     matched: 0,
                     left,
-                    before_its_log,
+                    log_ms,
                 },
             );
         });
@@ -169,10 +167,17 @@ impl<F: WindowFold, K: Basis + std::hash::Hash> Rederivation<F, K> {
         }
     }
 
-    /// Compares `logged`, a decision about `job_id` naming basis `key`, with the basis's
-    /// re-derivation (decided before it came, as [`Rederivation::feed`] runs first), and lets
-    /// the basis's decisions go with its last logged one.
-    pub fn compare(&mut self, key: &K, job_id: &str, logged: &pb::Event) -> Compared {
+    /// Compares `logged`, a decision about `job_id` naming basis `key` that the stream stored
+    /// at `stored_ms`, with the basis's re-derivation (decided before it came, as
+    /// [`Rederivation::feed`] runs first), and lets the basis's decisions go with its last
+    /// logged one.
+    pub fn compare(
+        &mut self,
+        key: &K,
+        job_id: &str,
+        logged: &pb::Event,
+        stored_ms: Option<i64>,
+    ) -> Compared {
         let Some(held) = self.held.get_mut(key) else {
             // Only a second read other than the first (which the two reads refuse) gets here.
             return Compared::NotRederived;
@@ -182,9 +187,12 @@ impl<F: WindowFold, K: Basis + std::hash::Hash> Rederivation<F, K> {
             None => Compared::NotRederived,
             Some(r) => {
                 held.matched += 1;
+                // The log's time when the decision landed: a server clock set back since
+                // its basis's entries were stored moved every service's "now" back with it.
+                let log_ms = stored_ms.map_or(held.log_ms, |s| s.min(held.log_ms));
                 if codec::encode(r) != codec::encode(logged) {
                     Compared::Differs(Box::new(r.clone()))
-                } else if let Some(log_ms) = held.before_its_log {
+                } else if key.computed_at_ms() < log_ms.saturating_sub(MAX_AHEAD_OF_LOG_MS) {
                     Compared::BeforeItsLog(log_ms)
                 } else {
                     Compared::Same
@@ -269,13 +277,14 @@ mod tests {
             at_ms: 0,
             body: Some(Body::JobStarted(pb::JobStarted { job_id: "j".into() })),
         };
-        let compare = |log: &[LogEntry], at: At| {
+        let compare_stored = |log: &[LogEntry], at: At, stored: Option<i64>| {
             let mut r = Rederivation::<Nothing, At>::new("c", [(at, 1)].into());
             for entry in log {
                 r.feed(entry, |_, _| [("j".to_owned(), decided.clone())].into());
             }
-            r.compare(&at, "j", &decided)
+            r.compare(&at, "j", &decided, stored)
         };
+        let compare = |log: &[LogEntry], at: At| compare_stored(log, at, None);
         let log = [
             started(1, 10_000, None),
             started(2, 200_000, Some(20_000)),
@@ -292,6 +301,16 @@ mod tests {
         assert_eq!(
             compare(&log, At(3, 439_999)),
             Compared::BeforeItsLog(500_000)
+        );
+        // Stored at 100 s: the server's clock was set back after entry 3 (stamped by a clock
+        // ahead with it), and every service's "now" with it.
+        assert_eq!(
+            compare_stored(&log, At(3, 40_000), Some(100_000)),
+            Compared::Same
+        );
+        assert_eq!(
+            compare_stored(&log, At(3, 39_999), Some(100_000)),
+            Compared::BeforeItsLog(100_000)
         );
     }
 }

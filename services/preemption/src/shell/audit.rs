@@ -121,7 +121,7 @@ pub enum OrderDivergence {
         job_id: String,
         /// The pass it names.
         pass: PassKey,
-        /// When the basis's latest entry took effect.
+        /// The log's time then ([`Compared::BeforeItsLog`]).
         log_ms: i64,
     },
 }
@@ -172,8 +172,8 @@ impl fmt::Display for OrderDivergence {
             } => write!(
                 f,
                 "sequence {sequence}: the order of job {job_id} re-derives from {pass}, but at a \
-                 time {} before its basis's entries took effect ({}): a pass clock set back, or \
-                 a forged basis",
+                 time {} before the log's time then ({}): a pass clock set back, or a forged \
+                 basis",
                 fairshare_model::duration::exact_words(log_ms.saturating_sub(pass.computed_at_ms)),
                 fairshare_model::timestamp::utc(*log_ms)
             ),
@@ -684,7 +684,10 @@ impl Check for OrderCheck {
             return;
         };
         let (sequence, job_id) = (entry.sequence, order.job_id.clone());
-        let divergence = match self.passes.compare(&pass, &order.job_id, logged) {
+        let divergence = match self
+            .passes
+            .compare(&pass, &order.job_id, logged, entry.stored_ms)
+        {
             Compared::Same => return,
             Compared::NotRederived => OrderDivergence::NotRederived {
                 sequence,

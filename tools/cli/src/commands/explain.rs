@@ -120,14 +120,13 @@ enum NotLive {
 }
 
 /// Whether the event at `sequence` ended its job, among its newest life events `events`: a
-/// finish, failure or cancellation, or a stop no requeue followed.
+/// finish, failure or cancellation, or a stop nothing followed (a resumable job's stop is
+/// followed by its requeue, or ended by a later cancel, finish or failure).
 fn ends(sequence: u64, event: &pb::Event, events: &[(u64, pb::Event)]) -> bool {
     use fairshare_events::pb::event::Body;
     match &event.body {
         Some(Body::JobFinished(_) | Body::JobFailed(_) | Body::JobCancelled(_)) => true,
-        Some(Body::JobPreempted(_)) => !events
-            .iter()
-            .any(|(s, e)| *s > sequence && matches!(e.body, Some(Body::JobRequeued(_)))),
+        Some(Body::JobPreempted(_)) => !events.iter().any(|(s, _)| *s > sequence),
         _ => false,
     }
 }
@@ -324,6 +323,23 @@ mod tests {
                 "j",
                 "c",
                 &[(5, submitted.clone()), (9, cancelled.clone()), (11, failed)]
+            ),
+            not_live("j", "c", &[(5, submitted.clone()), (9, cancelled.clone())]),
+        );
+        // A resumable job stopped for a preemption and cancelled before its requeue ended
+        // with the cancel, not with the stop.
+        let stopped = at(
+            T + 30_000,
+            Body::JobPreempted(pb::JobPreempted {
+                job_id: "j".into(),
+                killed: false,
+            }),
+        );
+        assert_eq!(
+            not_live(
+                "j",
+                "c",
+                &[(5, submitted.clone()), (7, stopped), (9, cancelled.clone())]
             ),
             not_live("j", "c", &[(5, submitted.clone()), (9, cancelled.clone())]),
         );
