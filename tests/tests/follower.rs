@@ -293,3 +293,78 @@ async fn a_follower_reads_on_after_the_logs_front_is_cut_away_and_its_client_rec
         .unwrap_or_else(|e| panic!("the follower stopped: {e}"));
     assert_eq!(entry.sequence, after);
 }
+
+/// A service resumed from a checkpoint at the log's end, whose log is then rolled back and
+/// written anew (a server restored from a backup: the same stream, other entries at the same
+/// sequences), is told so as soon as its follower follows anew, before any entry it would
+/// deliver: the checkpoint's last entry is looked up by its stored time
+/// (`Follower::resuming_after`). Without it the follower delivered the new log's entries past
+/// the checkpoint as though they followed it.
+#[tokio::test]
+async fn a_log_rewritten_under_a_resumed_follower_stops_it_before_a_new_entry() {
+    let mut stack = Stack::start().await.unwrap();
+    let subject = subjects::job_event(CLUSTER, "j", "job_started");
+    let started = || Body::JobStarted(pb::JobStarted { job_id: "j".into() });
+    for i in 0..3 {
+        stack
+            .append(subject.clone(), started(), &format!("kept-{i}"))
+            .await
+            .unwrap();
+    }
+    // The backup: the store as it stands now.
+    stack.server.kill();
+    let backup = tempfile::tempdir().unwrap();
+    let copy = |from: &std::path::Path, to: &std::path::Path| {
+        let status = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(status.success(), "cp -a {from:?} {to:?}");
+    };
+    copy(&stack.server.jetstream_dir(), backup.path());
+    let mut last = restart_and_append(&mut stack, &subject).await;
+    for i in 0..2 {
+        last = stack
+            .append(subject.clone(), started(), &format!("lost-{i}"))
+            .await
+            .unwrap();
+    }
+    let stored_ms = fairshare_testkit::events::stored_time_ms(&stack.js, last).await;
+    // Resumed from a checkpoint at `last`, at the log's end.
+    let filter = subjects::cluster_events(CLUSTER);
+    let mut follower = Follower::start(&stack.js, last + 1, vec![filter])
+        .await
+        .unwrap();
+    follower.resuming_after(Some(stored_ms));
+    // The server comes back from the backup, and the log is written anew past it.
+    stack.server.kill();
+    let dir = stack.server.jetstream_dir();
+    std::fs::remove_dir_all(&dir).unwrap();
+    copy(&backup.path().join("jetstream"), &dir);
+    let mut rewritten = restart_and_append(&mut stack, &subject).await;
+    for i in 0.. {
+        if rewritten > last {
+            break;
+        }
+        rewritten = stack
+            .append(subject.clone(), started(), &format!("rewritten-{i}"))
+            .await
+            .unwrap();
+    }
+    let within = FOLLOW_IDLE_CHECK + Duration::from_secs(5);
+    let got = tokio::time::timeout(within, follower.next())
+        .await
+        .expect("the follower says what happened");
+    assert!(
+        matches!(
+            got,
+            Some(Err(
+                fairshare_runtime::log::FollowError::LogRewritten { .. }
+            ))
+        ),
+        "{:?}",
+        got.map(|r| r.map(|e| e.sequence))
+    );
+}

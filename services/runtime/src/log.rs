@@ -444,6 +444,16 @@ impl Follower {
         })
     }
 
+    /// Notes that the entry before the first it delivers (a checkpoint's last, at `from - 1`)
+    /// was stored at `stored_ms` (`None`: unknown): a log rolled back and written anew under a
+    /// service resumed from a checkpoint at its end is then told apart as soon as the follower
+    /// follows anew, not only after a first new entry ([`FollowError::LogRewritten`]).
+    pub fn resuming_after(&mut self, stored_ms: Option<i64>) {
+        if self.last_delivered > 0 {
+            self.last_delivered_stored_ms = stored_ms;
+        }
+    }
+
     /// Checks that the follower reads the log `log` was read from (the position a service
     /// resumed its checkpoint against): a stream made again between the two reads would mix
     /// the old log's checkpoint with the new log's entries.

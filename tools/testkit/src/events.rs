@@ -205,3 +205,23 @@ pub async fn stored(js: &async_nats::jetstream::Context) -> Vec<Stored> {
     }
     out
 }
+
+/// When the events stream stored the entry at `sequence` (Unix ms), as a checkpoint names it.
+///
+/// # Panics
+/// If the entry cannot be read.
+pub async fn stored_time_ms(js: &async_nats::jetstream::Context, sequence: u64) -> i64 {
+    use fairshare_events::streams::EVENTS_STREAM;
+    let stream = match js.get_stream(EVENTS_STREAM).await {
+        Ok(stream) => stream,
+        Err(e) => panic!("cannot open {EVENTS_STREAM}: {e}"),
+    };
+    let message = match stream.get_raw_message(sequence).await {
+        Ok(message) => message,
+        Err(e) => panic!("cannot read sequence {sequence} of {EVENTS_STREAM}: {e}"),
+    };
+    match i64::try_from(message.time.unix_timestamp_nanos() / 1_000_000) {
+        Ok(ms) => ms,
+        Err(_) => panic!("sequence {sequence} has a stored time beyond i64 ms"),
+    }
+}

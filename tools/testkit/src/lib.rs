@@ -229,7 +229,7 @@ impl NatsServer {
     }
 
     fn spawn(&mut self) -> Result<(), HarnessError> {
-        let store = self.store.path().join("jetstream");
+        let store = self.jetstream_dir();
         let mut command = Command::new(&self.binary);
         if let Some(config) = &self.config {
             command.arg("-c").arg(config);
@@ -324,6 +324,12 @@ impl NatsServer {
         js.set_timeout(ack_timeout);
         fairshare_runtime::nats::ensure_streams(&js, 1).await?;
         Ok(js)
+    }
+
+    /// The server's JetStream store directory (for a test that copies it back later, as a
+    /// restore from a backup would).
+    pub fn jetstream_dir(&self) -> PathBuf {
+        self.store.path().join("jetstream")
     }
 
     /// Kills the server, keeping its store, as a crash would.

@@ -301,6 +301,7 @@ impl Service {
         let from = resumed_from + 1;
         let mut follower =
             Follower::start(&js, from, log_filters(config.cluster.as_deref())).await?;
+        follower.resuming_after(last_stored_ms);
         follower.expect_log(&log)?;
         let mut now = HeldClock::new(clock, "no usage window ends in the future or stops moving");
         let applied = follower

@@ -337,6 +337,7 @@ impl Service {
             vec![subjects::cluster_events(&config.cluster)],
         )
         .await?;
+        follower.resuming_after(last_stored_ms);
         follower.expect_log(&log)?;
         let mut now = HeldClock::new(
             clock,

@@ -343,6 +343,7 @@ impl Service {
             vec![subjects::cluster_events(&config.cluster)],
         )
         .await?;
+        follower.resuming_after(last_stored_ms);
         follower.expect_log(&log)?;
         let mut refused = RefusedWindows::default();
         let mut over_cap = over_cap::OverCap::new(config.policy.min_runtime_cap_ms);

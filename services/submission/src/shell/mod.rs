@@ -222,6 +222,7 @@ impl Service {
         let state = checkpoint::resume(store.as_deref(), &log, &js).await;
         let resumed_from = state.last_sequence;
         let mut follower = Follower::start(&js, resumed_from + 1, log_filters()).await?;
+        follower.resuming_after(state.last_stored_ms);
         follower.expect_log(&log)?;
         let shared = Arc::new(Shared::new(js, config.limits.clone(), clock, state).await?);
         follow::catch_up(&shared, &mut follower).await?;
