@@ -21,7 +21,9 @@
 //!   waits in the client's buffer to go out at the reconnect, however late: a holder with
 //!   writes of unknown outcome stops once it is cut off past its hold
 //!   ([`crate::disconnect::cut_off_unheld`]), so the buffer ends with the process before
-//!   another instance may take the lease.
+//!   another instance may take the lease (bytes already written to the socket before the
+//!   client noticed a silent partition stay with the operating system: the audit reports
+//!   what they give away twice).
 //!   Both durations assume the server's clock and the holder's monotonic clock run alike.
 //! - A write refused for its revision while another instance's name is in the key means that
 //!   one holds it: the lease is lost ([`RenewError::Lost`]), and the service stops rather than
