@@ -306,14 +306,7 @@ fn a_run_ordered_off_counts_in_the_hour_until_its_grace_deadline() {
     // Two more of a's jobs wait all along: a is owed its whole floor of 8 GPUs.
     h.submit(T, "j2", "a", 8, 60);
     h.submit(T, "j3", "a", 8, 60);
-    h.ok(
-        T + 5 * MIN,
-        Body::PreemptionOrdered(pb::PreemptionOrdered {
-            job_id: "j1".into(),
-            grace_deadline_ms: T + 10 * MIN,
-            ..Default::default()
-        }),
-    );
+    h.order_off(T + 5 * MIN, "j1", T + 10 * MIN);
     let reading = |minutes: u128| (4 * 10 * GPU_MIN, (4 * 10 + 16 * minutes) * GPU_MIN);
     assert_eq!(h.state.hour_metered("a", T + 40 * MIN), Some(reading(40)));
     // At 30 min a is owed 240 GPU-min and ran 40 (not 120): 200 behind over the 30 min

@@ -580,27 +580,27 @@ fn an_ended_run_is_dropped_once_a_snapshot_covers_it_by_the_log_or_by_time() {
     assert_eq!(charged(&h, now), (4 * (HOUR - 1) + 2 * HOUR - 1) as u128);
 }
 
-/// A run ordered off is charged up to its grace deadline at the latest, as accounting charges
-/// it, however late its stop is reported (the preemption service down past the deadline).
-#[test]
-fn an_ended_run_ordered_off_is_charged_to_its_deadline_at_most() {
-    use super::support::H;
-    use crate::domain::rank::leaf_usage;
-    const HOUR: i64 = 3_600_000;
-    let mut h = H::new();
+const HOUR: i64 = 3_600_000;
+
+/// Allocations `a` and `b` on one 8-GPU node; `a1` (4 GPUs of `a`) running from `t0` (10 h), and
+/// a usage snapshot ending an hour later: the harness and `t0`.
+fn a1_running_past_a_snapshot() -> (super::support::H, i64) {
+    let mut h = super::support::H::new();
     h.tree(vec![leaf("a", 1), leaf("b", 1)]);
     h.node("n0", 8);
     let t0 = 10 * HOUR;
     h.running(t0, "a1", "a", 60, &[("n0", 4)]);
     h.snapshot(t0 + HOUR, &[("a", 0, 1000), ("b", 0, 1000)]);
-    h.ok(
-        t0 + HOUR + 60_000,
-        pb::event::Body::PreemptionOrdered(pb::PreemptionOrdered {
-            job_id: "a1".into(),
-            grace_deadline_ms: t0 + HOUR + 90_000,
-            ..Default::default()
-        }),
-    );
+    (h, t0)
+}
+
+/// A run ordered off is charged up to its grace deadline at the latest, as accounting charges
+/// it, however late its stop is reported (the preemption service down past the deadline).
+#[test]
+fn an_ended_run_ordered_off_is_charged_to_its_deadline_at_most() {
+    use crate::domain::rank::leaf_usage;
+    let (mut h, t0) = a1_running_past_a_snapshot();
+    h.order_off(t0 + HOUR + 60_000, "a1", t0 + HOUR + 90_000);
     h.ok(
         t0 + 2 * HOUR,
         pb::event::Body::JobPreempted(pb::JobPreempted {
@@ -621,25 +621,11 @@ fn an_ended_run_ordered_off_is_charged_to_its_deadline_at_most() {
 /// bulk) or after (charged run by run).
 #[test]
 fn a_run_ordered_off_is_charged_to_its_deadline_at_most_while_its_stop_is_unreported() {
-    use super::support::H;
     use crate::domain::rank::{leaf_usage, leaf_usage_by_run};
-    const HOUR: i64 = 3_600_000;
-    let order = |id: &str, deadline: i64| {
-        pb::event::Body::PreemptionOrdered(pb::PreemptionOrdered {
-            job_id: id.into(),
-            grace_deadline_ms: deadline,
-            ..Default::default()
-        })
-    };
-    let mut h = H::new();
-    h.tree(vec![leaf("a", 1), leaf("b", 1)]);
-    h.node("n0", 8);
-    let t0 = 10 * HOUR;
-    h.running(t0, "a1", "a", 60, &[("n0", 4)]);
-    h.snapshot(t0 + HOUR, &[("a", 0, 1000), ("b", 0, 1000)]);
+    let (mut h, t0) = a1_running_past_a_snapshot();
     h.running(t0 + HOUR + 60_000, "a2", "a", 60, &[("n0", 2)]);
-    h.ok(t0 + 2 * HOUR, order("a1", t0 + 2 * HOUR + 30_000));
-    h.ok(t0 + 2 * HOUR, order("a2", t0 + 2 * HOUR + 30_000));
+    h.order_off(t0 + 2 * HOUR, "a1", t0 + 2 * HOUR + 30_000);
+    h.order_off(t0 + 2 * HOUR, "a2", t0 + 2 * HOUR + 30_000);
     let tree = h.state.budget_tree().unwrap();
     let now = t0 + 5 * HOUR;
     let usage = leaf_usage(&h.state, tree, now);

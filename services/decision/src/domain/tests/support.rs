@@ -189,6 +189,18 @@ impl H {
         self.start(at, id);
     }
 
+    /// Job `id` ordered off at `at` with grace deadline `deadline_ms` (for no waiter).
+    pub fn order_off(&mut self, at: i64, id: &str, deadline_ms: i64) {
+        self.ok(
+            at,
+            Body::PreemptionOrdered(pb::PreemptionOrdered {
+                job_id: id.into(),
+                grace_deadline_ms: deadline_ms,
+                ..Default::default()
+            }),
+        );
+    }
+
     /// A usage snapshot: `(allocation, charged, allocated)` in GPU-ms.
     pub fn snapshot(&mut self, window_end_ms: i64, rows: &[(&str, u64, u64)]) {
         self.ok(
