@@ -114,6 +114,32 @@ async fn a_lost_consumer_resumed_at_the_end_does_not_hand_over_the_log_again() {
 /// Restarts the stack's server and appends a `job_started` of job `j` on `subject` once it
 /// answers (the test's own client reconnects too: the append is retried until the stream
 /// answers); its sequence.
+/// Appends `JobStarted` reports on `subject` (message ids `<prefix>-<n>`) until the log's end
+/// is past `past`; returns the end.
+async fn append_past(stack: &Stack, subject: &str, past: u64, prefix: &str) -> u64 {
+    let mut end = 0;
+    let mut n = 0;
+    while end <= past {
+        let started = Body::JobStarted(pb::JobStarted { job_id: "j".into() });
+        end = stack
+            .append(subject.to_owned(), started, &format!("{prefix}-{n}"))
+            .await
+            .unwrap();
+        n += 1;
+    }
+    end
+}
+
+/// What `follower` says next, within its idle check and 5 s more.
+async fn next_said(
+    follower: &mut Follower,
+) -> Option<Result<fairshare_runtime::log::LogEntry, fairshare_runtime::log::FollowError>> {
+    let within = FOLLOW_IDLE_CHECK + Duration::from_secs(5);
+    tokio::time::timeout(within, follower.next())
+        .await
+        .expect("the follower says what happened")
+}
+
 async fn restart_and_append(stack: &mut Stack, subject: &str) -> u64 {
     stack.server.restart().unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -207,18 +233,8 @@ async fn a_stream_made_again_under_a_follower_stops_it_and_the_decision_service(
         .unwrap();
     // The new log, shorter than the old one and then longer: the client's own new consumer
     // delivers its entries past the old log's end, unless the follower stops it.
-    let mut new_end = 0;
-    while new_end <= old_end + 2 {
-        new_end = stack
-            .append(subject.clone(), started(), &format!("new-{new_end}"))
-            .await
-            .unwrap();
-    }
-    let within = FOLLOW_IDLE_CHECK + Duration::from_secs(5);
-    let got = tokio::time::timeout(within, follower.next())
-        .await
-        .expect("the follower says what happened");
-    match got {
+    append_past(&stack, &subject, old_end + 2, "new").await;
+    match next_said(&mut follower).await {
         Some(Err(fairshare_runtime::log::FollowError::StreamReplaced { was_ns, now_ns })) => {
             assert_ne!(was_ns, now_ns);
         }
@@ -242,7 +258,7 @@ async fn a_stream_made_again_under_a_follower_stops_it_and_the_decision_service(
         late.expect_log(&old_log),
         Err(fairshare_runtime::log::FollowError::StreamReplaced { .. })
     ));
-    let stopped = tokio::time::timeout(within, deciding)
+    let stopped = tokio::time::timeout(FOLLOW_IDLE_CHECK + Duration::from_secs(5), deciding)
         .await
         .expect("the decision service stops")
         .unwrap();
@@ -285,10 +301,8 @@ async fn a_follower_reads_on_after_the_logs_front_is_cut_away_and_its_client_rec
         .unwrap();
     let after = restart_and_append(&mut stack, &subject).await;
     assert!(after > last, "a purge keeps the sequence going");
-    let within = FOLLOW_IDLE_CHECK + Duration::from_secs(5);
-    let entry = tokio::time::timeout(within, follower.next())
+    let entry = next_said(&mut follower)
         .await
-        .expect("the follower reads on")
         .unwrap()
         .unwrap_or_else(|e| panic!("the follower stopped: {e}"));
     assert_eq!(entry.sequence, after);
@@ -343,20 +357,9 @@ async fn a_log_rewritten_under_a_resumed_follower_stops_it_before_a_new_entry() 
     let dir = stack.server.jetstream_dir();
     std::fs::remove_dir_all(&dir).unwrap();
     copy(&backup.path().join("jetstream"), &dir);
-    let mut rewritten = restart_and_append(&mut stack, &subject).await;
-    for i in 0.. {
-        if rewritten > last {
-            break;
-        }
-        rewritten = stack
-            .append(subject.clone(), started(), &format!("rewritten-{i}"))
-            .await
-            .unwrap();
-    }
-    let within = FOLLOW_IDLE_CHECK + Duration::from_secs(5);
-    let got = tokio::time::timeout(within, follower.next())
-        .await
-        .expect("the follower says what happened");
+    restart_and_append(&mut stack, &subject).await;
+    append_past(&stack, &subject, last, "rewritten").await;
+    let got = next_said(&mut follower).await;
     assert!(
         matches!(
             got,
